@@ -1,0 +1,44 @@
+"""A registry of named entries (zoo models, datasets, fusion methods), timm-style.
+
+Entries are registered by explicit calls in each package's `__init__`, never by import side effect
+of `from x import *`. An unknown name raises `UnknownNameError` with the valid names and the nearest.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Generic, TypeVar
+
+from edgefl.errors import UnknownNameError
+
+T = TypeVar("T")
+
+
+class Registry(Generic[T]):
+    def __init__(self, kind: str):
+        self.kind = kind
+        self._entries: dict[str, T] = {}
+
+    def add(self, name: str, entry: T) -> T:
+        if name in self._entries:
+            raise ValueError(f"{self.kind} {name!r} registered twice")
+        self._entries[name] = entry
+        return entry
+
+    def get(self, name: str) -> T:
+        try:
+            return self._entries[name]
+        except KeyError:
+            raise UnknownNameError(self.kind, name, self._entries) from None
+
+    def names(self) -> list[str]:
+        return list(self._entries)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._entries
+
+    def __iter__(self) -> Iterator[T]:
+        return iter(self._entries.values())
+
+    def __len__(self) -> int:
+        return len(self._entries)
