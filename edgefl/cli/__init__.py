@@ -1,0 +1,70 @@
+"""The `edgefl` command. Sub-commands live one module per noun; algorithms never live here."""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+from rich.markup import escape
+from typer.core import TyperGroup
+
+from edgefl.cli.common import err_console
+from edgefl.errors import EdgeflError
+
+
+def report_error(exc: EdgeflError) -> None:
+    # Escape: messages quote user text and TOML tables like "[training]", not rich markup.
+    err_console.print(f"[bold red]error:[/] {escape(exc.message)}")
+    if exc.hint:
+        err_console.print(f"  [bold]fix:[/] {escape(exc.hint)}")
+
+
+class _Group(TyperGroup):
+    """Root group: the one place an EdgeflError becomes a message and exit code 2."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except EdgeflError as exc:
+            report_error(exc)
+            raise typer.Exit(2) from None
+        except KeyboardInterrupt:
+            err_console.print(
+                "[yellow]interrupted[/]: finished outputs were kept, none half-written"
+            )
+            raise typer.Exit(130) from None
+
+
+app = typer.Typer(
+    cls=_Group,
+    name="edgefl",
+    help="One-shot federated learning for real edge devices.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+
+
+def _register() -> None:
+    # Explicit list: every sub-command module, in the order of the data's trip.
+    from edgefl.cli import data_cmd, models_cmd, profile_cmd
+
+    app.add_typer(profile_cmd.app, name="profile")
+    models_cmd.register(app)
+    app.add_typer(data_cmd.app, name="data")
+    for name in ("client_cmd", "server_cmd", "eval_cmd", "simulate_cmd", "search_cmd"):
+        try:
+            module = __import__(f"edgefl.cli.{name}", fromlist=["register"])
+        except ModuleNotFoundError as exc:
+            if exc.name != f"edgefl.cli.{name}":
+                raise
+            continue
+        module.register(app)
+
+
+_register()
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Console-script entry point."""
+    app(args=argv if argv is not None else sys.argv[1:])

@@ -1,0 +1,136 @@
+"""`edgefl data ...`: list the known datasets and show how a partition splits one among clients."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.table import Table
+
+from edgefl.cli.common import console, err_console, print_json
+
+app = typer.Typer(help="Datasets and partitions.", no_args_is_help=True)
+
+# Beyond this many classes a per-class column table is unreadable; show a summary instead.
+MAX_CLASS_COLUMNS = 20
+
+
+@app.command("list")
+def list_datasets(
+    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
+) -> None:
+    """List the registered datasets: shape, classes, split sizes, and where the data comes from."""
+    from edgefl.data.registry import DATASETS
+
+    rows = [
+        {
+            "name": d.name,
+            "input_shape": list(d.input_shape),
+            "num_classes": d.num_classes,
+            "train_size": d.train_size,
+            "test_size": d.test_size,
+            "builtin": d.builtin,
+            "description": d.description,
+        }
+        for d in DATASETS
+    ]
+    if as_json:
+        print_json(rows)
+        return
+    table = Table(title="datasets")
+    for col, justify in (
+        ("name", "left"),
+        ("shape", "left"),
+        ("classes", "right"),
+        ("train", "right"),
+        ("test", "right"),
+        ("source", "left"),
+    ):
+        table.add_column(col, justify=justify)
+    for r in rows:
+        table.add_row(
+            r["name"],
+            "x".join(map(str, r["input_shape"])),
+            str(r["num_classes"]),
+            f"{r['train_size']:,}",
+            f"{r['test_size']:,}",
+            "built in" if r["builtin"] else "needs files (--data-dir)",
+        )
+    console.print(table)
+    console.print("user data: a path to an .npz (x, y) or a folder with one sub-folder per class")
+
+
+@app.command("partition")
+def partition_cmd(
+    dataset: str = typer.Option("mnist", "--dataset", "-d", help="Dataset name or path."),
+    num_clients: int = typer.Option(10, "--num-clients", "-k", help="Number of clients."),
+    scheme: str = typer.Option(
+        "dirichlet:0.5",
+        "--scheme",
+        "--partition",
+        help="iid, dirichlet:ALPHA or classes:K.",
+    ),
+    seed: int = typer.Option(0, "--seed", help="Random seed of the partition."),
+    data_dir: Path | None = typer.Option(
+        None, "--data-dir", help="Folder holding the dataset's files."
+    ),
+    download: bool = typer.Option(
+        False, "--download", help="Fetch missing files with torchvision (needs internet)."
+    ),
+    plot: Path | None = typer.Option(None, "--plot", help="Save a clients x classes heat map PNG."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
+) -> None:
+    """Partition a dataset's train split among clients and show each client's label counts."""
+    import numpy as np
+
+    from edgefl.data import label_count_matrix, load_dataset, parse_scheme, partition
+
+    parsed = parse_scheme(scheme)  # fail on a bad flag before loading any data
+    ds = load_dataset(dataset, "train", data_dir=data_dir, download=download)
+    parts = partition(ds.y, num_clients, parsed, seed, num_classes=ds.num_classes)
+    counts = label_count_matrix(ds.y, parts, ds.num_classes)
+    sizes = counts.sum(axis=1)
+
+    if plot is not None:
+        from edgefl.data import plot_label_heatmap
+
+        title = f"{ds.name} {parsed}, {num_clients} clients, seed {seed}"
+        saved = plot_label_heatmap(counts, plot, ds.class_names, title=title)
+        # Keep stdout pure JSON under --json.
+        (err_console if as_json else console).print(f"wrote heat map to {saved}")
+
+    if as_json:
+        print_json(
+            {
+                "dataset": ds.name,
+                "scheme": str(parsed),
+                "seed": seed,
+                "num_clients": num_clients,
+                "class_names": list(ds.class_names),
+                "counts": counts,
+                "sizes": sizes,
+            }
+        )
+        return
+
+    title = f"{ds.name} train, {parsed}, {num_clients} clients, seed {seed}"
+    table = Table(title=title)
+    table.add_column("client", justify="right")
+    wide = ds.num_classes > MAX_CLASS_COLUMNS
+    headers = ["classes held", "largest class"] if wide else list(ds.class_names)
+    for name in headers:
+        table.add_column(name, justify="right")
+    table.add_column("total", justify="right", style="bold")
+    for i, row in enumerate(counts):
+        if wide:
+            top = int(row.argmax())
+            cells = [str(int((row > 0).sum())), f"{ds.class_names[top]} ({row[top]:,})"]
+        else:
+            cells = [str(v) for v in row]
+        table.add_row(str(i), *cells, str(sizes[i]))
+    console.print(table)
+    console.print(
+        f"{int(sizes.sum()):,} of {len(ds):,} samples assigned; client sizes min {sizes.min():,}, "
+        f"median {np.median(sizes):,.0f}, max {sizes.max():,}"
+        + ("; --json gives the full matrix" if wide else "")
+    )

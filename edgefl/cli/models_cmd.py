@@ -1,0 +1,93 @@
+"""`edgefl models`: the zoo with exact costs, and with a profile whether each model fits."""
+
+from __future__ import annotations
+
+import typer
+from rich.table import Table
+
+from edgefl.cli.common import console, fmt_bytes, fmt_count, print_json
+from edgefl.data.registry import dataset_info
+from edgefl.models.cost import costs
+from edgefl.models.plan import check_fit, default_samples
+from edgefl.models.zoo import ZOO, candidate_specs, make_spec
+from edgefl.profiles import get_profile
+
+
+def register(app: typer.Typer) -> None:
+    app.command("models")(models_cmd)
+
+
+def models_cmd(
+    dataset: str = typer.Option("mnist", help="Dataset whose input shape and classes to use."),
+    profile: str | None = typer.Option(
+        None, help="Profile name or TOML path to check fit against."
+    ),
+    batch_size: int | None = typer.Option(
+        None, help="Training batch size (default: profile's, or 64)."
+    ),
+    samples: int | None = typer.Option(None, help="Local shard size for epoch-time estimates."),
+    ladder: bool = typer.Option(False, help="Also list every size of the scalable families."),
+    json_out: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Every zoo model with params, MACs, FLOPs, weight bytes, inference peak and training memory."""
+    info = dataset_info(dataset)
+    prof = get_profile(profile) if profile else None
+    batch = batch_size or (prof.batch_size if prof else 64)
+    optimizer = prof.optimizer if prof else "adam"
+    n = samples or default_samples(info)
+    specs = []
+    for entry in ZOO:
+        if ladder and entry.ladder:
+            specs += [s for s in candidate_specs(info.input_shape, info.num_classes, entry.role)
+                      if s.name == entry.name]  # fmt: skip
+        else:
+            specs.append(make_spec(entry.name, info.input_shape, info.num_classes))
+    rows = []
+    for spec in specs:
+        c = costs(spec)
+        row = {
+            "name": spec.label,
+            "role": c.role,
+            "params": c.params,
+            "macs": c.macs,
+            "flops": c.flops,
+            "weight_bytes": c.weight_bytes,
+            "weight_bytes_int8": c.weight_bytes_int8,
+            "upload_bytes": c.upload_bytes,
+            "infer_peak_bytes": c.infer_peak_bytes,
+            "train_bytes": c.train_bytes(batch, optimizer),
+            "batch_size": batch,
+            "optimizer": optimizer,
+            "spec": spec.to_dict(),
+        }
+        if prof:
+            fit = check_fit(spec, prof, samples=n, batch_size=batch)
+            row.update(fits=fit.fits, reasons=list(fit.reasons), epoch_seconds=fit.epoch_seconds)
+            row["_short"] = ", ".join(fit.short)
+        rows.append(row)
+    if json_out:
+        print_json([{k: v for k, v in r.items() if not k.startswith("_")} for r in rows])
+        return
+    title = f"Model zoo on {info.name} {info.input_shape}, {info.num_classes} classes"
+    title += f" (training: batch {batch}, {optimizer})"
+    table = Table(title=title, caption="MACs: multiply-accumulates per sample (thop convention); "
+                  "FLOPs = 2 x conv/linear MACs")  # fmt: skip
+    cols = ["model", "role", "params", "MACs", "FLOPs", "weights", "int8", "upload", "infer peak",
+            "train mem"]  # fmt: skip
+    console.print("[dim]x1.3 = needs 1.3 times the budget; --json gives every reason in full[/]")
+    if prof:
+        cols += ["epoch", f"fits {prof.name}"]
+    for col in cols:
+        table.add_column(
+            col, justify="left" if col in ("model", "role") or "fits" in col else "right"
+        )
+    for r in rows:
+        cells = [r["name"], r["role"], fmt_count(r["params"]), f"{r['macs']:,}", fmt_count(r["flops"]),
+                 fmt_bytes(r["weight_bytes"]), fmt_bytes(r["weight_bytes_int8"]),
+                 fmt_bytes(r["upload_bytes"]), fmt_bytes(r["infer_peak_bytes"]),
+                 fmt_bytes(r["train_bytes"])]  # fmt: skip
+        if prof:
+            cells.append(f"{r['epoch_seconds']:.1f}s")
+            cells.append("[green]yes[/]" if r["fits"] else f"[red]no[/] ({r.pop('_short')})")
+        table.add_row(*cells)
+    console.print(table)

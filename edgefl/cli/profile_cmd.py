@@ -1,0 +1,56 @@
+"""`edgefl profile list|show`."""
+
+from __future__ import annotations
+
+import typer
+from rich.table import Table
+
+from edgefl.cli.common import console, fmt_bytes, fmt_count, print_json
+from edgefl.profiles import get_profile, list_profiles
+
+app = typer.Typer(help="Device budget profiles (built in, or your own TOML).", no_args_is_help=True)
+
+
+@app.command("list")
+def list_cmd(json_out: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """List the built-in device profiles."""
+    profiles = [get_profile(n) for n in list_profiles()]
+    if json_out:
+        print_json([p.as_dict() for p in profiles])
+        return
+    table = Table(title="Built-in device profiles")
+    for col in ("name", "RAM", "for learning", "storage", "MAC/s", "optimizer", "batch"):
+        table.add_column(col, justify="left" if col == "name" else "right")
+    for p in profiles:
+        table.add_row(
+            p.name,
+            fmt_bytes(p.ram_bytes),
+            fmt_bytes(p.ram_budget_bytes),
+            fmt_bytes(p.storage_bytes),
+            fmt_count(p.macs_per_second),
+            p.optimizer,
+            str(p.batch_size),
+        )
+    console.print(table)
+
+
+@app.command("show")
+def show_cmd(
+    profile: str = typer.Argument(..., help="Built-in name or path to a TOML file."),
+    json_out: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Show one profile (validating it)."""
+    p = get_profile(profile)
+    if json_out:
+        print_json(p.as_dict())
+        return
+    console.print(f"[bold]{p.name}[/]: {p.description}  [dim]({p.source})[/]")
+    console.print(
+        f"  RAM {fmt_bytes(p.ram_bytes)} x {p.ram_available_fraction} = "
+        f"{fmt_bytes(p.ram_budget_bytes)} for learning; storage {fmt_bytes(p.storage_bytes)}; "
+        f"{fmt_count(p.macs_per_second)} MAC/s sustained"
+    )
+    console.print(
+        f"  training: {p.optimizer}, batch {p.batch_size}, {p.epochs} epochs, "
+        f"at most {p.max_epoch_seconds:.0f} s per epoch"
+    )

@@ -1,0 +1,218 @@
+"""Splitting one labelled set among simulated clients: iid, Dirichlet label skew, K classes each.
+
+Every function is deterministic for a seed (one `np.random.default_rng(seed)` per call) and
+returns sorted int64 index arrays into the labels it was given.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from edgefl.errors import ConfigError, DataError
+
+SCHEME_FORMS = "iid, dirichlet:ALPHA (ALPHA > 0, e.g. dirichlet:0.5) or classes:K (K >= 1)"
+MAX_REDRAWS = 1000
+
+
+@dataclass(frozen=True)
+class PartitionScheme:
+    kind: str  # "iid" | "dirichlet" | "classes"
+    alpha: float | None = None  # Dirichlet concentration (dirichlet only)
+    k: int | None = None  # classes per client (classes only)
+
+    def __post_init__(self) -> None:
+        # Each kind takes exactly its own parameter, in range.
+        if self.kind == "iid":
+            ok = self.alpha is None and self.k is None
+        elif self.kind == "dirichlet":
+            ok = self.k is None and self.alpha is not None and 0 < self.alpha < math.inf
+        elif self.kind == "classes":
+            ok = self.alpha is None and self.k is not None and self.k >= 1
+        else:
+            ok = False
+        if not ok:
+            raise ConfigError(
+                f"invalid partition scheme {self.kind!r} (alpha={self.alpha}, k={self.k})",
+                hint=f"--partition/--scheme takes {SCHEME_FORMS}",
+            )
+
+    def __str__(self) -> str:
+        if self.kind == "dirichlet":
+            short = f"{self.alpha:g}"
+            return f"dirichlet:{short if float(short) == self.alpha else repr(self.alpha)}"
+        if self.kind == "classes":
+            return f"classes:{self.k}"
+        return "iid"
+
+
+def parse_scheme(text: str | PartitionScheme) -> PartitionScheme:
+    """Parse "iid", "dirichlet:0.5" or "classes:2"."""
+    if isinstance(text, PartitionScheme):
+        return text
+    kind, _, arg = str(text).strip().lower().partition(":")
+    try:
+        if kind == "iid" and not arg:
+            return PartitionScheme("iid")
+        if kind == "dirichlet" and arg:
+            return PartitionScheme("dirichlet", alpha=float(arg))
+        if kind == "classes" and arg:
+            return PartitionScheme("classes", k=int(arg))
+    except (ValueError, ConfigError):
+        pass
+    raise ConfigError(
+        f"invalid partition scheme {text!r} for --partition/--scheme",
+        hint=f"use {SCHEME_FORMS}",
+    )
+
+
+def partition(
+    labels: np.ndarray,
+    num_clients: int,
+    scheme: str | PartitionScheme,
+    seed: int,
+    *,
+    num_classes: int | None = None,
+    min_size: int | None = None,
+) -> list[np.ndarray]:
+    """Split sample indices among `num_clients` clients; one sorted int64 array per client.
+
+    iid and dirichlet assign every sample exactly once; classes:K assigns each sample at most
+    once (a class no client holds stays unassigned) and may leave a client empty.
+    """
+    scheme = parse_scheme(scheme)
+    labels = _check_labels(labels, num_classes)
+    n = len(labels)
+    num_classes = int(num_classes if num_classes is not None else (labels.max() + 1 if n else 0))
+    if not 1 <= num_clients <= n:
+        raise ConfigError(
+            f"--num-clients must be between 1 and the number of samples ({n}), got {num_clients}",
+            hint="lower --num-clients or use a larger dataset",
+        )
+    rng = np.random.default_rng(seed)
+    if scheme.kind == "iid":
+        parts = np.array_split(rng.permutation(n), num_clients)
+    elif scheme.kind == "dirichlet":
+        parts = _dirichlet(labels, num_clients, num_classes, scheme.alpha, min_size, rng)
+    else:
+        parts = _classes(labels, num_clients, num_classes, scheme.k, rng)
+    return [np.sort(p).astype(np.int64) for p in parts]
+
+
+def _check_labels(labels, num_classes: int | None) -> np.ndarray:
+    labels = np.asarray(labels)
+    if labels.ndim != 1 or not (np.issubdtype(labels.dtype, np.integer) or labels.size == 0):
+        raise DataError(
+            f"expected a 1-D array of integer labels, got shape {labels.shape} ({labels.dtype})",
+            hint="pass dataset.y (int64, one label per sample)",
+        )
+    if labels.size and (labels.min() < 0 or (num_classes and labels.max() >= num_classes)):
+        top = f"{num_classes - 1}" if num_classes else "C-1"
+        raise DataError(
+            f"labels span {labels.min()}..{labels.max()}, expected 0..{top}",
+            hint="labels must be class indices 0..num_classes-1",
+        )
+    return labels.astype(np.int64, copy=False)
+
+
+def _dirichlet(labels, num_clients, num_classes, alpha, min_size, rng) -> list[np.ndarray]:
+    # Label skew as in NIID-Bench / FedDF / FedMHO: per class, split its samples by proportions
+    # drawn from Dir(alpha); a client already holding N/K samples takes no more, which keeps
+    # sizes from exploding; re-draw until every client holds min_size samples.
+    n = len(labels)
+    if min_size is None:
+        min_size = min(10, n // (2 * num_clients))  # tiny sets (digits) cannot promise 10 each
+    if min_size > n // num_clients:
+        raise ConfigError(
+            f"min_size {min_size} is more than an equal share ({n // num_clients}) of {n} samples "
+            f"among {num_clients} clients",
+            hint="lower min_size or --num-clients",
+        )
+    by_class = [np.flatnonzero(labels == c) for c in range(num_classes)]
+    cap = n / num_clients
+    for _ in range(MAX_REDRAWS):
+        shards: list[list[np.ndarray]] = [[] for _ in range(num_clients)]
+        sizes = np.zeros(num_clients, dtype=np.int64)
+        for idx in by_class:
+            idx = rng.permutation(idx)
+            p = rng.dirichlet(np.full(num_clients, alpha))
+            open_ = sizes < cap
+            p = p * open_
+            # Tiny alphas can underflow every open share to 0; then split evenly among the open.
+            p = p / p.sum() if p.sum() > 0 else open_ / open_.sum()
+            cuts = (np.cumsum(p) * len(idx)).astype(np.int64)[:-1]
+            for j, piece in enumerate(np.split(idx, cuts)):
+                shards[j].append(piece)
+                sizes[j] += len(piece)
+        if sizes.min() >= min_size:
+            return [np.concatenate(s) if s else np.empty(0, np.int64) for s in shards]
+    raise ConfigError(
+        f"dirichlet:{alpha:g} over {num_clients} clients could not give every client "
+        f"{min_size} samples in {MAX_REDRAWS} draws: alpha/num_clients are too extreme for "
+        f"{n} samples",
+        hint="lower --num-clients or raise alpha (e.g. dirichlet:0.5)",
+    )
+
+
+def _classes(labels, num_clients, num_classes, k, rng) -> list[np.ndarray]:
+    if k > num_classes:
+        raise ConfigError(
+            f"classes:{k} asks for {k} classes per client but the dataset has {num_classes}",
+            hint=f"use classes:K with K <= {num_classes}",
+        )
+    # Walk a seeded class order round-robin: K consecutive positions are K distinct classes, and
+    # every class is dealt once K * num_clients >= C.
+    order = rng.permutation(num_classes)
+    held = [order[(i * k + np.arange(k)) % num_classes] for i in range(num_clients)]
+    holders: list[list[int]] = [[] for _ in range(num_classes)]
+    for client, classes in enumerate(held):
+        for c in classes:
+            holders[c].append(client)
+    shards: list[list[np.ndarray]] = [[] for _ in range(num_clients)]
+    for c in range(num_classes):
+        if not holders[c]:
+            continue
+        idx = rng.permutation(np.flatnonzero(labels == c))
+        for client, piece in zip(holders[c], np.array_split(idx, len(holders[c])), strict=True):
+            shards[client].append(piece)
+    return [np.concatenate(s) if s else np.empty(0, np.int64) for s in shards]
+
+
+def label_count_matrix(labels: np.ndarray, parts: list[np.ndarray], num_classes: int) -> np.ndarray:
+    """(clients x classes) int64 matrix of how many samples of each class each client holds."""
+    labels = np.asarray(labels)
+    counts = np.zeros((len(parts), num_classes), dtype=np.int64)
+    for i, p in enumerate(parts):
+        counts[i] = np.bincount(labels[p], minlength=num_classes)[:num_classes]
+    return counts
+
+
+def carve_public(n: int, size: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Hold out `size` of `n` samples as an unlabeled public split: (rest, public), sorted."""
+    if not 0 <= size <= n:
+        raise ConfigError(
+            f"public split size must be between 0 and the {n} training samples, got {size}",
+            hint="lower --public-size",
+        )
+    perm = np.random.default_rng(seed).permutation(n)
+    return np.sort(perm[size:]).astype(np.int64), np.sort(perm[:size]).astype(np.int64)
+
+
+def train_val_split(
+    indices: np.ndarray, val_fraction: float = 0.1, seed: int = 0
+) -> tuple[np.ndarray, np.ndarray]:
+    """Split a client's shard into local (train, val); >= 1 val sample once it has >= 2 samples."""
+    if not 0.0 <= val_fraction < 1.0:
+        raise ConfigError(
+            f"validation fraction must be in [0, 1), got {val_fraction}",
+            hint="use e.g. --val-fraction 0.1",
+        )
+    indices = np.asarray(indices, dtype=np.int64)
+    n = len(indices)
+    n_val = round(n * val_fraction)
+    if val_fraction > 0 and n >= 2:
+        n_val = min(max(n_val, 1), n - 1)
+    perm = np.random.default_rng(seed).permutation(n)
+    return np.sort(indices[perm[n_val:]]), np.sort(indices[perm[:n_val]])

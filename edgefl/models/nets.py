@@ -1,0 +1,137 @@
+"""Torch modules of the zoo. Every classifier is `head(features(x))` with `head` one nn.Linear:
+FedGH swaps the head, pFedZKD reads its rows, FedMHO/FedHydra only need logits.
+Every CVAE keeps its decoder in `self.decoder`, the only part that ever leaves a device.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+
+class Classifier(nn.Module):
+    def __init__(self, features: nn.Sequential, head: nn.Linear):
+        super().__init__()
+        self.features = features
+        self.head = head
+
+    @property
+    def representation_size(self) -> int:
+        return self.head.in_features
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.features(x))
+
+
+def flat_size(features: nn.Module, input_shape: tuple[int, ...]) -> int:
+    """Size of `features`' output for one sample, found by running it once on zeros."""
+    with torch.no_grad():
+        return int(features(torch.zeros(1, *input_shape)).flatten(1).shape[1])
+
+
+class MLPDecoder(nn.Module):
+    """p(x | z, y): [z ++ onehot(y)] -> Linear-ReLU -> Linear-Sigmoid, reshaped to the image."""
+
+    def __init__(self, latent: int, num_classes: int, hidden: int, image_shape: tuple[int, ...]):
+        super().__init__()
+        self.latent_dim = latent
+        self.image_shape = tuple(image_shape)
+        out = int(torch.tensor(image_shape).prod())
+        self.net = nn.Sequential(
+            nn.Linear(latent + num_classes, hidden), nn.ReLU(), nn.Linear(hidden, out), nn.Sigmoid()
+        )
+
+    def forward(self, z: torch.Tensor, label: torch.Tensor) -> torch.Tensor:
+        return self.net(torch.cat([z, label], dim=1)).view(-1, *self.image_shape)
+
+
+class MLPEncoder(nn.Module):
+    """q(z | x, y): [x ++ onehot(y)] -> Linear-ReLU -> (mu, logvar)."""
+
+    def __init__(self, latent: int, num_classes: int, hidden: int, image_shape: tuple[int, ...]):
+        super().__init__()
+        inp = int(torch.tensor(image_shape).prod())
+        self.body = nn.Sequential(nn.Linear(inp + num_classes, hidden), nn.ReLU())
+        self.mu = nn.Linear(hidden, latent)
+        self.logvar = nn.Linear(hidden, latent)
+
+    def forward(self, x: torch.Tensor, label: torch.Tensor):
+        h = self.body(torch.cat([x.flatten(1), label], dim=1))
+        return self.mu(h), self.logvar(h)
+
+
+class ConvEncoder(nn.Module):
+    """FedMHO's CVAE-large encoder: conv 64-128-256 with pooling, FC 256 (label joins at the FC)."""
+
+    def __init__(self, latent: int, num_classes: int, image_shape: tuple[int, ...]):
+        super().__init__()
+        c = image_shape[0]
+        self.conv = nn.Sequential(
+            nn.Conv2d(c, 64, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Conv2d(64, 128, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Conv2d(128, 256, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Flatten(),
+        )  # fmt: skip
+        self.fc = nn.Sequential(
+            nn.Linear(flat_size(self.conv, image_shape) + num_classes, 256), nn.ReLU()
+        )
+        self.mu = nn.Linear(256, latent)
+        self.logvar = nn.Linear(256, latent)
+
+    def forward(self, x: torch.Tensor, label: torch.Tensor):
+        h = self.fc(torch.cat([self.conv(x), label], dim=1))
+        return self.mu(h), self.logvar(h)
+
+
+class ConvDecoder(nn.Module):
+    """FedMHO's CVAE-large decoder: FC(L+C,256)-FC(256,256*s*s), ConvT 256->128, up x2,
+    ConvT 128->64, up x2, ConvT 64->c, Sigmoid (s = H/4)."""
+
+    def __init__(self, latent: int, num_classes: int, image_shape: tuple[int, ...]):
+        super().__init__()
+        self.latent_dim = latent
+        self.image_shape = tuple(image_shape)
+        c, h, w = image_shape
+        self.s = (h // 4, w // 4)
+        self.fc = nn.Sequential(
+            nn.Linear(latent + num_classes, 256), nn.ReLU(),
+            nn.Linear(256, 256 * self.s[0] * self.s[1]), nn.ReLU(),
+        )  # fmt: skip
+        self.deconv = nn.Sequential(
+            nn.ConvTranspose2d(256, 128, 3, padding=1), nn.ReLU(),
+            nn.Upsample(scale_factor=2, mode="bilinear", align_corners=False),
+            nn.ConvTranspose2d(128, 64, 3, padding=1), nn.ReLU(),
+            nn.Upsample(size=(h, w), mode="bilinear", align_corners=False),
+            nn.ConvTranspose2d(64, c, 3, padding=1), nn.Sigmoid(),
+        )  # fmt: skip
+
+    def forward(self, z: torch.Tensor, label: torch.Tensor) -> torch.Tensor:
+        h = self.fc(torch.cat([z, label], dim=1)).view(-1, 256, *self.s)
+        return self.deconv(h)
+
+
+class CVAE(nn.Module):
+    """Conditional VAE. forward(x, onehot) -> (reconstruction, mu, logvar)."""
+
+    def __init__(self, encoder: nn.Module, decoder: nn.Module, num_classes: int):
+        super().__init__()
+        self.encoder = encoder
+        self.decoder = decoder
+        self.num_classes = num_classes
+
+    @property
+    def latent_dim(self) -> int:
+        return self.decoder.latent_dim
+
+    def forward(self, x: torch.Tensor, label: torch.Tensor):
+        mu, logvar = self.encoder(x, label)
+        # Reparameterisation trick: z = mu + sigma * eps keeps sampling differentiable.
+        z = mu + torch.exp(0.5 * logvar) * torch.randn_like(mu)
+        return self.decoder(z, label), mu, logvar
+
+    @torch.no_grad()
+    def sample(self, labels: torch.Tensor, generator: torch.Generator | None = None):
+        onehot = F.one_hot(labels, self.num_classes).float()
+        z = torch.randn(len(labels), self.latent_dim, generator=generator)
+        return self.decoder(z, onehot)

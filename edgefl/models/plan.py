@@ -1,0 +1,189 @@
+"""Budget checks and the planner: which role a device plays and the largest model that fits it.
+
+FedMHO's rule for roles: a device that can train the federation's reference classifier (the
+dataset's `reference_classifier`: FedMHO's VGG-9 on image datasets) within its RAM and time budget
+trains the largest classifier that fits; any other device trains the largest CVAE that fits and
+uploads only the decoder.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from edgefl.data.registry import DatasetInfo
+from edgefl.errors import BudgetError, ConfigError
+from edgefl.models.cost import Costs, costs
+from edgefl.models.spec import ModelSpec
+from edgefl.models.zoo import Role, candidate_specs, make_spec, role_of
+from edgefl.profiles import Profile
+
+
+@dataclass(frozen=True)
+class Fit:
+    fits: bool
+    reasons: tuple[str, ...]  # one per budget exceeded, with by how much
+    short: tuple[str, ...]  # the same, terse ("train x1.3"), for tables
+    train_bytes: int
+    epoch_seconds: float
+    batch_size: int
+    optimizer: str
+    samples: int
+
+    def as_dict(self) -> dict:
+        return {
+            "fits": self.fits,
+            "reasons": list(self.reasons),
+            "train_bytes": self.train_bytes,
+            "epoch_seconds": self.epoch_seconds,
+            "batch_size": self.batch_size,
+            "optimizer": self.optimizer,
+            "samples": self.samples,
+        }
+
+
+def _over(what: str, need: float, have: float, unit: str) -> str:
+    if unit == "B":
+        return f"{what} {need / 2**20:.2f} MiB > budget {have / 2**20:.2f} MiB (x{need / have:.1f})"
+    return f"{what} {need:.0f} {unit} > budget {have:.0f} {unit} (x{need / have:.1f})"
+
+
+def check_fit(
+    spec: ModelSpec,
+    profile: Profile,
+    *,
+    samples: int,
+    batch_size: int | None = None,
+    optimizer: str | None = None,
+) -> Fit:
+    """Compare a model's costs with every budget of the profile. `samples` = local shard size."""
+    c = costs(spec)
+    batch = batch_size or profile.batch_size
+    opt = optimizer or profile.optimizer
+    train = c.train_bytes(batch, opt)
+    seconds = c.train_macs(samples) / profile.macs_per_second
+    budget = profile.ram_budget_bytes
+    reasons, short = [], []
+    for tag, what, need, have, unit in (
+        ("train", f"training memory (batch {batch}, {opt})", train, budget, "B"),
+        ("infer", "inference peak memory", c.infer_peak_bytes, budget, "B"),
+        ("storage", "fp32 weights in storage", c.weight_bytes, profile.storage_bytes, "B"),
+        ("time", "estimated epoch time", seconds, profile.max_epoch_seconds, "s"),
+    ):
+        if need > have:
+            reasons.append(_over(what, need, have, unit))
+            short.append(f"{tag} x{need / have:.1f}")
+    return Fit(not reasons, tuple(reasons), tuple(short), train, seconds, batch, opt, samples)
+
+
+@dataclass(frozen=True)
+class Plan:
+    profile: Profile
+    dataset: DatasetInfo
+    role: Role
+    role_reason: str
+    spec: ModelSpec
+    costs: Costs
+    fit: Fit
+    considered: int
+    rejected: list[tuple[str, tuple[str, ...]]] = field(default_factory=list)
+
+    def as_dict(self) -> dict:
+        return {
+            "profile": self.profile.name,
+            "dataset": self.dataset.name,
+            "role": self.role,
+            "role_reason": self.role_reason,
+            "model": self.spec.label,
+            "spec": self.spec.to_dict(),
+            "costs": self.costs.as_dict(),
+            "fit": self.fit.as_dict(),
+            "budget": {
+                "ram_budget_bytes": self.profile.ram_budget_bytes,
+                "storage_bytes": self.profile.storage_bytes,
+                "max_epoch_seconds": self.profile.max_epoch_seconds,
+                "macs_per_second": self.profile.macs_per_second,
+            },
+            "candidates_considered": self.considered,
+        }
+
+
+def default_samples(info: DatasetInfo, num_clients: int = 10) -> int:
+    """Shard size assumed when none is given: the train split spread over 10 clients."""
+    return max(1, info.train_size // num_clients)
+
+
+def decide_role(
+    profile: Profile, info: DatasetInfo, samples: int, batch_size: int | None = None
+) -> tuple[Role, str]:
+    ref = make_spec(info.reference_classifier, info.input_shape, info.num_classes)
+    fit = check_fit(ref, profile, samples=samples, batch_size=batch_size)
+    if fit.fits:
+        return "classifier", f"can train the reference classifier {ref.label!r} within budget"
+    return "generator", (
+        f"cannot train the reference classifier {ref.label!r} ({'; '.join(fit.reasons)}): "
+        "trains a CVAE and uploads only its decoder"
+    )
+
+
+def plan(
+    profile: Profile,
+    info: DatasetInfo,
+    *,
+    role: Literal["auto", "classifier", "generator"] = "auto",
+    samples: int | None = None,
+    batch_size: int | None = None,
+    max_macs: int | None = None,
+) -> Plan:
+    """The largest model (by MACs, then parameters) of the device's role that fits every budget.
+    `max_macs` optionally caps the choice (e.g. to keep a CPU simulation fast)."""
+    samples = samples or default_samples(info)
+    if role == "auto":
+        chosen_role, why = decide_role(profile, info, samples, batch_size)
+    elif role in ("classifier", "generator"):
+        chosen_role, why = role, "role given by --role"
+    else:
+        raise ConfigError(f"--role must be auto, classifier or generator, got {role!r}")
+    candidates, fitting, rejected = _search(
+        chosen_role, info, profile, samples, batch_size, max_macs
+    )
+    if not fitting and role == "auto":
+        # A device too small for any CVAE may still hold a tiny classifier (and vice versa).
+        other: Role = "classifier" if chosen_role == "generator" else "generator"
+        alt = _search(other, info, profile, samples, batch_size, max_macs)
+        if alt[1]:
+            why += f"; but no {chosen_role} fits at all, so it trains a {other}"
+            chosen_role, (candidates, fitting, rejected) = other, alt
+    if not fitting:
+        smallest = min(candidates, key=lambda s: costs(s).macs)
+        fit = check_fit(smallest, profile, samples=samples, batch_size=batch_size)
+        raise BudgetError(
+            f"no {chosen_role} in the zoo fits profile {profile.name!r}; even the smallest, "
+            f"{smallest.label}, needs: {'; '.join(fit.reasons)}",
+            hint="lower --batch-size, train on fewer samples, or use a larger device profile",
+        )
+    spec, fit = max(fitting, key=lambda sf: (costs(sf[0]).macs, costs(sf[0]).params))
+    return Plan(profile, info, chosen_role, why, spec, costs(spec), fit, len(candidates), rejected)
+
+
+def _search(role, info, profile, samples, batch_size, max_macs):
+    candidates = candidate_specs(info.input_shape, info.num_classes, role)
+    fitting, rejected = [], []
+    for spec in candidates:
+        fit = check_fit(spec, profile, samples=samples, batch_size=batch_size)
+        if not fit.fits:
+            rejected.append((spec.label, fit.reasons))
+        elif max_macs is not None and costs(spec).macs > max_macs:
+            rejected.append((spec.label, (f"MACs above the cap {max_macs:,}",)))
+        else:
+            fitting.append((spec, fit))
+    return candidates, fitting, rejected
+
+
+def require_fit(spec: ModelSpec, profile: Profile, fit: Fit) -> None:
+    if not fit.fits:
+        raise BudgetError(
+            f"{spec.label} ({role_of(spec)}) does not fit profile {profile.name!r}: "
+            + "; ".join(fit.reasons),
+            hint="pick a smaller --model (see `edgefl models --profile ...`) or pass --force",
+        )

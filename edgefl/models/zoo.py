@@ -1,0 +1,245 @@
+"""The model zoo: every entry is a name, a role, defaults and a builder `spec -> nn.Module`.
+
+FedMHO prototypes (`vgg9`, `cnn`, `cvae-small`, `cvae-large`) follow the official code as described
+in shared/notes/methods.md; `fedgh-cnn1..5` follow FedGH's Table 2; `scnn`, `mlp` and `cvae-mlp`
+are width-scalable families so that even an MCU budget is met by something (see `ladder`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from torch import nn
+
+from edgefl.errors import ConfigError
+from edgefl.models.nets import (
+    CVAE,
+    Classifier,
+    ConvDecoder,
+    ConvEncoder,
+    MLPDecoder,
+    MLPEncoder,
+    flat_size,
+)
+from edgefl.models.spec import ModelSpec
+from edgefl.registry import Registry
+
+Role = Literal["classifier", "generator"]
+
+
+@dataclass(frozen=True)
+class ZooEntry:
+    name: str
+    role: Role
+    build: Callable[[ModelSpec], nn.Module]
+    description: str
+    defaults: dict[str, Any] = field(default_factory=dict)
+    source: str = "edgefl"
+    # Params of the scalable family's sizes, smallest first (empty: a fixed-size prototype).
+    ladder: tuple[dict[str, Any], ...] = ()
+
+
+ZOO: Registry[ZooEntry] = Registry("model")
+
+
+def _head(features: nn.Sequential, spec: ModelSpec) -> Classifier:
+    return Classifier(features, nn.Linear(flat_size(features, spec.input_shape), spec.num_classes))
+
+
+def _pad_for(h: int, k: int) -> int:
+    """Same-padding for inputs too small for the prototype's valid convolutions (8x8 digits)."""
+    return k // 2 if h < 16 else 0
+
+
+def build_vgg9(spec: ModelSpec) -> nn.Module:
+    c = spec.input_shape[0]
+    drop = spec.params["dropout"]
+    features = nn.Sequential(
+        nn.Conv2d(c, 64, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(64, 128, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(128, 256, 3, padding=1), nn.ReLU(),
+        nn.Conv2d(256, 256, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+        nn.AdaptiveAvgPool2d((7, 7)), nn.Flatten(),
+        nn.Linear(256 * 7 * 7, 4096), nn.ReLU(), nn.Dropout(drop),
+        nn.Linear(4096, 4096), nn.ReLU(), nn.Dropout(drop),
+    )  # fmt: skip
+    return Classifier(features, nn.Linear(4096, spec.num_classes))
+
+
+def build_cnn(spec: ModelSpec) -> nn.Module:
+    c, h, _ = spec.input_shape
+    if c == 1:
+        # FedMHO MNIST CNN (without the official code's stray Softmax before cross-entropy).
+        p = _pad_for(h, 5)
+        features = nn.Sequential(
+            nn.Conv2d(1, 10, 5, padding=p), nn.MaxPool2d(2), nn.ReLU(),
+            nn.Conv2d(10, 20, 5, padding=p), nn.MaxPool2d(2), nn.ReLU(),
+            nn.Flatten(),
+        )  # fmt: skip
+    else:
+        # FedMHO SVHN CNN: 3x3 convs 16-32-64-128, max-pool after the first three.
+        features = nn.Sequential(
+            nn.Conv2d(c, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Conv2d(64, 128, 3, padding=1), nn.ReLU(),
+            nn.Flatten(),
+        )  # fmt: skip
+    return _head(features, spec)
+
+
+def build_lenet5(spec: ModelSpec) -> nn.Module:
+    c, h, _ = spec.input_shape
+    features = nn.Sequential(
+        nn.Conv2d(c, 6, 5, padding=2 if h <= 28 else 0), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(6, 16, 5, padding=_pad_for(h, 5)), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Flatten(),
+    )  # fmt: skip
+    n = flat_size(features, spec.input_shape)
+    features.extend([nn.Linear(n, 120), nn.ReLU(), nn.Linear(120, 84), nn.ReLU()])
+    return Classifier(features, nn.Linear(84, spec.num_classes))
+
+
+def build_fedgh_cnn(spec: ModelSpec) -> nn.Module:
+    """FedGH Table 2: Conv5x5 16, Conv5x5 c2, fc1, fc2 = representation (500), fc3 = header."""
+    c, h, _ = spec.input_shape
+    p = _pad_for(h, 5)
+    features = nn.Sequential(
+        nn.Conv2d(c, 16, 5, padding=p), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(16, spec.params["conv2"], 5, padding=p), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Flatten(),
+    )  # fmt: skip
+    n = flat_size(features, spec.input_shape)
+    rep = spec.params["representation"]
+    features.extend([nn.Linear(n, spec.params["fc1"]), nn.ReLU()])
+    features.extend([nn.Linear(spec.params["fc1"], rep), nn.ReLU()])
+    return Classifier(features, nn.Linear(rep, spec.num_classes))
+
+
+def build_scnn(spec: ModelSpec) -> nn.Module:
+    """Width/depth-scalable CNN: `depth` blocks of Conv3x3(p1)[-BN]-ReLU-MaxPool2, widths w, 2w, ..."""
+    c, h, w = spec.input_shape
+    width, depth, bn = spec.params["width"], spec.params["depth"], spec.params["bn"]
+    layers: list[nn.Module] = []
+    cin = c
+    for i in range(depth):
+        cout = width * 2**i
+        layers.append(nn.Conv2d(cin, cout, 3, padding=1))
+        if bn:
+            layers.append(nn.BatchNorm2d(cout))
+        layers.append(nn.ReLU())
+        if min(h, w) >= 2:
+            layers.append(nn.MaxPool2d(2))
+            h, w = h // 2, w // 2
+        cin = cout
+    layers.append(nn.Flatten())
+    features = nn.Sequential(*layers)
+    hidden = spec.params["hidden"]
+    if hidden:
+        n = flat_size(features, spec.input_shape)
+        features.extend([nn.Linear(n, hidden), nn.ReLU()])
+    return _head(features, spec)
+
+
+def build_mlp(spec: ModelSpec) -> nn.Module:
+    layers: list[nn.Module] = [nn.Flatten()]
+    n = int(spec.input_shape[0] * spec.input_shape[1] * spec.input_shape[2])
+    for hsize in spec.params["hidden"]:
+        layers += [nn.Linear(n, hsize), nn.ReLU()]
+        n = hsize
+    return Classifier(nn.Sequential(*layers), nn.Linear(n, spec.num_classes))
+
+
+def build_cvae_mlp(spec: ModelSpec) -> nn.Module:
+    h, latent = spec.params["hidden"], spec.params["latent"]
+    enc = MLPEncoder(latent, spec.num_classes, h, spec.input_shape)
+    dec = MLPDecoder(latent, spec.num_classes, h, spec.input_shape)
+    return CVAE(enc, dec, spec.num_classes)
+
+
+def build_cvae_large(spec: ModelSpec) -> nn.Module:
+    latent = spec.params["latent"]
+    if min(spec.input_shape[1:]) < 8:
+        raise ConfigError(
+            f"cvae-large needs images of at least 8x8, got {spec.input_shape}",
+            hint="use cvae-small or cvae-mlp for this dataset",
+        )
+    enc = ConvEncoder(latent, spec.num_classes, spec.input_shape)
+    dec = ConvDecoder(latent, spec.num_classes, spec.input_shape)
+    return CVAE(enc, dec, spec.num_classes)
+
+
+def _add(entry: ZooEntry) -> None:
+    ZOO.add(entry.name, entry)
+
+
+_add(ZooEntry("vgg9", "classifier", build_vgg9, "FedMHO VGG-9 (no BN), 126.5M MACs on MNIST",
+              {"dropout": 0.5}, "FedMHO code"))  # fmt: skip
+_add(ZooEntry("cnn", "classifier", build_cnn, "FedMHO CNN: 2 conv + FC (MNIST), 4 conv (RGB)",
+              {}, "FedMHO code"))  # fmt: skip
+_add(ZooEntry("lenet5", "classifier", build_lenet5, "LeNet-5 (ReLU, max-pool)", {}, "LeCun 1998"))
+for _i, (_c2, _fc1) in enumerate([(32, 2000), (16, 2000), (32, 1000), (32, 800), (32, 500)], 1):
+    _add(ZooEntry(f"fedgh-cnn{_i}", "classifier", build_fedgh_cnn,
+                  f"FedGH CNN-{_i}: conv 16-{_c2}, fc1 {_fc1}, 500-d representation",
+                  {"conv2": _c2, "fc1": _fc1, "representation": 500}, "FedGH Table 2"))  # fmt: skip
+_add(ZooEntry("scnn", "classifier", build_scnn, "scalable CNN: width x depth conv blocks",
+              {"width": 8, "depth": 2, "bn": False, "hidden": 0}, "edgefl",
+              tuple({"width": w, "depth": 2, "bn": False, "hidden": 0}
+                    for w in (2, 4, 6, 8, 12, 16, 24, 32, 48, 64))))  # fmt: skip
+_add(ZooEntry("mlp", "classifier", build_mlp, "scalable MLP classifier (smallest budgets)",
+              {"hidden": [32]}, "edgefl",
+              tuple({"hidden": [h]} for h in (4, 8, 16, 32, 64, 128))))  # fmt: skip
+_add(ZooEntry("cvae-small", "generator", build_cvae_mlp,
+              "FedMHO CVAE-small: MLP 256 hidden, latent 2 (408k MACs on MNIST)",
+              {"hidden": 256, "latent": 2}, "FedMHO code"))  # fmt: skip
+_add(ZooEntry("cvae-large", "generator", build_cvae_large,
+              "FedMHO CVAE-large: conv encoder 64-128-256, ConvT decoder, latent 20",
+              {"latent": 20}, "FedMHO code"))  # fmt: skip
+_add(ZooEntry("cvae-mlp", "generator", build_cvae_mlp, "scalable MLP CVAE (hidden width ladder)",
+              {"hidden": 64, "latent": 2}, "edgefl",
+              tuple({"hidden": h, "latent": 2}
+                    for h in (4, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512))))  # fmt: skip
+
+
+def make_spec(name: str, input_shape, num_classes: int, **params: Any) -> ModelSpec:
+    """A spec for zoo entry `name` with its defaults overridden by `params` (unknown ones refused)."""
+    entry = ZOO.get(name)
+    unknown = set(params) - set(entry.defaults)
+    if unknown:
+        raise ConfigError(
+            f"model {name!r} has no parameter(s) {sorted(unknown)}",
+            hint=f"its parameters are: {sorted(entry.defaults) or 'none'}",
+        )
+    return ModelSpec(name, tuple(input_shape), num_classes, {**entry.defaults, **params})
+
+
+def build_model(spec: ModelSpec) -> nn.Module:
+    entry = ZOO.get(spec.name)
+    missing = set(entry.defaults) - set(spec.params)
+    unknown = set(spec.params) - set(entry.defaults)
+    if missing or unknown:
+        raise ConfigError(
+            f"spec for {spec.name!r} has missing params {sorted(missing)} / unknown {sorted(unknown)}"
+        )
+    return entry.build(spec)
+
+
+def role_of(spec_or_name: ModelSpec | str) -> Role:
+    name = spec_or_name if isinstance(spec_or_name, str) else spec_or_name.name
+    return ZOO.get(name).role
+
+
+def candidate_specs(input_shape, num_classes: int, role: Role) -> list[ModelSpec]:
+    """Every model of `role` the planner may choose: fixed prototypes plus each family's ladder."""
+    specs = []
+    for entry in ZOO:
+        if entry.role != role:
+            continue
+        for params in entry.ladder or (entry.defaults,):
+            try:
+                specs.append(make_spec(entry.name, input_shape, num_classes, **params))
+            except ConfigError:
+                continue
+    return specs

@@ -1,0 +1,54 @@
+"""The foundation's commands through typer's CliRunner."""
+
+import json
+
+
+def test_profile_list_and_show(cli):
+    r = cli("profile", "list")
+    assert r.exit_code == 0 and "wristband" in r.output
+    r = cli("profile", "show", "wristband", "--json")
+    assert r.exit_code == 0 and json.loads(r.output)["ram_bytes"] == 1_441_792
+
+
+def test_unknown_profile_exit_2(cli):
+    r = cli("profile", "show", "wristbnd")
+    assert r.exit_code == 2
+    assert "did you mean 'wristband'" in r.output and "Traceback" not in r.output
+
+
+def test_bad_profile_file_exit_2(cli, tmp_path):
+    path = tmp_path / "p.toml"
+    path.write_text('name = "x"\n')
+    r = cli("profile", "show", str(path))
+    assert r.exit_code == 2 and "ram_bytes: missing" in r.output and "[training]" in r.output
+
+
+def test_models_json(cli):
+    r = cli("models", "--dataset", "mnist", "--profile", "wristband", "--json")
+    assert r.exit_code == 0
+    rows = {row["name"]: row for row in json.loads(r.output)}
+    for key in ("name", "role", "params", "macs", "flops", "weight_bytes", "infer_peak_bytes",
+                "train_bytes", "fits", "reasons"):  # fmt: skip
+        assert key in rows["cnn"]
+    assert rows["vgg9"]["macs"] == 126_467_584 and rows["vgg9"]["fits"] is False
+    assert any("training memory" in reason for reason in rows["cvae-small"]["reasons"])
+    assert rows["cvae-small"]["role"] == "generator"
+
+
+def test_models_table_and_unknown_dataset(cli):
+    r = cli("models", "--dataset", "mnist", "--profile", "mcu")
+    assert r.exit_code == 0 and "126,467,584" in r.output
+    r = cli("models", "--dataset", "mnits")
+    assert r.exit_code == 2 and "did you mean 'mnist'" in r.output
+
+
+def test_client_plan(cli):
+    r = cli("client", "plan", "--profile", "wristband", "--dataset", "mnist", "--json")
+    assert r.exit_code == 0
+    p = json.loads(r.output)
+    assert p["role"] == "generator" and p["fit"]["fits"]
+    assert p["fit"]["train_bytes"] <= p["budget"]["ram_budget_bytes"]
+    r = cli("client", "plan", "--profile", "smartphone", "--dataset", "mnist")
+    assert r.exit_code == 0 and "classifier" in r.output
+    r = cli("client", "plan", "--profile", "smartphone", "--role", "teacher")
+    assert r.exit_code == 2 and "--role" in r.output
