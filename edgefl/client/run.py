@@ -1,0 +1,265 @@
+"""One device's whole job: data shard -> model that fits -> local training -> one ONNX artifact.
+
+`edgefl client train` and `edgefl simulate` both call `run_client`, so a simulated client is
+trained exactly as a real one would be.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch.nn import functional as F
+
+import edgefl
+import exporters
+from edgefl.client.train import DEFAULT_LR, TrainConfig, TrainSummary, init_model, train
+from edgefl.data import ArrayDataset, carve_public, load_dataset, partition, train_val_split
+from edgefl.data.registry import DATASETS, DatasetInfo
+from edgefl.errors import ArtifactError, ConfigError
+from edgefl.models.cost import costs
+from edgefl.models.plan import Fit, check_fit, plan, require_fit
+from edgefl.models.spec import ModelSpec
+from edgefl.models.zoo import make_spec, role_of
+from edgefl.profiles import Profile, get_profile
+
+
+@dataclass(frozen=True)
+class ClientJob:
+    profile: str
+    dataset: str = "mnist"
+    out_dir: str = "uploads"
+    data_dir: str | None = None
+    partition: str = "dirichlet:0.5"
+    num_clients: int = 10
+    client_index: int = 0
+    partition_seed: int = 0
+    public_size: int = 0  # samples held out of the train split as the public set (before partition)
+    model: str | None = None  # NAME or NAME:key=value,... ; None = the planner's choice
+    role: str = "auto"
+    max_macs: int | None = None  # cap for the planner (fast CPU simulations)
+    epochs: int | None = None
+    batch_size: int | None = None
+    lr: float | None = None
+    seed: int = 0
+    fed_seed: int = 0
+    quantize: str | None = None
+    force: bool = False
+    client_id: str | None = None
+
+
+@dataclass
+class ClientResult:
+    path: Path
+    client_id: str
+    role: str
+    spec: ModelSpec
+    fit: Fit
+    profile: Profile
+    summary: TrainSummary
+    label_counts: list[int]
+    upload_bytes: int
+    export_seconds: float
+    quantization: dict[str, Any] | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    def as_dict(self) -> dict:
+        return {
+            "path": str(self.path),
+            "client_id": self.client_id,
+            "role": self.role,
+            "model": self.spec.label,
+            "profile": self.profile.name,
+            "fit": self.fit.as_dict(),
+            "budget_ram_bytes": self.profile.ram_budget_bytes,
+            "costs": costs(self.spec).as_dict(),
+            "training": self.summary.as_dict(),
+            "label_counts": self.label_counts,
+            "upload_bytes": self.upload_bytes,
+            "export_seconds": self.export_seconds,
+            "quantization": self.quantization,
+        }
+
+
+def parse_model_arg(text: str, input_shape, num_classes: int) -> ModelSpec:
+    """`scnn` or `scnn:width=16,depth=3` or `mlp:hidden=32x16` -> a spec."""
+    name, _, rest = text.partition(":")
+    params: dict[str, Any] = {}
+    for item in filter(None, rest.split(",")):
+        key, eq, value = item.partition("=")
+        if not eq:
+            raise ConfigError(f"--model {text!r}: expected key=value, got {item!r}")
+        params[key.strip()] = _parse_value(value.strip())
+    return make_spec(name, input_shape, num_classes, **params)
+
+
+def _parse_value(value: str) -> Any:
+    if value.lower() in ("true", "false"):
+        return value.lower() == "true"
+    if "x" in value and all(p.isdigit() for p in value.split("x")):
+        return [int(p) for p in value.split("x")]
+    for cast in (int, float):
+        try:
+            return cast(value)
+        except ValueError:
+            pass
+    return value
+
+
+def dataset_info_for(ref: str, data: ArrayDataset) -> DatasetInfo:
+    if ref in DATASETS:
+        return DATASETS.get(ref)
+    return DatasetInfo(
+        name=data.name,
+        input_shape=data.input_shape,
+        num_classes=data.num_classes,
+        class_names=data.class_names,
+        train_size=len(data),
+        test_size=0,
+        reference_classifier="vgg9",
+        description="user dataset",
+        builtin=False,
+    )
+
+
+def client_shard(job: ClientJob, data: ArrayDataset) -> np.ndarray:
+    """Indices of this client's samples: carve the public set, then partition the rest."""
+    if not 0 <= job.client_index < job.num_clients:
+        raise ConfigError(
+            f"--client-index {job.client_index} is outside 0..{job.num_clients - 1}",
+            hint="pick an index below --num-clients",
+        )
+    rest = np.arange(len(data))
+    if job.public_size:
+        rest, _ = carve_public(len(data), job.public_size, job.partition_seed)
+    parts = partition(
+        data.y[rest], job.num_clients, job.partition, job.partition_seed,
+        num_classes=data.num_classes,
+    )  # fmt: skip
+    return rest[parts[job.client_index]]
+
+
+def choose_model(job: ClientJob, profile: Profile, info: DatasetInfo, samples: int):
+    if job.model:
+        spec = parse_model_arg(job.model, info.input_shape, info.num_classes)
+        fit = check_fit(spec, profile, samples=samples, batch_size=job.batch_size)
+        if not job.force:
+            require_fit(spec, profile, fit)
+        return spec, fit
+    p = plan(
+        profile, info, role=job.role, samples=samples, batch_size=job.batch_size,
+        max_macs=job.max_macs,
+    )  # fmt: skip
+    return p.spec, p.fit
+
+
+def run_client(job: ClientJob, *, on_epoch=None, on_status=None) -> ClientResult:
+    status = on_status or (lambda msg: None)
+    profile = get_profile(job.profile)
+    data = load_dataset(job.dataset, "train", data_dir=job.data_dir)
+    info = dataset_info_for(job.dataset, data)
+    shard = client_shard(job, data)
+    train_idx, val_idx = train_val_split(shard, 0.1, seed=job.seed + job.client_index)
+    spec, fit = choose_model(job, profile, info, len(train_idx))
+    role = role_of(spec)
+    client_id = job.client_id or f"client-{job.client_index:03d}"
+    status(f"{client_id}: {role} {spec.label} on {len(train_idx)} samples ({profile.name})")
+
+    model = init_model(spec, job.fed_seed)
+    cfg = TrainConfig(
+        epochs=job.epochs or profile.epochs,
+        batch_size=job.batch_size or profile.batch_size,
+        optimizer=profile.optimizer,
+        lr=job.lr or DEFAULT_LR[(role, profile.optimizer)],
+        seed=job.seed * 1000 + job.client_index,
+    )
+    summary = train(
+        model, role, data.x[train_idx], data.y[train_idx], data.num_classes, cfg,
+        x_val=data.x[val_idx], y_val=data.y[val_idx], on_epoch=on_epoch,
+    )  # fmt: skip
+    if summary.interrupted:
+        raise KeyboardInterrupt  # nothing was written: an interrupted client publishes nothing
+
+    counts = np.bincount(data.y[shard], minlength=data.num_classes).astype(int).tolist()
+    meta = {
+        "kind": "classifier" if role == "classifier" else "decoder",
+        "spec": spec.to_dict(),
+        "input_shape": list(info.input_shape),
+        "num_classes": info.num_classes,
+        "class_names": list(data.class_names),
+        "label_counts": counts,
+        "client_id": client_id,
+        "profile": profile.name,
+        "costs": costs(spec).as_dict() | {"train_bytes_used": fit.train_bytes},
+        "training": summary.as_dict()
+        | {"optimizer": cfg.optimizer, "lr": cfg.lr, "batch_size": cfg.batch_size},  # fmt: skip
+        "dataset": info.name,
+        "partition": {
+            "scheme": job.partition,
+            "num_clients": job.num_clients,
+            "client_index": job.client_index,
+            "seed": job.partition_seed,
+        },  # fmt: skip
+        "edgefl_version": edgefl.__version__,
+    }
+    out_dir = Path(job.out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / f"{client_id}.onnx"
+    start = time.perf_counter()
+    quant = None
+    if job.quantize:
+        if job.quantize != "int8":
+            raise ConfigError(f"--quantize supports only 'int8', got {job.quantize!r}")
+        with tempfile.TemporaryDirectory(dir=out_dir) as tmp:
+            fp32 = Path(tmp) / "fp32.onnx"
+            export_model(model, spec, meta, fp32)
+            sizes = exporters.quantize_int8(fp32, path)
+            quant = sizes | _local_accuracy_pair(fp32, path, data, val_idx, role)
+    else:
+        export_model(model, spec, meta, path)
+    export_seconds = time.perf_counter() - start
+    status(f"{client_id}: wrote {path} ({path.stat().st_size:,} bytes)")
+    return ClientResult(
+        path, client_id, role, spec, fit, profile, summary, counts, path.stat().st_size,
+        export_seconds, quant, meta,
+    )  # fmt: skip
+
+
+def export_model(model, spec: ModelSpec, meta: dict, path: Path) -> exporters.ExportReport:
+    """Classifier: input -> logits. CVAE: the decoder only, (z, label one-hot) -> image."""
+    model.eval()
+    try:
+        if role_of(spec) == "classifier":
+            return exporters.export_onnx(
+                model, (torch.zeros(2, *spec.input_shape),), path,
+                input_names=["input"], output_names=["logits"], metadata=meta,
+            )  # fmt: skip
+        dec = model.decoder
+        n = spec.num_classes
+
+        def sample(batch: int):
+            labels = torch.randint(0, n, (batch,))
+            return torch.randn(batch, dec.latent_dim), F.one_hot(labels, n).float()
+
+        return exporters.export_onnx(
+            dec, sample(2), path, input_names=["z", "label"], output_names=["image"],
+            metadata=meta | {"latent_dim": dec.latent_dim}, sample_inputs=sample,
+        )  # fmt: skip
+    except exporters.ExportError as exc:
+        raise ArtifactError(f"export failed: {exc}") from None
+
+
+def _local_accuracy_pair(fp32: Path, int8: Path, data, val_idx, role) -> dict:
+    if role != "classifier" or not len(val_idx):
+        return {}
+    x, y = data.x[val_idx], data.y[val_idx]
+    acc = {}
+    for tag, path in (("fp32", fp32), ("int8", int8)):
+        logits = exporters.read_artifact(path).run(x)
+        acc[f"val_accuracy_{tag}"] = float((logits.argmax(1) == y).mean())
+    return acc

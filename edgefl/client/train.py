@@ -1,0 +1,188 @@
+"""Local training on a device: a classifier (cross-entropy) or a CVAE (BCE + KL).
+
+Deterministic under a seed (own batching from a seeded generator, no DataLoader workers), and
+the optimizer and batch size come from the device profile, so the memory the cost model
+estimated is the memory actually used.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+
+import numpy as np
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from edgefl.errors import ConfigError, DataError
+from edgefl.models.spec import ModelSpec
+from edgefl.models.zoo import build_model
+
+# Default learning rates by (role, optimizer). FedMHO: VGG-9 SGD(0.9) lr 5e-3 over 200 epochs;
+# we train 10-20 epochs, so SGD starts higher. CVAE: Adam 1e-3 (methods.md: safer than 5e-2).
+DEFAULT_LR = {
+    ("classifier", "sgd"): 0.05,
+    ("classifier", "sgd-momentum"): 0.01,
+    ("classifier", "adam"): 1e-3,
+    ("generator", "sgd"): 0.05,
+    ("generator", "sgd-momentum"): 0.01,
+    ("generator", "adam"): 1e-3,
+}
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    epochs: int
+    batch_size: int
+    optimizer: str  # sgd | sgd-momentum | adam (the profile's)
+    lr: float
+    seed: int = 0
+    weight_decay: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.epochs < 1:
+            raise ConfigError(f"--epochs must be >= 1, got {self.epochs}")
+        if self.batch_size < 1:
+            raise ConfigError(f"--batch-size must be >= 1, got {self.batch_size}")
+        if not self.lr > 0:
+            raise ConfigError(f"--lr must be > 0, got {self.lr}")
+        if self.optimizer not in ("sgd", "sgd-momentum", "adam"):
+            raise ConfigError(
+                f"optimizer must be sgd, sgd-momentum or adam, got {self.optimizer!r}"
+            )
+
+
+@dataclass
+class TrainSummary:
+    epochs: int
+    final_loss: float
+    val_accuracy: float | None  # classifiers
+    val_loss: float | None
+    seconds: float
+    samples: int
+    interrupted: bool = False
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def make_optimizer(params, cfg: TrainConfig) -> torch.optim.Optimizer:
+    if cfg.optimizer == "adam":
+        return torch.optim.Adam(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+    momentum = 0.9 if cfg.optimizer == "sgd-momentum" else 0.0
+    return torch.optim.SGD(params, lr=cfg.lr, momentum=momentum, weight_decay=cfg.weight_decay)
+
+
+def init_model(spec: ModelSpec, fed_seed: int) -> nn.Module:
+    """Build with weights drawn from the federation seed: every client of one architecture starts
+    identical, which one-shot parameter averaging (FedAvg, FedMHO's w0) requires."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(fed_seed)
+        return build_model(spec)
+
+
+def _batches(n: int, batch_size: int, gen: torch.Generator):
+    order = torch.randperm(n, generator=gen)
+    for i in range(0, n, batch_size):
+        yield order[i : i + batch_size]
+
+
+def cvae_loss(recon, x, mu, logvar) -> torch.Tensor:
+    """BCE(sum) + KL(q(z|x,y) || N(0, I)), divided by the batch size (FedMHO code)."""
+    bce = F.binary_cross_entropy(recon.flatten(1), x.flatten(1), reduction="sum")
+    kld = -0.5 * torch.sum(1 + logvar - mu.pow(2) - logvar.exp())
+    return (bce + kld) / len(x)
+
+
+Progress = Callable[[int, int, float], None]  # (epoch, total epochs, loss) after each epoch
+
+
+def train(
+    model: nn.Module,
+    role: str,
+    x: np.ndarray,
+    y: np.ndarray,
+    num_classes: int,
+    cfg: TrainConfig,
+    *,
+    x_val: np.ndarray | None = None,
+    y_val: np.ndarray | None = None,
+    on_epoch: Progress | None = None,
+) -> TrainSummary:
+    """Train `model` in place. Ctrl-C stops after the current batch and returns what was trained
+    so far with `interrupted=True`; the caller decides not to publish it."""
+    if len(x) == 0:
+        raise DataError(
+            "this client's shard is empty: nothing to train on",
+            hint="use fewer clients, a larger alpha, or another --client-index",
+        )
+    torch.manual_seed(cfg.seed)
+    gen = torch.Generator().manual_seed(cfg.seed)
+    xt, yt = torch.from_numpy(x), torch.from_numpy(y)
+    opt = make_optimizer(model.parameters(), cfg)
+    start = time.perf_counter()
+    loss_value, epochs_done, interrupted = math.nan, 0, False
+    model.train()
+    try:
+        for epoch in range(cfg.epochs):
+            total, count = 0.0, 0
+            for idx in _batches(len(xt), cfg.batch_size, gen):
+                xb, yb = xt[idx], yt[idx]
+                if role == "classifier":
+                    loss = F.cross_entropy(model(xb), yb)
+                else:
+                    recon, mu, logvar = model(xb, F.one_hot(yb, num_classes).float())
+                    loss = cvae_loss(recon, xb, mu, logvar)
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                opt.step()
+                total += loss.item() * len(idx)
+                count += len(idx)
+            loss_value, epochs_done = total / count, epoch + 1
+            if not math.isfinite(loss_value):
+                raise ConfigError(
+                    f"training diverged (loss {loss_value}) at epoch {epoch + 1}",
+                    hint="lower --lr",
+                )
+            if on_epoch:
+                on_epoch(epochs_done, cfg.epochs, loss_value)
+    except KeyboardInterrupt:
+        interrupted = True
+    model.eval()
+    val_acc = val_loss = None
+    if x_val is not None and len(x_val):
+        val_acc, val_loss = evaluate(model, role, x_val, y_val, num_classes)
+    return TrainSummary(
+        epochs=epochs_done,
+        final_loss=float(loss_value),
+        val_accuracy=val_acc,
+        val_loss=val_loss,
+        seconds=time.perf_counter() - start,
+        samples=len(x),
+        interrupted=interrupted,
+    )
+
+
+@torch.no_grad()
+def evaluate(model, role, x, y, num_classes, batch_size: int = 512):
+    """(accuracy, mean loss) for a classifier; (None, mean CVAE loss) for a generator."""
+    model.eval()
+    correct, loss_sum = 0, 0.0
+    gen = torch.Generator().manual_seed(0)  # the CVAE's sampling noise, fixed for comparability
+    for i in range(0, len(x), batch_size):
+        xb = torch.from_numpy(x[i : i + batch_size])
+        yb = torch.from_numpy(y[i : i + batch_size])
+        if role == "classifier":
+            logits = model(xb)
+            loss_sum += F.cross_entropy(logits, yb, reduction="sum").item()
+            correct += (logits.argmax(1) == yb).sum().item()
+        else:
+            onehot = F.one_hot(yb, num_classes).float()
+            mu, logvar = model.encoder(xb, onehot)
+            z = mu + torch.exp(0.5 * logvar) * torch.randn(mu.shape, generator=gen)
+            loss_sum += cvae_loss(model.decoder(z, onehot), xb, mu, logvar).item() * len(xb)
+    n = max(1, len(x))
+    return (correct / n if role == "classifier" else None), loss_sum / n
