@@ -1,0 +1,47 @@
+"""edgefl.exporters: the boundary between devices and the server.
+
+Devices export self-describing ONNX files (``export_onnx``); the server reads its own files
+(``read_artifact``) and validates untrusted uploads (``validate_upload``, ``ingest_dir``). This
+package knows nothing about which method consumes an artifact and never imports ``edgefl``.
+"""
+
+from .atomic import atomic_write_bytes, atomic_write_text, write_model_atomic
+from .errors import ExportError, UploadRejected
+from .export import ExportReport, export_onnx
+from .graph import weights_hash
+from .quantize import QUANTIZED_TAG, quantize_int8
+from .read import Artifact, get_metadata, read_artifact, set_metadata
+from .schema import ARTIFACT_KINDS, METADATA_KEY, SCHEMA_VERSION, validate_metadata
+from .validate import (
+    DEFAULT_ALLOWED_OPS,
+    DEFAULT_MAX_UPLOAD_BYTES,
+    IngestResult,
+    ingest_dir,
+    validate_upload,
+)
+
+__all__ = [
+    "ARTIFACT_KINDS",
+    "DEFAULT_ALLOWED_OPS",
+    "DEFAULT_MAX_UPLOAD_BYTES",
+    "METADATA_KEY",
+    "QUANTIZED_TAG",
+    "SCHEMA_VERSION",
+    "Artifact",
+    "ExportError",
+    "ExportReport",
+    "IngestResult",
+    "UploadRejected",
+    "atomic_write_bytes",
+    "atomic_write_text",
+    "export_onnx",
+    "get_metadata",
+    "ingest_dir",
+    "quantize_int8",
+    "read_artifact",
+    "set_metadata",
+    "validate_metadata",
+    "validate_upload",
+    "weights_hash",
+    "write_model_atomic",
+]

@@ -1,0 +1,56 @@
+"""Atomic file writes: a crash leaves either the old file or the new one, never half of one."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from pathlib import Path
+
+import onnx
+
+
+def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
+    """Write ``data`` to ``path`` via a temp file in the same directory and ``os.replace``."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    # Same directory so os.replace is a rename on one filesystem (atomic), not a copy.
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        # mkstemp creates 0600; keep an existing file's mode, else an ordinary readable file.
+        mode = target.stat().st_mode & 0o777 if target.exists() else 0o644
+        os.chmod(tmp, mode)
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    _fsync_dir(target.parent)
+    return target
+
+
+def atomic_write_text(path: str | os.PathLike[str], text: str, encoding: str = "utf-8") -> Path:
+    return atomic_write_bytes(path, text.encode(encoding))
+
+
+def write_model_atomic(model: onnx.ModelProto, path: str | os.PathLike[str]) -> Path:
+    """Serialize ``model`` into ONE self-contained file (weights inline, no sidecar)."""
+    return atomic_write_bytes(path, model.SerializeToString())
+
+
+def _fsync_dir(directory: Path) -> None:
+    # Makes the rename itself durable; not supported everywhere (e.g. Windows), hence best effort.
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)

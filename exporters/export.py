@@ -1,0 +1,204 @@
+"""torch module -> one self-contained, self-describing, parity-checked ONNX file."""
+
+from __future__ import annotations
+
+import copy
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+
+from ._quiet import one_line, quiet
+from .atomic import write_model_atomic
+from .errors import ExportError
+from .graph import contract_problems, weights_hash
+from .read import session_options, set_metadata
+from .schema import SCHEMA_VERSION, validate_metadata
+
+if TYPE_CHECKING:
+    import torch
+
+MIN_OPSET = 18
+# onnxruntime 1.31 loads IR <= 13 but older runtimes on devices stop earlier; torch 2.13 emits 10.
+MAX_IR_VERSION = 10
+_PARITY_BATCHES = (1, 5)
+
+
+@dataclass(frozen=True)
+class ExportReport:
+    path: str
+    size_bytes: int
+    max_abs_diff: float
+    opset: int
+    ir_version: int
+    seconds: float
+
+
+def export_onnx(
+    module: torch.nn.Module,
+    example_inputs: tuple[torch.Tensor, ...],
+    path: str | os.PathLike[str],
+    *,
+    input_names: list[str],
+    output_names: list[str],
+    metadata: dict[str, Any],
+    opset: int = MIN_OPSET,
+    atol: float = 1e-4,
+    parity_trials: int = 3,
+    sample_inputs: Callable[[int], tuple[torch.Tensor, ...]] | None = None,
+) -> ExportReport:
+    """Export ``module`` with a dynamic batch axis, stamp metadata, check parity, write atomically.
+
+    Nothing is written unless the metadata is valid, the graph matches it, and onnxruntime agrees
+    with torch within ``atol`` on ``parity_trials`` random batches.
+    """
+    start = time.perf_counter()
+    example_inputs = tuple(example_inputs)
+    if opset < MIN_OPSET:
+        raise ExportError(f"opset {opset} is too old; edgefl artifacts need opset >= {MIN_OPSET}")
+    if len(input_names) != len(example_inputs):
+        raise ExportError(
+            f"{len(input_names)} input_names for {len(example_inputs)} example inputs"
+        )
+
+    was_training = module.training
+    module.eval()
+    try:
+        model = _torch_to_onnx(module, example_inputs, input_names, output_names, opset)
+        meta = copy.deepcopy(metadata)
+        meta["schema_version"] = SCHEMA_VERSION
+        meta["weights_sha256"] = weights_hash(model)
+        problems = validate_metadata(meta)
+        if problems:
+            raise ExportError("invalid metadata: " + "; ".join(problems))
+        problems = contract_problems(model, meta)
+        if problems:
+            raise ExportError("graph does not match its metadata: " + "; ".join(problems))
+        try:
+            set_metadata(model, meta)
+        except (TypeError, ValueError) as exc:
+            raise ExportError(f"metadata is not JSON-serializable: {exc}") from exc
+        data = model.SerializeToString()
+        max_diff = _parity(module, data, example_inputs, input_names, parity_trials, sample_inputs)
+        if not max_diff <= atol:  # also catches NaN
+            raise ExportError(
+                f"onnxruntime and torch disagree: max abs difference {max_diff:.3g} > atol {atol:g}"
+                " (the module may behave differently when traced)"
+            )
+    finally:
+        module.train(was_training)
+
+    target = write_model_atomic(model, path)
+    return ExportReport(
+        path=str(target),
+        size_bytes=target.stat().st_size,
+        max_abs_diff=float(max_diff),
+        opset=opset,
+        ir_version=model.ir_version,
+        seconds=time.perf_counter() - start,
+    )
+
+
+def _torch_to_onnx(
+    module: torch.nn.Module,
+    example_inputs: tuple[torch.Tensor, ...],
+    input_names: Sequence[str],
+    output_names: Sequence[str],
+    opset: int,
+) -> onnx.ModelProto:
+    import torch  # lazily: the server imports exporters to validate and never needs torch
+
+    # The dynamo exporter (the default) handled every layer type we ship, including adaptive
+    # pooling to non-divisor sizes that the legacy TorchScript exporter refuses, so no fallback.
+    # optimize=False: the optimizer folds BatchNorm into the preceding Conv yet keeps the name
+    # "conv.weight" on the fused values, silently breaking load-by-name on the server.
+    # f=None returns the program in memory; the file is written once, atomically, by us, always
+    # with weights inline (the equivalent of external_data=False).
+    batch = torch.export.Dim("batch")
+    try:
+        with quiet(), torch.no_grad():
+            program = torch.onnx.export(
+                module,
+                example_inputs,
+                None,
+                input_names=list(input_names),
+                output_names=list(output_names),
+                opset_version=opset,
+                dynamic_shapes=tuple({0: batch} for _ in example_inputs),
+                external_data=False,
+                optimize=False,
+                verbose=False,
+                dynamo=True,
+            )
+    except Exception as exc:
+        raise ExportError(
+            f"ONNX export of {type(module).__name__} failed: {one_line(exc)}"
+        ) from exc
+    model = program.model_proto
+    if model.ir_version > MAX_IR_VERSION:
+        model.ir_version = MAX_IR_VERSION
+    got_in = [v.name for v in model.graph.input]
+    got_out = [v.name for v in model.graph.output]
+    if got_in != list(input_names) or got_out != list(output_names):
+        # e.g. a pass-through module whose output IS its input gets a single merged name.
+        raise ExportError(
+            f"exported graph has inputs {got_in} and outputs {got_out}, "
+            f"expected {list(input_names)} and {list(output_names)}"
+        )
+    return model
+
+
+def _parity(
+    module: torch.nn.Module,
+    data: bytes,
+    example_inputs: tuple[torch.Tensor, ...],
+    input_names: Sequence[str],
+    trials: int,
+    sample_inputs: Callable[[int], tuple[torch.Tensor, ...]] | None,
+) -> float:
+    import torch
+
+    session = ort.InferenceSession(
+        data, sess_options=session_options(), providers=["CPUExecutionProvider"]
+    )
+    # A private generator: the check must not shift the caller's global RNG stream.
+    generator = torch.Generator().manual_seed(0)
+    worst = 0.0
+    for trial in range(trials):
+        batch = _PARITY_BATCHES[trial % len(_PARITY_BATCHES)]
+        if sample_inputs is not None:
+            inputs = tuple(sample_inputs(batch))
+        else:
+            inputs = tuple(
+                torch.randn((batch, *x.shape[1:]), generator=generator, dtype=x.dtype)
+                for x in example_inputs
+            )
+        with torch.no_grad():
+            expected = module(*inputs)
+        expected = [expected] if isinstance(expected, torch.Tensor) else list(expected)
+        if len(inputs) != len(input_names) or len(expected) != len(session.get_outputs()):
+            raise ExportError(
+                f"parity check: got {len(inputs)} inputs / {len(expected)} torch outputs for a "
+                f"graph with {len(input_names)} inputs / {len(session.get_outputs())} outputs"
+            )
+        feed = {n: x.detach().cpu().numpy() for n, x in zip(input_names, inputs, strict=True)}
+        got = session.run(None, feed)
+        for want, have in zip(expected, got, strict=True):
+            worst = max(worst, _max_abs_diff(want.detach().cpu().numpy(), have))
+    return worst
+
+
+def _max_abs_diff(a: np.ndarray, b: np.ndarray) -> float:
+    if a.shape != b.shape:
+        return float("inf")
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    both_nan = np.isnan(a64) & np.isnan(b64)
+    diff = np.where(both_nan, 0.0, np.abs(a64 - b64))
+    if diff.size == 0:
+        return 0.0
+    return float(np.where(np.isnan(diff), np.inf, diff).max())

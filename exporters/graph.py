@@ -1,0 +1,159 @@
+"""Walking ONNX graphs: weight hashing, tensor enumeration and the graph/metadata contract."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+Dim = int | str | None
+
+
+def is_external(tensor: onnx.TensorProto) -> bool:
+    return tensor.data_location == onnx.TensorProto.EXTERNAL or len(tensor.external_data) > 0
+
+
+def external_location(tensor: onnx.TensorProto) -> str:
+    for entry in tensor.external_data:
+        if entry.key == "location":
+            return entry.value
+    return "<no location given>"
+
+
+def weights_hash(model: onnx.ModelProto) -> str:
+    """sha256 over (name, dtype, dims, bytes) of every initializer, in sorted name order.
+
+    The one definition used by export (to stamp ``weights_sha256``) and by validation (to check
+    it). Values are hashed after decoding, so raw_data and typed-field storage hash the same.
+    """
+    digest = hashlib.sha256()
+    for tensor in sorted(model.graph.initializer, key=lambda t: t.name):
+        if is_external(tensor):
+            raise ValueError(f"initializer '{tensor.name}' is stored outside the model file")
+        payload = np.ascontiguousarray(numpy_helper.to_array(tensor)).tobytes()
+        header = f"{tensor.name}\0{tensor.data_type}\0{tuple(tensor.dims)}\0{len(payload)}\0"
+        digest.update(header.encode("utf-8"))
+        digest.update(payload)
+    return digest.hexdigest()
+
+
+def iter_graphs(model: onnx.ModelProto) -> Iterator[tuple[str, onnx.GraphProto]]:
+    """The main graph, every nested subgraph (If/Loop/Scan bodies) and training graphs."""
+    stack: list[tuple[str, onnx.GraphProto]] = [("graph", model.graph)]
+    stack += [(f"training_info[{i}]", t.algorithm) for i, t in enumerate(model.training_info)]
+    stack += [
+        (f"training_info[{i}].init", t.initialization) for i, t in enumerate(model.training_info)
+    ]
+    while stack:
+        where, graph = stack.pop()
+        yield where, graph
+        for node in graph.node:
+            for attr in node.attribute:
+                if attr.HasField("g"):
+                    stack.append((f"{where}/{node.name or node.op_type}.{attr.name}", attr.g))
+                for i, sub in enumerate(attr.graphs):
+                    stack.append((f"{where}/{node.name or node.op_type}.{attr.name}[{i}]", sub))
+
+
+def iter_nodes(model: onnx.ModelProto) -> Iterator[onnx.NodeProto]:
+    for _, graph in iter_graphs(model):
+        yield from graph.node
+    for function in model.functions:
+        yield from function.node
+
+
+def _attr_tensors(node: onnx.NodeProto, prefix: str) -> Iterator[tuple[str, onnx.TensorProto]]:
+    label = f"{prefix}node '{node.name or node.op_type}' attribute"
+    for attr in node.attribute:
+        if attr.HasField("t"):
+            yield f"{label} '{attr.name}'", attr.t
+        for i, t in enumerate(attr.tensors):
+            yield f"{label} '{attr.name}[{i}]'", t
+        sparse = ([attr.sparse_tensor] if attr.HasField("sparse_tensor") else []) + list(
+            attr.sparse_tensors
+        )
+        for s in sparse:
+            yield f"{label} '{attr.name}' (sparse values)", s.values
+            yield f"{label} '{attr.name}' (sparse indices)", s.indices
+
+
+def iter_tensors(model: onnx.ModelProto) -> Iterator[tuple[str, onnx.TensorProto]]:
+    """Every tensor stored anywhere in the model, labelled with where it sits."""
+    for where, graph in iter_graphs(model):
+        prefix = "" if where == "graph" else f"{where}: "
+        for t in graph.initializer:
+            yield f"{prefix}initializer '{t.name}'", t
+        for s in graph.sparse_initializer:
+            yield f"{prefix}sparse initializer '{s.values.name}'", s.values
+            yield f"{prefix}sparse initializer '{s.values.name}' indices", s.indices
+        for node in graph.node:
+            yield from _attr_tensors(node, prefix)
+    for function in model.functions:
+        for node in function.node:
+            yield from _attr_tensors(node, f"function '{function.name}': ")
+
+
+def value_dims(value: onnx.ValueInfoProto) -> list[Dim] | None:
+    """Declared dims of a graph value: int, symbolic name, or None; None if no shape at all."""
+    tensor_type = value.type.tensor_type
+    if not tensor_type.HasField("shape"):
+        return None
+    dims: list[Dim] = []
+    for d in tensor_type.shape.dim:
+        if d.HasField("dim_value"):
+            dims.append(d.dim_value)
+        else:
+            dims.append(d.dim_param or None)
+    return dims
+
+
+def real_inputs(graph: onnx.GraphProto) -> list[onnx.ValueInfoProto]:
+    # Older exporters also list initializers as graph inputs; those are weights, not inputs.
+    weights = {t.name for t in graph.initializer}
+    return [v for v in graph.input if v.name not in weights]
+
+
+def _expect(problems: list[str], value: onnx.ValueInfoProto, role: str, tail: list[int]) -> None:
+    dims = value_dims(value)
+    want = ["B", *tail]
+    if dims is None or len(dims) != len(want) or list(dims[1:]) != list(tail):
+        shown = "unknown" if dims is None else [d if d is not None else "?" for d in dims]
+        problems.append(f"{role} '{value.name}' has shape {shown}, metadata implies {want}")
+    if value.type.tensor_type.elem_type != onnx.TensorProto.FLOAT:
+        problems.append(f"{role} '{value.name}' must be float32")
+
+
+def contract_problems(model: onnx.ModelProto, meta: dict[str, Any]) -> list[str]:
+    """Does the graph's signature agree with what its (already valid) metadata claims?
+
+    classifier/global: input [B, *input_shape]; classifier output [B, num_classes].
+    decoder: inputs z [B, latent_dim] and label [B, num_classes]; output [B, *input_shape].
+    """
+    problems: list[str] = []
+    inputs = real_inputs(model.graph)
+    outputs = list(model.graph.output)
+    if not inputs or not outputs:
+        return ["the graph must have at least one input and one output"]
+    kind, shape, classes = meta["kind"], list(meta["input_shape"]), meta["num_classes"]
+    if kind == "decoder":
+        names = [v.name for v in inputs]
+        if names != ["z", "label"]:
+            problems.append(f"a decoder's inputs must be ['z', 'label'], got {names}")
+        else:
+            _expect(problems, inputs[0], "input", [meta["latent_dim"]])
+            _expect(problems, inputs[1], "input", [classes])
+        _expect(problems, outputs[0], "output", shape)
+    else:
+        _expect(problems, inputs[0], "input", shape)
+        if kind == "classifier":
+            dims = value_dims(outputs[0])
+            if not dims or dims[-1] != classes:
+                problems.append(
+                    f"output '{outputs[0].name}' last dimension is "
+                    f"{dims[-1] if dims else 'unknown'}, but num_classes is {classes}"
+                )
+    return problems

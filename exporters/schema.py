@@ -1,0 +1,163 @@
+"""The metadata every edgefl artifact carries: one JSON object under one metadata_props key.
+
+This module is pure Python so the server can check metadata without touching a model.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from typing import Any
+
+METADATA_KEY = "edgefl"
+SCHEMA_VERSION = 1
+ARTIFACT_KINDS = ("classifier", "decoder", "global")
+
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+_MAX_INPUT_RANK = 3
+
+
+def _is_int(value: Any) -> bool:
+    # bool is an int subclass; `true` is never a valid count or dimension.
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _tname(value: Any) -> str:
+    names = {dict: "object", list: "list", str: "string", bool: "bool", type(None): "null"}
+    return names.get(type(value), type(value).__name__)
+
+
+def validate_metadata(meta: object) -> list[str]:
+    """Return every problem with ``meta`` (empty list: valid). Each message names its key."""
+    if not isinstance(meta, dict):
+        return [f"metadata must be a JSON object, got {_tname(meta)}"]
+    problems: list[str] = []
+
+    def missing(key: str) -> bool:
+        if key not in meta:
+            problems.append(f"missing required key '{key}'")
+            return True
+        return False
+
+    def wrong(key: str, expected: str) -> None:
+        problems.append(f"'{key}' must be {expected}, got {_tname(meta[key])} {meta[key]!r:.60}")
+
+    if not missing("schema_version") and (
+        not _is_int(meta["schema_version"]) or meta["schema_version"] != SCHEMA_VERSION
+    ):
+        wrong("schema_version", f"the integer {SCHEMA_VERSION}")
+
+    kind = meta.get("kind")
+    if not missing("kind") and kind not in ARTIFACT_KINDS:
+        wrong("kind", f"one of {', '.join(ARTIFACT_KINDS)}")
+
+    if not missing("input_shape"):
+        shape = meta["input_shape"]
+        if not (
+            isinstance(shape, list)
+            and 1 <= len(shape) <= _MAX_INPUT_RANK
+            and all(_is_int(d) and d > 0 for d in shape)
+        ):
+            wrong("input_shape", "a list of 1 to 3 positive ints (per sample, no batch)")
+
+    num_classes = meta.get("num_classes")
+    classes_ok = _is_int(num_classes) and num_classes >= 2
+    if not missing("num_classes") and not classes_ok:
+        wrong("num_classes", "an int >= 2")
+
+    if not missing("class_names"):
+        names = meta["class_names"]
+        if not (isinstance(names, list) and all(isinstance(n, str) for n in names)):
+            wrong("class_names", "a list of strings")
+        elif classes_ok and len(names) != num_classes:
+            problems.append(
+                f"'class_names' has {len(names)} entries but 'num_classes' is {num_classes}"
+            )
+
+    if not missing("edgefl_version") and not isinstance(meta["edgefl_version"], str):
+        wrong("edgefl_version", "a string")
+
+    if not missing("weights_sha256") and not (
+        isinstance(meta["weights_sha256"], str) and _HEX64.fullmatch(meta["weights_sha256"])
+    ):
+        wrong("weights_sha256", "64 lowercase hex characters")
+
+    if not missing("spec"):
+        spec = meta["spec"]
+        if spec is not None and not (isinstance(spec, dict) and isinstance(spec.get("name"), str)):
+            wrong("spec", "an object with a string 'name', or null")
+
+    if not missing("client_id") and not (isinstance(meta["client_id"], str) and meta["client_id"]):
+        wrong("client_id", "a non-empty string")
+
+    if kind in ("classifier", "decoder"):
+        if not missing("label_counts"):
+            counts = meta["label_counts"]
+            if not (isinstance(counts, list) and all(_is_int(c) and c >= 0 for c in counts)):
+                wrong("label_counts", "a list of non-negative ints")
+            elif classes_ok and len(counts) != num_classes:
+                problems.append(
+                    f"'label_counts' has {len(counts)} entries but 'num_classes' is {num_classes}"
+                )
+            elif sum(counts) <= 0:
+                problems.append("'label_counts' must sum to more than 0")
+        if not missing("profile") and not (
+            meta["profile"] is None or isinstance(meta["profile"], str)
+        ):
+            wrong("profile", "a string or null")
+        for key in ("costs", "training"):
+            if not missing(key) and not isinstance(meta[key], dict):
+                wrong(key, "an object")
+
+    if kind == "decoder" and not missing("latent_dim"):
+        latent = meta["latent_dim"]
+        if not (_is_int(latent) and latent >= 1):
+            wrong("latent_dim", "an int >= 1")
+
+    if kind == "global":
+        if not missing("method") and not isinstance(meta["method"], str):
+            wrong("method", "a string")
+        if not missing("config") and not isinstance(meta["config"], dict):
+            wrong("config", "an object")
+        if not missing("client_ids"):
+            ids = meta["client_ids"]
+            if not (isinstance(ids, list) and all(isinstance(i, str) for i in ids)):
+                wrong("client_ids", "a list of strings")
+
+    problems.extend(_non_finite(meta, ""))
+    return problems
+
+
+def _non_finite(value: Any, where: str) -> list[str]:
+    # JSON has no NaN/Infinity; a NaN loss would otherwise make the file unreadable by strict
+    # parsers (and by decode_metadata below).
+    if isinstance(value, float) and not math.isfinite(value):
+        return [f"'{where}' is {value}, which JSON cannot carry"]
+    if isinstance(value, dict):
+        return [p for k, v in value.items() for p in _non_finite(v, f"{where}.{k}" if where else k)]
+    if isinstance(value, list):
+        return [p for i, v in enumerate(value) for p in _non_finite(v, f"{where}[{i}]")]
+    return []
+
+
+def encode_metadata(meta: dict[str, Any]) -> str:
+    """Canonical JSON text for ``meta`` (sorted keys, strict: NaN/Infinity refused)."""
+    return json.dumps(meta, sort_keys=True, allow_nan=False, separators=(",", ":"))
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"non-standard JSON constant {name}")
+
+
+def decode_metadata(text: str) -> dict[str, Any]:
+    """Parse metadata JSON; raise ValueError if it is not a strict-JSON object."""
+    try:
+        value = json.loads(text, parse_constant=_refuse_constant)
+    except RecursionError as exc:
+        raise ValueError("metadata JSON is nested too deeply") from exc
+    except ValueError as exc:  # json.JSONDecodeError is a ValueError
+        raise ValueError(f"metadata is not valid JSON ({exc})") from exc
+    if not isinstance(value, dict):
+        raise ValueError(f"metadata must be a JSON object, got {_tname(value)}")
+    return value

@@ -1,0 +1,342 @@
+"""Validation of UNTRUSTED uploads: everything a device sends is hostile until proven otherwise."""
+
+from __future__ import annotations
+
+import math
+import os
+import stat
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnx import numpy_helper
+
+from .errors import UploadRejected
+from .graph import (
+    contract_problems,
+    external_location,
+    is_external,
+    iter_graphs,
+    iter_nodes,
+    iter_tensors,
+    value_dims,
+    weights_hash,
+)
+from .read import Artifact, artifact_from_bytes, get_metadata, session_options
+from .schema import METADATA_KEY, validate_metadata
+
+DEFAULT_MAX_UPLOAD_BYTES = 64 * 1024 * 1024
+MAX_DECLARED_DIM = 10**6
+
+# Deliberately CLOSED: exactly the default-domain ops measured from torch 2.13's dynamo exporter
+# (optimize=False, opset 18) for Conv/ConvTranspose/Linear/ReLU/LeakyReLU/Sigmoid/Tanh/Softmax/
+# LogSoftmax/MaxPool/AvgPool/AdaptiveAvgPool/BatchNorm/Dropout/Upsample/cat/view/flatten, from the
+# legacy TorchScript exporter for the same layers, and from onnxruntime's quantize_dynamic.
+# Anything else (control flow, RNG, string ops, custom domains) is refused; widen it per call
+# with allowed_ops=, never by default.
+DEFAULT_ALLOWED_OPS: frozenset[str] = frozenset(
+    {
+        # layers
+        "Conv", "ConvTranspose", "Gemm", "MatMul", "BatchNormalization",
+        "MaxPool", "AveragePool", "ReduceMean", "Resize",
+        "Relu", "LeakyRelu", "Sigmoid", "Tanh", "Softmax", "LogSoftmax",
+        # glue: Linear on >2-D inputs, view/flatten/cat, eval-mode Dropout
+        "Add", "Transpose", "Reshape", "Concat", "Shape", "Squeeze", "Unsqueeze",
+        "Constant", "Identity",
+        # AdaptiveAvgPool2d to an output size that does not divide the input size
+        "Abs", "Cast", "CastLike", "Div", "Expand", "Floor", "Gather", "GatherND",
+        "GreaterOrEqual", "Max", "Min", "Mul", "Range", "Sign", "Sub", "Where",
+        # legacy TorchScript exporter (dynamo=False), models from other tools
+        "Flatten", "GlobalAveragePool",
+        # onnxruntime.quantization.quantize_dynamic (int8)
+        "DynamicQuantizeLinear", "MatMulInteger", "ConvInteger",
+    }
+)  # fmt: skip
+
+_DEFAULT_DOMAINS = ("", "ai.onnx")
+_FLOAT_TYPES = {
+    onnx.TensorProto.FLOAT,
+    onnx.TensorProto.DOUBLE,
+    onnx.TensorProto.FLOAT16,
+    onnx.TensorProto.BFLOAT16,
+}
+
+
+def validate_upload(
+    path: str | os.PathLike[str],
+    *,
+    max_bytes: int = DEFAULT_MAX_UPLOAD_BYTES,
+    allowed_ops: frozenset[str] = DEFAULT_ALLOWED_OPS,
+    opset_range: tuple[int, int] = (18, 23),
+    ir_range: tuple[int, int] = (7, 10),
+    max_tensor_elements: int = 50_000_000,
+    require_metadata: bool = True,
+) -> Artifact:
+    """Check one uploaded file; return it as an Artifact or raise UploadRejected(reason).
+
+    Checks run cheapest and most dangerous first: nothing is parsed before its size is known,
+    nothing external is ever opened, and onnxruntime sees the bytes only after every other check.
+    """
+    data = _read_capped(Path(path), max_bytes)
+    model = _parse(data)
+    _reject_external(model)
+    _check_versions_and_ops(model, allowed_ops, opset_range, ir_range)
+    # Before the checker: its shape inference would otherwise trip over the absurd dims first
+    # and report a vaguer "inferred shape differs".
+    _check_declared_shapes(model, max_tensor_elements)
+    try:
+        onnx.checker.check_model(model, full_check=True)
+    except Exception as exc:  # checker raises ValidationError, shape inference InferenceError
+        raise UploadRejected(f"ONNX checker failed: {_first_line(exc)}") from None
+    _check_tensors(model, max_tensor_elements)
+    meta = _check_metadata(model, require_metadata)
+    session = _session(data)
+    artifact = artifact_from_bytes(path, data, model, meta)
+    artifact._sessions[("CPUExecutionProvider",)] = session
+    return artifact
+
+
+def _first_line(exc: BaseException, limit: int = 240) -> str:
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    line = lines[0] if lines else type(exc).__name__
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
+def _read_capped(path: Path, max_bytes: int) -> bytes:
+    try:
+        info = os.lstat(path)
+    except OSError as exc:
+        raise UploadRejected(f"cannot stat file: {exc.strerror}") from None
+    if stat.S_ISLNK(info.st_mode):
+        raise UploadRejected("is a symlink; uploads must be regular files")
+    if not stat.S_ISREG(info.st_mode):
+        raise UploadRejected("not a regular file")
+    if info.st_size > max_bytes:
+        raise UploadRejected(f"file is {info.st_size} bytes, over the {max_bytes}-byte limit")
+    # O_NOFOLLOW/O_NONBLOCK: if the file is swapped for a symlink or FIFO after lstat, fail
+    # rather than follow it or block; fstat re-checks what was actually opened.
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError as exc:
+        raise UploadRejected(f"cannot open file: {exc.strerror}") from None
+    try:
+        opened = os.fstat(fd)
+        if not stat.S_ISREG(opened.st_mode):
+            raise UploadRejected("not a regular file")
+        chunks, remaining = [], max_bytes + 1
+        while remaining > 0:
+            chunk = os.read(fd, min(remaining, 1 << 20))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            remaining -= len(chunk)
+    finally:
+        os.close(fd)
+    data = b"".join(chunks)
+    if len(data) > max_bytes:  # grew after stat
+        raise UploadRejected(f"file is over the {max_bytes}-byte limit")
+    return data
+
+
+def _parse(data: bytes) -> onnx.ModelProto:
+    model = onnx.ModelProto()
+    try:
+        # Parsing bytes loads no external data: that only happens via onnx.load(path).
+        model.ParseFromString(data)
+    except Exception:
+        raise UploadRejected("not a valid ONNX file (protobuf parse failed)") from None
+    if not data or model.ir_version <= 0 or not model.HasField("graph"):
+        raise UploadRejected("not a valid ONNX file (no IR version or no graph)")
+    return model
+
+
+def _reject_external(model: onnx.ModelProto) -> None:
+    for where, tensor in iter_tensors(model):
+        if is_external(tensor):
+            raise UploadRejected(
+                f"{where} claims external data at '{external_location(tensor)}'; "
+                "weights must be inside the file"
+            )
+
+
+def _check_versions_and_ops(
+    model: onnx.ModelProto,
+    allowed_ops: frozenset[str],
+    opset_range: tuple[int, int],
+    ir_range: tuple[int, int],
+) -> None:
+    if not ir_range[0] <= model.ir_version <= ir_range[1]:
+        raise UploadRejected(
+            f"IR version {model.ir_version} outside the accepted range {ir_range[0]}..{ir_range[1]}"
+        )
+    opsets = [o.version for o in model.opset_import if o.domain in _DEFAULT_DOMAINS]
+    if len(opsets) != 1:
+        raise UploadRejected("missing (or repeated) default-domain opset import")
+    if not opset_range[0] <= opsets[0] <= opset_range[1]:
+        raise UploadRejected(
+            f"opset {opsets[0]} outside the accepted range {opset_range[0]}..{opset_range[1]}"
+        )
+    if model.functions:
+        raise UploadRejected("model-local functions are not allowed")
+    if model.training_info:
+        raise UploadRejected("training_info graphs are not allowed")
+    for where, graph in iter_graphs(model):
+        if graph.sparse_initializer:
+            raise UploadRejected(f"sparse initializers are not supported ({where})")
+    for node in iter_nodes(model):
+        if node.domain not in _DEFAULT_DOMAINS:
+            raise UploadRejected(
+                f"operator '{node.domain}::{node.op_type}' is from a non-standard domain"
+            )
+        if node.op_type not in allowed_ops:
+            raise UploadRejected(f"operator '{node.op_type}' is not in the allowed operator list")
+        # Subgraph-carrying nodes (If/Loop/Scan) are reachable only if the caller allowed them;
+        # their bodies are then checked too, because iter_nodes walks nested graphs.
+
+
+def _check_tensors(model: onnx.ModelProto, max_elements: int) -> None:
+    for where, tensor in iter_tensors(model):
+        if any(d < 0 for d in tensor.dims):
+            raise UploadRejected(f"{where} has a negative dimension {list(tensor.dims)}")
+        count = math.prod(tensor.dims)
+        if count > max_elements:
+            raise UploadRejected(
+                f"{where} has {count} elements, over the {max_elements}-element limit"
+            )
+        if tensor.data_type in _FLOAT_TYPES:
+            try:
+                values = numpy_helper.to_array(tensor).astype(np.float32)
+            except Exception:
+                raise UploadRejected(f"{where} is malformed (data does not match dims)") from None
+            if not np.isfinite(values).all():
+                raise UploadRejected(f"{where} contains NaN or infinite values")
+    for node in iter_nodes(model):
+        for attr in node.attribute:
+            floats = [attr.f] if attr.type == onnx.AttributeProto.FLOAT else list(attr.floats)
+            if not all(math.isfinite(f) for f in floats):
+                raise UploadRejected(
+                    f"attribute '{attr.name}' of node '{node.name or node.op_type}' is not finite"
+                )
+
+
+def _check_declared_shapes(model: onnx.ModelProto, max_elements: int) -> None:
+    graph = model.graph
+    for role, values in (("input", graph.input), ("output", graph.output)):
+        for value in values:
+            declared = value_dims(value) or []
+            dims = [d for d in declared if isinstance(d, int)]
+            if any(d < 0 or d > MAX_DECLARED_DIM for d in dims) or math.prod(dims) > max_elements:
+                shown = [d if d is not None else "?" for d in declared]
+                raise UploadRejected(
+                    f"absurd declared dimension on graph {role} '{value.name}': {shown}"
+                )
+
+
+def _check_metadata(model: onnx.ModelProto, require: bool) -> dict[str, Any]:
+    try:
+        meta = get_metadata(model)
+    except ValueError as exc:
+        raise UploadRejected(f"metadata '{METADATA_KEY}' unreadable: {exc}") from None
+    if meta is None:
+        if require:
+            raise UploadRejected(f"no '{METADATA_KEY}' metadata; not an edgefl artifact")
+        return {}
+    problems = validate_metadata(meta)
+    if problems:
+        raise UploadRejected("invalid metadata: " + "; ".join(problems))
+    actual = weights_hash(model)
+    if actual != meta["weights_sha256"]:
+        raise UploadRejected(
+            f"weights hash mismatch: metadata says {meta['weights_sha256'][:12]}..., "
+            f"weights hash to {actual[:12]}... (file altered or corrupted)"
+        )
+    problems = contract_problems(model, meta)
+    if problems:
+        raise UploadRejected("graph does not match its metadata: " + "; ".join(problems))
+    return meta
+
+
+def _session(data: bytes) -> ort.InferenceSession:
+    try:
+        return ort.InferenceSession(
+            data, sess_options=session_options(), providers=["CPUExecutionProvider"]
+        )
+    except Exception as exc:
+        raise UploadRejected(f"onnxruntime cannot load the model: {_first_line(exc)}") from None
+
+
+@dataclass
+class IngestResult:
+    accepted: list[Artifact] = field(default_factory=list)
+    rejected: list[tuple[str, str]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def _shape_text(shape: tuple[int, ...]) -> str:
+    return "x".join(str(d) for d in shape)
+
+
+def ingest_dir(directory: str | os.PathLike[str], **validate_kwargs: Any) -> IngestResult:
+    """Validate every ``*.onnx`` in ``directory`` (not recursive), then cross-check the set.
+
+    The directory is only listed and read; nothing in it is created, moved or modified.
+    """
+    result = IngestResult()
+    candidates: list[Artifact] = []
+    for name in sorted(os.listdir(directory)):
+        if name.startswith("."):
+            continue
+        if not name.lower().endswith(".onnx"):
+            result.notes.append(f"ignored '{name}': not an .onnx file")
+            continue
+        try:
+            candidates.append(validate_upload(Path(directory, name), **validate_kwargs))
+        except UploadRejected as exc:
+            result.rejected.append((name, exc.reason))
+
+    # Uploads that disagree with the majority on the task cannot be fused with it.
+    def task(a: Artifact) -> tuple[tuple[int, ...], int] | None:
+        if "input_shape" not in a.metadata:  # only with require_metadata=False
+            return None
+        return tuple(a.metadata["input_shape"]), a.metadata["num_classes"]
+
+    tally = Counter(t for t in map(task, candidates) if t is not None)
+    majority = tally.most_common(1)[0][0] if tally else None
+    if majority is not None and len(tally) > 1:
+        result.notes.append(
+            f"majority task: input shape {_shape_text(majority[0])}, {majority[1]} classes "
+            f"({tally[majority]} of {sum(tally.values())} uploads)"
+        )
+    seen_clients: dict[str, str] = {}
+    for artifact in candidates:
+        name = Path(artifact.path).name
+        own = task(artifact)
+        if majority is not None and own is not None and own != majority:
+            result.rejected.append(
+                (
+                    name,
+                    f"input shape {_shape_text(own[0])} / class count {own[1]} disagrees with "
+                    f"the majority {_shape_text(majority[0])} / {majority[1]}",
+                )
+            )
+            continue
+        client = artifact.client_id
+        if client is not None and client in seen_clients:
+            result.rejected.append(
+                (
+                    name,
+                    f"duplicate client id '{client}' (already uploaded as {seen_clients[client]})",
+                )
+            )
+            continue
+        if client is not None:
+            seen_clients[client] = name
+        result.accepted.append(artifact)
+    result.rejected.sort()
+    result.notes.append(f"{len(result.accepted)} accepted, {len(result.rejected)} rejected")
+    return result
