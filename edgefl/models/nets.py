@@ -5,6 +5,8 @@ Every CVAE keeps its decoder in `self.decoder`, the only part that ever leaves a
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import nn
 from torch.nn import functional as F
@@ -37,7 +39,7 @@ class MLPDecoder(nn.Module):
         super().__init__()
         self.latent_dim = latent
         self.image_shape = tuple(image_shape)
-        out = int(torch.tensor(image_shape).prod())
+        out = math.prod(image_shape)
         self.net = nn.Sequential(
             nn.Linear(latent + num_classes, hidden), nn.ReLU(), nn.Linear(hidden, out), nn.Sigmoid()
         )
@@ -51,7 +53,7 @@ class MLPEncoder(nn.Module):
 
     def __init__(self, latent: int, num_classes: int, hidden: int, image_shape: tuple[int, ...]):
         super().__init__()
-        inp = int(torch.tensor(image_shape).prod())
+        inp = math.prod(image_shape)
         self.body = nn.Sequential(nn.Linear(inp + num_classes, hidden), nn.ReLU())
         self.mu = nn.Linear(hidden, latent)
         self.logvar = nn.Linear(hidden, latent)

@@ -1,0 +1,58 @@
+"""`edgefl eval MODEL.onnx --dataset D`: top-1 and per-class accuracy through onnxruntime."""
+
+from __future__ import annotations
+
+import typer
+from rich.table import Table
+
+from edgefl.cli.common import console, print_json
+
+
+def register(app: typer.Typer) -> None:
+    app.command("eval")(eval_cmd)
+
+
+def eval_cmd(
+    model: str = typer.Argument(..., help="A classifier or global model (.onnx)."),
+    dataset: str = typer.Option(..., help="Dataset name or file, optionally NAME:SPLIT."),
+    split: str = typer.Option("test", help="Split to evaluate on."),
+    data_dir: str | None = typer.Option(None, help="Folder with standard dataset files."),
+    plot: str | None = typer.Option(None, help="Save a confusion-matrix PNG here."),
+    json_out: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Accuracy of an ONNX model on a dataset split."""
+    from pathlib import Path
+
+    import exporters
+    from edgefl.data import parse_dataset_ref
+    from edgefl.errors import ArtifactError
+    from edgefl.evaluate import evaluate_artifact
+
+    if not Path(model).is_file():
+        raise ArtifactError(f"model file {model} not found")
+    try:
+        art = exporters.read_artifact(model, require_metadata=False)
+    except Exception as exc:  # onnx raises DecodeError and friends for non-ONNX bytes
+        raise ArtifactError(
+            f"{model} is not a readable ONNX model ({type(exc).__name__})"
+        ) from None
+    name, ref_split = parse_dataset_ref(dataset)
+    res = evaluate_artifact(art, name, ref_split or split, data_dir=data_dir)
+    if plot:
+        from edgefl.plots import plot_confusion
+
+        plot_confusion(
+            res.confusion, plot, title=f"{Path(model).name} on {res.dataset}:{res.split}"
+        )
+    if json_out:
+        print_json(res.as_dict())
+        return
+    console.print(f"[bold]{Path(model).name}[/] on {res.dataset}:{res.split} ({res.samples:,} samples): "
+                  f"top-1 [bold]{100 * res.accuracy:.2f}%[/]")  # fmt: skip
+    table = Table(show_header=True)
+    table.add_column("class")
+    table.add_column("accuracy", justify="right")
+    names = art.metadata.get("class_names") or [str(i) for i in range(len(res.per_class))]
+    for n, a in zip(names, res.per_class, strict=False):
+        table.add_row(str(n), f"{100 * a:.2f}%")
+    console.print(table)

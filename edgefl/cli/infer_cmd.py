@@ -1,0 +1,223 @@
+"""`edgefl infer`: run one artifact (classifier, global model or decoder) on a .npy file.
+
+Everything goes through onnxruntime, exactly as on a device or the server; torch is never loaded.
+"""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import numpy as np
+import typer
+
+from edgefl.cli.common import console, print_json
+from edgefl.errors import ArtifactError, ConfigError, DataError
+
+# Rows per onnxruntime call: bounds the activation memory of a large --input file.
+_CHUNK = 256
+
+
+def register(root: typer.Typer) -> None:
+    root.command("infer")(infer_cmd)
+
+
+def infer_cmd(
+    artifact: str = typer.Argument(..., help="An edgefl artifact (.onnx)."),
+    input_path: str = typer.Option(
+        ...,
+        "--input",
+        help="Classifier: images .npy (N, C, H, W) or one (C, H, W), float 0..1 or uint8. "
+        "Decoder: integer labels .npy (N,).",
+    ),
+    out: str | None = typer.Option(
+        None,
+        "--out",
+        help="Decoder: .npy for the generated images (default <input>.generated.npy).",
+    ),
+    seed: int = typer.Option(0, help="Decoder: seed of the latent draws."),
+    json_out: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Predict classes with a classifier, or generate images from labels with a decoder."""
+    art = load_artifact(artifact)
+    data = load_npy(input_path)
+    if art.metadata["kind"] == "decoder":
+        images = generate(art, data, input_path, seed)
+        target = Path(out) if out else default_out(Path(input_path))
+        save_npy(target, images)
+        if json_out:
+            print_json({"shape": list(images.shape), "path": str(target)})
+        else:
+            console.print(f"generated {images.shape[0]} images of shape {tuple(images.shape[1:])}")
+            console.print(f"wrote {target}")
+        return
+    if out:
+        raise ConfigError(
+            "--out applies to decoder artifacts only",
+            hint="drop --out; use --json to capture a classifier's predictions",
+        )
+    probs = classify(art, data, input_path)
+    names = art.metadata["class_names"]
+    top = probs.argmax(1)
+    predictions = [names[i] for i in top]
+    if json_out:
+        print_json({"predictions": predictions, "probabilities": probs.tolist()})
+        return
+    for i, (name, k) in enumerate(zip(predictions, top, strict=True)):
+        console.print(f"{i}: {name} (p={probs[i, k]:.3f})")
+
+
+def load_artifact(path: str):
+    """A trusted artifact (the user's own file), with errors a person can act on."""
+    from google.protobuf.message import DecodeError
+
+    import exporters
+
+    p = Path(path)
+    if not p.is_file():
+        raise ArtifactError(
+            f"artifact {path!r} does not exist", hint="pass the .onnx file a client or server wrote"
+        )
+    try:
+        art = exporters.read_artifact(p)
+    except (OSError, ValueError, DecodeError) as exc:
+        raise ArtifactError(
+            f"{path} is not a readable edgefl artifact: {_first_line(exc)}",
+            hint="pass an .onnx written by `edgefl client train` or the server",
+        ) from None
+    problems = exporters.validate_metadata(art.metadata)
+    if problems:
+        raise ArtifactError(
+            f"{path} has invalid edgefl metadata: " + "; ".join(problems[:3]),
+            hint="re-export the model with edgefl",
+        )
+    if art.metadata["kind"] == "decoder" and art.input_names != ["z", "label"]:
+        raise ArtifactError(
+            f"{path}: a decoder must have inputs ['z', 'label'], got {art.input_names}"
+        )
+    return art
+
+
+def load_npy(path: str) -> np.ndarray:
+    p = Path(path)
+    if not p.is_file():
+        raise DataError(
+            f"input file {path!r} does not exist", hint="pass a .npy saved with np.save"
+        )
+    try:
+        arr = np.load(p, allow_pickle=False)
+    except (OSError, ValueError, EOFError) as exc:
+        raise DataError(
+            f"cannot read {path} as .npy: {_first_line(exc)}",
+            hint="save the input with np.save(path, array)",
+        ) from None
+    if not isinstance(arr, np.ndarray):  # an .npz archive loads as NpzFile
+        arr.close()
+        raise DataError(
+            f"{path} is an .npz archive; expected a single array (.npy)",
+            hint="np.save(path, array) one array",
+        )
+    return arr
+
+
+def classify(art, x: np.ndarray, where: str) -> np.ndarray:
+    """(N, num_classes) softmax probabilities for images `x`."""
+    meta = art.metadata
+    shape = tuple(meta["input_shape"])
+    if x.shape == shape:
+        x = x[None]  # one sample
+    if x.ndim != len(shape) + 1 or x.shape[1:] != shape or len(x) == 0:
+        raise DataError(
+            f"{where}: expected images of shape (N, {', '.join(map(str, shape))}) or one sample "
+            f"{shape}, got {x.shape}",
+            hint=f"this model takes images of {shape} (channels, height, width)",
+        )
+    x = _unit_float(x, where)
+    logits = np.concatenate([_run(art, x[i : i + _CHUNK]) for i in range(0, len(x), _CHUNK)])
+    c = meta["num_classes"]
+    if logits.ndim != 2 or logits.shape[1] != c:
+        raise ArtifactError(
+            f"{art.path}: output of shape {logits.shape[1:]} per sample, expected ({c},) logits"
+        )
+    z = logits.astype(np.float64) - logits.max(1, keepdims=True)
+    e = np.exp(z)
+    return e / e.sum(1, keepdims=True)
+
+
+def generate(art, labels: np.ndarray, where: str, seed: int) -> np.ndarray:
+    """(N, *input_shape) images from a decoder, one per integer label."""
+    meta = art.metadata
+    c = meta["num_classes"]
+    if labels.ndim != 1 or len(labels) == 0:
+        raise DataError(
+            f"{where}: expected integer labels of shape (N,), got shape {labels.shape}",
+            hint=f"e.g. np.save(path, np.arange({c})) for one image per class",
+        )
+    if np.issubdtype(labels.dtype, np.floating) and np.all(np.mod(labels, 1) == 0):
+        labels = labels.astype(np.int64)
+    if not np.issubdtype(labels.dtype, np.integer):
+        raise DataError(
+            f"{where}: expected integer labels 0..{c - 1}, got dtype {labels.dtype}",
+            hint="save the labels as integers, e.g. labels.astype(np.int64)",
+        )
+    bad = np.unique(labels[(labels < 0) | (labels >= c)])
+    if bad.size:
+        raise DataError(
+            f"{where}: labels {bad[:10].tolist()} are outside the valid range 0..{c - 1}",
+            hint=f"this decoder has {c} classes: {', '.join(meta['class_names'][:10])}",
+        )
+    rng = np.random.default_rng(seed)
+    z = rng.standard_normal((len(labels), meta["latent_dim"])).astype(np.float32)
+    onehot = np.eye(c, dtype=np.float32)[labels]
+    parts = [_run(art, z[i : i + _CHUNK], onehot[i : i + _CHUNK]) for i in range(0, len(z), _CHUNK)]
+    return np.concatenate(parts).reshape(len(labels), *meta["input_shape"])
+
+
+def default_out(input_path: Path) -> Path:
+    # labels.npy -> labels.generated.npy, next to the input.
+    return input_path.with_suffix(".generated.npy")
+
+
+def save_npy(path: Path, array: np.ndarray) -> None:
+    from exporters import atomic_write_bytes
+
+    buf = io.BytesIO()
+    np.save(buf, array)
+    try:
+        atomic_write_bytes(path, buf.getvalue())
+    except OSError as exc:
+        raise DataError(f"cannot write {path}: {exc.strerror or exc}") from None
+
+
+def _unit_float(x: np.ndarray, where: str) -> np.ndarray:
+    if x.dtype == np.uint8:
+        return x.astype(np.float32) / 255.0
+    if not np.issubdtype(x.dtype, np.floating):
+        raise DataError(
+            f"{where}: expected float pixels in [0, 1] or uint8 0..255, got dtype {x.dtype}",
+            hint="convert with x.astype(np.float32) / 255 or x.astype(np.uint8)",
+        )
+    x = x.astype(np.float32)
+    if not (np.isfinite(x).all() and x.min() >= 0.0 and x.max() <= 1.0):
+        raise DataError(
+            f"{where}: float pixels must lie in [0, 1], found {np.nanmin(x):g}..{np.nanmax(x):g}",
+            hint="scale the images to [0, 1] (e.g. x / 255) or save them as uint8",
+        )
+    return x
+
+
+def _run(art, *arrays: np.ndarray) -> np.ndarray:
+    try:
+        return art.run(*arrays)
+    # onnxruntime's pybind exceptions share no base class below Exception.
+    except Exception as exc:
+        raise ArtifactError(
+            f"onnxruntime could not run {art.path}: {_first_line(exc)}",
+            hint="check that the file is an unmodified edgefl export",
+        ) from None
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    line = lines[0] if lines else type(exc).__name__
+    return line if len(line) <= 240 else line[:237] + "..."

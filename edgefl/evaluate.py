@@ -1,0 +1,65 @@
+"""Evaluating an ONNX model on a dataset split through onnxruntime (what a user would deploy)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+import exporters
+from edgefl.data import load_dataset
+from edgefl.errors import ArtifactError
+
+
+@dataclass
+class EvalResult:
+    dataset: str
+    split: str
+    samples: int
+    accuracy: float
+    per_class: list[float]
+    confusion: np.ndarray
+
+    def as_dict(self) -> dict:
+        return {
+            "dataset": self.dataset,
+            "split": self.split,
+            "samples": self.samples,
+            "accuracy": self.accuracy,
+            "per_class_accuracy": self.per_class,
+            "confusion": self.confusion.tolist(),
+        }
+
+
+def evaluate_artifact(
+    art: exporters.Artifact, dataset: str, split: str = "test", data_dir=None, batch: int = 1000
+) -> EvalResult:
+    if art.kind == "decoder":
+        raise ArtifactError("a decoder generates images; evaluate a classifier or global model")
+    data = load_dataset(dataset, split, data_dir=data_dir)
+    shape = tuple(art.metadata.get("input_shape", data.input_shape))
+    if data.input_shape != shape:
+        raise ArtifactError(
+            f"model expects inputs {shape}, dataset {dataset} has {data.input_shape}",
+            hint="evaluate on the dataset the federation trained on",
+        )
+    c = int(art.metadata.get("num_classes", data.num_classes))
+    preds = np.concatenate(
+        [art.run(data.x[i : i + batch]).argmax(1) for i in range(0, len(data), batch)]
+    )
+    confusion = np.zeros((c, c), dtype=np.int64)
+    np.add.at(confusion, (data.y, preds), 1)
+    support = confusion.sum(1)
+    per_class = [
+        float(confusion[i, i] / support[i]) if support[i] else float("nan") for i in range(c)
+    ]
+    return EvalResult(
+        data.name, split, len(data), float((preds == data.y).mean()), per_class, confusion
+    )
+
+
+def parse_eval_ref(ref: str) -> tuple[str, str]:
+    from edgefl.data import parse_dataset_ref
+
+    name, split = parse_dataset_ref(ref)
+    return name, split or "test"

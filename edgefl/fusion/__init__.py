@@ -1,0 +1,9 @@
+"""Fusion methods, one file each, registered by name in METHODS (explicit list, no magic)."""
+
+from edgefl.fusion import ensemble, fedavg, fedcvae_ens, fedmho
+from edgefl.fusion.base import METHODS, FusionConfig, FusionContext, FusionResult, Method
+
+for _m in (fedavg.METHOD, ensemble.METHOD, fedcvae_ens.METHOD, *fedmho.METHODS):
+    METHODS.add(_m.name, _m)
+
+__all__ = ["METHODS", "FusionConfig", "FusionContext", "FusionResult", "Method"]

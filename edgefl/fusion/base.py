@@ -1,0 +1,319 @@
+"""What every fusion method shares: its registry entry, its config base, the context it runs in,
+and the pieces several methods reuse (parameter averaging, sampling decoders, the class-mean
+filter, training a student on synthetic data with optional distillation).
+
+A method is one file with a frozen config dataclass (the paper's defaults) and a `fuse(ctx, cfg)`
+function; the pipeline around it (ingest, rebuild, export, report) lives in edgefl.server.fuse.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from edgefl.errors import ConfigError, FusionError
+from edgefl.models.spec import ModelSpec
+from edgefl.models.zoo import build_model, make_spec
+from edgefl.registry import Registry
+from edgefl.server.ingest import Upload
+
+
+@dataclass(frozen=True)
+class FusionConfig:
+    """Knobs every method has. Subclasses add theirs; each field is a flag of `server fuse`."""
+
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if f.name in ("epochs", "synthetic", "batch_size") and (
+                not isinstance(v, int) or v < 1
+            ):
+                raise ConfigError(f"--{flag(f.name)} must be a positive integer, got {v!r}")
+            if f.name == "lr" and not (isinstance(v, int | float) and v > 0):
+                raise ConfigError(f"--lr must be > 0, got {v!r}")
+            if f.name in ("keep_ratio",) and not 0 < v <= 1:
+                raise ConfigError(f"--{flag(f.name)} must be in (0, 1], got {v}")
+            if f.name in ("lam",) and not 0 <= v <= 1:
+                raise ConfigError(f"--{flag(f.name)} must be in [0, 1], got {v}")
+
+    def as_dict(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+def flag(name: str) -> str:
+    return name.replace("_", "-")
+
+
+@dataclass(frozen=True)
+class FusionResult:
+    model: nn.Module  # input -> logits, exportable
+    spec: ModelSpec | None  # None when the global model is not one zoo architecture (ensemble)
+    info: dict[str, Any] = field(default_factory=dict)  # method-specific report entries
+
+
+@dataclass(frozen=True)
+class Method:
+    name: str
+    description: str
+    paper: str
+    consumes: tuple[str, ...]  # artifact kinds: classifier, decoder
+    needs_gradients: bool  # teachers must be rebuilt torch modules (not ORT-only)
+    config_cls: type[FusionConfig]
+    fuse: Callable[[FusionContext, Any], FusionResult]
+
+    def make_config(self, overrides: dict[str, Any]) -> FusionConfig:
+        names = {f.name for f in fields(self.config_cls)}
+        bad = sorted(set(overrides) - names)
+        if bad:
+            raise ConfigError(
+                f"method {self.name!r} has no option(s) {', '.join('--' + flag(b) for b in bad)}",
+                hint=f"its options: {', '.join('--' + flag(n) for n in sorted(names))}",
+            )
+        try:
+            return replace(self.config_cls(), **overrides)
+        except TypeError as exc:
+            raise ConfigError(f"bad option for {self.name}: {exc}") from None
+
+
+METHODS: Registry[Method] = Registry("fusion method")
+
+
+class FusionContext:
+    """Everything a method may use: the accepted uploads by kind, the task, the device, a seeded
+    generator, a stage timer and a report dict for method-specific entries."""
+
+    def __init__(self, uploads: list[Upload], *, device: torch.device, seed: int, log=None):
+        self.uploads = uploads
+        first = uploads[0].meta
+        self.input_shape = tuple(first["input_shape"])
+        self.num_classes = int(first["num_classes"])
+        self.class_names = list(first.get("class_names") or range(self.num_classes))
+        self.device = device
+        self.seed = seed
+        self.stages: dict[str, float] = {}
+        self.log = log or (lambda msg: None)
+
+    @property
+    def classifiers(self) -> list[Upload]:
+        return [u for u in self.uploads if u.kind == "classifier"]
+
+    @property
+    def decoders(self) -> list[Upload]:
+        return [u for u in self.uploads if u.kind == "decoder"]
+
+    @contextlib.contextmanager
+    def stage(self, name: str) -> Iterator[None]:
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.stages[name] = self.stages.get(name, 0.0) + time.perf_counter() - start
+
+    def require(self, kind: str, method: str, at_least: int = 1) -> list[Upload]:
+        found = self.classifiers if kind == "classifier" else self.decoders
+        if len(found) < at_least:
+            raise FusionError(
+                f"{method} needs at least {at_least} {kind} upload(s), got {len(found)}",
+                hint="`edgefl server methods` lists which artifact kinds each method consumes",
+            )
+        return found
+
+    def student(self, name: str) -> tuple[ModelSpec, nn.Module]:
+        """A fresh zoo classifier for the task, seeded (`--student`)."""
+        spec = make_spec(name, self.input_shape, self.num_classes)
+        if spec is None or build_model is None:  # pragma: no cover
+            raise FusionError("no student")
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(self.seed)
+            model = build_model(spec)
+        if not hasattr(model, "head"):
+            raise ConfigError(f"--student {name!r} is not a classifier")
+        return spec, model.to(self.device)
+
+
+# --- teachers -------------------------------------------------------------------------------
+
+
+def teacher_logits(upload: Upload, x: torch.Tensor, device: torch.device, batch: int = 512):
+    """Logits of one classifier upload on x (no gradient): the rebuilt module where there is
+    one, onnxruntime otherwise (artifacts from other tools, int8 uploads)."""
+    outs = []
+    with torch.no_grad():
+        for i in range(0, len(x), batch):
+            xb = x[i : i + batch]
+            if upload.module is not None:
+                outs.append(upload.module.to(device)(xb.to(device)).float().cpu())
+            else:
+                outs.append(torch.from_numpy(upload.artifact.run(xb.cpu().numpy())))
+    return torch.cat(outs) if outs else torch.zeros(0, upload.meta["num_classes"])
+
+
+def mean_teacher_logits(teachers: list[Upload], x: torch.Tensor, device) -> torch.Tensor:
+    return torch.stack([teacher_logits(t, x, device) for t in teachers]).mean(0)
+
+
+def average_classifiers(classifiers: list[Upload], method: str) -> tuple[ModelSpec, nn.Module]:
+    """One-shot FedAvg: the plain parameter average of same-architecture classifiers."""
+    specs = {u.client_id: u.spec for u in classifiers}
+    if any(s is None for s in specs.values()) or any(u.module is None for u in classifiers):
+        names = [u.name for u in classifiers if u.module is None]
+        raise FusionError(
+            f"{method} averages parameters, which needs rebuildable edgefl classifiers; "
+            f"{', '.join(names)} can only be run through onnxruntime",
+            hint="remove those uploads or choose a method that only needs forward passes",
+        )
+    distinct = {s.to_json(): s for s in specs.values()}
+    if len(distinct) > 1:
+        by_arch: dict[str, list[str]] = {}
+        for cid, s in specs.items():
+            by_arch.setdefault(s.label, []).append(cid)
+        listing = "; ".join(f"{arch}: {', '.join(ids)}" for arch, ids in by_arch.items())
+        raise FusionError(
+            f"{method} needs one architecture for every classifier, got {len(distinct)}: {listing}",
+            hint="use a distillation method (ensemble, fedmho-md) for mixed architectures",
+        )
+    spec = next(iter(distinct.values()))
+    states = [u.module.state_dict() for u in classifiers]
+    avg = {k: torch.stack([s[k].float() for s in states]).mean(0).to(states[0][k].dtype)
+           for k in states[0]}  # fmt: skip
+    model = build_model(spec)
+    model.load_state_dict(avg)
+    return spec, model
+
+
+# --- synthetic data from decoders -----------------------------------------------------------
+
+
+def largest_remainder(total: int, weights: np.ndarray) -> np.ndarray:
+    """Integers proportional to `weights` that sum to `total` exactly."""
+    weights = np.asarray(weights, dtype=np.float64)
+    if weights.sum() <= 0:
+        weights = np.ones_like(weights)
+    raw = total * weights / weights.sum()
+    out = np.floor(raw).astype(np.int64)
+    order = np.argsort(-(raw - out), kind="stable")
+    out[order[: total - out.sum()]] += 1
+    return out
+
+
+def decode(upload: Upload, labels: np.ndarray, gen: torch.Generator, device, batch: int = 1024):
+    """Images from one decoder for the given labels, z ~ N(0, I)."""
+    c = upload.meta["num_classes"]
+    out = []
+    for i in range(0, len(labels), batch):
+        lab = torch.from_numpy(labels[i : i + batch]).long()
+        z = torch.randn(len(lab), upload.latent_dim, generator=gen)
+        onehot = F.one_hot(lab, c).float()
+        with torch.no_grad():
+            if upload.module is not None:
+                img = upload.module.to(device)(z.to(device), onehot.to(device)).float().cpu()
+            else:
+                img = torch.from_numpy(upload.artifact.run(z.numpy(), onehot.numpy()))
+        out.append(img)
+    return torch.cat(out) if out else torch.zeros(0, *upload.meta["input_shape"])
+
+
+def class_mean_filter(x: torch.Tensor, y: torch.Tensor, keep_ratio: float, num_classes: int):
+    """FedMHO's unsupervised filter ("K-means with one cluster" per class): keep the
+    ceil(keep_ratio * n_c) samples of each class nearest to the class mean of flattened pixels."""
+    keep = []
+    for c in range(num_classes):
+        idx = torch.nonzero(y == c).flatten()
+        if len(idx) == 0:
+            continue
+        flat = x[idx].flatten(1)
+        dist = (flat - flat.mean(0, keepdim=True)).norm(dim=1)
+        k = math.ceil(keep_ratio * len(idx))
+        keep.append(idx[torch.argsort(dist, stable=True)[:k]])
+    keep_idx = torch.cat(keep).sort().values if keep else torch.zeros(0, dtype=torch.long)
+    return x[keep_idx], y[keep_idx]
+
+
+def per_class_counts(y: torch.Tensor, num_classes: int) -> list[int]:
+    return torch.bincount(y, minlength=num_classes).tolist()
+
+
+# --- training a student ---------------------------------------------------------------------
+
+
+def kd_loss(student_logits, teacher_logits, reduction: str) -> torch.Tensor:
+    """KL(softmax(teacher) || softmax(student)). reduction "mean" averages over batch AND classes
+    (FedMHO's code: the KD term is scaled by 1/C); "batchmean" is the textbook KL per sample."""
+    return F.kl_div(
+        F.log_softmax(student_logits, 1), F.softmax(teacher_logits, 1), reduction=reduction
+    )
+
+
+def train_student(
+    model: nn.Module,
+    x: torch.Tensor,
+    y: torch.Tensor | None,
+    *,
+    epochs: int,
+    lr: float,
+    batch_size: int,
+    seed: int,
+    device: torch.device,
+    teacher: torch.Tensor | None = None,
+    lam: float = 1.0,
+    kd_reduction: str = "mean",
+    optimizer: str = "adam",
+    log=None,
+) -> list[float]:
+    """Train on (x, y) with loss lam * CE(y) + (1 - lam) * KL(teacher || student).
+    `teacher` holds precomputed teacher logits for x (they never change: computed once)."""
+    if len(x) == 0:
+        raise FusionError("no training samples left to train the global model on")
+    if kd_reduction not in ("mean", "batchmean"):
+        raise ConfigError(f"--kd-reduction must be mean or batchmean, got {kd_reduction!r}")
+    gen = torch.Generator().manual_seed(seed)
+    model.to(device).train()
+    params = model.parameters()
+    opt = (
+        torch.optim.Adam(params, lr=lr)
+        if optimizer == "adam"
+        else torch.optim.SGD(params, lr=lr, momentum=0.9)
+    )
+    history = []
+    for epoch in range(epochs):
+        total, n = 0.0, 0
+        for idx in torch.randperm(len(x), generator=gen).split(batch_size):
+            xb = x[idx].to(device)
+            logits = model(xb)
+            loss = torch.zeros((), device=device)
+            if lam > 0 and y is not None:
+                loss = loss + lam * F.cross_entropy(logits, y[idx].to(device))
+            if lam < 1 and teacher is not None:
+                loss = loss + (1 - lam) * kd_loss(logits, teacher[idx].to(device), kd_reduction)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            total += loss.item() * len(idx)
+            n += len(idx)
+        history.append(total / n)
+        if log:
+            log(f"epoch {epoch + 1}/{epochs}: loss {history[-1]:.4f}")
+    model.eval()
+    return history
+
+
+class EnsembleModule(nn.Module):
+    """Mean of the members' logits: one exportable module."""
+
+    def __init__(self, members: list[nn.Module]):
+        super().__init__()
+        self.members = nn.ModuleList(members)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.stack([m(x) for m in self.members]).mean(0)

@@ -1,0 +1,163 @@
+"""The server pipeline every method shares: ingest -> rebuild -> fuse -> export -> eval -> report.
+
+Uploads are only read. The global model and the report are written atomically (temporary file
++ rename), so a crash or Ctrl-C never leaves a half-written output.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+import edgefl
+import exporters
+from edgefl.errors import ArtifactError, ConfigError, FusionError
+from edgefl.fusion import METHODS
+from edgefl.fusion.base import FusionContext
+from edgefl.server.ingest import ingest
+
+
+@dataclass(frozen=True)
+class FuseJob:
+    uploads: str
+    method: str
+    out: str = "global.onnx"
+    options: dict[str, Any] | None = None  # method config overrides, by field name
+    device: str = "auto"
+    eval: str | None = None  # DATASET[:SPLIT]
+    data_dir: str | None = None
+    strict: bool = False
+    max_upload_bytes: int = exporters.DEFAULT_MAX_UPLOAD_BYTES
+    report: str | None = None  # default: <out>.json
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(
+            "--device cuda: no CUDA device is available", hint="use --device auto or cpu"
+        )
+    if name not in ("cpu", "cuda"):
+        raise ConfigError(f"--device must be auto, cpu or cuda, got {name!r}")
+    return torch.device(name)
+
+
+def run_fuse(job: FuseJob, log=None) -> dict[str, Any]:
+    log = log or (lambda msg: None)
+    method = METHODS.get(job.method)
+    cfg = method.make_config(dict(job.options or {}))
+    device = resolve_device(job.device)
+    out = Path(job.out)
+    if out.suffix != ".onnx":
+        raise ConfigError(f"--out must end in .onnx, got {out}")
+    report_path = Path(job.report) if job.report else out.with_suffix(".json")
+    stages: dict[str, float] = {}
+
+    start = time.perf_counter()
+    found = ingest(job.uploads, max_upload_bytes=job.max_upload_bytes, strict=job.strict)
+    stages["ingest"] = time.perf_counter() - start
+    usable = [u for u in found.uploads if u.kind in method.consumes]
+    skipped = [(u.name, f"{u.kind} artifacts are not used by {method.name}")
+               for u in found.uploads if u.kind not in method.consumes]  # fmt: skip
+    if method.needs_gradients:
+        for u in [u for u in usable if u.module is None]:
+            skipped.append(
+                (u.name, f"{method.name} needs a rebuilt torch module: {u.forward_only}")
+            )
+        usable = [u for u in usable if u.module is not None]
+    if not usable:
+        raise FusionError(
+            f"none of the {len(found.uploads)} accepted uploads can be used by {method.name} "
+            f"(it consumes: {', '.join(method.consumes)})",
+            hint="`edgefl server methods` lists what each method needs",
+        )
+    log(f"{len(usable)} upload(s) used by {method.name}; {len(found.rejected)} rejected")
+
+    torch.manual_seed(cfg.seed)
+    ctx = FusionContext(usable, device=device, seed=cfg.seed, log=log)
+    result = method.fuse(ctx, cfg)
+    stages.update(ctx.stages)
+
+    meta = {
+        "kind": "global",
+        "spec": result.spec.to_dict() if result.spec else None,
+        "input_shape": list(ctx.input_shape),
+        "num_classes": ctx.num_classes,
+        "class_names": [str(c) for c in ctx.class_names],
+        "client_id": "server",
+        "method": method.name,
+        "config": cfg.as_dict(),
+        "client_ids": [u.client_id for u in usable],
+        "edgefl_version": edgefl.__version__,
+    }
+    t = time.perf_counter()
+    model = result.model.to("cpu").eval()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        exporters.export_onnx(
+            model, (torch.zeros(2, *ctx.input_shape),), out,
+            input_names=["input"], output_names=["logits"], metadata=meta,
+        )  # fmt: skip
+    except exporters.ExportError as exc:
+        raise ArtifactError(f"exporting the global model failed: {exc}") from None
+    stages["export"] = time.perf_counter() - t
+
+    report: dict[str, Any] = {
+        "method": method.name,
+        "paper": method.paper,
+        "config": cfg.as_dict(),
+        "global_model": str(out),
+        "global_bytes": out.stat().st_size,
+        "accepted": [
+            {
+                "file": u.name,
+                "client_id": u.client_id,
+                "kind": u.kind,
+                "model": u.spec.label if u.spec else None,
+            }
+            for u in found.uploads
+        ],  # fmt: skip
+        "used": [u.client_id for u in usable],
+        "rejected": [{"file": n, "reason": r} for n, r in found.rejected],
+        "skipped": [{"file": n, "reason": r} for n, r in skipped],
+        "notes": found.notes,
+        "device": str(device),
+        "host": {
+            "python": platform.python_version(),
+            "torch": torch.__version__,
+            "cuda": torch.cuda.get_device_name(0) if device.type == "cuda" else None,
+        },  # fmt: skip
+        "edgefl_version": edgefl.__version__,
+        **{k: v for k, v in result.info.items()},
+    }
+    if job.eval:
+        from edgefl.evaluate import evaluate_artifact, parse_eval_ref
+
+        t = time.perf_counter()
+        name, split = parse_eval_ref(job.eval)
+        ev = evaluate_artifact(exporters.read_artifact(out), name, split, data_dir=job.data_dir)
+        stages["eval"] = time.perf_counter() - t
+        report["eval"] = ev.as_dict()
+        report["accuracy"] = ev.accuracy
+    report["seconds"] = stages
+    report["total_seconds"] = time.perf_counter() - start
+    exporters.atomic_write_text(report_path, json.dumps(report, indent=2, default=_jsonable))
+    report["report_path"] = str(report_path)
+    return report
+
+
+def _jsonable(o):
+    import numpy as np
+
+    if isinstance(o, np.generic):
+        return o.item()
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    return str(o)

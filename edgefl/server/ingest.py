@@ -1,0 +1,177 @@
+"""Server ingest: validate every untrusted upload (exporters does the checks), then rebuild a
+differentiable torch module from each artifact's spec and weights and check it against
+onnxruntime before any fusion method sees it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+import exporters
+from edgefl.errors import ConfigError, EdgeflError, FusionError
+from edgefl.models.spec import ModelSpec
+from edgefl.models.zoo import ZOO, build_model
+
+PARITY_ATOL = 1e-4
+
+
+@dataclass
+class Upload:
+    """One accepted artifact. `module` is the rebuilt torch module (the classifier, or the CVAE's
+    decoder), or None when it can only be run through onnxruntime (`forward_only` says why)."""
+
+    artifact: exporters.Artifact
+    module: nn.Module | None
+    forward_only: str | None = None
+
+    @property
+    def name(self) -> str:
+        return Path(self.artifact.path).name
+
+    @property
+    def meta(self) -> dict:
+        return self.artifact.metadata
+
+    @property
+    def kind(self) -> str:
+        return self.meta["kind"]
+
+    @property
+    def client_id(self) -> str:
+        return self.meta.get("client_id") or self.name
+
+    @property
+    def label_counts(self) -> np.ndarray:
+        return np.asarray(self.meta.get("label_counts") or [], dtype=np.int64)
+
+    @property
+    def spec(self) -> ModelSpec | None:
+        return ModelSpec.from_dict(self.meta["spec"]) if self.meta.get("spec") else None
+
+    @property
+    def latent_dim(self) -> int:
+        return int(self.meta["latent_dim"])
+
+
+@dataclass
+class Ingest:
+    uploads: list[Upload] = field(default_factory=list)
+    rejected: list[tuple[str, str]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def of_kind(self, kind: str) -> list[Upload]:
+        return [u for u in self.uploads if u.kind == kind]
+
+
+def ingest(directory: str | Path, *, max_upload_bytes: int, strict: bool = False) -> Ingest:
+    d = Path(directory)
+    if not d.is_dir():
+        raise ConfigError(f"upload directory {d} does not exist or is not a directory")
+    result = exporters.ingest_dir(d, max_bytes=max_upload_bytes)
+    out = Ingest(rejected=list(result.rejected), notes=list(result.notes))
+    for art in result.accepted:
+        try:
+            module, why = rebuild(art)
+        except RebuildRejected as exc:
+            out.rejected.append((Path(art.path).name, str(exc)))
+            continue
+        except Exception as exc:  # a hostile spec must never crash the server
+            reason = f"cannot rebuild from its spec: {type(exc).__name__}: {str(exc)[:200]}"
+            out.rejected.append((Path(art.path).name, reason))
+            continue
+        out.uploads.append(Upload(art, module, why))
+    out.rejected.sort()
+    if strict and out.rejected:
+        listing = "; ".join(f"{n}: {r}" for n, r in out.rejected)
+        raise FusionError(
+            f"--strict: {len(out.rejected)} upload(s) rejected: {listing}",
+            hint="remove the rejected files or run without --strict to fuse the accepted ones",
+        )
+    if not out.uploads:
+        raise FusionError(
+            f"no usable uploads in {d} ({len(out.rejected)} rejected)",
+            hint="check the rejection reasons above; uploads must be edgefl artifacts (.onnx)",
+        )
+    return out
+
+
+class RebuildRejected(EdgeflError, ValueError):
+    pass
+
+
+def rebuild(art: exporters.Artifact) -> tuple[nn.Module | None, str | None]:
+    """Torch module for an artifact, or (None, reason) if it can only be used through ORT.
+    Raises RebuildRejected when the artifact claims a spec that contradicts its own weights."""
+    meta = art.metadata
+    if art.kind == "global":
+        return None, "a global model, not a client upload"
+    if not meta.get("spec"):
+        return None, "no edgefl spec (exported by another tool): usable through onnxruntime only"
+    if meta.get("quantized"):
+        return None, "int8-quantized weights: usable through onnxruntime only"
+    try:
+        spec = ModelSpec.from_dict(meta["spec"])
+        entry = ZOO.get(spec.name)
+    except EdgeflError as exc:
+        raise RebuildRejected(f"invalid spec in metadata: {exc.message}") from None
+    if (
+        list(spec.input_shape) != list(meta["input_shape"])
+        or spec.num_classes != meta["num_classes"]
+    ):
+        raise RebuildRejected("spec disagrees with the metadata's input shape / class count")
+    wanted_role = "classifier" if art.kind == "classifier" else "generator"
+    if entry.role != wanted_role:
+        raise RebuildRejected(f"spec {spec.name!r} is a {entry.role}, artifact kind is {art.kind}")
+    weights = art.state_dict()
+    # Build on the meta device first: a hostile spec (huge widths) costs no memory before its
+    # parameter shapes are compared with the weights actually in the (size-capped) file.
+    try:
+        with torch.device("meta"):
+            shell = _exported_part(build_model(spec), art.kind)
+    except EdgeflError as exc:
+        raise RebuildRejected(f"cannot build spec: {exc.message}") from None
+    # BatchNorm's num_batches_tracked is an unused buffer the exporter drops.
+    expected = {
+        k: tuple(v.shape)
+        for k, v in shell.state_dict().items()
+        if not k.endswith("num_batches_tracked")
+    }
+    got = {k: tuple(v.shape) for k, v in weights.items() if k in expected}
+    if got != expected:
+        missing = sorted(set(expected) - set(got))[:3]
+        raise RebuildRejected(f"weights do not match spec {spec.label} (e.g. missing {missing})")
+    module = _exported_part(build_model(spec), art.kind)
+    missing, _ = module.load_state_dict(
+        {k: torch.from_numpy(weights[k]) for k in expected}, strict=False
+    )
+    if any(not k.endswith("num_batches_tracked") for k in missing):  # pragma: no cover
+        raise RebuildRejected(f"weights missing for {missing[:3]}")
+    module.eval()
+    diff = parity(module, art)
+    if diff > PARITY_ATOL:
+        raise RebuildRejected(f"rebuilt module differs from the ONNX graph (max |diff| {diff:.2e})")
+    return module, None
+
+
+def _exported_part(model: nn.Module, kind: str) -> nn.Module:
+    return model.decoder if kind == "decoder" else model
+
+
+@torch.no_grad()
+def parity(module: nn.Module, art: exporters.Artifact, batch: int = 4, seed: int = 0) -> float:
+    inputs = random_inputs(art.metadata, batch, seed)
+    ort_out = art.run(*[t.numpy() for t in inputs])
+    return float(np.max(np.abs(module(*inputs).numpy() - ort_out)))
+
+
+def random_inputs(meta: dict, batch: int, seed: int) -> tuple[torch.Tensor, ...]:
+    gen = torch.Generator().manual_seed(seed)
+    if meta["kind"] == "decoder":
+        labels = torch.randint(0, meta["num_classes"], (batch,), generator=gen)
+        z = torch.randn(batch, meta["latent_dim"], generator=gen)
+        return z, torch.nn.functional.one_hot(labels, meta["num_classes"]).float()
+    return (torch.rand(batch, *meta["input_shape"], generator=gen),)
