@@ -51,6 +51,8 @@ class ClientJob:
     quantize: str | None = None
     force: bool = False
     client_id: str | None = None
+    search: str | None = None  # "pso": search an architecture under the budget (pFedZKD)
+    search_options: dict[str, Any] | None = None
 
 
 @dataclass
@@ -144,7 +146,21 @@ def client_shard(job: ClientJob, data: ArrayDataset) -> np.ndarray:
     return rest[parts[job.client_index]]
 
 
-def choose_model(job: ClientJob, profile: Profile, info: DatasetInfo, samples: int):
+def choose_model(job: ClientJob, profile: Profile, info: DatasetInfo, samples: int, local=None,
+                 status=None):  # fmt: skip
+    """The spec to train: --model, an architecture search (--search), or the planner's pick.
+    `local` = (x_train, y_train, x_val, y_val) for a search."""
+    if job.search:
+        from edgefl.search import run_search
+
+        spec = run_search(
+            job.search, profile=profile, info=info, local=local, samples=samples,
+            batch_size=job.batch_size, seed=job.seed, options=dict(job.search_options or {}),
+            on_status=status,
+        )  # fmt: skip
+        fit = check_fit(spec, profile, samples=samples, batch_size=job.batch_size)
+        require_fit(spec, profile, fit)
+        return spec, fit
     if job.model:
         spec = parse_model_arg(job.model, info.input_shape, info.num_classes)
         fit = check_fit(spec, profile, samples=samples, batch_size=job.batch_size)
@@ -165,7 +181,8 @@ def run_client(job: ClientJob, *, on_epoch=None, on_status=None) -> ClientResult
     info = dataset_info_for(job.dataset, data)
     shard = client_shard(job, data)
     train_idx, val_idx = train_val_split(shard, 0.1, seed=job.seed + job.client_index)
-    spec, fit = choose_model(job, profile, info, len(train_idx))
+    local = (data.x[train_idx], data.y[train_idx], data.x[val_idx], data.y[val_idx])
+    spec, fit = choose_model(job, profile, info, len(train_idx), local, status)
     role = role_of(spec)
     client_id = job.client_id or f"client-{job.client_index:03d}"
     status(f"{client_id}: {role} {spec.label} on {len(train_idx)} samples ({profile.name})")
