@@ -83,6 +83,14 @@ def train_cmd(
     ),
     force: bool = typer.Option(False, help="Train a --model even if it does not fit the profile."),
     client_id: str | None = typer.Option(None, help="Client id (default client-<index>)."),
+    search: str | None = typer.Option(
+        None, help="pso: search the architecture under the budget (pFedZKD's PSO-FedNAS)."
+    ),
+    particles: int = typer.Option(6, help="--search: swarm size (quick default; paper: 20)."),
+    generations: int = typer.Option(3, help="--search: PSO generations (quick; paper: 10)."),
+    candidate_epochs: int = typer.Option(
+        1, help="--search: training epochs per candidate (quick; paper: 10)."
+    ),
     json_out: bool = typer.Option(False, "--json", help="Print a JSON summary."),
 ) -> None:
     """Train the model that fits this device on its local data and write one ONNX upload."""
@@ -94,7 +102,9 @@ def train_cmd(
         profile=profile, dataset=dataset, out_dir=out, data_dir=data_dir, partition=partition,
         num_clients=num_clients, client_index=client_index, partition_seed=partition_seed,
         model=model, role=role, epochs=epochs, batch_size=batch_size, lr=lr, seed=seed,
-        fed_seed=fed_seed, quantize=quantize, force=force, client_id=client_id,
+        fed_seed=fed_seed, quantize=quantize, force=force, client_id=client_id, search=search,
+        search_options={"particles": particles, "generations": generations,
+                        "candidate_epochs": candidate_epochs} if search else None,
     )  # fmt: skip
     progress = Progress(
         TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import typer
+from rich.markup import escape
 
 from edgefl.cli.common import console, print_json
 from edgefl.errors import ArtifactError, ConfigError, DataError
@@ -49,7 +50,7 @@ def infer_cmd(
             print_json({"shape": list(images.shape), "path": str(target)})
         else:
             console.print(f"generated {images.shape[0]} images of shape {tuple(images.shape[1:])}")
-            console.print(f"wrote {target}")
+            console.print(f"wrote {escape(str(target))}")
         return
     if out:
         raise ConfigError(
@@ -64,7 +65,7 @@ def infer_cmd(
         print_json({"predictions": predictions, "probabilities": probs.tolist()})
         return
     for i, (name, k) in enumerate(zip(predictions, top, strict=True)):
-        console.print(f"{i}: {name} (p={probs[i, k]:.3f})")
+        console.print(f"{i}: {escape(name)} (p={probs[i, k]:.3f})")  # names are user text
 
 
 def load_artifact(path: str):

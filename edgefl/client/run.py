@@ -40,6 +40,7 @@ class ClientJob:
     client_index: int = 0
     partition_seed: int = 0
     public_size: int = 0  # samples held out of the train split as the public set (before partition)
+    subset: int | None = None  # use a seeded subset of this many training samples (quick runs)
     model: str | None = None  # NAME or NAME:key=value,... ; None = the planner's choice
     role: str = "auto"
     max_macs: int | None = None  # cap for the planner (fast CPU simulations)
@@ -137,8 +138,14 @@ def client_shard(job: ClientJob, data: ArrayDataset) -> np.ndarray:
             hint="pick an index below --num-clients",
         )
     rest = np.arange(len(data))
+    if job.subset is not None:
+        if not 0 < job.subset <= len(data):
+            raise ConfigError(f"--subset must be in 1..{len(data)}, got {job.subset}")
+        perm = np.random.default_rng(job.partition_seed).permutation(len(data))
+        rest = np.sort(perm[: job.subset])
     if job.public_size:
-        rest, _ = carve_public(len(data), job.public_size, job.partition_seed)
+        keep, _ = carve_public(len(rest), job.public_size, job.partition_seed)
+        rest = rest[keep]
     parts = partition(
         data.y[rest], job.num_clients, job.partition, job.partition_seed,
         num_classes=data.num_classes,

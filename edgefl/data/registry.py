@@ -79,7 +79,7 @@ _add(
     class_names=DIGIT_NAMES,
     train_size=1_437,
     test_size=360,
-    reference_classifier="cnn",
+    reference_classifier="vgg9",
     description="scikit-learn 8x8 digits (built in; 1,797 samples, for quick tests)",
     builtin=True,
 )

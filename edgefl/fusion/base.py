@@ -250,9 +250,10 @@ def per_class_counts(y: torch.Tensor, num_classes: int) -> list[int]:
 def kd_loss(student_logits, teacher_logits, reduction: str) -> torch.Tensor:
     """KL(softmax(teacher) || softmax(student)). reduction "mean" averages over batch AND classes
     (FedMHO's code: the KD term is scaled by 1/C); "batchmean" is the textbook KL per sample."""
-    return F.kl_div(
-        F.log_softmax(student_logits, 1), F.softmax(teacher_logits, 1), reduction=reduction
+    kl = F.kl_div(
+        F.log_softmax(student_logits, 1), F.softmax(teacher_logits, 1), reduction="batchmean"
     )
+    return kl / student_logits.shape[1] if reduction == "mean" else kl
 
 
 def train_student(

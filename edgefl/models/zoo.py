@@ -25,6 +25,7 @@ from edgefl.models.nets import (
 )
 from edgefl.models.spec import ModelSpec
 from edgefl.registry import Registry
+from edgefl.search.nas_model import DEFAULT_GENES, build_nas_cnn
 
 Role = Literal["classifier", "generator"]
 
@@ -243,3 +244,8 @@ def candidate_specs(input_shape, num_classes: int, role: Role) -> list[ModelSpec
             except ConfigError:
                 continue
     return specs
+
+
+# pFedZKD's searched family; `edgefl search` / `client train --search pso` pick its genes.
+_add(ZooEntry("nas-cnn", "classifier", build_nas_cnn, "PSO-FedNAS space: conv/pool genes, FC head",
+              {"genes": DEFAULT_GENES}, "pFedZKD Sec. 3.2"))  # fmt: skip

@@ -1,0 +1,91 @@
+"""`edgefl search`: PSO-FedNAS alone, on one client's shard, under a device profile's budget."""
+
+from __future__ import annotations
+
+import typer
+from rich.table import Table
+
+from edgefl.cli.common import console, fmt_bytes, fmt_count, print_json
+
+
+def register(root: typer.Typer) -> None:
+    root.command("search")(search_cmd)
+
+
+def search_cmd(
+    profile: str = typer.Option(..., help="Profile name or TOML path: the hard budget."),
+    dataset: str = typer.Option("mnist", help="Dataset name, .npz file or image folder."),
+    data_dir: str | None = typer.Option(None, help="Folder with standard dataset files."),
+    partition: str = typer.Option("dirichlet:0.5", help="iid | dirichlet:ALPHA | classes:K."),
+    num_clients: int = typer.Option(10, help="Clients in the federation."),
+    client_index: int = typer.Option(0, help="Which client's shard to search on."),
+    partition_seed: int = typer.Option(0, help="Seed of the partition."),
+    particles: int = typer.Option(20, help="Swarm size (paper: 20)."),
+    generations: int = typer.Option(
+        10, help="PSO generations after the initial swarm (paper: 10)."
+    ),
+    candidate_epochs: int = typer.Option(
+        1, help="Training epochs per candidate (paper: 10; 1 keeps a CPU search in minutes)."
+    ),
+    fitness_samples: int | None = typer.Option(
+        None, help="Train candidates on at most this many local samples (default: all)."
+    ),
+    max_macs: int | None = typer.Option(
+        None, help="Extra MACs cap on top of the profile (keeps CPU runs fast)."
+    ),
+    batch_size: int | None = typer.Option(None, help="Batch size (default: profile's)."),
+    seed: int = typer.Option(0, help="Seed of the swarm and of candidate training."),
+    top: int = typer.Option(15, help="Rows of the candidate table (best fitness first)."),
+    json_out: bool = typer.Option(False, "--json", help="Print the whole result as JSON."),
+) -> None:
+    """Search a CNN for this device's shard (pFedZKD's PSO-FedNAS); every candidate fits."""
+    from edgefl.client.run import ClientJob
+    from edgefl.search import search_client
+    from edgefl.search.pso import PSOConfig
+
+    job = ClientJob(
+        profile=profile, dataset=dataset, data_dir=data_dir, partition=partition,
+        num_clients=num_clients, client_index=client_index, partition_seed=partition_seed,
+        batch_size=batch_size, seed=seed,
+    )  # fmt: skip
+    cfg = PSOConfig(particles=particles, generations=generations,
+                    candidate_epochs=candidate_epochs, fitness_samples=fitness_samples,
+                    max_macs=max_macs)  # fmt: skip
+
+    def on_status(msg: str) -> None:
+        if not json_out:
+            console.print(f"[dim]{msg}[/]")
+
+    result = search_client(job, cfg, on_status=on_status)
+    if json_out:
+        print_json(result.as_dict())
+        return
+    from edgefl.models.cost import costs
+
+    best, c, b = result.best, costs(result.spec), result.budget
+    ram = b["ram_budget_bytes"]
+    console.print(f"[bold]best architecture[/] ({result.profile.name}): [cyan]{best.arch}[/]")
+    console.print(
+        f"  val accuracy {100 * best.val_accuracy:.2f}%, val CE {best.fitness:.4f}; "
+        f"{fmt_count(c.params)} params, {c.macs:,} MACs/sample"
+    )
+    console.print(
+        f"  training memory {fmt_bytes(best.train_bytes)} (batch {b['batch_size']}, "
+        f"{b['optimizer']}) and inference peak {fmt_bytes(best.infer_bytes)} of "
+        f"{fmt_bytes(ram)} budget; est. {result.history[-1]['epoch_seconds']:.1f} s/epoch "
+        f"(limit {b['max_epoch_seconds']:.0f} s)"
+    )
+    console.print(
+        f"  {len(result.candidates)} architectures trained ({result.evaluations} evaluations) "
+        f"in {result.seconds:.1f} s"
+    )
+    table = Table(title="Candidates: accuracy vs MACs (best fitness first)")
+    for col in ("gen", "architecture", "MACs", "params", "train mem", "val acc", "val CE"):
+        table.add_column(col, justify="left" if col == "architecture" else "right")
+    for cand in sorted(result.candidates, key=lambda x: x.fitness)[:top]:
+        table.add_row(
+            str(cand.generation), cand.arch, f"{cand.macs:,}", fmt_count(cand.params),
+            fmt_bytes(cand.train_bytes), f"{100 * cand.val_accuracy:.1f}%", f"{cand.fitness:.4f}",
+        )  # fmt: skip
+    console.print(table)
+    console.print(f"spec: {result.spec.to_json()}")

@@ -1,0 +1,138 @@
+"""`edgefl simulate` and `edgefl demo`."""
+
+from __future__ import annotations
+
+import typer
+from rich.table import Table
+
+from edgefl.cli.common import console, fmt_bytes, print_json
+
+DEFAULT_METHODS = "fedavg,ensemble,fedcvae-ens,fedmho,fedmho-md,fedmho-sd"
+
+
+def register(app: typer.Typer) -> None:
+    app.command("simulate")(simulate_cmd)
+    app.command("demo")(demo_cmd)
+
+
+def _fuse_options(items: list[str]) -> dict[str, dict]:
+    """--fuse-opt METHOD:key=value (METHOD may be 'all')."""
+    from edgefl.cli.server_cmd import _parse_opts
+    from edgefl.errors import ConfigError
+
+    out: dict[str, dict] = {}
+    for item in items:
+        method, sep, kv = item.partition(":")
+        if not sep:
+            raise ConfigError(f"--fuse-opt expects METHOD:key=value, got {item!r}")
+        out.setdefault(method, {}).update(_parse_opts([kv]))
+    return out
+
+
+def simulate_cmd(
+    dataset: str = typer.Option("mnist", help="Registered dataset."),
+    clients: int = typer.Option(10, help="Number of clients."),
+    partition: str = typer.Option("dirichlet:0.5", help="iid | dirichlet:ALPHA | classes:K."),
+    mix: str = typer.Option(
+        "smartphone:5,wristband:5", help="PROFILE:COUNT,... (sums to --clients)."
+    ),
+    methods: str = typer.Option(DEFAULT_METHODS, help="Comma-separated fusion methods."),
+    seed: int = typer.Option(0, help="Seed of partition, initialisation, training and fusion."),
+    out: str = typer.Option("runs/sim", "--out", help="Run directory (resumable)."),
+    jobs: int = typer.Option(1, help="Clients trained in parallel worker processes."),
+    device: str = typer.Option("auto", help="Fusion device: auto | cpu | cuda."),
+    paper_models: bool = typer.Option(
+        False, help="Paper prototypes (CNN/VGG-9 + CVAE-small) regardless of budgets."
+    ),
+    paper_classifier: str = typer.Option("cnn", help="With --paper-models: cnn or vgg9."),
+    max_classifier_macs: int = typer.Option(
+        2_000_000, help="Cap on budget-true classifiers (0: none)."
+    ),
+    classifier_epochs: int | None = typer.Option(
+        None, help="Local epochs of classifiers (default: profile)."
+    ),
+    generator_epochs: int | None = typer.Option(
+        None, help="Local epochs of CVAEs (default: profile)."
+    ),
+    subset: int | None = typer.Option(None, help="Use only this many training samples."),
+    fuse_opt: list[str] = typer.Option(
+        [], "--fuse-opt", help="METHOD:key=value, e.g. fedmho-md:epochs=10."
+    ),
+    data_dir: str | None = typer.Option(None, help="Folder with standard dataset files."),
+    json_out: bool = typer.Option(False, "--json", help="Print results JSON."),
+) -> None:
+    """Run a whole one-shot federation: train every client, fuse with each method, evaluate."""
+    from edgefl.simulate.run import SimJob, simulate
+
+    opts = _fuse_options(fuse_opt)
+    method_list = tuple(m.strip() for m in methods.split(",") if m.strip())
+    if "all" in opts:
+        shared = opts.pop("all")
+        opts = {m: shared | opts.get(m, {}) for m in method_list}
+    job = SimJob(
+        dataset=dataset, clients=clients, partition=partition, mix=mix, methods=method_list,
+        seed=seed, out=out, jobs=jobs, device=device, paper_models=paper_models,
+        paper_classifier=paper_classifier, max_classifier_macs=max_classifier_macs or None,
+        classifier_epochs=classifier_epochs, generator_epochs=generator_epochs, subset=subset,
+        data_dir=data_dir, fuse_options=opts,
+    )  # fmt: skip
+    log = None if json_out else (lambda m: console.print(f"[dim]{m}[/]"))
+    results = simulate(job, log=log)
+    if json_out:
+        print_json(results)
+    else:
+        print_results(results)
+
+
+def print_results(results: dict) -> None:
+    j = results["job"]
+    title = (f"{j['dataset']}, {j['clients']} clients, {j['partition']}, {j['mix']}"
+             + (", paper models" if j["paper_models"] else ", budget-true models"))  # fmt: skip
+    table = Table(title=title)
+    for col in ("method", "accuracy", "paper", "fuse time", "upload"):
+        table.add_column(col, justify="left" if col == "method" else "right")
+    for r in results["results"]:
+        acc = f"{100 * r['accuracy']:.2f}%" if r["accuracy"] is not None else "[red]refused[/]"
+        paper = f"{r['paper']:.2f}%" if r.get("paper") is not None else "-"
+        table.add_row(r["method"], acc, paper, f"{r['fuse_seconds']:.1f}s",
+                      fmt_bytes(r["upload_bytes"]))  # fmt: skip
+    console.print(table)
+    for r in results["results"]:
+        if r.get("error"):
+            console.print(f"  [yellow]{r['method']}[/]: {r['error']}")
+    ctab = Table(title="clients")
+    for col in ("client", "profile", "role", "model", "val acc", "upload"):
+        ctab.add_column(col)
+    for c in results["clients"]:
+        va = c["training"].get("val_accuracy")
+        ctab.add_row(c["client_id"], c["profile"], c["role"], c["model"],
+                     "-" if va is None else f"{100 * va:.1f}%", fmt_bytes(c["upload_bytes"]))  # fmt: skip
+    console.print(ctab)
+    s = results["seconds"]
+    console.print(f"clients {s['clients']:.0f} s, fusion {s['fusion']:.0f} s, total {s['total']:.0f} s; "
+                  f"results in {j['out']}/results.md")  # fmt: skip
+
+
+def demo_cmd(
+    out: str = typer.Option("runs/demo", "--out", help="Run directory."),
+    jobs: int = typer.Option(2, help="Parallel client workers."),
+) -> None:
+    """A small MNIST federation end to end (plans, clients, every FedMHO-paper method)."""
+    from edgefl.cli.client_cmd import print_plan
+    from edgefl.data.registry import dataset_info
+    from edgefl.models.plan import plan
+    from edgefl.profiles import get_profile
+    from edgefl.simulate.run import SimJob, simulate
+
+    console.rule("1. What each device can afford (MNIST)")
+    for name in ("smartphone", "wristband"):
+        print_plan(plan(get_profile(name), dataset_info("mnist"), samples=2000))
+    console.rule("2-5. Train 6 clients, export ONNX, fuse on the server, evaluate")
+    job = SimJob(
+        dataset="mnist", clients=6, partition="dirichlet:0.5", mix="smartphone:3,wristband:3",
+        out=out, jobs=jobs, subset=12_000, classifier_epochs=5, generator_epochs=15,
+        max_classifier_macs=500_000,
+        fuse_options={m: {"epochs": 10, "synthetic": 3000} for m in
+                      ("fedmho", "fedmho-md", "fedmho-sd", "fedcvae-ens")},
+    )  # fmt: skip
+    print_results(simulate(job, log=lambda m: console.print(f"[dim]{m}[/]")))

@@ -1,0 +1,157 @@
+"""DENSE (Zhang et al., NeurIPS 2022; baseline in shared/papers/fedhydra.txt and fedmho.txt).
+
+Data-free one-shot fusion of classifiers of any architectures. Per epoch:
+1. train the server generator `gen_steps` steps on one fixed (z, y) batch with
+   ce * CE(ensemble(x), y) + bn * BN-statistics loss (teachers that have BatchNorm)
+   + adv * (-KL(ensemble || student)), the last only on samples where student and ensemble
+   agree (DENSE's indicator: push the generator towards the student's decision boundary);
+2. add the batch and its ensemble logits to the synthetic pool (teachers never change, so their
+   logits are computed once);
+3. distill the student on the pool with KL at temperature T (T = 20 in DENSE).
+The ensemble is the plain mean of the teachers' logits.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch.nn import functional as F
+
+from edgefl.errors import ConfigError
+from edgefl.fusion.base import FusionConfig, FusionContext, FusionResult, Method
+from edgefl.fusion.generator import (
+    BNStatLoss,
+    check_generator_config,
+    frozen_teachers,
+    kl_at,
+    make_generator,
+    sample_noise,
+    set_trainable,
+    teacher_forward,
+)
+
+
+@dataclass(frozen=True)
+class DenseConfig(FusionConfig):
+    """Defaults: DENSE's paper/setup (200 epochs, synthesis batch 256, generator Adam 1e-3,
+    student SGD 0.01 momentum 0.9, T = 20, loss weights 1/1/1, nz = 256, 128/64 channels).
+    On 2 CPU cores use far fewer epochs and a narrower generator (bench/results/datafree.md)."""
+
+    student: str = "cnn"
+    epochs: int = 200
+    batch_size: int = 256  # samples synthesised per epoch, and the distillation batch
+    gen_steps: int = 30  # generator steps per epoch
+    gen_lr: float = 1e-3
+    lr: float = 0.01  # student SGD
+    momentum: float = 0.9
+    temperature: float = 20.0
+    kd_steps: int = 0  # student steps per epoch; 0 = one pass over the pool
+    ce_weight: float = 1.0
+    bn_weight: float = 1.0
+    adv_weight: float = 1.0
+    adv_mask: bool = True  # adversarial term only where student and ensemble agree (DENSE)
+    nz: int = 256
+    ngf: int = 64
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_generator_config(self.nz, self.ngf, self.gen_steps, self.gen_lr)
+        if not isinstance(self.kd_steps, int) or self.kd_steps < 0:
+            raise ConfigError(f"--kd-steps must be >= 0 (0 = one pass), got {self.kd_steps!r}")
+        if not self.temperature > 0:
+            raise ConfigError(f"--temperature must be > 0, got {self.temperature}")
+        if not 0 <= self.momentum < 1:
+            raise ConfigError(f"--momentum must be in [0, 1), got {self.momentum}")
+        for name in ("ce_weight", "bn_weight", "adv_weight"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"--{name.replace('_', '-')} must be >= 0")
+
+
+def fuse(ctx: FusionContext, cfg: DenseConfig) -> FusionResult:
+    uploads = ctx.require("classifier", "dense")
+    dev = ctx.device
+    torch.manual_seed(cfg.seed)
+    rng = torch.Generator().manual_seed(cfg.seed)
+    teachers = frozen_teachers(uploads, dev)
+    bn = BNStatLoss(teachers)
+    spec, student = ctx.student(cfg.student)
+    gen = make_generator(cfg.nz, cfg.ngf, ctx.input_shape, cfg.seed, dev)
+    opt_g = torch.optim.Adam(gen.parameters(), lr=cfg.gen_lr)
+    opt_s = torch.optim.SGD(student.parameters(), lr=cfg.lr, momentum=cfg.momentum)
+    pool_x: list[torch.Tensor] = []
+    pool_t: list[torch.Tensor] = []
+    hist: dict[str, list[float]] = {k: [] for k in ("generator", "ce", "bn", "adv", "distill")}
+
+    for epoch in range(cfg.epochs):
+        z, y = sample_noise(rng, cfg.batch_size, cfg.nz, ctx.num_classes, dev)
+        set_trainable(student, False)
+        with ctx.stage("generator"):
+            for _ in range(cfg.gen_steps):
+                x = gen(z)
+                ens = teacher_forward(teachers, x, bn).mean(0)
+                l_ce = F.cross_entropy(ens, y)
+                l_bn = bn.value(dev)
+                s = student(x)
+                kl = kl_at(ens, s, reduction="none")
+                agree = (s.argmax(1) == ens.argmax(1)).float() if cfg.adv_mask else 1.0
+                l_adv = -(kl * agree).mean()
+                loss = cfg.ce_weight * l_ce + cfg.bn_weight * l_bn + cfg.adv_weight * l_adv
+                opt_g.zero_grad(set_to_none=True)
+                loss.backward()
+                opt_g.step()
+            with torch.no_grad():
+                x = gen(z)
+                pool_x.append(x)
+                pool_t.append(teacher_forward(teachers, x).mean(0))
+        for k, v in zip(("generator", "ce", "bn", "adv"), (loss, l_ce, l_bn, l_adv), strict=True):
+            hist[k].append(float(v.detach()))
+
+        set_trainable(student, True)
+        with ctx.stage("distill"):
+            hist["distill"].append(_distill(student, opt_s, pool_x, pool_t, rng, cfg))
+        ctx.log(
+            f"epoch {epoch + 1}/{cfg.epochs}: generator {hist['generator'][-1]:.4f} "
+            f"(bn {hist['bn'][-1]:.4f}), distill {hist['distill'][-1]:.4f}"
+        )
+    bn.remove()
+    student.eval()
+    info = {
+        "teachers": [u.client_id for u in uploads],
+        "bn_teachers": [uploads[k].client_id for k in bn.with_bn],
+        "synthetic_pool": sum(len(p) for p in pool_x),
+        "loss_history": hist,
+    }
+    return FusionResult(student, spec, info)
+
+
+def _distill(student, opt, pool_x, pool_t, rng: torch.Generator, cfg: DenseConfig) -> float:
+    x, t = torch.cat(pool_x), torch.cat(pool_t)
+    order = torch.randperm(len(x), generator=rng)
+    batches = list(order.split(cfg.batch_size))
+    if cfg.kd_steps:
+        # A fixed number of steps: cycle through fresh permutations as the pool allows.
+        while len(batches) < cfg.kd_steps:
+            batches += list(torch.randperm(len(x), generator=rng).split(cfg.batch_size))
+        batches = batches[: cfg.kd_steps]
+    total = 0.0
+    for idx in batches:
+        idx = idx.to(x.device)
+        loss = kl_at(t[idx], student(x[idx]), cfg.temperature)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        total += float(loss.detach())
+    return total / len(batches)
+
+
+METHOD = Method(
+    name="dense",
+    description="data-free: a generator trained against the classifier ensemble "
+    "(CE + BN statistics + adversarial), the ensemble distilled at T=20 on its samples",
+    paper="Zhang et al., DENSE, NeurIPS 2022",
+    consumes=("classifier",),
+    needs_gradients=True,  # the generator backpropagates through the teachers
+    config_cls=DenseConfig,
+    fuse=fuse,
+)

@@ -1,0 +1,301 @@
+"""FedHydra (shared/papers/fedhydra.txt): data-free one-shot fusion that weighs each client's
+logits by how well it knows each class.
+
+1. Model stratification (MS, Alg. 2): for every client k and class j, a fresh generator is trained
+   T_G steps to make client k alone classify its output as j; from the CE losses L_kj of those
+   steps, u_kj = (max L_kj - min L_kj) / min L_kj (Eq. 2). U is (classes x clients); U_r
+   normalises each class's row over clients (Eq. 4-5), U_c each client's column over classes
+   (Eq. 6-7).
+2. Stratified aggregation (SA, Alg. 3): for a batch with target labels y, P_k' = P_k * U_c[:, k]
+   (each class's logit scaled), P(i) = sum_k U_r[y_i, k] * P_k'(i) (Eq. 8-11).
+3. HASA (Alg. 1), per epoch: the generator takes T_G steps on one (z, y) batch with
+   CE(P, y) + l1 * BN loss + l2 * (-KL(P || student)) (Eq. 16); then the student distills on all of
+   those T_G intermediate batches ("leverages all generated intermediates", Sec. 2) with
+   KL(P || student) + beta * CE(student, argmax P) (Eq. 19).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from edgefl.errors import ConfigError
+from edgefl.fusion.base import FusionConfig, FusionContext, FusionResult, Method
+from edgefl.fusion.generator import (
+    BNStatLoss,
+    check_generator_config,
+    frozen_teachers,
+    kl_at,
+    make_generator,
+    sample_noise,
+    set_trainable,
+    teacher_forward,
+)
+
+# A client's CE can underflow to exactly 0 when it is extremely confident (float32 softmax);
+# Eq. 2 would then divide by zero. Losses are recorded in float64 (0 only for logit gaps > ~700)
+# and min L_kj is floored here: u_kj stays finite and very large, i.e. "this client guides class j
+# very strongly", which is what a vanishing loss means.
+MIN_LOSS_FLOOR = 1e-12
+
+
+@dataclass(frozen=True)
+class FedHydraConfig(FusionConfig):
+    """Defaults: the paper's Sec. 4.1.5 (generator Adam 1e-3, T_G = 30, l1 = l2 = 1, global SGD
+    0.01, T_g = 200 epochs) and DENSE's generator (nz = 256, 128/64 channels). The paper gives no
+    value for beta, the batch size, momentum or temperature: beta = 1, b = 256 (DENSE's), momentum
+    0.9 (DENSE's student SGD), T = 1 (the paper's KL has none). On 2 CPU cores, use far fewer
+    epochs and a narrower generator (bench/results/datafree.md gives the reduced budget)."""
+
+    student: str = "cnn"
+    epochs: int = 200  # paper: T_g = 200
+    batch_size: int = 256
+    gen_steps: int = 30  # paper: T_G = 30, in HASA and in stratification
+    strat_steps: int = 0  # stratification steps per (client, class); 0 = gen_steps
+    strat_batch: int = 0  # stratification batch size; 0 = batch_size
+    gen_lr: float = 1e-3
+    lr: float = 0.01  # global SGD
+    momentum: float = 0.9
+    lambda_bn: float = 1.0  # paper's lambda_1
+    lambda_adv: float = 1.0  # paper's lambda_2
+    beta: float = 1.0
+    temperature: float = 1.0
+    nz: int = 256
+    ngf: int = 64
+    heatmap: str | None = None  # write the stratification heat map PNG here
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_generator_config(self.nz, self.ngf, self.gen_steps, self.gen_lr)
+        for name in ("strat_steps", "strat_batch"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or v < 0:
+                raise ConfigError(f"--{name.replace('_', '-')} must be >= 0 (0 = default)")
+        for name in ("lambda_bn", "lambda_adv", "beta"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"--{name.replace('_', '-')} must be >= 0")
+        if not self.temperature > 0:
+            raise ConfigError(f"--temperature must be > 0, got {self.temperature}")
+        if not 0 <= self.momentum < 1:
+            raise ConfigError(f"--momentum must be in [0, 1), got {self.momentum}")
+
+
+# --- model stratification -------------------------------------------------------------------
+
+
+def guidance(losses: np.ndarray) -> float:
+    """Eq. 2, u = (max - min) / min over one generator run's losses (non-finite ones dropped;
+    none left -> 0, no guidance measured)."""
+    ok = losses[np.isfinite(losses)]
+    if len(ok) == 0:
+        return 0.0
+    return float((ok.max() - ok.min()) / max(ok.min(), MIN_LOSS_FLOOR))
+
+
+def stratify(
+    teachers: list[nn.Module],
+    num_classes: int,
+    *,
+    image_shape,
+    steps: int,
+    batch_size: int,
+    lr: float,
+    nz: int,
+    ngf: int,
+    seed: int,
+    device,
+    log=None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """(U, losses): U is (classes x clients) guidance capability, losses (clients x classes x
+    steps). Every (k, j) run starts from the same generator weights and the same noise, so U
+    differs between pairs only through the clients themselves. The c generators of one client
+    run side by side as one grouped generator: the groups share no parameters and Adam is
+    elementwise, so summing their losses trains each exactly as if it ran alone."""
+    single = make_generator(nz, ngf, image_shape, seed, device)
+    rng = torch.Generator().manual_seed(seed)
+    z, _ = sample_noise(rng, batch_size, nz, num_classes, device)
+    y = torch.arange(num_classes, device=device).repeat_interleave(batch_size)
+    losses = np.zeros((len(teachers), num_classes, steps))
+    for k, teacher in enumerate(teachers):
+        gen = single.replicate(num_classes)  # generator j is trained towards class j
+        opt = torch.optim.Adam(gen.parameters(), lr=lr)
+        for t in range(steps):
+            x = gen(z).flatten(0, 1)  # (c * b, ...): class-major, like y
+            ce = F.cross_entropy(teacher(x).double(), y, reduction="none")
+            per_class = ce.view(num_classes, batch_size).mean(1)
+            opt.zero_grad(set_to_none=True)
+            per_class.sum().backward()
+            opt.step()
+            losses[k, :, t] = per_class.detach().cpu().numpy()
+        if log:
+            log(f"stratification: client {k + 1}/{len(teachers)} done")
+    u = np.array([[guidance(losses[k, j]) for k in range(len(teachers))]
+                  for j in range(num_classes)])  # fmt: skip
+    return u, losses
+
+
+def stratification_weights(u: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(U_r, U_c) from U (classes x clients). U_r: each class's row sums to 1 over clients;
+    U_c: each client's column sums to 1 over classes. A row or column that is all zero (nobody
+    guides that class / a client guides nothing measurable) falls back to uniform weights
+    instead of dividing by zero."""
+    u = np.asarray(u, dtype=np.float64)
+    c, m = u.shape
+    rows = u.sum(1, keepdims=True)
+    u_r = np.where(rows > 0, u / np.where(rows > 0, rows, 1), 1.0 / m)
+    cols = u.sum(0, keepdims=True)
+    u_c = np.where(cols > 0, u / np.where(cols > 0, cols, 1), 1.0 / c)
+    return u_r, u_c
+
+
+def stratified_aggregate(logits: torch.Tensor, y: torch.Tensor, u_r: torch.Tensor,
+                         u_c: torch.Tensor) -> torch.Tensor:  # fmt: skip
+    """SA (Eq. 8-11). logits (m, b, c) of the m clients; y (b,) target labels; u_r, u_c (c, m).
+    Returns P (b, c) with P[i] = sum_k u_r[y_i, k] * (logits[k, i] * u_c[:, k])."""
+    scaled = logits * u_c.t().unsqueeze(1)  # (m, 1, c): client k's per-class weights
+    v = u_r[y]  # (b, m): each sample's weights over clients, by its target class
+    return torch.einsum("bm,mbc->bc", v, scaled)
+
+
+# --- HASA -----------------------------------------------------------------------------------
+
+
+def fuse(ctx: FusionContext, cfg: FedHydraConfig) -> FusionResult:
+    uploads = ctx.require("classifier", "fedhydra")
+    dev = ctx.device
+    torch.manual_seed(cfg.seed)
+    teachers = frozen_teachers(uploads, dev)
+    with ctx.stage("stratify"):
+        u, _ = stratify(
+            teachers, ctx.num_classes, image_shape=ctx.input_shape,
+            steps=cfg.strat_steps or cfg.gen_steps, batch_size=cfg.strat_batch or cfg.batch_size,
+            lr=cfg.gen_lr, nz=cfg.nz, ngf=cfg.ngf, seed=cfg.seed, device=dev, log=ctx.log,
+        )  # fmt: skip
+    u_r, u_c = stratification_weights(u)
+    ur_t = torch.tensor(u_r, dtype=torch.float32, device=dev)
+    uc_t = torch.tensor(u_c, dtype=torch.float32, device=dev)
+
+    bn = BNStatLoss(teachers)
+    spec, student = ctx.student(cfg.student)
+    # Alg. 1 line 11: a new generator for HASA (seed + 1: not the stratification's init).
+    gen = make_generator(cfg.nz, cfg.ngf, ctx.input_shape, cfg.seed + 1, dev)
+    opt_g = torch.optim.Adam(gen.parameters(), lr=cfg.gen_lr)
+    opt_s = torch.optim.SGD(student.parameters(), lr=cfg.lr, momentum=cfg.momentum)
+    rng = torch.Generator().manual_seed(cfg.seed + 1)
+    hist: dict[str, list[float]] = {k: [] for k in ("generator", "ce", "bn", "adv", "global")}
+
+    for epoch in range(cfg.epochs):
+        z, y = sample_noise(rng, cfg.batch_size, cfg.nz, ctx.num_classes, dev)
+        set_trainable(student, False)
+        intermediates = []
+        with ctx.stage("generator"):
+            for _ in range(cfg.gen_steps):
+                x = gen(z)
+                p = stratified_aggregate(teacher_forward(teachers, x, bn), y, ur_t, uc_t)
+                l_ce = F.cross_entropy(p, y)
+                l_bn = bn.value(dev)
+                l_adv = -kl_at(p, student(x), cfg.temperature)
+                loss = l_ce + cfg.lambda_bn * l_bn + cfg.lambda_adv * l_adv
+                intermediates.append((x.detach(), p.detach()))
+                opt_g.zero_grad(set_to_none=True)
+                loss.backward()
+                opt_g.step()
+        for k, v in zip(("generator", "ce", "bn", "adv"), (loss, l_ce, l_bn, l_adv), strict=True):
+            hist[k].append(float(v.detach()))
+
+        set_trainable(student, True)
+        with ctx.stage("distill"):
+            total = 0.0
+            for x, p in intermediates:
+                s = student(x)
+                loss = kl_at(p, s, cfg.temperature) + cfg.beta * F.cross_entropy(s, p.argmax(1))
+                opt_s.zero_grad(set_to_none=True)
+                loss.backward()
+                opt_s.step()
+                total += float(loss.detach())
+            hist["global"].append(total / len(intermediates))
+        ctx.log(
+            f"epoch {epoch + 1}/{cfg.epochs}: generator {hist['generator'][-1]:.4f} "
+            f"(bn {hist['bn'][-1]:.4f}), global {hist['global'][-1]:.4f}"
+        )
+    bn.remove()
+    student.eval()
+
+    ids = [u.client_id for u in uploads]
+    names = [str(c) for c in ctx.class_names]
+    heatmap = None
+    if cfg.heatmap:
+        with ctx.stage("heatmap"):
+            heatmap = str(plot_stratification(u_r, ids, names, cfg.heatmap))
+    info = {
+        "teachers": ids,
+        "bn_teachers": [ids[k] for k in bn.with_bn],
+        "stratification": {
+            "client_ids": ids,
+            "class_names": names,
+            "layout": "rows = classes, columns = clients",
+            "U": u.tolist(),
+            "U_r": u_r.tolist(),
+            "U_c": u_c.tolist(),
+            "min_loss_floor": MIN_LOSS_FLOOR,
+        },
+        "stratification_heatmap": heatmap,
+        "loss_history": hist,
+    }
+    return FusionResult(student, spec, info)
+
+
+def plot_stratification(weights, client_ids, class_names, path) -> Path:
+    """Heat map of a (classes x clients) weight matrix (U_r by default: which client each class
+    trusts), written atomically (temporary file + rename) as a PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot as plt
+
+    w = np.asarray(weights, dtype=np.float64)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig, ax = plt.subplots(figsize=(1.2 + 0.9 * w.shape[1], 1.0 + 0.45 * w.shape[0]))
+    im = ax.imshow(w, cmap="viridis", vmin=0, vmax=max(1e-12, float(w.max())), aspect="auto")
+    ax.set_xticks(range(w.shape[1]), [str(c) for c in client_ids], rotation=45, ha="right")
+    ax.set_yticks(range(w.shape[0]), [str(c) for c in class_names])
+    ax.set_xlabel("client")
+    ax.set_ylabel("class")
+    ax.set_title("FedHydra stratification weights")
+    for j in range(w.shape[0]):
+        for k in range(w.shape[1]):
+            dark = w[j, k] < 0.5 * w.max()
+            ax.text(k, j, f"{w[j, k]:.2f}", ha="center", va="center", fontsize=7,
+                    color="white" if dark else "black")  # fmt: skip
+    fig.colorbar(im, ax=ax)
+    fig.tight_layout()
+    fd, tmp = tempfile.mkstemp(suffix=".png", dir=path.parent)
+    os.close(fd)
+    try:
+        fig.savefig(tmp, format="png", dpi=120)
+        os.replace(tmp, path)
+    finally:
+        plt.close(fig)
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return path
+
+
+METHOD = Method(
+    name="fedhydra",
+    description="data-free: per-client/per-class stratification weights, generator trained on "
+    "the stratified logit aggregate, distilled with KL + CE on its hard labels",
+    paper="Bai et al., FedHydra: a unified solution to diverse heterogeneities in OSFL",
+    consumes=("classifier",),
+    needs_gradients=True,  # generators backpropagate through the teachers
+    config_cls=FedHydraConfig,
+    fuse=fuse,
+)

@@ -1,0 +1,186 @@
+"""What the generator-based data-free methods (DENSE, FedHydra) share: DENSE's generator, the
+BatchNorm-statistics loss over teachers, frozen teacher copies and KL at a temperature.
+
+Generator (DENSE, Zhang et al. NeurIPS 2022; shared/notes/methods.md): z (nz) -> Linear ->
+(2*ngf, s/4, s/4) -> BN -> Up x2 -> Conv 2ngf -> BN -> LReLU -> Up x2 -> Conv ngf -> BN -> LReLU
+-> Conv(c) -> Sigmoid. ngf = 64 gives DENSE's 128/64 channels; images are in [0, 1] like every
+edgefl dataset.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from edgefl.errors import ConfigError
+
+
+class GroupedLinear(nn.Module):
+    """`groups` independent nn.Linear layers applied to the same input: (b, n) -> (b, g, out)."""
+
+    def __init__(self, groups: int, n_in: int, n_out: int):
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(groups, n_out, n_in))
+        self.bias = nn.Parameter(torch.empty(groups, n_out))
+        for w, b in zip(self.weight, self.bias, strict=True):  # nn.Linear's initialisation
+            nn.init.kaiming_uniform_(w, a=math.sqrt(5))
+            nn.init.uniform_(b, -1 / math.sqrt(n_in), 1 / math.sqrt(n_in))
+
+    def forward(self, z: torch.Tensor) -> torch.Tensor:
+        return torch.einsum("bn,gon->bgo", z, self.weight) + self.bias
+
+
+class Generator(nn.Module):
+    """DENSE's generator. With groups = G > 1 it is G independent generators run side by side
+    (grouped convolutions, per-channel BatchNorm): one pass replaces G small ones, which is what
+    makes FedHydra's per-(client, class) stratification affordable. forward(z) gives images
+    (b, c, h, w), or (G, b, c, h, w) when grouped."""
+
+    def __init__(self, nz: int, ngf: int, image_shape: tuple[int, int, int], groups: int = 1):
+        super().__init__()
+        c, h, w = image_shape
+        g = groups
+        self.nz, self.ngf, self.groups = nz, ngf, groups
+        self.image_shape = (c, h, w)
+        # Two x2 upsamplings: start at ceil(s/4) and crop, so sizes not divisible by 4 work too.
+        self.init_hw = (math.ceil(h / 4), math.ceil(w / 4))
+        self.fc = GroupedLinear(g, nz, 2 * ngf * self.init_hw[0] * self.init_hw[1])
+        self.body = nn.Sequential(
+            nn.BatchNorm2d(g * 2 * ngf),
+            nn.Upsample(scale_factor=2),
+            nn.Conv2d(g * 2 * ngf, g * 2 * ngf, 3, padding=1, bias=False, groups=g),
+            nn.BatchNorm2d(g * 2 * ngf),
+            nn.LeakyReLU(0.2),
+            nn.Upsample(scale_factor=2),
+            nn.Conv2d(g * 2 * ngf, g * ngf, 3, padding=1, bias=False, groups=g),
+            nn.BatchNorm2d(g * ngf),
+            nn.LeakyReLU(0.2),
+            nn.Conv2d(g * ngf, g * c, 3, padding=1, groups=g),
+            nn.Sigmoid(),
+        )
+
+    def forward(self, z: torch.Tensor) -> torch.Tensor:
+        b, g = len(z), self.groups
+        x = self.body(self.fc(z).reshape(b, g * 2 * self.ngf, *self.init_hw))
+        c, h, w = self.image_shape
+        x = x[..., :h, :w]
+        return x if g == 1 else x.reshape(b, g, c, h, w).transpose(0, 1)
+
+    def replicate(self, groups: int) -> Generator:
+        """A grouped generator whose every group starts as a copy of this (ungrouped) one: all
+        leading dimensions of its tensors are group-major, so repeating them stacks copies."""
+        out = Generator(self.nz, self.ngf, self.image_shape, groups)
+        state = {k: v.repeat(groups, *[1] * (v.dim() - 1)) if v.dim() else v
+                 for k, v in self.state_dict().items()}  # fmt: skip
+        out.load_state_dict(state)
+        return out.to(self.fc.weight.device).train()
+
+
+def make_generator(nz: int, ngf: int, image_shape, seed: int, device) -> Generator:
+    """A generator whose initial weights depend only on `seed` (not on the global RNG)."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        gen = Generator(nz, ngf, tuple(image_shape))
+    return gen.to(device).train()
+
+
+def check_generator_config(nz: int, ngf: int, gen_steps: int, gen_lr: float) -> None:
+    for name, v in (("nz", nz), ("ngf", ngf), ("gen-steps", gen_steps)):
+        if not isinstance(v, int) or v < 1:
+            raise ConfigError(f"--{name} must be a positive integer, got {v!r}")
+    if not (isinstance(gen_lr, int | float) and gen_lr > 0):
+        raise ConfigError(f"--gen-lr must be > 0, got {gen_lr!r}")
+
+
+def frozen_teachers(uploads, device) -> list[nn.Module]:
+    """Private copies of the rebuilt classifiers: eval mode, no parameter gradients, so fusing
+    never touches the uploads' modules and backward only reaches the generator."""
+    out = []
+    for u in uploads:
+        m = copy.deepcopy(u.module).to(device).eval()
+        m.requires_grad_(False)
+        out.append(m)
+    return out
+
+
+def sample_noise(rng: torch.Generator, n: int, nz: int, num_classes: int, device):
+    """z ~ N(0, I) and uniform target labels, drawn on the CPU from a seeded generator so a run
+    is the same on every device."""
+    z = torch.randn(n, nz, generator=rng)
+    y = torch.randint(0, num_classes, (n,), generator=rng)
+    return z.to(device), y.to(device)
+
+
+class BNStatLoss:
+    """DeepInversion/DENSE BatchNorm-statistics loss. Hooks every BatchNorm layer of the teachers
+    that have one; after a forward pass, `value()` is, averaged over those teachers, the sum over
+    their BN layers of ||batch mean - running mean||_2 + ||batch var - running var||_2 of the
+    layer's input. Teachers without BatchNorm simply contribute nothing (they have no statistics
+    to match), which is how heterogeneous federations mix BN and non-BN clients."""
+
+    def __init__(self, teachers: list[nn.Module]):
+        self.terms: dict[int, list[torch.Tensor]] = {}
+        self.handles = []
+        self.with_bn: list[int] = []
+        for k, t in enumerate(teachers):
+            layers = [
+                m
+                for m in t.modules()
+                if isinstance(m, nn.modules.batchnorm._BatchNorm) and m.running_mean is not None
+            ]
+            if layers:
+                self.with_bn.append(k)
+            for m in layers:
+                self.handles.append(m.register_forward_hook(self._hook(k)))
+
+    def _hook(self, k: int):
+        def hook(module, inputs, output):
+            x = inputs[0]
+            dims = [d for d in range(x.dim()) if d != 1]
+            mean = x.mean(dims)
+            var = x.var(dims, unbiased=False)
+            term = torch.norm(mean - module.running_mean, 2) + torch.norm(
+                var - module.running_var, 2
+            )
+            self.terms.setdefault(k, []).append(term)
+
+        return hook
+
+    def reset(self) -> None:
+        self.terms = {}
+
+    def value(self, device) -> torch.Tensor:
+        if not self.terms:
+            return torch.zeros((), device=device)
+        return torch.stack([torch.stack(v).sum() for v in self.terms.values()]).mean()
+
+    def remove(self) -> None:
+        for h in self.handles:
+            h.remove()
+        self.handles = []
+
+
+def teacher_forward(teachers: list[nn.Module], x: torch.Tensor, bn: BNStatLoss | None = None):
+    """(m, b, c) logits of every teacher on x; with `bn`, also records this pass's BN terms."""
+    if bn is not None:
+        bn.reset()
+    return torch.stack([t(x) for t in teachers])
+
+
+def kl_at(teacher_logits, student_logits, temperature: float = 1.0, reduction="batchmean"):
+    """KL(softmax(t/T) || softmax(s/T)) * T^2 (Hinton's scaling keeps gradients comparable
+    across temperatures). reduction "none" gives one value per sample."""
+    t = F.log_softmax(teacher_logits / temperature, 1)
+    s = F.log_softmax(student_logits / temperature, 1)
+    kl = F.kl_div(s, t, log_target=True, reduction="none").sum(1) * temperature**2
+    return kl if reduction == "none" else kl.mean()
+
+
+def set_trainable(model: nn.Module, on: bool) -> None:
+    """The student is a fixed discriminator while the generator trains: no grads, eval BN."""
+    model.requires_grad_(on)
+    model.train(on)

@@ -1,0 +1,632 @@
+"""PSO-FedNAS (pFedZKD, Yang et al., Appl. Sci. 2026, Sec. 3.2; shared/papers/pfedzkd.txt).
+
+As in the paper (Algorithm 2): each particle is a variable-length `nas-cnn` gene sequence
+(conv/pool genes, first a conv, the FC head last; P(conv) = 0.7, P(pool) = 0.3); fitness is the
+validation cross-entropy after `candidate_epochs` epochs of local training; the discrete update
+builds a target layer by layer (gBest[j] with probability Cg, else pBest_i[j]) and aligns the
+particle to it: insert/delete genes until the lengths match, then replace every gene whose type
+differs (same-type genes keep their own widths).
+
+Beyond the paper: the device profile is a hard constraint. Every particle is checked with
+`check_fit` (MACs -> epoch time, training memory at the profile's batch size and optimizer,
+inference peak, storage) before it is trained; an infeasible draw is redrawn with tighter caps,
+an infeasible update is repaired by greedy shrinking (narrower convs, smaller kernels, fewer or
+narrower FC layers, an extra early pool, fewer convs). Nothing infeasible is trained or returned.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import json
+import math
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+import numpy as np
+import torch
+
+from edgefl.client.train import DEFAULT_LR, TrainConfig, init_model, train
+from edgefl.data.registry import DatasetInfo
+from edgefl.errors import BudgetError, ConfigError, DataError
+from edgefl.models.cost import costs
+from edgefl.models.plan import Fit, check_fit
+from edgefl.models.spec import ModelSpec
+from edgefl.profiles import Profile
+from edgefl.search.nas_model import (
+    KERNELS,
+    MAX_CHANNELS,
+    MAX_DEPTH,
+    MAX_HIDDEN,
+    MIN_DEPTH,
+)
+
+Genes = list[dict[str, Any]]
+Status = Callable[[str], None]
+METHODS = ("pso",)
+
+
+@dataclass(frozen=True)
+class PSOConfig:
+    """Defaults are the paper's (Sec. 4.1.2) unless marked. The CLIs pass smaller, quicker
+    values (see `edgefl search --help`): the paper's budget is hours of CPU per client."""
+
+    particles: int = 20
+    generations: int = 10  # the paper also restarts the whole search 10 times; we run it once
+    candidate_epochs: int = 10
+    cg: float = 0.5  # the paper gives no value for its control factor C_g
+    p_conv: float = 0.7
+    max_depth: int = MAX_DEPTH
+    max_channels: int = MAX_CHANNELS
+    max_hidden: int = MAX_HIDDEN
+    max_kernel: int = 7
+    max_fc_layers: int = 2  # hidden FC layers before the head (paper's example: [C P C P F F])
+    fitness_samples: int | None = None  # edgefl: train candidates on a subset (None: all)
+    max_macs: int | None = None  # edgefl: extra MACs cap to keep CPU simulations fast
+    redraws: int = 8  # edgefl: infeasible random draws before repairing one
+
+    def __post_init__(self) -> None:
+        positive = ("particles", "candidate_epochs", "max_channels", "max_hidden", "redraws")
+        for name in positive:
+            if not _is_int(getattr(self, name)) or getattr(self, name) < 1:
+                raise ConfigError(f"--{_flag(name)} must be a positive integer, got "
+                                  f"{getattr(self, name)!r}")  # fmt: skip
+        if not _is_int(self.generations) or self.generations < 0:
+            raise ConfigError(f"--generations must be an integer >= 0, got {self.generations!r}")
+        for name in ("cg", "p_conv"):
+            if not 0 <= getattr(self, name) <= 1:
+                raise ConfigError(f"--{_flag(name)} must be in [0, 1], got {getattr(self, name)}")
+        if not MIN_DEPTH <= self.max_depth <= MAX_DEPTH:
+            raise ConfigError(
+                f"--max-depth must be in {MIN_DEPTH}..{MAX_DEPTH}, got {self.max_depth}"
+            )
+        if self.max_channels > MAX_CHANNELS or self.max_hidden > MAX_HIDDEN:
+            raise ConfigError(
+                f"the search space caps conv widths at {MAX_CHANNELS} and FC widths at {MAX_HIDDEN}"
+            )
+        if self.max_kernel not in KERNELS:
+            raise ConfigError(f"--max-kernel must be one of {KERNELS}, got {self.max_kernel}")
+        if not 0 <= self.max_fc_layers <= 4:
+            raise ConfigError(f"--max-fc-layers must be in 0..4, got {self.max_fc_layers}")
+        for name in ("fitness_samples", "max_macs"):
+            v = getattr(self, name)
+            if v is not None and (not _is_int(v) or v < 1):
+                raise ConfigError(f"--{_flag(name)} must be a positive integer, got {v!r}")
+
+    @classmethod
+    def from_options(cls, options: dict[str, Any] | None) -> PSOConfig:
+        options = {k.replace("-", "_"): v for k, v in (options or {}).items() if v is not None}
+        names = {f.name for f in fields(cls)}
+        unknown = sorted(set(options) - names)
+        if unknown:
+            raise ConfigError(
+                f"unknown search option(s) {', '.join('--' + _flag(u) for u in unknown)}",
+                hint=f"PSO options: {', '.join('--' + _flag(n) for n in sorted(names))}",
+            )
+        return cls(**options)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _flag(name: str) -> str:
+    return name.replace("_", "-")
+
+
+# --- gene sequences -------------------------------------------------------------------------
+
+
+def arch_string(genes: Genes) -> str:
+    """Compact, human-readable: C16k3-Pm-C32k5-Pa-F64-F32 (the head is implied)."""
+    parts = []
+    for g in genes:
+        if g["type"] == "conv":
+            parts.append(f"C{g['out']}k{g['kernel']}")
+        elif g["type"] == "pool":
+            parts.append("P" + g["kind"][0])
+        else:
+            parts += [f"F{h}" for h in g["hidden"]] or ["F"]
+    return "-".join(parts)
+
+
+def _split(genes: Genes) -> tuple[Genes, list[int]]:
+    """Body (conv/pool genes) and hidden FC widths."""
+    if genes and genes[-1].get("type") == "fc":
+        return copy.deepcopy(genes[:-1]), list(genes[-1]["hidden"])
+    return copy.deepcopy(genes), []
+
+
+def _join(body: Genes, hidden: list[int]) -> Genes:
+    return body + [{"type": "fc", "hidden": list(hidden)}]
+
+
+def _sizes(body: Genes, hw: tuple[int, int]) -> list[tuple[int, int]]:
+    """Spatial size at the input of each body gene."""
+    h, w = hw
+    out = []
+    for g in body:
+        out.append((h, w))
+        if g["type"] == "pool":
+            h, w = h // 2, w // 2
+    return out
+
+
+def legalize(genes: Genes, cfg: PSOConfig, input_shape: tuple[int, ...]) -> Genes:
+    """Force a gene list into the search space: first gene a conv, limits clipped, pools that
+    would shrink the map below 1x1 dropped, depth within MIN_DEPTH..cfg.max_depth."""
+    body, hidden = _split(genes)
+    body = [g for g in body if g.get("type") in ("conv", "pool")]
+    if not body or body[0]["type"] != "conv":
+        body.insert(0, {"type": "conv", "out": min(8, cfg.max_channels), "kernel": 3})
+    for g in body:
+        if g["type"] == "conv":
+            g["out"] = int(min(max(1, g["out"]), cfg.max_channels))
+            k = int(min(max(1, g["kernel"]), cfg.max_kernel))
+            g["kernel"] = k if k % 2 else k - 1
+    hidden = [int(min(max(1, h), cfg.max_hidden)) for h in hidden][: cfg.max_fc_layers]
+    h, w = input_shape[1], input_shape[2]
+    kept = []
+    for g in body:
+        if g["type"] == "pool":
+            if min(h, w) < 2:
+                continue
+            h, w = h // 2, w // 2
+        kept.append(g)
+    body = kept
+    while len(body) + len(hidden) + 1 > cfg.max_depth:
+        if hidden:
+            hidden.pop()
+        else:
+            body.pop()
+    while len(body) + len(hidden) + 1 < MIN_DEPTH:
+        last_conv = next(g for g in reversed(body) if g["type"] == "conv")
+        body.append(dict(last_conv))
+    return _join(body, hidden)
+
+
+def _log_uniform_int(rng: np.random.Generator, lo: int, hi: int) -> int:
+    lo, hi = max(1, lo), max(1, hi)
+    if hi <= lo:
+        return hi
+    return int(round(math.exp(rng.uniform(math.log(lo), math.log(hi)))))
+
+
+def random_genes(
+    rng: np.random.Generator, cfg: PSOConfig, input_shape: tuple[int, ...], scale: float = 1.0
+) -> Genes:
+    """One draw from the paper's space; `scale` < 1 shrinks the caps (after infeasible draws)."""
+    max_depth = max(MIN_DEPTH, int(cfg.max_depth * scale))
+    max_ch = max(1, int(cfg.max_channels * scale))
+    max_fc = max(1, int(cfg.max_hidden * scale))
+    total = int(rng.integers(MIN_DEPTH, max_depth + 1))
+    n_fc = int(rng.integers(0, min(cfg.max_fc_layers, total - 2) + 1))
+    kernels = [k for k in (3, 5, 7) if k <= cfg.max_kernel] or [1]
+    h, w = input_shape[1], input_shape[2]
+    body: Genes = []
+    for j in range(total - 1 - n_fc):
+        if j > 0 and rng.random() >= cfg.p_conv and min(h, w) >= 2:
+            body.append({"type": "pool", "kind": str(rng.choice(["max", "avg"]))})
+            h, w = h // 2, w // 2
+        else:
+            out = _log_uniform_int(rng, min(4, max_ch), max_ch)
+            body.append({"type": "conv", "out": out, "kernel": int(rng.choice(kernels))})
+    hidden = [_log_uniform_int(rng, min(16, max_fc), max_fc) for _ in range(n_fc)]
+    return legalize(_join(body, hidden), cfg, input_shape)
+
+
+def make_target(pbest: Genes, gbest: Genes, cg: float, rng: np.random.Generator) -> Genes:
+    """Paper's X_target: layer j from gBest with probability Cg, else from pBest_i. Where the
+    chosen parent has no layer j the target gets none (it follows the shorter parent there)."""
+    (pb, ph), (gb, gh) = _split(pbest), _split(gbest)
+
+    def pick(a: list, b: list) -> list:
+        out = []
+        for j in range(max(len(a), len(b))):
+            src = b if rng.random() <= cg else a
+            if j < len(src):
+                out.append(copy.deepcopy(src[j]))
+        return out
+
+    # Both parents have a first gene and it is a conv, so the target starts with a conv.
+    return _join(pick(pb, gb), pick(ph, gh))
+
+
+def align(
+    particle: Genes, target: Genes, rng: np.random.Generator, cfg: PSOConfig, input_shape
+) -> Genes:
+    """The paper's topological operator T(X_i, X_target): delete (or insert target genes at)
+    random positions until the lengths match, then replace genes whose type differs; genes of
+    the same type are retained. The result has the target's layer types, so it is valid when
+    the target is (the target is legalized first)."""
+    target = legalize(target, cfg, input_shape)
+    (body, hidden), (tb, th) = _split(particle), _split(target)
+    while len(body) > len(tb):
+        del body[int(rng.integers(1, len(body)))]  # never the first conv
+    while len(body) < len(tb):
+        k = int(rng.integers(1, len(body) + 1))
+        body.insert(k, copy.deepcopy(tb[k]))
+    body = [
+        g if g["type"] == t["type"] else copy.deepcopy(t) for g, t in zip(body, tb, strict=True)
+    ]
+    while len(hidden) > len(th):
+        del hidden[int(rng.integers(0, len(hidden)))]
+    while len(hidden) < len(th):
+        k = int(rng.integers(0, len(hidden) + 1))
+        hidden.insert(k, th[k])
+    return legalize(_join(body, hidden), cfg, input_shape)
+
+
+# --- the budget -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Check:
+    fits: bool
+    excess: float  # sum of log(need / have) over exceeded budgets: 0 when it fits
+    fit: Fit
+    macs: int
+
+
+@contextlib.contextmanager
+def _one_thread():
+    """Cost tracing runs tiny nets at batch 1, where a second intra-op thread only adds
+    synchronisation: measured ~15x slower with 2 threads on 2 busy cores."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(n)
+
+
+class Budget:
+    """The device's hard constraint, as `check_fit` computes it (plus an optional MACs cap)."""
+
+    def __init__(self, profile: Profile, input_shape, num_classes: int, *, samples: int,
+                 batch_size: int | None, max_macs: int | None):  # fmt: skip
+        self.profile = profile
+        self.input_shape = tuple(input_shape)
+        self.num_classes = num_classes
+        self.samples = samples
+        self.batch_size = batch_size
+        self.max_macs = max_macs
+        self._cache: dict[str, Check] = {}
+
+    def spec(self, genes: Genes) -> ModelSpec:
+        return ModelSpec("nas-cnn", self.input_shape, self.num_classes, {"genes": genes})
+
+    def check(self, genes: Genes) -> Check:
+        key = json.dumps(genes, sort_keys=True)
+        if key not in self._cache:
+            spec = self.spec(genes)
+            with _one_thread():
+                fit = check_fit(
+                    spec, self.profile, samples=self.samples, batch_size=self.batch_size
+                )
+            c, p = costs(spec), self.profile
+            ratios = [
+                fit.train_bytes / p.ram_budget_bytes,
+                c.infer_peak_bytes / p.ram_budget_bytes,
+                c.weight_bytes / p.storage_bytes,
+                fit.epoch_seconds / p.max_epoch_seconds,
+            ]
+            if self.max_macs:
+                ratios.append(c.macs / self.max_macs)
+            fits = fit.fits and (not self.max_macs or c.macs <= self.max_macs)
+            excess = sum(math.log(r) for r in ratios if r > 1)
+            self._cache[key] = Check(fits, excess, fit, c.macs)
+        return self._cache[key]
+
+    def fits(self, genes: Genes) -> bool:
+        return self.check(genes).fits
+
+
+def _shrink_moves(genes: Genes, input_shape) -> list[Genes]:
+    """Candidate one-step reductions, aimed at the layers that cost most."""
+    body, hidden = _split(genes)
+    sizes = _sizes(body, (input_shape[1], input_shape[2]))
+    cin, convs = input_shape[0], []  # (index, activation elems, params, macs)
+    for i, (g, (h, w)) in enumerate(zip(body, sizes, strict=True)):
+        if g["type"] == "conv":
+            k2 = g["kernel"] ** 2
+            convs.append((i, g["out"] * h * w, cin * g["out"] * k2, g["out"] * h * w * cin * k2))
+            cin = g["out"]
+    moves: list[Genes] = []
+
+    def with_body(new_body: Genes, new_hidden: list[int] | None = None) -> None:
+        moves.append(_join(new_body, hidden if new_hidden is None else new_hidden))
+
+    if any(body[c[0]]["out"] > 1 for c in convs) or any(h > 1 for h in hidden):
+        # Far over budget: halve every width at once (few steps from a huge draw).
+        b = [dict(g, out=max(1, g["out"] // 2)) if g["type"] == "conv" else g for g in body]
+        with_body(b, [max(1, h // 2) for h in hidden])
+    for key in (1, 2):  # halve the conv with the most activations, then the most parameters
+        wide = [c for c in convs if body[c[0]]["out"] > 1]
+        if wide:
+            i = max(wide, key=lambda c: c[key])[0]
+            b = copy.deepcopy(body)
+            b[i]["out"] = max(1, b[i]["out"] // 2)
+            with_body(b)
+    big_k = [c for c in convs if body[c[0]]["kernel"] > 1]
+    if big_k:
+        b = copy.deepcopy(body)
+        b[max(big_k, key=lambda c: c[3])[0]]["kernel"] -= 2
+        with_body(b)
+    n_depth = len(body) + len(hidden) + 1
+    if hidden:
+        i = int(np.argmax(hidden))
+        if hidden[i] > 1:
+            with_body(body, hidden[:i] + [max(1, hidden[i] // 2)] + hidden[i + 1 :])
+        if n_depth > MIN_DEPTH:
+            with_body(body, hidden[:-1])
+    # One more pool right after the first conv: the activations and MACs of everything after
+    # it drop ~4x, and the head's input with them (legalize drops it if the map is too small).
+    with_body(body[:1] + [{"type": "pool", "kind": "max"}] + body[1:])
+    pools = [i for i, g in enumerate(body) if g["type"] == "pool"]
+    if pools:  # fewer pool outputs to keep for backward (helps only a big batch on a tiny net)
+        with_body(body[: pools[-1]] + body[pools[-1] + 1 :])
+    if n_depth > MIN_DEPTH and len(convs) > 1:
+        i = max(convs[1:], key=lambda c: c[3])[0]
+        with_body(body[:i] + body[i + 1 :])
+    return moves
+
+
+def repair(genes: Genes, budget: Budget, cfg: PSOConfig, max_steps: int = 200) -> Genes | None:
+    """Greedy shrinking until the architecture fits: each step takes the unvisited one-step
+    change that leaves the least budget excess (ties: the one keeping the most MACs). None when
+    it runs out of changes."""
+    genes = legalize(genes, cfg, budget.input_shape)
+    visited = {json.dumps(genes)}
+    for _ in range(max_steps):
+        if budget.fits(genes):
+            return genes
+        moves = [
+            legalize(m, cfg, budget.input_shape) for m in _shrink_moves(genes, budget.input_shape)
+        ]
+        moves = [m for m in moves if json.dumps(m) not in visited]
+        if not moves:
+            return None
+        genes = min(moves, key=lambda m: (budget.check(m).excess, -budget.check(m).macs))
+        visited.add(json.dumps(genes))
+    return genes if budget.fits(genes) else None
+
+
+def tiniest(cfg: PSOConfig, input_shape) -> list[Genes]:
+    """The smallest architectures of the space: one 1x1 conv of width 1, j pools, the bare head."""
+    out = []
+    for j in range(int(math.log2(max(1, min(input_shape[1:])))) + 1):
+        out.append(legalize([{"type": "conv", "out": 1, "kernel": 1}]
+                            + [{"type": "pool", "kind": "max"}] * j, cfg, input_shape))  # fmt: skip
+    return out
+
+
+def sample_feasible(rng: np.random.Generator, budget: Budget, cfg: PSOConfig) -> Genes:
+    """A random architecture that fits: redraw with caps halved every other failure, then
+    repair the last draw, then the tiniest architectures. BudgetError when none of them fits."""
+    genes: Genes = []
+    for attempt in range(cfg.redraws):
+        genes = random_genes(rng, cfg, budget.input_shape, scale=0.5 ** (attempt // 2))
+        if budget.fits(genes):
+            return genes
+    fixed = repair(genes, budget, cfg)
+    if fixed is not None:
+        return fixed
+    tiny = tiniest(cfg, budget.input_shape)
+    for genes in tiny:
+        if budget.fits(genes):
+            return genes
+    chk = budget.check(tiny[0])
+    why = "; ".join(chk.fit.reasons) or f"MACs {chk.macs:,} > --max-macs {budget.max_macs:,}"
+    raise BudgetError(
+        f"no nas-cnn architecture fits profile {budget.profile.name!r}: even "
+        f"{arch_string(tiny[0])} needs {why}",
+        hint="use a larger device profile, a smaller --batch-size, or fewer samples",
+    )
+
+
+# --- the search -----------------------------------------------------------------------------
+
+
+@dataclass
+class Candidate:
+    """One architecture trained during the search."""
+
+    genes: Genes
+    arch: str
+    generation: int  # 0 = the initial swarm
+    params: int
+    macs: int
+    train_bytes: int
+    infer_bytes: int
+    val_accuracy: float
+    fitness: float  # validation cross-entropy (lower is better)
+    seconds: float
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class SearchResult:
+    spec: ModelSpec
+    best: Candidate
+    candidates: list[Candidate]  # every distinct architecture trained, in order
+    history: list[dict[str, Any]]  # per generation: best fitness so far and its costs
+    evaluations: int  # particle evaluations (repeats of an architecture reuse its fitness)
+    seconds: float
+    config: PSOConfig
+    profile: Profile
+    budget: dict[str, Any] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "spec": self.spec.to_dict(),
+            "arch": self.best.arch,
+            "best": self.best.as_dict(),
+            "costs": costs(self.spec).as_dict(),
+            "budget": self.budget,
+            "history": self.history,
+            "candidates": [c.as_dict() for c in self.candidates],
+            "evaluations": self.evaluations,
+            "seconds": self.seconds,
+            "config": self.config.as_dict(),
+            "profile": self.profile.name,
+        }
+
+
+def _mib(n: float) -> str:
+    return f"{n / 2**20:.2f} MiB" if n >= 2**20 else f"{n / 2**10:.1f} KiB"
+
+
+def search_architecture(
+    profile: Profile,
+    info: DatasetInfo,
+    local: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
+    *,
+    samples: int | None = None,
+    batch_size: int | None = None,
+    seed: int = 0,
+    config: PSOConfig | None = None,
+    on_status: Status | None = None,
+) -> SearchResult:
+    """Algorithm 2 of the paper under the device budget. `local` = (x_tr, y_tr, x_val, y_val)."""
+    cfg = config or PSOConfig()
+    status = on_status or (lambda msg: None)
+    x_tr, y_tr, x_val, y_val = local
+    if len(x_tr) < 2:
+        raise DataError(
+            f"architecture search needs local training data, got {len(x_tr)} sample(s)",
+            hint="use fewer clients, a larger alpha, or another --client-index",
+        )
+    rng = np.random.default_rng(seed)
+    if len(x_val) == 0:  # a tiny shard: hold out a fifth of the training samples instead
+        order = rng.permutation(len(x_tr))
+        cut = max(1, len(x_tr) // 5)
+        x_val, y_val, x_tr, y_tr = (
+            x_tr[order[:cut]],
+            y_tr[order[:cut]],
+            x_tr[order[cut:]],
+            y_tr[order[cut:]],
+        )
+    if cfg.fitness_samples and cfg.fitness_samples < len(x_tr):
+        keep = np.sort(rng.choice(len(x_tr), cfg.fitness_samples, replace=False))
+        x_tr, y_tr = x_tr[keep], y_tr[keep]
+    budget = Budget(profile, info.input_shape, info.num_classes,
+                    samples=samples or len(local[0]), batch_size=batch_size,
+                    max_macs=cfg.max_macs)  # fmt: skip
+    batch = batch_size or profile.batch_size
+    train_cfg = TrainConfig(
+        epochs=cfg.candidate_epochs, batch_size=batch, optimizer=profile.optimizer,
+        lr=DEFAULT_LR[("classifier", profile.optimizer)], seed=seed,
+    )  # fmt: skip
+    start = time.perf_counter()
+    seen: dict[str, Candidate] = {}
+    order: list[Candidate] = []
+    evaluations = 0
+
+    def evaluate(genes: Genes, generation: int) -> Candidate:
+        nonlocal evaluations
+        evaluations += 1
+        key = json.dumps(genes, sort_keys=True)
+        if key in seen:  # same architecture, same seed: same fitness; skip retraining
+            return seen[key]
+        chk = budget.check(genes)
+        if not chk.fits:  # never reached: every particle is repaired first
+            raise BudgetError(f"internal: {arch_string(genes)} does not fit the budget")
+        spec = budget.spec(genes)
+        t = time.perf_counter()
+        model = init_model(spec, seed)
+        try:
+            s = train(model, "classifier", x_tr, y_tr, info.num_classes, train_cfg,
+                      x_val=x_val, y_val=y_val)  # fmt: skip
+            fitness, acc = float(s.val_loss), float(s.val_accuracy)
+        except ConfigError:  # diverged: the worst possible fitness, the search goes on
+            fitness, acc, s = math.inf, 0.0, None
+        if s is not None and s.interrupted:
+            raise KeyboardInterrupt
+        c = costs(spec)
+        cand = Candidate(genes, arch_string(genes), generation, c.params, c.macs,
+                         chk.fit.train_bytes, c.infer_peak_bytes, acc, fitness,
+                         time.perf_counter() - t)  # fmt: skip
+        seen[key] = cand
+        order.append(cand)
+        return cand
+
+    status(
+        f"PSO-FedNAS on {profile.name}: {cfg.particles} particles x {cfg.generations} "
+        f"generations, {cfg.candidate_epochs} epoch(s) per candidate on {len(x_tr):,} samples"
+    )
+    particles = [sample_feasible(rng, budget, cfg) for _ in range(cfg.particles)]
+    scores = [evaluate(p, 0) for p in particles]
+    pbest, pbest_c = [copy.deepcopy(p) for p in particles], list(scores)
+    g = int(np.argmin([c.fitness for c in scores]))
+    gbest, gbest_c = copy.deepcopy(particles[g]), scores[g]
+    history = [_report(0, cfg.generations, gbest_c, budget, status)]
+    for t in range(1, cfg.generations + 1):
+        for i in range(cfg.particles):
+            target = make_target(pbest[i], gbest, cfg.cg, rng)
+            moved = align(particles[i], target, rng, cfg, budget.input_shape)
+            particles[i] = repair(moved, budget, cfg) or sample_feasible(rng, budget, cfg)
+            cand = evaluate(particles[i], t)
+            if cand.fitness < pbest_c[i].fitness:
+                pbest[i], pbest_c[i] = copy.deepcopy(particles[i]), cand
+                if cand.fitness < gbest_c.fitness:
+                    gbest, gbest_c = copy.deepcopy(particles[i]), cand
+        history.append(_report(t, cfg.generations, gbest_c, budget, status))
+    spec = budget.spec(gbest)
+    p = profile
+    return SearchResult(
+        spec=spec, best=gbest_c, candidates=order, history=history, evaluations=evaluations,
+        seconds=time.perf_counter() - start, config=cfg, profile=profile,
+        budget={"ram_budget_bytes": p.ram_budget_bytes, "storage_bytes": p.storage_bytes,
+                "max_epoch_seconds": p.max_epoch_seconds, "max_macs": cfg.max_macs,
+                "batch_size": batch, "optimizer": p.optimizer, "samples": budget.samples},
+    )  # fmt: skip
+
+
+def _report(t: int, total: int, best: Candidate, budget: Budget, status: Status) -> dict:
+    ram = budget.profile.ram_budget_bytes
+    fit = budget.check(best.genes).fit
+    status(
+        f"generation {t}/{total}: best val CE {best.fitness:.4f} (acc {100 * best.val_accuracy:.1f}%)"
+        f" {best.arch}; {best.macs:,} MACs, train {_mib(best.train_bytes)} / infer "
+        f"{_mib(best.infer_bytes)} of {_mib(ram)}, est. {fit.epoch_seconds:.0f} s/epoch of "
+        f"{budget.profile.max_epoch_seconds:.0f} s"
+    )
+    return {"generation": t, "fitness": best.fitness, "val_accuracy": best.val_accuracy,
+            "arch": best.arch, "macs": best.macs, "train_bytes": best.train_bytes,
+            "infer_bytes": best.infer_bytes, "epoch_seconds": fit.epoch_seconds}  # fmt: skip
+
+
+def run_search(
+    method: str,
+    *,
+    profile: Profile,
+    info: DatasetInfo,
+    local,
+    samples: int | None = None,
+    batch_size: int | None = None,
+    seed: int = 0,
+    options: dict[str, Any] | None = None,
+    on_status: Status | None = None,
+    on_result: Callable[[SearchResult], None] | None = None,
+) -> ModelSpec:
+    """The client hook: the best `nas-cnn` spec that fits `profile`. `on_result` receives the
+    whole SearchResult (candidates, history) for callers that report it."""
+    if method not in METHODS:
+        raise ConfigError(f"unknown --search {method!r}", hint=f"valid: {', '.join(METHODS)}")
+    if local is None:
+        raise ConfigError("architecture search needs the client's local data")
+    result = search_architecture(
+        profile, info, local, samples=samples, batch_size=batch_size, seed=seed,
+        config=PSOConfig.from_options(options), on_status=on_status,
+    )  # fmt: skip
+    if on_result:
+        on_result(result)
+    return result.spec

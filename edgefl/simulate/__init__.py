@@ -1,0 +1,1 @@
+"""`edgefl simulate`: a whole one-shot federation on one machine."""

@@ -1,0 +1,287 @@
+"""A one-shot federation on one machine, through the same code paths as real devices and server:
+clients via `run_client` (as `edgefl client train`), fusion via `run_fuse` (as `edgefl server
+fuse`). Every client trains single-threaded (as a device would), so results do not depend on
+`--jobs`. Resumable: a finished upload or global model is never redone or overwritten.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import time
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+import exporters
+from edgefl.client.run import ClientJob, run_client
+from edgefl.data.registry import DATASETS
+from edgefl.errors import ConfigError, FusionError
+from edgefl.fusion import METHODS
+from edgefl.models.plan import default_samples, plan
+from edgefl.profiles import get_profile
+from edgefl.server.fuse import FuseJob, run_fuse
+from edgefl.simulate.reference import paper_reference
+
+# Budget-true classifiers are capped so a 10-client CPU simulation of every method stays within
+# minutes (bench/ records the effect); the cap never lets a model exceed its device's budget.
+DEFAULT_MAX_CLASSIFIER_MACS = 2_000_000
+
+
+@dataclass(frozen=True)
+class SimJob:
+    dataset: str = "mnist"
+    clients: int = 10
+    partition: str = "dirichlet:0.5"
+    mix: str = "smartphone:5,wristband:5"
+    methods: tuple[str, ...] = ("fedavg", "ensemble", "fedcvae-ens", "fedmho", "fedmho-md",
+                                "fedmho-sd")  # fmt: skip
+    seed: int = 0
+    out: str = "runs/sim"
+    jobs: int = 1
+    device: str = "auto"
+    paper_models: bool = False
+    paper_classifier: str = "cnn"  # with --paper-models: cnn (small prototype) or vgg9
+    max_classifier_macs: int | None = DEFAULT_MAX_CLASSIFIER_MACS
+    classifier_epochs: int | None = None  # default: the profile's
+    generator_epochs: int | None = None
+    subset: int | None = None  # use only this many training samples (quick runs)
+    data_dir: str | None = None
+    fuse_options: dict[str, dict[str, Any]] = field(default_factory=dict)  # method -> options
+
+    def validate(self) -> None:
+        if self.clients < 1:
+            raise ConfigError(f"--clients must be >= 1, got {self.clients}")
+        if self.jobs < 1:
+            raise ConfigError(f"--jobs must be >= 1, got {self.jobs}")
+        for m in self.methods:
+            METHODS.get(m)
+        for m in self.fuse_options:
+            METHODS.get(m)
+
+
+def parse_mix(mix: str, clients: int) -> list[str]:
+    """'smartphone:5,wristband:5' -> a profile name per client, in order."""
+    out: list[str] = []
+    for part in filter(None, (p.strip() for p in mix.split(","))):
+        name, _, count = part.rpartition(":")
+        if not name or not count.isdigit():
+            raise ConfigError(f"--mix expects PROFILE:COUNT,..., got {part!r}",
+                              hint="e.g. --mix smartphone:5,wristband:5")  # fmt: skip
+        get_profile(name)
+        out += [name] * int(count)
+    if len(out) != clients:
+        raise ConfigError(
+            f"--mix assigns {len(out)} clients but --clients is {clients}",
+            hint="make the counts in --mix add up to --clients",
+        )
+    return out
+
+
+def _model_for(job: SimJob, profile: str, info, n_train: int) -> str:
+    """One architecture per device class (FedAvg and FedMHO's w0 need it): planned once per
+    profile on the nominal shard size, or the paper's prototypes with --paper-models."""
+    role = plan(get_profile(profile), info, samples=n_train // job.clients).role
+    if job.paper_models:
+        return job.paper_classifier if role == "classifier" else "cvae-small"
+    cap = job.max_classifier_macs if role == "classifier" else None
+    p = plan(get_profile(profile), info, samples=max(1, n_train // job.clients), max_macs=cap)
+    return p.spec.name + (":" + ",".join(f"{k}={_fmt(v)}" for k, v in p.spec.params.items())
+                          if p.spec.params else "")  # fmt: skip
+
+
+def _fmt(v) -> str:
+    if isinstance(v, list):
+        return "x".join(str(i) for i in v)
+    return str(v).lower() if isinstance(v, bool) else str(v)
+
+
+def client_jobs(job: SimJob) -> list[ClientJob]:
+    profiles = parse_mix(job.mix, job.clients)
+    info = DATASETS.get(job.dataset) if job.dataset in DATASETS else None
+    n_train = job.subset or (info.train_size if info else default_samples(info))
+    if info is None:
+        raise ConfigError(f"simulate needs a registered dataset, got {job.dataset!r}")
+    models = {p: _model_for(job, p, info, n_train) for p in dict.fromkeys(profiles)}
+    jobs = []
+    for i, prof in enumerate(profiles):
+        model = models[prof]
+        is_gen = model.startswith("cvae")
+        jobs.append(ClientJob(
+            profile=prof, dataset=job.dataset, out_dir=str(Path(job.out) / "uploads"),
+            data_dir=job.data_dir, partition=job.partition, num_clients=job.clients,
+            client_index=i, partition_seed=job.seed, model=model, seed=job.seed,
+            fed_seed=job.seed, force=job.paper_models,
+            epochs=job.generator_epochs if is_gen else job.classifier_epochs,
+            subset=job.subset,
+        ))  # fmt: skip
+    return jobs
+
+
+def _train_one(cjob: ClientJob) -> dict:
+    # Single-threaded like a device, and so that --jobs never changes a result bit.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return run_client(cjob).as_dict()
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _finished(cjob: ClientJob) -> dict | None:
+    """The summary of an upload a previous run finished (exports are atomic: a file that exists
+    is complete), if it was made by the same job."""
+    path = Path(cjob.out_dir) / f"client-{cjob.client_index:03d}.onnx"
+    if not path.exists():
+        return None
+    meta = exporters.read_artifact(path).metadata
+    part = meta.get("partition", {})
+    if part.get("scheme") != cjob.partition or part.get("seed") != cjob.partition_seed or \
+            meta.get("profile") != cjob.profile:  # fmt: skip
+        raise ConfigError(
+            f"{path} was made by a different run (partition/profile differ)",
+            hint="use a fresh --out directory for a different setting",
+        )
+    return {"path": str(path), "client_id": meta["client_id"], "role": "classifier"
+            if meta["kind"] == "classifier" else "generator", "model": _label(meta),
+            "profile": meta["profile"], "training": meta["training"],
+            "label_counts": meta["label_counts"], "upload_bytes": path.stat().st_size,
+            "costs": meta["costs"], "reused": True}  # fmt: skip
+
+
+def _label(meta: dict) -> str:
+    from edgefl.models.spec import ModelSpec
+
+    return ModelSpec.from_dict(meta["spec"]).label
+
+
+def train_clients(job: SimJob, log) -> list[dict]:
+    cjobs = client_jobs(job)
+    results: list[dict | None] = [_finished(c) for c in cjobs]
+    todo = [i for i, r in enumerate(results) if r is None]
+    if len(todo) < len(cjobs):
+        log(f"reusing {len(cjobs) - len(todo)} finished upload(s)")
+    if job.jobs == 1 or len(todo) <= 1:
+        for i in todo:
+            log(f"training client {i} ({cjobs[i].profile}, {cjobs[i].model})")
+            results[i] = _train_one(cjobs[i])
+    else:
+        ctx = multiprocessing.get_context("spawn")  # fork + torch threads is unsafe
+        with ProcessPoolExecutor(max_workers=job.jobs, mp_context=ctx) as pool:
+            futures = {i: pool.submit(_train_one, cjobs[i]) for i in todo}
+            for i, fut in futures.items():
+                results[i] = fut.result()
+                log(f"client {i} done ({cjobs[i].profile}, {results[i]['model']})")
+    return results  # type: ignore[return-value]
+
+
+def fuse_all(job: SimJob, log) -> dict[str, dict]:
+    out = Path(job.out)
+    reports = {}
+    for method in job.methods:
+        model = out / "global" / f"{method}.onnx"
+        report = model.with_suffix(".json")
+        if model.exists() and report.exists():
+            log(f"reusing finished {method}")
+            reports[method] = json.loads(report.read_text())
+            continue
+        log(f"fusing with {method}")
+        try:
+            reports[method] = run_fuse(FuseJob(
+                uploads=str(out / "uploads"), method=method, out=str(model),
+                options=dict(job.fuse_options.get(method, {})) | {"seed": job.seed},
+                device=job.device, eval=f"{job.dataset}:test", data_dir=job.data_dir,
+            ))  # fmt: skip
+        except FusionError as exc:  # e.g. fedavg over mixed architectures: a result, not a crash
+            log(f"{method} refused: {exc.message}")
+            reports[method] = {"error": exc.message, "used": [], "total_seconds": 0.0}
+    return reports
+
+
+def simulate(job: SimJob, log=None) -> dict:
+    log = log or (lambda m: None)
+    job.validate()
+    out = Path(job.out)
+    out.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    clients = train_clients(job, log)
+    t_clients = time.perf_counter() - t0
+    t1 = time.perf_counter()
+    reports = fuse_all(job, log)
+    t_fuse = time.perf_counter() - t1
+    upload = {c["client_id"]: c["upload_bytes"] for c in clients}
+    reference = paper_reference(job.dataset, job.partition, job.clients)
+    rows = []
+    for m, rep in reports.items():
+        rows.append({
+            "method": m, "accuracy": rep.get("accuracy"), "fuse_seconds": rep["total_seconds"],
+            "upload_bytes": sum(upload.get(c, 0) for c in rep["used"]),
+            "clients_used": len(rep["used"]), "paper": reference.get(m), "error": rep.get("error"),
+        })  # fmt: skip
+    results = {
+        "job": {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(job).items()},
+        "clients": clients,
+        "results": rows,
+        "seconds": {"clients": t_clients, "fusion": t_fuse, "total": time.perf_counter() - t0},
+        "paper_reference": reference,
+        "host": {
+            "cpu_count": __import__("os").cpu_count(),
+            "torch": torch.__version__,
+            "device": next(iter(reports.values()))["device"] if reports else None,
+        },  # fmt: skip
+        "date_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()),
+    }
+    exporters.atomic_write_text(out / "results.json", json.dumps(results, indent=2, default=str))
+    exporters.atomic_write_text(out / "results.md", results_markdown(results))
+    _pictures(job, results, out)
+    return results
+
+
+def results_markdown(results: dict) -> str:
+    j = results["job"]
+    lines = [
+        f"# edgefl simulate: {j['dataset']}, {j['clients']} clients, {j['partition']}, "
+        f"mix {j['mix']}, seed {j['seed']}" + (" (paper models)" if j["paper_models"] else ""),
+        "",
+        f"Run {results['date_utc']} UTC; clients {results['seconds']['clients']:.0f} s, "
+        f"fusion {results['seconds']['fusion']:.0f} s.",
+        "",
+        "| method | accuracy (%) | paper (%) | fuse time (s) | upload bytes |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for r in results["results"]:
+        acc = (
+            f"{100 * r['accuracy']:.2f}" if r["accuracy"] is not None else f"refused: {r['error']}"
+        )
+        paper = f"{r['paper']:.2f}" if r.get("paper") is not None else "-"
+        lines.append(f"| {r['method']} | {acc} | {paper} | {r['fuse_seconds']:.1f} | "
+                     f"{r['upload_bytes']:,} |")  # fmt: skip
+    lines += ["", "| client | profile | role | model | val acc | upload bytes |",
+              "|---|---|---|---|---:|---:|"]  # fmt: skip
+    for c in results["clients"]:
+        va = c["training"].get("val_accuracy")
+        lines.append(f"| {c['client_id']} | {c['profile']} | {c['role']} | {c['model']} | "
+                     f"{'-' if va is None else f'{100 * va:.1f}'} | {c['upload_bytes']:,} |")  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+def _pictures(job: SimJob, results: dict, out: Path) -> None:
+    from edgefl.client.sample import sample_grid
+    from edgefl.data.plots import plot_label_heatmap
+    from edgefl.plots import plot_accuracy_bars
+
+    rows = [r for r in results["results"] if r["accuracy"] is not None]
+    if rows:
+        plot_accuracy_bars([r["method"] for r in rows], [r["accuracy"] for r in rows],
+                           out / "accuracy.png", title=f"{job.dataset} {job.partition}",
+                           reference=results["paper_reference"] or None)  # fmt: skip
+    counts = np.array([c["label_counts"] for c in results["clients"]])
+    plot_label_heatmap(counts, out / "label_distribution.png",
+                       title=f"{job.dataset} {job.partition}: labels per client")  # fmt: skip
+    for c in results["clients"]:
+        if c["role"] == "generator":
+            sample_grid(c["path"], per_class=8, out=str(out / f"samples_{c['client_id']}.png"))
