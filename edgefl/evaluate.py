@@ -44,9 +44,26 @@ def evaluate_artifact(
             hint="evaluate on the dataset the federation trained on",
         )
     c = int(art.metadata.get("num_classes", data.num_classes))
-    preds = np.concatenate(
-        [art.run(data.x[i : i + batch]).argmax(1) for i in range(0, len(data), batch)]
-    )
+    if c != data.num_classes:
+        raise ArtifactError(
+            f"model predicts {c} classes, dataset {dataset} has {data.num_classes}",
+            hint="evaluate on the dataset the federation trained on",
+        )
+    chunks = []
+    for i in range(0, len(data), batch):
+        try:  # a model from another tool may expect other inputs or need external data
+            logits = art.run(data.x[i : i + batch])
+        except Exception as exc:
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+            raise ArtifactError(
+                f"onnxruntime cannot run {art.path} on {dataset}: {first}"
+            ) from None
+        if logits.ndim != 2 or logits.shape[1] != c:
+            raise ArtifactError(
+                f"model output has shape {list(logits.shape)}, expected [batch, {c}] for {dataset}"
+            )
+        chunks.append(logits.argmax(1))
+    preds = np.concatenate(chunks)
     confusion = np.zeros((c, c), dtype=np.int64)
     np.add.at(confusion, (data.y, preds), 1)
     support = confusion.sum(1)

@@ -66,9 +66,15 @@ def simulate_cmd(
 
     opts = _fuse_options(fuse_opt)
     method_list = tuple(m.strip() for m in methods.split(",") if m.strip())
-    if "all" in opts:
+    if "all" in opts:  # shared options go to every method that has them
+        from dataclasses import fields
+
+        from edgefl.fusion import METHODS
+
         shared = opts.pop("all")
-        opts = {m: shared | opts.get(m, {}) for m in method_list}
+        for m in method_list:
+            names = {f.name for f in fields(METHODS.get(m).config_cls)}
+            opts[m] = {k: v for k, v in shared.items() if k in names} | opts.get(m, {})
     job = SimJob(
         dataset=dataset, clients=clients, partition=partition, mix=mix, methods=method_list,
         seed=seed, out=out, jobs=jobs, device=device, paper_models=paper_models,

@@ -4,6 +4,7 @@ onnxruntime before any fusion method sees it."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from edgefl.models.spec import ModelSpec
 from edgefl.models.zoo import ZOO, build_model
 
 PARITY_ATOL = 1e-4
+MAX_SPEC_CHARS = 4096
 
 
 @dataclass
@@ -113,6 +115,15 @@ def rebuild(art: exporters.Artifact) -> tuple[nn.Module | None, str | None]:
         return None, "no edgefl spec (exported by another tool): usable through onnxruntime only"
     if meta.get("quantized"):
         return None, "int8-quantized weights: usable through onnxruntime only"
+    # A legitimate spec is ~100 characters. Without a cap, a small upload whose spec lists a
+    # million layer widths (mlp hidden=[4, 4, ...]) ties the server up for minutes building
+    # modules, even on the meta device.
+    spec_chars = len(json.dumps(meta["spec"]))
+    if spec_chars > MAX_SPEC_CHARS:
+        raise RebuildRejected(
+            f"spec in metadata is implausibly large ({spec_chars} characters, limit "
+            f"{MAX_SPEC_CHARS})"
+        )
     try:
         spec = ModelSpec.from_dict(meta["spec"])
         entry = ZOO.get(spec.name)

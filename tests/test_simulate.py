@@ -1,0 +1,102 @@
+"""edgefl simulate end to end on digits: CLI, resume after an interruption, --jobs parity."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+import exporters
+from edgefl.simulate import run as sim
+from edgefl.simulate.run import SimJob, simulate
+
+FAST = {m: {"epochs": 2, "synthetic": 300} for m in ("fedmho", "fedmho-sd", "fedcvae-ens")}
+
+
+def tiny(out, **kw) -> SimJob:
+    base = dict(dataset="digits", clients=4, mix="smartphone:2,wristband:2",
+                partition="dirichlet:1.0", out=str(out), paper_models=True,
+                classifier_epochs=3, generator_epochs=3,
+                methods=("fedavg", "fedmho-sd"), fuse_options=FAST)  # fmt: skip
+    return SimJob(**(base | kw))
+
+
+def upload_state(out: Path) -> dict:
+    files = sorted((out / "uploads").glob("*.onnx"))
+    return {f.name: (f.stat().st_mtime_ns, exporters.read_artifact(f).metadata["weights_sha256"])
+            for f in files}  # fmt: skip
+
+
+def test_cli_end_to_end(cli, tmp_path):
+    out = tmp_path / "run"
+    r = cli("simulate", "--dataset", "digits", "--clients", "4", "--mix",
+            "smartphone:2,wristband:2", "--partition", "dirichlet:1.0", "--paper-models",
+            "--classifier-epochs", "3", "--generator-epochs", "3", "--methods",
+            "fedavg,ensemble,fedmho-md", "--fuse-opt", "all:epochs=2",
+            "--fuse-opt", "all:synthetic=300", "--out", str(out))  # fmt: skip
+    assert r.exit_code == 0, r.output
+    assert "fedmho-md" in r.output and "Traceback" not in r.output
+    results = json.loads((out / "results.json").read_text())
+    rows = {row["method"]: row for row in results["results"]}
+    assert set(rows) == {"fedavg", "ensemble", "fedmho-md"}
+    assert all(0 <= row["accuracy"] <= 1 for row in rows.values())
+    # fedavg uses only the classifiers; fedmho-md every upload (classifiers + decoders).
+    assert rows["fedmho-md"]["upload_bytes"] > rows["fedavg"]["upload_bytes"]
+    roles = [c["role"] for c in results["clients"]]
+    assert roles == ["classifier", "classifier", "generator", "generator"]
+    for png in ("accuracy.png", "label_distribution.png", "samples_client-002.png"):
+        assert (out / png).stat().st_size > 0
+    assert "| fedmho-md |" in (out / "results.md").read_text()
+
+
+def test_cli_bad_mix(cli, tmp_path):
+    r = cli("simulate", "--dataset", "digits", "--clients", "4", "--mix", "smartphone:3",
+            "--out", str(tmp_path))  # fmt: skip
+    assert r.exit_code == 2 and "add up to --clients" in r.output
+    r = cli("simulate", "--methods", "fedmh", "--out", str(tmp_path))
+    assert r.exit_code == 2 and "did you mean" in r.output
+
+
+def test_resume_after_interruption(tmp_path, monkeypatch):
+    out = tmp_path / "run"
+    real_fuse = sim.run_fuse
+    calls = []
+
+    def flaky(job, log=None):
+        calls.append(job.method)
+        if job.method == "fedmho-sd":
+            raise KeyboardInterrupt
+        return real_fuse(job, log)
+
+    monkeypatch.setattr(sim, "run_fuse", flaky)
+    with pytest.raises(KeyboardInterrupt):
+        simulate(tiny(out))
+    before = upload_state(out)
+    assert len(before) == 4 and (out / "global" / "fedavg.onnx").exists()
+    assert not (out / "global" / "fedmho-sd.onnx").exists()
+    assert not list((out / "global").glob("*.tmp*"))
+
+    monkeypatch.setattr(sim, "run_fuse", real_fuse)
+    trained = []
+    real_train = sim._train_one
+    monkeypatch.setattr(sim, "_train_one", lambda c: trained.append(c) or real_train(c))
+    results = simulate(tiny(out))
+    assert trained == []  # every finished upload reused, none retrained
+    assert upload_state(out) == before  # nor overwritten
+    assert {r["method"] for r in results["results"]} == {"fedavg", "fedmho-sd"}
+
+
+def test_resume_refuses_a_different_setting(tmp_path):
+    out = tmp_path / "run"
+    simulate(tiny(out, methods=("fedavg",)))
+    from edgefl.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="different run"):
+        simulate(tiny(out, partition="iid", methods=("fedavg",)))
+
+
+def test_jobs_2_equals_jobs_1(tmp_path):
+    a = simulate(tiny(tmp_path / "a", jobs=1, methods=("fedavg",)))
+    b = simulate(tiny(tmp_path / "b", jobs=2, methods=("fedavg",)))
+    hashes = [{k: v[1] for k, v in upload_state(tmp_path / d).items()} for d in "ab"]
+    assert hashes[0] == hashes[1]
+    assert a["results"][0]["accuracy"] == b["results"][0]["accuracy"]
