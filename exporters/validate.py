@@ -312,7 +312,8 @@ def ingest_dir(directory: str | os.PathLike[str], **validate_kwargs: Any) -> Ing
             f"majority task: input shape {_shape_text(majority[0])}, {majority[1]} classes "
             f"({tally[majority]} of {sum(tally.values())} uploads)"
         )
-    seen_clients: dict[str, str] = {}
+    # One client may send one artifact of each kind (e.g. a classifier and its predictions).
+    seen_clients: dict[tuple[str, str | None], str] = {}
     for artifact in candidates:
         name = Path(artifact.path).name
         own = task(artifact)
@@ -326,16 +327,18 @@ def ingest_dir(directory: str | os.PathLike[str], **validate_kwargs: Any) -> Ing
             )
             continue
         client = artifact.client_id
-        if client is not None and client in seen_clients:
+        key = (client, artifact.kind)
+        if client is not None and key in seen_clients:
             result.rejected.append(
                 (
                     name,
-                    f"duplicate client id '{client}' (already uploaded as {seen_clients[client]})",
+                    f"duplicate client id '{client}' for a {artifact.kind} "
+                    f"(already uploaded as {seen_clients[key]})",
                 )
             )
             continue
         if client is not None:
-            seen_clients[client] = name
+            seen_clients[key] = name
         result.accepted.append(artifact)
     result.rejected.sort()
     result.notes.append(f"{len(result.accepted)} accepted, {len(result.rejected)} rejected")
