@@ -25,8 +25,8 @@ def test_wheel_ships_profiles_and_loads_them(tmp_path):
     # Load from the unpacked wheel alone, away from the checkout.
     site = tmp_path / "site"
     zipfile.ZipFile(wheel).extractall(site)
-    code = ("import device_profiles as d; assert d.__file__.startswith(%r); "
-            "print(d.load_profile('wristband').ram_bytes)" % str(site))  # fmt: skip
+    code = (f"import device_profiles as d; assert d.__file__.startswith({str(site)!r}); "
+            "print(d.load_profile('wristband').ram_bytes)")  # fmt: skip
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          cwd=tmp_path, env={"PYTHONPATH": str(site)})  # fmt: skip
     assert run.returncode == 0, run.stderr

@@ -1,0 +1,189 @@
+"""`edgefl server methods|fuse` and `edgefl eval` through the CLI: output, exit codes, and no
+traceback for any user error."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnx
+import pytest
+import torch
+from fed_fixtures import build_federation
+from onnx import helper, numpy_helper
+from typer.testing import CliRunner
+
+from edgefl.cli import app
+from edgefl.fusion import METHODS
+from exporters import set_metadata
+
+
+def run(*args: str, code: int = 0):
+    result = CliRunner().invoke(app, [str(a) for a in args])
+    assert "Traceback" not in result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit), repr(
+        result.exception
+    )
+    assert result.exit_code == code, result.output
+    return result
+
+
+def flat(text: str) -> str:
+    # rich wraps long lines (tmp paths are long): compare with whitespace collapsed.
+    return " ".join(text.split())
+
+
+@pytest.fixture(scope="session")
+def federation(tmp_path_factory):
+    return build_federation(tmp_path_factory.mktemp("fed"))
+
+
+@pytest.fixture(scope="module")
+def fused(federation, tmp_path_factory):
+    """`server fuse --eval` with the human-readable output: (result, global model path)."""
+    out = tmp_path_factory.mktemp("cli") / "global.onnx"
+    r = run("server", "fuse", federation, "--method", "fedavg", "--out", out, "--eval", "digits",
+            "--device", "cpu")  # fmt: skip
+    return r, out
+
+
+# --- server methods --------------------------------------------------------------------------
+
+
+def test_methods_table_and_json():
+    table = run("server", "methods").output
+    rows = json.loads(run("server", "methods", "--json").stdout)
+    assert [r["name"] for r in rows] == METHODS.names()
+    for row in rows:
+        assert row["name"] in table
+        for key in ("description", "paper"):
+            assert isinstance(row[key], str) and row[key], (row["name"], key)
+        assert row["consumes"] and all(isinstance(k, str) for k in row["consumes"])
+        assert "seed" in row["options"]
+
+
+# --- server fuse -----------------------------------------------------------------------------
+
+
+def test_fuse_human_output_with_eval(fused):
+    r, out = fused
+    text = flat(r.output)
+    assert "fedavg (McMahan et al." in text and "on cpu" in text
+    assert "used 2 upload(s): client-000, client-001" in text
+    assert "skipped client-002.onnx: decoder artifacts are not used by fedavg" in text
+    assert "accuracy on digits:test:" in text and "%" in text
+    assert f"global model: {out}" in text and str(out.with_suffix(".json")) in text
+    report = json.loads(out.with_suffix(".json").read_text())
+    assert report["method"] == "fedavg" and 0.4 < report["accuracy"] <= 1.0
+
+
+def test_fuse_json_with_options_and_eval(federation, tmp_path):
+    out, report = tmp_path / "g.onnx", tmp_path / "custom-report.json"
+    r = run("server", "fuse", federation, "--method", "fedmho-sd", "--out", out, "--json",
+            "--eval", "digits:test", "--device", "cpu", "--report", report, "--synthetic", "200",
+            "--epochs", "2", "--lam", "0.3", "--seed", "3", "--opt", "kd-reduction=batchmean")  # fmt: skip
+    rep = json.loads(r.stdout)
+    want = dict(synthetic=200, epochs=2, lam=0.3, seed=3, kd_reduction="batchmean")
+    assert {k: rep["config"][k] for k in want} == want
+    assert rep["used"] == ["client-000", "client-001", "client-002", "client-003"]
+    assert rep["eval"]["split"] == "test" and rep["accuracy"] == rep["eval"]["accuracy"]
+    assert rep["report_path"] == str(report) and out.is_file()
+    assert json.loads(report.read_text()) == {k: v for k, v in rep.items() if k != "report_path"}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["custom-report.json", "g.onnx"]
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--method", "fedmh"], "did you mean 'fedmho'?"),
+        (["--method", "fedavg", "--epochs", "3"], "method 'fedavg' has no option(s) --epochs"),
+        (["--method", "fedavg", "--opt", "bogus=1"], "has no option(s) --bogus"),
+        (["--method", "fedavg", "--opt", "seed"], "--opt expects key=value"),
+        (["--method", "fedmho", "--lam", "2"], "--lam must be in [0, 1]"),
+        (["--method", "fedavg", "--out", "global.txt"], "--out must end in .onnx"),
+        (["--method", "fedavg", "--device", "tpu"], "--device must be auto, cpu or cuda"),
+    ],
+)
+def test_fuse_user_errors(federation, tmp_path, monkeypatch, args, message):
+    monkeypatch.chdir(tmp_path)  # the default --out would land here
+    r = run("server", "fuse", federation, *args, code=2)
+    assert message in flat(r.output)
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
+def test_fuse_cuda_without_cuda(federation, tmp_path):
+    r = run("server", "fuse", federation, "--method", "fedavg", "--device", "cuda", "--out",
+            tmp_path / "g.onnx", code=2)  # fmt: skip
+    assert "--device cuda: no CUDA device is available" in flat(r.output)
+    assert "--device auto or cpu" in flat(r.output)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_fuse_missing_upload_dir(tmp_path):
+    r = run("server", "fuse", tmp_path / "nope", "--method", "fedavg", "--out",
+            tmp_path / "g.onnx", code=2)  # fmt: skip
+    assert "does not exist or is not a directory" in flat(r.output)
+    assert list(tmp_path.iterdir()) == []
+
+
+# --- eval ------------------------------------------------------------------------------------
+
+
+def test_eval_global_model_table_json_and_plot(fused, tmp_path):
+    _, out = fused
+    report = json.loads(out.with_suffix(".json").read_text())
+    table = flat(run("eval", out, "--dataset", "digits").output)
+    assert "global.onnx on digits:test (360 samples): top-1" in table
+    assert f"{100 * report['accuracy']:.2f}%" in table
+
+    png = tmp_path / "confusion.png"
+    res = json.loads(run("eval", out, "--dataset", "digits:test", "--json", "--plot", png).stdout)
+    assert res["accuracy"] == report["accuracy"] == report["eval"]["accuracy"]
+    assert len(res["per_class_accuracy"]) == 10
+    confusion = np.array(res["confusion"])
+    assert confusion.shape == (10, 10) and confusion.sum() == res["samples"] == 360
+    assert np.trace(confusion) / 360 == pytest.approx(res["accuracy"])
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def _plain_graph(path, in_shape, classes: int, meta: dict | None = None):
+    """A tiny linear model that no edgefl client exported (no metadata unless given)."""
+    weight = numpy_helper.from_array(np.zeros((64, classes), np.float32), "w")
+    graph = helper.make_graph(
+        [helper.make_node("Flatten", ["x"], ["f"]), helper.make_node("MatMul", ["f", "w"], ["y"])],
+        "plain",
+        [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, ["B", *in_shape])],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, ["B", classes])],
+        [weight],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=10)
+    if meta:
+        set_metadata(model, meta)
+    path.write_bytes(model.SerializeToString())
+    return path
+
+
+def test_eval_errors(federation, tmp_path):
+    junk = tmp_path / "junk.onnx"
+    junk.write_bytes(b"this is not a model")
+    cases = [
+        (junk, "is not a readable ONNX model"),
+        (tmp_path / "missing.onnx", "not found"),
+        (federation / "client-002.onnx", "a decoder generates images"),
+        (_plain_graph(tmp_path / "flat.onnx", [64], 10), "onnxruntime cannot run"),
+        (_plain_graph(tmp_path / "wide.onnx", [1, 8, 8], 12), "model output has shape [360, 12]"),
+        (
+            _plain_graph(
+                tmp_path / "five.onnx",
+                [1, 8, 8],
+                5,
+                {"kind": "classifier", "num_classes": 5, "input_shape": [1, 8, 8]},
+            ),
+            "model predicts 5 classes, dataset digits has 10",
+        ),  # fmt: skip
+    ]
+    for path, message in cases:
+        for extra in ([], ["--json"]):
+            r = run("eval", path, "--dataset", "digits", *extra, code=2)
+            assert message in flat(r.output), (path.name, r.output)
