@@ -1,17 +1,25 @@
 """edgefl.exporters: the boundary between devices and the server.
 
 Devices export self-describing ONNX files (``export_onnx``); the server reads its own files
-(``read_artifact``) and validates untrusted uploads (``validate_upload``, ``ingest_dir``). This
+(``read_artifact``) and validates untrusted uploads (``validate_upload``, ``ingest_dir``). Data
+uploads (predictions, prototypes) are ONNX too (``write_constant_artifact``). This
 package knows nothing about which method consumes an artifact and never imports ``edgefl``.
 """
 
 from .atomic import atomic_write_bytes, atomic_write_text, write_model_atomic
+from .constant import read_constant_outputs, write_constant_artifact
 from .errors import ExportError, UploadRejected
 from .export import ExportReport, export_onnx
 from .graph import weights_hash
 from .quantize import QUANTIZED_TAG, quantize_int8
 from .read import Artifact, get_metadata, read_artifact, set_metadata
-from .schema import ARTIFACT_KINDS, METADATA_KEY, SCHEMA_VERSION, validate_metadata
+from .schema import (
+    ARTIFACT_KINDS,
+    CONSTANT_KINDS,
+    METADATA_KEY,
+    SCHEMA_VERSION,
+    validate_metadata,
+)
 from .validate import (
     DEFAULT_ALLOWED_OPS,
     DEFAULT_MAX_UPLOAD_BYTES,
@@ -22,6 +30,7 @@ from .validate import (
 
 __all__ = [
     "ARTIFACT_KINDS",
+    "CONSTANT_KINDS",
     "DEFAULT_ALLOWED_OPS",
     "DEFAULT_MAX_UPLOAD_BYTES",
     "METADATA_KEY",
@@ -39,9 +48,11 @@ __all__ = [
     "ingest_dir",
     "quantize_int8",
     "read_artifact",
+    "read_constant_outputs",
     "set_metadata",
     "validate_metadata",
     "validate_upload",
     "weights_hash",
+    "write_constant_artifact",
     "write_model_atomic",
 ]

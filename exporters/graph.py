@@ -132,7 +132,10 @@ def contract_problems(model: onnx.ModelProto, meta: dict[str, Any]) -> list[str]
 
     classifier/global: input [B, *input_shape]; classifier output [B, num_classes].
     decoder: inputs z [B, latent_dim] and label [B, num_classes]; output [B, *input_shape].
+    predictions/prototypes: see constant_contract_problems.
     """
+    if meta["kind"] in CONSTANT_OUTPUTS:
+        return constant_contract_problems(model, meta)
     problems: list[str] = []
     inputs = real_inputs(model.graph)
     outputs = list(model.graph.output)
@@ -157,3 +160,95 @@ def contract_problems(model: onnx.ModelProto, meta: dict[str, Any]) -> list[str]
                     f"{dims[-1] if dims else 'unknown'}, but num_classes is {classes}"
                 )
     return problems
+
+
+# --- data artifacts: graphs with no inputs whose outputs are constants -----------------------
+
+# Output name -> allowed element types, per kind.
+CONSTANT_OUTPUTS: dict[str, dict[str, tuple[int, ...]]] = {
+    "predictions": {"predictions": (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16)},
+    "prototypes": {"prototypes": (onnx.TensorProto.FLOAT,)},
+}
+_ROW_SUM_ATOL = 1e-3
+
+
+def constant_values(model: onnx.ModelProto) -> dict[str, np.ndarray]:
+    """Output name -> value for a graph in which every output is Identity(initializer).
+
+    That one shape is all a data artifact may have: its values are then read without running
+    anything, and they are exactly the initializers that ``weights_hash`` covers.
+    Raises ValueError naming what is different.
+    """
+    graph = model.graph
+    if real_inputs(graph):
+        raise ValueError("a data artifact must have no graph inputs")
+    inits = {t.name: t for t in graph.initializer}
+    producers = {}
+    for node in graph.node:
+        if node.op_type != "Identity" or node.domain not in ("", "ai.onnx"):
+            raise ValueError(
+                f"a data artifact may only contain Identity nodes, found {node.op_type}"
+            )
+        if len(node.input) != 1 or len(node.output) != 1 or node.input[0] not in inits:
+            raise ValueError("every Identity node must copy exactly one initializer to one output")
+        producers[node.output[0]] = node.input[0]
+    outputs = [v.name for v in graph.output]
+    if sorted(producers) != sorted(outputs) or len(set(producers.values())) != len(outputs):
+        raise ValueError("every output must be a distinct initializer passed through Identity")
+    if len(inits) != len(outputs):
+        raise ValueError(f"{len(inits)} initializers for {len(outputs)} outputs")
+    return {name: numpy_helper.to_array(inits[producers[name]]) for name in outputs}
+
+
+def constant_contract_problems(model: onnx.ModelProto, meta: dict[str, Any]) -> list[str]:
+    """predictions: one output 'predictions' [public_size, num_classes], float32 or float16,
+    every row a probability vector. prototypes: one output 'prototypes'
+    [len(classes), representation_size], float32 (finite values are checked by ingest)."""
+    kind = meta["kind"]
+    wanted = CONSTANT_OUTPUTS[kind]
+    names = [v.name for v in model.graph.output]
+    if names != list(wanted):
+        return [f"a {kind} artifact's outputs must be {list(wanted)}, got {names}"]
+    try:
+        values = constant_values(model)
+    except ValueError as exc:
+        return [str(exc)]
+    problems: list[str] = []
+    out = model.graph.output[0]
+    if out.type.tensor_type.elem_type not in wanted[out.name]:
+        allowed = "/".join(onnx.TensorProto.DataType.Name(t).lower() for t in wanted[out.name])
+        problems.append(f"output '{out.name}' must be {allowed}")
+    value = values[out.name]
+    if kind == "predictions":
+        shape = [meta["public_size"], meta["num_classes"]]
+        meaning = "[public_size, num_classes]"
+    else:
+        shape = [len(meta["classes"]), meta["representation_size"]]
+        meaning = "[len(classes), representation_size]"
+    if list(value.shape) != shape or value_dims(out) != shape:
+        problems.append(
+            f"output '{out.name}' has shape {list(value.shape)} (declared "
+            f"{value_dims(out)}), metadata implies {shape} {meaning}"
+        )
+    elif kind == "predictions":
+        problems.extend(_probability_problems(value))
+    return problems
+
+
+def _probability_problems(p: np.ndarray) -> list[str]:
+    p64 = p.astype(np.float64)
+    # NaN fails both comparisons, so it is reported here too (ingest reports it earlier).
+    outside = ~((p64 >= 0.0) & (p64 <= 1.0))
+    if outside.any():
+        row = int(np.argwhere(outside)[0][0])
+        return [f"predictions must be probabilities in [0, 1]; row {row} is not"]
+    # float16 rounds every entry by up to half an ulp (2**-11 near 1): allow C of them per row.
+    tol = _ROW_SUM_ATOL + (p.shape[1] * 2.0**-11 if p.dtype == np.float16 else 0.0)
+    sums = p64.sum(axis=1)
+    bad = np.flatnonzero(np.abs(sums - 1.0) > tol)
+    if bad.size:
+        return [
+            f"each row of predictions must sum to 1 (softmax outputs); {bad.size} rows do not, "
+            f"e.g. row {int(bad[0])} sums to {sums[bad[0]]:.4f}"
+        ]
+    return []

@@ -12,7 +12,10 @@ from typing import Any
 
 METADATA_KEY = "edgefl"
 SCHEMA_VERSION = 1
-ARTIFACT_KINDS = ("classifier", "decoder", "global")
+ARTIFACT_KINDS = ("classifier", "decoder", "global", "predictions", "prototypes")
+# Kinds that carry data, not a model: a graph with no inputs whose outputs are constant
+# initializers (exporters.constant), so they pass the same ingest as every model upload.
+CONSTANT_KINDS = ("predictions", "prototypes")
 
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 _MAX_INPUT_RANK = 3
@@ -91,17 +94,17 @@ def validate_metadata(meta: object) -> list[str]:
     if not missing("client_id") and not (isinstance(meta["client_id"], str) and meta["client_id"]):
         wrong("client_id", "a non-empty string")
 
+    if kind in ("classifier", "decoder", "predictions") and not missing("label_counts"):
+        counts = meta["label_counts"]
+        if not (isinstance(counts, list) and all(_is_int(c) and c >= 0 for c in counts)):
+            wrong("label_counts", "a list of non-negative ints")
+        elif classes_ok and len(counts) != num_classes:
+            problems.append(
+                f"'label_counts' has {len(counts)} entries but 'num_classes' is {num_classes}"
+            )
+        elif sum(counts) <= 0:
+            problems.append("'label_counts' must sum to more than 0")
     if kind in ("classifier", "decoder"):
-        if not missing("label_counts"):
-            counts = meta["label_counts"]
-            if not (isinstance(counts, list) and all(_is_int(c) and c >= 0 for c in counts)):
-                wrong("label_counts", "a list of non-negative ints")
-            elif classes_ok and len(counts) != num_classes:
-                problems.append(
-                    f"'label_counts' has {len(counts)} entries but 'num_classes' is {num_classes}"
-                )
-            elif sum(counts) <= 0:
-                problems.append("'label_counts' must sum to more than 0")
         if not missing("profile") and not (
             meta["profile"] is None or isinstance(meta["profile"], str)
         ):
@@ -115,6 +118,14 @@ def validate_metadata(meta: object) -> list[str]:
         if not (_is_int(latent) and latent >= 1):
             wrong("latent_dim", "an int >= 1")
 
+    if kind in CONSTANT_KINDS and meta.get("spec") is not None:
+        # No weights travel in a data artifact: a spec would invite the server to rebuild one.
+        wrong("spec", f"null for a {kind} artifact")
+    if kind == "predictions":
+        _check_predictions(meta, missing, wrong)
+    if kind == "prototypes":
+        _check_prototypes(meta, missing, wrong, problems, num_classes if classes_ok else None)
+
     if kind == "global":
         if not missing("method") and not isinstance(meta["method"], str):
             wrong("method", "a string")
@@ -127,6 +138,43 @@ def validate_metadata(meta: object) -> list[str]:
 
     problems.extend(_non_finite(meta, ""))
     return problems
+
+
+def _check_predictions(meta: dict[str, Any], missing, wrong) -> None:
+    if not missing("public_fingerprint") and not (
+        isinstance(meta["public_fingerprint"], str) and _HEX64.fullmatch(meta["public_fingerprint"])
+    ):
+        wrong("public_fingerprint", "64 lowercase hex characters (sha256 of the public samples)")
+    if not missing("public_size") and not (
+        _is_int(meta["public_size"]) and meta["public_size"] >= 1
+    ):
+        wrong("public_size", "an int >= 1")
+
+
+def _check_prototypes(meta: dict[str, Any], missing, wrong, problems, num_classes) -> None:
+    if not missing("representation_size") and not (
+        _is_int(meta["representation_size"]) and meta["representation_size"] >= 1
+    ):
+        wrong("representation_size", "an int >= 1")
+    classes_valid = False
+    if not missing("classes"):
+        classes = meta["classes"]
+        if not (isinstance(classes, list) and classes and all(_is_int(c) for c in classes)):
+            wrong("classes", "a non-empty list of class ids")
+        elif len(set(classes)) != len(classes):
+            problems.append("'classes' lists a class more than once")
+        elif num_classes is not None and not all(0 <= c < num_classes for c in classes):
+            problems.append(f"'classes' has ids outside 0..{num_classes - 1}")
+        else:
+            classes_valid = True
+    if not missing("counts"):
+        counts = meta["counts"]
+        if not (isinstance(counts, list) and all(_is_int(c) and c >= 1 for c in counts)):
+            wrong("counts", "a list of ints >= 1 (samples behind each class mean)")
+        elif classes_valid and len(counts) != len(meta["classes"]):
+            problems.append(
+                f"'counts' has {len(counts)} entries but 'classes' has {len(meta['classes'])}"
+            )
 
 
 def _non_finite(value: Any, where: str) -> list[str]:

@@ -172,3 +172,168 @@ def sample_cmd(
 
     path = sample_grid(decoder, per_class=per_class, out=out, seed=seed)
     console.print(f"wrote {path}")
+
+
+# --- uploads without weights (FedOL predictions, FedGH prototypes) and FedGH's header -------
+
+
+def _run_data_client(job, json_out: bool) -> None:
+    """Train exactly like `client train`, then write the job's data artifact instead of weights."""
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from edgefl.client.run import run_client
+
+    progress = Progress(
+        TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+        TextColumn("loss {task.fields[loss]}"), TimeElapsedColumn(),
+        console=console, disable=json_out, transient=False,
+    )  # fmt: skip
+    task = None
+
+    def on_epoch(epoch: int, total: int, loss: float) -> None:
+        nonlocal task
+        if task is None:
+            task = progress.add_task("training", total=total, loss="-")
+        progress.update(task, completed=epoch, loss=f"{loss:.4f}")
+
+    def on_status(msg: str) -> None:
+        if not json_out:
+            progress.console.print(f"[dim]{msg}[/]")
+
+    with progress:
+        result = run_client(job, on_epoch=on_epoch, on_status=on_status)
+    meta = result.metadata
+    if json_out:
+        keep = ("kind", "public", "public_size", "public_fingerprint", "dtype",
+                "representation_size", "classes", "counts", "kept_model")  # fmt: skip
+        print_json(result.as_dict() | {k: meta[k] for k in keep if k in meta})
+        return
+    s = result.summary
+    acc = f", local val accuracy {100 * s.val_accuracy:.2f}%" if s.val_accuracy is not None else ""
+    console.print(
+        f"[bold]{result.client_id}[/] ({result.profile.name}): trained {result.spec.label}, "
+        f"{s.epochs} epochs{acc}"
+    )
+    if meta["kind"] == "predictions":
+        what = (
+            f"{meta['public_size']:,} x {meta['num_classes']} {meta['dtype']} softmax outputs on "
+            f"{meta['public']} (fingerprint {meta['public_fingerprint'][:12]}...)"
+        )
+    else:
+        what = (
+            f"{len(meta['classes'])} class-mean representations of size "
+            f"{meta['representation_size']} (classes {meta['classes']})"
+        )
+    console.print(f"  {what}; no weights leave the device")
+    if result.metadata.get("kept_model"):
+        console.print(f"  own model kept at {result.metadata['kept_model']} (not an upload)")
+    console.print(f"  upload: [bold]{result.path}[/] ({fmt_bytes(result.upload_bytes)})")
+
+
+@app.command("predict")
+def predict_cmd(
+    profile: str = typer.Option(..., help="Profile name or TOML path."),
+    public: str = typer.Option(
+        ..., help="Public set: DATASET:public (held out of every client) or an .npz with x."
+    ),
+    public_size: int = typer.Option(
+        5000, help="Size of a DATASET:public split (the same on every client and the server)."
+    ),
+    dataset: str = typer.Option("mnist", help="Dataset name, .npz file or image folder."),
+    out: str = typer.Option("uploads", "--out", help="Directory for <client-id>.onnx."),
+    data_dir: str | None = typer.Option(None, help="Folder with standard dataset files."),
+    partition: str = typer.Option("dirichlet:0.5", help="iid | dirichlet:ALPHA | classes:K."),
+    num_clients: int = typer.Option(10, help="Clients in the federation."),
+    client_index: int = typer.Option(0, help="Which client's shard this device holds."),
+    partition_seed: int = typer.Option(0, help="Seed of the partition and of the public split."),
+    model: str | None = typer.Option(None, help="Zoo classifier (default: planner's)."),
+    epochs: int | None = typer.Option(None, help="Local epochs (default: profile's)."),
+    batch_size: int | None = typer.Option(None, help="Batch size (default: profile's)."),
+    lr: float | None = typer.Option(None, help="Learning rate."),
+    seed: int = typer.Option(0, help="Local training seed."),
+    fed_seed: int = typer.Option(0, help="Federation seed (initial weights)."),
+    fp16: bool = typer.Option(False, "--fp16", help="Store the predictions as float16."),
+    keep_model: str | None = typer.Option(
+        None, help="Also keep the trained model in this directory (never uploaded)."
+    ),
+    force: bool = typer.Option(False, help="Train a --model even if it does not fit the profile."),
+    client_id: str | None = typer.Option(None, help="Client id (default client-<index>)."),
+    json_out: bool = typer.Option(False, "--json", help="Print a JSON summary."),
+) -> None:
+    """Train locally, then upload only softmax predictions on the public set (FedOL)."""
+    from edgefl.client.run import ClientJob
+
+    job = ClientJob(
+        profile=profile, dataset=dataset, out_dir=out, data_dir=data_dir, partition=partition,
+        num_clients=num_clients, client_index=client_index, partition_seed=partition_seed,
+        public_size=public_size, model=model, role="classifier", epochs=epochs,
+        batch_size=batch_size, lr=lr, seed=seed, fed_seed=fed_seed, force=force,
+        client_id=client_id, kind="predictions", public=public, fp16=fp16, keep_model=keep_model,
+    )  # fmt: skip
+    _run_data_client(job, json_out)
+
+
+@app.command("prototypes")
+def prototypes_cmd(
+    profile: str = typer.Option(..., help="Profile name or TOML path."),
+    model: str = typer.Option(
+        "fedgh-cnn1", help="Zoo classifier; its features output is the representation."
+    ),
+    dataset: str = typer.Option("mnist", help="Dataset name, .npz file or image folder."),
+    out: str = typer.Option("uploads", "--out", help="Directory for <client-id>.onnx."),
+    data_dir: str | None = typer.Option(None, help="Folder with standard dataset files."),
+    partition: str = typer.Option("dirichlet:0.5", help="iid | dirichlet:ALPHA | classes:K."),
+    num_clients: int = typer.Option(10, help="Clients in the federation."),
+    client_index: int = typer.Option(0, help="Which client's shard this device holds."),
+    partition_seed: int = typer.Option(0, help="Seed of the partition (same for all clients)."),
+    public_size: int = typer.Option(
+        0, help="Samples the federation held out as a public set (0: none), as on the others."
+    ),
+    keep_model: str = typer.Option(
+        "local", help="Directory for the trained model, kept on the device for apply-header."
+    ),
+    epochs: int | None = typer.Option(None, help="Local epochs (default: profile's)."),
+    batch_size: int | None = typer.Option(None, help="Batch size (default: profile's)."),
+    lr: float | None = typer.Option(None, help="Learning rate."),
+    seed: int = typer.Option(0, help="Local training seed."),
+    fed_seed: int = typer.Option(0, help="Federation seed (initial weights)."),
+    force: bool = typer.Option(False, help="Train a --model even if it does not fit the profile."),
+    client_id: str | None = typer.Option(None, help="Client id (default client-<index>)."),
+    json_out: bool = typer.Option(False, "--json", help="Print a JSON summary."),
+) -> None:
+    """Train locally, then upload per held class the mean representation and count (FedGH)."""
+    from edgefl.client.run import ClientJob
+
+    job = ClientJob(
+        profile=profile, dataset=dataset, out_dir=out, data_dir=data_dir, partition=partition,
+        num_clients=num_clients, client_index=client_index, partition_seed=partition_seed,
+        public_size=public_size, model=model, role="classifier", epochs=epochs,
+        batch_size=batch_size, lr=lr, seed=seed, fed_seed=fed_seed, force=force,
+        client_id=client_id, kind="prototypes", keep_model=keep_model,
+    )  # fmt: skip
+    _run_data_client(job, json_out)
+
+
+@app.command("apply-header")
+def apply_header_cmd(
+    model: str = typer.Argument(..., help="This device's own classifier artifact (.onnx)."),
+    header: str = typer.Argument(..., help="The server's global header (fedgh output, .onnx)."),
+    out: str = typer.Option("personalized.onnx", "--out", help="Personalized model to write."),
+    json_out: bool = typer.Option(False, "--json", help="Print a JSON summary."),
+) -> None:
+    """Splice FedGH's global header into this device's model and re-export it."""
+    from edgefl.client.public import apply_header
+    from edgefl.errors import ConfigError
+
+    if not out.endswith(".onnx"):
+        raise ConfigError(f"--out must end in .onnx, got {out}")
+    info = apply_header(model, header, out)
+    if json_out:
+        print_json(info)
+        return
+    console.print(
+        f"spliced the {info['representation_size']}-d global header from {header} into {model}"
+    )
+    console.print(
+        f"  personalized model: [bold]{info['path']}[/] ({fmt_bytes(info['size_bytes'])})"
+    )

@@ -18,6 +18,7 @@ from torch.nn import functional as F
 
 import edgefl
 import exporters
+from edgefl.client import public as public_uploads
 from edgefl.client.train import DEFAULT_LR, TrainConfig, TrainSummary, init_model, train
 from edgefl.data import ArrayDataset, carve_public, load_dataset, partition, train_val_split
 from edgefl.data.registry import DATASETS, DatasetInfo
@@ -54,6 +55,12 @@ class ClientJob:
     client_id: str | None = None
     search: str | None = None  # "pso": search an architecture under the budget (pFedZKD)
     search_options: dict[str, Any] | None = None
+    # What leaves the device: "model" (the weights), "predictions" (softmax outputs on the
+    # `public` set, FedOL) or "prototypes" (per-class mean representations, FedGH).
+    kind: str = "model"
+    public: str | None = None  # predictions: NAME:public (carved with public_size) or a .npz
+    fp16: bool = False  # predictions stored as float16 (half the upload)
+    keep_model: str | None = None  # predictions/prototypes: directory for the device's own model
 
 
 @dataclass
@@ -194,6 +201,8 @@ def run_client(job: ClientJob, *, on_epoch=None, on_status=None) -> ClientResult
     client_id = job.client_id or f"client-{job.client_index:03d}"
     status(f"{client_id}: {role} {spec.label} on {len(train_idx)} samples ({profile.name})")
 
+    public = public_uploads.prepare(job, role)  # before training: fail fast on a bad --public
+
     model = init_model(spec, job.fed_seed)
     cfg = TrainConfig(
         epochs=job.epochs or profile.epochs,
@@ -236,7 +245,11 @@ def run_client(job: ClientJob, *, on_epoch=None, on_status=None) -> ClientResult
     path = out_dir / f"{client_id}.onnx"
     start = time.perf_counter()
     quant = None
-    if job.quantize:
+    if job.kind != "model":
+        _, meta = public_uploads.export_data_artifact(
+            job, model, spec, data, train_idx, meta, path, public
+        )
+    elif job.quantize:
         if job.quantize != "int8":
             raise ConfigError(f"--quantize supports only 'int8', got {job.quantize!r}")
         with tempfile.TemporaryDirectory(dir=out_dir) as tmp:

@@ -1,6 +1,17 @@
 """Fusion methods, one file each, registered by name in METHODS (explicit list, no magic)."""
 
-from edgefl.fusion import dense, ensemble, fedavg, fedcvae_ens, fedhydra, fedmho, pfedzkd
+from edgefl.fusion import (
+    dense,
+    ensemble,
+    fedavg,
+    fedcvae_ens,
+    feddf,
+    fedgh,
+    fedhydra,
+    fedmho,
+    fedol,
+    pfedzkd,
+)
 from edgefl.fusion.base import METHODS, FusionConfig, FusionContext, FusionResult, Method
 
 for _m in (
@@ -11,6 +22,9 @@ for _m in (
     dense.METHOD,
     fedhydra.METHOD,
     pfedzkd.METHOD,
+    feddf.METHOD,
+    fedol.METHOD,
+    fedgh.METHOD,
 ):
     METHODS.add(_m.name, _m)
 

@@ -60,6 +60,10 @@ class FusionResult:
     model: nn.Module  # input -> logits, exportable
     spec: ModelSpec | None  # None when the global model is not one zoo architecture (ensemble)
     info: dict[str, Any] = field(default_factory=dict)  # method-specific report entries
+    # The exported graph's input when it is not the task's image (FedGH's header takes a
+    # representation): per-sample shape and name. None = the task's input_shape, "input".
+    input_shape: tuple[int, ...] | None = None
+    input_name: str | None = None
 
 
 @dataclass(frozen=True)
@@ -121,7 +125,7 @@ class FusionContext:
             self.stages[name] = self.stages.get(name, 0.0) + time.perf_counter() - start
 
     def require(self, kind: str, method: str, at_least: int = 1) -> list[Upload]:
-        found = self.classifiers if kind == "classifier" else self.decoders
+        found = [u for u in self.uploads if u.kind == kind]
         if len(found) < at_least:
             raise FusionError(
                 f"{method} needs at least {at_least} {kind} upload(s), got {len(found)}",

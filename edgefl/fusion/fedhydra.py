@@ -67,6 +67,12 @@ class FedHydraConfig(FusionConfig):
     lambda_adv: float = 1.0  # paper's lambda_2
     beta: float = 1.0
     temperature: float = 1.0
+    # Student passes over each epoch's T_G intermediate batches (1: each once, as in the paper).
+    # More passes reuse costly synthetic batches when few generator steps are affordable (CPU).
+    distill_passes: int = 1
+    # Eq. 8's per-class scaling of each client's logits by U_c. False keeps only U_r's weighting
+    # of clients per target class (an ablation: with noisy u estimates, U_c can distort logits).
+    class_weights: bool = True
     nz: int = 256
     ngf: int = 64
     heatmap: str | None = None  # write the stratification heat map PNG here
@@ -74,6 +80,8 @@ class FedHydraConfig(FusionConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         check_generator_config(self.nz, self.ngf, self.gen_steps, self.gen_lr)
+        if not isinstance(self.distill_passes, int) or self.distill_passes < 1:
+            raise ConfigError(f"--distill-passes must be >= 1, got {self.distill_passes!r}")
         for name in ("strat_steps", "strat_batch"):
             v = getattr(self, name)
             if not isinstance(v, int) or v < 0:
@@ -180,7 +188,8 @@ def fuse(ctx: FusionContext, cfg: FedHydraConfig) -> FusionResult:
         )  # fmt: skip
     u_r, u_c = stratification_weights(u)
     ur_t = torch.tensor(u_r, dtype=torch.float32, device=dev)
-    uc_t = torch.tensor(u_c, dtype=torch.float32, device=dev)
+    uc_t = torch.tensor(u_c if cfg.class_weights else np.ones_like(u_c), dtype=torch.float32,
+                        device=dev)  # fmt: skip
 
     bn = BNStatLoss(teachers)
     spec, student = ctx.student(cfg.student)
@@ -213,14 +222,14 @@ def fuse(ctx: FusionContext, cfg: FedHydraConfig) -> FusionResult:
         set_trainable(student, True)
         with ctx.stage("distill"):
             total = 0.0
-            for x, p in intermediates:
+            for x, p in intermediates * cfg.distill_passes:
                 s = student(x)
                 loss = kl_at(p, s, cfg.temperature) + cfg.beta * F.cross_entropy(s, p.argmax(1))
                 opt_s.zero_grad(set_to_none=True)
                 loss.backward()
                 opt_s.step()
                 total += float(loss.detach())
-            hist["global"].append(total / len(intermediates))
+            hist["global"].append(total / (len(intermediates) * cfg.distill_passes))
         ctx.log(
             f"epoch {epoch + 1}/{cfg.epochs}: generator {hist['generator'][-1]:.4f} "
             f"(bn {hist['bn'][-1]:.4f}), global {hist['global'][-1]:.4f}"

@@ -41,7 +41,7 @@ class PFedZKDConfig(FusionConfig):
     tau: float = 4.0  # paper
     betas: tuple[float, ...] = (0.1, 1.0)  # paper's beta set
     inversion_steps: int = 200  # ours (ZSKD, Nayak et al. 2019, used 1,500)
-    inversion_lr: float = 0.05  # ours: Adam on the pre-sigmoid image
+    inversion_lr: float = 0.1  # ours: Adam on the pre-sigmoid image
     similarity_floor: float = 1e-3  # ours: C is clamped to [floor, 1]
     student: str = "cnn"
     epochs: int = 30  # ours

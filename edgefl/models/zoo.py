@@ -213,7 +213,37 @@ def make_spec(name: str, input_shape, num_classes: int, **params: Any) -> ModelS
             f"model {name!r} has no parameter(s) {sorted(unknown)}",
             hint=f"its parameters are: {sorted(entry.defaults) or 'none'}",
         )
-    return ModelSpec(name, tuple(input_shape), num_classes, {**entry.defaults, **params})
+    return ModelSpec(
+        name, tuple(input_shape), num_classes, {**entry.defaults, **_typed(entry, params)}
+    )
+
+
+def _typed(entry: ZooEntry, params: dict[str, Any]) -> dict[str, Any]:
+    """Params must have their default's type (`hidden=64` for a list param means [64])."""
+    out = {}
+    for key, value in params.items():
+        default = entry.defaults[key]
+        if isinstance(default, list) and isinstance(value, int) and not isinstance(value, bool):
+            value = [value]
+        ok = (
+            isinstance(value, bool) == isinstance(default, bool)
+            and (isinstance(value, type(default)) or (default is None))
+            or (
+                isinstance(default, float)
+                and isinstance(value, int)
+                and not isinstance(value, bool)
+            )
+        )
+        int_list = isinstance(default, list) and all(type(v) is int for v in default) and default
+        if int_list and isinstance(value, list):  # layer widths
+            ok = all(type(v) is int and v > 0 for v in value)
+        if not ok:
+            raise ConfigError(
+                f"model {entry.name!r}: parameter {key}={value!r} should be like {default!r}",
+                hint="e.g. --model scnn:width=16 or --model mlp:hidden=64x32",
+            )
+        out[key] = value
+    return out
 
 
 def build_model(spec: ModelSpec) -> nn.Module:

@@ -596,7 +596,7 @@ def _report(t: int, total: int, best: Candidate, budget: Budget, status: Status)
     status(
         f"generation {t}/{total}: best val CE {best.fitness:.4f} (acc {100 * best.val_accuracy:.1f}%)"
         f" {best.arch}; {best.macs:,} MACs, train {_mib(best.train_bytes)} / infer "
-        f"{_mib(best.infer_bytes)} of {_mib(ram)}, est. {fit.epoch_seconds:.0f} s/epoch of "
+        f"{_mib(best.infer_bytes)} of {_mib(ram)}, est. {fit.epoch_seconds:.1f} s/epoch of "
         f"{budget.profile.max_epoch_seconds:.0f} s"
     )
     return {"generation": t, "fitness": best.fitness, "val_accuracy": best.val_accuracy,

@@ -85,10 +85,11 @@ def run_fuse(job: FuseJob, log=None) -> dict[str, Any]:
     result = method.fuse(ctx, cfg)
     stages.update(ctx.stages)
 
+    input_shape = tuple(result.input_shape or ctx.input_shape)
     meta = {
         "kind": "global",
         "spec": result.spec.to_dict() if result.spec else None,
-        "input_shape": list(ctx.input_shape),
+        "input_shape": list(input_shape),
         "num_classes": ctx.num_classes,
         "class_names": [str(c) for c in ctx.class_names],
         "client_id": "server",
@@ -100,16 +101,21 @@ def run_fuse(job: FuseJob, log=None) -> dict[str, Any]:
     t = time.perf_counter()
     model = result.model.to("cpu").eval()
     out.parent.mkdir(parents=True, exist_ok=True)
+    # A report left by an earlier run must not outlive the model it describes: if this run is
+    # interrupted between publishing the new model and its report, leave no report, not the old.
+    report_path.unlink(missing_ok=True)
     try:
         exporters.export_onnx(
-            model, (torch.zeros(2, *ctx.input_shape),), out,
-            input_names=["input"], output_names=["logits"], metadata=meta,
+            model, (torch.zeros(2, *input_shape),), out,
+            input_names=[result.input_name or "input"], output_names=["logits"], metadata=meta,
         )  # fmt: skip
     except exporters.ExportError as exc:
         raise ArtifactError(f"exporting the global model failed: {exc}") from None
     stages["export"] = time.perf_counter() - t
 
+    # Method entries first: core keys below can never be overwritten by a method.
     report: dict[str, Any] = {
+        **result.info,
         "method": method.name,
         "paper": method.paper,
         "config": cfg.as_dict(),
@@ -135,9 +141,15 @@ def run_fuse(job: FuseJob, log=None) -> dict[str, Any]:
             "cuda": torch.cuda.get_device_name(0) if device.type == "cuda" else None,
         },  # fmt: skip
         "edgefl_version": edgefl.__version__,
-        **{k: v for k, v in result.info.items()},
     }
-    if job.eval:
+    if job.eval and result.input_shape is not None:
+        # Not an image classifier (FedGH's header): it is judged after `client apply-header`,
+        # by each personalized model on its client's local test split.
+        report["eval"] = {
+            "skipped": f"the {method.name} output takes input {list(input_shape)}, "
+            "not images; evaluate the personalized client models instead"
+        }
+    elif job.eval:
         from edgefl.evaluate import evaluate_artifact, parse_eval_ref
 
         t = time.perf_counter()

@@ -111,6 +111,8 @@ def rebuild(art: exporters.Artifact) -> tuple[nn.Module | None, str | None]:
     meta = art.metadata
     if art.kind == "global":
         return None, "a global model, not a client upload"
+    if art.kind in ("predictions", "prototypes"):
+        return None, "a data artifact (predictions/prototypes): nothing to rebuild"
     if not meta.get("spec"):
         return None, "no edgefl spec (exported by another tool): usable through onnxruntime only"
     if meta.get("quantized"):

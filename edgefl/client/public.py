@@ -1,0 +1,352 @@
+"""Uploads that carry no weights: predictions on a public set (FedOL, Qin et al. 2025) and
+per-class mean representations (FedGH, Yi et al. 2023), plus splicing FedGH's global header back
+into a device's own model.
+
+Both uploads are ONNX data artifacts (exporters.write_constant_artifact), so the server validates
+them exactly like model uploads. The public set is shared knowledge: the server loads the same
+samples (`load_public`) and compares fingerprints (`public_fingerprint`).
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+import exporters
+from edgefl.data import carve_public, load_dataset, parse_dataset_ref
+from edgefl.errors import ArtifactError, ConfigError, DataError
+
+DEFAULT_PUBLIC_SIZE = 5_000  # FedOL's paper: 5,000 unlabeled public samples
+KINDS = ("model", "predictions", "prototypes")
+
+
+# --- the public set -------------------------------------------------------------------------
+
+
+def public_fingerprint(x: np.ndarray) -> str:
+    """sha256 over the shape and float32 bytes of the samples only: the set is unlabeled, and a
+    server with a user .npz may have no labels to hash."""
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    digest = hashlib.sha256(repr(tuple(x.shape)).encode())
+    digest.update(x.data)
+    return digest.hexdigest()
+
+
+def is_carved(ref: str) -> bool:
+    """`NAME:public`: a held-out slice of NAME's train split (disjoint from every client)."""
+    return parse_dataset_ref(ref)[1] == "public"
+
+
+def load_public(
+    ref: str,
+    *,
+    public_size: int = DEFAULT_PUBLIC_SIZE,
+    seed: int = 0,
+    subset: int | None = None,
+    data_dir: str | None = None,
+) -> np.ndarray:
+    """The public samples x (N, C, H, W), float32 in [0, 1].
+
+    `NAME:public` carves exactly what `edgefl.client.run.client_shard` holds out of every client
+    (seed = the partition seed, after the optional --subset); anything else is a dataset
+    reference whose samples are used as they are (a user .npz needs only an array `x`).
+    """
+    name, split = parse_dataset_ref(ref)
+    if split == "public":
+        if public_size < 1:
+            raise ConfigError(
+                f"public set {ref!r} is carved out of {name}'s train split: it needs a "
+                f"public size >= 1, got {public_size}",
+                hint=f"pass --public-size (the same on every client and the server), "
+                f"e.g. {DEFAULT_PUBLIC_SIZE}",
+            )
+        data = load_dataset(name, "train", data_dir=data_dir)
+        rest = np.arange(len(data))
+        if subset is not None:
+            if not 0 < subset <= len(data):
+                raise ConfigError(f"--subset must be in 1..{len(data)}, got {subset}")
+            rest = np.sort(np.random.default_rng(seed).permutation(len(data))[:subset])
+        _, public = carve_public(len(rest), public_size, seed)
+        x = data.x[rest[public]]
+    elif name.endswith(".npz") and Path(name).is_file():
+        x = _npz_samples(Path(name))
+    else:
+        x = load_dataset(ref, data_dir=data_dir).x
+    if len(x) == 0:
+        raise DataError(f"public set {ref!r} is empty")
+    return np.ascontiguousarray(x, dtype=np.float32)
+
+
+def _npz_samples(path: Path) -> np.ndarray:
+    # An unlabeled public .npz needs only `x`; pixels are normalised as for any user dataset.
+    from edgefl.data.datasets import _npz_images
+
+    try:
+        with np.load(path, allow_pickle=False) as npz:
+            if "x" not in npz.files:
+                raise DataError(
+                    f"{path}: expected an array 'x' of public samples, found {sorted(npz.files)}",
+                    hint="save the public set with np.savez(path, x=images)",
+                )
+            x = npz["x"]
+    except (OSError, ValueError, EOFError) as exc:
+        raise DataError(f"cannot read {path} as .npz: {exc}") from None
+    return _npz_images(x, f"{path} [x]")
+
+
+# --- what a client computes -----------------------------------------------------------------
+
+
+@torch.no_grad()
+def softmax_predictions(model: nn.Module, x: np.ndarray, batch: int = 512) -> np.ndarray:
+    """The model's class probabilities on x, float32 (N, C)."""
+    model.eval()
+    out = [
+        torch.softmax(model(torch.from_numpy(x[i : i + batch])).float(), 1).numpy()
+        for i in range(0, len(x), batch)
+    ]
+    return np.concatenate(out).astype(np.float32)
+
+
+def representation_layer(model: nn.Module) -> tuple[nn.Module, nn.Linear]:
+    """(features, head) of a zoo classifier: head(features(x)), head one nn.Linear."""
+    features, head = getattr(model, "features", None), getattr(model, "head", None)
+    if not isinstance(features, nn.Module) or not isinstance(head, nn.Linear):
+        raise ConfigError(
+            f"{type(model).__name__} has no representation layer (features -> Linear head)",
+            hint="use a zoo classifier, e.g. fedgh-cnn1..5 (500-d representation, as in FedGH)",
+        )
+    return features, head
+
+
+@torch.no_grad()
+def class_prototypes(
+    model: nn.Module, x: np.ndarray, y: np.ndarray, num_classes: int, batch: int = 512
+) -> tuple[list[int], np.ndarray, list[int]]:
+    """FedGH's local averaged representations: per held class s, mean of features(x) over the
+    samples of class s. Returns (classes, P x R float32 means, counts)."""
+    features, head = representation_layer(model)
+    model.eval()
+    sums = torch.zeros(num_classes, head.in_features, dtype=torch.float64)
+    counts = torch.zeros(num_classes, dtype=torch.int64)
+    for i in range(0, len(x), batch):
+        rep = features(torch.from_numpy(x[i : i + batch])).flatten(1).double()
+        yb = torch.from_numpy(np.asarray(y[i : i + batch], dtype=np.int64))
+        sums.index_add_(0, yb, rep)
+        counts += torch.bincount(yb, minlength=num_classes)
+    held = torch.nonzero(counts > 0).flatten()
+    means = (sums[held] / counts[held, None]).float().numpy()
+    return held.tolist(), means, counts[held].tolist()
+
+
+def data_metadata(meta: dict[str, Any], spec_label: str) -> dict[str, Any]:
+    """A data artifact keeps the model upload's metadata, minus its spec: the server must not
+    try to rebuild a model from it (no weights leave the device)."""
+    out = copy.deepcopy(meta)
+    out["spec"] = None
+    out["model"] = spec_label
+    return out
+
+
+def write_predictions(
+    path: Path,
+    probs: np.ndarray,
+    meta: dict[str, Any],
+    *,
+    fingerprint: str,
+    public: str,
+    fp16: bool = False,
+) -> exporters.ExportReport:
+    """The FedOL upload: softmax outputs on the public set, N x C (float16 halves the bytes)."""
+    if fp16:
+        probs = probs.astype(np.float16)
+    meta = meta | {
+        "kind": "predictions",
+        "public": public,
+        "public_fingerprint": fingerprint,
+        "public_size": int(len(probs)),
+        "dtype": str(probs.dtype),
+    }
+    try:
+        return exporters.write_constant_artifact(path, {"predictions": probs}, meta)
+    except exporters.ExportError as exc:
+        raise ArtifactError(f"writing predictions failed: {exc}") from None
+
+
+def write_prototypes(
+    path: Path, classes: list[int], means: np.ndarray, counts: list[int], meta: dict[str, Any]
+) -> exporters.ExportReport:
+    """The FedGH upload: per held class the mean representation; ids and counts in metadata
+    (schema-checked JSON ints, the same as label_counts) so the tensor is the only payload."""
+    meta = meta | {
+        "kind": "prototypes",
+        "representation_size": int(means.shape[1]),
+        "classes": [int(c) for c in classes],
+        "counts": [int(c) for c in counts],
+    }
+    try:
+        return exporters.write_constant_artifact(path, {"prototypes": means}, meta)
+    except exporters.ExportError as exc:
+        raise ArtifactError(f"writing prototypes failed: {exc}") from None
+
+
+# --- the branch of run_client -----------------------------------------------------------------
+
+
+def prepare(job, role: str) -> np.ndarray | None:
+    """Checks made before any training (a mistake should not cost a training run); returns the
+    public samples for a predictions job."""
+    if job.kind not in KINDS:
+        raise ConfigError(
+            f"client artifact kind must be one of {', '.join(KINDS)}, got {job.kind!r}"
+        )
+    if job.kind == "model":
+        return None
+    if job.keep_model and Path(job.keep_model).resolve() == Path(job.out_dir).resolve():
+        raise ConfigError(
+            "--keep-model must not be the upload directory: the weights would be uploaded",
+            hint="e.g. --keep-model local",
+        )
+    if role != "classifier":
+        raise ConfigError(
+            f"a {job.kind} upload needs a classifier, but this client trains a {role}",
+            hint="pass --model with a zoo classifier (e.g. cnn, fedgh-cnn1)",
+        )
+    if job.quantize:
+        raise ConfigError(f"--quantize applies to model uploads, not to {job.kind}")
+    if job.kind == "prototypes":
+        return None
+    if not job.public:
+        raise ConfigError("a predictions upload needs --public (e.g. mnist:public or a .npz)")
+    if (
+        is_carved(job.public)
+        and parse_dataset_ref(job.public)[0] != parse_dataset_ref(job.dataset)[0]
+    ):
+        raise ConfigError(
+            f"--public {job.public} is carved from another dataset than --dataset {job.dataset}",
+            hint="use <dataset>:public, or a separate public .npz",
+        )
+    if is_carved(job.public) and job.public_size < 1:
+        raise ConfigError(
+            f"--public {job.public} needs --public-size >= 1: the same slice must be held out of "
+            "every client's data and loaded by the server",
+            hint=f"e.g. --public-size {DEFAULT_PUBLIC_SIZE} (and the same on the server)",
+        )
+    return load_public(
+        job.public, public_size=job.public_size, seed=job.partition_seed, subset=job.subset,
+        data_dir=job.data_dir,
+    )  # fmt: skip
+
+
+def export_data_artifact(
+    job, model: nn.Module, spec, data, train_idx: np.ndarray, meta: dict, path: Path, public
+) -> tuple[exporters.ExportReport, dict[str, Any]]:
+    """Write the job's predictions or prototypes artifact; returns (report, its metadata).
+    With `job.keep_model`, the trained model is also exported there, for the device itself
+    (FedGH splices the global header into it); keep that directory apart from the uploads."""
+    kept = {}
+    if job.keep_model:
+        from edgefl.client.run import export_model
+
+        kept = {"kept_model": str(Path(job.keep_model) / path.name)}
+        export_model(model, spec, meta, Path(kept["kept_model"]))
+    base = data_metadata(meta, spec.label)
+    if job.kind == "predictions":
+        probs = softmax_predictions(model, public)
+        report = write_predictions(
+            path, probs, base, fingerprint=public_fingerprint(public), public=job.public,
+            fp16=job.fp16,
+        )  # fmt: skip
+    else:
+        # Training samples only: the shard's validation part stays a clean local test split.
+        classes, means, counts = class_prototypes(
+            model, data.x[train_idx], data.y[train_idx], data.num_classes
+        )
+        report = write_prototypes(path, classes, means, counts, base)
+    return report, exporters.read_artifact(path).metadata | kept
+
+
+# --- FedGH: the global header back into the device's model ------------------------------------
+
+
+def apply_header(model_path: str, header_path: str, out: str) -> dict[str, Any]:
+    """Replace the head of this device's classifier (its own, trusted artifact) with the server's
+    global header, and re-export. The header is validated like any file from outside."""
+    from edgefl.server.ingest import RebuildRejected, rebuild
+
+    try:
+        art = exporters.read_artifact(model_path)
+    except Exception as exc:
+        raise ArtifactError(f"cannot read {model_path}: {exc}") from None
+    if art.kind != "classifier":
+        raise ArtifactError(f"{model_path} is a {art.kind} artifact, not a classifier")
+    try:
+        module, why = rebuild(art)
+    except (RebuildRejected, ConfigError) as exc:
+        raise ArtifactError(f"cannot rebuild {model_path}: {exc}") from None
+    if module is None:
+        raise ArtifactError(f"cannot personalize {model_path}: {why}")
+    _, head = representation_layer(module)
+    weight, bias = read_header(header_path, head.in_features, head.out_features)
+    with torch.no_grad():
+        head.weight.copy_(torch.from_numpy(weight))
+        head.bias.copy_(torch.from_numpy(bias))
+    header_meta = exporters.read_artifact(header_path).metadata
+    meta = {k: v for k, v in art.metadata.items() if k not in ("schema_version", "weights_sha256")}
+    meta["personalized_from"] = {
+        "model_sha256": art.metadata["weights_sha256"],
+        "header": Path(header_path).name,
+        "header_sha256": header_meta["weights_sha256"],
+        "method": header_meta.get("method"),
+    }
+    try:
+        report = exporters.export_onnx(
+            module, (torch.zeros(2, *art.metadata["input_shape"]),), out,
+            input_names=list(art.input_names), output_names=list(art.output_names), metadata=meta,
+        )  # fmt: skip
+    except exporters.ExportError as exc:
+        raise ArtifactError(f"exporting the personalized model failed: {exc}") from None
+    return {
+        "path": report.path,
+        "size_bytes": report.size_bytes,
+        "representation_size": head.in_features,
+        "header": str(header_path),
+        "header_method": header_meta.get("method"),
+    }
+
+
+def read_header(path: str, rep: int, classes: int) -> tuple[np.ndarray, np.ndarray]:
+    """(weight C x R, bias C) of a global header: input 'representation' [B, R] -> logits."""
+    try:
+        art = exporters.validate_upload(path)
+    except exporters.UploadRejected as exc:
+        raise ArtifactError(f"header {path} rejected: {exc.reason}") from None
+    meta = art.metadata
+    if art.kind != "global" or meta.get("input_shape") != [rep]:
+        raise ArtifactError(
+            f"{path} is not a global header for a {rep}-d representation (kind {art.kind}, "
+            f"input shape {meta.get('input_shape')})",
+            hint="pass the global model written by `edgefl server fuse --method fedgh`",
+        )
+    if meta["num_classes"] != classes:
+        raise ArtifactError(
+            f"header {path} has {meta['num_classes']} classes, the model has {classes}"
+        )
+    weights = art.state_dict()
+    weight, bias = weights.get("weight"), weights.get("bias")
+    if (
+        weight is None
+        or bias is None
+        or weight.shape != (classes, rep)
+        or bias.shape != (classes,)
+        or not math.isfinite(float(np.abs(weight).sum() + np.abs(bias).sum()))
+    ):
+        raise ArtifactError(f"{path} does not hold one Linear({rep}, {classes}) header")
+    return weight.astype(np.float32), bias.astype(np.float32)

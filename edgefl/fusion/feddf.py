@@ -1,0 +1,162 @@
+"""FedDF: ensemble distillation on unlabeled public data (Lin et al., NeurIPS 2020), one-shot.
+
+The server loads the public set itself (`--opt public=mnist:public`: the same slice every client
+held out, see edgefl.client.public.load_public), labels it with the mean logits of the classifier
+uploads (the paper's AVGLOGITS), and distils a student with KL at temperature T, Adam with cosine
+annealing. The student is fresh (`--student`, any zoo classifier), or, with `init=average`, starts
+from the parameter average of same-architecture uploads as in the paper.
+
+Also home of what FedOL shares with it: the public-set options and building a `--student` spec
+such as `scnn:width=32`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from edgefl.client.public import DEFAULT_PUBLIC_SIZE, load_public
+from edgefl.errors import ConfigError, FusionError
+from edgefl.fusion.base import (
+    FusionConfig,
+    FusionContext,
+    FusionResult,
+    Method,
+    average_classifiers,
+    mean_teacher_logits,
+)
+from edgefl.models.spec import ModelSpec
+from edgefl.models.zoo import build_model
+
+
+@dataclass(frozen=True)
+class PublicSetConfig(FusionConfig):
+    """Where the server finds the public set: the same reference, size and seed as the clients."""
+
+    public: str | None = None  # NAME:public (carved from NAME's train split) or a .npz with x
+    public_size: int = DEFAULT_PUBLIC_SIZE  # FedOL paper: 5,000 unlabeled samples
+    public_seed: int = 0  # the clients' --partition-seed (the carve uses it)
+    public_subset: int | None = None  # the clients' --subset, if they used one
+    data_dir: str | None = None  # folder with standard dataset files
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not isinstance(self.public_size, int) or self.public_size < 1:
+            raise ConfigError(f"--public-size must be a positive integer, got {self.public_size!r}")
+
+
+def public_samples(ctx: FusionContext, cfg: PublicSetConfig, method: str) -> np.ndarray:
+    if not cfg.public:
+        raise ConfigError(
+            f"{method} distils on a public set: pass --opt public=NAME:public (or a .npz)",
+            hint=f"the same set the clients used, e.g. --opt public=mnist:public "
+            f"--opt public_size={DEFAULT_PUBLIC_SIZE}",
+        )
+    x = load_public(
+        cfg.public, public_size=cfg.public_size, seed=cfg.public_seed, subset=cfg.public_subset,
+        data_dir=cfg.data_dir,
+    )  # fmt: skip
+    if tuple(x.shape[1:]) != tuple(ctx.input_shape):
+        raise FusionError(
+            f"public set {cfg.public} has samples of shape {list(x.shape[1:])}, the uploads "
+            f"expect {list(ctx.input_shape)}"
+        )
+    return x
+
+
+def build_student(ctx: FusionContext, text: str) -> tuple[ModelSpec, nn.Module]:
+    """`--student NAME` or `NAME:key=value,...` -> a fresh zoo classifier, seeded."""
+    from edgefl.client.run import parse_model_arg
+
+    spec = parse_model_arg(text, ctx.input_shape, ctx.num_classes)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(ctx.seed)
+        model = build_model(spec)
+    if not isinstance(getattr(model, "head", None), nn.Linear):
+        raise ConfigError(f"--student {text!r} is not a classifier")
+    return spec, model.to(ctx.device)
+
+
+@dataclass(frozen=True)
+class FedDFConfig(PublicSetConfig):
+    """Paper: Adam lr 1e-3 with cosine annealing, AVGLOGITS teachers, up to 1e4 steps with
+    early stopping on a validation set we do not have. Ours: a fixed number of epochs over the
+    public set, T = 1 (plain softmax of the averaged logits), batch 64."""
+
+    student: str = "cnn"
+    init: str = "fresh"  # fresh | average (paper: start from the uploads' parameter average)
+    epochs: int = 20
+    lr: float = 1e-3
+    batch_size: int = 64
+    temperature: float = 1.0
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.init not in ("fresh", "average"):
+            raise ConfigError(f"--init must be fresh or average, got {self.init!r}")
+        if not (isinstance(self.temperature, int | float) and self.temperature > 0):
+            raise ConfigError(f"--temperature must be > 0, got {self.temperature!r}")
+
+
+def kl_at(student_logits, target_probs, temperature: float) -> torch.Tensor:
+    """KL(target || softmax(student / T)) per sample, mean over the batch, scaled by T^2 so the
+    gradients do not shrink with the temperature (Hinton et al. 2015)."""
+    log_s = F.log_softmax(student_logits / temperature, 1)
+    kl = (torch.xlogy(target_probs, target_probs) - target_probs * log_s).sum(1)
+    return kl.mean() * temperature**2
+
+
+def fuse(ctx: FusionContext, cfg: FedDFConfig) -> FusionResult:
+    teachers = ctx.require("classifier", "feddf")
+    with ctx.stage("public"):
+        x = torch.from_numpy(public_samples(ctx, cfg, "feddf"))
+    with ctx.stage("teacher"):
+        targets = torch.softmax(mean_teacher_logits(teachers, x, ctx.device) / cfg.temperature, 1)
+    if cfg.init == "average":
+        spec, student = average_classifiers(teachers, "feddf --init average")
+        student = student.to(ctx.device)
+    else:
+        spec, student = build_student(ctx, cfg.student)
+    opt = torch.optim.Adam(student.parameters(), lr=cfg.lr)
+    steps = cfg.epochs * math.ceil(len(x) / cfg.batch_size)
+    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=steps)
+    gen = torch.Generator().manual_seed(cfg.seed)
+    history = []
+    with ctx.stage("distill"):
+        student.train()
+        for epoch in range(cfg.epochs):
+            total = 0.0
+            for idx in torch.randperm(len(x), generator=gen).split(cfg.batch_size):
+                loss = kl_at(student(x[idx].to(ctx.device)), targets[idx].to(ctx.device),
+                             cfg.temperature)  # fmt: skip
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                opt.step()
+                sched.step()
+                total += loss.item() * len(idx)
+            history.append(total / len(x))
+            ctx.log(f"epoch {epoch + 1}/{cfg.epochs}: KL {history[-1]:.4f}")
+    student.eval()
+    info = {
+        "teachers": [u.client_id for u in teachers],
+        "public_samples": len(x),
+        "student": spec.label,
+        "loss_history": history,
+    }
+    return FusionResult(student, spec, info)
+
+
+METHOD = Method(
+    name="feddf",
+    description="ensemble distillation of the classifiers into a student on a public set",
+    paper="Lin et al., FedDF, NeurIPS 2020",
+    consumes=("classifier",),
+    needs_gradients=False,  # teachers only run forward (onnxruntime for non-rebuildable ones)
+    config_cls=FedDFConfig,
+    fuse=fuse,
+)

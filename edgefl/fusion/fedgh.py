@@ -1,0 +1,137 @@
+"""FedGH: a generalized global prediction header trained on class-mean representations
+(Yi et al., ACM MM 2023; shared/papers/fedgh.txt, Sec. 3.2 and Algorithm 1), one-shot.
+
+Clients upload, per class s they hold, the local averaged representation R_k^s (prototypes
+artifacts, edgefl.client.public). The server trains one shared header H = Linear(R, C) with
+cross-entropy on the (R_k^s, s) pairs (eq. 4) and exports it as the global model: input
+"representation" [B, R] -> logits. Each client splices it in with `edgefl client apply-header`.
+
+The official code steps the wrong optimizer, so its header never changes (methods.md); ours
+trains it, as HtFLlib does: SGD lr 0.01 (the paper's eta_theta), 100 epochs over the pairs,
+batch 10. `header=PATH` continues from a previous round's header (multi-round FedGH).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+import exporters
+from edgefl.errors import ConfigError, FusionError
+from edgefl.fusion.base import FusionConfig, FusionContext, FusionResult, Method
+
+
+@dataclass(frozen=True)
+class FedGHConfig(FusionConfig):
+    """Paper: SGD with eta_theta = 0.01. HtFLlib: 100 server epochs, batch 10."""
+
+    epochs: int = 100
+    lr: float = 0.01
+    batch_size: int = 10
+    header: str | None = None  # a previous global header (.onnx) to continue training
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.header is not None and not isinstance(self.header, str):
+            raise ConfigError(f"--header must be a path, got {self.header!r}")
+
+
+def collect_prototypes(ctx: FusionContext):
+    """(reps P x R, labels P, per-upload summary, rejected) from every prototypes upload whose
+    representation size is the majority's (one header cannot take two input sizes)."""
+    uploads = [u for u in ctx.uploads if u.kind == "prototypes"]
+    if not uploads:
+        raise FusionError("fedgh needs prototypes uploads (`edgefl client prototypes`)")
+    sizes = Counter(u.meta["representation_size"] for u in uploads)
+    rep = sizes.most_common(1)[0][0]
+    reps, labels, used, rejected = [], [], [], []
+    for u in uploads:
+        if u.meta["representation_size"] != rep:
+            rejected.append({"file": u.name, "reason": (
+                f"representation size {u.meta['representation_size']} differs from the "
+                f"majority's {rep}")})  # fmt: skip
+            continue
+        means = exporters.read_constant_outputs(u.artifact.model)["prototypes"]
+        reps.append(means.astype(np.float32))
+        labels.append(np.asarray(u.meta["classes"], dtype=np.int64))
+        used.append({"client_id": u.client_id, "classes": u.meta["classes"],
+                     "counts": u.meta["counts"]})  # fmt: skip
+    return np.concatenate(reps), np.concatenate(labels), used, rejected
+
+
+def load_header(path: str, rep: int, classes: int) -> dict[str, torch.Tensor]:
+    """Weights of a previous header: the server's own output, still validated (it is a file)."""
+    from edgefl.client.public import read_header
+    from edgefl.errors import ArtifactError
+
+    try:
+        weight, bias = read_header(path, rep, classes)
+    except ArtifactError as exc:
+        raise ConfigError(f"--header: {exc.message}") from None
+    return {"weight": torch.from_numpy(weight), "bias": torch.from_numpy(bias)}
+
+
+def train_header(
+    header: nn.Linear, reps: np.ndarray, labels: np.ndarray, cfg: FedGHConfig, device, log
+) -> list[float]:
+    """Eq. (4): SGD on CE(H(R_k^s), s) over every uploaded pair."""
+    x, y = torch.from_numpy(reps), torch.from_numpy(labels)
+    opt = torch.optim.SGD(header.parameters(), lr=cfg.lr)
+    gen = torch.Generator().manual_seed(cfg.seed)
+    header.to(device).train()
+    history = []
+    for epoch in range(cfg.epochs):
+        total = 0.0
+        for idx in torch.randperm(len(x), generator=gen).split(cfg.batch_size):
+            loss = F.cross_entropy(header(x[idx].to(device)), y[idx].to(device))
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            total += loss.item() * len(idx)
+        history.append(total / len(x))
+        if (epoch + 1) % 10 == 0 or epoch + 1 == cfg.epochs:
+            log(f"epoch {epoch + 1}/{cfg.epochs}: CE {history[-1]:.4f}")
+    header.eval()
+    return history
+
+
+def fuse(ctx: FusionContext, cfg: FedGHConfig) -> FusionResult:
+    with ctx.stage("collect"):
+        reps, labels, used, rejected = collect_prototypes(ctx)
+    rep = reps.shape[1]
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(cfg.seed)
+        header = nn.Linear(rep, ctx.num_classes)
+    if cfg.header:
+        header.load_state_dict(load_header(cfg.header, rep, ctx.num_classes))
+    with ctx.stage("train"):
+        history = train_header(header, reps, labels, cfg, ctx.device, ctx.log)
+    with torch.no_grad():
+        fit = header(torch.from_numpy(reps).to(ctx.device)).argmax(1).cpu().numpy() == labels
+    info = {
+        "prototypes": len(labels),
+        "prototypes_per_class": np.bincount(labels, minlength=ctx.num_classes).tolist(),
+        "representation_size": rep,
+        "clients": used,
+        "rejected_prototypes": rejected,
+        "continued_from": cfg.header,
+        "loss_history": history,
+        "prototype_accuracy": float(fit.mean()),
+    }
+    return FusionResult(header.cpu(), None, info, input_shape=(rep,), input_name="representation")
+
+
+METHOD = Method(
+    name="fedgh",
+    description="shared prediction header trained on uploaded class-mean representations",
+    paper="Yi et al., FedGH, ACM MM 2023",
+    consumes=("prototypes",),
+    needs_gradients=False,
+    config_cls=FedGHConfig,
+    fuse=fuse,
+)

@@ -1,0 +1,215 @@
+"""DENSE and FedHydra: the generator, FedHydra's stratification and stratified aggregation, and
+both methods fusing a tiny heterogeneous `digits` federation (one cnn, one scnn with BatchNorm)
+through the real pipeline, deterministically."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnx
+import pytest
+import torch
+from onnx import numpy_helper
+from torch.nn import functional as F
+
+from edgefl.client.run import ClientJob, run_client
+from edgefl.data import load_dataset
+from edgefl.errors import ConfigError
+from edgefl.fusion import METHODS
+from edgefl.fusion.fedhydra import (
+    guidance,
+    plot_stratification,
+    stratification_weights,
+    stratified_aggregate,
+    stratify,
+)
+from edgefl.fusion.generator import BNStatLoss, make_generator
+from edgefl.models.zoo import build_model, make_spec
+from edgefl.server.fuse import FuseJob, run_fuse
+
+TINY = dict(epochs=2, gen_steps=3, batch_size=32, nz=16, ngf=4)
+TINY_OPTS = {"dense": TINY, "fedhydra": TINY | {"strat_steps": 3, "strat_batch": 8}}
+
+
+@pytest.fixture(scope="module")
+def federation(tmp_path_factory):
+    """Two digits clients with different architectures: client-000 cnn (no BN), client-001
+    scnn with BatchNorm."""
+    out = tmp_path_factory.mktemp("datafree") / "uploads"
+    for i, model in enumerate(("cnn", "scnn:width=4,bn=true")):
+        run_client(ClientJob(profile="smartphone", dataset="digits", num_clients=4,
+                             client_index=i, model=model, epochs=3, lr=0.05,
+                             out_dir=str(out)))  # fmt: skip
+    return out
+
+
+def _initializers(path) -> dict[str, np.ndarray]:
+    return {t.name: numpy_helper.to_array(t) for t in onnx.load(str(path)).graph.initializer}
+
+
+@pytest.mark.parametrize("method", ["dense", "fedhydra"])
+def test_fuses_heterogeneous_federation_deterministically(federation, tmp_path, method):
+    reports, weights = [], []
+    for run in ("a", "b"):
+        out = tmp_path / run / "g.onnx"
+        job = FuseJob(uploads=str(federation), method=method, out=str(out),
+                      options=TINY_OPTS[method], device="cpu", eval="digits")  # fmt: skip
+        reports.append(run_fuse(job))
+        weights.append(_initializers(out))
+    a, b = weights
+    assert a.keys() == b.keys() and a
+    assert all(np.array_equal(a[k], b[k]) for k in a)
+    rep = json.loads((tmp_path / "a" / "g.json").read_text())
+    assert rep["used"] == ["client-000", "client-001"]
+    assert rep["teachers"] == ["client-000", "client-001"]
+    # Only the scnn has BatchNorm: its statistics drive the BN loss, the cnn adds nothing.
+    assert rep["bn_teachers"] == ["client-001"]
+    assert all(v > 0 for v in rep["loss_history"]["bn"])
+    assert 0 <= rep["accuracy"] <= 1
+    assert reports[0]["accuracy"] == reports[1]["accuracy"]
+    if method == "fedhydra":
+        strat = rep["stratification"]
+        assert strat["client_ids"] == ["client-000", "client-001"]
+        u_r, u_c = np.array(strat["U_r"]), np.array(strat["U_c"])
+        assert u_r.shape == u_c.shape == (10, 2)
+        np.testing.assert_allclose(u_r.sum(1), 1)
+        np.testing.assert_allclose(u_c.sum(0), 1)
+        assert rep["stratification_heatmap"] is None
+
+
+def test_bn_loss_inactive_without_batchnorm_teachers(federation, tmp_path):
+    only_cnn = tmp_path / "cnn"
+    only_cnn.mkdir()
+    (only_cnn / "client-000.onnx").write_bytes((federation / "client-000.onnx").read_bytes())
+    rep = run_fuse(FuseJob(uploads=str(only_cnn), method="dense", out=str(tmp_path / "g.onnx"),
+                           options=TINY_OPTS["dense"], device="cpu"))  # fmt: skip
+    assert rep["bn_teachers"] == []
+    assert rep["loss_history"]["bn"] == [0.0, 0.0]
+
+
+def test_heatmap_option_writes_png(federation, tmp_path):
+    png = tmp_path / "sub" / "strat.png"
+    opts = TINY_OPTS["fedhydra"] | {"epochs": 1, "heatmap": str(png)}
+    rep = run_fuse(FuseJob(uploads=str(federation), method="fedhydra",
+                           out=str(tmp_path / "g.onnx"), options=opts, device="cpu"))  # fmt: skip
+    assert rep["stratification_heatmap"] == str(png)
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert [p.name for p in png.parent.iterdir()] == ["strat.png"]  # no temporary file left
+
+
+def _two_class_teachers() -> list[torch.nn.Module]:
+    """Five small classifiers on digits, teacher k trained only on classes 2k and 2k+1."""
+    data = load_dataset("digits", "train")
+    x, y = torch.from_numpy(data.x), torch.from_numpy(data.y)
+    teachers = []
+    for k in range(5):
+        keep = (y == 2 * k) | (y == 2 * k + 1)
+        torch.manual_seed(k)
+        net = build_model(make_spec("scnn", (1, 8, 8), 10, width=4))
+        opt = torch.optim.Adam(net.parameters(), lr=1e-2)
+        for _ in range(50):
+            loss = F.cross_entropy(net(x[keep]), y[keep])
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        teachers.append(net.eval().requires_grad_(False))
+    return teachers
+
+
+def test_stratification_recovers_known_strengths():
+    u, losses = stratify(_two_class_teachers(), 10, image_shape=(1, 8, 8), steps=20,
+                         batch_size=16, lr=1e-3, nz=32, ngf=8, seed=0, device="cpu")  # fmt: skip
+    assert u.shape == (10, 5) and losses.shape == (5, 10, 20)
+    u_r, u_c = stratification_weights(u)
+    # Each class trusts the one teacher that saw it (the paper's Fig. 5b: ~0.96 on MNIST 2c/c)...
+    assert (u_r.argmax(1) == np.arange(10) // 2).all()
+    assert (u_r[np.arange(10), np.arange(10) // 2] > 0.7).all()
+    # ...and each teacher's per-class weights sit on its own two classes.
+    assert (u_c.argmax(0) // 2 == np.arange(5)).all()
+
+
+def test_stratified_aggregation_by_hand():
+    # 2 clients, 3 classes; rows of U_r / U_c are classes, columns clients.
+    u_r = torch.tensor([[0.9, 0.1], [0.5, 0.5], [0.2, 0.8]])
+    u_c = torch.tensor([[0.6, 0.1], [0.3, 0.2], [0.1, 0.7]])
+    logits = torch.tensor([[[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]],  # client 0, samples 0 and 1
+                           [[-1.0, 0.0, 2.0], [1.0, 1.0, 1.0]]])  # client 1  # fmt: skip
+    y = torch.tensor([0, 2])
+    # Sample 0 (target 0): 0.9 * [1*.6, 2*.3, 3*.1] + 0.1 * [-1*.1, 0*.2, 2*.7]
+    s0 = [0.9 * 0.6 - 0.1 * 0.1, 0.9 * 0.6 + 0.0, 0.9 * 0.3 + 0.1 * 1.4]
+    # Sample 1 (target 2): 0.2 * [4*.6, 5*.3, 6*.1] + 0.8 * [1*.1, 1*.2, 1*.7]
+    s1 = [0.2 * 2.4 + 0.8 * 0.1, 0.2 * 1.5 + 0.8 * 0.2, 0.2 * 0.6 + 0.8 * 0.7]
+    p = stratified_aggregate(logits, y, u_r, u_c)
+    torch.testing.assert_close(p, torch.tensor([s0, s1]))
+
+
+def test_stratification_edge_cases():
+    # min == 0: floored, so u is finite and very large (strong guidance), never inf/nan.
+    assert np.isfinite(guidance(np.array([2.0, 0.5, 0.0])))
+    assert guidance(np.array([2.0, 0.5, 0.0])) > 1e9
+    assert guidance(np.array([1.0, 1.0])) == 0.0  # a flat loss: no guidance measured
+    assert guidance(np.array([np.nan, np.inf])) == 0.0
+    assert guidance(np.array([3.0, np.nan, 1.0])) == 2.0
+    u = np.array([[2.0, 0.0], [0.0, 0.0], [1.0, 0.0]])  # nobody guides class 1; client 1 nothing
+    u_r, u_c = stratification_weights(u)
+    np.testing.assert_allclose(u_r, [[1, 0], [0.5, 0.5], [1, 0]])
+    np.testing.assert_allclose(u_c, [[2 / 3, 1 / 3], [0, 1 / 3], [1 / 3, 1 / 3]])
+
+
+def test_grouped_generator_trains_each_group_as_if_alone():
+    single = make_generator(8, 4, (1, 8, 8), seed=0, device="cpu")
+    grouped = single.replicate(3)
+    alone = make_generator(8, 4, (1, 8, 8), seed=0, device="cpu")
+    z = torch.randn(6, 8)
+    targets = torch.rand(3, 6, 1, 8, 8)
+    opt_g = torch.optim.Adam(grouped.parameters(), lr=1e-2)
+    opt_a = torch.optim.Adam(alone.parameters(), lr=1e-2)
+    for _ in range(4):
+        loss = ((grouped(z) - targets) ** 2).mean((1, 2, 3, 4)).sum()
+        opt_g.zero_grad()
+        loss.backward()
+        opt_g.step()
+        loss = ((alone(z) - targets[1]) ** 2).mean()
+        opt_a.zero_grad()
+        loss.backward()
+        opt_a.step()
+    torch.testing.assert_close(grouped(z)[1], alone(z), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("shape", [(1, 8, 8), (1, 28, 28), (3, 32, 32), (1, 30, 26)])
+def test_generator_shapes(shape):
+    x = make_generator(16, 4, shape, seed=0, device="cpu")(torch.randn(5, 16))
+    assert x.shape == (5, *shape)
+    assert x.min() >= 0 and x.max() <= 1  # images in [0, 1] like every edgefl dataset
+
+
+def test_bn_stat_loss_is_zero_at_matching_statistics():
+    bn = torch.nn.BatchNorm2d(3).eval()
+    x = torch.randn(64, 3, 4, 4) * 2 + 1
+    bn.running_mean.copy_(x.mean((0, 2, 3)))
+    bn.running_var.copy_(x.var((0, 2, 3), unbiased=False))
+    plain = torch.nn.Conv2d(3, 3, 1)
+    loss = BNStatLoss([torch.nn.Sequential(bn), plain])
+    assert loss.with_bn == [0]
+    loss.reset()
+    bn(x)
+    assert float(loss.value("cpu")) == pytest.approx(0, abs=1e-5)
+    loss.reset()
+    bn(x + 1)
+    assert float(loss.value("cpu")) == pytest.approx(np.sqrt(3), rel=1e-4)  # ||mean shift||
+    loss.remove()
+    assert not bn._forward_hooks
+
+
+@pytest.mark.parametrize("method", ["dense", "fedhydra"])
+@pytest.mark.parametrize("bad", [{"ngf": 0}, {"gen_lr": 0.0}, {"temperature": -1.0},
+                                 {"momentum": 1.0}, {"epochs": 0}])  # fmt: skip
+def test_config_validation(method, bad):
+    with pytest.raises(ConfigError):
+        METHODS.get(method).make_config(bad)
+
+
+def test_plot_stratification(tmp_path):
+    path = plot_stratification(np.eye(3)[:, :2], ["a", "b"], ["0", "1", "2"], tmp_path / "h.png")
+    assert path.stat().st_size > 0

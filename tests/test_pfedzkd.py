@@ -1,0 +1,128 @@
+"""pFedZKD's server (Multi-ZSKD): class similarity, Dirichlet soft targets, inversion that a
+teacher recognises, and a deterministic fusion of two digits classifiers of different
+architectures."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from edgefl.client.run import ClientJob, run_client
+from edgefl.client.train import TrainConfig, init_model, train
+from edgefl.data import load_dataset
+from edgefl.errors import ConfigError
+from edgefl.fusion import METHODS
+from edgefl.fusion.pfedzkd import PFedZKDConfig, class_similarity, invert, soft_targets
+from edgefl.models.zoo import make_spec
+from edgefl.server.fuse import FuseJob, run_fuse
+
+SMALL = {"synthetic": 400, "inversion_steps": 100, "epochs": 15, "lr": 3e-3}
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+@pytest.fixture(scope="module")
+def teacher():
+    """A digits classifier good enough to have classes worth inverting (~1 s)."""
+    data = load_dataset("digits", "train")
+    spec = make_spec("scnn", (1, 8, 8), 10, width=16)
+    model = init_model(spec, 0)
+    cfg = TrainConfig(epochs=8, batch_size=32, optimizer="adam", lr=3e-3, seed=0)
+    train(model, "classifier", data.x, data.y, 10, cfg)
+    model.zero_grad(set_to_none=True)
+    return model.eval()
+
+
+@pytest.fixture(scope="module")
+def uploads(tmp_path_factory):
+    """Two clients with different architectures: a scalable CNN and a nas-cnn."""
+    out = tmp_path_factory.mktemp("uploads")
+    for i, model in enumerate(["scnn:width=8", "nas-cnn"]):
+        run_client(ClientJob(profile="smartwatch", dataset="digits", out_dir=str(out),
+                             num_clients=2, client_index=i, partition="dirichlet:1.0",
+                             model=model, epochs=8, force=True))  # fmt: skip
+    return out
+
+
+def test_class_similarity_is_a_clamped_cosine_matrix(teacher):
+    sim = class_similarity(teacher.head, 1e-3)
+    assert sim.shape == (10, 10)
+    assert torch.allclose(sim.diagonal(), torch.ones(10), atol=1e-5)
+    assert torch.allclose(sim, sim.T) and sim.min() >= 1e-3 and sim.max() <= 1
+
+
+def test_soft_targets_are_distributions_and_small_beta_is_peaked(teacher):
+    sim = class_similarity(teacher.head, 1e-3)
+    rng = np.random.default_rng(0)
+    sharp, smooth = soft_targets(sim, 3, 0.1, 200, rng), soft_targets(sim, 3, 1.0, 200, rng)
+    for y in (sharp, smooth):
+        assert y.shape == (200, 10) and torch.allclose(y.sum(1), torch.ones(200), atol=1e-5)
+    assert sharp.max(1).values.mean() > smooth.max(1).values.mean()
+
+
+def test_inverted_images_are_classified_as_their_target_class(teacher):
+    per_class = 4
+    classes = torch.arange(10).repeat_interleave(per_class)
+    targets = torch.full((len(classes), 10), 0.02)
+    targets[torch.arange(len(classes)), classes] = 0.82  # peaked soft target on class c
+    before = {k: v.clone() for k, v in teacher.state_dict().items()}
+    x = invert(teacher, targets, (1, 8, 8), steps=150, lr=0.1, tau=4.0,
+               gen=torch.Generator().manual_seed(0), device=torch.device("cpu"))  # fmt: skip
+    assert x.shape == (40, 1, 8, 8) and x.min() >= 0 and x.max() <= 1
+    with torch.no_grad():
+        pred = teacher(x).argmax(1)
+    assert (pred == classes).float().mean() >= 0.8
+    assert all(torch.equal(before[k], v) for k, v in teacher.state_dict().items())
+    assert all(p.grad is None for p in teacher.parameters())  # only the images got gradients
+
+
+def _digest(path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_fuses_heterogeneous_teachers_deterministically(uploads, tmp_path):
+    before = {p.name: _digest(p) for p in uploads.iterdir()}
+    reports = [
+        run_fuse(
+            FuseJob(
+                uploads=str(uploads),
+                method="pfedzkd",
+                out=str(tmp_path / f"g{i}.onnx"),
+                options=SMALL,
+                device="cpu",
+                eval="digits:test",
+            )
+        )  # fmt: skip
+        for i in range(2)
+    ]
+    a, b = reports
+    assert a["loss_history"] == b["loss_history"] and a["accuracy"] == b["accuracy"]
+    assert a["accuracy"] > 0.35  # chance is 0.1; a tiny budget on purpose (~0.55)
+    assert {u["model"].split("(")[0] for u in a["accepted"]} == {"scnn", "nas-cnn"}
+    assert [t["images"] for t in a["teachers"]] == [200, 200]
+    assert json.loads(json.dumps(a["config"]))["betas"] == [0.1, 1.0]
+    assert {p.name: _digest(p) for p in uploads.iterdir()} == before
+
+
+def test_config_parses_betas_and_refuses_bad_values():
+    method = METHODS.get("pfedzkd")
+    assert method.make_config({"betas": "0.1,1.0"}).betas == (0.1, 1.0)
+    assert method.make_config({"betas": "0.5x2"}).betas == (0.5, 2.0)
+    assert method.make_config({"betas": 1}).betas == (1.0,)
+    for bad in ({"betas": "a,b"}, {"betas": [0.0]}, {"tau": 0}, {"inversion_steps": 0},
+                {"synthetic": 0}, {"similarity_floor": 0}):  # fmt: skip
+        with pytest.raises(ConfigError):
+            method.make_config(bad)
+    with pytest.raises(ConfigError, match="no option"):
+        method.make_config({"temperature": 4})
+    assert PFedZKDConfig().tau == 4.0 and PFedZKDConfig().synthetic == 4000

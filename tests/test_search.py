@@ -1,0 +1,212 @@
+"""PSO-FedNAS (pFedZKD's client): the search space, the alignment operator, the budget as a hard
+constraint (a property test over random budgets), and a tiny end-to-end search on digits whose
+result exports and rebuilds like any zoo model."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import exporters
+from device_profiles import Profile
+from edgefl.client.run import ClientJob, run_client
+from edgefl.errors import BudgetError, ConfigError
+from edgefl.models.plan import check_fit
+from edgefl.models.spec import ModelSpec
+from edgefl.models.zoo import build_model, make_spec
+from edgefl.profiles import get_profile
+from edgefl.search import run_search
+from edgefl.search.nas_model import MAX_DEPTH, MIN_DEPTH, check_genes, depth, gene_problems
+from edgefl.search.pso import (
+    Budget,
+    PSOConfig,
+    align,
+    legalize,
+    make_target,
+    random_genes,
+    repair,
+    sample_feasible,
+    tiniest,
+)
+from edgefl.server.ingest import rebuild
+
+SHAPES = [(1, 8, 8), (1, 28, 28), (3, 32, 32)]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    # Tiny nets at small batches: a second intra-op thread only adds contention on 2 cores.
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+def _profile(ram: int, frac: float, storage: int, mps: float, opt: str, batch: int, secs: float):
+    return Profile("random", "hypothesis budget", ram, frac, storage, mps, opt, batch, 1, secs,
+                   "test")  # fmt: skip
+
+
+budgets = st.builds(
+    _profile,
+    ram=st.integers(64 * 2**10, 64 * 2**20),
+    frac=st.floats(0.1, 1.0),
+    storage=st.integers(32 * 2**10, 16 * 2**20),
+    mps=st.floats(1e6, 1e10),
+    opt=st.sampled_from(["sgd", "sgd-momentum", "adam"]),
+    batch=st.integers(1, 64),
+    secs=st.floats(1.0, 600.0),
+)
+
+
+def _assert_valid(genes, shape):
+    assert gene_problems(genes, shape) == []
+    assert genes[0]["type"] == "conv" and genes[-1]["type"] == "fc"
+    assert MIN_DEPTH <= depth(genes) <= MAX_DEPTH
+    h = shape[1]
+    for g in genes[:-1]:
+        if g["type"] == "pool":
+            assert h >= 2
+            h //= 2
+        else:
+            assert 1 <= g["out"] <= 128 and g["kernel"] in (1, 3, 5, 7)
+    assert h >= 1 and all(1 <= n <= 300 for n in genes[-1]["hidden"])
+
+
+@settings(max_examples=40, deadline=None, database=None,
+          suppress_health_check=[HealthCheck.too_slow])  # fmt: skip
+@given(profile=budgets, shape=st.sampled_from(SHAPES[:2]), samples=st.integers(10, 6000),
+       max_macs=st.one_of(st.none(), st.integers(5_000, 5_000_000)), seed=st.integers(0, 2**16))  # fmt: skip
+def test_every_sampled_repaired_or_aligned_architecture_fits(
+    profile, shape, samples, max_macs, seed
+):
+    cfg = PSOConfig(max_macs=max_macs, redraws=4)
+    budget = Budget(profile, shape, 10, samples=samples, batch_size=None, max_macs=max_macs)
+    rng = np.random.default_rng(seed)
+    try:
+        a = sample_feasible(rng, budget, cfg)
+    except BudgetError:
+        # Only when even the tiniest architectures of the space are over budget.
+        assert not any(budget.fits(g) for g in tiniest(cfg, shape))
+        return
+    b = sample_feasible(rng, budget, cfg)
+    moved = align(a, make_target(a, b, 0.5, rng), rng, cfg, shape)
+    big = random_genes(rng, cfg, shape)  # unconstrained draw, usually far over a small budget
+    for genes in (a, b, repair(moved, budget, cfg), repair(big, budget, cfg)):
+        assert genes is not None
+        _assert_valid(genes, shape)
+        spec = ModelSpec("nas-cnn", shape, 10, {"genes": genes})
+        fit = check_fit(spec, profile, samples=samples)
+        assert fit.fits, fit.reasons
+        if max_macs:
+            from edgefl.models.cost import costs
+
+            assert costs(spec).macs <= max_macs
+
+
+@settings(max_examples=60, deadline=None, database=None)
+@given(seed=st.integers(0, 2**32 - 1), shape=st.sampled_from(SHAPES), cg=st.floats(0, 1),
+       max_depth=st.integers(MIN_DEPTH, MAX_DEPTH))  # fmt: skip
+def test_alignment_always_yields_a_valid_sequence_with_the_targets_layer_types(
+    seed, shape, cg, max_depth
+):
+    cfg = PSOConfig(max_depth=max_depth)
+    rng = np.random.default_rng(seed)
+    particle, pbest, gbest = (random_genes(rng, cfg, shape) for _ in range(3))
+    target = make_target(pbest, gbest, cg, rng)
+    moved = align(particle, target, rng, cfg, shape)
+    _assert_valid(moved, shape)
+    assert depth(moved) <= max_depth
+    types = [g["type"] for g in moved[:-1]]
+    assert types == [g["type"] for g in legalize(target, cfg, shape)[:-1]]
+    # The same architecture rebuilds and runs.
+    model = build_model(ModelSpec("nas-cnn", shape, 10, {"genes": moved}))
+    assert model(torch.rand(2, *shape)).shape == (2, 10)
+
+
+def test_align_to_itself_is_identity_and_target_follows_parents():
+    cfg, shape = PSOConfig(), (1, 28, 28)
+    rng = np.random.default_rng(0)
+    a, b = random_genes(rng, cfg, shape), random_genes(rng, cfg, shape)
+    assert align(a, a, rng, cfg, shape) == a
+    assert make_target(a, b, 1.0, rng)[:-1] == b[:-1]  # Cg = 1: every layer from gBest
+    assert make_target(a, b, 0.0, rng)[:-1] == a[:-1]  # Cg = 0: every layer from pBest
+
+
+def test_nas_cnn_spec_round_trips_and_matches_the_paper_layers():
+    genes = [{"type": "conv", "out": 8, "kernel": 5}, {"type": "pool", "kind": "avg"},
+             {"type": "conv", "out": 16, "kernel": 3}, {"type": "fc", "hidden": [32, 16]}]  # fmt: skip
+    spec = make_spec("nas-cnn", (1, 28, 28), 10, genes=genes)
+    again = ModelSpec.from_dict(json.loads(json.dumps(spec.to_dict())))
+    assert again == spec and again.to_json() == spec.to_json()
+    model = build_model(spec)
+    kinds = [type(m).__name__ for m in model.features]
+    assert kinds[:3] == ["Conv2d", "BatchNorm2d", "ReLU"] and "AvgPool2d" in kinds
+    assert [m.p for m in model.features if isinstance(m, torch.nn.Dropout)] == [0.3, 0.3]
+    assert isinstance(model.head, torch.nn.Linear) and model.head.in_features == 16
+
+
+@pytest.mark.parametrize(
+    "genes, match",
+    [
+        ([{"type": "pool", "kind": "max"}, {"type": "fc", "hidden": []}], "gene 0 must be a conv"),
+        ([{"type": "conv", "out": 4, "kernel": 3}], "last gene must be the fc"),
+        ([{"type": "conv", "out": 999, "kernel": 3}, {"type": "fc", "hidden": [8]}], "1..128"),
+        ([{"type": "conv", "out": 4, "kernel": 4}, {"type": "fc", "hidden": [8]}], "kernel"),
+        (
+            [{"type": "conv", "out": 4, "kernel": 3}]
+            + [{"type": "pool", "kind": "max"}] * 4
+            + [{"type": "fc", "hidden": []}],
+            "would leave nothing",
+        ),  # fmt: skip
+        ([{"type": "conv", "out": 4, "kernel": 3}, {"type": "fc", "hidden": []}], "depth 2"),
+        ("not a list", "non-empty list"),
+    ],
+)
+def test_invalid_genes_are_config_errors(genes, match):
+    with pytest.raises(ConfigError, match=match):
+        check_genes(genes, (1, 8, 8))
+
+
+def test_options_are_validated():
+    with pytest.raises(ConfigError, match="--particles"):
+        PSOConfig(particles=0)
+    with pytest.raises(ConfigError, match="unknown search option.*--swarm"):
+        PSOConfig.from_options({"swarm": 3})
+    assert PSOConfig.from_options({"candidate-epochs": 2, "max_macs": None}).candidate_epochs == 2
+    with pytest.raises(ConfigError, match="unknown --search"):
+        run_search("darts", profile=get_profile("mcu"), info=None, local=None)
+
+
+def test_tiny_budget_search_on_digits_exports_and_rebuilds(tmp_path):
+    messages = []
+    job = ClientJob(profile="mcu", dataset="digits", out_dir=str(tmp_path), num_clients=4,
+                    epochs=2, search="pso",
+                    search_options={"particles": 3, "generations": 2, "candidate_epochs": 1})  # fmt: skip
+    result = run_client(job, on_status=messages.append)
+    assert result.spec.name == "nas-cnn" and result.fit.fits
+    assert sum(m.startswith("generation ") for m in messages) == 3  # initial swarm + 2
+    art = exporters.read_artifact(result.path)
+    module, why = rebuild(art)  # also checks torch-vs-onnxruntime parity
+    assert why is None and module is not None
+    assert ModelSpec.from_dict(art.metadata["spec"]) == result.spec
+
+
+def test_search_cli_prints_candidates_that_all_fit(cli):
+    res = cli("search", "--profile", "wristband", "--dataset", "digits", "--num-clients", "4",
+              "--particles", "2", "--generations", "1", "--json")  # fmt: skip
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.output)
+    prof = get_profile("wristband")
+    assert out["candidates"] and out["profile"] == "wristband"
+    for cand in out["candidates"]:
+        spec = make_spec("nas-cnn", (1, 8, 8), 10, genes=cand["genes"])
+        assert check_fit(spec, prof, samples=out["budget"]["samples"]).fits
+    assert min(c["fitness"] for c in out["candidates"]) == out["best"]["fitness"]
+    bad = cli("search", "--profile", "wristband", "--dataset", "digits", "--particles", "0")
+    assert bad.exit_code == 2 and "--particles" in bad.output
