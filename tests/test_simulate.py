@@ -100,3 +100,22 @@ def test_jobs_2_equals_jobs_1(tmp_path):
     hashes = [{k: v[1] for k, v in upload_state(tmp_path / d).items()} for d in "ab"]
     assert hashes[0] == hashes[1]
     assert a["results"][0]["accuracy"] == b["results"][0]["accuracy"]
+
+
+def test_public_data_methods(tmp_path):
+    """FedOL clients upload predictions (their model stays on the device); FedDF distills on the
+    same carved public split; upload bytes are reported per artifact kind."""
+    out = tmp_path / "pub"
+    res = simulate(tiny(out, methods=("ensemble", "feddf", "fedol"), public_size=300,
+                        fuse_options={"feddf": {"epochs": 2}, "fedol": {"epochs": 1, "rounds": 2}}))  # fmt: skip
+    rows = {r["method"]: r for r in res["results"]}
+    assert rows["fedol"]["error"] is None and rows["feddf"]["error"] is None
+    preds = sorted((out / "uploads-predictions").glob("*.onnx"))
+    assert len(preds) == 2  # the two classifier clients
+    meta = exporters.read_artifact(preds[0]).metadata
+    assert meta["kind"] == "predictions" and meta["public_size"] == 300
+    assert rows["fedol"]["upload_bytes"] == sum(p.stat().st_size for p in preds)
+    # Rerun: everything reused.
+    again = simulate(tiny(out, methods=("ensemble", "feddf", "fedol"), public_size=300,
+                          fuse_options={"feddf": {"epochs": 2}, "fedol": {"epochs": 1, "rounds": 2}}))  # fmt: skip
+    assert all(c.get("reused") for c in again["clients"])

@@ -10,7 +10,7 @@ import json
 import multiprocessing
 import time
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +52,7 @@ class SimJob:
     subset: int | None = None  # use only this many training samples (quick runs)
     data_dir: str | None = None
     fuse_options: dict[str, dict[str, Any]] = field(default_factory=dict)  # method -> options
+    public_size: int | None = None  # public split carved from train (default 5,000 if needed)
 
     def validate(self) -> None:
         if self.clients < 1:
@@ -62,6 +63,27 @@ class SimJob:
             METHODS.get(m)
         for m in self.fuse_options:
             METHODS.get(m)
+        if "fedgh" in self.methods:
+            raise ConfigError(
+                "fedgh is judged per client (personalized models on local test splits), not by "
+                "one global accuracy",
+                hint="run bench/bench_public.py for FedGH vs Standalone; drop fedgh from --methods",
+            )
+
+    @property
+    def needs_predictions(self) -> bool:
+        return any("predictions" in METHODS.get(m).consumes for m in self.methods)
+
+    @property
+    def needs_public(self) -> bool:
+        return any(m in ("feddf", "fedol") for m in self.methods)
+
+    @property
+    def public(self) -> int:
+        """Samples carved out of train as the unlabeled public set (0 when no method uses it)."""
+        if self.public_size is not None:
+            return self.public_size
+        return 5_000 if self.needs_public else 0
 
 
 def parse_mix(mix: str, clients: int) -> list[str]:
@@ -111,8 +133,15 @@ def client_jobs(job: SimJob) -> list[ClientJob]:
     for i, prof in enumerate(profiles):
         model = models[prof]
         is_gen = model.startswith("cvae")
+        # Classifier clients of a FedOL run train once and send predictions; their model stays
+        # on the device (kept in uploads/ so model-based methods can run side by side).
+        predictions = job.needs_predictions and not is_gen
+        extra = dict(kind="predictions", public=f"{job.dataset}:public",
+                     keep_model=str(Path(job.out) / "uploads")) if predictions else {}  # fmt: skip
         jobs.append(ClientJob(
-            profile=prof, dataset=job.dataset, out_dir=str(Path(job.out) / "uploads"),
+            **extra, public_size=job.public,
+            profile=prof, dataset=job.dataset,
+            out_dir=str(Path(job.out) / ("uploads-predictions" if predictions else "uploads")),
             data_dir=job.data_dir, partition=job.partition, num_clients=job.clients,
             client_index=i, partition_seed=job.seed, model=model, seed=job.seed,
             fed_seed=job.seed, force=job.paper_models,
@@ -127,15 +156,28 @@ def _train_one(cjob: ClientJob) -> dict:
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        return run_client(cjob).as_dict()
+        result = run_client(cjob)
     finally:
         torch.set_num_threads(threads)
+    if not cjob.keep_model:
+        return result.as_dict()
+    # Report the kept model as the client's model upload, the predictions beside it.
+    summary = _finished(cjob)
+    return summary | {"reused": False}
 
 
 def _finished(cjob: ClientJob) -> dict | None:
     """The summary of an upload a previous run finished (exports are atomic: a file that exists
     is complete), if it was made by the same job."""
     path = Path(cjob.out_dir) / f"client-{cjob.client_index:03d}.onnx"
+    if cjob.keep_model:  # a predictions client: its kept model is written first, then the upload
+        pred, path = path, Path(cjob.keep_model) / path.name
+        if not (pred.exists() and path.exists()):
+            return None
+        summary = _finished(replace(cjob, keep_model=None, kind="model",
+                                    out_dir=cjob.keep_model))  # fmt: skip
+        return summary | {"predictions_path": str(pred),
+                          "predictions_bytes": pred.stat().st_size}  # fmt: skip
     if not path.exists():
         return None
     meta = exporters.read_artifact(path).metadata
@@ -190,10 +232,15 @@ def fuse_all(job: SimJob, log) -> dict[str, dict]:
             reports[method] = json.loads(report.read_text())
             continue
         log(f"fusing with {method}")
+        options = dict(job.fuse_options.get(method, {})) | {"seed": job.seed}
+        if method in ("feddf", "fedol"):  # the server carves the same public split
+            options |= {"public": f"{job.dataset}:public", "public_size": job.public,
+                        "public_seed": job.seed, "public_subset": job.subset}  # fmt: skip
+        consumes = METHODS.get(method).consumes
+        folder = "uploads-predictions" if "predictions" in consumes else "uploads"
         try:
             reports[method] = run_fuse(FuseJob(
-                uploads=str(out / "uploads"), method=method, out=str(model),
-                options=dict(job.fuse_options.get(method, {})) | {"seed": job.seed},
+                uploads=str(out / folder), method=method, out=str(model), options=options,
                 device=job.device, eval=f"{job.dataset}:test", data_dir=job.data_dir,
             ))  # fmt: skip
         except FusionError as exc:  # e.g. fedavg over mixed architectures: a result, not a crash
@@ -214,12 +261,16 @@ def simulate(job: SimJob, log=None) -> dict:
     reports = fuse_all(job, log)
     t_fuse = time.perf_counter() - t1
     upload = {c["client_id"]: c["upload_bytes"] for c in clients}
+    pred_bytes = {c["client_id"]: c.get("predictions_bytes", 0) for c in clients}
     reference = paper_reference(job.dataset, job.partition, job.clients)
     rows = []
     for m, rep in reports.items():
         rows.append({
             "method": m, "accuracy": rep.get("accuracy"), "fuse_seconds": rep["total_seconds"],
-            "upload_bytes": sum(upload.get(c, 0) for c in rep["used"]),
+            "upload_bytes": sum(
+                (pred_bytes if "predictions" in METHODS.get(m).consumes else upload).get(c, 0)
+                for c in rep["used"]
+            ),
             "clients_used": len(rep["used"]), "paper": reference.get(m), "error": rep.get("error"),
         })  # fmt: skip
     results = {
