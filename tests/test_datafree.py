@@ -96,6 +96,9 @@ def test_heatmap_option_writes_png(federation, tmp_path):
     assert rep["stratification_heatmap"] == str(png)
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert [p.name for p in png.parent.iterdir()] == ["strat.png"]  # no temporary file left
+    # The pipeline always draws the stratification beside the global model too.
+    beside = tmp_path / "g.stratification.png"
+    assert rep["stratification_png"] == str(beside) and beside.read_bytes()[:4] == b"\x89PNG"
 
 
 def _two_class_teachers() -> list[torch.nn.Module]:

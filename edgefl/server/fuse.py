@@ -112,6 +112,13 @@ def run_fuse(job: FuseJob, log=None) -> dict[str, Any]:
     except exporters.ExportError as exc:
         raise ArtifactError(f"exporting the global model failed: {exc}") from None
     stages["export"] = time.perf_counter() - t
+    if "stratification" in result.info:  # FedHydra: the client x class weights as a picture
+        from edgefl.fusion.fedhydra import plot_stratification
+
+        strat = result.info["stratification"]
+        heat = out.with_suffix(".stratification.png")
+        plot_stratification(strat["U_r"], strat["client_ids"], strat["class_names"], heat)
+        result.info["stratification_png"] = str(heat)
 
     # Method entries first: core keys below can never be overwritten by a method.
     report: dict[str, Any] = {
