@@ -45,7 +45,10 @@ class FusionConfig:
             if f.name in ("keep_ratio",) and not 0 < v <= 1:
                 raise ConfigError(f"--{flag(f.name)} must be in (0, 1], got {v}")
             if f.name in ("lam",) and not 0 <= v <= 1:
-                raise ConfigError(f"--{flag(f.name)} must be in [0, 1], got {v}")
+                raise ConfigError(
+                    f"--{flag(f.name)} must be in [0, 1], got {v}",
+                    hint="lam weighs cross-entropy against distillation (paper: 0.5)",
+                )
 
     def as_dict(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self)}

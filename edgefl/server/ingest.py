@@ -72,7 +72,10 @@ class Ingest:
 def ingest(directory: str | Path, *, max_upload_bytes: int, strict: bool = False) -> Ingest:
     d = Path(directory)
     if not d.is_dir():
-        raise ConfigError(f"upload directory {d} does not exist or is not a directory")
+        raise ConfigError(
+            f"upload directory {d} does not exist or is not a directory",
+            hint="pass the directory holding the clients' .onnx uploads",
+        )
     result = exporters.ingest_dir(d, max_bytes=max_upload_bytes)
     out = Ingest(rejected=list(result.rejected), notes=list(result.notes))
     for art in result.accepted:
