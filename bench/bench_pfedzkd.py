@@ -77,7 +77,7 @@ def federation(pool, out: Path, alpha: float, args, search: bool) -> list[dict]:
     if search:
         base |= dict(search="pso", search_options=search_options(args))
     else:
-        base |= dict(model="nas-cnn")
+        base |= dict(model=args.hom_model)
     # seed = client index: each client draws its own swarm (run_client seeds the search with
     # job.seed) and its own local training order; Hom uses the same seeds.
     jobs = [base | {"client_index": i, "seed": i} for i in range(args.clients)]
@@ -165,8 +165,9 @@ def markdown(res: dict) -> str:
         f"- Multi-ZSKD (paper: N_syn 4,000, tau 4): N_syn {a['synthetic']:,} in all, "
         f"{a['inversion_steps']} Adam steps (lr {a['inversion_lr']}) per pseudo-image, tau 4, betas (0.1, 1.0), student "
         f"`cnn`, {a['distill_epochs']} distillation epochs",
-        "- Hom: every client trains the same `nas-cnn` (default genes C16k3-Pm-C32k3-Pm-F64, "
-        "1.1M MACs), then the same fusion",
+        f"- Hom: every client trains the same `{a['hom_model']}` ({res['hom_macs']:,} MACs, "
+        "under the same cap: Conv3x3-BN-ReLU-MaxPool blocks 8-16, FC 64, i.e. C8k3-Pm-C16k3-Pm-F64 "
+        "without dropout), then the same fusion",
         "",
         "| alpha | paper pFedZKD | ours pFedZKD (PSO) | paper Hom | ours Hom | ensemble PSO | "
         "ensemble Hom | PSO archs (distinct / MACs range) |",
@@ -228,16 +229,18 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--clients", type=int, default=10)
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--profile", default="raspberry-pi-5")
-    p.add_argument("--particles", type=int, default=4)
+    p.add_argument("--particles", type=int, default=5)
     p.add_argument("--generations", type=int, default=3)
     p.add_argument("--candidate-epochs", type=int, default=1)
-    p.add_argument("--fitness-samples", type=int, default=500)
+    p.add_argument("--fitness-samples", type=int, default=1000)
     p.add_argument("--max-macs", type=int, default=500_000)
-    p.add_argument("--local-epochs", type=int, default=1)
-    p.add_argument("--synthetic", type=int, default=1000)
-    p.add_argument("--inversion-steps", type=int, default=30)
-    p.add_argument("--inversion-lr", type=float, default=0.2)
+    p.add_argument("--local-epochs", type=int, default=2)
+    p.add_argument("--synthetic", type=int, default=2000)
+    p.add_argument("--inversion-steps", type=int, default=100)
+    p.add_argument("--inversion-lr", type=float, default=0.1)
     p.add_argument("--distill-epochs", type=int, default=20)
+    # The fixed architecture of the Hom ablation: the searched family's shape, within the cap.
+    p.add_argument("--hom-model", default="scnn:width=8,depth=2,bn=true,hidden=64")
     p.add_argument("--search-profiles", default="wristband,smartphone")
     p.add_argument("--time-particles", type=int, default=10)
     p.add_argument("--time-generations", type=int, default=5)
@@ -273,6 +276,7 @@ def main(argv: list[str] | None = None) -> None:
         f"torch {torch.__version__}, Python {platform.python_version()}",
         "args": vars(args),
         "profile_training": _training(args.profile),
+        "hom_macs": rows[0]["hom_clients"][0]["macs"] if rows else 0,
         "paper": {k: {str(a): v for a, v in d.items()} for k, d in PAPER.items()},
         "rows": rows,
         "search_time": searches,

@@ -449,7 +449,9 @@ class Candidate:
     seconds: float
 
     def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        d = asdict(self)
+        d["fitness"] = d["fitness"] if math.isfinite(d["fitness"]) else None  # JSON has no inf
+        return d
 
 
 @dataclass
@@ -599,7 +601,7 @@ def _report(t: int, total: int, best: Candidate, budget: Budget, status: Status)
         f"{_mib(best.infer_bytes)} of {_mib(ram)}, est. {fit.epoch_seconds:.1f} s/epoch of "
         f"{budget.profile.max_epoch_seconds:.0f} s"
     )
-    return {"generation": t, "fitness": best.fitness, "val_accuracy": best.val_accuracy,
+    return {"generation": t, "fitness": best.as_dict()["fitness"], "val_accuracy": best.val_accuracy,
             "arch": best.arch, "macs": best.macs, "train_bytes": best.train_bytes,
             "infer_bytes": best.infer_bytes, "epoch_seconds": fit.epoch_seconds}  # fmt: skip
 
