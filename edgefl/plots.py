@@ -9,17 +9,19 @@ from pathlib import Path
 import numpy as np
 
 
-def _save(fig, path) -> Path:
+def save_figure(fig, path, dpi: int = 120) -> Path:
+    """Save a matplotlib figure as PNG atomically: write beside the target, then rename, so a
+    reader never sees a half-written file."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(suffix=".png", dir=path.parent)
-    os.close(fd)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        fig.savefig(tmp, dpi=120, bbox_inches="tight")
+        with os.fdopen(fd, "wb") as f:
+            fig.savefig(f, format="png", dpi=dpi, bbox_inches="tight")
         os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
     return path
 
 
@@ -41,7 +43,7 @@ def plot_confusion(confusion: np.ndarray, path, title: str = "") -> Path:
     ax.set_ylabel("true")
     ax.set_title(title)
     try:
-        return _save(fig, path)
+        return save_figure(fig, path)
     finally:
         plt.close(fig)
 
@@ -59,6 +61,6 @@ def plot_accuracy_bars(names: list[str], values: list[float], path, title: str =
     ax.set_ylabel("top-1 accuracy (%)")
     ax.set_title(title)
     try:
-        return _save(fig, path)
+        return save_figure(fig, path)
     finally:
         plt.close(fig)

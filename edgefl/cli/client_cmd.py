@@ -37,6 +37,34 @@ def print_plan(p: Plan) -> None:
     )
 
 
+def train_with_progress(job, json_out: bool):
+    """run_client with a rich progress bar per epoch (none with --json)."""
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from edgefl.client.run import run_client
+
+    progress = Progress(
+        TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+        TextColumn("loss {task.fields[loss]}"), TimeElapsedColumn(),
+        console=console, disable=json_out, transient=False,
+    )  # fmt: skip
+    task = None
+
+    def on_epoch(epoch: int, total: int, loss: float) -> None:
+        nonlocal task
+        if task is None:
+            task = progress.add_task("training", total=total, loss="-")
+        progress.update(task, completed=epoch, loss=f"{loss:.4f}")
+
+    def on_status(msg: str) -> None:
+        if not json_out:
+            progress.console.print(f"[dim]{msg}[/]")
+
+    with progress:
+        result = run_client(job, on_epoch=on_epoch, on_status=on_status)
+    return result
+
+
 @app.command("plan")
 def plan_cmd(
     profile: str = typer.Option(..., help="Profile name or TOML path."),
@@ -94,9 +122,8 @@ def train_cmd(
     json_out: bool = typer.Option(False, "--json", help="Print a JSON summary."),
 ) -> None:
     """Train the model that fits this device on its local data and write one ONNX upload."""
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from edgefl.client.run import ClientJob, run_client
+    from edgefl.client.run import ClientJob
 
     job = ClientJob(
         profile=profile, dataset=dataset, out_dir=out, data_dir=data_dir, partition=partition,
@@ -106,25 +133,7 @@ def train_cmd(
         search_options={"particles": particles, "generations": generations,
                         "candidate_epochs": candidate_epochs} if search else None,
     )  # fmt: skip
-    progress = Progress(
-        TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-        TextColumn("loss {task.fields[loss]}"), TimeElapsedColumn(),
-        console=console, disable=json_out, transient=False,
-    )  # fmt: skip
-    task = None
-
-    def on_epoch(epoch: int, total: int, loss: float) -> None:
-        nonlocal task
-        if task is None:
-            task = progress.add_task("training", total=total, loss="-")
-        progress.update(task, completed=epoch, loss=f"{loss:.4f}")
-
-    def on_status(msg: str) -> None:
-        if not json_out:
-            progress.console.print(f"[dim]{msg}[/]")
-
-    with progress:
-        result = run_client(job, on_epoch=on_epoch, on_status=on_status)
+    result = train_with_progress(job, json_out)
     if json_out:
         print_json(result.as_dict())
         return
@@ -179,29 +188,8 @@ def sample_cmd(
 
 def _run_data_client(job, json_out: bool) -> None:
     """Train exactly like `client train`, then write the job's data artifact instead of weights."""
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from edgefl.client.run import run_client
-
-    progress = Progress(
-        TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-        TextColumn("loss {task.fields[loss]}"), TimeElapsedColumn(),
-        console=console, disable=json_out, transient=False,
-    )  # fmt: skip
-    task = None
-
-    def on_epoch(epoch: int, total: int, loss: float) -> None:
-        nonlocal task
-        if task is None:
-            task = progress.add_task("training", total=total, loss="-")
-        progress.update(task, completed=epoch, loss=f"{loss:.4f}")
-
-    def on_status(msg: str) -> None:
-        if not json_out:
-            progress.console.print(f"[dim]{msg}[/]")
-
-    with progress:
-        result = run_client(job, on_epoch=on_epoch, on_status=on_status)
+    result = train_with_progress(job, json_out)
     meta = result.metadata
     if json_out:
         keep = ("kind", "public", "public_size", "public_fingerprint", "dtype",

@@ -7,14 +7,13 @@ plotting from a notebook or a worker thread is safe.
 
 from __future__ import annotations
 
-import os
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
 from edgefl.errors import DataError
+from edgefl.plots import save_figure
 
 ANNOTATE_MAX_CELLS = 400  # beyond this many cells the numbers are unreadable anyway
 
@@ -26,21 +25,6 @@ def _new_figure(width: float, height: float):
     fig = Figure(figsize=(width, height), dpi=100)
     FigureCanvasAgg(fig)
     return fig
-
-
-def _save_atomic(fig, path: str | Path) -> Path:
-    # Write next to the target and rename: a reader never sees a half-written PNG.
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            fig.savefig(f, format="png", bbox_inches="tight")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
 
 
 def plot_label_heatmap(
@@ -82,7 +66,7 @@ def plot_label_heatmap(
                     color="black" if counts[i, j] > mid else "white",
                 )
     ax.set_title(title or f"label counts: {k} clients x {c} classes")
-    return _save_atomic(fig, path)
+    return save_figure(fig, path)
 
 
 def plot_image_grid(
@@ -131,4 +115,4 @@ def plot_image_grid(
         spine.set_visible(False)
     if title:
         ax.set_title(title)
-    return _save_atomic(fig, path)
+    return save_figure(fig, path)

@@ -16,8 +16,6 @@ logits by how well it knows each class.
 
 from __future__ import annotations
 
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -269,6 +267,8 @@ def plot_stratification(weights, client_ids, class_names, path) -> Path:
     matplotlib.use("Agg")
     from matplotlib import pyplot as plt
 
+    from edgefl.plots import save_figure
+
     w = np.asarray(weights, dtype=np.float64)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -286,16 +286,10 @@ def plot_stratification(weights, client_ids, class_names, path) -> Path:
                     color="white" if dark else "black")  # fmt: skip
     fig.colorbar(im, ax=ax)
     fig.tight_layout()
-    fd, tmp = tempfile.mkstemp(suffix=".png", dir=path.parent)
-    os.close(fd)
     try:
-        fig.savefig(tmp, format="png", dpi=120)
-        os.replace(tmp, path)
+        return save_figure(fig, path)
     finally:
         plt.close(fig)
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    return path
 
 
 METHOD = Method(
