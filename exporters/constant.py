@@ -8,7 +8,6 @@ schema and the weights hash all apply unchanged, and the values are read without
 
 from __future__ import annotations
 
-import copy
 import os
 import time
 from typing import Any
@@ -20,10 +19,9 @@ from onnx import helper, numpy_helper
 
 from .atomic import write_model_atomic
 from .errors import ExportError
-from .export import MAX_IR_VERSION, MIN_OPSET, ExportReport
-from .graph import constant_values, contract_problems, weights_hash
-from .read import session_options, set_metadata
-from .schema import SCHEMA_VERSION, validate_metadata
+from .export import MAX_IR_VERSION, MIN_OPSET, ExportReport, seal_metadata
+from .graph import constant_values
+from .read import session_options
 
 _DTYPES = {
     np.dtype(np.float32): onnx.TensorProto.FLOAT,
@@ -69,19 +67,7 @@ def write_constant_artifact(
     if bad:
         raise ExportError(f"output(s) {', '.join(bad)} contain NaN or infinite values")
     model = constant_model(outputs)
-    meta = copy.deepcopy(metadata)
-    meta["schema_version"] = SCHEMA_VERSION
-    meta["weights_sha256"] = weights_hash(model)
-    problems = validate_metadata(meta)
-    if problems:
-        raise ExportError("invalid metadata: " + "; ".join(problems))
-    problems = contract_problems(model, meta)
-    if problems:
-        raise ExportError("arrays do not match their metadata: " + "; ".join(problems))
-    try:
-        set_metadata(model, meta)
-    except (TypeError, ValueError) as exc:
-        raise ExportError(f"metadata is not JSON-serializable: {exc}") from exc
+    seal_metadata(model, metadata, "arrays")
     try:
         onnx.checker.check_model(model, full_check=True)
     except Exception as exc:  # pragma: no cover - the graph above is fixed

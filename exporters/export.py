@@ -70,19 +70,7 @@ def export_onnx(
     module.eval()
     try:
         model = _torch_to_onnx(module, example_inputs, input_names, output_names, opset)
-        meta = copy.deepcopy(metadata)
-        meta["schema_version"] = SCHEMA_VERSION
-        meta["weights_sha256"] = weights_hash(model)
-        problems = validate_metadata(meta)
-        if problems:
-            raise ExportError("invalid metadata: " + "; ".join(problems))
-        problems = contract_problems(model, meta)
-        if problems:
-            raise ExportError("graph does not match its metadata: " + "; ".join(problems))
-        try:
-            set_metadata(model, meta)
-        except (TypeError, ValueError) as exc:
-            raise ExportError(f"metadata is not JSON-serializable: {exc}") from exc
+        seal_metadata(model, metadata, "graph")
         data = model.SerializeToString()
         max_diff = _parity(module, data, example_inputs, input_names, parity_trials, sample_inputs)
         if not max_diff <= atol:  # also catches NaN
@@ -102,6 +90,25 @@ def export_onnx(
         ir_version=model.ir_version,
         seconds=time.perf_counter() - start,
     )
+
+
+def seal_metadata(model, metadata: dict, what: str) -> dict:
+    """Stamp schema version and weights hash, refuse metadata that fails the schema or does not
+    match the model (`what` names the model's content in the message), attach it; return it."""
+    meta = copy.deepcopy(metadata)
+    meta["schema_version"] = SCHEMA_VERSION
+    meta["weights_sha256"] = weights_hash(model)
+    problems = validate_metadata(meta)
+    if problems:
+        raise ExportError("invalid metadata: " + "; ".join(problems))
+    problems = contract_problems(model, meta)
+    if problems:
+        raise ExportError(f"{what} does not match its metadata: " + "; ".join(problems))
+    try:
+        set_metadata(model, meta)
+    except (TypeError, ValueError) as exc:
+        raise ExportError(f"metadata is not JSON-serializable: {exc}") from exc
+    return meta
 
 
 def _torch_to_onnx(
