@@ -169,7 +169,8 @@ def choose_model(job: ClientJob, profile: Profile, info: DatasetInfo, samples: i
 
         spec = run_search(
             job.search, profile=profile, info=info, local=local, samples=samples,
-            batch_size=job.batch_size, seed=job.seed, options=dict(job.search_options or {}),
+            batch_size=job.batch_size, seed=job.seed * 1000 + job.client_index,
+            options=dict(job.search_options or {}),
             on_status=status,
         )  # fmt: skip
         fit = check_fit(spec, profile, samples=samples, batch_size=job.batch_size)

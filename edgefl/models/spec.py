@@ -90,6 +90,8 @@ class ModelSpec:
         from edgefl.models.zoo import ZOO
 
         entry = ZOO.get(self.name)
+        if entry.describe is not None:
+            return f"{self.name}({entry.describe(self.params)})"
         diff = {k: v for k, v in self.params.items() if entry.defaults.get(k) != v}
         if not diff:
             return self.name

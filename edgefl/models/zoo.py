@@ -25,7 +25,7 @@ from edgefl.models.nets import (
 )
 from edgefl.models.spec import ModelSpec
 from edgefl.registry import Registry
-from edgefl.search.nas_model import DEFAULT_GENES, build_nas_cnn
+from edgefl.search.nas_model import DEFAULT_GENES, arch_string, build_nas_cnn
 
 Role = Literal["classifier", "generator"]
 
@@ -40,6 +40,8 @@ class ZooEntry:
     source: str = "edgefl"
     # Params of the scalable family's sizes, smallest first (empty: a fixed-size prototype).
     ladder: tuple[dict[str, Any], ...] = ()
+    # Short human label of a spec's params (for families whose params are structures).
+    describe: Callable[[dict[str, Any]], str] | None = None
 
 
 ZOO: Registry[ZooEntry] = Registry("model")
@@ -278,4 +280,5 @@ def candidate_specs(input_shape, num_classes: int, role: Role) -> list[ModelSpec
 
 # pFedZKD's searched family; `edgefl search` / `client train --search pso` pick its genes.
 _add(ZooEntry("nas-cnn", "classifier", build_nas_cnn, "PSO-FedNAS space: conv/pool genes, FC head",
-              {"genes": DEFAULT_GENES}, "pFedZKD Sec. 3.2"))  # fmt: skip
+              {"genes": DEFAULT_GENES}, "pFedZKD Sec. 3.2",
+              describe=lambda p: arch_string(p["genes"])))  # fmt: skip

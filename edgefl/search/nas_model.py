@@ -133,3 +133,16 @@ def build_nas_cnn(spec: ModelSpec) -> Classifier:
         layers += [nn.Linear(n, hsize), nn.ReLU(), nn.Dropout(DROPOUT)]
         n = hsize
     return Classifier(nn.Sequential(*layers), nn.Linear(n, spec.num_classes))
+
+
+def arch_string(genes: list[dict[str, Any]]) -> str:
+    """Compact, human-readable: C16k3-Pm-C32k5-Pa-F64-F32 (the head is implied)."""
+    parts = []
+    for g in genes:
+        if g["type"] == "conv":
+            parts.append(f"C{g['out']}k{g['kernel']}")
+        elif g["type"] == "pool":
+            parts.append("P" + g["kind"][0])
+        else:
+            parts += [f"F{h}" for h in g["hidden"]] or ["F"]
+    return "-".join(parts)

@@ -41,6 +41,7 @@ from edgefl.search.nas_model import (
     MAX_DEPTH,
     MAX_HIDDEN,
     MIN_DEPTH,
+    arch_string,  # noqa: F401  (re-exported)
 )
 
 Genes = list[dict[str, Any]]
@@ -120,19 +121,6 @@ def _flag(name: str) -> str:
 
 
 # --- gene sequences -------------------------------------------------------------------------
-
-
-def arch_string(genes: Genes) -> str:
-    """Compact, human-readable: C16k3-Pm-C32k5-Pa-F64-F32 (the head is implied)."""
-    parts = []
-    for g in genes:
-        if g["type"] == "conv":
-            parts.append(f"C{g['out']}k{g['kernel']}")
-        elif g["type"] == "pool":
-            parts.append("P" + g["kind"][0])
-        else:
-            parts += [f"F{h}" for h in g["hidden"]] or ["F"]
-    return "-".join(parts)
 
 
 def _split(genes: Genes) -> tuple[Genes, list[int]]:
