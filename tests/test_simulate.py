@@ -119,3 +119,21 @@ def test_public_data_methods(tmp_path):
     again = simulate(tiny(out, methods=("ensemble", "feddf", "fedol"), public_size=300,
                           fuse_options={"feddf": {"epochs": 2}, "fedol": {"epochs": 1, "rounds": 2}}))  # fmt: skip
     assert all(c.get("reused") for c in again["clients"])
+
+
+def test_fedgh_personalized_vs_standalone(tmp_path):
+    """FedGH is judged as its paper does: personalized models on each client's local test split,
+    beside each client alone; prototypes are what leaves the device."""
+    out = tmp_path / "gh"
+    res = simulate(tiny(out, mix="smartphone:4", paper_models=False, methods=("fedgh",),
+                        fuse_options={"fedgh": {"epochs": 20}}))  # fmt: skip
+    (row,) = res["results"]
+    assert row["error"] is None and 0 < row["accuracy"] <= 1
+    assert 0 < row["standalone_accuracy"] <= 1
+    protos = sorted((out / "uploads-prototypes").glob("*.onnx"))
+    assert len(protos) == 4 and row["upload_bytes"] == sum(p.stat().st_size for p in protos)
+    assert exporters.read_artifact(protos[0]).metadata["kind"] == "prototypes"
+    assert len(list((out / "personalized").glob("*.onnx"))) == 4
+    # The personalized model is the client's features with the server's header.
+    report = json.loads((out / "global" / "fedgh.json").read_text())
+    assert set(report["per_client"]) == {"client-000", "client-001", "client-002", "client-003"}

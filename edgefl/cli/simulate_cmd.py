@@ -91,6 +91,8 @@ def simulate_cmd(
 
 
 def print_results(results: dict) -> None:
+    from edgefl.simulate.run import accuracy_text
+
     j = results["job"]
     title = (f"{j['dataset']}, {j['clients']} clients, {j['partition']}, {j['mix']}"
              + (", paper models" if j["paper_models"] else ", budget-true models"))  # fmt: skip
@@ -98,7 +100,7 @@ def print_results(results: dict) -> None:
     for col in ("method", "accuracy", "paper", "fuse time", "upload"):
         table.add_column(col, justify="left" if col == "method" else "right")
     for r in results["results"]:
-        acc = f"{100 * r['accuracy']:.2f}%" if r["accuracy"] is not None else "[red]refused[/]"
+        acc = accuracy_text(r) if r["accuracy"] is not None else "[red]refused[/]"
         paper = f"{r['paper']:.2f}%" if r.get("paper") is not None else "-"
         table.add_row(r["method"], acc, paper, f"{r['fuse_seconds']:.1f}s",
                       fmt_bytes(r["upload_bytes"]))  # fmt: skip
