@@ -27,9 +27,8 @@ import numpy as np
 import onnxruntime as ort
 import torch
 
-import edgefl
 import exporters
-from edgefl.client.run import export_model
+from edgefl.client.run import export_model, model_metadata
 from edgefl.client.train import init_model
 from edgefl.models.cost import costs
 from edgefl.models.zoo import ZOO, make_spec, role_of
@@ -43,19 +42,9 @@ BATCHES = (1, 64)
 
 def metadata(spec) -> dict:
     """The keys run_client stamps (placeholder training values: the weights are untrained)."""
-    return {
-        "kind": "classifier" if role_of(spec) == "classifier" else "decoder",
-        "spec": spec.to_dict(),
-        "input_shape": list(spec.input_shape),
-        "num_classes": spec.num_classes,
-        "class_names": [str(i) for i in range(spec.num_classes)],
-        "label_counts": [1] * spec.num_classes,
-        "client_id": f"bench-{spec.name}",
-        "profile": None,
-        "costs": costs(spec).as_dict(),
-        "training": {},
-        "edgefl_version": edgefl.__version__,
-    }
+    return model_metadata(spec, class_names=[str(i) for i in range(spec.num_classes)],
+                          label_counts=[1] * spec.num_classes, client_id=f"bench-{spec.name}",
+                          profile=None)  # fmt: skip
 
 
 def inputs(spec, batch: int, latent: int | None, rng: np.random.Generator) -> list[np.ndarray]:

@@ -11,7 +11,7 @@ import torch
 import edgefl
 import exporters
 from edgefl.client import run as client_run
-from edgefl.client.run import ClientJob, client_shard, export_model, run_client
+from edgefl.client.run import ClientJob, client_shard, export_model, model_metadata, run_client
 from edgefl.client.train import init_model
 from edgefl.data import load_dataset
 from edgefl.errors import BudgetError, ConfigError, DataError, UnknownNameError
@@ -34,19 +34,9 @@ def _job(tmp_path, **kw) -> ClientJob:
 
 def _meta(spec: ModelSpec) -> dict:
     """The keys run_client stamps, with placeholder values."""
-    return {
-        "kind": "classifier" if role_of(spec) == "classifier" else "decoder",
-        "spec": spec.to_dict(),
-        "input_shape": list(spec.input_shape),
-        "num_classes": spec.num_classes,
-        "class_names": [str(i) for i in range(spec.num_classes)],
-        "label_counts": [1] * spec.num_classes,
-        "client_id": "test",
-        "profile": "wristband",
-        "costs": {},
-        "training": {},
-        "edgefl_version": edgefl.__version__,
-    }
+    return model_metadata(spec, class_names=[str(i) for i in range(spec.num_classes)],
+                          label_counts=[1] * spec.num_classes, client_id="test",
+                          profile="wristband")  # fmt: skip
 
 
 def _weights(path) -> dict[str, np.ndarray]:

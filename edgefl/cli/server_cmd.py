@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from contextlib import nullcontext
+
 import typer
 from rich.table import Table
 
@@ -64,7 +66,11 @@ def fuse_cmd(
     job = FuseJob(uploads=uploads, method=method, out=out, options=options, device=device,
                   eval=eval_ref, data_dir=data_dir, strict=strict,
                   max_upload_bytes=max_upload_bytes, report=report)  # fmt: skip
-    with console.status(f"fusing with {method}...", spinner="dots") if not json_out else _null():
+    with (
+        console.status(f"fusing with {method}...", spinner="dots")
+        if not json_out
+        else nullcontext()
+    ):
         rep = run_fuse(job, log=None if json_out else (lambda m: console.print(f"[dim]{m}[/]")))
     if json_out:
         print_json(rep)
@@ -86,14 +92,6 @@ def fuse_cmd(
                       f"[bold]{100 * rep['accuracy']:.2f}%[/]")  # fmt: skip
     console.print(f"  global model: {rep['global_model']} ({fmt_bytes(rep['global_bytes'])}); "
                   f"report: {rep['report_path']}")  # fmt: skip
-
-
-class _null:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *a):
-        return False
 
 
 @app.command("methods")

@@ -220,27 +220,15 @@ def run_client(job: ClientJob, *, on_epoch=None, on_status=None) -> ClientResult
         raise KeyboardInterrupt  # nothing was written: an interrupted client publishes nothing
 
     counts = np.bincount(data.y[shard], minlength=data.num_classes).astype(int).tolist()
-    meta = {
-        "kind": "classifier" if role == "classifier" else "decoder",
-        "spec": spec.to_dict(),
-        "input_shape": list(info.input_shape),
-        "num_classes": info.num_classes,
-        "class_names": list(data.class_names),
-        "label_counts": counts,
-        "client_id": client_id,
-        "profile": profile.name,
-        "costs": costs(spec).as_dict() | {"train_bytes_used": fit.train_bytes},
-        "training": summary.as_dict()
-        | {"optimizer": cfg.optimizer, "lr": cfg.lr, "batch_size": cfg.batch_size},  # fmt: skip
-        "dataset": info.name,
-        "partition": {
-            "scheme": job.partition,
-            "num_clients": job.num_clients,
-            "client_index": job.client_index,
-            "seed": job.partition_seed,
-        },  # fmt: skip
-        "edgefl_version": edgefl.__version__,
-    }
+    meta = model_metadata(
+        spec, class_names=list(data.class_names), label_counts=counts, client_id=client_id,
+        profile=profile.name, costs_extra={"train_bytes_used": fit.train_bytes},
+        training=summary.as_dict()
+        | {"optimizer": cfg.optimizer, "lr": cfg.lr, "batch_size": cfg.batch_size},
+        dataset=info.name,
+        partition={"scheme": job.partition, "num_clients": job.num_clients,
+                   "client_index": job.client_index, "seed": job.partition_seed},
+    )  # fmt: skip
     out_dir = Path(job.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / f"{client_id}.onnx"
@@ -266,6 +254,34 @@ def run_client(job: ClientJob, *, on_epoch=None, on_status=None) -> ClientResult
         path, client_id, role, spec, fit, profile, summary, counts, path.stat().st_size,
         export_seconds, quant, meta,
     )  # fmt: skip
+
+
+def model_metadata(
+    spec: ModelSpec,
+    *,
+    class_names: list[str],
+    label_counts: list[int],
+    client_id: str,
+    profile: str | None,
+    costs_extra: dict[str, Any] | None = None,
+    training: dict[str, Any] | None = None,
+    **extra: Any,
+) -> dict[str, Any]:
+    """The metadata a client stamps on its model upload (exporters' schema v1)."""
+    return {
+        "kind": "classifier" if role_of(spec) == "classifier" else "decoder",
+        "spec": spec.to_dict(),
+        "input_shape": list(spec.input_shape),
+        "num_classes": spec.num_classes,
+        "class_names": class_names,
+        "label_counts": label_counts,
+        "client_id": client_id,
+        "profile": profile,
+        "costs": costs(spec).as_dict() | (costs_extra or {}),
+        "training": training or {},
+        **extra,
+        "edgefl_version": edgefl.__version__,
+    }
 
 
 def export_model(model, spec: ModelSpec, meta: dict, path: Path) -> exporters.ExportReport:

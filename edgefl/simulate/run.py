@@ -22,7 +22,7 @@ from edgefl.client.run import ClientJob, run_client
 from edgefl.data.registry import DATASETS
 from edgefl.errors import ConfigError, FusionError
 from edgefl.fusion import METHODS
-from edgefl.models.plan import default_samples, plan
+from edgefl.models.plan import plan
 from edgefl.profiles import get_profile
 from edgefl.server.fuse import FuseJob, run_fuse
 from edgefl.simulate.reference import paper_reference
@@ -118,10 +118,8 @@ def _fmt(v) -> str:
 
 def client_jobs(job: SimJob) -> list[ClientJob]:
     profiles = parse_mix(job.mix, job.clients)
-    info = DATASETS.get(job.dataset) if job.dataset in DATASETS else None
-    n_train = job.subset or (info.train_size if info else default_samples(info))
-    if info is None:
-        raise ConfigError(f"simulate needs a registered dataset, got {job.dataset!r}")
+    info = DATASETS.get(job.dataset)  # unknown name: UnknownNameError listing the datasets
+    n_train = job.subset or info.train_size
     models = {p: _model_for(job, p, info, n_train) for p in dict.fromkeys(profiles)}
     jobs = []
     for i, prof in enumerate(profiles):
