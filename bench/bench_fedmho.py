@@ -23,18 +23,17 @@ from pathlib import Path
 import onnxruntime
 import torch
 
+from edgefl.server.fuse import FuseJob, run_fuse
 from edgefl.simulate.reference import paper_reference
 from edgefl.simulate.run import SimJob, simulate
 
 METHODS = ("fedavg", "ensemble", "fedcvae-ens", "fedmho", "fedmho-md", "fedmho-sd")
+FEDMHOS = ("fedmho", "fedmho-md", "fedmho-sd")
 
 
 def job_for(setting: str, partition: str, seed: int, args) -> SimJob:
-    fuse = {m: {"epochs": args.fuse_epochs, "synthetic": 6000, "lr": args.fuse_lr}
-            for m in ("fedmho", "fedmho-md", "fedmho-sd")}  # fmt: skip
-    fuse["fedcvae-ens"] = {"epochs": args.fuse_epochs, "synthetic": 6000}
-    for m in ("fedmho-md", "fedmho-sd"):
-        fuse[m]["kd_reduction"] = args.kd_reduction
+    fuse = {m: fedmho_options(args.fuse) for m in FEDMHOS}
+    fuse["fedcvae-ens"] = {"epochs": args.cvae_fuse_epochs, "synthetic": 6000}
     return SimJob(
         dataset="mnist", clients=10, partition=partition, mix="smartphone:5,wristband:5",
         methods=METHODS, seed=seed, jobs=args.jobs, device=args.device,
@@ -44,6 +43,29 @@ def job_for(setting: str, partition: str, seed: int, args) -> SimJob:
         classifier_epochs=args.classifier_epochs, generator_epochs=args.generator_epochs,
         fuse_options=fuse,
     )  # fmt: skip
+
+
+def fedmho_options(text: str) -> dict:
+    """'lr=1e-4,epochs=20' -> FedMHO config overrides (empty: the paper's defaults)."""
+    opts: dict = {"synthetic": 6000}
+    for item in filter(None, text.split(",")):
+        key, _, value = item.partition("=")
+        opts[key] = value if key == "kd_reduction" else float(value) if "." in value or \
+            "e" in value else int(value)  # fmt: skip
+    return opts
+
+
+def alt_fuse(run_dir: str, seed: int, text: str) -> list[dict]:
+    """Re-fuse the same uploads with another FedMHO configuration (sensitivity rows)."""
+    rows = []
+    for m in FEDMHOS:
+        rep = run_fuse(FuseJob(
+            uploads=f"{run_dir}/uploads", method=m, out=f"{run_dir}/global-alt/{m}.onnx",
+            options=fedmho_options(text) | {"seed": seed}, eval="mnist:test", device="auto",
+        ))  # fmt: skip
+        rows.append({"method": f"{m} [{text}]", "accuracy": rep["accuracy"],
+                     "fuse_seconds": rep["total_seconds"]})  # fmt: skip
+    return rows
 
 
 def main() -> None:
@@ -57,25 +79,39 @@ def main() -> None:
     ap.add_argument("--max-classifier-macs", type=int, default=2_000_000)
     ap.add_argument("--classifier-epochs", type=int, default=10)
     ap.add_argument("--generator-epochs", type=int, default=30)  # FedMHO: 30 on MNIST
-    ap.add_argument("--fuse-epochs", type=int, default=20)
-    ap.add_argument("--fuse-lr", type=float, default=1e-4)
-    ap.add_argument("--kd-reduction", default="mean")
+    ap.add_argument("--fuse", default="", help="FedMHO options, e.g. lr=1e-4,epochs=20 "
+                    "(default: the paper's, FedMHOConfig)")  # fmt: skip
+    ap.add_argument(
+        "--alt-fuse",
+        default="lr=1e-4,epochs=20",
+        help="a second FedMHO configuration fused on the same uploads ('' = none)",
+    )
+    ap.add_argument("--cvae-fuse-epochs", type=int, default=20)
     ap.add_argument("--runs", default="runs/bench-fedmho")
     ap.add_argument("--out", default="bench/results/fedmho")
     args = ap.parse_args()
 
     rows = []
-    for setting in args.settings.split(","):
-        for partition in args.partitions.split(","):
+    for partition in args.partitions.split(","):
+        for setting in args.settings.split(","):
             for seed in map(int, args.seeds.split(",")):
                 t = time.perf_counter()
-                res = simulate(job_for(setting, partition, seed, args), log=print)
+                job = job_for(setting, partition, seed, args)
+                res = simulate(job, log=print)
+                if args.alt_fuse:
+                    res["results"] += alt_fuse(job.out, seed, args.alt_fuse)
                 print(f"{setting} {partition} seed {seed}: {time.perf_counter() - t:.0f} s")
                 rows.append({"setting": setting, "partition": partition, "seed": seed,
                              "results": res["results"], "seconds": res["seconds"],
                              "clients": [{k: c[k] for k in ("client_id", "profile", "role",
                                                             "model", "upload_bytes")}
+                                         | {"train_seconds": c["training"].get("seconds"),
+                                            "reused": c.get("reused", False)}
                                          for c in res["clients"]]})  # fmt: skip
+                write(args, rows)  # after every run: an interrupted benchmark keeps its rows
+
+
+def write(args, rows: list[dict]) -> None:
     meta = {
         "command": "python " + " ".join(sys.argv),
         "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
@@ -87,7 +123,6 @@ def main() -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.with_suffix(".json").write_text(json.dumps({"meta": meta, "runs": rows}, indent=2))
     out.with_suffix(".md").write_text(markdown(meta, rows))
-    print(out.with_suffix(".md").read_text())
 
 
 def markdown(meta: dict, rows: list[dict]) -> str:
@@ -99,7 +134,9 @@ def markdown(meta: dict, rows: list[dict]) -> str:
         parts = list(dict.fromkeys(r["partition"] for r in rows if r["setting"] == setting))
         lines.append("| method | " + " | ".join(f"{p} edgefl | {p} paper" for p in parts) + " |")
         lines.append("|---|" + "---:|---:|" * len(parts))
-        for m in METHODS:
+        names = list(dict.fromkeys(x["method"] for r in rows if r["setting"] == setting
+                                   for x in r["results"]))  # fmt: skip
+        for m in names:
             cells = []
             for p in parts:
                 accs = [100 * x["accuracy"] for r in rows if r["setting"] == setting
@@ -114,13 +151,18 @@ def markdown(meta: dict, rows: list[dict]) -> str:
                 cells.append("-" if paper is None else f"{paper:.2f}")
             lines.append(f"| {m} | " + " | ".join(cells) + " |")
         lines.append("")
-        lines += ["Wall time per run (s): clients / fusion per method", ""]
+        lines += ["Wall time per run (s): client training (sum over the 10 clients, each "
+                  "single-threaded, 2 at a time; recorded in each upload's metadata) / "
+                  "fusion per method", ""]  # fmt: skip
         for r in rows:
             if r["setting"] != setting:
                 continue
             fuse = ", ".join(f"{x['method']} {x['fuse_seconds']:.0f}" for x in r["results"])
-            lines.append(f"- {r['partition']} seed {r['seed']}: clients "
-                         f"{r['seconds']['clients']:.0f}; {fuse}")  # fmt: skip
+            train = sum(c.get("train_seconds") or 0 for c in r["clients"])
+            reused = " (uploads from an earlier run)" if all(
+                c.get("reused") for c in r["clients"]) else ""  # fmt: skip
+            lines.append(f"- {r['partition']} seed {r['seed']}: clients {train:.0f}{reused}; "
+                         f"{fuse}")  # fmt: skip
         models = sorted({f"{c['profile']}: {c['model']}" for r in rows if r["setting"] == setting
                          for c in r["clients"]})  # fmt: skip
         lines += ["", "Client models: " + "; ".join(models), ""]

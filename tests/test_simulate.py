@@ -94,6 +94,20 @@ def test_resume_refuses_a_different_setting(tmp_path):
         simulate(tiny(out, partition="iid", methods=("fedavg",)))
 
 
+def test_resume_refuses_a_global_model_fused_with_other_options(tmp_path):
+    out = tmp_path / "run"
+    simulate(tiny(out))
+    from edgefl.errors import ConfigError
+
+    faster = FAST | {"fedmho-sd": {"epochs": 1, "synthetic": 300}}
+    with pytest.raises(ConfigError, match=r"epochs 2 -> 1") as err:
+        simulate(tiny(out, fuse_options=faster))
+    assert "global" in err.value.hint
+    # The same options: the finished global model is reused, not refused.
+    again = simulate(tiny(out))
+    assert {r["method"] for r in again["results"]} == {"fedavg", "fedmho-sd"}
+
+
 def test_jobs_2_equals_jobs_1(tmp_path):
     a = simulate(tiny(tmp_path / "a", jobs=1, methods=("fedavg",)))
     b = simulate(tiny(tmp_path / "b", jobs=2, methods=("fedavg",)))

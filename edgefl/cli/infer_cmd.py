@@ -13,6 +13,7 @@ import typer
 from rich.markup import escape
 
 from edgefl.cli.common import console, print_json
+from edgefl.data.datasets import as_int_labels
 from edgefl.errors import ArtifactError, ConfigError, DataError
 
 # Rows per onnxruntime call: bounds the activation memory of a large --input file.
@@ -149,24 +150,11 @@ def generate(art, labels: np.ndarray, where: str, seed: int) -> np.ndarray:
     """(N, *input_shape) images from a decoder, one per integer label."""
     meta = art.metadata
     c = meta["num_classes"]
-    if labels.ndim != 1 or len(labels) == 0:
-        raise DataError(
-            f"{where}: expected integer labels of shape (N,), got shape {labels.shape}",
-            hint=f"e.g. np.save(path, np.arange({c})) for one image per class",
-        )
-    if np.issubdtype(labels.dtype, np.floating) and np.all(np.mod(labels, 1) == 0):
-        labels = labels.astype(np.int64)
-    if not np.issubdtype(labels.dtype, np.integer):
-        raise DataError(
-            f"{where}: expected integer labels 0..{c - 1}, got dtype {labels.dtype}",
-            hint="save the labels as integers, e.g. labels.astype(np.int64)",
-        )
-    bad = np.unique(labels[(labels < 0) | (labels >= c)])
-    if bad.size:
-        raise DataError(
-            f"{where}: labels {bad[:10].tolist()} are outside the valid range 0..{c - 1}",
-            hint=f"this decoder has {c} classes: {', '.join(meta['class_names'][:10])}",
-        )
+    labels = as_int_labels(
+        labels, where, num_classes=c,
+        shape_hint=f"e.g. np.save(path, np.arange({c})) for one image per class",
+        range_hint=f"this decoder has {c} classes: {', '.join(meta['class_names'][:10])}",
+    )  # fmt: skip
     rng = np.random.default_rng(seed)
     z = rng.standard_normal((len(labels), meta["latent_dim"])).astype(np.float32)
     onehot = np.eye(c, dtype=np.float32)[labels]

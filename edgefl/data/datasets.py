@@ -570,29 +570,36 @@ def _npz_images(x: np.ndarray, where: str) -> np.ndarray:
     return x
 
 
-def _npz_labels(y: np.ndarray, n: int, where: str) -> np.ndarray:
-    if y.ndim != 1 or len(y) != n:
-        raise DataError(
-            f"{where}: {n} images but labels of shape {y.shape}; expected ({n},)",
-            hint="save one integer label per image",
-        )
+def as_int_labels(
+    y: np.ndarray,
+    where: str,
+    *,
+    n: int | None = None,
+    num_classes: int | None = None,
+    shape_hint: str = "save one integer label per sample",
+    range_hint: str | None = None,
+) -> np.ndarray:
+    """One int64 label per sample (whole-valued floats accepted), each in 0..num_classes-1."""
+    if y.ndim != 1 or (len(y) != n if n is not None else len(y) == 0):
+        what = (f"{n} images but labels of shape {y.shape}; expected ({n},)" if n is not None
+                else f"expected integer labels of shape (N,), got shape {y.shape}")  # fmt: skip
+        raise DataError(f"{where}: {what}", hint=shape_hint)
     if np.issubdtype(y.dtype, np.floating) and np.all(np.mod(y, 1) == 0):
         y = y.astype(np.int64)
     if not np.issubdtype(y.dtype, np.integer):
         raise DataError(
-            f"{where}: labels must be integers 0..C-1, got dtype {y.dtype}",
-            hint="map class names to integers, e.g. with np.unique(y, return_inverse=True)",
+            f"{where}: expected integer labels 0..C-1, got dtype {y.dtype}",
+            hint="save integers, e.g. labels.astype(np.int64); class names map to integers "
+            "with np.unique(y, return_inverse=True)",
         )
-    return y.astype(np.int64)
-
-
-def _check_label_range(y: np.ndarray, num_classes: int, where: str) -> None:
-    bad = np.unique(y[(y < 0) | (y >= num_classes)])
+    y = y.astype(np.int64)
+    bad = np.unique(y[(y < 0) | (y >= num_classes)]) if num_classes is not None else y[:0]
     if bad.size:
         raise DataError(
             f"{where}: labels {bad[:10].tolist()} are outside the valid range 0..{num_classes - 1}",
-            hint="labels must be 0..C-1 where C = len(class_names)",
+            hint=range_hint or "labels must be 0..C-1 where C = len(class_names)",
         )
+    return y
 
 
 def _load_npz(path: Path, split: str) -> ArrayDataset:
@@ -616,7 +623,7 @@ def _load_npz(path: Path, split: str) -> ArrayDataset:
             hint="add x_test/y_test to the .npz, or evaluate on a held-out part of its train split",
         )
     x = _npz_images(arrays[x_key], f"{path} [{x_key}]")
-    y = _npz_labels(arrays[y_key], len(x), f"{path} [{y_key}]")
+    y = as_int_labels(arrays[y_key], f"{path} [{y_key}]", n=len(x))
     if "class_names" in arrays:
         class_names = tuple(str(n) for n in np.asarray(arrays["class_names"]).reshape(-1))
     else:
@@ -626,7 +633,7 @@ def _load_npz(path: Path, split: str) -> ArrayDataset:
         if other in arrays and arrays[other].size and np.issubdtype(arrays[other].dtype, np.number):
             tops.append(int(np.nanmax(arrays[other])))
         class_names = tuple(str(i) for i in range(max(tops, default=-1) + 1))
-    _check_label_range(y, len(class_names), f"{path} [{y_key}]")
+    as_int_labels(y, f"{path} [{y_key}]", num_classes=len(class_names))
     return ArrayDataset(x, y, class_names, str(path))
 
 

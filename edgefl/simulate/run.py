@@ -229,15 +229,15 @@ def fuse_all(job: SimJob, log, clients: list[dict] | None = None) -> dict[str, d
             continue
         model = out / "global" / f"{method}.onnx"
         report = model.with_suffix(".json")
-        if model.exists() and report.exists():
-            log(f"reusing finished {method}")
-            reports[method] = json.loads(report.read_text())
-            continue
-        log(f"fusing with {method}")
         options = dict(job.fuse_options.get(method, {})) | {"seed": job.seed}
         if method in ("feddf", "fedol"):  # the server carves the same public split
             options |= {"public": f"{job.dataset}:public", "public_size": job.public,
                         "public_seed": job.seed, "public_subset": job.subset}  # fmt: skip
+        if model.exists() and report.exists():
+            reports[method] = _reuse_global(method, options, report)
+            log(f"reusing finished {method}")
+            continue
+        log(f"fusing with {method}")
         consumes = METHODS.get(method).consumes
         folder = "uploads-predictions" if "predictions" in consumes else "uploads"
         try:
@@ -249,6 +249,21 @@ def fuse_all(job: SimJob, log, clients: list[dict] | None = None) -> dict[str, d
             log(f"{method} refused: {exc.message}")
             reports[method] = {"error": exc.message, "used": [], "total_seconds": 0.0}
     return reports
+
+
+def _reuse_global(method: str, options: dict, report: Path) -> dict:
+    """A finished global model is reused only if it was fused with the same configuration."""
+    done = json.loads(report.read_text())
+    want = json.loads(json.dumps(METHODS.get(method).make_config(options).as_dict(), default=str))
+    have = done.get("config", {})
+    diff = sorted(k for k in want.keys() | have.keys() if want.get(k) != have.get(k))
+    if diff:
+        changes = ", ".join(f"{k} {have.get(k)!r} -> {want.get(k)!r}" for k in diff)
+        raise ConfigError(
+            f"{report.with_suffix('.onnx')} was fused with other options ({changes})",
+            hint=f"use a fresh --out, or delete {report.parent} to fuse again with the new options",
+        )
+    return done
 
 
 def simulate(job: SimJob, log=None) -> dict:
