@@ -11,6 +11,20 @@ from edgefl.profiles import get_profile
 
 app = typer.Typer(help="Plan, train and export a device's model.", no_args_is_help=True)
 
+# Options shared by the commands that train on a device (one definition, one help text).
+PROFILE = typer.Option(..., help="Profile name or TOML path.")
+DATASET = typer.Option("mnist", help="Dataset name, .npz file or image folder.")
+DATA_DIR = typer.Option(None, help="Folder with standard dataset files.")
+PARTITION = typer.Option("dirichlet:0.5", help="iid | dirichlet:ALPHA | classes:K.")
+NUM_CLIENTS = typer.Option(10, help="Clients in the federation.")
+CLIENT_INDEX = typer.Option(0, help="Which client's shard this device holds.")
+EPOCHS = typer.Option(None, help="Local epochs (default: profile's).")
+BATCH_SIZE = typer.Option(None, help="Batch size (default: profile's).")
+SEED = typer.Option(0, help="Local training seed.")
+FORCE = typer.Option(False, help="Train a --model even if it does not fit the profile.")
+CLIENT_ID = typer.Option(None, help="Client id (default client-<index>).")
+JSON_SUMMARY = typer.Option(False, "--json", help="Print a JSON summary.")
+
 
 def register(root: typer.Typer) -> None:
     root.add_typer(app, name="client")
@@ -67,7 +81,7 @@ def train_with_progress(job, json_out: bool):
 
 @app.command("plan")
 def plan_cmd(
-    profile: str = typer.Option(..., help="Profile name or TOML path."),
+    profile: str = PROFILE,
     dataset: str = typer.Option("mnist", help="Dataset name."),
     role: str = typer.Option("auto", help="auto | classifier | generator."),
     samples: int | None = typer.Option(None, help="Local shard size (default: train size / 10)."),
@@ -85,32 +99,32 @@ def plan_cmd(
 
 @app.command("train")
 def train_cmd(
-    profile: str = typer.Option(..., help="Profile name or TOML path."),
-    dataset: str = typer.Option("mnist", help="Dataset name, .npz file or image folder."),
+    profile: str = PROFILE,
+    dataset: str = DATASET,
     out: str = typer.Option(
         "uploads", "--out", help="Directory for the artifact <client-id>.onnx."
     ),
-    data_dir: str | None = typer.Option(None, help="Folder with standard dataset files."),
-    partition: str = typer.Option("dirichlet:0.5", help="iid | dirichlet:ALPHA | classes:K."),
-    num_clients: int = typer.Option(10, help="Clients in the federation."),
-    client_index: int = typer.Option(0, help="Which client's shard this device holds."),
+    data_dir: str | None = DATA_DIR,
+    partition: str = PARTITION,
+    num_clients: int = NUM_CLIENTS,
+    client_index: int = CLIENT_INDEX,
     partition_seed: int = typer.Option(0, help="Seed of the partition (same for all clients)."),
     model: str | None = typer.Option(
         None, help="Zoo model, e.g. cnn or scnn:width=16 (default: planner)."
     ),
     role: str = typer.Option("auto", help="auto | classifier | generator."),
-    epochs: int | None = typer.Option(None, help="Local epochs (default: profile's)."),
-    batch_size: int | None = typer.Option(None, help="Batch size (default: profile's)."),
+    epochs: int | None = EPOCHS,
+    batch_size: int | None = BATCH_SIZE,
     lr: float | None = typer.Option(None, help="Learning rate (default by role and optimizer)."),
-    seed: int = typer.Option(0, help="Local training seed."),
+    seed: int = SEED,
     fed_seed: int = typer.Option(
         0, help="Federation seed: identical initial weights per architecture."
     ),
     quantize: str | None = typer.Option(
         None, help="int8: dynamic int8 quantization of the upload."
     ),
-    force: bool = typer.Option(False, help="Train a --model even if it does not fit the profile."),
-    client_id: str | None = typer.Option(None, help="Client id (default client-<index>)."),
+    force: bool = FORCE,
+    client_id: str | None = CLIENT_ID,
     search: str | None = typer.Option(
         None, help="pso: search the architecture under the budget (pFedZKD's PSO-FedNAS)."
     ),
@@ -119,7 +133,7 @@ def train_cmd(
     candidate_epochs: int = typer.Option(
         1, help="--search: training epochs per candidate (quick; paper: 10)."
     ),
-    json_out: bool = typer.Option(False, "--json", help="Print a JSON summary."),
+    json_out: bool = JSON_SUMMARY,
 ) -> None:
     """Train the model that fits this device on its local data and write one ONNX upload."""
 
@@ -220,33 +234,33 @@ def _run_data_client(job, json_out: bool) -> None:
 
 @app.command("predict")
 def predict_cmd(
-    profile: str = typer.Option(..., help="Profile name or TOML path."),
+    profile: str = PROFILE,
     public: str = typer.Option(
         ..., help="Public set: DATASET:public (held out of every client) or an .npz with x."
     ),
     public_size: int = typer.Option(
         5000, help="Size of a DATASET:public split (the same on every client and the server)."
     ),
-    dataset: str = typer.Option("mnist", help="Dataset name, .npz file or image folder."),
+    dataset: str = DATASET,
     out: str = typer.Option("uploads", "--out", help="Directory for <client-id>.onnx."),
-    data_dir: str | None = typer.Option(None, help="Folder with standard dataset files."),
-    partition: str = typer.Option("dirichlet:0.5", help="iid | dirichlet:ALPHA | classes:K."),
-    num_clients: int = typer.Option(10, help="Clients in the federation."),
-    client_index: int = typer.Option(0, help="Which client's shard this device holds."),
+    data_dir: str | None = DATA_DIR,
+    partition: str = PARTITION,
+    num_clients: int = NUM_CLIENTS,
+    client_index: int = CLIENT_INDEX,
     partition_seed: int = typer.Option(0, help="Seed of the partition and of the public split."),
     model: str | None = typer.Option(None, help="Zoo classifier (default: planner's)."),
-    epochs: int | None = typer.Option(None, help="Local epochs (default: profile's)."),
-    batch_size: int | None = typer.Option(None, help="Batch size (default: profile's)."),
+    epochs: int | None = EPOCHS,
+    batch_size: int | None = BATCH_SIZE,
     lr: float | None = typer.Option(None, help="Learning rate."),
-    seed: int = typer.Option(0, help="Local training seed."),
+    seed: int = SEED,
     fed_seed: int = typer.Option(0, help="Federation seed (initial weights)."),
     fp16: bool = typer.Option(False, "--fp16", help="Store the predictions as float16."),
     keep_model: str | None = typer.Option(
         None, help="Also keep the trained model in this directory (never uploaded)."
     ),
-    force: bool = typer.Option(False, help="Train a --model even if it does not fit the profile."),
-    client_id: str | None = typer.Option(None, help="Client id (default client-<index>)."),
-    json_out: bool = typer.Option(False, "--json", help="Print a JSON summary."),
+    force: bool = FORCE,
+    client_id: str | None = CLIENT_ID,
+    json_out: bool = JSON_SUMMARY,
 ) -> None:
     """Train locally, then upload only softmax predictions on the public set (FedOL)."""
     from edgefl.client.run import ClientJob
@@ -263,16 +277,16 @@ def predict_cmd(
 
 @app.command("prototypes")
 def prototypes_cmd(
-    profile: str = typer.Option(..., help="Profile name or TOML path."),
+    profile: str = PROFILE,
     model: str = typer.Option(
         "fedgh-cnn1", help="Zoo classifier; its features output is the representation."
     ),
-    dataset: str = typer.Option("mnist", help="Dataset name, .npz file or image folder."),
+    dataset: str = DATASET,
     out: str = typer.Option("uploads", "--out", help="Directory for <client-id>.onnx."),
-    data_dir: str | None = typer.Option(None, help="Folder with standard dataset files."),
-    partition: str = typer.Option("dirichlet:0.5", help="iid | dirichlet:ALPHA | classes:K."),
-    num_clients: int = typer.Option(10, help="Clients in the federation."),
-    client_index: int = typer.Option(0, help="Which client's shard this device holds."),
+    data_dir: str | None = DATA_DIR,
+    partition: str = PARTITION,
+    num_clients: int = NUM_CLIENTS,
+    client_index: int = CLIENT_INDEX,
     partition_seed: int = typer.Option(0, help="Seed of the partition (same for all clients)."),
     public_size: int = typer.Option(
         0, help="Samples the federation held out as a public set (0: none), as on the others."
@@ -280,14 +294,14 @@ def prototypes_cmd(
     keep_model: str = typer.Option(
         "local", help="Directory for the trained model, kept on the device for apply-header."
     ),
-    epochs: int | None = typer.Option(None, help="Local epochs (default: profile's)."),
-    batch_size: int | None = typer.Option(None, help="Batch size (default: profile's)."),
+    epochs: int | None = EPOCHS,
+    batch_size: int | None = BATCH_SIZE,
     lr: float | None = typer.Option(None, help="Learning rate."),
-    seed: int = typer.Option(0, help="Local training seed."),
+    seed: int = SEED,
     fed_seed: int = typer.Option(0, help="Federation seed (initial weights)."),
-    force: bool = typer.Option(False, help="Train a --model even if it does not fit the profile."),
-    client_id: str | None = typer.Option(None, help="Client id (default client-<index>)."),
-    json_out: bool = typer.Option(False, "--json", help="Print a JSON summary."),
+    force: bool = FORCE,
+    client_id: str | None = CLIENT_ID,
+    json_out: bool = JSON_SUMMARY,
 ) -> None:
     """Train locally, then upload per held class the mean representation and count (FedGH)."""
     from edgefl.client.run import ClientJob
@@ -307,7 +321,7 @@ def apply_header_cmd(
     model: str = typer.Argument(..., help="This device's own classifier artifact (.onnx)."),
     header: str = typer.Argument(..., help="The server's global header (fedgh output, .onnx)."),
     out: str = typer.Option("personalized.onnx", "--out", help="Personalized model to write."),
-    json_out: bool = typer.Option(False, "--json", help="Print a JSON summary."),
+    json_out: bool = JSON_SUMMARY,
 ) -> None:
     """Splice FedGH's global header into this device's model and re-export it."""
     from edgefl.client.public import apply_header
