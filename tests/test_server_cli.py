@@ -4,6 +4,7 @@ traceback for any user error."""
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 import onnx
@@ -109,6 +110,17 @@ def test_fuse_user_errors(federation, tmp_path, monkeypatch, args, message):
     r = run("server", "fuse", federation, *args, code=2)
     assert message in flat(r.output)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_fuse_refuses_to_write_into_the_upload_dir(federation, tmp_path):
+    before = sorted(os.listdir(federation))
+    for args, flag_name in (
+        (["--out", f"{federation}/global.onnx"], "--out"),
+        (["--out", tmp_path / "g.onnx", "--report", f"{federation}/sub/r.json"], "--report"),
+    ):
+        r = run("server", "fuse", federation, "--method", "fedavg", *args, code=2)
+        assert f"{flag_name} " in flat(r.output) and "inside the upload directory" in flat(r.output)
+    assert sorted(os.listdir(federation)) == before and list(tmp_path.iterdir()) == []
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")

@@ -58,6 +58,14 @@ def run_fuse(job: FuseJob, log=None) -> dict[str, Any]:
     if out.suffix != ".onnx":
         raise ConfigError(f"--out must end in .onnx, got {out}")
     report_path = Path(job.report) if job.report else out.with_suffix(".json")
+    uploads = Path(job.uploads).resolve()
+    for flag_name, path in (("--out", out), ("--report", report_path)):
+        if uploads in path.resolve().parents:  # uploads are only ever read
+            raise ConfigError(
+                f"{flag_name} {path} is inside the upload directory {job.uploads}",
+                hint="the server never writes among the uploads: write the global model and "
+                "its report elsewhere, e.g. --out global.onnx",
+            )
     stages: dict[str, float] = {}
 
     start = time.perf_counter()
