@@ -130,7 +130,12 @@ def markdown(meta: dict, rows: list[dict]) -> str:
              f"Command: `{meta['command']}`  ", f"Machine: {meta['machine']}, torch "
              f"{meta['torch']}, onnxruntime {meta['onnxruntime']}", ""]  # fmt: skip
     for setting in dict.fromkeys(r["setting"] for r in rows):
-        lines += [f"## Setting: {setting}", ""]
+        a = meta["args"]
+        lines += [f"## Setting: {setting}", "",
+                  f"Local epochs: classifiers {a['classifier_epochs']}, CVAEs "
+                  f"{a['generator_epochs']}. FedMHO global training: "
+                  f"{a['fuse'] or 'the paper defaults (Adam lr 1e-5, 10 epochs)'}; rows "
+                  "marked [...] re-fuse the same uploads with that configuration.", ""]  # fmt: skip
         parts = list(dict.fromkeys(r["partition"] for r in rows if r["setting"] == setting))
         lines.append("| method | " + " | ".join(f"{p} edgefl | {p} paper" for p in parts) + " |")
         lines.append("|---|" + "---:|---:|" * len(parts))
@@ -151,9 +156,10 @@ def markdown(meta: dict, rows: list[dict]) -> str:
                 cells.append("-" if paper is None else f"{paper:.2f}")
             lines.append(f"| {m} | " + " | ".join(cells) + " |")
         lines.append("")
-        lines += ["Wall time per run (s): client training (sum over the 10 clients, each "
-                  "single-threaded, 2 at a time; recorded in each upload's metadata) / "
-                  "fusion per method", ""]  # fmt: skip
+        lines += ["Wall time per run: the whole simulate (training, all six fusions and "
+                  "evaluation; the [...] rows not included); client training in s (sum over "
+                  "the 10 clients, each single-threaded, 2 at a time; from each upload's "
+                  "metadata); fusion s per method", ""]  # fmt: skip
         for r in rows:
             if r["setting"] != setting:
                 continue
@@ -161,7 +167,8 @@ def markdown(meta: dict, rows: list[dict]) -> str:
             train = sum(c.get("train_seconds") or 0 for c in r["clients"])
             reused = " (uploads from an earlier run)" if all(
                 c.get("reused") for c in r["clients"]) else ""  # fmt: skip
-            lines.append(f"- {r['partition']} seed {r['seed']}: clients {train:.0f}{reused}; "
+            lines.append(f"- {r['partition']} seed {r['seed']}: whole simulate "
+                         f"{r['seconds']['total']:.0f} s wall; clients {train:.0f}{reused}; "
                          f"{fuse}")  # fmt: skip
         models = sorted({f"{c['profile']}: {c['model']}" for r in rows if r["setting"] == setting
                          for c in r["clients"]})  # fmt: skip
