@@ -23,6 +23,7 @@ from pathlib import Path
 import onnxruntime
 import torch
 
+from edgefl.cli.server_cmd import _parse_opts
 from edgefl.server.fuse import FuseJob, run_fuse
 from edgefl.simulate.reference import paper_reference
 from edgefl.simulate.run import SimJob, simulate
@@ -47,12 +48,7 @@ def job_for(setting: str, partition: str, seed: int, args) -> SimJob:
 
 def fedmho_options(text: str) -> dict:
     """'lr=1e-4,epochs=20' -> FedMHO config overrides (empty: the paper's defaults)."""
-    opts: dict = {"synthetic": 6000}
-    for item in filter(None, text.split(",")):
-        key, _, value = item.partition("=")
-        opts[key] = value if key == "kd_reduction" else float(value) if "." in value or \
-            "e" in value else int(value)  # fmt: skip
-    return opts
+    return {"synthetic": 6000} | _parse_opts([kv for kv in text.split(",") if kv])
 
 
 def alt_fuse(run_dir: str, seed: int, text: str) -> list[dict]:

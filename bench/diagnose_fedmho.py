@@ -73,14 +73,13 @@ def main() -> None:
             rows[method] = [100 * a for a in rep["eval"]["per_class_accuracy"]]
         print(f"{label}: {sweep[-1][1]:.2f}", flush=True)
 
-    held = lambda ups: np.stack([u.label_counts for u in ups]).sum(0)  # noqa: E731
     lines = [f"# FedMHO diagnosis: {args.run} ({time.strftime('%Y-%m-%d %H:%M', time.gmtime())} "
              "UTC)", "", f"Command: `python {' '.join(sys.argv)}`  ",
              f"Machine: {platform.machine()} {os.cpu_count()} cores, torch {torch.__version__}",
              "", "| | " + " | ".join(str(k) for k in range(c)) + " | all |",
              "|---|" + "---:|" * (c + 1)]  # fmt: skip
     for name, ups in (("samples held by classifier clients", cls), ("... by CVAE clients", dec)):
-        counts = held(ups)
+        counts = np.stack([u.label_counts for u in ups]).sum(0)
         lines.append(f"| {name} | " + " | ".join(str(int(n)) for n in counts)
                      + f" | {int(counts.sum())} |")  # fmt: skip
     for name, accs in rows.items():

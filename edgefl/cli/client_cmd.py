@@ -24,6 +24,9 @@ SEED = typer.Option(0, help="Local training seed.")
 FORCE = typer.Option(False, help="Train a --model even if it does not fit the profile.")
 CLIENT_ID = typer.Option(None, help="Client id (default client-<index>).")
 JSON_SUMMARY = typer.Option(False, "--json", help="Print a JSON summary.")
+FED_SEED = typer.Option(0, help="Federation seed (initial weights).")
+LR = typer.Option(None, help="Learning rate.")
+UPLOAD_DIR = typer.Option("uploads", "--out", help="Directory for <client-id>.onnx.")
 
 
 def register(root: typer.Typer) -> None:
@@ -242,7 +245,7 @@ def predict_cmd(
         5000, help="Size of a DATASET:public split (the same on every client and the server)."
     ),
     dataset: str = DATASET,
-    out: str = typer.Option("uploads", "--out", help="Directory for <client-id>.onnx."),
+    out: str = UPLOAD_DIR,
     data_dir: str | None = DATA_DIR,
     partition: str = PARTITION,
     num_clients: int = NUM_CLIENTS,
@@ -251,9 +254,9 @@ def predict_cmd(
     model: str | None = typer.Option(None, help="Zoo classifier (default: planner's)."),
     epochs: int | None = EPOCHS,
     batch_size: int | None = BATCH_SIZE,
-    lr: float | None = typer.Option(None, help="Learning rate."),
+    lr: float | None = LR,
     seed: int = SEED,
-    fed_seed: int = typer.Option(0, help="Federation seed (initial weights)."),
+    fed_seed: int = FED_SEED,
     fp16: bool = typer.Option(False, "--fp16", help="Store the predictions as float16."),
     keep_model: str | None = typer.Option(
         None, help="Also keep the trained model in this directory (never uploaded)."
@@ -282,7 +285,7 @@ def prototypes_cmd(
         "fedgh-cnn1", help="Zoo classifier; its features output is the representation."
     ),
     dataset: str = DATASET,
-    out: str = typer.Option("uploads", "--out", help="Directory for <client-id>.onnx."),
+    out: str = UPLOAD_DIR,
     data_dir: str | None = DATA_DIR,
     partition: str = PARTITION,
     num_clients: int = NUM_CLIENTS,
@@ -296,9 +299,9 @@ def prototypes_cmd(
     ),
     epochs: int | None = EPOCHS,
     batch_size: int | None = BATCH_SIZE,
-    lr: float | None = typer.Option(None, help="Learning rate."),
+    lr: float | None = LR,
     seed: int = SEED,
-    fed_seed: int = typer.Option(0, help="Federation seed (initial weights)."),
+    fed_seed: int = FED_SEED,
     force: bool = FORCE,
     client_id: str | None = CLIENT_ID,
     json_out: bool = JSON_SUMMARY,

@@ -593,13 +593,18 @@ def as_int_labels(
             "with np.unique(y, return_inverse=True)",
         )
     y = y.astype(np.int64)
-    bad = np.unique(y[(y < 0) | (y >= num_classes)]) if num_classes is not None else y[:0]
+    if num_classes is not None:
+        check_label_range(y, num_classes, where, range_hint)
+    return y
+
+
+def check_label_range(y: np.ndarray, num_classes: int, where: str, hint: str | None = None):
+    bad = np.unique(y[(y < 0) | (y >= num_classes)])
     if bad.size:
         raise DataError(
             f"{where}: labels {bad[:10].tolist()} are outside the valid range 0..{num_classes - 1}",
-            hint=range_hint or "labels must be 0..C-1 where C = len(class_names)",
+            hint=hint or "labels must be 0..C-1 where C = len(class_names)",
         )
-    return y
 
 
 def _load_npz(path: Path, split: str) -> ArrayDataset:
@@ -633,7 +638,7 @@ def _load_npz(path: Path, split: str) -> ArrayDataset:
         if other in arrays and arrays[other].size and np.issubdtype(arrays[other].dtype, np.number):
             tops.append(int(np.nanmax(arrays[other])))
         class_names = tuple(str(i) for i in range(max(tops, default=-1) + 1))
-    as_int_labels(y, f"{path} [{y_key}]", num_classes=len(class_names))
+    check_label_range(y, len(class_names), f"{path} [{y_key}]")
     return ArrayDataset(x, y, class_names, str(path))
 
 
