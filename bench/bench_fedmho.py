@@ -42,7 +42,7 @@ def job_for(setting: str, partition: str, seed: int, args) -> SimJob:
         paper_models=setting == "paper", paper_classifier=args.paper_classifier,
         max_classifier_macs=args.max_classifier_macs,
         classifier_epochs=args.classifier_epochs, generator_epochs=args.generator_epochs,
-        fuse_options=fuse,
+        classifier_lr=args.classifier_lr, generator_lr=args.generator_lr, fuse_options=fuse,
     )  # fmt: skip
 
 
@@ -75,6 +75,8 @@ def main() -> None:
     ap.add_argument("--max-classifier-macs", type=int, default=2_000_000)
     ap.add_argument("--classifier-epochs", type=int, default=10)
     ap.add_argument("--generator-epochs", type=int, default=30)  # FedMHO: 30 on MNIST
+    ap.add_argument("--classifier-lr", type=float, default=None, help="default: the client's")
+    ap.add_argument("--generator-lr", type=float, default=None, help="default: the client's")
     ap.add_argument("--fuse", default="", help="FedMHO options, e.g. lr=1e-4,epochs=20 "
                     "(default: the paper's, FedMHOConfig)")  # fmt: skip
     ap.add_argument(

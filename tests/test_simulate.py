@@ -32,7 +32,8 @@ def test_cli_end_to_end(cli, tmp_path):
             "smartphone:2,wristband:2", "--partition", "dirichlet:1.0", "--paper-models",
             "--classifier-epochs", "3", "--generator-epochs", "3", "--methods",
             "fedavg,ensemble,fedmho-md", "--fuse-opt", "all:epochs=2",
-            "--fuse-opt", "all:synthetic=300", "--out", str(out))  # fmt: skip
+            "--fuse-opt", "all:synthetic=300", "--generator-lr", "0.002",
+            "--out", str(out))  # fmt: skip
     assert r.exit_code == 0, r.output
     assert "fedmho-md" in r.output and "Traceback" not in r.output
     results = json.loads((out / "results.json").read_text())
@@ -43,6 +44,7 @@ def test_cli_end_to_end(cli, tmp_path):
     assert rows["fedmho-md"]["upload_bytes"] > rows["fedavg"]["upload_bytes"]
     roles = [c["role"] for c in results["clients"]]
     assert roles == ["classifier", "classifier", "generator", "generator"]
+    assert [c["training"]["lr"] for c in results["clients"]] == [0.01, 0.01, 0.002, 0.002]
     for png in ("accuracy.png", "label_distribution.png", "samples_client-002.png"):
         assert (out / png).stat().st_size > 0
     assert "| fedmho-md |" in (out / "results.md").read_text()
@@ -92,6 +94,26 @@ def test_resume_refuses_a_different_setting(tmp_path):
 
     with pytest.raises(ConfigError, match="different run"):
         simulate(tiny(out, partition="iid", methods=("fedavg",)))
+
+
+def test_resume_refuses_uploads_trained_otherwise(tmp_path):
+    from edgefl.errors import ConfigError
+
+    out = tmp_path / "run"
+    simulate(tiny(out, methods=("fedavg",), classifier_lr=0.02))
+    before = upload_state(out)
+    meta = exporters.read_artifact(out / "uploads" / "client-000.onnx").metadata
+    assert meta["training"]["lr"] == 0.02  # the flag reaches the client
+    for change, message in (
+        ({"classifier_epochs": 4}, r"epochs 3 -> 4"),
+        ({"classifier_lr": 0.05}, r"lr 0.02 -> 0.05"),
+        ({"generator_lr": 0.005}, r"lr 0.001 -> 0.005"),
+        ({"paper_classifier": "lenet5"}, r"model cnn -> lenet5"),
+    ):
+        with pytest.raises(ConfigError, match=message) as err:
+            simulate(tiny(out, **({"methods": ("fedavg",), "classifier_lr": 0.02} | change)))
+        assert "fresh --out" in err.value.hint
+    assert upload_state(out) == before  # refused before anything was retrained or overwritten
 
 
 def test_resume_refuses_a_global_model_fused_with_other_options(tmp_path):

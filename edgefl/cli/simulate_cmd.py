@@ -54,6 +54,12 @@ def simulate_cmd(
     generator_epochs: int | None = typer.Option(
         None, help="Local epochs of CVAEs (default: profile)."
     ),
+    classifier_lr: float | None = typer.Option(
+        None, help="Local lr of classifiers (default: by the profile's optimizer)."
+    ),
+    generator_lr: float | None = typer.Option(
+        None, help="Local lr of CVAEs (default: by the profile's optimizer)."
+    ),
     subset: int | None = typer.Option(None, help="Use only this many training samples."),
     fuse_opt: list[str] = typer.Option(
         [], "--fuse-opt", help="METHOD:key=value, e.g. fedmho-md:epochs=10."
@@ -80,7 +86,8 @@ def simulate_cmd(
         seed=seed, out=out, jobs=jobs, device=device, paper_models=paper_models,
         paper_classifier=paper_classifier, max_classifier_macs=max_classifier_macs or None,
         classifier_epochs=classifier_epochs, generator_epochs=generator_epochs, subset=subset,
-        data_dir=data_dir, fuse_options=opts,
+        classifier_lr=classifier_lr, generator_lr=generator_lr, data_dir=data_dir,
+        fuse_options=opts,
     )  # fmt: skip
     log = None if json_out else (lambda m: console.print(f"[dim]{m}[/]"))
     results = simulate(job, log=log)

@@ -88,7 +88,9 @@ class ClientResult:
             "fit": self.fit.as_dict(),
             "budget_ram_bytes": self.profile.ram_budget_bytes,
             "costs": costs(self.spec).as_dict(),
-            "training": self.summary.as_dict(),
+            # As recorded in the upload (with optimizer, lr, batch size): a resumed simulate
+            # reads the same dict back from the metadata.
+            "training": self.metadata.get("training") or self.summary.as_dict(),
             "label_counts": self.label_counts,
             "upload_bytes": self.upload_bytes,
             "export_seconds": self.export_seconds,

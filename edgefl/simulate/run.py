@@ -49,6 +49,8 @@ class SimJob:
     max_classifier_macs: int | None = DEFAULT_MAX_CLASSIFIER_MACS
     classifier_epochs: int | None = None  # default: the profile's
     generator_epochs: int | None = None
+    classifier_lr: float | None = None  # default: the client's for the profile's optimizer
+    generator_lr: float | None = None
     subset: int | None = None  # use only this many training samples (quick runs)
     data_dir: str | None = None
     fuse_options: dict[str, dict[str, Any]] = field(default_factory=dict)  # method -> options
@@ -138,6 +140,7 @@ def client_jobs(job: SimJob) -> list[ClientJob]:
             client_index=i, partition_seed=job.seed, model=model, seed=job.seed,
             fed_seed=job.seed, force=job.paper_models,
             epochs=job.generator_epochs if is_gen else job.classifier_epochs,
+            lr=job.generator_lr if is_gen else job.classifier_lr,
             subset=job.subset,
         ))  # fmt: skip
     return jobs
@@ -180,11 +183,35 @@ def _finished(cjob: ClientJob) -> dict | None:
             f"{path} was made by a different run (partition/profile differ)",
             hint="use a fresh --out directory for a different setting",
         )
+    differs = _training_differs(cjob, meta)
+    if differs:  # reusing it would report a model trained otherwise than asked
+        raise ConfigError(
+            f"{path} was trained with other settings ({differs})",
+            hint="use a fresh --out directory, or delete that upload to retrain it",
+        )
     return {"path": str(path), "client_id": meta["client_id"], "role": "classifier"
             if meta["kind"] == "classifier" else "generator", "model": _label(meta),
             "profile": meta["profile"], "training": meta["training"],
             "label_counts": meta["label_counts"], "upload_bytes": path.stat().st_size,
             "costs": meta["costs"], "reused": True}  # fmt: skip
+
+
+def _training_differs(cjob: ClientJob, meta: dict) -> str:
+    """What an existing upload's metadata says differently from the job ('' if nothing)."""
+    from edgefl.client.run import parse_model_arg
+    from edgefl.models.spec import ModelSpec
+
+    made = ModelSpec.from_dict(meta["spec"])
+    diffs = []
+    if cjob.model is not None:
+        want = parse_model_arg(cjob.model, made.input_shape, made.num_classes)
+        if want.to_dict() != made.to_dict():
+            diffs.append(f"model {made.label} -> {want.label}")
+    trained = meta.get("training", {})
+    for key, want in (("epochs", cjob.epochs), ("lr", cjob.lr)):
+        if want is not None and trained.get(key) != want:
+            diffs.append(f"{key} {trained.get(key)} -> {want}")
+    return ", ".join(diffs)
 
 
 def _label(meta: dict) -> str:
