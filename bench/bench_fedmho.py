@@ -38,6 +38,7 @@ def job_for(setting: str, partition: str, seed: int, args) -> SimJob:
     return SimJob(
         dataset="mnist", clients=10, partition=partition, mix="smartphone:5,wristband:5",
         methods=METHODS, seed=seed, jobs=args.jobs, device=args.device,
+        train_device=args.train_device,
         out=f"{args.runs}/{setting}-{partition.replace(':', '')}-s{seed}",
         paper_models=setting == "paper", paper_classifier=args.paper_classifier,
         max_classifier_macs=args.max_classifier_macs,
@@ -70,7 +71,8 @@ def main() -> None:
     ap.add_argument("--seeds", default="0,1,2")
     ap.add_argument("--settings", default="paper,budget")
     ap.add_argument("--jobs", type=int, default=2)
-    ap.add_argument("--device", default="auto")
+    ap.add_argument("--device", default="auto", help="fusion device")
+    ap.add_argument("--train-device", default="cpu", help="client training: cpu | cuda | auto")
     ap.add_argument("--paper-classifier", default="cnn")
     ap.add_argument("--max-classifier-macs", type=int, default=2_000_000)
     ap.add_argument("--classifier-epochs", type=int, default=10)

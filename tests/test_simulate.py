@@ -45,6 +45,7 @@ def test_cli_end_to_end(cli, tmp_path):
     roles = [c["role"] for c in results["clients"]]
     assert roles == ["classifier", "classifier", "generator", "generator"]
     assert [c["training"]["lr"] for c in results["clients"]] == [0.01, 0.01, 0.002, 0.002]
+    assert {c["training"]["device"] for c in results["clients"]} == {"cpu"}
     for png in ("accuracy.png", "label_distribution.png", "samples_client-002.png"):
         assert (out / png).stat().st_size > 0
     assert "| fedmho-md |" in (out / "results.md").read_text()
@@ -114,6 +115,20 @@ def test_resume_refuses_uploads_trained_otherwise(tmp_path):
             simulate(tiny(out, **({"methods": ("fedavg",), "classifier_lr": 0.02} | change)))
         assert "fresh --out" in err.value.hint
     assert upload_state(out) == before  # refused before anything was retrained or overwritten
+
+
+def test_train_device_is_checked_before_training(tmp_path):
+    import torch
+
+    from edgefl.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="--train-device must be auto, cpu or cuda"):
+        simulate(tiny(tmp_path / "a", train_device="tpu"))
+    if not torch.cuda.is_available():
+        with pytest.raises(ConfigError, match="--train-device cuda: no CUDA") as err:
+            simulate(tiny(tmp_path / "b", train_device="cuda"))
+        assert "--train-device auto or cpu" in err.value.hint
+    assert not (tmp_path / "a" / "uploads").exists()
 
 
 def test_resume_refuses_a_global_model_fused_with_other_options(tmp_path):

@@ -41,6 +41,9 @@ def simulate_cmd(
     out: str = typer.Option("runs/sim", "--out", help="Run directory (resumable)."),
     jobs: int = typer.Option(1, help="Clients trained in parallel worker processes."),
     device: str = typer.Option("auto", help="Fusion device: auto | cpu | cuda."),
+    train_device: str = typer.Option(
+        "cpu", help="Client training: cpu (single-threaded, like a device) | cuda | auto."
+    ),
     paper_models: bool = typer.Option(
         False, help="Paper prototypes (CNN/VGG-9 + CVAE-small) regardless of budgets."
     ),
@@ -83,7 +86,8 @@ def simulate_cmd(
             opts[m] = {k: v for k, v in shared.items() if k in names} | opts.get(m, {})
     job = SimJob(
         dataset=dataset, clients=clients, partition=partition, mix=mix, methods=method_list,
-        seed=seed, out=out, jobs=jobs, device=device, paper_models=paper_models,
+        seed=seed, out=out, jobs=jobs, device=device, train_device=train_device,
+        paper_models=paper_models,
         paper_classifier=paper_classifier, max_classifier_macs=max_classifier_macs or None,
         classifier_epochs=classifier_epochs, generator_epochs=generator_epochs, subset=subset,
         classifier_lr=classifier_lr, generator_lr=generator_lr, data_dir=data_dir,

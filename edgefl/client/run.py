@@ -48,6 +48,7 @@ class ClientJob:
     epochs: int | None = None
     batch_size: int | None = None
     lr: float | None = None
+    train_device: str = "cpu"  # cpu | cuda (a simulation's GPU; a real device trains on its CPU)
     seed: int = 0
     fed_seed: int = 0
     quantize: str | None = None
@@ -213,6 +214,7 @@ def run_client(job: ClientJob, *, on_epoch=None, on_status=None) -> ClientResult
         optimizer=profile.optimizer,
         lr=job.lr or DEFAULT_LR[(role, profile.optimizer)],
         seed=job.seed * 1000 + job.client_index,
+        device=job.train_device,
     )
     summary = train(
         model, role, data.x[train_idx], data.y[train_idx], data.num_classes, cfg,
@@ -226,7 +228,8 @@ def run_client(job: ClientJob, *, on_epoch=None, on_status=None) -> ClientResult
         spec, class_names=list(data.class_names), label_counts=counts, client_id=client_id,
         profile=profile.name, costs_extra={"train_bytes_used": fit.train_bytes},
         training=summary.as_dict()
-        | {"optimizer": cfg.optimizer, "lr": cfg.lr, "batch_size": cfg.batch_size},
+        | {"optimizer": cfg.optimizer, "lr": cfg.lr, "batch_size": cfg.batch_size,
+           "device": cfg.device},
         dataset=info.name,
         partition={"scheme": job.partition, "num_clients": job.num_clients,
                    "client_index": job.client_index, "seed": job.partition_seed},

@@ -41,6 +41,9 @@ class TrainConfig:
     lr: float
     seed: int = 0
     weight_decay: float = 0.0
+    # "cpu" on a device; a simulation may train its clients on a GPU (the model comes back on
+    # the CPU for evaluation and export either way).
+    device: str = "cpu"
 
     def __post_init__(self) -> None:
         if self.epochs < 1:
@@ -121,7 +124,9 @@ def train(
         )
     torch.manual_seed(cfg.seed)
     gen = torch.Generator().manual_seed(cfg.seed)
-    xt, yt = torch.from_numpy(x), torch.from_numpy(y)
+    dev = torch.device(cfg.device)
+    model.to(dev)
+    xt, yt = torch.from_numpy(x).to(dev), torch.from_numpy(y).to(dev)
     opt = make_optimizer(model.parameters(), cfg)
     start = time.perf_counter()
     loss_value, epochs_done, interrupted = math.nan, 0, False
@@ -129,7 +134,8 @@ def train(
     try:
         for epoch in range(cfg.epochs):
             total, count = 0.0, 0
-            for idx in _batches(len(xt), cfg.batch_size, gen):
+            for idx in _batches(len(xt), cfg.batch_size, gen):  # order drawn on the CPU
+                idx = idx.to(dev)
                 xb, yb = xt[idx], yt[idx]
                 if role == "classifier":
                     loss = F.cross_entropy(model(xb), yb)
@@ -151,7 +157,7 @@ def train(
                 on_epoch(epochs_done, cfg.epochs, loss_value)
     except KeyboardInterrupt:
         interrupted = True
-    model.eval()
+    model.to("cpu").eval()
     val_acc = val_loss = None
     if x_val is not None and len(x_val):
         val_acc, val_loss = evaluate(model, role, x_val, y_val, num_classes)

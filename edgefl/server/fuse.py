@@ -37,15 +37,15 @@ class FuseJob:
     report: str | None = None  # default: <out>.json
 
 
-def resolve_device(name: str) -> torch.device:
+def resolve_device(name: str, flag: str = "--device") -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if name == "cuda" and not torch.cuda.is_available():
         raise ConfigError(
-            "--device cuda: no CUDA device is available", hint="use --device auto or cpu"
+            f"{flag} cuda: no CUDA device is available", hint=f"use {flag} auto or cpu"
         )
     if name not in ("cpu", "cuda"):
-        raise ConfigError(f"--device must be auto, cpu or cuda, got {name!r}")
+        raise ConfigError(f"{flag} must be auto, cpu or cuda, got {name!r}")
     return torch.device(name)
 
 

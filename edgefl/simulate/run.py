@@ -24,7 +24,7 @@ from edgefl.errors import ConfigError, FusionError
 from edgefl.fusion import METHODS
 from edgefl.models.plan import plan
 from edgefl.profiles import get_profile
-from edgefl.server.fuse import FuseJob, run_fuse
+from edgefl.server.fuse import FuseJob, resolve_device, run_fuse
 from edgefl.simulate.reference import paper_reference
 
 # Budget-true classifiers are capped so a 10-client CPU simulation of every method stays within
@@ -43,7 +43,8 @@ class SimJob:
     seed: int = 0
     out: str = "runs/sim"
     jobs: int = 1
-    device: str = "auto"
+    device: str = "auto"  # fusion
+    train_device: str = "cpu"  # client training: cpu (device-like) | cuda | auto
     paper_models: bool = False
     paper_classifier: str = "cnn"  # with --paper-models: cnn (small prototype) or vgg9
     max_classifier_macs: int | None = DEFAULT_MAX_CLASSIFIER_MACS
@@ -65,6 +66,7 @@ class SimJob:
             METHODS.get(m)
         for m in self.fuse_options:
             METHODS.get(m)
+        resolve_device(self.train_device, "--train-device")
 
     @property
     def needs_predictions(self) -> bool:
@@ -141,6 +143,7 @@ def client_jobs(job: SimJob) -> list[ClientJob]:
             fed_seed=job.seed, force=job.paper_models,
             epochs=job.generator_epochs if is_gen else job.classifier_epochs,
             lr=job.generator_lr if is_gen else job.classifier_lr,
+            train_device=resolve_device(job.train_device, "--train-device").type,
             subset=job.subset,
         ))  # fmt: skip
     return jobs
