@@ -5,7 +5,9 @@ import json
 import pytest
 import torch
 
+import exporters
 from edgefl.errors import ConfigError, UnknownNameError
+from edgefl.models.cost import costs
 from edgefl.models.spec import ModelSpec
 from edgefl.models.zoo import ZOO, build_model, candidate_specs, make_spec
 
@@ -18,6 +20,8 @@ def test_builds_and_runs(name, shape, classes):
     spec = make_spec(name, shape, classes)
     model = build_model(spec)
     x = torch.rand(2, *shape)
+    # What a client uploads at fp32 must pass the server's default size cap.
+    assert costs(spec).upload_bytes < exporters.DEFAULT_MAX_UPLOAD_BYTES
     if ZOO.get(name).role == "classifier":
         assert model(x).shape == (2, classes)
         assert isinstance(model.head, torch.nn.Linear)

@@ -53,7 +53,9 @@ def fuse_cmd(
         [], "--opt", help="Other method option as key=value (repeatable)."
     ),
     strict: bool = typer.Option(False, help="Abort if any upload is rejected."),
-    max_upload_bytes: int = typer.Option(64 * 2**20, help="Refuse uploads larger than this."),
+    max_upload_bytes: int | None = typer.Option(
+        None, help="Refuse uploads larger than this (default 512 MiB: VGG-9 is 277 MB)."
+    ),
     report: str | None = typer.Option(None, help="Report JSON path (default: <out>.json)."),
     json_out: bool = typer.Option(False, "--json", help="Print the report as JSON."),
 ) -> None:
@@ -63,9 +65,10 @@ def fuse_cmd(
     flags = dict(synthetic=synthetic, epochs=epochs, lr=lr, batch_size=batch_size, seed=seed,
                  student=student, keep_ratio=keep_ratio, lam=lam)  # fmt: skip
     options = {k: v for k, v in flags.items() if v is not None} | _parse_opts(opt)
+    cap = {} if max_upload_bytes is None else {"max_upload_bytes": max_upload_bytes}
     job = FuseJob(uploads=uploads, method=method, out=out, options=options, device=device,
-                  eval=eval_ref, data_dir=data_dir, strict=strict,
-                  max_upload_bytes=max_upload_bytes, report=report)  # fmt: skip
+                  eval=eval_ref, data_dir=data_dir, strict=strict, report=report,
+                  **cap)  # fmt: skip
     with (
         console.status(f"fusing with {method}...", spinner="dots")
         if not json_out
