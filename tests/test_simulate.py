@@ -107,6 +107,7 @@ def test_resume_refuses_uploads_trained_otherwise(tmp_path):
     assert meta["training"]["lr"] == 0.02  # the flag reaches the client
     for change, message in (
         ({"classifier_epochs": 4}, r"epochs 3 -> 4"),
+        ({"classifier_epochs": None}, r"epochs 3 -> 10"),  # the smartphone profile's
         ({"classifier_lr": 0.05}, r"lr 0.02 -> 0.05"),
         ({"generator_lr": 0.005}, r"lr 0.001 -> 0.005"),
         ({"paper_classifier": "lenet5"}, r"model cnn -> lenet5"),

@@ -208,11 +208,12 @@ def run_client(job: ClientJob, *, on_epoch=None, on_status=None) -> ClientResult
     public = public_uploads.prepare(job, role)  # before training: fail fast on a bad --public
 
     model = init_model(spec, job.fed_seed)
+    epochs, lr = local_schedule(job, profile, role)
     cfg = TrainConfig(
-        epochs=job.epochs or profile.epochs,
+        epochs=epochs,
         batch_size=job.batch_size or profile.batch_size,
         optimizer=profile.optimizer,
-        lr=job.lr or DEFAULT_LR[(role, profile.optimizer)],
+        lr=lr,
         seed=job.seed * 1000 + job.client_index,
         device=job.train_device,
     )
@@ -259,6 +260,11 @@ def run_client(job: ClientJob, *, on_epoch=None, on_status=None) -> ClientResult
         path, client_id, role, spec, fit, profile, summary, counts, path.stat().st_size,
         export_seconds, quant, meta,
     )  # fmt: skip
+
+
+def local_schedule(job: ClientJob, profile: Profile, role: str) -> tuple[int, float]:
+    """(epochs, lr) a client trains with: the job's, else its profile's and the role's default."""
+    return job.epochs or profile.epochs, job.lr or DEFAULT_LR[(role, profile.optimizer)]
 
 
 def model_metadata(

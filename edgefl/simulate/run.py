@@ -201,7 +201,7 @@ def _finished(cjob: ClientJob) -> dict | None:
 
 def _training_differs(cjob: ClientJob, meta: dict) -> str:
     """What an existing upload's metadata says differently from the job ('' if nothing)."""
-    from edgefl.client.run import parse_model_arg
+    from edgefl.client.run import local_schedule, parse_model_arg
     from edgefl.models.spec import ModelSpec
 
     made = ModelSpec.from_dict(meta["spec"])
@@ -211,8 +211,10 @@ def _training_differs(cjob: ClientJob, meta: dict) -> str:
         if want.to_dict() != made.to_dict():
             diffs.append(f"model {made.label} -> {want.label}")
     trained = meta.get("training", {})
-    for key, want in (("epochs", cjob.epochs), ("lr", cjob.lr)):
-        if want is not None and trained.get(key) != want:
+    role = "classifier" if meta["kind"] == "classifier" else "generator"
+    epochs, lr = local_schedule(cjob, get_profile(cjob.profile), role)
+    for key, want in (("epochs", epochs), ("lr", lr)):
+        if trained.get(key) != want:
             diffs.append(f"{key} {trained.get(key)} -> {want}")
     return ", ".join(diffs)
 
