@@ -22,6 +22,7 @@ from .schema import (
 )
 from .validate import (
     DEFAULT_ALLOWED_OPS,
+    DEFAULT_MAX_TENSOR_ELEMENTS,
     DEFAULT_MAX_UPLOAD_BYTES,
     IngestResult,
     ingest_dir,
@@ -32,6 +33,7 @@ __all__ = [
     "ARTIFACT_KINDS",
     "CONSTANT_KINDS",
     "DEFAULT_ALLOWED_OPS",
+    "DEFAULT_MAX_TENSOR_ELEMENTS",
     "DEFAULT_MAX_UPLOAD_BYTES",
     "METADATA_KEY",
     "QUANTIZED_TAG",

@@ -32,6 +32,9 @@ from .schema import METADATA_KEY, validate_metadata
 # Real uploads must pass: the FedMHO paper's VGG-9 is 277 MB at fp32 (69M parameters); the cap
 # only stops absurd files before parsing (ONNX protobufs end at 2 GiB anyway).
 DEFAULT_MAX_UPLOAD_BYTES = 512 * 1024 * 1024
+# Per tensor (weights and declared shapes): VGG-9's first FC layer has 51.4M elements; a weight
+# larger than this could not fit under the byte cap at fp32 anyway.
+DEFAULT_MAX_TENSOR_ELEMENTS = DEFAULT_MAX_UPLOAD_BYTES // 4
 MAX_DECLARED_DIM = 10**6
 
 # Deliberately CLOSED: exactly the default-domain ops measured from torch 2.13's dynamo exporter
@@ -75,7 +78,7 @@ def validate_upload(
     allowed_ops: frozenset[str] = DEFAULT_ALLOWED_OPS,
     opset_range: tuple[int, int] = (18, 23),
     ir_range: tuple[int, int] = (7, 10),
-    max_tensor_elements: int = 50_000_000,
+    max_tensor_elements: int = DEFAULT_MAX_TENSOR_ELEMENTS,
     require_metadata: bool = True,
 ) -> Artifact:
     """Check one uploaded file; return it as an Artifact or raise UploadRejected(reason).

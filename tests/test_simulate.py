@@ -132,6 +132,14 @@ def test_train_device_is_checked_before_training(tmp_path):
     assert not (tmp_path / "a" / "uploads").exists()
 
 
+def test_every_method_refused_is_reported_not_raised(tmp_path):
+    # Only CVAE clients: fedavg has nothing to average; the run still ends with a results table.
+    res = simulate(tiny(tmp_path / "run", mix="wristband:4", methods=("fedavg",)))
+    (row,) = res["results"]
+    assert row["accuracy"] is None and "classifier" in row["error"]
+    assert res["host"]["device"] is None
+
+
 def test_resume_refuses_a_global_model_fused_with_other_options(tmp_path):
     out = tmp_path / "run"
     simulate(tiny(out))

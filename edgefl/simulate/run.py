@@ -329,7 +329,8 @@ def simulate(job: SimJob, log=None) -> dict:
         "host": {
             "cpu_count": __import__("os").cpu_count(),
             "torch": torch.__version__,
-            "device": next(iter(reports.values()))["device"] if reports else None,
+            # A method refused before fusing has no device in its report.
+            "device": next((r["device"] for r in reports.values() if "device" in r), None),
         },  # fmt: skip
         "date_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()),
     }
