@@ -18,11 +18,12 @@ import numpy as np
 import torch
 
 import exporters
-from edgefl.client.run import ClientJob, run_client
+from edgefl.client.run import ClientJob, local_schedule, parse_model_arg, run_client
 from edgefl.data.registry import DATASETS
 from edgefl.errors import ConfigError, FusionError
 from edgefl.fusion import METHODS
 from edgefl.models.plan import plan
+from edgefl.models.spec import ModelSpec
 from edgefl.profiles import get_profile
 from edgefl.server.fuse import FuseJob, resolve_device, run_fuse
 from edgefl.simulate.reference import paper_reference
@@ -125,6 +126,7 @@ def client_jobs(job: SimJob) -> list[ClientJob]:
     info = DATASETS.get(job.dataset)  # unknown name: UnknownNameError listing the datasets
     n_train = job.subset or info.train_size
     models = {p: _model_for(job, p, info, n_train) for p in dict.fromkeys(profiles)}
+    train_device = resolve_device(job.train_device, "--train-device").type
     jobs = []
     for i, prof in enumerate(profiles):
         model = models[prof]
@@ -143,7 +145,7 @@ def client_jobs(job: SimJob) -> list[ClientJob]:
             fed_seed=job.seed, force=job.paper_models,
             epochs=job.generator_epochs if is_gen else job.classifier_epochs,
             lr=job.generator_lr if is_gen else job.classifier_lr,
-            train_device=resolve_device(job.train_device, "--train-device").type,
+            train_device=train_device,
             subset=job.subset,
         ))  # fmt: skip
     return jobs
@@ -186,43 +188,33 @@ def _finished(cjob: ClientJob) -> dict | None:
             f"{path} was made by a different run (partition/profile differ)",
             hint="use a fresh --out directory for a different setting",
         )
-    differs = _training_differs(cjob, meta)
+    spec = ModelSpec.from_dict(meta["spec"])
+    role = "classifier" if meta["kind"] == "classifier" else "generator"
+    differs = _training_differs(cjob, spec, role, meta["training"])
     if differs:  # reusing it would report a model trained otherwise than asked
         raise ConfigError(
             f"{path} was trained with other settings ({differs})",
             hint="use a fresh --out directory, or delete that upload to retrain it",
         )
-    return {"path": str(path), "client_id": meta["client_id"], "role": "classifier"
-            if meta["kind"] == "classifier" else "generator", "model": _label(meta),
+    return {"path": str(path), "client_id": meta["client_id"], "role": role, "model": spec.label,
             "profile": meta["profile"], "training": meta["training"],
             "label_counts": meta["label_counts"], "upload_bytes": path.stat().st_size,
             "costs": meta["costs"], "reused": True}  # fmt: skip
 
 
-def _training_differs(cjob: ClientJob, meta: dict) -> str:
-    """What an existing upload's metadata says differently from the job ('' if nothing)."""
-    from edgefl.client.run import local_schedule, parse_model_arg
-    from edgefl.models.spec import ModelSpec
-
-    made = ModelSpec.from_dict(meta["spec"])
+def _training_differs(cjob: ClientJob, made: ModelSpec, role: str, trained: dict) -> str:
+    """What an existing upload (its spec, role and training metadata) has differently from the
+    job ('' if nothing)."""
     diffs = []
     if cjob.model is not None:
         want = parse_model_arg(cjob.model, made.input_shape, made.num_classes)
         if want.to_dict() != made.to_dict():
             diffs.append(f"model {made.label} -> {want.label}")
-    trained = meta.get("training", {})
-    role = "classifier" if meta["kind"] == "classifier" else "generator"
     epochs, lr = local_schedule(cjob, get_profile(cjob.profile), role)
     for key, want in (("epochs", epochs), ("lr", lr)):
         if trained.get(key) != want:
             diffs.append(f"{key} {trained.get(key)} -> {want}")
     return ", ".join(diffs)
-
-
-def _label(meta: dict) -> str:
-    from edgefl.models.spec import ModelSpec
-
-    return ModelSpec.from_dict(meta["spec"]).label
 
 
 def train_clients(job: SimJob, log) -> list[dict]:
