@@ -132,6 +132,18 @@ def test_train_device_is_checked_before_training(tmp_path):
     assert not (tmp_path / "a" / "uploads").exists()
 
 
+@pytest.mark.parametrize("flag, value", [("classifier_lr", -1.0), ("generator_lr", 0.0),
+                                         ("classifier_epochs", 0), ("generator_epochs", -2)])  # fmt: skip
+def test_local_schedule_flags_are_checked_before_training(tmp_path, flag, value):
+    from edgefl.errors import ConfigError
+
+    name = "--" + flag.replace("_", "-")
+    with pytest.raises(ConfigError, match=f"{name} must be > 0") as err:
+        simulate(tiny(tmp_path / "run", **{flag: value}))
+    assert name in err.value.hint
+    assert not (tmp_path / "run" / "uploads").exists()
+
+
 def test_every_method_refused_is_reported_not_raised(tmp_path):
     # Only CVAE clients: fedavg has nothing to average; the run still ends with a results table.
     res = simulate(tiny(tmp_path / "run", mix="wristband:4", methods=("fedavg",)))

@@ -68,6 +68,19 @@ class SimJob:
         for m in self.fuse_options:
             METHODS.get(m)
         resolve_device(self.train_device, "--train-device")
+        # Checked here, by the simulate flag's name, before any client trains.
+        schedule = (
+            ("--classifier-lr", self.classifier_lr, "1e-3"),
+            ("--generator-lr", self.generator_lr, "1e-3"),
+            ("--classifier-epochs", self.classifier_epochs, "10"),
+            ("--generator-epochs", self.generator_epochs, "10"),
+        )
+        for flag, value, example in schedule:
+            if value is not None and not value > 0:
+                raise ConfigError(
+                    f"{flag} must be > 0, got {value}",
+                    hint=f"e.g. {flag} {example}, or leave it out for the default",
+                )
 
     @property
     def needs_predictions(self) -> bool:
