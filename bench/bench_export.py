@@ -29,9 +29,9 @@ import torch
 
 import exporters
 from edgefl.client.run import export_model, model_metadata
-from edgefl.client.train import init_model
 from edgefl.models.cost import costs
 from edgefl.models.zoo import ZOO, make_spec, role_of
+from edgefl.training import init_model
 
 ROOT = Path(__file__).resolve().parents[1]
 ON_DEVICE = ROOT / "examples" / "on_device_infer.py"

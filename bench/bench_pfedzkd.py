@@ -66,7 +66,7 @@ def _train_client(kw: dict) -> dict:
 
 
 def _arch(spec) -> str:
-    from edgefl.search.pso import arch_string
+    from edgefl.models.nas import arch_string
 
     return arch_string(spec.params["genes"]) if spec.name == "nas-cnn" else spec.label
 
@@ -108,10 +108,9 @@ def fuse(uploads: Path, method: str, args, out: Path) -> dict:
 
 
 def search_time(profile: str, args) -> dict:
-    from edgefl.client.run import ClientJob
+    from edgefl.client.run import ClientJob, search_client
     from edgefl.models.cost import costs
-    from edgefl.search import search_client
-    from edgefl.search.pso import PSOConfig
+    from edgefl.search import PSOConfig
 
     cfg = PSOConfig(particles=args.time_particles, generations=args.time_generations,
                     candidate_epochs=args.candidate_epochs,
@@ -140,8 +139,8 @@ def search_time(profile: str, args) -> dict:
 
 
 def _training(profile: str) -> str:
-    from edgefl.client.train import DEFAULT_LR
     from edgefl.profiles import get_profile
+    from edgefl.training import DEFAULT_LR
 
     p = get_profile(profile)
     return f"{p.optimizer} lr {DEFAULT_LR[('classifier', p.optimizer)]:g}, batch {p.batch_size}"

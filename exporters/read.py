@@ -16,6 +16,7 @@ from .graph import real_inputs
 from .schema import METADATA_KEY, decode_metadata, encode_metadata
 
 _QUIET = 3  # onnxruntime severity ERROR: its constant-folding warnings are noise to a user
+SPINNING_KEYS = ("session.intra_op.allow_spinning", "session.inter_op.allow_spinning")
 
 
 def get_metadata(model: onnx.ModelProto) -> dict[str, Any] | None:
@@ -41,6 +42,12 @@ def set_metadata(model: onnx.ModelProto, meta: dict[str, Any]) -> None:
 def session_options() -> ort.SessionOptions:
     options = ort.SessionOptions()
     options.log_severity_level = _QUIET
+    # Idle pool threads sleep instead of spinning: on cores shared with other processes the
+    # spinners take the CPU from the thread doing the work. One knob for both thread pools: a
+    # user who sets OMP_WAIT_POLICY=ACTIVE (a dedicated machine) gets onnxruntime's spinning too.
+    spin = "1" if os.environ.get("OMP_WAIT_POLICY", "").strip().upper() == "ACTIVE" else "0"
+    for key in SPINNING_KEYS:
+        options.add_session_config_entry(key, spin)
     return options
 
 

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import stat
+import time
 from collections import Counter
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -80,29 +84,55 @@ def validate_upload(
     ir_range: tuple[int, int] = (7, 10),
     max_tensor_elements: int = DEFAULT_MAX_TENSOR_ELEMENTS,
     require_metadata: bool = True,
+    timings: dict[str, float] | None = None,
 ) -> Artifact:
     """Check one uploaded file; return it as an Artifact or raise UploadRejected(reason).
 
     Checks run cheapest and most dangerous first: nothing is parsed before its size is known,
     nothing external is ever opened, and onnxruntime sees the bytes only after every other check.
+    `timings`, if given, accumulates seconds per stage (read, parse, checker, tensors, hash,
+    session).
     """
-    data = _read_capped(Path(path), max_bytes)
-    model = _parse(data)
-    _reject_external(model)
-    _check_versions_and_ops(model, allowed_ops, opset_range, ir_range)
-    # Before the checker: its shape inference would otherwise trip over the absurd dims first
-    # and report a vaguer "inferred shape differs".
-    _check_declared_shapes(model, max_tensor_elements)
-    try:
-        onnx.checker.check_model(model, full_check=True)
-    except Exception as exc:  # checker raises ValidationError, shape inference InferenceError
-        raise UploadRejected(f"ONNX checker failed: {_first_line(exc)}") from None
-    _check_tensors(model, max_tensor_elements)
-    meta = _check_metadata(model, require_metadata)
-    session = _session(data)
+    clock = _Clock(timings)
+    with clock("read"):
+        data = _read_capped(Path(path), max_bytes)
+    with clock("parse"):
+        model = _parse(data)
+        _reject_external(model)
+        _check_versions_and_ops(model, allowed_ops, opset_range, ir_range)
+        # Before the checker: its shape inference would otherwise trip over the absurd dims
+        # first and report a vaguer "inferred shape differs".
+        _check_declared_shapes(model, max_tensor_elements)
+    with clock("checker"):
+        try:
+            onnx.checker.check_model(model, full_check=True)
+        except Exception as exc:  # checker raises ValidationError, shape inference InferenceError
+            raise UploadRejected(f"ONNX checker failed: {_first_line(exc)}") from None
+    with clock("tensors"):
+        _check_tensors(model, max_tensor_elements)
+    with clock("hash"):
+        meta = _check_metadata(model, require_metadata)
+    with clock("session"):
+        session = _session(data)
     artifact = artifact_from_bytes(path, data, model, meta)
     artifact._sessions[("CPUExecutionProvider",)] = session
     return artifact
+
+
+class _Clock:
+    """`with clock("stage"):` adds the block's seconds to timings[stage] (no-op without)."""
+
+    def __init__(self, timings: dict[str, float] | None):
+        self.timings = timings
+
+    @contextlib.contextmanager
+    def __call__(self, stage: str) -> Iterator[None]:
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            if self.timings is not None:
+                self.timings[stage] = self.timings.get(stage, 0.0) + time.perf_counter() - start
 
 
 def _first_line(exc: BaseException, limit: int = 240) -> str:
@@ -286,23 +316,47 @@ def _shape_text(shape: tuple[int, ...]) -> str:
     return "x".join(str(d) for d in shape)
 
 
-def ingest_dir(directory: str | os.PathLike[str], **validate_kwargs: Any) -> IngestResult:
+def ingest_dir(
+    directory: str | os.PathLike[str],
+    *,
+    jobs: int = 1,
+    timings: dict[str, float] | None = None,
+    **validate_kwargs: Any,
+) -> IngestResult:
     """Validate every ``*.onnx`` in ``directory`` (not recursive), then cross-check the set.
+    ``jobs`` files are validated at once in threads (the checks run in C++); ``timings``
+    accumulates seconds per stage over all files.
 
     The directory is only listed and read; nothing in it is created, moved or modified.
     """
     result = IngestResult()
-    candidates: list[Artifact] = []
+    names = []
     for name in sorted(os.listdir(directory)):
         if name.startswith("."):
             continue
         if not name.lower().endswith(".onnx"):
             result.notes.append(f"ignored '{name}': not an .onnx file")
             continue
+        names.append(name)
+
+    def check(name: str) -> tuple[str, Artifact | None, str | None, dict[str, float]]:
+        own: dict[str, float] = {}
         try:
-            candidates.append(validate_upload(Path(directory, name), **validate_kwargs))
+            art = validate_upload(Path(directory, name), timings=own, **validate_kwargs)
         except UploadRejected as exc:
-            result.rejected.append((name, exc.reason))
+            return name, None, exc.reason, own
+        return name, art, None, own
+
+    candidates: list[Artifact] = []
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        for name, art, reason, own in pool.map(check, names):  # map keeps the sorted order
+            if timings is not None:
+                for k, v in own.items():
+                    timings[k] = timings.get(k, 0.0) + v
+            if art is None:
+                result.rejected.append((name, reason))
+            else:
+                candidates.append(art)
 
     # Uploads that disagree with the majority on the task cannot be fused with it.
     def task(a: Artifact) -> tuple[tuple[int, ...], int] | None:

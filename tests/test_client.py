@@ -12,12 +12,12 @@ import edgefl
 import exporters
 from edgefl.client import run as client_run
 from edgefl.client.run import ClientJob, client_shard, export_model, model_metadata, run_client
-from edgefl.client.train import init_model
 from edgefl.data import load_dataset
 from edgefl.errors import BudgetError, ConfigError, DataError, UnknownNameError
 from edgefl.models.spec import ModelSpec
 from edgefl.models.zoo import ZOO, make_spec, role_of
 from edgefl.profiles import get_profile
+from edgefl.training import init_model
 
 DIGITS = ((1, 8, 8), 10)
 # vgg9 at 8x8 is ~70M params (a 264 MiB artifact): its export alone takes ~8 s on 2 cores and the

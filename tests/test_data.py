@@ -113,6 +113,14 @@ def test_dataset_shape_without_files(tmp_path):
     assert dataset_shape(str(npz)) == ((1, 5, 6), 3, ("0", "1", "2"))
 
 
+def test_moved_helpers_still_import_from_datasets():
+    # Callers outside edgefl.data import these from edgefl.data.datasets, where they used to live.
+    from edgefl.data import _common, datasets, idx, npz
+
+    assert datasets._npz_images is npz.npz_images and datasets.read_idx is idx.read_idx
+    assert datasets.as_int_labels is _common.as_int_labels
+
+
 # ---------------------------------------------------------------------------------------------
 # IDX files
 

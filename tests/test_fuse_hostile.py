@@ -19,7 +19,7 @@ from test_ingest_hostile import clone, edit_weight, make_external, restamp, tiny
 from typer.testing import CliRunner
 
 import edgefl
-import edgefl.server.ingest
+import edgefl.artifacts.upload
 from edgefl.cli import app
 from edgefl.client.run import export_model
 from edgefl.client.train import init_model
@@ -129,13 +129,13 @@ def test_hostile_uploads_rejected_valid_ones_fused(hostile, tmp_path, monkeypatc
     before = snapshot(root)
     attempts: list[str] = []
     built: list[tuple[int | None, str]] = []
-    real_build = edgefl.server.ingest.build_model
+    real_build = edgefl.artifacts.upload.build_model
 
     def spy_build(spec):
         built.append((spec.params.get("width"), torch.get_default_device().type))
         return real_build(spec)
 
-    monkeypatch.setattr(edgefl.server.ingest, "build_model", spy_build)
+    monkeypatch.setattr(edgefl.artifacts.upload, "build_model", spy_build)
     for module in (builtins, io):
         monkeypatch.setattr(module, "open", _guarded(module.open, attempts))
     monkeypatch.setattr(os, "open", _guarded(os.open, attempts))

@@ -12,13 +12,13 @@ import pytest
 import torch
 
 from edgefl.client.run import ClientJob, run_client
-from edgefl.client.train import TrainConfig, init_model, train
 from edgefl.data import load_dataset
 from edgefl.errors import ConfigError
 from edgefl.fusion import METHODS
 from edgefl.fusion.pfedzkd import PFedZKDConfig, class_similarity, invert, soft_targets
 from edgefl.models.zoo import make_spec
 from edgefl.server.fuse import FuseJob, run_fuse
+from edgefl.training import TrainConfig, init_model, train
 
 SMALL = {"synthetic": 400, "inversion_steps": 100, "epochs": 15, "lr": 3e-3}
 

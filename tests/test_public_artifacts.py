@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import exporters
-from edgefl.client.public import load_public, public_fingerprint
+from edgefl.data.public import load_public, public_fingerprint
 from edgefl.errors import FusionError
 from edgefl.fusion.fedol import distillation_targets, entropy, fedol_pseudo_labels
 from edgefl.server.fuse import FuseJob, run_fuse

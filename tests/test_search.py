@@ -14,14 +14,15 @@ from hypothesis import strategies as st
 
 import exporters
 from device_profiles import Profile
+from edgefl.artifacts.upload import rebuild
 from edgefl.client.run import ClientJob, run_client
 from edgefl.errors import BudgetError, ConfigError
+from edgefl.models.nas import MAX_DEPTH, MIN_DEPTH, check_genes, depth, gene_problems
 from edgefl.models.plan import check_fit
 from edgefl.models.spec import ModelSpec
 from edgefl.models.zoo import build_model, make_spec
 from edgefl.profiles import get_profile
 from edgefl.search import run_search
-from edgefl.search.nas_model import MAX_DEPTH, MIN_DEPTH, check_genes, depth, gene_problems
 from edgefl.search.pso import (
     Budget,
     PSOConfig,
@@ -33,7 +34,6 @@ from edgefl.search.pso import (
     sample_feasible,
     tiniest,
 )
-from edgefl.server.ingest import rebuild
 
 SHAPES = [(1, 8, 8), (1, 28, 28), (3, 32, 32)]
 

@@ -61,16 +61,16 @@ def test_cli_bad_mix(cli, tmp_path):
 
 def test_resume_after_interruption(tmp_path, monkeypatch):
     out = tmp_path / "run"
-    real_fuse = sim.run_fuse
+    real_fuse = sim.fuse_methods
     calls = []
 
-    def flaky(job, log=None):
-        calls.append(job.method)
-        if job.method == "fedmho-sd":
+    def flaky(plans, uploads, **kw):
+        calls.append(plans[0].method.name)
+        if plans[0].method.name == "fedmho-sd":
             raise KeyboardInterrupt
-        return real_fuse(job, log)
+        return real_fuse(plans, uploads, **kw)
 
-    monkeypatch.setattr(sim, "run_fuse", flaky)
+    monkeypatch.setattr(sim, "fuse_methods", flaky)
     with pytest.raises(KeyboardInterrupt):
         simulate(tiny(out))
     before = upload_state(out)
@@ -78,7 +78,7 @@ def test_resume_after_interruption(tmp_path, monkeypatch):
     assert not (out / "global" / "fedmho-sd.onnx").exists()
     assert not list((out / "global").glob("*.tmp*"))
 
-    monkeypatch.setattr(sim, "run_fuse", real_fuse)
+    monkeypatch.setattr(sim, "fuse_methods", real_fuse)
     trained = []
     real_train = sim._train_one
     monkeypatch.setattr(sim, "_train_one", lambda c: trained.append(c) or real_train(c))

@@ -39,9 +39,8 @@ def search_cmd(
     json_out: bool = typer.Option(False, "--json", help="Print the whole result as JSON."),
 ) -> None:
     """Search a CNN for this device's shard (pFedZKD's PSO-FedNAS); every candidate fits."""
-    from edgefl.client.run import ClientJob
-    from edgefl.search import search_client
-    from edgefl.search.pso import PSOConfig
+    from edgefl.client.run import ClientJob, search_client
+    from edgefl.search import PSOConfig
 
     job = ClientJob(
         profile=profile, dataset=dataset, data_dir=data_dir, partition=partition,

@@ -1,10 +1,13 @@
-"""`edgefl server fuse|methods`."""
+"""`edgefl server fuse|methods`. Method options are not defined here: every option a method
+declares is a flag (`--lam 0.3`) or an `--opt` (`--opt lam=0.3`, `--opt fedmho-md:lam=0.3`)."""
 
 from __future__ import annotations
 
 from contextlib import nullcontext
+from typing import Any
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from edgefl.cli.common import console, fmt_bytes, print_json
@@ -17,75 +20,160 @@ def register(root: typer.Typer) -> None:
 
 
 def _parse_opts(items: list[str]) -> dict:
-    from edgefl.client.run import _parse_value
+    """key=value items -> {key: parsed value} (keys with - or _ alike)."""
     from edgefl.errors import ConfigError
+    from edgefl.models.spec import parse_value
 
     out = {}
     for item in items:
         key, eq, value = item.partition("=")
         if not eq:
             raise ConfigError(f"--opt expects key=value, got {item!r}")
-        out[key.strip().replace("-", "_")] = _parse_value(value.strip())
+        out[key.strip().replace("-", "_")] = parse_value(value.strip())
     return out
 
 
-@app.command("fuse")
+def _extra_flags(args: list[str]) -> list[str]:
+    """`--name value` / `--name=value` tokens left over by the parser -> ['name=value', ...]."""
+    from edgefl.errors import ConfigError
+
+    items, i = [], 0
+    while i < len(args):
+        token = args[i]
+        if not token.startswith("--") or len(token) < 3:
+            raise ConfigError(
+                f"unexpected argument {token!r}",
+                hint="pass the upload directory once; method options as --name value",
+            )
+        name, eq, value = token[2:].partition("=")
+        if not eq:
+            if i + 1 >= len(args):
+                raise ConfigError(f"--{name} needs a value", hint=f"e.g. --{name} VALUE")
+            value, i = args[i + 1], i + 1
+        items.append(f"{name}={value}")
+        i += 1
+    return items
+
+
+def method_options(methods: list[str], flags: list[str], opts: list[str]) -> dict[str, dict]:
+    """Per-method config overrides. A flag or a plain --opt goes to every chosen method that
+    has the option (an error if none has it); `--opt METHOD:key=value` to that method alone."""
+    from edgefl.errors import ConfigError
+    from edgefl.fusion import METHODS
+
+    chosen = {m: METHODS.get(m) for m in methods}
+    out: dict[str, dict[str, Any]] = {m: {} for m in methods}
+    targeted = []
+    shared = dict(_parse_opts(flags))
+    for item in opts:
+        key = item.partition("=")[0]
+        if ":" in key:
+            targeted.append(item)
+        else:
+            shared |= _parse_opts([item])
+    for key, value in shared.items():
+        takers = [m for m, meth in chosen.items() if key in meth.option_names()]
+        if not takers:  # the first method's own message lists its options
+            chosen[methods[0]].make_config({key: value})
+        for m in takers:
+            out[m][key] = value
+    for item in targeted:
+        method, _, kv = item.partition(":")
+        if method not in chosen:
+            raise ConfigError(
+                f"--opt {item!r} names {method!r}, which is not among --method {','.join(methods)}",
+                hint="name one of the chosen methods, or leave METHOD: out to set it for all",
+            )
+        out[method] |= _parse_opts([kv])
+    for m, options in out.items():  # every value checked now, before any upload is read
+        chosen[m].make_config(options)
+    return out
+
+
+@app.command(
+    "fuse", context_settings={"allow_extra_args": True, "ignore_unknown_options": True}
+)
 def fuse_cmd(
+    ctx: typer.Context,
     uploads: str = typer.Argument(..., help="Directory of client uploads (*.onnx); only read."),
-    method: str = typer.Option(..., help="Fusion method (see `edgefl server methods`)."),
-    out: str = typer.Option("global.onnx", "--out", help="Global model path (.onnx)."),
+    method: str = typer.Option(
+        ..., help="Fusion method(s), comma-separated (see `edgefl server methods`)."
+    ),
+    out: str | None = typer.Option(
+        None, "--out", help="Global model path (.onnx), one method (default global.onnx)."
+    ),
+    out_dir: str | None = typer.Option(
+        None, help="Several methods: DIR/METHOD.onnx and DIR/METHOD.json for each."
+    ),
     device: str = typer.Option("auto", help="auto | cpu | cuda."),
     eval_ref: str | None = typer.Option(None, "--eval", help="Evaluate on DATASET[:SPLIT]."),
     data_dir: str | None = typer.Option(None, help="Folder with standard dataset files."),
-    synthetic: int | None = typer.Option(None, help="Synthetic samples to generate."),
-    epochs: int | None = typer.Option(None, help="Global training epochs."),
-    lr: float | None = typer.Option(None, help="Global learning rate."),
-    batch_size: int | None = typer.Option(None, help="Global batch size."),
-    seed: int | None = typer.Option(None, help="Seed (default 0)."),
-    student: str | None = typer.Option(
-        None, help="Zoo architecture of a freshly trained global model."
-    ),
-    keep_ratio: float | None = typer.Option(
-        None, help="FedMHO: share kept per class by the filter."
-    ),
-    lam: float | None = typer.Option(None, help="FedMHO-MD/SD: weight of CE vs distillation."),
     opt: list[str] = typer.Option(
-        [], "--opt", help="Other method option as key=value (repeatable)."
-    ),
+        [], "--opt", help="Method option as [METHOD:]key=value (repeatable). Every option is "
+        "also a flag: --epochs 5 --lam 0.3. `edgefl server methods METHOD` lists them.",
+    ),  # fmt: skip
     strict: bool = typer.Option(False, help="Abort if any upload is rejected."),
     max_upload_bytes: int | None = typer.Option(
         None, help="Refuse uploads larger than this (default 512 MiB: VGG-9 is 277 MB)."
     ),
+    jobs: int | None = typer.Option(
+        None, help="Uploads ingested at once (default: by the cores)."
+    ),
     report: str | None = typer.Option(None, help="Report JSON path (default: <out>.json)."),
-    json_out: bool = typer.Option(False, "--json", help="Print the report as JSON."),
+    json_out: bool = typer.Option(False, "--json", help="Print the report(s) as JSON."),
 ) -> None:
-    """Validate every upload, fuse the usable ones with METHOD, export the global model."""
-    from edgefl.server.fuse import FuseJob, run_fuse
+    """Validate every upload once, fuse the usable ones with each METHOD, export global models."""
+    from pathlib import Path
 
-    flags = dict(synthetic=synthetic, epochs=epochs, lr=lr, batch_size=batch_size, seed=seed,
-                 student=student, keep_ratio=keep_ratio, lam=lam)  # fmt: skip
-    options = {k: v for k, v in flags.items() if v is not None} | _parse_opts(opt)
+    from edgefl.errors import ConfigError
+    from edgefl.server.fuse import fuse_methods, plan, resolve_device
+
+    methods = [m.strip() for m in method.split(",") if m.strip()]
+    if not methods or len(set(methods)) != len(methods):
+        raise ConfigError(f"--method expects distinct names, got {method!r}",
+                          hint="e.g. --method fedmho or --method fedavg,fedmho-md")  # fmt: skip
+    options = method_options(methods, _extra_flags(list(ctx.args)), opt)
+    if len(methods) > 1:
+        if out is not None or report is not None:
+            raise ConfigError(
+                "--out and --report name one method's outputs; several methods write to a folder",
+                hint=f"use --out-dir DIR (writes DIR/{methods[0]}.onnx, ...)",
+            )
+        if out_dir is None:
+            raise ConfigError("several methods need --out-dir", hint="e.g. --out-dir global")
+        plans = [plan(m, options[m], Path(out_dir) / f"{m}.onnx", uploads, out_flag="--out-dir")
+                 for m in methods]  # fmt: skip
+    else:
+        if out_dir is not None and out is not None:
+            raise ConfigError("give --out or --out-dir, not both")
+        target = out or (str(Path(out_dir) / f"{methods[0]}.onnx") if out_dir else "global.onnx")
+        plans = [plan(methods[0], options[methods[0]], target, uploads, report)]
+    resolve_device(device)
     cap = {} if max_upload_bytes is None else {"max_upload_bytes": max_upload_bytes}
-    job = FuseJob(uploads=uploads, method=method, out=out, options=options, device=device,
-                  eval=eval_ref, data_dir=data_dir, strict=strict, report=report,
-                  **cap)  # fmt: skip
-    with (
-        console.status(f"fusing with {method}...", spinner="dots")
-        if not json_out
-        else nullcontext()
-    ):
-        rep = run_fuse(job, log=None if json_out else (lambda m: console.print(f"[dim]{m}[/]")))
+    log = None if json_out else (lambda m: console.print(f"[dim]{escape(m)}[/]"))
+    status = f"fusing with {', '.join(methods)}..."
+    with console.status(status, spinner="dots") if not json_out else nullcontext():
+        reps = fuse_methods(plans, uploads, device=device, eval=eval_ref, data_dir=data_dir,
+                            strict=strict, jobs=jobs, keep_going=len(methods) > 1, log=log,
+                            **cap)  # fmt: skip
     if json_out:
-        print_json(rep)
-        return
-    console.print(f"[bold]{rep['method']}[/] ({rep['paper']}) on {rep['device']}")
-    console.print(f"  used {len(rep['used'])} upload(s): {', '.join(rep['used'])}")
+        print_json(reps[methods[0]] if len(methods) == 1 else reps)
+    elif len(methods) == 1:
+        _print_one(reps[methods[0]])
+    else:
+        _print_many(reps)
+    if all("error" in r for r in reps.values()):
+        raise typer.Exit(2)
+
+
+def _print_one(rep: dict) -> None:
+    # Upload-derived text (file names, client ids, reasons) is data: never rich markup.
+    console.print(f"[bold]{rep['method']}[/] ({escape(rep['paper'])}) on {rep['device']}")
+    console.print(f"  used {len(rep['used'])} upload(s): {', '.join(rep['used'])}", markup=False)
     for r in rep["rejected"]:
-        console.print(
-            f"  [red]rejected[/] {r['file']}: {r['reason']}", markup=True, highlight=False
-        )
+        console.print(f"  [red]rejected[/] {escape(r['file'])}: {escape(r['reason'])}")
     for r in rep["skipped"]:
-        console.print(f"  [yellow]skipped[/] {r['file']}: {r['reason']}")
+        console.print(f"  [yellow]skipped[/] {escape(r['file'])}: {escape(r['reason'])}")
     times = ", ".join(f"{k} {v:.1f}s" for k, v in rep["seconds"].items())
     console.print(f"  stages: {times}")
     if "synthetic_kept_per_class" in rep:
@@ -93,26 +181,74 @@ def fuse_cmd(
     if "accuracy" in rep:
         console.print(f"  accuracy on {rep['eval']['dataset']}:{rep['eval']['split']}: "
                       f"[bold]{100 * rep['accuracy']:.2f}%[/]")  # fmt: skip
-    console.print(f"  global model: {rep['global_model']} ({fmt_bytes(rep['global_bytes'])}); "
-                  f"report: {rep['report_path']}")  # fmt: skip
+    console.print(f"  global model: {escape(rep['global_model'])} "
+                  f"({fmt_bytes(rep['global_bytes'])}); report: {escape(rep['report_path'])}")  # fmt: skip
+
+
+def _print_many(reps: dict[str, dict]) -> None:
+    first = next((r for r in reps.values() if "error" not in r), None)
+    if first is not None:
+        ingest = first["seconds"]["ingest"]
+        console.print(f"ingested once in {ingest:.1f}s: {len(first['accepted'])} accepted, "
+                      f"{len(first['rejected'])} rejected")  # fmt: skip
+        for r in first["rejected"]:
+            console.print(f"  [red]rejected[/] {escape(r['file'])}: {escape(r['reason'])}")
+    table = Table(title="fused")
+    for col in ("method", "used", "accuracy", "fuse time", "global model"):
+        table.add_column(col, justify="left" if col in ("method", "global model") else "right")
+    for name, r in reps.items():
+        if "error" in r:
+            table.add_row(name, "-", "[red]refused[/]", "-", escape(r["error"]))
+            continue
+        acc = f"{100 * r['accuracy']:.2f}%" if "accuracy" in r else "-"
+        own = r["total_seconds"] - r["seconds"]["ingest"]
+        table.add_row(name, str(len(r["used"])), acc, f"{own:.1f}s",
+                      escape(r["global_model"]))  # fmt: skip
+    console.print(table)
 
 
 @app.command("methods")
-def methods_cmd(json_out: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
-    """The fusion methods: description, paper, and the artifact kinds each consumes."""
-    from dataclasses import fields
+def methods_cmd(
+    name: str | None = typer.Argument(None, help="One method: its options and paper numbers."),
+    json_out: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """The fusion methods: description, paper, what each consumes; with NAME, its options."""
+    from dataclasses import asdict
 
     from edgefl.fusion import METHODS
 
+    chosen = [METHODS.get(name)] if name else list(METHODS)
     rows = [{"name": m.name, "description": m.description, "paper": m.paper,
              "consumes": list(m.consumes), "needs_gradients": m.needs_gradients,
-             "options": {f.name: f.default for f in fields(m.config_cls)}} for m in METHODS]  # fmt: skip
+             "public_data": m.public_data, "judged": m.judged, "personalize": m.personalize,
+             "options": {o["name"]: o for o in m.options},
+             "references": [asdict(r) for r in m.references]} for m in chosen]  # fmt: skip
     if json_out:
-        print_json(rows)
+        print_json(rows[0] if name else rows)
         return
-    table = Table(title="Fusion methods")
+    if name:
+        _print_method(rows[0])
+        return
+    table = Table(title="Fusion methods (`edgefl server methods NAME` for its options)")
     for col in ("method", "consumes", "description", "paper"):
         table.add_column(col)
     for r in rows:
         table.add_row(r["name"], ", ".join(r["consumes"]), r["description"], r["paper"])
     console.print(table)
+
+
+def _print_method(r: dict) -> None:
+    console.print(f"[bold]{r['name']}[/]: {escape(r['description'])}")
+    console.print(f"  paper: {escape(r['paper'])}")
+    extra = ", public data" if r["public_data"] else ""
+    console.print(f"  consumes: {', '.join(r['consumes'])}{extra}; judged: {r['judged']}")
+    table = Table(title="options (flags of `server fuse`, or --opt key=value)")
+    for col in ("flag", "default", "accepts", "what"):
+        table.add_column(col)
+    for o in r["options"].values():
+        table.add_row(o["flag"], escape(repr(o["default"])), escape(o["constraint"]),
+                      escape(o["help"]))  # fmt: skip
+    console.print(table)
+    for ref in r["references"]:
+        console.print(f"  paper: {ref['accuracy']:.2f}% on {ref['dataset']}, {ref['clients']} "
+                      f"clients, {ref['partition']} ({escape(ref['source'])})")  # fmt: skip

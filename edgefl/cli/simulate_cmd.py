@@ -7,8 +7,6 @@ from rich.table import Table
 
 from edgefl.cli.common import console, fmt_bytes, print_json
 
-DEFAULT_METHODS = "fedavg,ensemble,fedcvae-ens,fedmho,fedmho-md,fedmho-sd"
-
 
 def register(app: typer.Typer) -> None:
     app.command("simulate")(simulate_cmd)
@@ -36,7 +34,9 @@ def simulate_cmd(
     mix: str = typer.Option(
         "smartphone:5,wristband:5", help="PROFILE:COUNT,... (sums to --clients)."
     ),
-    methods: str = typer.Option(DEFAULT_METHODS, help="Comma-separated fusion methods."),
+    methods: str | None = typer.Option(
+        None, help="Comma-separated fusion methods (default: the FedMHO paper's MNIST table)."
+    ),
     seed: int = typer.Option(0, help="Seed of partition, initialisation, training and fusion."),
     out: str = typer.Option("runs/sim", "--out", help="Run directory (resumable)."),
     jobs: int = typer.Option(1, help="Clients trained in parallel worker processes."),
@@ -71,18 +71,16 @@ def simulate_cmd(
     json_out: bool = typer.Option(False, "--json", help="Print results JSON."),
 ) -> None:
     """Run a whole one-shot federation: train every client, fuse with each method, evaluate."""
+    from edgefl.fusion import DEFAULT_METHODS, METHODS
     from edgefl.simulate.run import SimJob, simulate
 
     opts = _fuse_options(fuse_opt)
-    method_list = tuple(m.strip() for m in methods.split(",") if m.strip())
+    method_list = (tuple(m.strip() for m in methods.split(",") if m.strip()) if methods
+                   else DEFAULT_METHODS)  # fmt: skip
     if "all" in opts:  # shared options go to every method that has them
-        from dataclasses import fields
-
-        from edgefl.fusion import METHODS
-
         shared = opts.pop("all")
         for m in method_list:
-            names = {f.name for f in fields(METHODS.get(m).config_cls)}
+            names = METHODS.get(m).option_names()
             opts[m] = {k: v for k, v in shared.items() if k in names} | opts.get(m, {})
     job = SimJob(
         dataset=dataset, clients=clients, partition=partition, mix=mix, methods=method_list,
@@ -132,6 +130,17 @@ def print_results(results: dict) -> None:
                   f"results in {j['out']}/results.md")  # fmt: skip
 
 
+def _demo_options(method) -> dict:
+    """A few minutes on a laptop: fewer synthetic samples and epochs. Classifiers as small as
+    the demo's (<10k parameters) barely move at a global lr below 1e-4 such as FedMHO's paper
+    1e-5 (bench/README.md): the demo fuses them at 1e-4."""
+    have = method.option_names()
+    small = {k: v for k, v in (("epochs", 10), ("synthetic", 3000)) if k in have}
+    if "lr" in have and method.config_cls().lr < 1e-4:
+        small["lr"] = 1e-4
+    return small
+
+
 def demo_cmd(
     out: str = typer.Option("runs/demo", "--out", help="Run directory."),
     jobs: int = typer.Option(2, help="Parallel client workers."),
@@ -139,6 +148,7 @@ def demo_cmd(
     """A small MNIST federation end to end (plans, clients, every FedMHO-paper method)."""
     from edgefl.cli.client_cmd import print_plan
     from edgefl.data.registry import dataset_info
+    from edgefl.fusion import DEFAULT_METHODS, METHODS
     from edgefl.models.plan import plan
     from edgefl.profiles import get_profile
     from edgefl.simulate.run import SimJob, simulate
@@ -151,10 +161,6 @@ def demo_cmd(
         dataset="mnist", clients=6, partition="dirichlet:0.5", mix="smartphone:3,wristband:3",
         out=out, jobs=jobs, subset=12_000, classifier_epochs=5, generator_epochs=15,
         max_classifier_macs=500_000,
-        # Classifiers this small (<10k parameters) barely move at the paper's global lr 1e-5
-        # (bench/README.md): the demo fuses them at 1e-4.
-        fuse_options={"fedcvae-ens": {"epochs": 10, "synthetic": 3000}}
-        | {m: {"epochs": 10, "synthetic": 3000, "lr": 1e-4}
-           for m in ("fedmho", "fedmho-md", "fedmho-sd")},
+        fuse_options={m: _demo_options(METHODS.get(m)) for m in DEFAULT_METHODS},
     )  # fmt: skip
     print_results(simulate(job, log=lambda m: console.print(f"[dim]{m}[/]")))

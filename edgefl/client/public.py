@@ -10,8 +10,6 @@ samples (`load_public`) and compares fingerprints (`public_fingerprint`).
 from __future__ import annotations
 
 import copy
-import hashlib
-import math
 from pathlib import Path
 from typing import Any
 
@@ -20,85 +18,13 @@ import torch
 from torch import nn
 
 import exporters
-from edgefl.data import carve_public, load_dataset, parse_dataset_ref
-from edgefl.errors import ArtifactError, ConfigError, DataError
+from edgefl.artifacts import RebuildRejected, read_header, rebuild
+from edgefl.data import parse_dataset_ref
+from edgefl.data.public import DEFAULT_PUBLIC_SIZE, is_carved, load_public, public_fingerprint
+from edgefl.errors import ArtifactError, ConfigError
+from edgefl.models.spec import ModelSpec
 
-DEFAULT_PUBLIC_SIZE = 5_000  # FedOL's paper: 5,000 unlabeled public samples
 KINDS = ("model", "predictions", "prototypes")
-
-
-# --- the public set -------------------------------------------------------------------------
-
-
-def public_fingerprint(x: np.ndarray) -> str:
-    """sha256 over the shape and float32 bytes of the samples only: the set is unlabeled, and a
-    server with a user .npz may have no labels to hash."""
-    x = np.ascontiguousarray(x, dtype=np.float32)
-    digest = hashlib.sha256(repr(tuple(x.shape)).encode())
-    digest.update(x.data)
-    return digest.hexdigest()
-
-
-def is_carved(ref: str) -> bool:
-    """`NAME:public`: a held-out slice of NAME's train split (disjoint from every client)."""
-    return parse_dataset_ref(ref)[1] == "public"
-
-
-def load_public(
-    ref: str,
-    *,
-    public_size: int = DEFAULT_PUBLIC_SIZE,
-    seed: int = 0,
-    subset: int | None = None,
-    data_dir: str | None = None,
-) -> np.ndarray:
-    """The public samples x (N, C, H, W), float32 in [0, 1].
-
-    `NAME:public` carves exactly what `edgefl.client.run.client_shard` holds out of every client
-    (seed = the partition seed, after the optional --subset); anything else is a dataset
-    reference whose samples are used as they are (a user .npz needs only an array `x`).
-    """
-    name, split = parse_dataset_ref(ref)
-    if split == "public":
-        if public_size < 1:
-            raise ConfigError(
-                f"public set {ref!r} is carved out of {name}'s train split: it needs a "
-                f"public size >= 1, got {public_size}",
-                hint=f"pass --public-size (the same on every client and the server), "
-                f"e.g. {DEFAULT_PUBLIC_SIZE}",
-            )
-        data = load_dataset(name, "train", data_dir=data_dir)
-        rest = np.arange(len(data))
-        if subset is not None:
-            if not 0 < subset <= len(data):
-                raise ConfigError(f"--subset must be in 1..{len(data)}, got {subset}")
-            rest = np.sort(np.random.default_rng(seed).permutation(len(data))[:subset])
-        _, public = carve_public(len(rest), public_size, seed)
-        x = data.x[rest[public]]
-    elif name.endswith(".npz") and Path(name).is_file():
-        x = _npz_samples(Path(name))
-    else:
-        x = load_dataset(ref, data_dir=data_dir).x
-    if len(x) == 0:
-        raise DataError(f"public set {ref!r} is empty")
-    return np.ascontiguousarray(x, dtype=np.float32)
-
-
-def _npz_samples(path: Path) -> np.ndarray:
-    # An unlabeled public .npz needs only `x`; pixels are normalised as for any user dataset.
-    from edgefl.data.datasets import _npz_images
-
-    try:
-        with np.load(path, allow_pickle=False) as npz:
-            if "x" not in npz.files:
-                raise DataError(
-                    f"{path}: expected an array 'x' of public samples, found {sorted(npz.files)}",
-                    hint="save the public set with np.savez(path, x=images)",
-                )
-            x = npz["x"]
-    except (OSError, ValueError, EOFError) as exc:
-        raise DataError(f"cannot read {path} as .npz: {exc}") from None
-    return _npz_images(x, f"{path} [x]")
 
 
 # --- what a client computes -----------------------------------------------------------------
@@ -273,13 +199,39 @@ def export_data_artifact(
     return report, exporters.read_artifact(path).metadata | kept
 
 
+# --- from a trained model to a data upload, and a global output back into the model ---------
+
+
+def derive_upload(
+    kind: str, model_path: str, module: nn.Module, x: np.ndarray, y: np.ndarray,
+    num_classes: int, path: Path,
+) -> None:  # fmt: skip
+    """Write the `kind` upload a device computes from its trained classifier (the one exported
+    at `model_path`) and its training samples x, y."""
+    art = exporters.read_artifact(model_path)
+    label = art.metadata["spec"] and ModelSpec.from_dict(art.metadata["spec"]).label
+    if kind != "prototypes":
+        raise ConfigError(f"a client cannot derive {kind} uploads from a trained model alone",
+                          hint="prototypes are derived from a model and its training data")  # fmt: skip
+    classes, means, counts = class_prototypes(module, x, y, num_classes)
+    write_prototypes(path, classes, means, counts, data_metadata(art.metadata, label))
+
+
+def personalize(how: str, model_path: str, global_path: str, out: str) -> dict[str, Any]:
+    """Apply a per-client method's global output to this device's model (`Method.personalize`)."""
+    appliers = {"header": apply_header}
+    if how not in appliers:
+        raise ConfigError(f"no way to personalize a model with a {how!r} output",
+                          hint=f"known: {', '.join(appliers)}")  # fmt: skip
+    return appliers[how](model_path, global_path, out)
+
+
 # --- FedGH: the global header back into the device's model ------------------------------------
 
 
 def apply_header(model_path: str, header_path: str, out: str) -> dict[str, Any]:
     """Replace the head of this device's classifier (its own, trusted artifact) with the server's
     global header, and re-export. The header is validated like any file from outside."""
-    from edgefl.server.ingest import RebuildRejected, rebuild
 
     try:
         art = exporters.read_artifact(model_path)
@@ -320,33 +272,3 @@ def apply_header(model_path: str, header_path: str, out: str) -> dict[str, Any]:
         "header": str(header_path),
         "header_method": header_meta.get("method"),
     }
-
-
-def read_header(path: str, rep: int, classes: int) -> tuple[np.ndarray, np.ndarray]:
-    """(weight C x R, bias C) of a global header: input 'representation' [B, R] -> logits."""
-    try:
-        art = exporters.validate_upload(path)
-    except exporters.UploadRejected as exc:
-        raise ArtifactError(f"header {path} rejected: {exc.reason}") from None
-    meta = art.metadata
-    if art.kind != "global" or meta.get("input_shape") != [rep]:
-        raise ArtifactError(
-            f"{path} is not a global header for a {rep}-d representation (kind {art.kind}, "
-            f"input shape {meta.get('input_shape')})",
-            hint="pass the global model written by `edgefl server fuse --method fedgh`",
-        )
-    if meta["num_classes"] != classes:
-        raise ArtifactError(
-            f"header {path} has {meta['num_classes']} classes, the model has {classes}"
-        )
-    weights = art.state_dict()
-    weight, bias = weights.get("weight"), weights.get("bias")
-    if (
-        weight is None
-        or bias is None
-        or weight.shape != (classes, rep)
-        or bias.shape != (classes,)
-        or not math.isfinite(float(np.abs(weight).sum() + np.abs(bias).sum()))
-    ):
-        raise ArtifactError(f"{path} does not hold one Linear({rep}, {classes}) header")
-    return weight.astype(np.float32), bias.astype(np.float32)

@@ -19,15 +19,16 @@ from torch.nn import functional as F
 import edgefl
 import exporters
 from edgefl.client import public as public_uploads
-from edgefl.client.train import DEFAULT_LR, TrainConfig, TrainSummary, init_model, train
 from edgefl.data import ArrayDataset, carve_public, load_dataset, partition, train_val_split
 from edgefl.data.registry import DATASETS, DatasetInfo
 from edgefl.errors import ArtifactError, ConfigError
 from edgefl.models.cost import costs
 from edgefl.models.plan import Fit, check_fit, plan, require_fit
-from edgefl.models.spec import ModelSpec
-from edgefl.models.zoo import make_spec, role_of
+from edgefl.models.spec import ModelSpec, parse_model_arg
+from edgefl.models.zoo import role_of
 from edgefl.profiles import Profile, get_profile
+from edgefl.search import PSOConfig, SearchResult, run_search, search_architecture
+from edgefl.training import DEFAULT_LR, TrainConfig, TrainSummary, init_model, train
 
 
 @dataclass(frozen=True)
@@ -99,31 +100,6 @@ class ClientResult:
         }
 
 
-def parse_model_arg(text: str, input_shape, num_classes: int) -> ModelSpec:
-    """`scnn` or `scnn:width=16,depth=3` or `mlp:hidden=32x16` -> a spec."""
-    name, _, rest = text.partition(":")
-    params: dict[str, Any] = {}
-    for item in filter(None, rest.split(",")):
-        key, eq, value = item.partition("=")
-        if not eq:
-            raise ConfigError(f"--model {text!r}: expected key=value, got {item!r}")
-        params[key.strip()] = _parse_value(value.strip())
-    return make_spec(name, input_shape, num_classes, **params)
-
-
-def _parse_value(value: str) -> Any:
-    if value.lower() in ("true", "false"):
-        return value.lower() == "true"
-    if "x" in value and all(p.isdigit() for p in value.split("x")):
-        return [int(p) for p in value.split("x")]
-    for cast in (int, float):
-        try:
-            return cast(value)
-        except ValueError:
-            pass
-    return value
-
-
 def dataset_info_for(ref: str, data: ArrayDataset) -> DatasetInfo:
     if ref in DATASETS:
         return DATASETS.get(ref)
@@ -168,8 +144,6 @@ def choose_model(job: ClientJob, profile: Profile, info: DatasetInfo, samples: i
     """The spec to train: --model, an architecture search (--search), or the planner's pick.
     `local` = (x_train, y_train, x_val, y_val) for a search."""
     if job.search:
-        from edgefl.search import run_search
-
         spec = run_search(
             job.search, profile=profile, info=info, local=local, samples=samples,
             batch_size=job.batch_size, seed=job.seed * 1000 + job.client_index,
@@ -259,6 +233,23 @@ def run_client(job: ClientJob, *, on_epoch=None, on_status=None) -> ClientResult
     return ClientResult(
         path, client_id, role, spec, fit, profile, summary, counts, path.stat().st_size,
         export_seconds, quant, meta,
+    )  # fmt: skip
+
+
+def search_client(
+    job: ClientJob, config: PSOConfig | None = None, *, on_status=None
+) -> SearchResult:
+    """`edgefl search`: PSO-FedNAS on exactly the shard and train/validation split `run_client`
+    would use for `job`, without training or exporting the result."""
+    profile = get_profile(job.profile)
+    data = load_dataset(job.dataset, "train", data_dir=job.data_dir)
+    info = dataset_info_for(job.dataset, data)
+    shard = client_shard(job, data)
+    train_idx, val_idx = train_val_split(shard, 0.1, seed=job.seed + job.client_index)
+    local = (data.x[train_idx], data.y[train_idx], data.x[val_idx], data.y[val_idx])
+    return search_architecture(
+        profile, info, local, samples=len(train_idx), batch_size=job.batch_size, seed=job.seed,
+        config=config, on_status=on_status,
     )  # fmt: skip
 
 

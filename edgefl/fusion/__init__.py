@@ -12,7 +12,14 @@ from edgefl.fusion import (
     fedol,
     pfedzkd,
 )
-from edgefl.fusion.base import METHODS, FusionConfig, FusionContext, FusionResult, Method
+from edgefl.fusion.base import (
+    METHODS,
+    FusionConfig,
+    FusionContext,
+    FusionResult,
+    Method,
+    Reference,
+)
 
 for _m in (
     fedavg.METHOD,
@@ -28,4 +35,27 @@ for _m in (
 ):
     METHODS.add(_m.name, _m)
 
-__all__ = ["METHODS", "FusionConfig", "FusionContext", "FusionResult", "Method"]
+# What `edgefl simulate` runs when no --methods is given: the FedMHO paper's MNIST table.
+DEFAULT_METHODS = ("fedavg", "ensemble", "fedcvae-ens", "fedmho", "fedmho-md", "fedmho-sd")
+
+
+def paper_reference(dataset: str, partition: str, clients: int) -> dict[str, float]:
+    """method -> the published accuracy (%) for this setting, where a paper reports one."""
+    out = {}
+    for m in METHODS:
+        ref = m.reference(dataset, partition, clients)
+        if ref is not None:
+            out[m.name] = ref.accuracy
+    return out
+
+
+__all__ = [
+    "DEFAULT_METHODS",
+    "METHODS",
+    "FusionConfig",
+    "FusionContext",
+    "FusionResult",
+    "Method",
+    "Reference",
+    "paper_reference",
+]

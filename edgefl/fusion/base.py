@@ -1,9 +1,11 @@
-"""What every fusion method shares: its registry entry, its config base, the context it runs in,
-and the pieces several methods reuse (parameter averaging, sampling decoders, the class-mean
-filter, training a student on synthetic data with optional distillation).
+"""What every fusion method shares: its registry entry (the contract the pipeline, `simulate`
+and the CLI read instead of method names), its config base, the context it runs in, and the
+pieces several methods reuse (parameter averaging, sampling decoders, the class-mean filter,
+training a student on synthetic data with optional distillation).
 
-A method is one file with a frozen config dataclass (the paper's defaults) and a `fuse(ctx, cfg)`
-function; the pipeline around it (ingest, rebuild, export, report) lives in edgefl.server.fuse.
+A method is one file with a frozen config dataclass (the paper's defaults, each field declared
+with `option(...)`) and a `fuse(ctx, cfg)` function, plus one line in `edgefl/fusion/__init__.py`;
+the pipeline around it (ingest, rebuild, export, report) lives in edgefl.server.fuse.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import math
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -20,42 +23,29 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from edgefl.artifacts import Upload
 from edgefl.errors import ConfigError, FusionError
+from edgefl.fusion.options import describe_options, flag, option, validate
 from edgefl.models.spec import ModelSpec
 from edgefl.models.zoo import build_model, make_spec
 from edgefl.registry import Registry
-from edgefl.server.ingest import Upload
+
+ARTIFACT_KINDS = ("classifier", "decoder", "predictions", "prototypes")
+JUDGED = ("global", "per-client")
 
 
 @dataclass(frozen=True)
 class FusionConfig:
-    """Knobs every method has. Subclasses add theirs; each field is a flag of `server fuse`."""
+    """Knobs every method has. Subclasses add theirs with `option(...)`; each field is a flag of
+    `server fuse` (`--name value`) and is checked against its declaration when built."""
 
-    seed: int = 0
+    seed: int = option(0, "seed of generation, initialisation and training", low=0)
 
     def __post_init__(self) -> None:
-        for f in fields(self):
-            v = getattr(self, f.name)
-            if f.name in ("epochs", "synthetic", "batch_size") and (
-                not isinstance(v, int) or v < 1
-            ):
-                raise ConfigError(f"--{flag(f.name)} must be a positive integer, got {v!r}")
-            if f.name == "lr" and not (isinstance(v, int | float) and v > 0):
-                raise ConfigError(f"--lr must be > 0, got {v!r}")
-            if f.name in ("keep_ratio",) and not 0 < v <= 1:
-                raise ConfigError(f"--{flag(f.name)} must be in (0, 1], got {v}")
-            if f.name in ("lam",) and not 0 <= v <= 1:
-                raise ConfigError(
-                    f"--{flag(f.name)} must be in [0, 1], got {v}",
-                    hint="lam weighs cross-entropy against distillation (paper: 0.5)",
-                )
+        validate(self)
 
     def as_dict(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
-
-
-def flag(name: str) -> str:
-    return name.replace("_", "-")
 
 
 @dataclass(frozen=True)
@@ -70,27 +60,89 @@ class FusionResult:
 
 
 @dataclass(frozen=True)
+class Reference:
+    """A published accuracy to print beside ours, for one setting."""
+
+    dataset: str
+    clients: int
+    partition: str  # as edgefl spells it: dirichlet:0.5
+    accuracy: float  # top-1 %
+    source: str  # paper and table
+
+
+@dataclass(frozen=True)
 class Method:
+    """A fusion method's contract. Everything outside its file reads these fields; if a new
+    method needs an edit elsewhere, a field is missing here."""
+
     name: str
     description: str
     paper: str
-    consumes: tuple[str, ...]  # artifact kinds: classifier, decoder
+    consumes: tuple[str, ...]  # artifact kinds: classifier, decoder, predictions, prototypes
     needs_gradients: bool  # teachers must be rebuilt torch modules (not ORT-only)
     config_cls: type[FusionConfig]
     fuse: Callable[[FusionContext, Any], FusionResult]
+    # Reads the shared unlabeled public set: its config has public, public_size, public_seed
+    # and public_subset, which a simulation fills with the slice it carved for its clients.
+    public_data: bool = False
+    # How it is judged: "global" = its one global model on the test split; "per-client" = each
+    # client applies the global output to its own model (`personalize`) and is tested locally.
+    judged: str = "global"
+    personalize: str | None = None  # per-client: how a client applies the output ("header")
+    references: tuple[Reference, ...] = ()
+    # Extra outputs beside the global model (a picture): (result, global model path) -> report
+    # entries naming the files written.
+    outputs: Callable[[FusionResult, Path], dict[str, Any]] | None = None
+
+    def __post_init__(self) -> None:
+        if not self.consumes or set(self.consumes) - set(ARTIFACT_KINDS):
+            raise ValueError(f"{self.name}: consumes must be a subset of {ARTIFACT_KINDS}")
+        if self.judged not in JUDGED:
+            raise ValueError(f"{self.name}: judged must be one of {JUDGED}")
+        if (self.judged == "per-client") != (self.personalize is not None):
+            raise ValueError(f"{self.name}: a per-client method says how it personalizes")
+
+    @property
+    def options(self) -> list[dict[str, Any]]:
+        return describe_options(self.config_cls)
+
+    def option_names(self) -> set[str]:
+        return {f.name for f in fields(self.config_cls)}
 
     def make_config(self, overrides: dict[str, Any]) -> FusionConfig:
-        names = {f.name for f in fields(self.config_cls)}
+        names = self.option_names()
         bad = sorted(set(overrides) - names)
         if bad:
             raise ConfigError(
                 f"method {self.name!r} has no option(s) {', '.join('--' + flag(b) for b in bad)}",
-                hint=f"its options: {', '.join('--' + flag(n) for n in sorted(names))}",
+                hint=f"its options: {', '.join('--' + flag(n) for n in sorted(names))} "
+                f"(`edgefl server methods {self.name}` explains each)",
             )
-        try:
-            return replace(self.config_cls(), **overrides)
-        except TypeError as exc:
-            raise ConfigError(f"bad option for {self.name}: {exc}") from None
+        return replace(self.config_cls(), **overrides)
+
+    def reference(self, dataset: str, partition: str, clients: int) -> Reference | None:
+        for ref in self.references:
+            if (ref.dataset, ref.partition, ref.clients) == (dataset, _canon(partition), clients):
+                return ref
+        return None
+
+
+def _canon(partition: str) -> str:
+    """dirichlet:0.50 and dirichlet:.5 are the paper's dirichlet:0.5."""
+    scheme, _, arg = partition.partition(":")
+    try:
+        return f"{scheme}:{float(arg):g}" if arg else scheme
+    except ValueError:
+        return partition
+
+
+def fedmho_table3(accuracies: tuple[float, float, float]) -> tuple[Reference, ...]:
+    """A row of the FedMHO paper's Table 3 (MNIST, 10 clients, top-1 %): Dir(0.5), Dir(0.3),
+    Dir(0.1). Most one-shot baselines here are compared in that table."""
+    return tuple(
+        Reference("mnist", 10, f"dirichlet:{alpha:g}", acc, "FedMHO paper, Table 3")
+        for alpha, acc in zip((0.5, 0.3, 0.1), accuracies, strict=True)
+    )
 
 
 METHODS: Registry[Method] = Registry("fusion method")

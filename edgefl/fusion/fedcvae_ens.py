@@ -16,19 +16,21 @@ from edgefl.fusion.base import (
     FusionResult,
     Method,
     decode,
+    fedmho_table3,
     largest_remainder,
     per_class_counts,
     train_student,
 )
+from edgefl.fusion.options import option
 
 
 @dataclass(frozen=True)
 class FedCVAEConfig(FusionConfig):
-    synthetic: int = 5_000  # official code's sample count
-    student: str = "cnn"
-    epochs: int = 20
-    lr: float = 1e-3
-    batch_size: int = 64
+    synthetic: int = option(5_000, "samples generated (the official code's count)", low=1)
+    student: str = option("cnn", "zoo architecture of the global model, trained from scratch")
+    epochs: int = option(20, "global training epochs", low=1)
+    lr: float = option(1e-3, "global Adam learning rate", low=0, low_open=True)
+    batch_size: int = option(64, "global batch size", low=1)
 
 
 def fuse(ctx: FusionContext, cfg: FedCVAEConfig) -> FusionResult:
@@ -69,4 +71,5 @@ METHOD = Method(
     needs_gradients=False,
     config_cls=FedCVAEConfig,
     fuse=fuse,
+    references=fedmho_table3((92.61, 91.37, 89.73)),
 )

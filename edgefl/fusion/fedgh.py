@@ -22,23 +22,22 @@ from torch import nn
 from torch.nn import functional as F
 
 import exporters
-from edgefl.errors import ConfigError, FusionError
+from edgefl.artifacts import read_header
+from edgefl.errors import ArtifactError, ConfigError, FusionError
 from edgefl.fusion.base import FusionConfig, FusionContext, FusionResult, Method
+from edgefl.fusion.options import option
 
 
 @dataclass(frozen=True)
 class FedGHConfig(FusionConfig):
     """Paper: SGD with eta_theta = 0.01. HtFLlib: 100 server epochs, batch 10."""
 
-    epochs: int = 100
-    lr: float = 0.01
-    batch_size: int = 10
-    header: str | None = None  # a previous global header (.onnx) to continue training
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if self.header is not None and not isinstance(self.header, str):
-            raise ConfigError(f"--header must be a path, got {self.header!r}")
+    epochs: int = option(100, "header epochs over the prototypes (HtFLlib: 100)", low=1)
+    lr: float = option(0.01, "header SGD learning rate (paper's eta_theta)", low=0, low_open=True)
+    batch_size: int = option(10, "batch size (HtFLlib: 10)", low=1)
+    header: str | None = option(
+        None, "a previous global header (.onnx) to continue training (multi-round)", kind="str"
+    )
 
 
 def collect_prototypes(ctx: FusionContext):
@@ -66,9 +65,6 @@ def collect_prototypes(ctx: FusionContext):
 
 def load_header(path: str, rep: int, classes: int) -> dict[str, torch.Tensor]:
     """Weights of a previous header: the server's own output, still validated (it is a file)."""
-    from edgefl.client.public import read_header
-    from edgefl.errors import ArtifactError
-
     try:
         weight, bias = read_header(path, rep, classes)
     except ArtifactError as exc:
@@ -134,4 +130,6 @@ METHOD = Method(
     needs_gradients=False,
     config_cls=FedGHConfig,
     fuse=fuse,
+    judged="per-client",  # FedGH's metric: personalized models on local test splits
+    personalize="header",  # each client splices the header into its own model
 )

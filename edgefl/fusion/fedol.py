@@ -26,10 +26,11 @@ import torch
 from torch.nn import functional as F
 
 import exporters
-from edgefl.client.public import public_fingerprint
-from edgefl.errors import ConfigError, FusionError
+from edgefl.data.public import public_fingerprint
+from edgefl.errors import FusionError
 from edgefl.fusion.base import FusionContext, FusionResult, Method
 from edgefl.fusion.feddf import PublicSetConfig, build_student, public_samples
+from edgefl.fusion.options import option
 
 
 @dataclass(frozen=True)
@@ -40,25 +41,15 @@ class FedOLConfig(PublicSetConfig):
     larger than typical clients: scnn width 32 (conv 32-64, 50k parameters on MNIST vs 8.5k for
     the FedMHO CNN clients train) -- the paper's point is a server model larger than the clients'."""
 
-    student: str = "scnn:width=32"
-    rounds: int = 10
-    epochs: int = 5  # per round
-    lr: float = 1e-3
-    batch_size: int = 64
-    tau: float = 0.2
-    rho: float = 0.1
-    rho_step: float = 0.05
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if not isinstance(self.rounds, int) or self.rounds < 1:
-            raise ConfigError(f"--rounds must be a positive integer, got {self.rounds!r}")
-        if not (isinstance(self.tau, int | float) and self.tau >= 0):
-            raise ConfigError(f"--tau must be >= 0, got {self.tau!r}")
-        if not (isinstance(self.rho, int | float) and 0 < self.rho <= 1):
-            raise ConfigError(f"--rho must be in (0, 1], got {self.rho!r}")
-        if not (isinstance(self.rho_step, int | float) and self.rho_step >= 0):
-            raise ConfigError(f"--rho-step must be >= 0, got {self.rho_step!r}")
+    student: str = option("scnn:width=32", "zoo architecture of the server model")
+    rounds: int = option(10, "pseudo-label / training rounds T (paper: 10)", low=1)
+    epochs: int = option(5, "training epochs per round (paper: 50)", low=1)
+    lr: float = option(1e-3, "Adam learning rate", low=0, low_open=True)
+    batch_size: int = option(64, "batch size", low=1)
+    tau: float = option(0.2, "weight of the pseudo-label CE term (paper: 0.2)", low=0)
+    rho: float = option(0.1, "share of most confident samples per model, round 1", low=0,
+                        low_open=True, high=1)  # fmt: skip
+    rho_step: float = option(0.05, "rho's growth per round (paper: 0.05)", low=0)
 
 
 def entropy(probs: np.ndarray) -> np.ndarray:
@@ -226,4 +217,5 @@ METHOD = Method(
     needs_gradients=False,
     config_cls=FedOLConfig,
     fuse=fuse,
+    public_data=True,
 )

@@ -5,18 +5,47 @@ Generator (DENSE, Zhang et al. NeurIPS 2022; shared/notes/methods.md): z (nz) ->
 (2*ngf, s/4, s/4) -> BN -> Up x2 -> Conv 2ngf -> BN -> LReLU -> Up x2 -> Conv ngf -> BN -> LReLU
 -> Conv(c) -> Sigmoid. ngf = 64 gives DENSE's 128/64 channels; images are in [0, 1] like every
 edgefl dataset.
+
+Both methods read one config (`GeneratorConfig`): the same names for the same knobs and loss
+weights (FedHydra's lambda_1 / lambda_2 are `bn_weight` / `adv_weight`, DENSE's names).
 """
 
 from __future__ import annotations
 
 import copy
 import math
+from dataclasses import dataclass
 
 import torch
 from torch import nn
 from torch.nn import functional as F
 
-from edgefl.errors import ConfigError
+from edgefl.fusion.base import FusionConfig
+from edgefl.fusion.options import option
+
+
+@dataclass(frozen=True)
+class GeneratorConfig(FusionConfig):
+    """What DENSE and FedHydra share. Defaults: DENSE's setup and FedHydra's Sec. 4.1.5, which
+    agree (200 epochs, T_G = 30 generator steps, generator Adam 1e-3, student SGD 0.01 momentum
+    0.9, synthesis batch 256, loss weights 1, nz = 256, 128/64 channels). On 2 CPU cores use far
+    fewer epochs and a narrower generator (bench/results/datafree.md)."""
+
+    student: str = option("cnn", "zoo architecture of the global model (the student)")
+    epochs: int = option(200, "epochs: generator steps, then distillation", low=1)
+    batch_size: int = option(256, "samples synthesised per epoch, and the distillation batch",
+                             low=1)  # fmt: skip
+    gen_steps: int = option(30, "generator steps per epoch (T_G)", low=1)
+    gen_lr: float = option(1e-3, "generator Adam learning rate", low=0, low_open=True)
+    lr: float = option(0.01, "student SGD learning rate", low=0, low_open=True)
+    momentum: float = option(0.9, "student SGD momentum", low=0, high=1, high_open=True)
+    temperature: float = option(1.0, "distillation temperature T", low=0, low_open=True)
+    ce_weight: float = option(1.0, "generator loss: weight of CE(teachers(x), y)", low=0)
+    bn_weight: float = option(1.0, "generator loss: weight of the BatchNorm-statistics term",
+                              low=0)  # fmt: skip
+    adv_weight: float = option(1.0, "generator loss: weight of the adversarial -KL term", low=0)
+    nz: int = option(256, "generator noise dimension", low=1)
+    ngf: int = option(64, "generator width (channels 2*ngf, ngf)", low=1)
 
 
 class GroupedLinear(nn.Module):
@@ -86,14 +115,6 @@ def make_generator(nz: int, ngf: int, image_shape, seed: int, device) -> Generat
         torch.manual_seed(seed)
         gen = Generator(nz, ngf, tuple(image_shape))
     return gen.to(device).train()
-
-
-def check_generator_config(nz: int, ngf: int, gen_steps: int, gen_lr: float) -> None:
-    for name, v in (("nz", nz), ("ngf", ngf), ("gen-steps", gen_steps)):
-        if not isinstance(v, int) or v < 1:
-            raise ConfigError(f"--{name} must be a positive integer, got {v!r}")
-    if not (isinstance(gen_lr, int | float) and gen_lr > 0):
-        raise ConfigError(f"--gen-lr must be > 0, got {gen_lr!r}")
 
 
 def frozen_teachers(uploads, device) -> list[nn.Module]:

@@ -25,9 +25,10 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from edgefl.artifacts import Upload
 from edgefl.errors import ConfigError, FusionError
 from edgefl.fusion.base import FusionConfig, FusionContext, FusionResult, Method, largest_remainder
-from edgefl.server.ingest import Upload
+from edgefl.fusion.options import option
 
 INVERSION_CHUNK = 256  # images optimised together; each image's loss is its own (sum, not mean)
 
@@ -37,29 +38,26 @@ class PFedZKDConfig(FusionConfig):
     """Paper (Sec. 4.1.2) where it gives a value: N_syn, tau, betas, normal init. It gives none for
     the inversion or distillation schedule; ours are marked."""
 
-    synthetic: int = 4_000  # paper: 4,000 on MNIST / Fashion-MNIST, 4,800 on CIFAR-10
-    tau: float = 4.0  # paper
-    betas: tuple[float, ...] = (0.1, 1.0)  # paper's beta set
-    inversion_steps: int = 200  # ours (ZSKD, Nayak et al. 2019, used 1,500)
-    inversion_lr: float = 0.1  # ours: Adam on the pre-sigmoid image
-    similarity_floor: float = 1e-3  # ours: C is clamped to [floor, 1]
-    student: str = "cnn"
-    epochs: int = 30  # ours
-    lr: float = 1e-3  # ours (the paper's client-side Adam rate)
-    batch_size: int = 64  # the paper's batch size
+    synthetic: int = option(4_000, "pseudo-images in all (paper: 4,000 on MNIST)", low=1)
+    tau: float = option(4.0, "distillation temperature (paper: 4)", low=0, low_open=True)
+    betas: tuple[float, ...] = option(
+        (0.1, 1.0), "Dirichlet concentrations of the soft targets (paper's beta set)", low=0,
+        low_open=True,
+    )  # fmt: skip
+    inversion_steps: int = option(200, "Adam steps per inversion batch (ours; ZSKD used 1,500)",
+                                  low=1)  # fmt: skip
+    inversion_lr: float = option(0.1, "inversion Adam learning rate (ours)", low=0, low_open=True)
+    similarity_floor: float = option(1e-3, "class similarities are clamped to [floor, 1] (ours)",
+                                     low=0, low_open=True, high=1)  # fmt: skip
+    student: str = option("cnn", "zoo architecture of the global model")
+    epochs: int = option(30, "distillation epochs (ours)", low=1)
+    lr: float = option(1e-3, "student Adam learning rate (the paper's client rate)", low=0,
+                       low_open=True)  # fmt: skip
+    batch_size: int = option(64, "batch size (the paper's)", low=1)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "betas", _parse_betas(self.betas))
         super().__post_init__()
-        if not (isinstance(self.tau, int | float) and self.tau > 0):
-            raise ConfigError(f"--tau must be > 0, got {self.tau!r}")
-        if not isinstance(self.inversion_steps, int) or self.inversion_steps < 1:
-            raise ConfigError(f"--inversion-steps must be a positive integer, got "
-                              f"{self.inversion_steps!r}")  # fmt: skip
-        if not (isinstance(self.inversion_lr, int | float) and self.inversion_lr > 0):
-            raise ConfigError(f"--inversion-lr must be > 0, got {self.inversion_lr!r}")
-        if not 0 < self.similarity_floor <= 1:
-            raise ConfigError(f"--similarity-floor must be in (0, 1], got {self.similarity_floor}")
 
 
 def _parse_betas(value) -> tuple[float, ...]:

@@ -98,6 +98,35 @@ class ModelSpec:
         return self.name + "(" + ",".join(f"{k}={_short(v)}" for k, v in diff.items()) + ")"
 
 
+def parse_model_arg(text: str, input_shape, num_classes: int) -> ModelSpec:
+    """`scnn` or `scnn:width=16,depth=3` or `mlp:hidden=32x16` -> a spec."""
+    from edgefl.models.zoo import make_spec  # the zoo imports this module
+
+    name, _, rest = text.partition(":")
+    params: dict[str, Any] = {}
+    for item in filter(None, rest.split(",")):
+        key, eq, value = item.partition("=")
+        if not eq:
+            raise ConfigError(f"--model {text!r}: expected key=value, got {item!r}")
+        params[key.strip()] = parse_value(value.strip())
+    return make_spec(name, input_shape, num_classes, **params)
+
+
+def parse_value(value: str) -> Any:
+    """A `key=value` option's value: true/false, `32x16` (a list of ints), an int, a float, or
+    the string itself."""
+    if value.lower() in ("true", "false"):
+        return value.lower() == "true"
+    if "x" in value and all(p.isdigit() for p in value.split("x")):
+        return [int(p) for p in value.split("x")]
+    for cast in (int, float):
+        try:
+            return cast(value)
+        except ValueError:
+            pass
+    return value
+
+
 def _short(v: Any) -> str:
     if isinstance(v, list):
         return "x".join(str(x) for x in v)

@@ -14,6 +14,7 @@ from typing import Any, Literal
 from torch import nn
 
 from edgefl.errors import ConfigError
+from edgefl.models.nas import DEFAULT_GENES, arch_string, build_nas_cnn
 from edgefl.models.nets import (
     CVAE,
     Classifier,
@@ -25,7 +26,6 @@ from edgefl.models.nets import (
 )
 from edgefl.models.spec import ModelSpec
 from edgefl.registry import Registry
-from edgefl.search.nas_model import DEFAULT_GENES, arch_string, build_nas_cnn
 
 Role = Literal["classifier", "generator"]
 

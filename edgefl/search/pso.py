@@ -28,21 +28,21 @@ from typing import Any
 import numpy as np
 import torch
 
-from edgefl.client.train import DEFAULT_LR, TrainConfig, init_model, train
 from edgefl.data.registry import DatasetInfo
 from edgefl.errors import BudgetError, ConfigError, DataError
 from edgefl.models.cost import costs
-from edgefl.models.plan import Fit, check_fit
-from edgefl.models.spec import ModelSpec
-from edgefl.profiles import Profile
-from edgefl.search.nas_model import (
+from edgefl.models.nas import (
     KERNELS,
     MAX_CHANNELS,
     MAX_DEPTH,
     MAX_HIDDEN,
     MIN_DEPTH,
-    arch_string,  # noqa: F401  (re-exported)
+    arch_string,
 )
+from edgefl.models.plan import Fit, check_fit
+from edgefl.models.spec import ModelSpec
+from edgefl.profiles import Profile
+from edgefl.training import DEFAULT_LR, TrainConfig, init_model, train
 
 Genes = list[dict[str, Any]]
 Status = Callable[[str], None]

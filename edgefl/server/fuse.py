@@ -1,6 +1,11 @@
-"""The server pipeline every method shares: ingest -> rebuild -> fuse -> export -> eval -> report.
+"""The server pipeline every method shares, in named stages:
 
-Uploads are only read. The global model and the report are written atomically (temporary file
+    plan (options, output paths: checked before any long work) -> ingest (once per run) ->
+    select (what each method can use) -> fuse -> export -> extra outputs -> evaluate -> report
+
+Any number of methods fuse one ingest (`fuse_methods`); `run_fuse` is the one-method case.
+The pipeline reads each method's contract (edgefl.fusion.base.Method), never its name.
+Uploads are only read. The global models and reports are written atomically (temporary file
 + rename), so a crash or Ctrl-C never leaves a half-written output.
 """
 
@@ -17,14 +22,17 @@ import torch
 
 import edgefl
 import exporters
+from edgefl.artifacts import Upload
 from edgefl.errors import ArtifactError, ConfigError, FusionError
 from edgefl.fusion import METHODS
-from edgefl.fusion.base import FusionContext
-from edgefl.server.ingest import ingest
+from edgefl.fusion.base import FusionConfig, FusionContext, FusionResult, Method
+from edgefl.server.ingest import Ingest, ingest
 
 
 @dataclass(frozen=True)
 class FuseJob:
+    """One method: `edgefl server fuse DIR --method M --out G.onnx`."""
+
     uploads: str
     method: str
     out: str = "global.onnx"
@@ -35,6 +43,17 @@ class FuseJob:
     strict: bool = False
     max_upload_bytes: int = exporters.DEFAULT_MAX_UPLOAD_BYTES
     report: str | None = None  # default: <out>.json
+    jobs: int | None = None  # uploads ingested at once (default: by the cores)
+
+
+@dataclass(frozen=True)
+class Planned:
+    """A method ready to run: its validated config and where its outputs go."""
+
+    method: Method
+    config: FusionConfig
+    out: Path
+    report: Path
 
 
 def resolve_device(name: str, flag: str = "--device") -> torch.device:
@@ -49,28 +68,36 @@ def resolve_device(name: str, flag: str = "--device") -> torch.device:
     return torch.device(name)
 
 
-def run_fuse(job: FuseJob, log=None) -> dict[str, Any]:
-    log = log or (lambda msg: None)
-    method = METHODS.get(job.method)
-    cfg = method.make_config(dict(job.options or {}))
-    device = resolve_device(job.device)
-    out = Path(job.out)
+# --- stage: plan ----------------------------------------------------------------------------
+
+
+def plan(
+    name: str, options: dict[str, Any] | None, out: str | Path, uploads: str | Path,
+    report: str | Path | None = None, out_flag: str = "--out",
+) -> Planned:  # fmt: skip
+    """Everything that can be wrong with a method's request, checked before any upload is read."""
+    method = METHODS.get(name)
+    cfg = method.make_config(dict(options or {}))
+    out = Path(out)
     if out.suffix != ".onnx":
-        raise ConfigError(f"--out must end in .onnx, got {out}")
-    report_path = Path(job.report) if job.report else out.with_suffix(".json")
-    uploads = Path(job.uploads).resolve()
-    for flag_name, path in (("--out", out), ("--report", report_path)):
-        if uploads in path.resolve().parents:  # uploads are only ever read
+        raise ConfigError(f"{out_flag} must end in .onnx, got {out}")
+    report_path = Path(report) if report else out.with_suffix(".json")
+    root = Path(uploads).resolve()
+    for flag_name, path in ((out_flag, out), ("--report", report_path)):
+        if root in path.resolve().parents:  # uploads are only ever read
             raise ConfigError(
-                f"{flag_name} {path} is inside the upload directory {job.uploads}",
+                f"{flag_name} {path} is inside the upload directory {uploads}",
                 hint="the server never writes among the uploads: write the global model and "
                 "its report elsewhere, e.g. --out global.onnx",
             )
-    stages: dict[str, float] = {}
+    return Planned(method, cfg, out, report_path)
 
-    start = time.perf_counter()
-    found = ingest(job.uploads, max_upload_bytes=job.max_upload_bytes, strict=job.strict)
-    stages["ingest"] = time.perf_counter() - start
+
+# --- stage: select --------------------------------------------------------------------------
+
+
+def select(method: Method, found: Ingest) -> tuple[list[Upload], list[tuple[str, str]]]:
+    """(the uploads the method uses, (file, why not) for the others), from its contract."""
     usable = [u for u in found.uploads if u.kind in method.consumes]
     skipped = [(u.name, f"{u.kind} artifacts are not used by {method.name}")
                for u in found.uploads if u.kind not in method.consumes]  # fmt: skip
@@ -86,13 +113,21 @@ def run_fuse(job: FuseJob, log=None) -> dict[str, Any]:
             f"(it consumes: {', '.join(method.consumes)})",
             hint="`edgefl server methods` lists what each method needs",
         )
-    log(f"{len(usable)} upload(s) used by {method.name}; {len(found.rejected)} rejected")
+    return usable, skipped
 
-    torch.manual_seed(cfg.seed)
-    ctx = FusionContext(usable, device=device, seed=cfg.seed, log=log)
-    result = method.fuse(ctx, cfg)
-    stages.update(ctx.stages)
 
+# --- stages: fuse, export, extra outputs, evaluate ------------------------------------------
+
+
+def fuse_one(
+    p: Planned, usable: list[Upload], device: torch.device, log
+) -> tuple[FusionContext, FusionResult]:
+    torch.manual_seed(p.config.seed)
+    ctx = FusionContext(usable, device=device, seed=p.config.seed, log=log)
+    return ctx, p.method.fuse(ctx, p.config)
+
+
+def export_global(p: Planned, ctx: FusionContext, result: FusionResult) -> tuple[int, ...]:
     input_shape = tuple(result.input_shape or ctx.input_shape)
     meta = {
         "kind": "global",
@@ -101,48 +136,103 @@ def run_fuse(job: FuseJob, log=None) -> dict[str, Any]:
         "num_classes": ctx.num_classes,
         "class_names": [str(c) for c in ctx.class_names],
         "client_id": "server",
-        "method": method.name,
-        "config": cfg.as_dict(),
-        "client_ids": [u.client_id for u in usable],
+        "method": p.method.name,
+        "config": p.config.as_dict(),
+        "client_ids": [u.client_id for u in ctx.uploads],
         "edgefl_version": edgefl.__version__,
     }
-    t = time.perf_counter()
     model = result.model.to("cpu").eval()
-    out.parent.mkdir(parents=True, exist_ok=True)
+    p.out.parent.mkdir(parents=True, exist_ok=True)
     # A report left by an earlier run must not outlive the model it describes: if this run is
     # interrupted between publishing the new model and its report, leave no report, not the old.
-    report_path.unlink(missing_ok=True)
+    p.report.unlink(missing_ok=True)
     try:
         exporters.export_onnx(
-            model, (torch.zeros(2, *input_shape),), out,
+            model, (torch.zeros(2, *input_shape),), p.out,
             input_names=[result.input_name or "input"], output_names=["logits"], metadata=meta,
         )  # fmt: skip
     except exporters.ExportError as exc:
         raise ArtifactError(f"exporting the global model failed: {exc}") from None
+    return input_shape
+
+
+def evaluate_global(p: Planned, input_shape, eval_ref: str, data_dir: str | None) -> dict:
+    """Report entries: the global model's accuracy on DATASET[:SPLIT], or why it is not judged
+    that way (a per-client method's output takes representations, not images)."""
+    if p.method.judged != "global":
+        return {"eval": {
+            "skipped": f"the {p.method.name} output takes input {list(input_shape)}, not "
+            "images; evaluate the personalized client models instead"}}  # fmt: skip
+    from edgefl.evaluate import evaluate_artifact, parse_eval_ref
+
+    name, split = parse_eval_ref(eval_ref)
+    ev = evaluate_artifact(exporters.read_artifact(p.out), name, split, data_dir=data_dir)
+    return {"eval": ev.as_dict(), "accuracy": ev.accuracy}
+
+
+# --- the pipeline ---------------------------------------------------------------------------
+
+
+def fuse_methods(
+    plans: list[Planned],
+    uploads: str,
+    *,
+    device: str = "auto",
+    eval: str | None = None,
+    data_dir: str | None = None,
+    strict: bool = False,
+    max_upload_bytes: int = exporters.DEFAULT_MAX_UPLOAD_BYTES,
+    jobs: int | None = None,
+    keep_going: bool = True,
+    log=None,
+    found: Ingest | None = None,
+) -> dict[str, dict[str, Any]]:
+    """Fuse every planned method from one ingest of `uploads`. A method that cannot fuse these
+    uploads (FusionError) gets {"error": ...} in its report slot when `keep_going`, else raises."""
+    log = log or (lambda msg: None)
+    dev = resolve_device(device)
+    if found is None:
+        log(f"ingesting {uploads}")
+        found = ingest(uploads, max_upload_bytes=max_upload_bytes, strict=strict, jobs=jobs)
+        log(f"{len(found.uploads)} upload(s) accepted, {len(found.rejected)} rejected "
+            f"({found.seconds:.1f}s)")  # fmt: skip
+    reports: dict[str, dict[str, Any]] = {}
+    for p in plans:
+        name = p.method.name
+        try:
+            reports[name] = _fuse_planned(p, found, dev, eval, data_dir, len(plans), log)
+        except FusionError as exc:
+            if not keep_going:
+                raise
+            log(f"{name} refused: {exc.message}")
+            reports[name] = {"method": name, "error": exc.message, "used": [],
+                             "total_seconds": 0.0}  # fmt: skip
+    return reports
+
+
+def _fuse_planned(p: Planned, found: Ingest, device, eval_ref, data_dir, shared: int, log):
+    start = time.perf_counter()
+    usable, skipped = select(p.method, found)
+    log(f"{p.method.name}: {len(usable)} upload(s) used; {len(found.rejected)} rejected")
+    ctx, result = fuse_one(p, usable, device, log)
+    stages = {"ingest": found.seconds, **ctx.stages}
+    t = time.perf_counter()
+    input_shape = export_global(p, ctx, result)
     stages["export"] = time.perf_counter() - t
-    if "stratification" in result.info:  # FedHydra: the client x class weights as a picture
-        from edgefl.fusion.fedhydra import plot_stratification
-
-        strat = result.info["stratification"]
-        heat = out.with_suffix(".stratification.png")
-        plot_stratification(strat["U_r"], strat["client_ids"], strat["class_names"], heat)
-        result.info["stratification_png"] = str(heat)
-
+    info = dict(result.info)
+    if p.method.outputs is not None:
+        info |= p.method.outputs(result, p.out)
     # Method entries first: core keys below can never be overwritten by a method.
     report: dict[str, Any] = {
-        **result.info,
-        "method": method.name,
-        "paper": method.paper,
-        "config": cfg.as_dict(),
-        "global_model": str(out),
-        "global_bytes": out.stat().st_size,
+        **info,
+        "method": p.method.name,
+        "paper": p.method.paper,
+        "config": p.config.as_dict(),
+        "global_model": str(p.out),
+        "global_bytes": p.out.stat().st_size,
         "accepted": [
-            {
-                "file": u.name,
-                "client_id": u.client_id,
-                "kind": u.kind,
-                "model": u.spec.label if u.spec else None,
-            }
+            {"file": u.name, "client_id": u.client_id, "kind": u.kind,
+             "model": u.spec.label if u.spec else None}
             for u in found.uploads
         ],  # fmt: skip
         "used": [u.client_id for u in usable],
@@ -157,27 +247,29 @@ def run_fuse(job: FuseJob, log=None) -> dict[str, Any]:
         },  # fmt: skip
         "edgefl_version": edgefl.__version__,
     }
-    if job.eval and result.input_shape is not None:
-        # Not an image classifier (FedGH's header): it is judged after `client apply-header`,
-        # by each personalized model on its client's local test split.
-        report["eval"] = {
-            "skipped": f"the {method.name} output takes input {list(input_shape)}, "
-            "not images; evaluate the personalized client models instead"
-        }
-    elif job.eval:
-        from edgefl.evaluate import evaluate_artifact, parse_eval_ref
-
+    if eval_ref:
         t = time.perf_counter()
-        name, split = parse_eval_ref(job.eval)
-        ev = evaluate_artifact(exporters.read_artifact(out), name, split, data_dir=job.data_dir)
+        report |= evaluate_global(p, input_shape, eval_ref, data_dir)
         stages["eval"] = time.perf_counter() - t
-        report["eval"] = ev.as_dict()
-        report["accuracy"] = ev.accuracy
     report["seconds"] = stages
-    report["total_seconds"] = time.perf_counter() - start
-    exporters.atomic_write_text(report_path, json.dumps(report, indent=2, default=_jsonable))
-    report["report_path"] = str(report_path)
+    report["ingest_stages"] = found.stages
+    if shared > 1:
+        report["ingest_shared_by"] = shared  # one ingest served this many methods
+    report["total_seconds"] = found.seconds + time.perf_counter() - start
+    exporters.atomic_write_text(p.report, json.dumps(report, indent=2, default=_jsonable))
+    report["report_path"] = str(p.report)
     return report
+
+
+def run_fuse(job: FuseJob, log=None) -> dict[str, Any]:
+    """One method over one upload directory (`server fuse --method M --out G.onnx`)."""
+    p = plan(job.method, job.options, job.out, job.uploads, job.report)
+    resolve_device(job.device)  # a bad --device fails before the uploads are read
+    return fuse_methods(
+        [p], job.uploads, device=job.device, eval=job.eval, data_dir=job.data_dir,
+        strict=job.strict, max_upload_bytes=job.max_upload_bytes, jobs=job.jobs,
+        keep_going=False, log=log,
+    )[p.method.name]  # fmt: skip
 
 
 def _jsonable(o):

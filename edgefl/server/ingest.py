@@ -1,62 +1,21 @@
-"""Server ingest: validate every untrusted upload (exporters does the checks), then rebuild a
-differentiable torch module from each artifact's spec and weights and check it against
-onnxruntime before any fusion method sees it."""
+"""Server ingest: validate every untrusted upload of a directory (exporters does the checks),
+rebuild each one that has an edgefl spec and check it against onnxruntime (edgefl.artifacts),
+once per run however many methods then fuse them. Independent uploads are ingested in
+parallel threads (`jobs`): parsing, checking, hashing, rebuilding and the parity run spend
+their time in C++ (protobuf, onnx, onnxruntime, torch), not holding Python's lock for long.
+"""
 
 from __future__ import annotations
 
-import json
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
-import torch
-from torch import nn
-
 import exporters
-from edgefl.errors import ConfigError, EdgeflError, FusionError
-from edgefl.models.spec import ModelSpec
-from edgefl.models.zoo import ZOO, build_model
-
-PARITY_ATOL = 1e-4
-MAX_SPEC_CHARS = 4096
-
-
-@dataclass
-class Upload:
-    """One accepted artifact. `module` is the rebuilt torch module (the classifier, or the CVAE's
-    decoder), or None when it can only be run through onnxruntime (`forward_only` says why)."""
-
-    artifact: exporters.Artifact
-    module: nn.Module | None
-    forward_only: str | None = None
-
-    @property
-    def name(self) -> str:
-        return Path(self.artifact.path).name
-
-    @property
-    def meta(self) -> dict:
-        return self.artifact.metadata
-
-    @property
-    def kind(self) -> str:
-        return self.meta["kind"]
-
-    @property
-    def client_id(self) -> str:
-        return self.meta.get("client_id") or self.name
-
-    @property
-    def label_counts(self) -> np.ndarray:
-        return np.asarray(self.meta.get("label_counts") or [], dtype=np.int64)
-
-    @property
-    def spec(self) -> ModelSpec | None:
-        return ModelSpec.from_dict(self.meta["spec"]) if self.meta.get("spec") else None
-
-    @property
-    def latent_dim(self) -> int:
-        return int(self.meta["latent_dim"])
+from edgefl.artifacts import RebuildRejected, Upload, rebuild
+from edgefl.errors import ConfigError, FusionError
 
 
 @dataclass
@@ -64,32 +23,56 @@ class Ingest:
     uploads: list[Upload] = field(default_factory=list)
     rejected: list[tuple[str, str]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    seconds: float = 0.0  # wall time of the whole ingest
+    stages: dict[str, float] = field(default_factory=dict)  # summed over uploads (CPU-ish time)
 
     def of_kind(self, kind: str) -> list[Upload]:
         return [u for u in self.uploads if u.kind == kind]
 
 
-def ingest(directory: str | Path, *, max_upload_bytes: int, strict: bool = False) -> Ingest:
+def default_jobs() -> int:
+    return max(1, min(4, os.cpu_count() or 1))
+
+
+def ingest(
+    directory: str | Path, *, max_upload_bytes: int, strict: bool = False, jobs: int | None = None
+) -> Ingest:
     d = Path(directory)
     if not d.is_dir():
         raise ConfigError(
             f"upload directory {d} does not exist or is not a directory",
             hint="pass the directory holding the clients' .onnx uploads",
         )
-    result = exporters.ingest_dir(d, max_bytes=max_upload_bytes)
-    out = Ingest(rejected=list(result.rejected), notes=list(result.notes))
-    for art in result.accepted:
+    if jobs is not None and jobs < 1:
+        raise ConfigError(f"--jobs must be >= 1, got {jobs}")
+    start = time.perf_counter()
+    stages: dict[str, float] = {}
+    result = exporters.ingest_dir(
+        d, max_bytes=max_upload_bytes, jobs=jobs or default_jobs(), timings=stages
+    )
+    out = Ingest(rejected=list(result.rejected), notes=list(result.notes), stages=stages)
+
+    def one(art: exporters.Artifact) -> tuple[Upload | None, tuple[str, str] | None, dict]:
+        times: dict[str, float] = {}
         try:
-            module, why = rebuild(art)
+            module, why = rebuild(art, timings=times)
         except RebuildRejected as exc:
-            out.rejected.append((Path(art.path).name, str(exc)))
-            continue
+            return None, (Path(art.path).name, str(exc)), times
         except Exception as exc:  # a hostile spec must never crash the server
             reason = f"cannot rebuild from its spec: {type(exc).__name__}: {str(exc)[:200]}"
-            out.rejected.append((Path(art.path).name, reason))
-            continue
-        out.uploads.append(Upload(art, module, why))
+            return None, (Path(art.path).name, reason), times
+        return Upload(art, module, why), None, times
+
+    with ThreadPoolExecutor(max_workers=jobs or default_jobs()) as pool:
+        for upload, rejected, times in pool.map(one, result.accepted):
+            for k, v in times.items():
+                stages[k] = stages.get(k, 0.0) + v
+            if upload is not None:
+                out.uploads.append(upload)
+            else:
+                out.rejected.append(rejected)
     out.rejected.sort()
+    out.seconds = time.perf_counter() - start
     if strict and out.rejected:
         listing = "; ".join(f"{n}: {r}" for n, r in out.rejected)
         raise FusionError(
@@ -102,92 +85,3 @@ def ingest(directory: str | Path, *, max_upload_bytes: int, strict: bool = False
             hint="check the rejection reasons above; uploads must be edgefl artifacts (.onnx)",
         )
     return out
-
-
-class RebuildRejected(EdgeflError, ValueError):
-    pass
-
-
-def rebuild(art: exporters.Artifact) -> tuple[nn.Module | None, str | None]:
-    """Torch module for an artifact, or (None, reason) if it can only be used through ORT.
-    Raises RebuildRejected when the artifact claims a spec that contradicts its own weights."""
-    meta = art.metadata
-    if art.kind == "global":
-        return None, "a global model, not a client upload"
-    if art.kind in ("predictions", "prototypes"):
-        return None, "a data artifact (predictions/prototypes): nothing to rebuild"
-    if not meta.get("spec"):
-        return None, "no edgefl spec (exported by another tool): usable through onnxruntime only"
-    if meta.get("quantized"):
-        return None, "int8-quantized weights: usable through onnxruntime only"
-    # A legitimate spec is ~100 characters. Without a cap, a small upload whose spec lists a
-    # million layer widths (mlp hidden=[4, 4, ...]) ties the server up for minutes building
-    # modules, even on the meta device.
-    spec_chars = len(json.dumps(meta["spec"]))
-    if spec_chars > MAX_SPEC_CHARS:
-        raise RebuildRejected(
-            f"spec in metadata is implausibly large ({spec_chars} characters, limit "
-            f"{MAX_SPEC_CHARS})"
-        )
-    try:
-        spec = ModelSpec.from_dict(meta["spec"])
-        entry = ZOO.get(spec.name)
-    except EdgeflError as exc:
-        raise RebuildRejected(f"invalid spec in metadata: {exc.message}") from None
-    if (
-        list(spec.input_shape) != list(meta["input_shape"])
-        or spec.num_classes != meta["num_classes"]
-    ):
-        raise RebuildRejected("spec disagrees with the metadata's input shape / class count")
-    wanted_role = "classifier" if art.kind == "classifier" else "generator"
-    if entry.role != wanted_role:
-        raise RebuildRejected(f"spec {spec.name!r} is a {entry.role}, artifact kind is {art.kind}")
-    weights = art.state_dict()
-    # Build on the meta device first: a hostile spec (huge widths) costs no memory before its
-    # parameter shapes are compared with the weights actually in the (size-capped) file.
-    try:
-        with torch.device("meta"):
-            shell = _exported_part(build_model(spec), art.kind)
-    except EdgeflError as exc:
-        raise RebuildRejected(f"cannot build spec: {exc.message}") from None
-    # BatchNorm's num_batches_tracked is an unused buffer the exporter drops.
-    expected = {
-        k: tuple(v.shape)
-        for k, v in shell.state_dict().items()
-        if not k.endswith("num_batches_tracked")
-    }
-    got = {k: tuple(v.shape) for k, v in weights.items() if k in expected}
-    if got != expected:
-        missing = sorted(set(expected) - set(got))[:3]
-        raise RebuildRejected(f"weights do not match spec {spec.label} (e.g. missing {missing})")
-    module = _exported_part(build_model(spec), art.kind)
-    missing, _ = module.load_state_dict(
-        {k: torch.from_numpy(weights[k]) for k in expected}, strict=False
-    )
-    if any(not k.endswith("num_batches_tracked") for k in missing):  # pragma: no cover
-        raise RebuildRejected(f"weights missing for {missing[:3]}")
-    module.eval()
-    diff = parity(module, art)
-    if diff > PARITY_ATOL:
-        raise RebuildRejected(f"rebuilt module differs from the ONNX graph (max |diff| {diff:.2e})")
-    return module, None
-
-
-def _exported_part(model: nn.Module, kind: str) -> nn.Module:
-    return model.decoder if kind == "decoder" else model
-
-
-@torch.no_grad()
-def parity(module: nn.Module, art: exporters.Artifact, batch: int = 4, seed: int = 0) -> float:
-    inputs = random_inputs(art.metadata, batch, seed)
-    ort_out = art.run(*[t.numpy() for t in inputs])
-    return float(np.max(np.abs(module(*inputs).numpy() - ort_out)))
-
-
-def random_inputs(meta: dict, batch: int, seed: int) -> tuple[torch.Tensor, ...]:
-    gen = torch.Generator().manual_seed(seed)
-    if meta["kind"] == "decoder":
-        labels = torch.randint(0, meta["num_classes"], (batch,), generator=gen)
-        z = torch.randn(batch, meta["latent_dim"], generator=gen)
-        return z, torch.nn.functional.one_hot(labels, meta["num_classes"]).float()
-    return (torch.rand(batch, *meta["input_shape"], generator=gen),)

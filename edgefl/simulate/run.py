@@ -1,32 +1,38 @@
 """A one-shot federation on one machine, through the same code paths as real devices and server:
-clients via `run_client` (as `edgefl client train`), fusion via `run_fuse` (as `edgefl server
-fuse`). Every client trains single-threaded (as a device would), so results do not depend on
-`--jobs`. Resumable: a finished upload or global model is never redone or overwritten.
+clients via `run_client` (as `edgefl client train`), fusion via the server pipeline (as `edgefl
+server fuse`), every method from one ingest of each upload folder. Every client trains
+single-threaded (as a device would), so results do not depend on `--jobs`. Resumable: a
+finished upload or global model is never redone or overwritten (edgefl.simulate.resume).
+The methods are read through their contract; this module never names one.
 """
 
 from __future__ import annotations
 
 import json
 import multiprocessing
+import os
 import time
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
 import exporters
-from edgefl.client.run import ClientJob, local_schedule, parse_model_arg, run_client
+from edgefl.client.run import ClientJob, run_client
+from edgefl.data.public import DEFAULT_PUBLIC_SIZE
 from edgefl.data.registry import DATASETS
 from edgefl.errors import ConfigError, FusionError
-from edgefl.fusion import METHODS
+from edgefl.fusion import DEFAULT_METHODS, METHODS, paper_reference
 from edgefl.models.plan import plan
-from edgefl.models.spec import ModelSpec
 from edgefl.profiles import get_profile
-from edgefl.server.fuse import FuseJob, resolve_device, run_fuse
-from edgefl.simulate.reference import paper_reference
+from edgefl.server.fuse import fuse_methods, resolve_device
+from edgefl.server.fuse import plan as plan_fuse
+from edgefl.server.ingest import Ingest, ingest
+from edgefl.simulate.personalized import run_per_client
+from edgefl.simulate.render import pictures, results_markdown, upload_bytes
+from edgefl.simulate.resume import finished, reuse_global
 
 # Budget-true classifiers are capped so a 10-client CPU simulation of every method stays within
 # minutes (bench/ records the effect); the cap never lets a model exceed its device's budget.
@@ -39,8 +45,7 @@ class SimJob:
     clients: int = 10
     partition: str = "dirichlet:0.5"
     mix: str = "smartphone:5,wristband:5"
-    methods: tuple[str, ...] = ("fedavg", "ensemble", "fedcvae-ens", "fedmho", "fedmho-md",
-                                "fedmho-sd")  # fmt: skip
+    methods: tuple[str, ...] = DEFAULT_METHODS
     seed: int = 0
     out: str = "runs/sim"
     jobs: int = 1
@@ -88,14 +93,14 @@ class SimJob:
 
     @property
     def needs_public(self) -> bool:
-        return any(m in ("feddf", "fedol") for m in self.methods)
+        return any(METHODS.get(m).public_data for m in self.methods)
 
     @property
     def public(self) -> int:
         """Samples carved out of train as the unlabeled public set (0 when no method uses it)."""
         if self.public_size is not None:
             return self.public_size
-        return 5_000 if self.needs_public else 0
+        return DEFAULT_PUBLIC_SIZE if self.needs_public else 0
 
 
 def parse_mix(mix: str, clients: int) -> list[str]:
@@ -175,64 +180,13 @@ def _train_one(cjob: ClientJob) -> dict:
     if not cjob.keep_model:
         return result.as_dict()
     # Report the kept model as the client's model upload, the predictions beside it.
-    summary = _finished(cjob)
+    summary = finished(cjob)
     return summary | {"reused": False}
-
-
-def _finished(cjob: ClientJob) -> dict | None:
-    """The summary of an upload a previous run finished (exports are atomic: a file that exists
-    is complete), if it was made by the same job."""
-    path = Path(cjob.out_dir) / f"client-{cjob.client_index:03d}.onnx"
-    if cjob.keep_model:  # a predictions client: its kept model is written first, then the upload
-        pred, path = path, Path(cjob.keep_model) / path.name
-        if not (pred.exists() and path.exists()):
-            return None
-        summary = _finished(replace(cjob, keep_model=None, kind="model",
-                                    out_dir=cjob.keep_model))  # fmt: skip
-        return summary | {"predictions_path": str(pred),
-                          "predictions_bytes": pred.stat().st_size}  # fmt: skip
-    if not path.exists():
-        return None
-    meta = exporters.read_artifact(path).metadata
-    part = meta.get("partition", {})
-    if part.get("scheme") != cjob.partition or part.get("seed") != cjob.partition_seed or \
-            meta.get("profile") != cjob.profile:  # fmt: skip
-        raise ConfigError(
-            f"{path} was made by a different run (partition/profile differ)",
-            hint="use a fresh --out directory for a different setting",
-        )
-    spec = ModelSpec.from_dict(meta["spec"])
-    role = "classifier" if meta["kind"] == "classifier" else "generator"
-    differs = _training_differs(cjob, spec, role, meta["training"])
-    if differs:  # reusing it would report a model trained otherwise than asked
-        raise ConfigError(
-            f"{path} was trained with other settings ({differs})",
-            hint="use a fresh --out directory, or delete that upload to retrain it",
-        )
-    return {"path": str(path), "client_id": meta["client_id"], "role": role, "model": spec.label,
-            "profile": meta["profile"], "training": meta["training"],
-            "label_counts": meta["label_counts"], "upload_bytes": path.stat().st_size,
-            "costs": meta["costs"], "reused": True}  # fmt: skip
-
-
-def _training_differs(cjob: ClientJob, made: ModelSpec, role: str, trained: dict) -> str:
-    """What an existing upload (its spec, role and training metadata) has differently from the
-    job ('' if nothing)."""
-    diffs = []
-    if cjob.model is not None:
-        want = parse_model_arg(cjob.model, made.input_shape, made.num_classes)
-        if want.to_dict() != made.to_dict():
-            diffs.append(f"model {made.label} -> {want.label}")
-    epochs, lr = local_schedule(cjob, get_profile(cjob.profile), role)
-    for key, want in (("epochs", epochs), ("lr", lr)):
-        if trained.get(key) != want:
-            diffs.append(f"{key} {trained.get(key)} -> {want}")
-    return ", ".join(diffs)
 
 
 def train_clients(job: SimJob, log) -> list[dict]:
     cjobs = client_jobs(job)
-    results: list[dict | None] = [_finished(c) for c in cjobs]
+    results: list[dict | None] = [finished(c) for c in cjobs]
     todo = [i for i, r in enumerate(results) if r is None]
     if len(todo) < len(cjobs):
         log(f"reusing {len(cjobs) - len(todo)} finished upload(s)")
@@ -250,57 +204,52 @@ def train_clients(job: SimJob, log) -> list[dict]:
     return results  # type: ignore[return-value]
 
 
-def fuse_all(job: SimJob, log, clients: list[dict] | None = None) -> dict[str, dict]:
-    out = Path(job.out)
-    reports = {}
-    for method in job.methods:
-        if method == "fedgh":  # judged per client, not by one global model
-            from edgefl.simulate.fedgh import run_fedgh
+def upload_folder(out: Path, kinds: tuple[str, ...]) -> Path:
+    """Where the uploads a method consumes are: model uploads, or one folder per data kind."""
+    data = [k for k in kinds if k in ("predictions", "prototypes")]
+    return out / (f"uploads-{data[0]}" if data else "uploads")
 
-            log("fedgh: prototypes -> shared header -> personalized models")
+
+def fuse_all(job: SimJob, log, clients: list[dict] | None = None) -> dict[str, dict]:
+    """Every method, each upload folder ingested once for all the methods that read it."""
+    out = Path(job.out)
+    reports: dict[str, dict] = {}
+    ingested: dict[Path, Ingest] = {}
+    for name in job.methods:
+        method = METHODS.get(name)
+        options = dict(job.fuse_options.get(name, {})) | {"seed": job.seed}
+        if method.judged == "per-client":
+            log(f"{name}: client artifacts -> server -> personalized client models")
             try:
-                reports[method] = run_fedgh(job, client_jobs(job), clients or [],
-                                            dict(job.fuse_options.get(method, {})), log)  # fmt: skip
+                reports[name] = run_per_client(job, method, client_jobs(job), clients or [],
+                                               options, log)  # fmt: skip
             except FusionError as exc:
-                reports[method] = {"error": exc.message, "used": [], "total_seconds": 0.0}
+                reports[name] = {"error": exc.message, "used": [], "total_seconds": 0.0}
             continue
-        model = out / "global" / f"{method}.onnx"
-        report = model.with_suffix(".json")
-        options = dict(job.fuse_options.get(method, {})) | {"seed": job.seed}
-        if method in ("feddf", "fedol"):  # the server carves the same public split
+        if method.public_data:  # the server carves the same public split as the clients
             options |= {"public": f"{job.dataset}:public", "public_size": job.public,
                         "public_seed": job.seed, "public_subset": job.subset}  # fmt: skip
+        model = out / "global" / f"{name}.onnx"
+        report = model.with_suffix(".json")
         if model.exists() and report.exists():
-            reports[method] = _reuse_global(method, options, report)
-            log(f"reusing finished {method}")
+            reports[name] = reuse_global(name, options, report)
+            log(f"reusing finished {name}")
             continue
-        log(f"fusing with {method}")
-        consumes = METHODS.get(method).consumes
-        folder = "uploads-predictions" if "predictions" in consumes else "uploads"
+        folder = upload_folder(out, method.consumes)
+        planned = plan_fuse(name, options, model, folder)
         try:
-            reports[method] = run_fuse(FuseJob(
-                uploads=str(out / folder), method=method, out=str(model), options=options,
-                device=job.device, eval=f"{job.dataset}:test", data_dir=job.data_dir,
-            ))  # fmt: skip
+            if folder not in ingested:
+                log(f"ingesting {folder.name}/ (once for every method that reads it)")
+                ingested[folder] = ingest(folder, max_upload_bytes=exporters.DEFAULT_MAX_UPLOAD_BYTES)
+            log(f"fusing with {name}")
+            reports[name] = fuse_methods(
+                [planned], str(folder), device=job.device, eval=f"{job.dataset}:test",
+                data_dir=job.data_dir, log=log, found=ingested[folder],
+            )[name]  # fmt: skip
         except FusionError as exc:  # e.g. fedavg over mixed architectures: a result, not a crash
-            log(f"{method} refused: {exc.message}")
-            reports[method] = {"error": exc.message, "used": [], "total_seconds": 0.0}
+            log(f"{name} refused: {exc.message}")
+            reports[name] = {"error": exc.message, "used": [], "total_seconds": 0.0}
     return reports
-
-
-def _reuse_global(method: str, options: dict, report: Path) -> dict:
-    """A finished global model is reused only if it was fused with the same configuration."""
-    done = json.loads(report.read_text())
-    want = json.loads(json.dumps(METHODS.get(method).make_config(options).as_dict(), default=str))
-    have = done.get("config", {})
-    diff = sorted(k for k in want.keys() | have.keys() if want.get(k) != have.get(k))
-    if diff:
-        changes = ", ".join(f"{k} {have.get(k)!r} -> {want.get(k)!r}" for k in diff)
-        raise ConfigError(
-            f"{report.with_suffix('.onnx')} was fused with other options ({changes})",
-            hint=f"use a fresh --out, or delete {report.parent} to fuse again with the new options",
-        )
-    return done
 
 
 def simulate(job: SimJob, log=None) -> dict:
@@ -314,14 +263,14 @@ def simulate(job: SimJob, log=None) -> dict:
     t1 = time.perf_counter()
     reports = fuse_all(job, log, clients)
     t_fuse = time.perf_counter() - t1
-    upload = {c["client_id"]: c["upload_bytes"] for c in clients}
+    models = {c["client_id"]: c["upload_bytes"] for c in clients}
     pred_bytes = {c["client_id"]: c.get("predictions_bytes", 0) for c in clients}
     reference = paper_reference(job.dataset, job.partition, job.clients)
     rows = []
     for m, rep in reports.items():
         rows.append({
             "method": m, "accuracy": rep.get("accuracy"), "fuse_seconds": rep["total_seconds"],
-            "upload_bytes": sum(_upload_bytes(m, c, upload, pred_bytes, out) for c in rep["used"]),
+            "upload_bytes": sum(upload_bytes(m, c, models, pred_bytes, out) for c in rep["used"]),
             "clients_used": len(rep["used"]), "paper": reference.get(m), "error": rep.get("error"),
             "standalone_accuracy": rep.get("standalone_accuracy"), "metric": rep.get("metric"),
         })  # fmt: skip
@@ -332,7 +281,7 @@ def simulate(job: SimJob, log=None) -> dict:
         "seconds": {"clients": t_clients, "fusion": t_fuse, "total": time.perf_counter() - t0},
         "paper_reference": reference,
         "host": {
-            "cpu_count": __import__("os").cpu_count(),
+            "cpu_count": os.cpu_count(),
             "torch": torch.__version__,
             # A method refused before fusing has no device in its report.
             "device": next((r["device"] for r in reports.values() if "device" in r), None),
@@ -341,68 +290,7 @@ def simulate(job: SimJob, log=None) -> dict:
     }
     exporters.atomic_write_text(out / "results.json", json.dumps(results, indent=2, default=str))
     exporters.atomic_write_text(out / "results.md", results_markdown(results))
-    _pictures(job, results, out)
+    pictures(job, results, out)
     return results
 
 
-def _upload_bytes(method: str, client: str, models: dict, predictions: dict, out: Path) -> int:
-    consumes = METHODS.get(method).consumes
-    if "predictions" in consumes:
-        return predictions.get(client, 0)
-    if "prototypes" in consumes:
-        path = out / "uploads-prototypes" / f"{client}.onnx"
-        return path.stat().st_size if path.exists() else 0
-    return models.get(client, 0)
-
-
-def accuracy_text(row: dict) -> str:
-    if row["accuracy"] is None:
-        return f"refused: {row['error']}"
-    text = f"{100 * row['accuracy']:.2f}"
-    if row.get("standalone_accuracy") is not None:  # FedGH: local test splits, vs alone
-        text += f" (local; standalone {100 * row['standalone_accuracy']:.2f})"
-    return text
-
-
-def results_markdown(results: dict) -> str:
-    j = results["job"]
-    lines = [
-        f"# edgefl simulate: {j['dataset']}, {j['clients']} clients, {j['partition']}, "
-        f"mix {j['mix']}, seed {j['seed']}" + (" (paper models)" if j["paper_models"] else ""),
-        "",
-        f"Run {results['date_utc']} UTC; clients {results['seconds']['clients']:.0f} s, "
-        f"fusion {results['seconds']['fusion']:.0f} s.",
-        "",
-        "| method | accuracy (%) | paper (%) | fuse time (s) | upload bytes |",
-        "|---|---:|---:|---:|---:|",
-    ]
-    for r in results["results"]:
-        acc = accuracy_text(r)
-        paper = f"{r['paper']:.2f}" if r.get("paper") is not None else "-"
-        lines.append(f"| {r['method']} | {acc} | {paper} | {r['fuse_seconds']:.1f} | "
-                     f"{r['upload_bytes']:,} |")  # fmt: skip
-    lines += ["", "| client | profile | role | model | val acc | upload bytes |",
-              "|---|---|---|---|---:|---:|"]  # fmt: skip
-    for c in results["clients"]:
-        va = c["training"].get("val_accuracy")
-        lines.append(f"| {c['client_id']} | {c['profile']} | {c['role']} | {c['model']} | "
-                     f"{'-' if va is None else f'{100 * va:.1f}'} | {c['upload_bytes']:,} |")  # fmt: skip
-    return "\n".join(lines) + "\n"
-
-
-def _pictures(job: SimJob, results: dict, out: Path) -> None:
-    from edgefl.client.sample import sample_grid
-    from edgefl.data.plots import plot_label_heatmap
-    from edgefl.plots import plot_accuracy_bars
-
-    rows = [r for r in results["results"] if r["accuracy"] is not None]
-    if rows:
-        plot_accuracy_bars([r["method"] for r in rows], [r["accuracy"] for r in rows],
-                           out / "accuracy.png", title=f"{job.dataset} {job.partition}",
-                           reference=results["paper_reference"] or None)  # fmt: skip
-    counts = np.array([c["label_counts"] for c in results["clients"]])
-    plot_label_heatmap(counts, out / "label_distribution.png",
-                       title=f"{job.dataset} {job.partition}: labels per client")  # fmt: skip
-    for c in results["clients"]:
-        if c["role"] == "generator":
-            sample_grid(c["path"], per_class=8, out=str(out / f"samples_{c['client_id']}.png"))

@@ -2,7 +2,8 @@
 
 Deterministic under a seed (own batching from a seeded generator, no DataLoader workers), and
 the optimizer and batch size come from the device profile, so the memory the cost model
-estimated is the memory actually used.
+estimated is the memory actually used. It sits below both `edgefl.search` (which trains every
+candidate) and `edgefl.client` (which trains the chosen model), and imports only models and errors.
 """
 
 from __future__ import annotations

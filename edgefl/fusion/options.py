@@ -1,0 +1,141 @@
+"""Method options as data (scikit-learn's parameter constraints): each config field declares its
+help, type and bounds in its metadata; one validator checks every field of every method and
+words every failure the same way, naming the flag and the fix. The CLI, `server methods` and
+the contract tests read the same declarations.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import MISSING, dataclass, field, fields
+from typing import Any
+
+from edgefl.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class Opt:
+    """What one option accepts. `low`/`high` bound numbers (`*_open`: the bound itself is not
+    allowed); `choices` lists the allowed strings; `nullable`: None is a valid value."""
+
+    help: str
+    kind: str  # int | float | str | bool | floats (a non-empty tuple of numbers)
+    low: float | None = None
+    high: float | None = None
+    low_open: bool = False
+    high_open: bool = False
+    choices: tuple[str, ...] = ()
+    nullable: bool = False
+
+    def describe(self) -> str:
+        """The constraint in words: 'an integer >= 1', 'a number in (0, 1]', 'one of a, b'."""
+        if self.choices:
+            text = "one of " + ", ".join(self.choices)
+        else:
+            # A bounded number reads best bare ("in (0, 1]", "> 0"); integers say so.
+            noun = {"int": "an integer", "float": "", "str": "a string", "bool": "true or false",
+                    "floats": "numbers, each"}[self.kind]  # fmt: skip
+            if self.low is not None and self.high is not None:
+                lo, hi = "(" if self.low_open else "[", ")" if self.high_open else "]"
+                text = f"{noun} in {lo}{_num(self.low)}, {_num(self.high)}{hi}"
+            elif self.low is not None:
+                text = f"{noun} {'>' if self.low_open else '>='} {_num(self.low)}"
+            elif self.high is not None:
+                text = f"{noun} {'<' if self.high_open else '<='} {_num(self.high)}"
+            else:
+                text = noun or "a number"
+            text = text.strip()
+        return text + (" (or unset)" if self.nullable else "")
+
+    def problem(self, value: Any) -> str | None:
+        """None if `value` is allowed, else the constraint it breaks."""
+        if value is None:
+            return None if self.nullable else self.describe()
+        if self.kind == "bool":
+            return None if isinstance(value, bool) else self.describe()
+        if self.kind == "floats":
+            ok = isinstance(value, tuple) and value and all(
+                self._number_ok(v) for v in value
+            )
+            return None if ok else self.describe()
+        if self.kind in ("int", "float"):
+            return None if self._number_ok(value) else self.describe()
+        if isinstance(value, bool):  # True is an int to Python, never to a user
+            return self.describe()
+        if not isinstance(value, str) or (self.choices and value not in self.choices):
+            return self.describe()
+        return None
+
+    def _number_ok(self, value: Any) -> bool:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            return False
+        if self.kind == "int" and not isinstance(value, int):
+            return False
+        if not math.isfinite(value):
+            return False
+        if self.low is not None and (value <= self.low if self.low_open else value < self.low):
+            return False
+        return not (
+            self.high is not None and (value >= self.high if self.high_open else value > self.high)
+        )
+
+
+def _num(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() and abs(x) < 1e15 else repr(x)
+
+
+def option(default: Any, help: str, *, kind: str | None = None, **bounds: Any):
+    """A config field with its constraint: `epochs: int = option(10, "global epochs", low=1)`.
+    The kind is taken from the default unless given (needed when the default is None)."""
+    if kind is None:
+        kind = {bool: "bool", int: "int", float: "float", str: "str", tuple: "floats"}.get(
+            type(default)
+        )
+        if kind is None:
+            raise TypeError(f"option default {default!r}: pass kind=")
+    opt = Opt(help=help, kind=kind, nullable=default is None or bounds.pop("nullable", False),
+              **bounds)  # fmt: skip
+    return field(default=default, metadata={"option": opt})
+
+
+def flag(name: str) -> str:
+    return name.replace("_", "-")
+
+
+def declared(cls) -> list[tuple[str, Any, Opt]]:
+    """(name, default, Opt) of every option field of a config class."""
+    out = []
+    for f in fields(cls):
+        opt = f.metadata.get("option")
+        if opt is None:
+            raise TypeError(f"{cls.__name__}.{f.name} is not declared with option(...)")
+        out.append((f.name, None if f.default is MISSING else f.default, opt))
+    return out
+
+
+def validate(cfg: Any) -> None:
+    """Check every field of a config against its declaration; one message for the first bad one."""
+    for name, default, opt in declared(type(cfg)):
+        value = getattr(cfg, name)
+        if opt.kind == "float" and isinstance(value, int) and not isinstance(value, bool):
+            object.__setattr__(cfg, name, float(value))  # --lr 1 means 1.0
+            value = float(value)
+        broken = opt.problem(value)
+        if broken:
+            raise ConfigError(
+                f"--{flag(name)} must be {broken}, got {value!r}",
+                hint=f"{opt.help}; default {default!r} (e.g. --{flag(name)} {_example(default)})",
+            )
+
+
+def _example(default: Any) -> str:
+    if isinstance(default, tuple):
+        return ",".join(str(v) for v in default)
+    return str(default).lower() if isinstance(default, bool) else str(default)
+
+
+def describe_options(cls) -> list[dict[str, Any]]:
+    """The options of a config class as rows (for `server methods` and --json)."""
+    return [{"name": name, "flag": "--" + flag(name), "default": default, "type": opt.kind,
+             "constraint": opt.describe(), "help": opt.help}
+            for name, default, opt in declared(cls)]  # fmt: skip

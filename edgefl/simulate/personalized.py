@@ -1,0 +1,79 @@
+"""Methods judged per client (`Method.judged == "per-client"`, e.g. FedGH) inside a simulation:
+each classifier client derives the artifact the method consumes from the model it trained (on
+its training part, so the validation part stays a clean local test split), the server fuses
+them, every client applies the global output to its own model (`Method.personalize`), and the
+metric is the mean accuracy of the personalized models on each client's local test split,
+beside each client alone (Standalone)."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+
+import exporters
+from edgefl.artifacts import rebuild
+from edgefl.client.public import derive_upload, personalize
+from edgefl.client.run import client_shard
+from edgefl.data import load_dataset, train_val_split
+from edgefl.errors import FusionError
+from edgefl.fusion.base import Method
+from edgefl.server.fuse import fuse_methods, plan
+
+
+def _local_accuracy(path: Path, x: np.ndarray, y: np.ndarray) -> float:
+    return float((exporters.read_artifact(path).run(x).argmax(1) == y).mean()) if len(y) else 0.0
+
+
+def run_per_client(job, method: Method, cjobs, clients: list[dict], options: dict, log) -> dict:
+    """A report in the server pipeline's shape (accuracy = mean personalized local accuracy)."""
+    start = time.perf_counter()
+    out = Path(job.out)
+    name = method.name
+    report_path = out / "global" / f"{name}.json"
+    if report_path.exists():
+        return json.loads(report_path.read_text())
+    (kind,) = method.consumes  # what each client derives from its trained model
+    members = [(cj, c) for cj, c in zip(cjobs, clients, strict=True) if c["role"] == "classifier"]
+    if not members:
+        raise FusionError(f"{name} needs classifier clients ({kind} come from their models)")
+    data = load_dataset(job.dataset, "train", data_dir=job.data_dir)
+    folder, splits = out / f"uploads-{kind}", {}
+    for cj, c in members:
+        train_idx, val_idx = train_val_split(
+            client_shard(cj, data), 0.1, seed=cj.seed + cj.client_index
+        )
+        splits[c["client_id"]] = val_idx
+        path = folder / Path(c["path"]).name
+        if not path.exists():
+            module, _ = rebuild(exporters.read_artifact(c["path"]))
+            derive_upload(kind, c["path"], module, data.x[train_idx], data.y[train_idx],
+                          data.num_classes, path)  # fmt: skip
+    output = out / "global" / f"{name}-{method.personalize}.onnx"  # e.g. fedgh-header.onnx
+    planned = plan(name, options, output, folder)
+    rep = fuse_methods([planned], str(folder), device=job.device, keep_going=False, log=log)[name]
+    personal, alone = {}, {}
+    for _, c in members:
+        mine = out / "personalized" / Path(c["path"]).name
+        if not mine.exists():
+            mine.parent.mkdir(parents=True, exist_ok=True)
+            personalize(method.personalize, c["path"], str(output), str(mine))
+        val = splits[c["client_id"]]
+        x, y = data.x[val], data.y[val]
+        personal[c["client_id"]] = _local_accuracy(mine, x, y)
+        alone[c["client_id"]] = _local_accuracy(Path(c["path"]), x, y)
+    result = {
+        "method": name,
+        "metric": "mean accuracy of personalized models on each client's local test split",
+        "accuracy": float(np.mean(list(personal.values()))),
+        "standalone_accuracy": float(np.mean(list(alone.values()))),
+        "per_client": {cid: {name: personal[cid], "standalone": alone[cid]} for cid in personal},
+        "used": rep["used"],
+        "global_output": str(output),
+        "device": rep["device"],
+        "total_seconds": time.perf_counter() - start,
+    }
+    exporters.atomic_write_text(report_path, json.dumps(result, indent=2))
+    return result

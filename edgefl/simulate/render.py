@@ -1,0 +1,73 @@
+"""What a simulation leaves for people: the results table (markdown), the accuracy bars, the
+label heat map and the decoders' samples."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from edgefl.fusion import METHODS
+
+
+def upload_bytes(method: str, client: str, models: dict, predictions: dict, out: Path) -> int:
+    consumes = METHODS.get(method).consumes
+    if "predictions" in consumes:
+        return predictions.get(client, 0)
+    if "prototypes" in consumes:
+        path = out / "uploads-prototypes" / f"{client}.onnx"
+        return path.stat().st_size if path.exists() else 0
+    return models.get(client, 0)
+
+
+def accuracy_text(row: dict) -> str:
+    if row["accuracy"] is None:
+        return f"refused: {row['error']}"
+    text = f"{100 * row['accuracy']:.2f}"
+    if row.get("standalone_accuracy") is not None:  # FedGH: local test splits, vs alone
+        text += f" (local; standalone {100 * row['standalone_accuracy']:.2f})"
+    return text
+
+
+def results_markdown(results: dict) -> str:
+    j = results["job"]
+    lines = [
+        f"# edgefl simulate: {j['dataset']}, {j['clients']} clients, {j['partition']}, "
+        f"mix {j['mix']}, seed {j['seed']}" + (" (paper models)" if j["paper_models"] else ""),
+        "",
+        f"Run {results['date_utc']} UTC; clients {results['seconds']['clients']:.0f} s, "
+        f"fusion {results['seconds']['fusion']:.0f} s.",
+        "",
+        "| method | accuracy (%) | paper (%) | fuse time (s) | upload bytes |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for r in results["results"]:
+        acc = accuracy_text(r)
+        paper = f"{r['paper']:.2f}" if r.get("paper") is not None else "-"
+        lines.append(f"| {r['method']} | {acc} | {paper} | {r['fuse_seconds']:.1f} | "
+                     f"{r['upload_bytes']:,} |")  # fmt: skip
+    lines += ["", "| client | profile | role | model | val acc | upload bytes |",
+              "|---|---|---|---|---:|---:|"]  # fmt: skip
+    for c in results["clients"]:
+        va = c["training"].get("val_accuracy")
+        lines.append(f"| {c['client_id']} | {c['profile']} | {c['role']} | {c['model']} | "
+                     f"{'-' if va is None else f'{100 * va:.1f}'} | {c['upload_bytes']:,} |")  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+def pictures(job, results: dict, out: Path) -> None:
+    from edgefl.client.sample import sample_grid
+    from edgefl.data.plots import plot_label_heatmap
+    from edgefl.plots import plot_accuracy_bars
+
+    rows = [r for r in results["results"] if r["accuracy"] is not None]
+    if rows:
+        plot_accuracy_bars([r["method"] for r in rows], [r["accuracy"] for r in rows],
+                           out / "accuracy.png", title=f"{job.dataset} {job.partition}",
+                           reference=results["paper_reference"] or None)  # fmt: skip
+    counts = np.array([c["label_counts"] for c in results["clients"]])
+    plot_label_heatmap(counts, out / "label_distribution.png",
+                       title=f"{job.dataset} {job.partition}: labels per client")  # fmt: skip
+    for c in results["clients"]:
+        if c["role"] == "generator":
+            sample_grid(c["path"], per_class=8, out=str(out / f"samples_{c['client_id']}.png"))

@@ -1,0 +1,81 @@
+"""Resuming a simulation: a finished upload or global model is reused only when it was made
+with the settings asked for now; otherwise the run stops and says what differs."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import exporters
+from edgefl.client.run import ClientJob, local_schedule
+from edgefl.errors import ConfigError
+from edgefl.fusion import METHODS
+from edgefl.models.spec import ModelSpec, parse_model_arg
+from edgefl.profiles import get_profile
+
+
+def finished(cjob: ClientJob) -> dict | None:
+    """The summary of an upload a previous run finished (exports are atomic: a file that exists
+    is complete), if it was made by the same job."""
+    path = Path(cjob.out_dir) / f"client-{cjob.client_index:03d}.onnx"
+    if cjob.keep_model:  # a predictions client: its kept model is written first, then the upload
+        pred, path = path, Path(cjob.keep_model) / path.name
+        if not (pred.exists() and path.exists()):
+            return None
+        summary = finished(replace(cjob, keep_model=None, kind="model",
+                                    out_dir=cjob.keep_model))  # fmt: skip
+        return summary | {"predictions_path": str(pred),
+                          "predictions_bytes": pred.stat().st_size}  # fmt: skip
+    if not path.exists():
+        return None
+    meta = exporters.read_artifact(path).metadata
+    part = meta.get("partition", {})
+    if part.get("scheme") != cjob.partition or part.get("seed") != cjob.partition_seed or \
+            meta.get("profile") != cjob.profile:  # fmt: skip
+        raise ConfigError(
+            f"{path} was made by a different run (partition/profile differ)",
+            hint="use a fresh --out directory for a different setting",
+        )
+    spec = ModelSpec.from_dict(meta["spec"])
+    role = "classifier" if meta["kind"] == "classifier" else "generator"
+    differs = training_differs(cjob, spec, role, meta["training"])
+    if differs:  # reusing it would report a model trained otherwise than asked
+        raise ConfigError(
+            f"{path} was trained with other settings ({differs})",
+            hint="use a fresh --out directory, or delete that upload to retrain it",
+        )
+    return {"path": str(path), "client_id": meta["client_id"], "role": role, "model": spec.label,
+            "profile": meta["profile"], "training": meta["training"],
+            "label_counts": meta["label_counts"], "upload_bytes": path.stat().st_size,
+            "costs": meta["costs"], "reused": True}  # fmt: skip
+
+
+def training_differs(cjob: ClientJob, made: ModelSpec, role: str, trained: dict) -> str:
+    """What an existing upload (its spec, role and training metadata) has differently from the
+    job ('' if nothing)."""
+    diffs = []
+    if cjob.model is not None:
+        want = parse_model_arg(cjob.model, made.input_shape, made.num_classes)
+        if want.to_dict() != made.to_dict():
+            diffs.append(f"model {made.label} -> {want.label}")
+    epochs, lr = local_schedule(cjob, get_profile(cjob.profile), role)
+    for key, want in (("epochs", epochs), ("lr", lr)):
+        if trained.get(key) != want:
+            diffs.append(f"{key} {trained.get(key)} -> {want}")
+    return ", ".join(diffs)
+
+
+def reuse_global(method: str, options: dict, report: Path) -> dict:
+    """A finished global model is reused only if it was fused with the same configuration."""
+    done = json.loads(report.read_text())
+    want = json.loads(json.dumps(METHODS.get(method).make_config(options).as_dict(), default=str))
+    have = done.get("config", {})
+    diff = sorted(k for k in want.keys() | have.keys() if want.get(k) != have.get(k))
+    if diff:
+        changes = ", ".join(f"{k} {have.get(k)!r} -> {want.get(k)!r}" for k in diff)
+        raise ConfigError(
+            f"{report.with_suffix('.onnx')} was fused with other options ({changes})",
+            hint=f"use a fresh --out, or delete {report.parent} to fuse again with the new options",
+        )
+    return done
