@@ -25,6 +25,12 @@ class Registry(Generic[T]):
         self._entries[name] = entry
         return entry
 
+    def remove(self, name: str) -> T:
+        """Unregister (a plugin's or a test's entry); unknown names raise like `get`."""
+        entry = self.get(name)
+        del self._entries[name]
+        return entry
+
     def get(self, name: str) -> T:
         try:
             return self._entries[name]

@@ -22,8 +22,8 @@ import edgefl
 import edgefl.artifacts.upload
 from edgefl.cli import app
 from edgefl.client.run import export_model
-from edgefl.client.train import init_model
 from edgefl.models.zoo import make_spec
+from edgefl.training import init_model
 
 MAX_BYTES = 150_000  # the valid uploads are 40-90 kB
 WIDE = 10**7  # a scnn this wide would need ~10^15 parameters: it must never be allocated

@@ -11,11 +11,11 @@ import pytest
 import torch
 
 import exporters
+from edgefl.artifacts import rebuild
 from edgefl.client.run import ClientJob, run_client
 from edgefl.data.public import load_public, public_fingerprint
 from edgefl.errors import ConfigError
 from edgefl.server.fuse import FuseJob, run_fuse
-from edgefl.artifacts import rebuild
 
 PUBLIC = {"public": "digits:public", "public_size": 300}
 BASE = dict(dataset="digits", partition="dirichlet:1.0", num_clients=3, batch_size=32,

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 import exporters
 from device_profiles import Profile
-from edgefl.artifacts.upload import rebuild
+from edgefl.artifacts import rebuild
 from edgefl.client.run import ClientJob, run_client
 from edgefl.errors import BudgetError, ConfigError
 from edgefl.models.nas import MAX_DEPTH, MIN_DEPTH, check_genes, depth, gene_problems

@@ -90,9 +90,7 @@ def method_options(methods: list[str], flags: list[str], opts: list[str]) -> dic
     return out
 
 
-@app.command(
-    "fuse", context_settings={"allow_extra_args": True, "ignore_unknown_options": True}
-)
+@app.command("fuse", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 def fuse_cmd(
     ctx: typer.Context,
     uploads: str = typer.Argument(..., help="Directory of client uploads (*.onnx); only read."),
@@ -109,16 +107,16 @@ def fuse_cmd(
     eval_ref: str | None = typer.Option(None, "--eval", help="Evaluate on DATASET[:SPLIT]."),
     data_dir: str | None = typer.Option(None, help="Folder with standard dataset files."),
     opt: list[str] = typer.Option(
-        [], "--opt", help="Method option as [METHOD:]key=value (repeatable). Every option is "
+        [],
+        "--opt",
+        help="Method option as [METHOD:]key=value (repeatable). Every option is "
         "also a flag: --epochs 5 --lam 0.3. `edgefl server methods METHOD` lists them.",
     ),  # fmt: skip
     strict: bool = typer.Option(False, help="Abort if any upload is rejected."),
     max_upload_bytes: int | None = typer.Option(
         None, help="Refuse uploads larger than this (default 512 MiB: VGG-9 is 277 MB)."
     ),
-    jobs: int | None = typer.Option(
-        None, help="Uploads ingested at once (default: by the cores)."
-    ),
+    jobs: int | None = typer.Option(None, help="Uploads ingested at once (default: by the cores)."),
     report: str | None = typer.Option(None, help="Report JSON path (default: <out>.json)."),
     json_out: bool = typer.Option(False, "--json", help="Print the report(s) as JSON."),
 ) -> None:

@@ -100,7 +100,7 @@ def simulate_cmd(
 
 
 def print_results(results: dict) -> None:
-    from edgefl.simulate.run import accuracy_text
+    from edgefl.simulate.render import accuracy_text
 
     j = results["job"]
     title = (f"{j['dataset']}, {j['clients']} clients, {j['partition']}, {j['mix']}"

@@ -140,10 +140,15 @@ def _method(variant: str, description: str, table3: tuple[float, float, float]) 
 
 
 METHODS = [
-    _method("plain", "w0 = classifier average, then CE on filtered CVAE samples",
-            (93.45, 92.43, 88.48)),
-    _method("md", "FedMHO + multi-teacher distillation from the classifiers (lam*CE + KL)",
-            (95.71, 93.98, 91.22)),
-    _method("sd", "FedMHO + self-distillation from the frozen initial model w0",
-            (95.67, 94.25, 91.55)),
+    _method(
+        "plain", "w0 = classifier average, then CE on filtered CVAE samples", (93.45, 92.43, 88.48)
+    ),
+    _method(
+        "md",
+        "FedMHO + multi-teacher distillation from the classifiers (lam*CE + KL)",
+        (95.71, 93.98, 91.22),
+    ),
+    _method(
+        "sd", "FedMHO + self-distillation from the frozen initial model w0", (95.67, 94.25, 91.55)
+    ),
 ]

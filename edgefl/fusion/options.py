@@ -54,9 +54,7 @@ class Opt:
         if self.kind == "bool":
             return None if isinstance(value, bool) else self.describe()
         if self.kind == "floats":
-            ok = isinstance(value, tuple) and value and all(
-                self._number_ok(v) for v in value
-            )
+            ok = isinstance(value, tuple) and value and all(self._number_ok(v) for v in value)
             return None if ok else self.describe()
         if self.kind in ("int", "float"):
             return None if self._number_ok(value) else self.describe()

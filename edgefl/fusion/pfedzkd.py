@@ -70,6 +70,10 @@ def _parse_betas(value) -> tuple[float, ...]:
             raise ConfigError(f"--betas must be numbers like 0.1,1.0, got {value!r}") from None
     elif isinstance(value, int | float) and not isinstance(value, bool):
         value = [value]
+    if not isinstance(value, list | tuple) or not all(
+        isinstance(b, int | float) and not isinstance(b, bool) for b in value
+    ):
+        raise ConfigError(f"--betas must be numbers like 0.1,1.0, got {value!r}")
     betas = tuple(float(b) for b in value)
     if not betas or not all(b > 0 for b in betas):
         raise ConfigError(f"--betas must be one or more positive numbers, got {value!r}")

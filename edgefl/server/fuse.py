@@ -231,8 +231,12 @@ def _fuse_planned(p: Planned, found: Ingest, device, eval_ref, data_dir, shared:
         "global_model": str(p.out),
         "global_bytes": p.out.stat().st_size,
         "accepted": [
-            {"file": u.name, "client_id": u.client_id, "kind": u.kind,
-             "model": u.spec.label if u.spec else None}
+            {
+                "file": u.name,
+                "client_id": u.client_id,
+                "kind": u.kind,
+                "model": u.spec.label if u.spec else None,
+            }
             for u in found.uploads
         ],  # fmt: skip
         "used": [u.client_id for u in usable],

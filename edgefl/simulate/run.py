@@ -240,7 +240,9 @@ def fuse_all(job: SimJob, log, clients: list[dict] | None = None) -> dict[str, d
         try:
             if folder not in ingested:
                 log(f"ingesting {folder.name}/ (once for every method that reads it)")
-                ingested[folder] = ingest(folder, max_upload_bytes=exporters.DEFAULT_MAX_UPLOAD_BYTES)
+                ingested[folder] = ingest(
+                    folder, max_upload_bytes=exporters.DEFAULT_MAX_UPLOAD_BYTES
+                )
             log(f"fusing with {name}")
             reports[name] = fuse_methods(
                 [planned], str(folder), device=job.device, eval=f"{job.dataset}:test",
@@ -292,5 +294,3 @@ def simulate(job: SimJob, log=None) -> dict:
     exporters.atomic_write_text(out / "results.md", results_markdown(results))
     pictures(job, results, out)
     return results
-
-

@@ -1,0 +1,242 @@
+"""Fusion methods are plugins: the pipeline, `simulate` and the CLI read each method's contract,
+never its name. Proved by a toy method registered from this module alone and run through
+`edgefl server fuse` and `edgefl simulate`; plus one ingest for many methods, and the option
+declarations checked for every registered method (scikit-learn style: invalid values are
+generated from the declarations)."""
+
+from __future__ import annotations
+
+import ast
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import torch
+from fed_fixtures import build_federation, snapshot
+
+import edgefl.server.ingest
+from edgefl.errors import ConfigError, FusionError
+from edgefl.fusion import METHODS
+from edgefl.fusion.base import FusionConfig, FusionResult, Method, Reference
+from edgefl.fusion.options import declared, option
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+# --- a toy method, defined here and nowhere else ----------------------------------------------
+
+
+@dataclass(frozen=True)
+class PickConfig(FusionConfig):
+    pick: int = option(0, "which classifier upload (in file order) becomes the global model",
+                       low=0)  # fmt: skip
+    scale: float = option(1.0, "logits are multiplied by this", low=0, low_open=True)
+
+
+class _Scaled(torch.nn.Module):
+    def __init__(self, inner, scale):
+        super().__init__()
+        self.inner, self.scale = inner, scale
+
+    def forward(self, x):
+        return self.inner(x) * self.scale
+
+
+def _pick(ctx, cfg: PickConfig) -> FusionResult:
+    classifiers = ctx.require("classifier", "toy-pick")
+    if cfg.pick >= len(classifiers):
+        raise FusionError(f"--pick {cfg.pick}: only {len(classifiers)} classifier uploads")
+    chosen = classifiers[cfg.pick]
+    return FusionResult(_Scaled(chosen.module, cfg.scale), None, {"picked": chosen.client_id})
+
+
+TOY = Method(
+    name="toy-pick", description="the chosen client's classifier, as is", paper="a test",
+    consumes=("classifier",), needs_gradients=True, config_cls=PickConfig, fuse=_pick,
+    references=(Reference("digits", 4, "dirichlet:1", 12.34, "made up for the test"),),
+)  # fmt: skip
+
+
+@pytest.fixture
+def toy():
+    METHODS.add(TOY.name, TOY)
+    try:
+        yield TOY
+    finally:
+        METHODS.remove(TOY.name)
+
+
+@pytest.fixture
+def cli(cli):
+    return lambda *args: cli(*[str(a) for a in args])
+
+
+@pytest.fixture(scope="session")
+def federation(tmp_path_factory):
+    return build_federation(tmp_path_factory.mktemp("fed"))
+
+
+def test_toy_method_through_server_fuse(toy, federation, tmp_path, cli):
+    out = tmp_path / "g.onnx"
+    r = cli("server", "fuse", federation, "--method", "toy-pick", "--out", out, "--eval",
+            "digits", "--device", "cpu", "--pick", "1", "--opt", "scale=2")  # fmt: skip
+    assert r.exit_code == 0, r.output
+    report = json.loads(out.with_suffix(".json").read_text())
+    assert report["picked"] == "client-001" and report["config"]["scale"] == 2.0
+    assert 0.3 < report["accuracy"] <= 1.0
+    methods = json.loads(cli("server", "methods", "toy-pick", "--json").stdout)
+    assert methods["options"]["pick"]["constraint"] == "an integer >= 0"
+    bad = cli("server", "fuse", federation, "--method", "toy-pick", "--out", tmp_path / "h.onnx",
+              "--pick", "-1")  # fmt: skip
+    assert bad.exit_code == 2 and "--pick must be an integer >= 0, got -1" in bad.output
+
+
+def test_toy_method_through_simulate(toy, tmp_path, cli):
+    out = tmp_path / "run"
+    r = cli("simulate", "--dataset", "digits", "--clients", "4", "--mix",
+            "smartphone:2,wristband:2", "--partition", "dirichlet:1.0", "--paper-models",
+            "--classifier-epochs", "2", "--generator-epochs", "1", "--methods",
+            "toy-pick,fedavg", "--fuse-opt", "toy-pick:pick=1", "--out", str(out))  # fmt: skip
+    assert r.exit_code == 0, r.output
+    rows = {row["method"]: row for row in json.loads((out / "results.json").read_text())["results"]}
+    assert rows["toy-pick"]["error"] is None and 0 < rows["toy-pick"]["accuracy"] <= 1
+    assert rows["toy-pick"]["paper"] == 12.34  # its reference, read from its contract
+    assert json.loads((out / "global" / "toy-pick.json").read_text())["picked"] == "client-001"
+
+
+# --- one ingest, many methods ----------------------------------------------------------------
+
+
+def test_many_methods_ingest_each_upload_once(federation, tmp_path, cli, monkeypatch):
+    seen = []
+    real = edgefl.server.ingest.rebuild
+    monkeypatch.setattr(edgefl.server.ingest, "rebuild",
+                        lambda art, **kw: seen.append(Path(art.path).name) or real(art, **kw))  # fmt: skip
+    before = snapshot(federation)
+    r = cli("server", "fuse", federation, "--method", "fedavg,ensemble,fedmho", "--out-dir",
+            tmp_path / "g", "--device", "cpu", "--epochs", "1", "--synthetic", "100",
+            "--jobs", "2", "--eval", "digits")  # fmt: skip
+    assert r.exit_code == 0, r.output
+    assert sorted(seen) == sorted(set(seen)) and len(seen) == 4  # each upload rebuilt once
+    reports = {m: json.loads((tmp_path / "g" / f"{m}.json").read_text())
+               for m in ("fedavg", "ensemble", "fedmho")}  # fmt: skip
+    assert {r["ingest_shared_by"] for r in reports.values()} == {3}
+    assert len({r["seconds"]["ingest"] for r in reports.values()}) == 1  # the same ingest
+    assert reports["fedmho"]["config"]["epochs"] == 1  # a flag goes to the methods having it
+    assert "epochs" not in reports["fedavg"]["config"]
+    assert all((tmp_path / "g" / f"{m}.onnx").is_file() for m in reports)
+    assert snapshot(federation) == before
+
+
+def test_many_methods_one_refusal_is_a_result(federation, tmp_path, cli):
+    r = cli("server", "fuse", federation, "--method", "fedavg,fedol", "--out-dir", tmp_path,
+            "--device", "cpu")  # fmt: skip
+    assert r.exit_code == 0, r.output
+    assert "refused" in r.output and (tmp_path / "fedavg.onnx").is_file()
+    assert not (tmp_path / "fedol.onnx").exists()
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--method", "fedavg,ensemble", "--out", "x.onnx"], "use --out-dir"),
+        (["--method", "fedavg,ensemble"], "several methods need --out-dir"),
+        (["--method", "fedavg,fedavg", "--out-dir", "g"], "distinct names"),
+        (
+            ["--method", "fedavg,ensemble", "--out-dir", "g", "--lam", "0.5"],
+            "method 'fedavg' has no option(s) --lam",
+        ),
+        (
+            ["--method", "fedavg,ensemble", "--out-dir", "g", "--opt", "fedmho:lam=0.5"],
+            "not among --method",
+        ),
+    ],
+)
+def test_many_methods_user_errors(federation, tmp_path, monkeypatch, cli, args, message):
+    monkeypatch.chdir(tmp_path)
+    r = cli("server", "fuse", federation, *args)
+    assert r.exit_code == 2 and message in " ".join(r.output.split())
+    assert list(tmp_path.iterdir()) == []
+
+
+# --- the contract, for every registered method ----------------------------------------------
+
+
+def _invalid(opt) -> list:
+    """Values each declaration must refuse."""
+    bad: list = [object()]
+    if opt.kind in ("int", "float"):
+        bad += ["text", True]
+        if opt.low is not None:
+            bad.append(opt.low if opt.low_open else opt.low - 1)
+        if opt.high is not None:
+            bad.append(opt.high if opt.high_open else opt.high + 1)
+    if opt.kind == "int":
+        bad.append(1.5)
+    if opt.choices:
+        bad.append("not-a-choice")
+    if opt.kind == "bool":
+        bad.append("yes")
+    if not opt.nullable:
+        bad.append(None)
+    return bad
+
+
+@pytest.mark.parametrize("name", METHODS.names())
+def test_every_option_is_declared_and_enforced(name):
+    method = METHODS.get(name)
+    method.make_config({})  # the defaults satisfy their own declarations
+    for field_name, _default, opt in declared(method.config_cls):
+        assert opt.help and opt.describe(), (name, field_name)
+        for value in _invalid(opt):
+            with pytest.raises(ConfigError) as err:
+                method.make_config({field_name: value})
+            flag = "--" + field_name.replace("_", "-")
+            assert err.value.message.startswith(f"{flag} must be "), err.value.message
+            assert err.value.hint
+
+
+@pytest.mark.parametrize("name", METHODS.names())
+def test_contract_fields(name):
+    m = METHODS.get(name)
+    assert m.description and m.paper and m.consumes
+    assert m.public_data == {"public", "public_size", "public_seed"} <= m.option_names()
+    for ref in m.references:
+        assert 0 < ref.accuracy <= 100 and ref.source
+        assert m.reference(ref.dataset, ref.partition, ref.clients) == ref
+
+
+def test_no_method_name_outside_fusion():
+    """simulate, server and cli never branch on (or spell) a method's name."""
+    names = set(METHODS.names())
+    for pkg in ("simulate", "server", "cli"):
+        for path in (ROOT / "edgefl" / pkg).rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.Constant) and node.value in names:
+                    pytest.fail(f"{path.relative_to(ROOT)}:{node.lineno}: {node.value!r}")
+
+
+def test_layers_point_one_way():
+    """No two subpackages of edgefl/ import each other; fusion imports nothing above it."""
+    edges: dict[tuple[str, str], str] = {}
+    for path in (ROOT / "edgefl").rglob("*.py"):
+        parts = path.relative_to(ROOT / "edgefl").with_suffix("").parts
+        src = parts[0] if len(parts) > 1 else None
+        if src is None:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            mods = []
+            if isinstance(node, ast.Import):
+                mods = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                mods = [node.module]
+            for mod in mods:
+                bits = mod.split(".")
+                if bits[0] == "edgefl" and len(bits) > 1 and bits[1] != src:
+                    edges[(src, bits[1])] = str(path)
+    two_way = sorted(f"{a}<->{b}" for a, b in edges if (b, a) in edges and a < b)
+    assert two_way == []
+    up = sorted(b for a, b in edges if a == "fusion" and b in ("client", "server", "simulate",
+                                                                 "cli"))  # fmt: skip
+    assert up == []
