@@ -201,7 +201,7 @@ def test_every_option_is_declared_and_enforced(name):
 def test_contract_fields(name):
     m = METHODS.get(name)
     assert m.description and m.paper and m.consumes
-    assert m.public_data == {"public", "public_size", "public_seed"} <= m.option_names()
+    assert m.public_data == ({"public", "public_size", "public_seed"} <= m.option_names())
     for ref in m.references:
         assert 0 < ref.accuracy <= 100 and ref.source
         assert m.reference(ref.dataset, ref.partition, ref.clients) == ref

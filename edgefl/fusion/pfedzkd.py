@@ -60,6 +60,9 @@ class PFedZKDConfig(FusionConfig):
         super().__post_init__()
 
 
+BETAS_HINT = "Dirichlet concentrations of the soft targets; default 0.1,1.0 (the paper's)"
+
+
 def _parse_betas(value) -> tuple[float, ...]:
     """A tuple, a list, one number, or text like "0.1,1.0" / "0.1x1.0" (from --opt)."""
     if isinstance(value, str):
@@ -67,16 +70,19 @@ def _parse_betas(value) -> tuple[float, ...]:
         try:
             value = [float(p) for p in parts if p.strip()]
         except ValueError:
-            raise ConfigError(f"--betas must be numbers like 0.1,1.0, got {value!r}") from None
+            raise ConfigError(f"--betas must be numbers like 0.1,1.0, got {value!r}",
+                              hint=BETAS_HINT) from None  # fmt: skip
     elif isinstance(value, int | float) and not isinstance(value, bool):
         value = [value]
     if not isinstance(value, list | tuple) or not all(
         isinstance(b, int | float) and not isinstance(b, bool) for b in value
     ):
-        raise ConfigError(f"--betas must be numbers like 0.1,1.0, got {value!r}")
+        raise ConfigError(f"--betas must be numbers like 0.1,1.0, got {value!r}", hint=BETAS_HINT)
     betas = tuple(float(b) for b in value)
     if not betas or not all(b > 0 for b in betas):
-        raise ConfigError(f"--betas must be one or more positive numbers, got {value!r}")
+        raise ConfigError(
+            f"--betas must be one or more positive numbers, got {value!r}", hint=BETAS_HINT
+        )
     return betas
 
 
