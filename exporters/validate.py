@@ -8,7 +8,7 @@ import os
 import stat
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -310,6 +310,8 @@ class IngestResult:
     accepted: list[Artifact] = field(default_factory=list)
     rejected: list[tuple[str, str]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    # What ``then`` returned for each validated file, by file name (accepted ones included).
+    then: dict[str, Any] = field(default_factory=dict)
 
 
 def _shape_text(shape: tuple[int, ...]) -> str:
@@ -321,11 +323,14 @@ def ingest_dir(
     *,
     jobs: int = 1,
     timings: dict[str, float] | None = None,
+    then: Callable[[Artifact], Any] | None = None,
     **validate_kwargs: Any,
 ) -> IngestResult:
     """Validate every ``*.onnx`` in ``directory`` (not recursive), then cross-check the set.
     ``jobs`` files are validated at once in threads (the checks run in C++); ``timings``
-    accumulates seconds per stage over all files.
+    accumulates seconds per stage over all files. ``then(artifact)`` runs on each valid file
+    in the same worker, right after its checks (its result in ``IngestResult.then``): a caller
+    that turns each file into something smaller can do so before the next files pile up.
 
     The directory is only listed and read; nothing in it is created, moved or modified.
     """
@@ -344,12 +349,13 @@ def ingest_dir(
         try:
             art = validate_upload(Path(directory, name), timings=own, **validate_kwargs)
         except UploadRejected as exc:
-            return name, None, exc.reason, own
-        return name, art, None, own
+            return name, None, exc.reason, own, None
+        return name, art, None, own, then(art) if then else None
 
     candidates: list[Artifact] = []
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        for name, art, reason, own in pool.map(check, names):  # map keeps the sorted order
+        # map keeps the sorted order
+        for name, art, reason, own, after in pool.map(check, names):
             if timings is not None:
                 for k, v in own.items():
                     timings[k] = timings.get(k, 0.0) + v
@@ -357,6 +363,7 @@ def ingest_dir(
                 result.rejected.append((name, reason))
             else:
                 candidates.append(art)
+                result.then[name] = after
 
     # Uploads that disagree with the majority on the task cannot be fused with it.
     def task(a: Artifact) -> tuple[tuple[int, ...], int] | None:

@@ -71,8 +71,8 @@ def rebuild(
     Raises RebuildRejected when the artifact claims a spec that contradicts its own weights.
     `timings`, if given, receives the seconds of the rebuild and the parity check.
 
-    A rebuilt module holds the weights from then on: the artifact's in-memory file bytes and
-    onnxruntime session are released (a 264 MiB VGG-9 would otherwise be held three times)."""
+    A rebuilt module holds the weights from then on: the artifact's in-memory copies are
+    released (`release_weights`; a 264 MiB VGG-9 would otherwise be held three times)."""
     start = time.perf_counter()
     module, why = _rebuild(art)
     if timings is not None:
@@ -85,9 +85,19 @@ def rebuild(
         timings["parity"] = timings.get("parity", 0.0) + time.perf_counter() - start
     if diff > PARITY_ATOL:
         raise RebuildRejected(f"rebuilt module differs from the ONNX graph (max |diff| {diff:.2e})")
+    release_weights(art)
+    return module, None
+
+
+def release_weights(art: exporters.Artifact) -> None:
+    """Drop the artifact's copies of the weights (file bytes, onnxruntime session, initializer
+    data) once a verified module holds them: metadata and graph structure stay. Running the
+    artifact through onnxruntime afterwards fails loudly (missing initializers), never silently."""
     art._sessions.clear()
     art._data = b""
-    return module, None
+    for tensor in art.model.graph.initializer:
+        for name in ("raw_data", "float_data", "double_data", "int32_data", "int64_data"):
+            tensor.ClearField(name)
 
 
 def _rebuild(art: exporters.Artifact) -> tuple[nn.Module | None, str | None]:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -47,12 +46,10 @@ def ingest(
         raise ConfigError(f"--jobs must be >= 1, got {jobs}")
     start = time.perf_counter()
     stages: dict[str, float] = {}
-    result = exporters.ingest_dir(
-        d, max_bytes=max_upload_bytes, jobs=jobs or default_jobs(), timings=stages
-    )
-    out = Ingest(rejected=list(result.rejected), notes=list(result.notes), stages=stages)
 
     def one(art: exporters.Artifact) -> tuple[Upload | None, tuple[str, str] | None, dict]:
+        # In the validating worker, right after the checks: the rebuilt module then holds the
+        # weights and the file's bytes are released before more files are read.
         times: dict[str, float] = {}
         try:
             module, why = rebuild(art, timings=times)
@@ -63,14 +60,18 @@ def ingest(
             return None, (Path(art.path).name, reason), times
         return Upload(art, module, why), None, times
 
-    with ThreadPoolExecutor(max_workers=jobs or default_jobs()) as pool:
-        for upload, rejected, times in pool.map(one, result.accepted):
-            for k, v in times.items():
-                stages[k] = stages.get(k, 0.0) + v
-            if upload is not None:
-                out.uploads.append(upload)
-            else:
-                out.rejected.append(rejected)
+    result = exporters.ingest_dir(
+        d, max_bytes=max_upload_bytes, jobs=jobs or default_jobs(), timings=stages, then=one
+    )
+    out = Ingest(rejected=list(result.rejected), notes=list(result.notes), stages=stages)
+    for art in result.accepted:  # those that also passed the cross-checks of the set
+        upload, rejected, times = result.then[Path(art.path).name]
+        for k, v in times.items():
+            stages[k] = stages.get(k, 0.0) + v
+        if upload is not None:
+            out.uploads.append(upload)
+        else:
+            out.rejected.append(rejected)
     out.rejected.sort()
     out.seconds = time.perf_counter() - start
     if strict and out.rejected:

@@ -1,0 +1,52 @@
+"""edgefl's thread pools wait without spinning (fast on cores shared with other processes)."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from exporters.read import SPINNING_KEYS, session_options
+
+# libgomp prints its effective settings at load time; GOMP_SPINCOUNT is what the policy decides.
+_PROBE = "import edgefl, torch; torch.ones(64, 64).sum()"
+
+
+def _gomp_settings(**env: str) -> dict[str, str]:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("OMP_", "GOMP_"))}
+    out = subprocess.run(
+        [sys.executable, "-c", _PROBE],
+        env=clean | {"OMP_DISPLAY_ENV": "VERBOSE"} | env,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    settings = {}
+    for line in out.stderr.splitlines():
+        key, sep, value = line.strip().partition(" = ")
+        if sep:
+            settings[key] = value.strip("'")
+    return settings
+
+
+def test_torch_openmp_waits_passively_by_default():
+    settings = _gomp_settings()
+    assert settings["OMP_WAIT_POLICY"] == "PASSIVE"
+    assert settings["GOMP_SPINCOUNT"] == "0"  # unset, libgomp spins 300000 times per wait
+
+
+def test_user_wait_policy_wins():
+    settings = _gomp_settings(OMP_WAIT_POLICY="ACTIVE")
+    assert settings["OMP_WAIT_POLICY"] == "ACTIVE"
+    assert settings["GOMP_SPINCOUNT"] != "0"
+
+
+@pytest.mark.parametrize("key", SPINNING_KEYS)
+def test_onnxruntime_sessions_do_not_spin(key, monkeypatch):
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    assert session_options().get_session_config_entry(key) == "0"
+    monkeypatch.setenv("OMP_WAIT_POLICY", "PASSIVE")
+    assert session_options().get_session_config_entry(key) == "0"
+    monkeypatch.setenv("OMP_WAIT_POLICY", "ACTIVE")  # the user's explicit choice, for both pools
+    assert session_options().get_session_config_entry(key) == "1"
