@@ -25,7 +25,7 @@ import torch
 
 from edgefl.cli.server_cmd import _parse_opts
 from edgefl.server.fuse import FuseJob, run_fuse
-from edgefl.simulate.reference import paper_reference
+from edgefl.fusion import paper_reference
 from edgefl.simulate.run import SimJob, simulate
 
 METHODS = ("fedavg", "ensemble", "fedcvae-ens", "fedmho", "fedmho-md", "fedmho-sd")

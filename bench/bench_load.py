@@ -187,7 +187,7 @@ def markdown(report: dict) -> str:
         worst = f"{r['worst_ratio']:.2f}" if r["worst_ratio"] not in (None, float("inf")) else "-"
         result = "error" if r["errors"] else ("pass" if r["passed"] else "FAIL")
         lines.append(
-            f"| `{' '.join(r['argv'][:3])}` | {quiet} | {loaded} | {ratios} | {worst} | {result} |"
+            f"| `edgefl {r['command']}` | {quiet} | {loaded} | {ratios} | {worst} | {result} |"
         )
     lines += ["", "Commands (RUN is a fresh directory per run):", ""]
     lines += [f"- `{' '.join(r['argv'])}`" for r in report["results"]]

@@ -1,13 +1,45 @@
 """edgefl: one-shot federated learning for real edge devices."""
 
 import os
+import time
 
-# Idle OpenMP workers (torch's intra-op pool, MKL, oneDNN: all libgomp here) sleep instead of
-# spinning. Spinning costs nothing on an idle machine, but when other processes share the cores
-# the spinners steal the CPU the working thread needs: `server fuse` measured 3-14x slower under
-# load with the default policy, ~1.3x with PASSIVE. libgomp reads this when it is loaded (at
-# `import torch`), so it must be set here, before any edgefl module imports torch; spawned
-# worker processes (`simulate --jobs`) inherit it. A value the user set explicitly wins.
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+def _free_cpus() -> int:
+    """CPUs not taken by other runnable tasks right now (/proc/loadavg's running count, the
+    least of 3 looks 5 ms apart so that a passing task is not counted); os.cpu_count() if the
+    count cannot be read."""
+    cpus = os.cpu_count() or 1
+    running = []
+    for attempt in range(3):
+        try:
+            with open("/proc/loadavg") as f:
+                running.append(int(f.read().split()[3].split("/")[0]))
+        except (OSError, ValueError, IndexError):
+            return cpus
+        if attempt < 2:
+            time.sleep(0.005)
+    return max(1, cpus - (min(running) - 1))  # -1: this process is one of them
+
+
+def _share_cores_politely() -> None:
+    """Thread settings for cores shared with other processes; a value the user set wins.
+
+    Set here because libgomp (torch's OpenMP pool, MKL, oneDNN) reads them once, when
+    `import torch` loads it, and every edgefl module that imports torch imports this package
+    first; worker processes (`simulate --jobs`) inherit them. Measured on 2 cores with two busy
+    processes (bench/bench_load.py): by default idle workers spin for ~3 ms per wait and take
+    the CPU the working thread needs (`server fuse` 8-25x its quiet time); PASSIVE makes them
+    sleep. A 2-thread torch region still waits for its slower thread, which on a busy core waits
+    for a time slice: with fewer free cores than threads, fewer threads are faster.
+    """
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    if "OMP_NUM_THREADS" not in os.environ:
+        usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
+        free = _free_cpus()
+        if free < usable:
+            os.environ["OMP_NUM_THREADS"] = str(free)
+
+
+_share_cores_politely()
 
 __version__ = "0.1.0"

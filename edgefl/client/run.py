@@ -166,14 +166,21 @@ def choose_model(job: ClientJob, profile: Profile, info: DatasetInfo, samples: i
     return p.spec, p.fit
 
 
-def run_client(job: ClientJob, *, on_epoch=None, on_status=None) -> ClientResult:
-    status = on_status or (lambda msg: None)
+def _local_data(job: ClientJob):
+    """(profile, data, info, train_idx, val_idx, (x_train, y_train, x_val, y_val)): the shard
+    and the train/validation split this device holds; the same for training and search."""
     profile = get_profile(job.profile)
     data = load_dataset(job.dataset, "train", data_dir=job.data_dir)
     info = dataset_info_for(job.dataset, data)
     shard = client_shard(job, data)
     train_idx, val_idx = train_val_split(shard, 0.1, seed=job.seed + job.client_index)
     local = (data.x[train_idx], data.y[train_idx], data.x[val_idx], data.y[val_idx])
+    return profile, data, info, train_idx, val_idx, local
+
+
+def run_client(job: ClientJob, *, on_epoch=None, on_status=None) -> ClientResult:
+    status = on_status or (lambda msg: None)
+    profile, data, info, train_idx, val_idx, local = _local_data(job)
     spec, fit = choose_model(job, profile, info, len(train_idx), local, status)
     role = role_of(spec)
     client_id = job.client_id or f"client-{job.client_index:03d}"
@@ -198,6 +205,7 @@ def run_client(job: ClientJob, *, on_epoch=None, on_status=None) -> ClientResult
     if summary.interrupted:
         raise KeyboardInterrupt  # nothing was written: an interrupted client publishes nothing
 
+    shard = np.concatenate([train_idx, val_idx])  # the split is a partition of the shard
     counts = np.bincount(data.y[shard], minlength=data.num_classes).astype(int).tolist()
     meta = model_metadata(
         spec, class_names=list(data.class_names), label_counts=counts, client_id=client_id,
@@ -241,12 +249,7 @@ def search_client(
 ) -> SearchResult:
     """`edgefl search`: PSO-FedNAS on exactly the shard and train/validation split `run_client`
     would use for `job`, without training or exporting the result."""
-    profile = get_profile(job.profile)
-    data = load_dataset(job.dataset, "train", data_dir=job.data_dir)
-    info = dataset_info_for(job.dataset, data)
-    shard = client_shard(job, data)
-    train_idx, val_idx = train_val_split(shard, 0.1, seed=job.seed + job.client_index)
-    local = (data.x[train_idx], data.y[train_idx], data.x[val_idx], data.y[val_idx])
+    profile, data, info, train_idx, _, local = _local_data(job)
     return search_architecture(
         profile, info, local, samples=len(train_idx), batch_size=job.batch_size, seed=job.seed,
         config=config, on_status=on_status,
