@@ -1,21 +1,22 @@
 """Wall time of edgefl's computing commands on a quiet machine vs with two busy processes.
 
 Requirement: every command stays within 3x its quiet time when two other busy processes share
-the cores, with nothing for the user to set. Before the fix, idle OpenMP/onnxruntime workers
-spun while waiting and `server fuse` took 3-14x its quiet time under load.
+the cores, with nothing for the user to set (edgefl/__init__.py: OpenMP waits passively and
+uses no more threads than cores free at start; exporters/read.py: onnxruntime does not spin).
 
 For each command (`server fuse` with fedmho over 2 cnn + 2 cvae-small digits uploads prepared
 once, one `client train`, a tiny `simulate`) it measures the quiet time (best of --quiet-runs),
-then --loaded-runs runs with --busy `while True: pass` processes started by this script, and
+then --loaded-runs runs beside --busy `while True: pass` processes started by this script, and
 writes a markdown table and JSON (OUT.md, OUT.json). Every run gets a fresh output directory.
 OpenMP/MKL variables inherited from the caller are removed from the measured commands'
-environment (they measure edgefl's defaults); --env puts chosen ones back:
+environment (they measure edgefl's defaults); --env puts chosen ones back, e.g. to record the
+state before the fix (libgomp's default spin count and every core, in torch only):
 
-    python bench/bench_load.py                                  # the fix, ~5 min on 2 CPUs
-    python bench/bench_load.py --env GOMP_SPINCOUNT=300000 --out bench/results/load-before
-        # libgomp's spin count when OMP_WAIT_POLICY is unset, i.e. torch before the fix
-    python bench/bench_load.py --env OMP_WAIT_POLICY=ACTIVE --out bench/results/load-active
-        # spin-wait in both torch's and onnxruntime's pools
+    python bench/bench_load.py                                          # ~3 min on 2 CPUs
+    python bench/bench_load.py --env GOMP_SPINCOUNT=300000 --env OMP_NUM_THREADS=$(nproc) \
+        --timeout 200 --out bench/results/load-before
+    python bench/bench_load.py --env OMP_WAIT_POLICY=ACTIVE --env OMP_NUM_THREADS=$(nproc) \
+        --timeout 200 --out bench/results/load-active      # torch and onnxruntime both spin
 
 Run it on an otherwise idle machine: other load makes the quiet times too slow and the
 ratios meaningless (the load average at the start is recorded).
@@ -114,11 +115,15 @@ def measure(name: str, argv_for, env: dict[str, str], args, work: Path) -> dict:
     quiet = [one()]
     if "returncode" in quiet[0]:  # broken, not slow: say why and go on with the next command
         print(quiet[0]["stderr_tail"], file=sys.stderr)
-        return summarise(name, argv_for(work / "RUN"), quiet, [], args.timeout)
+        return summarise(name, _shown(argv_for(work / "RUN"), work), quiet, [], args.timeout)
     quiet += [one() for _ in range(args.quiet_runs - 1)]
     with busy(args.busy):
         loaded = [one() for _ in range(args.loaded_runs)]
-    return summarise(name, argv_for(work / "RUN"), quiet, loaded, args.timeout)
+    return summarise(name, _shown(argv_for(work / "RUN"), work), quiet, loaded, args.timeout)
+
+
+def _shown(argv: list[str], work: Path) -> list[str]:
+    return [a.replace(str(work), "WORK") for a in argv]
 
 
 def summarise(name, argv, quiet, loaded, timeout) -> dict:
@@ -129,7 +134,7 @@ def summarise(name, argv, quiet, loaded, timeout) -> dict:
     ratios = [round(s / best, 2) for s in lo] if best else []
     return {
         "command": name,
-        "argv": ["edgefl", *argv[1:]],
+        "argv": ["edgefl", *argv[1:]],  # paths under the temporary WORK directory
         "quiet_runs": quiet,
         "loaded_runs": loaded,
         "quiet_best_s": best,
@@ -189,7 +194,7 @@ def markdown(report: dict) -> str:
         lines.append(
             f"| `edgefl {r['command']}` | {quiet} | {loaded} | {ratios} | {worst} | {result} |"
         )
-    lines += ["", "Commands (RUN is a fresh directory per run):", ""]
+    lines += ["", "Commands (WORK/RUN is a fresh directory per run):", ""]
     lines += [f"- `{' '.join(r['argv'])}`" for r in report["results"]]
     return "\n".join(lines) + "\n"
 

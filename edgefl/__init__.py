@@ -26,11 +26,12 @@ def _share_cores_politely() -> None:
 
     Set here because libgomp (torch's OpenMP pool, MKL, oneDNN) reads them once, when
     `import torch` loads it, and every edgefl module that imports torch imports this package
-    first; worker processes (`simulate --jobs`) inherit them. Measured on 2 cores with two busy
-    processes (bench/bench_load.py): by default idle workers spin for ~3 ms per wait and take
-    the CPU the working thread needs (`server fuse` 8-25x its quiet time); PASSIVE makes them
-    sleep. A 2-thread torch region still waits for its slower thread, which on a busy core waits
-    for a time slice: with fewer free cores than threads, fewer threads are faster.
+    first; worker processes (`simulate --jobs`) inherit them. Measured with bench/bench_load.py
+    on 2 cores beside two busy processes, `server fuse` (6 s quiet): libgomp's default, spinning
+    ~3 ms per wait, took 12-145 s (the spinners take the CPU the working thread needs); PASSIVE,
+    sleeping at once, 13-17 s (a shorter spin still had 28-53 s tails); PASSIVE and one thread
+    10 s: a 2-thread region waits for its slower thread, which on a busy core waits for a time
+    slice. So: never spin, and no more threads than cores free when the command starts.
     """
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     if "OMP_NUM_THREADS" not in os.environ:

@@ -50,3 +50,33 @@ def test_onnxruntime_sessions_do_not_spin(key, monkeypatch):
     assert session_options().get_session_config_entry(key) == "0"
     monkeypatch.setenv("OMP_WAIT_POLICY", "ACTIVE")  # the user's explicit choice, for both pools
     assert session_options().get_session_config_entry(key) == "1"
+
+
+# Import edgefl with /proc/loadavg reporting RUNNING runnable tasks; print the thread cap it set.
+_CAP_PROBE = """
+import builtins, io, os, sys
+real_open = builtins.open
+def fake_open(path, *args, **kwargs):
+    if path == "/proc/loadavg":
+        return io.StringIO("2.00 2.00 2.00 %s/200 12345")
+    return real_open(path, *args, **kwargs)
+builtins.open = fake_open
+import edgefl
+print(os.environ.get("OMP_NUM_THREADS"))
+"""
+
+
+def _thread_cap(running: int, **env: str) -> str:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("OMP_", "GOMP_"))}
+    code = _CAP_PROBE % running
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=clean | env, capture_output=True, text=True, check=True
+    )
+    return out.stdout.strip()
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="one CPU: nothing to cap")
+def test_threads_capped_to_free_cores():
+    assert _thread_cap(1) == "None"  # only edgefl runs: torch's default, every usable core
+    assert _thread_cap(1 + 2 * os.cpu_count()) == "1"  # every core taken by others
+    assert _thread_cap(1 + 2 * os.cpu_count(), OMP_NUM_THREADS="3") == "3"  # the user's wins

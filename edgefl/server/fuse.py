@@ -4,6 +4,9 @@
     select (what each method can use) -> fuse -> export -> extra outputs -> evaluate -> report
 
 Any number of methods fuse one ingest (`fuse_methods`); `run_fuse` is the one-method case.
+Several methods on a CPU run side by side in worker processes forked after the ingest: they
+share the ingested uploads (copy-on-write) instead of reading them again, and small models,
+which cannot keep several cores busy on their own, do.
 The pipeline reads each method's contract (edgefl.fusion.base.Method), never its name.
 Uploads are only read. The global models and reports are written atomically (temporary file
 + rename), so a crash or Ctrl-C never leaves a half-written output.
@@ -12,7 +15,10 @@ Uploads are only read. The global models and reports are written atomically (tem
 from __future__ import annotations
 
 import json
+import multiprocessing
+import os
 import platform
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,7 +32,7 @@ from edgefl.artifacts import Upload
 from edgefl.errors import ArtifactError, ConfigError, FusionError
 from edgefl.fusion import METHODS
 from edgefl.fusion.base import FusionConfig, FusionContext, FusionResult, Method
-from edgefl.server.ingest import Ingest, ingest
+from edgefl.server.ingest import Ingest, default_jobs, ingest
 
 
 @dataclass(frozen=True)
@@ -196,18 +202,60 @@ def fuse_methods(
         found = ingest(uploads, max_upload_bytes=max_upload_bytes, strict=strict, jobs=jobs)
         log(f"{len(found.uploads)} upload(s) accepted, {len(found.rejected)} rejected "
             f"({found.seconds:.1f}s)")  # fmt: skip
+    workers = _method_workers(jobs, len(plans), dev)
+    if workers > 1:
+        outcomes = _fuse_forked(plans, found, dev, eval, data_dir, log, workers)
+    else:
+        outcomes = [_outcome(p, found, dev, eval, data_dir, len(plans), log) for p in plans]
     reports: dict[str, dict[str, Any]] = {}
-    for p in plans:
+    for p, (report, error) in zip(plans, outcomes, strict=True):
         name = p.method.name
-        try:
-            reports[name] = _fuse_planned(p, found, dev, eval, data_dir, len(plans), log)
-        except FusionError as exc:
+        if error is not None:
             if not keep_going:
-                raise
-            log(f"{name} refused: {exc.message}")
-            reports[name] = {"method": name, "error": exc.message, "used": [],
-                             "total_seconds": 0.0}  # fmt: skip
+                raise error
+            log(f"{name} refused: {error.message}")
+            report = {"method": name, "error": error.message, "used": [], "total_seconds": 0.0}
+        reports[name] = report
     return reports
+
+
+def _outcome(p: Planned, found, device, eval_ref, data_dir, shared: int, log):
+    """(report, None) or (None, the FusionError that refused it)."""
+    try:
+        return _fuse_planned(p, found, device, eval_ref, data_dir, shared, log), None
+    except FusionError as exc:
+        return None, exc
+
+
+def _method_workers(jobs: int | None, methods: int, device: torch.device) -> int:
+    # fork only where it is safe and cheap: Linux, CPU (a CUDA context does not survive fork).
+    if methods < 2 or device.type != "cpu" or not hasattr(os, "fork") or sys.platform != "linux":
+        return 1
+    return max(1, min(methods, jobs if jobs is not None else default_jobs()))
+
+
+_FORKED: tuple = ()  # what forked workers read: set just before the pool forks them
+
+
+def _fuse_forked(plans, found, device, eval_ref, data_dir, log, workers: int) -> list:
+    global _FORKED
+    _FORKED = (plans, found, device, eval_ref, data_dir, log, workers)
+    ctx = multiprocessing.get_context("fork")
+    try:
+        with ctx.Pool(workers) as pool:
+            done = list(pool.imap(_forked_one, range(len(plans)), chunksize=1))
+    finally:
+        _FORKED = ()
+    return [(r, None if e is None else FusionError(*e)) for r, e in done]
+
+
+def _forked_one(i: int):
+    plans, found, device, eval_ref, data_dir, log, workers = _FORKED
+    # The cores are shared among the workers; torch's pool must not outnumber its share.
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) // workers))
+    report, error = _outcome(plans[i], found, device, eval_ref, data_dir, len(plans), log)
+    # An exception crosses the process boundary as text: only its message and hint matter.
+    return report, None if error is None else (error.message, error.hint)
 
 
 def _fuse_planned(p: Planned, found: Ingest, device, eval_ref, data_dir, shared: int, log):
