@@ -24,8 +24,8 @@ import onnxruntime
 import torch
 
 from edgefl.cli.server_cmd import _parse_opts
-from edgefl.server.fuse import FuseJob, run_fuse
 from edgefl.fusion import paper_reference
+from edgefl.server.fuse import FuseJob, run_fuse
 from edgefl.simulate.run import SimJob, simulate
 
 METHODS = ("fedavg", "ensemble", "fedcvae-ens", "fedmho", "fedmho-md", "fedmho-sd")
