@@ -237,16 +237,30 @@ def _method_workers(jobs: int | None, methods: int, device: torch.device) -> int
 _FORKED: tuple = ()  # what forked workers read: set just before the pool forks them
 
 
+def _work(p: Planned) -> float:
+    """A rough size of a method's training (epochs x rounds x samples where it has them): the
+    workers take the longest first, so that a long method does not start last."""
+    cfg = p.config.as_dict()
+    size = 1.0
+    for key in ("epochs", "rounds", "synthetic"):
+        if isinstance(cfg.get(key), int):
+            size *= cfg[key]
+    return size
+
+
 def _fuse_forked(plans, found, device, eval_ref, data_dir, log, workers: int) -> list:
     global _FORKED
     _FORKED = (plans, found, device, eval_ref, data_dir, log, workers)
+    order = sorted(range(len(plans)), key=lambda i: -_work(plans[i]))
     ctx = multiprocessing.get_context("fork")
     try:
         with ctx.Pool(workers) as pool:
-            done = list(pool.imap(_forked_one, range(len(plans)), chunksize=1))
+            done = dict(zip(order, pool.imap(_forked_one, order, chunksize=1), strict=True))
     finally:
         _FORKED = ()
-    return [(r, None if e is None else FusionError(*e)) for r, e in done]
+    return [
+        (r, None if e is None else FusionError(*e)) for r, e in (done[i] for i in range(len(plans)))
+    ]
 
 
 def _forked_one(i: int):
