@@ -6,6 +6,7 @@ import contextlib
 import math
 import os
 import stat
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -116,6 +117,9 @@ def validate_upload(
         session = _session(data)
     artifact = artifact_from_bytes(path, data, model, meta)
     artifact._sessions[("CPUExecutionProvider",)] = session
+    # The session and the parsed model hold the weights already; a third copy in the bytes
+    # would only raise the server's peak memory (another session re-serializes the model).
+    artifact._data = b""
     return artifact
 
 
@@ -314,6 +318,37 @@ class IngestResult:
     then: dict[str, Any] = field(default_factory=dict)
 
 
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0  # validate_upload says what is wrong with it
+
+
+class _ByteBudget:
+    """At most `limit` bytes of files in flight (None: no limit); one larger file runs alone."""
+
+    def __init__(self, limit: int | None):
+        self.limit, self.used = limit, 0
+        self.cond = threading.Condition()
+
+    @contextlib.contextmanager
+    def hold(self, size: int) -> Iterator[None]:
+        if self.limit is None:
+            yield
+            return
+        want = min(size, self.limit)
+        with self.cond:
+            self.cond.wait_for(lambda: self.used + want <= self.limit)
+            self.used += want
+        try:
+            yield
+        finally:
+            with self.cond:
+                self.used -= want
+                self.cond.notify_all()
+
+
 def _shape_text(shape: tuple[int, ...]) -> str:
     return "x".join(str(d) for d in shape)
 
@@ -324,6 +359,7 @@ def ingest_dir(
     jobs: int = 1,
     timings: dict[str, float] | None = None,
     then: Callable[[Artifact], Any] | None = None,
+    inflight_bytes: int | None = None,
     **validate_kwargs: Any,
 ) -> IngestResult:
     """Validate every ``*.onnx`` in ``directory`` (not recursive), then cross-check the set.
@@ -331,6 +367,8 @@ def ingest_dir(
     accumulates seconds per stage over all files. ``then(artifact)`` runs on each valid file
     in the same worker, right after its checks (its result in ``IngestResult.then``): a caller
     that turns each file into something smaller can do so before the next files pile up.
+    ``inflight_bytes`` caps the total size of the files being worked on at once (a larger file
+    runs alone): checking a file holds several copies of it, so parallel big files cost memory.
 
     The directory is only listed and read; nothing in it is created, moved or modified.
     """
@@ -344,13 +382,16 @@ def ingest_dir(
             continue
         names.append(name)
 
+    budget = _ByteBudget(inflight_bytes)
+
     def check(name: str) -> tuple[str, Artifact | None, str | None, dict[str, float]]:
         own: dict[str, float] = {}
-        try:
-            art = validate_upload(Path(directory, name), timings=own, **validate_kwargs)
-        except UploadRejected as exc:
-            return name, None, exc.reason, own, None
-        return name, art, None, own, then(art) if then else None
+        with budget.hold(_size(Path(directory, name))):
+            try:
+                art = validate_upload(Path(directory, name), timings=own, **validate_kwargs)
+            except UploadRejected as exc:
+                return name, None, exc.reason, own, None
+            return name, art, None, own, then(art) if then else None
 
     candidates: list[Artifact] = []
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import onnx
 import torch
 from torch import nn
 
@@ -95,9 +96,18 @@ def release_weights(art: exporters.Artifact) -> None:
     artifact through onnxruntime afterwards fails loudly (missing initializers), never silently."""
     art._sessions.clear()
     art._data = b""
-    for tensor in art.model.graph.initializer:
-        for name in ("raw_data", "float_data", "double_data", "int32_data", "int64_data"):
-            tensor.ClearField(name)
+    # A fresh proto without initializers, not cleared fields: protobuf keeps a message's memory
+    # in one arena that is freed only with the whole message (measured: clearing the fields of
+    # a 264 MiB VGG-9 freed nothing).
+    old = art.model
+    graph = onnx.GraphProto(name=old.graph.name)
+    for name in ("node", "input", "output", "value_info"):
+        getattr(graph, name).extend(getattr(old.graph, name))
+    light = onnx.ModelProto(ir_version=old.ir_version, producer_name=old.producer_name,
+                            graph=graph)  # fmt: skip
+    light.opset_import.extend(old.opset_import)
+    light.metadata_props.extend(old.metadata_props)
+    art.model = light
 
 
 def _rebuild(art: exporters.Artifact) -> tuple[nn.Module | None, str | None]:

@@ -33,6 +33,15 @@ def default_jobs() -> int:
     return max(1, min(4, os.cpu_count() or 1))
 
 
+def inflight_budget(d: Path) -> int:
+    """Bytes of uploads checked at once. Checking one file holds ~3 copies of it (bytes, parsed
+    model, onnxruntime session) until its rebuilt module (1 copy) replaces them; a quarter of
+    the directory in flight keeps the peak near 2x the uploads' total (bench/results/fuse.md:
+    5 VGG-9 uploads, 2.0x one at a time, 2.6x two at a time). Small uploads all run at once."""
+    total = sum(p.stat().st_size for p in d.glob("*.onnx") if p.is_file())
+    return max(64 * 2**20, total // 4)
+
+
 def ingest(
     directory: str | Path, *, max_upload_bytes: int, strict: bool = False, jobs: int | None = None
 ) -> Ingest:
@@ -61,8 +70,9 @@ def ingest(
         return Upload(art, module, why), None, times
 
     result = exporters.ingest_dir(
-        d, max_bytes=max_upload_bytes, jobs=jobs or default_jobs(), timings=stages, then=one
-    )
+        d, max_bytes=max_upload_bytes, jobs=jobs or default_jobs(), timings=stages, then=one,
+        inflight_bytes=inflight_budget(d),
+    )  # fmt: skip
     out = Ingest(rejected=list(result.rejected), notes=list(result.notes), stages=stages)
     for art in result.accepted:  # those that also passed the cross-checks of the set
         upload, rejected, times = result.then[Path(art.path).name]
