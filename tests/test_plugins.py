@@ -137,9 +137,17 @@ def test_many_methods_one_refusal_is_a_result(federation, tmp_path, cli):
     assert not (tmp_path / "fedol.onnx").exists()
 
 
+def test_many_methods_user_error_while_fusing_is_one_message(federation, tmp_path, cli):
+    # The public set is read while fusing, in a worker process: its error still reaches the user.
+    r = cli("server", "fuse", federation, "--method", "fedavg,feddf", "--out-dir", tmp_path,
+            "--device", "cpu", "--opt", f"feddf:public={tmp_path / 'missing.npz'}")  # fmt: skip
+    assert r.exit_code == 2 and "missing.npz" in r.output and "Traceback" not in r.output
+
+
 @pytest.mark.parametrize(
     "args, message",
     [
+        (["--method", "fedavg,feddf", "--out-dir", "g"], "feddf learns on a public set"),
         (["--method", "fedavg,ensemble", "--out", "x.onnx"], "use --out-dir"),
         (["--method", "fedavg,ensemble"], "several methods need --out-dir"),
         (["--method", "fedavg,fedavg", "--out-dir", "g"], "distinct names"),

@@ -29,7 +29,7 @@ import torch
 import edgefl
 import exporters
 from edgefl.artifacts import Upload
-from edgefl.errors import ArtifactError, ConfigError, FusionError
+from edgefl.errors import ArtifactError, ConfigError, EdgeflError, FusionError
 from edgefl.fusion import METHODS
 from edgefl.fusion.base import FusionConfig, FusionContext, FusionResult, Method
 from edgefl.server.ingest import Ingest, default_jobs, ingest
@@ -84,6 +84,12 @@ def plan(
     """Everything that can be wrong with a method's request, checked before any upload is read."""
     method = METHODS.get(name)
     cfg = method.make_config(dict(options or {}))
+    if method.public_data and not cfg.public:
+        raise ConfigError(
+            f"{name} learns on a public set: pass --opt public=NAME:public (or a .npz with x)",
+            hint="the same set, size and seed the clients used, e.g. --opt public=mnist:public "
+            "--opt public_size=5000",
+        )
     out = Path(out)
     if out.suffix != ".onnx":
         raise ConfigError(f"{out_flag} must end in .onnx, got {out}")
@@ -258,18 +264,25 @@ def _fuse_forked(plans, found, device, eval_ref, data_dir, log, workers: int) ->
             done = dict(zip(order, pool.imap(_forked_one, order, chunksize=1), strict=True))
     finally:
         _FORKED = ()
-    return [
-        (r, None if e is None else FusionError(*e)) for r, e in (done[i] for i in range(len(plans)))
-    ]
+    outcomes = []
+    for i in range(len(plans)):
+        report, error = done[i]
+        if error is not None and error[0] == "raise":
+            raise ConfigError(error[1], hint=error[2])
+        outcomes.append((report, None if error is None else FusionError(*error[1:])))
+    return outcomes
 
 
 def _forked_one(i: int):
     plans, found, device, eval_ref, data_dir, log, workers = _FORKED
     # The cores are shared among the workers; torch's pool must not outnumber its share.
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // workers))
-    report, error = _outcome(plans[i], found, device, eval_ref, data_dir, len(plans), log)
+    try:
+        report, error = _outcome(plans[i], found, device, eval_ref, data_dir, len(plans), log)
+    except EdgeflError as exc:  # a user error met while fusing (e.g. no public set given)
+        return None, ("raise", exc.message, exc.hint)
     # An exception crosses the process boundary as text: only its message and hint matter.
-    return report, None if error is None else (error.message, error.hint)
+    return report, None if error is None else ("refused", error.message, error.hint)
 
 
 def _fuse_planned(p: Planned, found: Ingest, device, eval_ref, data_dir, shared: int, log):
