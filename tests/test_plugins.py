@@ -147,7 +147,6 @@ def test_many_methods_user_error_while_fusing_is_one_message(federation, tmp_pat
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["--method", "fedavg,feddf", "--out-dir", "g"], "feddf learns on a public set"),
         (["--method", "fedavg,ensemble", "--out", "x.onnx"], "use --out-dir"),
         (["--method", "fedavg,ensemble"], "several methods need --out-dir"),
         (["--method", "fedavg,fedavg", "--out-dir", "g"], "distinct names"),

@@ -84,12 +84,6 @@ def plan(
     """Everything that can be wrong with a method's request, checked before any upload is read."""
     method = METHODS.get(name)
     cfg = method.make_config(dict(options or {}))
-    if method.public_data and not cfg.public:
-        raise ConfigError(
-            f"{name} learns on a public set: pass --opt public=NAME:public (or a .npz with x)",
-            hint="the same set, size and seed the clients used, e.g. --opt public=mnist:public "
-            "--opt public_size=5000",
-        )
     out = Path(out)
     if out.suffix != ".onnx":
         raise ConfigError(f"{out_flag} must end in .onnx, got {out}")
