@@ -10,7 +10,7 @@ from .atomic import atomic_write_bytes, atomic_write_text, write_model_atomic
 from .constant import read_constant_outputs, write_constant_artifact
 from .errors import ExportError, UploadRejected
 from .export import ExportReport, export_onnx
-from .graph import weights_hash
+from .graph import weights_hash, without_weights
 from .quantize import QUANTIZED_TAG, quantize_int8
 from .read import Artifact, get_metadata, read_artifact, set_metadata
 from .schema import (
@@ -55,6 +55,7 @@ __all__ = [
     "validate_metadata",
     "validate_upload",
     "weights_hash",
+    "without_weights",
     "write_constant_artifact",
     "write_model_atomic",
 ]

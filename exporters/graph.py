@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import math
 from collections.abc import Iterator
 from typing import Any
 
@@ -34,11 +35,39 @@ def weights_hash(model: onnx.ModelProto) -> str:
     for tensor in sorted(model.graph.initializer, key=lambda t: t.name):
         if is_external(tensor):
             raise ValueError(f"initializer '{tensor.name}' is stored outside the model file")
-        payload = np.ascontiguousarray(numpy_helper.to_array(tensor)).tobytes()
-        header = f"{tensor.name}\0{tensor.data_type}\0{tuple(tensor.dims)}\0{len(payload)}\0"
+        # The array's own buffer, not a bytes copy of it: a VGG-9 would be copied whole.
+        payload = np.ascontiguousarray(numpy_helper.to_array(tensor))
+        header = f"{tensor.name}\0{tensor.data_type}\0{tuple(tensor.dims)}\0{payload.nbytes}\0"
         digest.update(header.encode("utf-8"))
-        digest.update(payload)
+        digest.update(payload.reshape(-1).view(np.uint8))
     return digest.hexdigest()
+
+
+SMALL_TENSOR = 4096  # elements: shape-like initializers (Reshape shapes, Resize scales) and less
+
+
+def without_weights(model: onnx.ModelProto, *, keep_shapes: bool) -> onnx.ModelProto:
+    """A new model with the same graph and none of its large initializers' data. With
+    `keep_shapes`, every initializer keeps its name, type and dims and small ones their values
+    (shape inference reads Reshape's shape, Resize's scales...); without, none is kept.
+    Built field by field, never copied whole: protobuf frees a message's memory only with the
+    whole message, and copying would touch every weight."""
+    old = model.graph
+    graph = onnx.GraphProto(name=old.name)
+    for field in ("node", "input", "output", "value_info"):
+        getattr(graph, field).extend(getattr(old, field))
+    if keep_shapes:
+        for t in old.initializer:
+            if math.prod(t.dims) <= SMALL_TENSOR:
+                graph.initializer.append(t)
+            else:
+                graph.initializer.add(name=t.name, data_type=t.data_type, dims=t.dims)
+    light = onnx.ModelProto(ir_version=model.ir_version, producer_name=model.producer_name,
+                            graph=graph)  # fmt: skip
+    light.opset_import.extend(model.opset_import)
+    light.functions.extend(model.functions)
+    light.metadata_props.extend(model.metadata_props)
+    return light
 
 
 def iter_graphs(model: onnx.ModelProto) -> Iterator[tuple[str, onnx.GraphProto]]:

@@ -30,6 +30,7 @@ from .graph import (
     iter_tensors,
     value_dims,
     weights_hash,
+    without_weights,
 )
 from .read import Artifact, artifact_from_bytes, get_metadata, session_options
 from .schema import METADATA_KEY, validate_metadata
@@ -105,8 +106,14 @@ def validate_upload(
         # first and report a vaguer "inferred shape differs".
         _check_declared_shapes(model, max_tensor_elements)
     with clock("checker"):
+        # check_model(full_check=True) = the checker + strict, type-checking shape inference.
+        # Inference needs the weights' shapes, not their values: it runs on a weightless copy,
+        # which spares serialising and re-parsing every weight (0.7-2.3 s for a VGG-9).
         try:
-            onnx.checker.check_model(model, full_check=True)
+            onnx.checker.check_model(model)
+            onnx.shape_inference.infer_shapes(
+                without_weights(model, keep_shapes=True), check_type=True, strict_mode=True
+            )
         except Exception as exc:  # checker raises ValidationError, shape inference InferenceError
             raise UploadRejected(f"ONNX checker failed: {_first_line(exc)}") from None
     with clock("tensors"):
@@ -249,7 +256,7 @@ def _check_tensors(model: onnx.ModelProto, max_elements: int) -> None:
             )
         if tensor.data_type in _FLOAT_TYPES:
             try:
-                values = numpy_helper.to_array(tensor).astype(np.float32)
+                values = numpy_helper.to_array(tensor).astype(np.float32, copy=False)
             except Exception:
                 raise UploadRejected(f"{where} is malformed (data does not match dims)") from None
             if not np.isfinite(values).all():
