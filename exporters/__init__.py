@@ -9,7 +9,7 @@ package knows nothing about which method consumes an artifact and never imports 
 from .atomic import atomic_write_bytes, atomic_write_text, write_model_atomic
 from .constant import read_constant_outputs, write_constant_artifact
 from .errors import ExportError, UploadRejected
-from .export import ExportReport, export_onnx
+from .export import ExportReport, export_onnx, warm_up
 from .graph import weights_hash, without_weights
 from .quantize import QUANTIZED_TAG, quantize_int8
 from .read import Artifact, get_metadata, read_artifact, set_metadata
@@ -54,6 +54,7 @@ __all__ = [
     "set_metadata",
     "validate_metadata",
     "validate_upload",
+    "warm_up",
     "weights_hash",
     "without_weights",
     "write_constant_artifact",

@@ -19,6 +19,7 @@ import multiprocessing
 import os
 import platform
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -197,12 +198,19 @@ def fuse_methods(
     uploads (FusionError) gets {"error": ...} in its report slot when `keep_going`, else raises."""
     log = log or (lambda msg: None)
     dev = resolve_device(device)
+    workers = _method_workers(jobs, len(plans), dev)
+    # Forked workers would each start the ONNX exporter (~2 s); started once here, beside the
+    # ingest, they inherit it warm.
+    warm = threading.Thread(target=exporters.warm_up, daemon=True) if workers > 1 else None
+    if warm is not None:
+        warm.start()
     if found is None:
         log(f"ingesting {uploads}")
         found = ingest(uploads, max_upload_bytes=max_upload_bytes, strict=strict, jobs=jobs)
         log(f"{len(found.uploads)} upload(s) accepted, {len(found.rejected)} rejected "
             f"({found.seconds:.1f}s)")  # fmt: skip
-    workers = _method_workers(jobs, len(plans), dev)
+    if warm is not None:
+        warm.join()
     if workers > 1:
         outcomes = _fuse_forked(plans, found, dev, eval, data_dir, log, workers)
     else:
