@@ -9,7 +9,7 @@ package knows nothing about which method consumes an artifact and never imports 
 from .atomic import atomic_write_bytes, atomic_write_text, write_model_atomic
 from .constant import read_constant_outputs, write_constant_artifact
 from .errors import ExportError, UploadRejected
-from .export import ExportReport, export_onnx, warm_up
+from .export import ExportReport, export_onnx
 from .graph import weights_hash, without_weights
 from .quantize import QUANTIZED_TAG, quantize_int8
 from .read import Artifact, get_metadata, read_artifact, set_metadata
@@ -20,6 +20,7 @@ from .schema import (
     SCHEMA_VERSION,
     validate_metadata,
 )
+from .timing import add_times, timed
 from .validate import (
     DEFAULT_ALLOWED_OPS,
     DEFAULT_MAX_TENSOR_ELEMENTS,
@@ -43,6 +44,7 @@ __all__ = [
     "ExportReport",
     "IngestResult",
     "UploadRejected",
+    "add_times",
     "atomic_write_bytes",
     "atomic_write_text",
     "export_onnx",
@@ -52,9 +54,9 @@ __all__ = [
     "read_artifact",
     "read_constant_outputs",
     "set_metadata",
+    "timed",
     "validate_metadata",
     "validate_upload",
-    "warm_up",
     "weights_hash",
     "without_weights",
     "write_constant_artifact",

@@ -111,14 +111,6 @@ def seal_metadata(model, metadata: dict, what: str) -> dict:
     return meta
 
 
-def warm_up() -> None:
-    """Pay the exporter's one-time start-up (~2 s of imports and tracing machinery on 2 cores)
-    now: a process about to fork workers that each export does it once, not once per worker."""
-    import torch
-
-    _torch_to_onnx(torch.nn.Linear(2, 2), (torch.zeros(1, 2),), ["x"], ["y"], MIN_OPSET)
-
-
 def _torch_to_onnx(
     module: torch.nn.Module,
     example_inputs: tuple[torch.Tensor, ...],

@@ -7,7 +7,6 @@ import math
 import os
 import stat
 import threading
-import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -34,6 +33,7 @@ from .graph import (
 )
 from .read import Artifact, artifact_from_bytes, get_metadata, session_options
 from .schema import METADATA_KEY, validate_metadata
+from .timing import add_times, timed
 
 # Real uploads must pass: the FedMHO paper's VGG-9 is 277 MB at fp32 (69M parameters); the cap
 # only stops absurd files before parsing (ONNX protobufs end at 2 GiB anyway).
@@ -95,17 +95,16 @@ def validate_upload(
     `timings`, if given, accumulates seconds per stage (read, parse, checker, tensors, hash,
     session).
     """
-    clock = _Clock(timings)
-    with clock("read"):
+    with timed(timings, "read"):
         data = _read_capped(Path(path), max_bytes)
-    with clock("parse"):
+    with timed(timings, "parse"):
         model = _parse(data)
         _reject_external(model)
         _check_versions_and_ops(model, allowed_ops, opset_range, ir_range)
         # Before the checker: its shape inference would otherwise trip over the absurd dims
         # first and report a vaguer "inferred shape differs".
         _check_declared_shapes(model, max_tensor_elements)
-    with clock("checker"):
+    with timed(timings, "checker"):
         # check_model(full_check=True) = the checker + strict, type-checking shape inference.
         # Inference needs the weights' shapes, not their values: it runs on a weightless copy,
         # which spares serialising and re-parsing every weight (0.7-2.3 s for a VGG-9).
@@ -116,11 +115,11 @@ def validate_upload(
             )
         except Exception as exc:  # checker raises ValidationError, shape inference InferenceError
             raise UploadRejected(f"ONNX checker failed: {_first_line(exc)}") from None
-    with clock("tensors"):
+    with timed(timings, "tensors"):
         _check_tensors(model, max_tensor_elements)
-    with clock("hash"):
+    with timed(timings, "hash"):
         meta = _check_metadata(model, require_metadata)
-    with clock("session"):
+    with timed(timings, "session"):
         session = _session(data)
     artifact = artifact_from_bytes(path, data, model, meta)
     artifact._sessions[("CPUExecutionProvider",)] = session
@@ -128,22 +127,6 @@ def validate_upload(
     # would only raise the server's peak memory (another session re-serializes the model).
     artifact._data = b""
     return artifact
-
-
-class _Clock:
-    """`with clock("stage"):` adds the block's seconds to timings[stage] (no-op without)."""
-
-    def __init__(self, timings: dict[str, float] | None):
-        self.timings = timings
-
-    @contextlib.contextmanager
-    def __call__(self, stage: str) -> Iterator[None]:
-        start = time.perf_counter()
-        try:
-            yield
-        finally:
-            if self.timings is not None:
-                self.timings[stage] = self.timings.get(stage, 0.0) + time.perf_counter() - start
 
 
 def _first_line(exc: BaseException, limit: int = 240) -> str:
@@ -404,9 +387,7 @@ def ingest_dir(
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
         # map keeps the sorted order
         for name, art, reason, own, after in pool.map(check, names):
-            if timings is not None:
-                for k, v in own.items():
-                    timings[k] = timings.get(k, 0.0) + v
+            add_times(timings, own)
             if art is None:
                 result.rejected.append((name, reason))
             else:

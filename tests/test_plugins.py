@@ -15,6 +15,7 @@ import pytest
 import torch
 from fed_fixtures import build_federation, snapshot
 
+import edgefl.server.fuse
 import edgefl.server.ingest
 from edgefl.errors import ConfigError, FusionError
 from edgefl.fusion import METHODS
@@ -135,6 +136,18 @@ def test_many_methods_one_refusal_is_a_result(federation, tmp_path, cli):
     assert r.exit_code == 0, r.output
     assert "refused" in r.output and (tmp_path / "fedavg.onnx").is_file()
     assert not (tmp_path / "fedol.onnx").exists()
+
+
+def test_unwritable_output_fails_before_any_upload_is_read(federation, tmp_path, cli, monkeypatch):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    read = []
+    monkeypatch.setattr(edgefl.server.fuse, "ingest", lambda *a, **k: read.append(a))
+    for args in (["--out-dir", blocker / "g"], ["--out", blocker / "g.onnx"]):
+        methods = "fedavg,ensemble" if args[0] == "--out-dir" else "fedavg"
+        r = cli("server", "fuse", federation, "--method", methods, *args)
+        assert r.exit_code == 2 and "is not a writable folder" in " ".join(r.output.split())
+    assert read == []
 
 
 def test_many_methods_user_error_while_fusing_is_one_message(federation, tmp_path, cli):

@@ -5,7 +5,6 @@ onnxruntime. The server ingests uploads into these; fusion methods and clients r
 from __future__ import annotations
 
 import json
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -73,16 +72,12 @@ def rebuild(
 
     A rebuilt module holds the weights from then on: the artifact's in-memory copies are
     released (`release_weights`; a 264 MiB VGG-9 would otherwise be held three times)."""
-    start = time.perf_counter()
-    module, why = _rebuild(art)
-    if timings is not None:
-        timings["rebuild"] = timings.get("rebuild", 0.0) + time.perf_counter() - start
+    with exporters.timed(timings, "rebuild"):
+        module, why = _rebuild(art)
     if module is None:
         return None, why
-    start = time.perf_counter()
-    diff = parity(module, art)
-    if timings is not None:
-        timings["parity"] = timings.get("parity", 0.0) + time.perf_counter() - start
+    with exporters.timed(timings, "parity"):
+        diff = parity(module, art)
     if diff > PARITY_ATOL:
         raise RebuildRejected(f"rebuilt module differs from the ONNX graph (max |diff| {diff:.2e})")
     release_weights(art)

@@ -203,16 +203,16 @@ def export_data_artifact(
 
 
 def derive_upload(
-    kind: str, model_path: str, module: nn.Module, x: np.ndarray, y: np.ndarray,
-    num_classes: int, path: Path,
-) -> None:  # fmt: skip
-    """Write the `kind` upload a device computes from its trained classifier (the one exported
-    at `model_path`) and its training samples x, y."""
-    art = exporters.read_artifact(model_path)
-    label = art.metadata["spec"] and ModelSpec.from_dict(art.metadata["spec"]).label
+    kind: str, model_path: str, x: np.ndarray, y: np.ndarray, num_classes: int, path: Path
+) -> None:
+    """Write the `kind` upload a device computes from its trained classifier (its own file at
+    `model_path`, read once and rebuilt) and its training samples x, y."""
     if kind != "prototypes":
         raise ConfigError(f"a client cannot derive {kind} uploads from a trained model alone",
                           hint="prototypes are derived from a model and its training data")  # fmt: skip
+    art = exporters.read_artifact(model_path)
+    module, _ = rebuild(art)
+    label = ModelSpec.from_dict(art.metadata["spec"]).label
     classes, means, counts = class_prototypes(module, x, y, num_classes)
     write_prototypes(path, classes, means, counts, data_metadata(art.metadata, label))
 

@@ -12,8 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
@@ -23,6 +22,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+import exporters
 from edgefl.artifacts import Upload
 from edgefl.errors import ConfigError, FusionError
 from edgefl.fusion.options import describe_options, flag, option, validate
@@ -171,13 +171,8 @@ class FusionContext:
     def decoders(self) -> list[Upload]:
         return [u for u in self.uploads if u.kind == "decoder"]
 
-    @contextlib.contextmanager
-    def stage(self, name: str) -> Iterator[None]:
-        start = time.perf_counter()
-        try:
-            yield
-        finally:
-            self.stages[name] = self.stages.get(name, 0.0) + time.perf_counter() - start
+    def stage(self, name: str) -> contextlib.AbstractContextManager[None]:
+        return exporters.timed(self.stages, name)
 
     def require(self, kind: str, method: str, at_least: int = 1) -> list[Upload]:
         found = [u for u in self.uploads if u.kind == kind]

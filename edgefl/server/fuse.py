@@ -19,7 +19,6 @@ import multiprocessing
 import os
 import platform
 import sys
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -97,7 +96,23 @@ def plan(
                 hint="the server never writes among the uploads: write the global model and "
                 "its report elsewhere, e.g. --out global.onnx",
             )
+        _check_writable(path, flag_name)
     return Planned(method, cfg, out, report_path)
+
+
+def _check_writable(path: Path, flag_name: str) -> None:
+    """An output that cannot be written fails now, not after the fusing."""
+    if path.is_dir():
+        raise ConfigError(f"{flag_name} {path} is a directory",
+                          hint="name a file, e.g. global.onnx")  # fmt: skip
+    folder = path.parent
+    while not folder.exists() and folder != folder.parent:  # the nearest existing ancestor
+        folder = folder.parent
+    if not folder.is_dir() or not os.access(folder, os.W_OK | os.X_OK):
+        raise ConfigError(
+            f"{flag_name} {path} cannot be written: {folder} is not a writable folder",
+            hint="write the outputs somewhere you can write, e.g. --out global.onnx",
+        )
 
 
 # --- stage: select --------------------------------------------------------------------------
@@ -130,7 +145,9 @@ def fuse_one(
     p: Planned, usable: list[Upload], device: torch.device, log
 ) -> tuple[FusionContext, FusionResult]:
     torch.manual_seed(p.config.seed)
-    ctx = FusionContext(usable, device=device, seed=p.config.seed, log=log)
+    # Named: with methods side by side, "epoch 2/10" alone would not say whose.
+    named = (lambda msg: log(f"{p.method.name}: {msg}")) if log else None
+    ctx = FusionContext(usable, device=device, seed=p.config.seed, log=named)
     return ctx, p.method.fuse(ctx, p.config)
 
 
@@ -199,18 +216,11 @@ def fuse_methods(
     log = log or (lambda msg: None)
     dev = resolve_device(device)
     workers = _method_workers(jobs, len(plans), dev)
-    # Forked workers would each start the ONNX exporter (~2 s); started once here, beside the
-    # ingest, they inherit it warm.
-    warm = threading.Thread(target=exporters.warm_up, daemon=True) if workers > 1 else None
-    if warm is not None:
-        warm.start()
     if found is None:
         log(f"ingesting {uploads}")
         found = ingest(uploads, max_upload_bytes=max_upload_bytes, strict=strict, jobs=jobs)
         log(f"{len(found.uploads)} upload(s) accepted, {len(found.rejected)} rejected "
             f"({found.seconds:.1f}s)")  # fmt: skip
-    if warm is not None:
-        warm.join()
     if workers > 1:
         outcomes = _fuse_forked(plans, found, dev, eval, data_dir, log, workers)
     else:
@@ -237,7 +247,7 @@ def _outcome(p: Planned, found, device, eval_ref, data_dir, shared: int, log):
 
 def _method_workers(jobs: int | None, methods: int, device: torch.device) -> int:
     # fork only where it is safe and cheap: Linux, CPU (a CUDA context does not survive fork).
-    if methods < 2 or device.type != "cpu" or not hasattr(os, "fork") or sys.platform != "linux":
+    if methods < 2 or device.type != "cpu" or sys.platform != "linux":
         return 1
     return max(1, min(methods, jobs if jobs is not None else default_jobs()))
 
@@ -261,9 +271,12 @@ def _fuse_forked(plans, found, device, eval_ref, data_dir, log, workers: int) ->
     _FORKED = (plans, found, device, eval_ref, data_dir, log, workers)
     order = sorted(range(len(plans)), key=lambda i: -_work(plans[i]))
     ctx = multiprocessing.get_context("fork")
+    _flush()  # lines still buffered here would otherwise be printed again by every worker
     try:
         with ctx.Pool(workers) as pool:
             done = dict(zip(order, pool.imap(_forked_one, order, chunksize=1), strict=True))
+            pool.close()  # let the workers exit on their own: terminating them drops output
+            pool.join()
     finally:
         _FORKED = ()
     outcomes = []
@@ -275,6 +288,11 @@ def _fuse_forked(plans, found, device, eval_ref, data_dir, log, workers: int) ->
     return outcomes
 
 
+def _flush() -> None:
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+
+
 def _forked_one(i: int):
     plans, found, device, eval_ref, data_dir, log, workers = _FORKED
     # The cores are shared among the workers; torch's pool must not outnumber its share.
@@ -283,6 +301,8 @@ def _forked_one(i: int):
         report, error = _outcome(plans[i], found, device, eval_ref, data_dir, len(plans), log)
     except EdgeflError as exc:  # a user error met while fusing (e.g. no public set given)
         return None, ("raise", exc.message, exc.hint)
+    finally:
+        _flush()  # this method's progress lines, before the parent prints its summary
     # An exception crosses the process boundary as text: only its message and hint matter.
     return report, None if error is None else ("refused", error.message, error.hint)
 

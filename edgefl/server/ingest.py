@@ -76,8 +76,7 @@ def ingest(
     out = Ingest(rejected=list(result.rejected), notes=list(result.notes), stages=stages)
     for art in result.accepted:  # those that also passed the cross-checks of the set
         upload, rejected, times = result.then[Path(art.path).name]
-        for k, v in times.items():
-            stages[k] = stages.get(k, 0.0) + v
+        exporters.add_times(stages, times)
         if upload is not None:
             out.uploads.append(upload)
         else:

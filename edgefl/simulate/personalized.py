@@ -14,7 +14,6 @@ from pathlib import Path
 import numpy as np
 
 import exporters
-from edgefl.artifacts import rebuild
 from edgefl.client.public import derive_upload, personalize
 from edgefl.client.run import client_shard
 from edgefl.data import load_dataset, train_val_split
@@ -48,8 +47,7 @@ def run_per_client(job, method: Method, cjobs, clients: list[dict], options: dic
         splits[c["client_id"]] = val_idx
         path = folder / Path(c["path"]).name
         if not path.exists():
-            module, _ = rebuild(exporters.read_artifact(c["path"]))
-            derive_upload(kind, c["path"], module, data.x[train_idx], data.y[train_idx],
+            derive_upload(kind, c["path"], data.x[train_idx], data.y[train_idx],
                           data.num_classes, path)  # fmt: skip
     output = out / "global" / f"{name}-{method.personalize}.onnx"  # e.g. fedgh-header.onnx
     planned = plan(name, options, output, folder)
