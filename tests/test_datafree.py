@@ -120,44 +120,97 @@ def _two_class_teachers() -> list[torch.nn.Module]:
     return teachers
 
 
-def test_stratification_recovers_known_strengths():
-    u, losses = stratify(_two_class_teachers(), 10, image_shape=(1, 8, 8), steps=20,
-                         batch_size=16, lr=1e-3, nz=32, ngf=8, seed=0, device="cpu")  # fmt: skip
+@pytest.fixture(scope="module")
+def two_class_teachers():
+    return _two_class_teachers()
+
+
+@pytest.mark.parametrize("scale,holder_weight", [("log", 0.5), ("ratio", 0.7)])
+def test_stratification_recovers_known_strengths(two_class_teachers, scale, holder_weight):
+    u, losses = stratify(two_class_teachers, 10, image_shape=(1, 8, 8), steps=20, batch_size=16,
+                         lr=1e-3, nz=32, ngf=8, seed=0, device="cpu", scale=scale)  # fmt: skip
     assert u.shape == (10, 5) and losses.shape == (5, 10, 20)
     u_r, u_c = stratification_weights(u)
-    # Each class trusts the one teacher that saw it (the paper's Fig. 5b: ~0.96 on MNIST 2c/c)...
+    # Each class trusts the one teacher that saw it (the paper's Fig. 5b: ~0.96 on MNIST 2c/c,
+    # on Eq. 2's linear scale; 5 clients make 0.2 uniform)...
     assert (u_r.argmax(1) == np.arange(10) // 2).all()
-    assert (u_r[np.arange(10), np.arange(10) // 2] > 0.7).all()
+    assert (u_r[np.arange(10), np.arange(10) // 2] > holder_weight).all()
     # ...and each teacher's per-class weights sit on its own two classes.
     assert (u_c.argmax(0) // 2 == np.arange(5)).all()
+
+
+def test_stratified_labels_follow_the_class_holders(two_class_teachers):
+    """What SA is for: on images of class y, labelled with target y, the aggregate's hard label
+    is the class holder's answer. Weighting raw logits (Eq. 8 literally) got 60% here with Eq. 2's
+    u; it also changed with a constant added to the logits (84-97% for +-5)."""
+    data = load_dataset("digits", "test")
+    x, y = torch.from_numpy(data.x), torch.from_numpy(data.y).long()
+    with torch.no_grad():
+        logits = torch.stack([t(x) for t in two_class_teachers])
+    for scale in ("log", "ratio"):
+        u, _ = stratify(two_class_teachers, 10, image_shape=(1, 8, 8), steps=20, batch_size=16,
+                        lr=1e-3, nz=32, ngf=8, seed=0, device="cpu", scale=scale)  # fmt: skip
+        u_r, u_c = (torch.tensor(w, dtype=torch.float32) for w in stratification_weights(u))
+        p = stratified_aggregate(logits, y, u_r, u_c)
+        assert (p.argmax(1) == y).float().mean() > 0.9, scale
+
+
+def test_stratified_aggregation_ignores_logit_offsets():
+    """Softmax cannot see a constant added to one sample's logits; neither may SA."""
+    g = torch.Generator().manual_seed(0)
+    logits = 4 * torch.randn(3, 6, 5, generator=g)
+    y = torch.randint(0, 5, (6,), generator=g)
+    u_r = torch.rand(5, 3, generator=g)
+    u_r = u_r / u_r.sum(1, keepdim=True)
+    u_c = torch.rand(5, 3, generator=g)
+    u_c = u_c / u_c.sum(0, keepdim=True)
+    shifted = logits + 10 * torch.randn(3, 6, 1, generator=g)  # per client and sample
+    p = stratified_aggregate(logits, y, u_r, u_c)
+    torch.testing.assert_close(p, stratified_aggregate(shifted, y, u_r, u_c))
+    torch.testing.assert_close(p.exp().sum(1), torch.ones(6))  # log-probabilities
 
 
 def test_stratified_aggregation_by_hand():
     # 2 clients, 3 classes; rows of U_r / U_c are classes, columns clients.
     u_r = torch.tensor([[0.9, 0.1], [0.5, 0.5], [0.2, 0.8]])
     u_c = torch.tensor([[0.6, 0.1], [0.3, 0.2], [0.1, 0.7]])
-    logits = torch.tensor([[[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]],  # client 0, samples 0 and 1
-                           [[-1.0, 0.0, 2.0], [1.0, 1.0, 1.0]]])  # client 1  # fmt: skip
+    probs = torch.tensor([[[0.5, 0.3, 0.2], [0.1, 0.1, 0.8]],  # client 0, samples 0 and 1
+                          [[0.2, 0.2, 0.6], [1 / 3, 1 / 3, 1 / 3]]])  # client 1  # fmt: skip
     y = torch.tensor([0, 2])
-    # Sample 0 (target 0): 0.9 * [1*.6, 2*.3, 3*.1] + 0.1 * [-1*.1, 0*.2, 2*.7]
-    s0 = [0.9 * 0.6 - 0.1 * 0.1, 0.9 * 0.6 + 0.0, 0.9 * 0.3 + 0.1 * 1.4]
-    # Sample 1 (target 2): 0.2 * [4*.6, 5*.3, 6*.1] + 0.8 * [1*.1, 1*.2, 1*.7]
-    s1 = [0.2 * 2.4 + 0.8 * 0.1, 0.2 * 1.5 + 0.8 * 0.2, 0.2 * 0.6 + 0.8 * 0.7]
-    p = stratified_aggregate(logits, y, u_r, u_c)
-    torch.testing.assert_close(p, torch.tensor([s0, s1]))
+    # Sample 0 (target 0): 0.9 * [.5*.6, .3*.3, .2*.1] + 0.1 * [.2*.1, .2*.2, .6*.7]
+    m0 = torch.tensor([0.9 * 0.30 + 0.1 * 0.02, 0.9 * 0.09 + 0.1 * 0.04, 0.9 * 0.02 + 0.1 * 0.42])
+    # Sample 1 (target 2): 0.2 * [.1*.6, .1*.3, .8*.1] + 0.8 * [.1, .2, .7] / 3
+    m1 = torch.tensor([0.2 * 0.06 + 0.8 * 0.1 / 3, 0.2 * 0.03 + 0.8 * 0.2 / 3,
+                       0.2 * 0.08 + 0.8 * 0.7 / 3])  # fmt: skip
+    p = stratified_aggregate(probs.log(), y, u_r, u_c)
+    torch.testing.assert_close(p.exp(), torch.stack([m0 / m0.sum(), m1 / m1.sum()]))
 
 
 def test_stratification_edge_cases():
     # min == 0: floored, so u is finite and very large (strong guidance), never inf/nan.
-    assert np.isfinite(guidance(np.array([2.0, 0.5, 0.0])))
-    assert guidance(np.array([2.0, 0.5, 0.0])) > 1e9
-    assert guidance(np.array([1.0, 1.0])) == 0.0  # a flat loss: no guidance measured
-    assert guidance(np.array([np.nan, np.inf])) == 0.0
-    assert guidance(np.array([3.0, np.nan, 1.0])) == 2.0
+    assert np.isfinite(guidance(np.array([2.0, 0.5, 0.0]), "ratio"))
+    assert guidance(np.array([2.0, 0.5, 0.0]), "ratio") > 1e9
+    assert 20 < guidance(np.array([2.0, 0.5, 0.0])) < 30  # log(2 / 1e-12)
+    for scale in ("log", "ratio"):
+        assert guidance(np.array([1.0, 1.0]), scale) == 0.0  # a flat loss: no guidance measured
+        assert guidance(np.array([np.nan, np.inf]), scale) == 0.0
+    assert guidance(np.array([3.0, np.nan, 1.0]), "ratio") == 2.0
+    assert guidance(np.array([3.0, np.nan, 1.0])) == pytest.approx(np.log(3.0))
     u = np.array([[2.0, 0.0], [0.0, 0.0], [1.0, 0.0]])  # nobody guides class 1; client 1 nothing
     u_r, u_c = stratification_weights(u)
     np.testing.assert_allclose(u_r, [[1, 0], [0.5, 0.5], [1, 0]])
     np.testing.assert_allclose(u_c, [[2 / 3, 1 / 3], [0, 1 / 3], [1 / 3, 1 / 3]])
+
+
+def test_guidance_of_equally_known_classes_is_comparable():
+    """Two classes a client knows equally well, whose generator runs merely converged at
+    different speeds (the loss fell from 2.3 to 1e-4 vs 1e-2): Eq. 2's ratio makes one ~100x
+    the other, which Eq. 6 passes straight into U_c; on the log scale they stay within 2x. A
+    class it does not know (the loss barely fell) stays far below both."""
+    fast, slow, unknown = (np.geomspace(2.3, m, 10) for m in (1e-4, 1e-2, 1.5))
+    assert guidance(fast, "ratio") / guidance(slow, "ratio") > 50
+    assert guidance(fast) / guidance(slow) < 2
+    assert guidance(slow) > 10 * guidance(unknown)
 
 
 def test_grouped_generator_trains_each_group_as_if_alone():

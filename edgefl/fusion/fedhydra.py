@@ -1,17 +1,35 @@
 """FedHydra (shared/papers/fedhydra.txt): data-free one-shot fusion that weighs each client's
-logits by how well it knows each class.
+predictions by how well it knows each class.
 
 1. Model stratification (MS, Alg. 2): for every client k and class j, a fresh generator is trained
    T_G steps to make client k alone classify its output as j; from the CE losses L_kj of those
    steps, u_kj = (max L_kj - min L_kj) / min L_kj (Eq. 2). U is (classes x clients); U_r
    normalises each class's row over clients (Eq. 4-5), U_c each client's column over classes
    (Eq. 6-7).
-2. Stratified aggregation (SA, Alg. 3): for a batch with target labels y, P_k' = P_k * U_c[:, k]
-   (each class's logit scaled), P(i) = sum_k U_r[y_i, k] * P_k'(i) (Eq. 8-11).
+2. Stratified aggregation (SA, Alg. 3): for a batch with target labels y, client k's prediction
+   is weighted per class by U_c[:, k] (Eq. 8) and the clients are mixed per sample by
+   U_r[y_i, :] (Eq. 9-11).
 3. HASA (Alg. 1), per epoch: the generator takes T_G steps on one (z, y) batch with
    CE(P, y) + l1 * BN loss + l2 * (-KL(P || student)) (Eq. 16); then the student distills on all of
    those T_G intermediate batches ("leverages all generated intermediates", Sec. 2) with
    KL(P || student) + beta * CE(student, argmax P) (Eq. 19).
+
+Two places where the equations, taken literally, break (bench/results/datafree.md measures
+both; tests/test_datafree.py has a test for each):
+- Eq. 8-11 weigh raw logits. A classifier's logits are defined only up to an additive constant
+  per sample (softmax(z) = softmax(z + a)), and multiplying class j's logit by a weight w_j turns
+  that constant into a class-dependent shift a * w_j: the aggregate's argmax then depends on an
+  arbitrary offset (the bias of each teacher's last layer), and weights that sum to 1 over c
+  classes also shrink the logits ~c-fold. The weights are applied here to what a client actually
+  states, its class probabilities: P = log of the normalised mixture
+  sum_k U_r[y_i, k] * (softmax(P_k) * U_c[:, k]).
+- Eq. 2's u = max/min - 1 diverges as min L -> 0, which happens for every class a client knows,
+  at a speed set by the generator's steps and learning rate rather than by the client's
+  knowledge: between classes one client knows equally well u spans 400x on MNIST, and Eqs. 4
+  and 6 normalise linearly, so the weights follow those accidents. The guidance is measured on
+  the log scale, log(max / min) = log(1 + u) (the e-folds the loss fell): the same ordering as
+  Eq. 2, on a scale where equal knowledge gives comparable weights (`guidance_scale ratio` is
+  the literal Eq. 2).
 """
 
 from __future__ import annotations
@@ -58,9 +76,13 @@ class FedHydraConfig(GeneratorConfig):
     distill_passes: int = option(
         1, "student passes over each epoch's T_G intermediate batches (paper: 1)", low=1
     )
-    # False keeps only U_r's weighting of clients per target class (an ablation: with noisy u
-    # estimates, U_c can distort logits).
-    class_weights: bool = option(True, "Eq. 8's per-class scaling of each client's logits by U_c")
+    # False keeps only U_r's weighting of clients per target class (an ablation).
+    class_weights: bool = option(True, "Eq. 8's per-class weighting of each client by U_c")
+    guidance_scale: str = option(
+        "log",
+        "log: u measured as log(max L / min L); ratio: Eq. 2 literally, (max - min) / min",
+        choices=("log", "ratio"),
+    )
     heatmap: str | None = option(
         None, "also write the stratification heat map PNG here", kind="str"
     )
@@ -69,13 +91,14 @@ class FedHydraConfig(GeneratorConfig):
 # --- model stratification -------------------------------------------------------------------
 
 
-def guidance(losses: np.ndarray) -> float:
-    """Eq. 2, u = (max - min) / min over one generator run's losses (non-finite ones dropped;
-    none left -> 0, no guidance measured)."""
+def guidance(losses: np.ndarray, scale: str = "log") -> float:
+    """Eq. 2, u = (max - min) / min over one generator run's losses, or log(1 + u) = log(max /
+    min) on the log scale (non-finite losses dropped; none left -> 0, no guidance measured)."""
     ok = losses[np.isfinite(losses)]
     if len(ok) == 0:
         return 0.0
-    return float((ok.max() - ok.min()) / max(ok.min(), MIN_LOSS_FLOOR))
+    u = float((ok.max() - ok.min()) / max(ok.min(), MIN_LOSS_FLOOR))
+    return float(np.log1p(u)) if scale == "log" else u
 
 
 def stratify(
@@ -90,6 +113,7 @@ def stratify(
     ngf: int,
     seed: int,
     device,
+    scale: str = "log",
     log=None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """(U, losses): U is (classes x clients) guidance capability, losses (clients x classes x
@@ -115,7 +139,7 @@ def stratify(
             losses[k, :, t] = per_class.detach().cpu().numpy()
         if log:
             log(f"stratification: client {k + 1}/{len(teachers)} done")
-    u = np.array([[guidance(losses[k, j]) for k in range(len(teachers))]
+    u = np.array([[guidance(losses[k, j], scale) for k in range(len(teachers))]
                   for j in range(num_classes)])  # fmt: skip
     return u, losses
 
@@ -136,11 +160,15 @@ def stratification_weights(u: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def stratified_aggregate(logits: torch.Tensor, y: torch.Tensor, u_r: torch.Tensor,
                          u_c: torch.Tensor) -> torch.Tensor:  # fmt: skip
-    """SA (Eq. 8-11). logits (m, b, c) of the m clients; y (b,) target labels; u_r, u_c (c, m).
-    Returns P (b, c) with P[i] = sum_k u_r[y_i, k] * (logits[k, i] * u_c[:, k])."""
-    scaled = logits * u_c.t().unsqueeze(1)  # (m, 1, c): client k's per-class weights
+    """SA (Eq. 8-11) over probabilities. logits (m, b, c) of the m clients; y (b,) target
+    labels; u_r, u_c (c, m). Returns log-probabilities P (b, c): the log of the normalised
+    mixture sum_k u_r[y_i, k] * (softmax(logits[k, i]) * u_c[:, k]). Unlike weighting raw
+    logits, this does not change when a client adds a constant to its logits."""
+    probs = logits.softmax(-1) * u_c.t().unsqueeze(1)  # (m, 1, c): client k's per-class weights
     v = u_r[y]  # (b, m): each sample's weights over clients, by its target class
-    return torch.einsum("bm,mbc->bc", v, scaled)
+    mix = torch.einsum("bm,mbc->bc", v, probs)
+    tiny = torch.finfo(mix.dtype).tiny  # a sample nobody guides: uniform, not NaN
+    return mix.clamp_min(tiny).log() - mix.sum(1, keepdim=True).clamp_min(tiny).log()
 
 
 # --- HASA -----------------------------------------------------------------------------------
@@ -155,7 +183,8 @@ def fuse(ctx: FusionContext, cfg: FedHydraConfig) -> FusionResult:
         u, _ = stratify(
             teachers, ctx.num_classes, image_shape=ctx.input_shape,
             steps=cfg.strat_steps or cfg.gen_steps, batch_size=cfg.strat_batch or cfg.batch_size,
-            lr=cfg.gen_lr, nz=cfg.nz, ngf=cfg.ngf, seed=cfg.seed, device=dev, log=ctx.log,
+            lr=cfg.gen_lr, nz=cfg.nz, ngf=cfg.ngf, seed=cfg.seed, device=dev,
+            scale=cfg.guidance_scale, log=ctx.log,
         )  # fmt: skip
     u_r, u_c = stratification_weights(u)
     ur_t = torch.tensor(u_r, dtype=torch.float32, device=dev)
@@ -225,6 +254,7 @@ def fuse(ctx: FusionContext, cfg: FedHydraConfig) -> FusionResult:
             "U_r": u_r.tolist(),
             "U_c": u_c.tolist(),
             "min_loss_floor": MIN_LOSS_FLOOR,
+            "guidance_scale": cfg.guidance_scale,
         },
         "stratification_heatmap": heatmap,
         "loss_history": hist,
