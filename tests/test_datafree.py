@@ -24,7 +24,7 @@ from edgefl.fusion.fedhydra import (
     stratified_aggregate,
     stratify,
 )
-from edgefl.fusion.generator import BNStatLoss, make_generator
+from edgefl.fusion.generator import BNStatLoss, ReplayPool, SyntheticValidation, make_generator
 from edgefl.models.zoo import build_model, make_spec
 from edgefl.server.fuse import FuseJob, run_fuse
 
@@ -269,3 +269,52 @@ def test_config_validation(method, bad):
 def test_plot_stratification(tmp_path):
     path = plot_stratification(np.eye(3)[:, :2], ["a", "b"], ["0", "1", "2"], tmp_path / "h.png")
     assert path.stat().st_size > 0
+
+
+def test_replay_pool_is_a_uniform_sample_of_everything_seen():
+    rng = torch.Generator().manual_seed(0)
+    pool = ReplayPool(100)
+    for b in range(50):  # 50 batches of 20 images; image i carries the number i twice
+        ids = torch.arange(20 * b, 20 * (b + 1)).float()
+        pool.add(ids.view(-1, 1, 1, 1).repeat(1, 1, 2, 2), ids.view(-1, 1).repeat(1, 3), rng)
+    assert pool.size == 100 and pool.seen == 1000
+    x, t = pool.sample(64, rng)
+    assert x.shape == (64, 1, 2, 2) and t.shape == (64, 3)
+    assert torch.equal(x[:, 0, 0, 0], t[:, 0])  # images keep their own targets
+    kept = pool.x[:, 0, 0, 0]
+    assert len(kept.unique()) == 100  # no image twice
+    # Uniform over the whole run, not the latest batches: about half from the first half.
+    assert 30 <= int((kept < 500).sum()) <= 70
+
+
+def test_synthetic_validation_keeps_the_best_student():
+    torch.manual_seed(0)
+    x = torch.randn(200, 4)
+    y = (x[:, 0] > 0).long()
+    model = torch.nn.Linear(4, 2)
+    with torch.no_grad():
+        model.weight.copy_(torch.tensor([[-1.0, 0, 0, 0], [1.0, 0, 0, 0]]))
+        model.bias.zero_()
+    val = SyntheticValidation(size=200, epochs=1)
+    val.add(x, y)
+    assert val.update(model, 1) == 1.0  # a perfect student
+    with torch.no_grad():
+        model.weight.neg_()  # ...then it collapses
+    assert val.update(model, 2) == 0.0 and val.stale == 1 and val.best_epoch == 1
+    val.restore_best(model)
+    assert (model(x).argmax(1) == y).all()
+
+
+def test_fedhydra_rehearses_earlier_batches(federation, tmp_path):
+    """With rehearsal off the student sees each epoch's batches only; on, every step also
+    replays as many earlier ones: the two runs must differ, and both must be reported."""
+    reps = {}
+    for replay in (0, 20_000):
+        out = tmp_path / f"r{replay}.onnx"
+        reps[replay] = run_fuse(FuseJob(uploads=str(federation), method="fedhydra", out=str(out),
+                                        options=TINY_OPTS["fedhydra"] | {"replay": replay},
+                                        device="cpu", eval="digits"))  # fmt: skip
+        assert reps[replay]["config"]["replay"] == replay
+    hist = [reps[r]["loss_history"]["global"] for r in (0, 20_000)]
+    assert hist[0][0] == pytest.approx(hist[1][0])  # epoch 1: nothing to rehearse yet
+    assert hist[0][1:] != pytest.approx(hist[1][1:])

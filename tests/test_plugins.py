@@ -18,7 +18,7 @@ from fed_fixtures import build_federation, snapshot
 import edgefl.server.fuse
 import edgefl.server.ingest
 from edgefl.errors import ConfigError, FusionError
-from edgefl.fusion import METHODS
+from edgefl.fusion import BUDGETS, METHODS
 from edgefl.fusion.base import FusionConfig, FusionResult, Method, Reference
 from edgefl.fusion.options import declared, option
 
@@ -225,6 +225,18 @@ def test_contract_fields(name):
     for ref in m.references:
         assert 0 < ref.accuracy <= 100 and ref.source
         assert m.reference(ref.dataset, ref.partition, ref.clients) == ref
+
+
+@pytest.mark.parametrize("name", METHODS.names())
+def test_every_budget_is_a_valid_config(name):
+    m = METHODS.get(name)
+    assert m.budget_options("cpu") == {}  # the defaults are the cpu budget
+    for budget in BUDGETS:
+        over = m.budget_options(budget)
+        cfg = m.make_config(over)
+        assert all(getattr(cfg, k) == v for k, v in over.items())
+    with pytest.raises(ConfigError, match="--budget must be one of"):
+        m.budget_options("huge")
 
 
 def test_no_method_name_outside_fusion():

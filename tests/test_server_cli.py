@@ -199,3 +199,16 @@ def test_eval_errors(federation, tmp_path):
         for extra in ([], ["--json"]):
             r = run("eval", path, "--dataset", "digits", *extra, code=2)
             assert message in flat(r.output), (path.name, r.output)
+
+
+def test_fuse_budget_paper_under_the_users_flags(federation, tmp_path):
+    out = tmp_path / "g.onnx"
+    r = run("server", "fuse", federation, "--method", "dense", "--budget", "paper", "--out", out,
+            "--json", "--device", "cpu", "--epochs", "1", "--gen-steps", "2", "--batch-size", "8",
+            "--ngf", "4", "--nz", "8")  # fmt: skip
+    cfg = json.loads(r.stdout)["config"]
+    assert cfg["pool_every_step"] is False  # from the paper budget (DENSE pools one batch)
+    assert (cfg["epochs"], cfg["gen_steps"], cfg["ngf"]) == (1, 2, 4)  # the user's flags win
+    assert "--budget paper: epochs=200" in flat(run("server", "methods", "dense").output)
+    bad = run("server", "fuse", federation, "--method", "dense", "--budget", "huge", code=2)
+    assert "--budget must be one of cpu, paper" in flat(bad.output)

@@ -55,14 +55,17 @@ def _extra_flags(args: list[str]) -> list[str]:
     return items
 
 
-def method_options(methods: list[str], flags: list[str], opts: list[str]) -> dict[str, dict]:
-    """Per-method config overrides. A flag or a plain --opt goes to every chosen method that
-    has the option (an error if none has it); `--opt METHOD:key=value` to that method alone."""
+def method_options(
+    methods: list[str], flags: list[str], opts: list[str], budget: str = "cpu"
+) -> dict[str, dict]:
+    """Per-method config overrides: the named budget's, then the user's. A flag or a plain
+    --opt goes to every chosen method that has the option (an error if none has it);
+    `--opt METHOD:key=value` to that method alone."""
     from edgefl.errors import ConfigError
     from edgefl.fusion import METHODS
 
     chosen = {m: METHODS.get(m) for m in methods}
-    out: dict[str, dict[str, Any]] = {m: {} for m in methods}
+    out: dict[str, dict[str, Any]] = {m: chosen[m].budget_options(budget) for m in methods}
     targeted = []
     shared = dict(_parse_opts(flags))
     for item in opts:
@@ -112,6 +115,9 @@ def fuse_cmd(
         help="Method option as [METHOD:]key=value (repeatable). Every option is "
         "also a flag: --epochs 5 --lam 0.3. `edgefl server methods METHOD` lists them.",
     ),  # fmt: skip
+    budget: str = typer.Option(
+        "cpu", help="cpu: defaults 2 cores finish in minutes; paper: the papers' settings (GPU)."
+    ),
     strict: bool = typer.Option(False, help="Abort if any upload is rejected."),
     max_upload_bytes: int | None = typer.Option(
         None, help="Refuse uploads larger than this (default 512 MiB: VGG-9 is 277 MB)."
@@ -130,7 +136,7 @@ def fuse_cmd(
     if not methods or len(set(methods)) != len(methods):
         raise ConfigError(f"--method expects distinct names, got {method!r}",
                           hint="e.g. --method fedmho or --method fedavg,fedmho-md")  # fmt: skip
-    options = method_options(methods, _extra_flags(list(ctx.args)), opt)
+    options = method_options(methods, _extra_flags(list(ctx.args)), opt, budget)
     if len(methods) > 1:
         if out is not None or report is not None:
             raise ConfigError(
@@ -219,7 +225,7 @@ def methods_cmd(
     rows = [{"name": m.name, "description": m.description, "paper": m.paper,
              "consumes": list(m.consumes), "needs_gradients": m.needs_gradients,
              "public_data": m.public_data, "judged": m.judged, "personalize": m.personalize,
-             "options": {o["name"]: o for o in m.options},
+             "options": {o["name"]: o for o in m.options}, "budgets": m.budgets,
              "references": [asdict(r) for r in m.references]} for m in chosen]  # fmt: skip
     if json_out:
         print_json(rows[0] if name else rows)
@@ -247,6 +253,11 @@ def _print_method(r: dict) -> None:
         table.add_row(o["flag"], escape(repr(o["default"])), escape(o["constraint"]),
                       escape(o["help"]))  # fmt: skip
     console.print(table)
+    from edgefl.fusion.options import flag
+
+    for b, over in r["budgets"].items():
+        sets = ", ".join(f"{flag(k)}={v}" for k, v in over.items())
+        console.print(f"  --budget {b}: {escape(sets)}")
     for ref in r["references"]:
         console.print(f"  paper: {ref['accuracy']:.2f}% on {ref['dataset']}, {ref['clients']} "
                       f"clients, {ref['partition']} ({escape(ref['source'])})")  # fmt: skip

@@ -67,11 +67,15 @@ def simulate_cmd(
     fuse_opt: list[str] = typer.Option(
         [], "--fuse-opt", help="METHOD:key=value, e.g. fedmho-md:epochs=10."
     ),
+    budget: str = typer.Option(
+        "cpu", help="Fusion: cpu (defaults 2 cores finish in minutes) | paper (the papers' own)."
+    ),
     data_dir: str | None = typer.Option(None, help="Folder with standard dataset files."),
     json_out: bool = typer.Option(False, "--json", help="Print results JSON."),
 ) -> None:
     """Run a whole one-shot federation: train every client, fuse with each method, evaluate."""
-    from edgefl.fusion import DEFAULT_METHODS, METHODS
+    from edgefl.errors import ConfigError
+    from edgefl.fusion import BUDGETS, DEFAULT_METHODS, METHODS
     from edgefl.simulate.run import SimJob, simulate
 
     opts = _fuse_options(fuse_opt)
@@ -82,6 +86,12 @@ def simulate_cmd(
         for m in method_list:
             names = METHODS.get(m).option_names()
             opts[m] = {k: v for k, v in shared.items() if k in names} | opts.get(m, {})
+    if budget not in BUDGETS:
+        raise ConfigError(f"--budget must be one of {', '.join(BUDGETS)}, got {budget!r}",
+                          hint="cpu: the defaults; paper: each paper's own setting")  # fmt: skip
+    for m in method_list:  # a named budget's options, under the user's own
+        if m in METHODS:
+            opts[m] = METHODS.get(m).budget_options(budget) | opts.get(m, {})
     job = SimJob(
         dataset=dataset, clients=clients, partition=partition, mix=mix, methods=method_list,
         seed=seed, out=out, jobs=jobs, device=device, train_device=train_device,

@@ -13,6 +13,7 @@ from edgefl.fusion import (
     pfedzkd,
 )
 from edgefl.fusion.base import (
+    BUDGETS,
     METHODS,
     FusionConfig,
     FusionContext,
@@ -50,6 +51,7 @@ def paper_reference(dataset: str, partition: str, clients: int) -> dict[str, flo
 
 
 __all__ = [
+    "BUDGETS",
     "DEFAULT_METHODS",
     "METHODS",
     "FusionConfig",

@@ -3,8 +3,9 @@ and the CLI read instead of method names), its config base, the context it runs 
 pieces several methods reuse (parameter averaging, sampling decoders, the class-mean filter,
 training a student on synthetic data with optional distillation).
 
-A method is one file with a frozen config dataclass (the paper's defaults, each field declared
-with `option(...)`) and a `fuse(ctx, cfg)` function, plus one line in `edgefl/fusion/__init__.py`;
+A method is one file with a frozen config dataclass (its defaults, each field declared
+with `option(...)`; the paper's values where 2 cores can afford them, else a named `paper`
+budget) and a `fuse(ctx, cfg)` function, plus one line in `edgefl/fusion/__init__.py`;
 the pipeline around it (ingest, rebuild, export, report) lives in edgefl.server.fuse.
 """
 
@@ -32,6 +33,9 @@ from edgefl.registry import Registry
 
 ARTIFACT_KINDS = ("classifier", "decoder", "predictions", "prototypes")
 JUDGED = ("global", "per-client")
+# Named option sets (`--budget`): "cpu" is every method's defaults, what 2 CPU cores finish in
+# minutes; "paper" is the paper's own setting, where it differs (a GPU job for some methods).
+BUDGETS = ("cpu", "paper")
 
 
 @dataclass(frozen=True)
@@ -93,8 +97,12 @@ class Method:
     # Extra outputs beside the global model (a picture): (result, global model path) -> report
     # entries naming the files written.
     outputs: Callable[[FusionResult, Path], dict[str, Any]] | None = None
+    # Option overrides per named budget other than "cpu" (the defaults), e.g. {"paper": {...}}.
+    budgets: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        if set(self.budgets) - set(BUDGETS[1:]):
+            raise ValueError(f"{self.name}: budgets must be among {BUDGETS[1:]}")
         if not self.consumes or set(self.consumes) - set(ARTIFACT_KINDS):
             raise ValueError(f"{self.name}: consumes must be a subset of {ARTIFACT_KINDS}")
         if self.judged not in JUDGED:
@@ -119,6 +127,14 @@ class Method:
                 f"(`edgefl server methods {self.name}` explains each)",
             )
         return replace(self.config_cls(), **overrides)
+
+    def budget_options(self, budget: str) -> dict[str, Any]:
+        """The option overrides of a named budget ({} where the defaults already are it)."""
+        if budget not in BUDGETS:
+            raise ConfigError(f"--budget must be one of {', '.join(BUDGETS)}, got {budget!r}",
+                              hint="cpu: what 2 cores finish in minutes (the defaults); "
+                              "paper: each paper's own setting")  # fmt: skip
+        return dict(self.budgets.get(budget, {}))
 
     def reference(self, dataset: str, partition: str, clients: int) -> Reference | None:
         for ref in self.references:

@@ -23,6 +23,7 @@ from torch.nn import functional as F
 
 from edgefl.fusion.base import FusionContext, FusionResult, Method, fedmho_table3
 from edgefl.fusion.generator import (
+    PAPER_GENERATOR,
     BNStatLoss,
     GeneratorConfig,
     frozen_teachers,
@@ -142,4 +143,5 @@ METHOD = Method(
     config_cls=DenseConfig,
     fuse=fuse,
     references=fedmho_table3((90.51, 86.12, 73.76)),
+    budgets={"paper": PAPER_GENERATOR | {"pool_every_step": False}},
 )
