@@ -8,8 +8,8 @@ Data-free one-shot fusion of classifiers of any architectures. Per epoch:
 2. add the batches and their ensemble logits to the synthetic pool (teachers never change, so
    their logits are computed once). DENSE pools the last step's batch only; by default every
    step's batch joins the pool with the logits its generator step already computed: T_G times
-   the synthetic data for no extra teacher pass (bench/results/datafree.md: 65 -> 75% on MNIST
-   Dir(0.5) at the same generator budget, in less time);
+   the synthetic data for no extra teacher pass (65 -> 75% on MNIST Dir(0.5) at the same
+   generator budget, in less time: bench/results/datafree_diagnosis.md);
 3. distill the student on the pool with KL at temperature T (T = 20 in DENSE).
 The ensemble is the plain mean of the teachers' logits.
 """
@@ -41,8 +41,8 @@ class DenseConfig(GeneratorConfig):
     """The shared generator defaults, plus DENSE's T = 20 for distillation and its agreement
     mask on the adversarial term. On 2 cores DENSE keeps its paper's T_G = 30 steps per noise
     batch and takes fewer epochs: with 5 steps a batch's images stay unfinished and the student
-    learns from them (bench/results/datafree.md: MNIST Dir(0.1) 44% with 30 x 5, 51% with
-    10 x 30, at about the same cost)."""
+    learns from them (MNIST Dir(0.1): 44% with 30 x 5, 51% with 10 x 30, at about the same
+    cost; bench/results/datafree_diagnosis.md)."""
 
     epochs: int = option(10, "epochs: generator steps, then distillation (paper: 200)", low=1)
     gen_steps: int = option(30, "generator steps per epoch (T_G; paper: 30)", low=1)

@@ -28,10 +28,10 @@ from edgefl.fusion.options import option
 class GeneratorConfig(FusionConfig):
     """What DENSE and FedHydra share. The defaults are the `cpu` budget: what two CPU cores
     finish in about a minute on MNIST (bench/results/datafree.md), a 32/16-channel generator
-    taking 5 steps per epoch on batches of 64 for 30 epochs. `PAPER_GENERATOR` is the `paper`
-    budget: DENSE's setup and FedHydra's Sec. 4.1.5, which agree (200 epochs, T_G = 30
-    generator steps, synthesis batch 256, 128/64 channels); both keep generator Adam 1e-3,
-    student SGD 0.01 momentum 0.9, loss weights 1 and nz = 256."""
+    taking 5 steps per epoch on batches of 64 for 30 epochs (DENSE: 10 epochs of 30 steps).
+    `PAPER_GENERATOR` is the `paper` budget: DENSE's setup and FedHydra's Sec. 4.1.5, which
+    agree (200 epochs, T_G = 30 generator steps, synthesis batch 256, 128/64 channels); both
+    budgets keep generator Adam 1e-3, student SGD 0.01 momentum 0.9, loss weights 1, nz 256."""
 
     student: str = option("cnn", "zoo architecture of the global model (the student)")
     epochs: int = option(30, "epochs: generator steps, then distillation (paper: 200)", low=1)
