@@ -57,6 +57,19 @@ def test_cli_bad_mix(cli, tmp_path):
     assert r.exit_code == 2 and "add up to --clients" in r.output
     r = cli("simulate", "--methods", "fedmh", "--out", str(tmp_path))
     assert r.exit_code == 2 and "did you mean" in r.output
+    r = cli("simulate", "--budget", "huge", "--out", str(tmp_path))
+    assert r.exit_code == 2 and "--budget must be one of cpu, paper" in r.output
+
+
+def test_cli_budget_under_the_users_options(cli, tmp_path, monkeypatch):
+    seen = {}
+    monkeypatch.setattr(sim, "simulate", lambda job, log=None: seen.setdefault("job", job) and {})
+    cli("simulate", "--methods", "fedavg,dense", "--budget", "paper", "--fuse-opt",
+        "dense:epochs=3", "--out", str(tmp_path))  # fmt: skip
+    opts = seen["job"].fuse_options
+    assert opts["dense"]["epochs"] == 3  # the user's
+    assert opts["dense"]["gen_steps"] == 30 and opts["dense"]["pool_every_step"] is False
+    assert opts.get("fedavg", {}) == {}  # no paper budget: its defaults are the paper's
 
 
 def test_resume_after_interruption(tmp_path, monkeypatch):
