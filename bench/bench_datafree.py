@@ -58,14 +58,15 @@ VARIANTS = {
 TARGET_GAP = 3.0  # issue 16: each >= the teachers' ensemble - 3 points (mean over seeds)
 
 
-def train_clients(out: Path, partition: str, seed: int, epochs: int, log) -> list[dict]:
+def train_clients(out: Path, partition: str, seed: int, epochs: int, log,
+                  device: str = "cpu") -> list[dict]:  # fmt: skip
     clients = []
     for i in range(NUM_CLIENTS):
         t = time.perf_counter()
         res = run_client(ClientJob(profile="smartphone", dataset="mnist", out_dir=str(out),
                                    partition=partition, num_clients=NUM_CLIENTS, client_index=i,
                                    partition_seed=seed, model="cnn", epochs=epochs, seed=seed,
-                                   fed_seed=seed))  # fmt: skip
+                                   fed_seed=seed, train_device=device))  # fmt: skip
         clients.append({"client_id": res.client_id, "label_counts": res.label_counts,
                         "val_accuracy": res.summary.as_dict().get("val_accuracy"),
                         "seconds": time.perf_counter() - t})  # fmt: skip
@@ -88,7 +89,8 @@ def run(args) -> dict:
                 clients = None
             else:
                 log(f"[{tag}] training {NUM_CLIENTS} clients ({args.client_epochs} epochs)")
-                clients = train_clients(uploads, partition, seed, args.client_epochs, log)
+                clients = train_clients(uploads, partition, seed, args.client_epochs, log,
+                                        args.train_device)  # fmt: skip
             clients_s = time.perf_counter() - t
             for label in args.methods:
                 method, extra = VARIANTS[label]
@@ -278,7 +280,8 @@ def main(argv=None) -> None:
     ap.add_argument("--budget", choices=["cpu", "paper"], default="cpu")
     ap.add_argument("--client-epochs", type=int, default=5)
     ap.add_argument("--simulate", action="store_true", help="also time the whole simulate")
-    ap.add_argument("--device", default="auto")
+    ap.add_argument("--device", default="auto", help="fusion device")
+    ap.add_argument("--train-device", default="cpu", help="client training: cpu | cuda")
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     ap.add_argument("--work", default=None, help="folder for uploads and global models")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "datafree"))

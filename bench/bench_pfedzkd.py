@@ -99,7 +99,7 @@ def fuse(uploads: Path, method: str, args, out: Path) -> dict:
                    "inversion_lr": args.inversion_lr, "epochs": args.distill_epochs}  # fmt: skip
     t = time.perf_counter()
     rep = run_fuse(FuseJob(uploads=str(uploads), method=method, out=str(out / f"{method}.onnx"),
-                           options=options, device="cpu", eval="mnist:test"))  # fmt: skip
+                           options=options, device=args.device, eval="mnist:test"))  # fmt: skip
     row = {"accuracy": 100 * rep["accuracy"], "seconds": time.perf_counter() - t,
            "stages": rep["seconds"]}  # fmt: skip
     if method == "pfedzkd":
@@ -244,6 +244,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--time-particles", type=int, default=10)
     p.add_argument("--time-generations", type=int, default=5)
     p.add_argument("--time-fitness-samples", type=int, default=2000)
+    p.add_argument("--device", default="cpu", help="fusion device: cpu | cuda | auto")
     p.add_argument("--out", default=str(ROOT / "bench" / "results" / "pfedzkd"))
     args = p.parse_args(argv)
     torch.set_num_threads(1)  # the fusion runs in this process while no worker is busy
