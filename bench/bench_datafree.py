@@ -191,9 +191,8 @@ def markdown(result: dict) -> str:
         "",
         *lines,
         "",
-        f"Target (issue 16): each data-free method >= the ensemble - {TARGET_GAP:g} points: "
-        + "; ".join(verdicts) + ".",
-        "",
+        *([f"Target (issue 16): each data-free method >= the ensemble - {TARGET_GAP:g} points: "
+           + "; ".join(verdicts) + ".", ""] if verdicts else []),
         *sim_lines,
         *stratification_lines(rows, parts),
         "",
