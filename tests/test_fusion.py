@@ -40,6 +40,7 @@ from edgefl.fusion import METHODS, FusionContext, fedmho
 from edgefl.fusion.base import (
     average_classifiers,
     class_mean_filter,
+    decode,
     kd_loss,
     largest_remainder,
     teacher_logits,
@@ -401,3 +402,16 @@ def test_fedmho_teachers(uploads, monkeypatch):
 
     run("fedmho")
     assert seen["teacher"] is None and seen["lam"] == 1.0
+
+
+def test_decode_draws_bernoulli_pixels_around_the_decoder_mean(uploads):
+    """ "bernoulli" samples the CVAE's likelihood: binary pixels whose average over many draws is
+    the decoder's output ("mean")."""
+    dec = next(u for u in uploads if u.kind == "decoder")
+    labels = np.full(4000, 3)
+    means = decode(dec, labels, torch.Generator().manual_seed(0), "cpu", pixels="mean")
+    draws = decode(dec, labels, torch.Generator().manual_seed(0), "cpu", pixels="bernoulli")
+    assert draws.shape == means.shape
+    assert set(draws.unique().tolist()) <= {0.0, 1.0}
+    assert not set(means.unique().tolist()) <= {0.0, 1.0}
+    assert (draws.mean(0) - means.mean(0)).abs().max() < 0.05

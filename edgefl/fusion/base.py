@@ -275,8 +275,17 @@ def largest_remainder(total: int, weights: np.ndarray) -> np.ndarray:
     return out
 
 
-def decode(upload: Upload, labels: np.ndarray, gen: torch.Generator, device, batch: int = 1024):
-    """Images from one decoder for the given labels, z ~ N(0, I)."""
+PIXELS = ("bernoulli", "mean")
+PIXELS_HELP = ("synthetic pixels: bernoulli draws from the decoder's outputs (a sample of the "
+               "CVAE's Bernoulli likelihood) or the outputs themselves (mean)")  # fmt: skip
+
+
+def decode(upload: Upload, labels: np.ndarray, gen: torch.Generator, device, batch: int = 1024,
+           pixels: str = "mean"):  # fmt: skip
+    """Images from one decoder for the given labels, z ~ N(0, I). The CVAEs are trained with a
+    per-pixel BCE, i.e. a Bernoulli likelihood whose parameters the decoder outputs: "bernoulli"
+    draws each pixel from it (a sample of the model), "mean" returns the outputs themselves,
+    blurred averages that no real digit looks like."""
     c = upload.meta["num_classes"]
     out = []
     for i in range(0, len(labels), batch):
@@ -288,6 +297,8 @@ def decode(upload: Upload, labels: np.ndarray, gen: torch.Generator, device, bat
                 img = upload.module.to(device)(z.to(device), onehot.to(device)).float().cpu()
             else:
                 img = torch.from_numpy(upload.artifact.run(z.numpy(), onehot.numpy()))
+        if pixels == "bernoulli":
+            img = torch.bernoulli(img.clamp(0, 1), generator=gen)
         out.append(img)
     return torch.cat(out) if out else torch.zeros(0, *upload.meta["input_shape"])
 
