@@ -52,3 +52,10 @@ def test_client_plan(cli):
     assert r.exit_code == 0 and "classifier" in r.output
     r = cli("client", "plan", "--profile", "smartphone", "--role", "teacher")
     assert r.exit_code == 2 and "--role" in r.output
+
+
+def test_version(cli):
+    from importlib.metadata import version
+
+    r = cli("--version")
+    assert r.exit_code == 0 and r.output.strip() == f"edgefl {version('edgefl')}"

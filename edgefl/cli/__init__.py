@@ -45,6 +45,23 @@ app = typer.Typer(
 )
 
 
+def _version(value: bool) -> None:
+    if value:
+        from edgefl import __version__
+
+        print(f"edgefl {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
+    ),
+) -> None:
+    """One-shot federated learning for real edge devices."""
+
+
 def _register() -> None:
     # Explicit list: every sub-command module, in the order of the data's trip.
     from edgefl.cli import data_cmd, models_cmd, profile_cmd
