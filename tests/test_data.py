@@ -382,7 +382,7 @@ def test_cli_data_list(cli):
 
 def test_cli_data_partition(cli, tmp_path):
     args = ["data", "partition", "--dataset", "digits", "--num-clients", "4", "--seed", "3"]
-    result = cli(*args, "--scheme", "dirichlet:0.5", "--json", "--plot", str(tmp_path / "h.png"))
+    result = cli(*args, "--partition", "dirichlet:0.5", "--json", "--plot", str(tmp_path / "h.png"))
     assert result.exit_code == 0, result.output
     out = json.loads(result.stdout)
     assert out["scheme"] == "dirichlet:0.5" and out["num_clients"] == 4 and out["seed"] == 3
@@ -397,7 +397,10 @@ def test_cli_data_partition(cli, tmp_path):
 
 
 def test_cli_bad_scheme_exits_2(cli):
-    result = cli("data", "partition", "--dataset", "digits", "--scheme", "dirichlet:-1")
-    assert result.exit_code == 2
-    text = " ".join(result.output.split())
-    assert "invalid partition scheme" in text and "--scheme" in text and "dirichlet:ALPHA" in text
+    for flag in ("--partition", "--scheme"):  # --scheme: the old name, still accepted
+        result = cli("data", "partition", "--dataset", "digits", flag, "dirichlet:-1")
+        assert result.exit_code == 2
+        text = " ".join(result.output.split())
+        assert "invalid partition scheme" in text and "--partition" in text
+        assert "dirichlet:ALPHA" in text
+    assert "--scheme" not in cli("data", "partition", "--help").output

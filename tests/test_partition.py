@@ -123,7 +123,7 @@ def test_parse_scheme_round_trip(text):
              "classes:0", "classes:1.5", "iid:3"]
 )  # fmt: skip
 def test_parse_scheme_rejects(text):
-    with pytest.raises(ConfigError, match="--partition/--scheme") as err:
+    with pytest.raises(ConfigError, match="for --partition") as err:
         parse_scheme(text)
     assert "dirichlet:ALPHA" in err.value.hint
     with pytest.raises(ConfigError):

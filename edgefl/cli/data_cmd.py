@@ -65,11 +65,10 @@ def partition_cmd(
     dataset: str = typer.Option("mnist", "--dataset", "-d", help="Dataset name or path."),
     num_clients: int = typer.Option(10, "--num-clients", "-k", help="Number of clients."),
     scheme: str = typer.Option(
-        "dirichlet:0.5",
-        "--scheme",
-        "--partition",
-        help="iid, dirichlet:ALPHA or classes:K.",
+        "dirichlet:0.5", "--partition", help="iid, dirichlet:ALPHA or classes:K."
     ),
+    # The flag's old name, kept working but no longer shown: every command says --partition.
+    old_scheme: str | None = typer.Option(None, "--scheme", hidden=True),
     seed: int = typer.Option(0, "--seed", help="Random seed of the partition."),
     data_dir: Path | None = typer.Option(
         None, "--data-dir", help="Folder holding the dataset's files."
@@ -85,7 +84,7 @@ def partition_cmd(
 
     from edgefl.data import label_count_matrix, load_dataset, parse_scheme, partition
 
-    parsed = parse_scheme(scheme)  # fail on a bad flag before loading any data
+    parsed = parse_scheme(old_scheme or scheme)  # fail on a bad flag before loading any data
     ds = load_dataset(dataset, "train", data_dir=data_dir, download=download)
     parts = partition(ds.y, num_clients, parsed, seed, num_classes=ds.num_classes)
     counts = label_count_matrix(ds.y, parts, ds.num_classes)

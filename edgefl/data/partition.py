@@ -36,7 +36,7 @@ class PartitionScheme:
         if not ok:
             raise ConfigError(
                 f"invalid partition scheme {self.kind!r} (alpha={self.alpha}, k={self.k})",
-                hint=f"--partition/--scheme takes {SCHEME_FORMS}",
+                hint=f"--partition takes {SCHEME_FORMS}",
             )
 
     def __str__(self) -> str:
@@ -63,7 +63,7 @@ def parse_scheme(text: str | PartitionScheme) -> PartitionScheme:
     except (ValueError, ConfigError):
         pass
     raise ConfigError(
-        f"invalid partition scheme {text!r} for --partition/--scheme",
+        f"invalid partition scheme {text!r} for --partition",
         hint=f"use {SCHEME_FORMS}",
     )
 
