@@ -157,6 +157,25 @@ def test_eval_global_model_table_json_and_plot(fused, tmp_path):
     assert confusion.shape == (10, 10) and confusion.sum() == res["samples"] == 360
     assert np.trace(confusion) / 360 == pytest.approx(res["accuracy"])
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert res["plot"] == str(png)  # every file written is named
+    again = tmp_path / "again.png"
+    assert f"confusion matrix: {again}" in flat(run("eval", out, "--dataset", "digits", "--plot",
+                                                     again).output)  # fmt: skip
+
+
+def test_eval_unwritable_plot_fails_before_evaluating(fused, tmp_path, monkeypatch):
+    _, out = fused
+    (tmp_path / "notes.txt").write_text("keep me")
+    import edgefl.evaluate
+
+    def boom(*a, **k):
+        raise AssertionError("evaluated before the --plot check")
+
+    monkeypatch.setattr(edgefl.evaluate, "evaluate_artifact", boom)
+    for bad in (tmp_path / "notes.txt" / "c.png", tmp_path):
+        r = run("eval", out, "--dataset", "digits", "--plot", bad, code=2)
+        assert "--plot" in flat(r.output) and "fix:" in r.output
+    assert (tmp_path / "notes.txt").read_text() == "keep me"
 
 
 def _plain_graph(path, in_shape, classes: int, meta: dict | None = None):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from edgefl.cli.common import console, print_json
@@ -27,9 +28,12 @@ def eval_cmd(
     from edgefl.data import parse_dataset_ref
     from edgefl.errors import ArtifactError
     from edgefl.evaluate import evaluate_artifact
+    from edgefl.outputs import check_writable
 
     if not Path(model).is_file():
         raise ArtifactError(f"model file {model} not found")
+    if plot:
+        check_writable(plot, "--plot", "confusion.png")  # before the evaluation, not after
     try:
         art = exporters.read_artifact(model, require_metadata=False)
     except Exception as exc:  # onnx raises DecodeError and friends for non-ONNX bytes
@@ -41,11 +45,11 @@ def eval_cmd(
     if plot:
         from edgefl.plots import plot_confusion
 
-        plot_confusion(
+        plot = str(plot_confusion(
             res.confusion, plot, title=f"{Path(model).name} on {res.dataset}:{res.split}"
-        )
+        ))  # fmt: skip
     if json_out:
-        print_json(res.as_dict())
+        print_json(res.as_dict() | ({"plot": plot} if plot else {}))
         return
     console.print(f"[bold]{Path(model).name}[/] on {res.dataset}:{res.split} ({res.samples:,} samples): "
                   f"top-1 [bold]{100 * res.accuracy:.2f}%[/]")  # fmt: skip
@@ -56,3 +60,5 @@ def eval_cmd(
     for n, a in zip(names, res.per_class, strict=False):
         table.add_row(str(n), f"{100 * a:.2f}%")
     console.print(table)
+    if plot:
+        console.print(f"confusion matrix: {escape(plot)}")

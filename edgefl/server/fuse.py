@@ -32,6 +32,7 @@ from edgefl.artifacts import Upload
 from edgefl.errors import ArtifactError, ConfigError, EdgeflError, FusionError
 from edgefl.fusion import METHODS
 from edgefl.fusion.base import FusionConfig, FusionContext, FusionResult, Method
+from edgefl.outputs import check_writable
 from edgefl.server.ingest import Ingest, default_jobs, ingest
 
 
@@ -96,23 +97,8 @@ def plan(
                 hint="the server never writes among the uploads: write the global model and "
                 "its report elsewhere, e.g. --out global.onnx",
             )
-        _check_writable(path, flag_name)
+        check_writable(path, flag_name, path.name)  # e.g. the same name in the current folder
     return Planned(method, cfg, out, report_path)
-
-
-def _check_writable(path: Path, flag_name: str) -> None:
-    """An output that cannot be written fails now, not after the fusing."""
-    if path.is_dir():
-        raise ConfigError(f"{flag_name} {path} is a directory",
-                          hint="name a file, e.g. global.onnx")  # fmt: skip
-    folder = path.parent
-    while not folder.exists() and folder != folder.parent:  # the nearest existing ancestor
-        folder = folder.parent
-    if not folder.is_dir() or not os.access(folder, os.W_OK | os.X_OK):
-        raise ConfigError(
-            f"{flag_name} {path} cannot be written: {folder} is not a writable folder",
-            hint="write the outputs somewhere you can write, e.g. --out global.onnx",
-        )
 
 
 # --- stage: select --------------------------------------------------------------------------
