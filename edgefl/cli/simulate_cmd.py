@@ -74,8 +74,7 @@ def simulate_cmd(
     json_out: bool = typer.Option(False, "--json", help="Print results JSON."),
 ) -> None:
     """Run a whole one-shot federation: train every client, fuse with each method, evaluate."""
-    from edgefl.errors import ConfigError
-    from edgefl.fusion import BUDGETS, DEFAULT_METHODS, METHODS
+    from edgefl.fusion import DEFAULT_METHODS, METHODS, check_budget
     from edgefl.simulate.run import SimJob, simulate
 
     opts = _fuse_options(fuse_opt)
@@ -86,9 +85,7 @@ def simulate_cmd(
         for m in method_list:
             names = METHODS.get(m).option_names()
             opts[m] = {k: v for k, v in shared.items() if k in names} | opts.get(m, {})
-    if budget not in BUDGETS:
-        raise ConfigError(f"--budget must be one of {', '.join(BUDGETS)}, got {budget!r}",
-                          hint="cpu: the defaults; paper: each paper's own setting")  # fmt: skip
+    check_budget(budget)  # before anything runs, whichever methods are named
     for m in method_list:  # a named budget's options, under the user's own
         if m in METHODS:
             opts[m] = METHODS.get(m).budget_options(budget) | opts.get(m, {})

@@ -20,6 +20,7 @@ from edgefl.fusion.base import (
     FusionResult,
     Method,
     Reference,
+    check_budget,
 )
 
 for _m in (
@@ -52,6 +53,7 @@ def paper_reference(dataset: str, partition: str, clients: int) -> dict[str, flo
 
 __all__ = [
     "BUDGETS",
+    "check_budget",
     "DEFAULT_METHODS",
     "METHODS",
     "FusionConfig",

@@ -38,6 +38,13 @@ JUDGED = ("global", "per-client")
 BUDGETS = ("cpu", "paper")
 
 
+def check_budget(budget: str) -> None:
+    if budget not in BUDGETS:
+        raise ConfigError(f"--budget must be one of {', '.join(BUDGETS)}, got {budget!r}",
+                          hint="cpu: what 2 cores finish in minutes (the defaults); "
+                          "paper: each paper's own setting")  # fmt: skip
+
+
 @dataclass(frozen=True)
 class FusionConfig:
     """Knobs every method has. Subclasses add theirs with `option(...)`; each field is a flag of
@@ -130,10 +137,7 @@ class Method:
 
     def budget_options(self, budget: str) -> dict[str, Any]:
         """The option overrides of a named budget ({} where the defaults already are it)."""
-        if budget not in BUDGETS:
-            raise ConfigError(f"--budget must be one of {', '.join(BUDGETS)}, got {budget!r}",
-                              hint="cpu: what 2 cores finish in minutes (the defaults); "
-                              "paper: each paper's own setting")  # fmt: skip
+        check_budget(budget)
         return dict(self.budgets.get(budget, {}))
 
     def reference(self, dataset: str, partition: str, clients: int) -> Reference | None:

@@ -258,7 +258,7 @@ def fuse(ctx: FusionContext, cfg: FedHydraConfig) -> FusionResult:
         with ctx.stage("distill"):
             total = 0.0
             for x, p in intermediates * cfg.distill_passes:
-                if cfg.replay and replay.size:
+                if replay.size:  # always 0 with --replay 0
                     rx, rp = replay.sample(len(x), rng)
                     x, p = torch.cat([x, rx]), torch.cat([p, rp])
                 s = student(x)
@@ -268,9 +268,8 @@ def fuse(ctx: FusionContext, cfg: FedHydraConfig) -> FusionResult:
                 opt_s.step()
                 total += float(loss.detach())
             hist["global"].append(total / (len(intermediates) * cfg.distill_passes))
-            if cfg.replay:
-                for x, p in intermediates:
-                    replay.add(x, p, rng)
+            for x, p in intermediates:  # after the steps: they rehearse earlier epochs only
+                replay.add(x, p, rng)
         agree = f", held-out agreement {val.update(student, epoch + 1):.3f}" if cfg.val_size else ""
         ctx.log(
             f"epoch {epoch + 1}/{cfg.epochs}: generator {hist['generator'][-1]:.4f} "

@@ -227,11 +227,9 @@ class SyntheticValidation:
         self.per_epoch = max(1, math.ceil(size / max(1, epochs)))
         self.x: list[torch.Tensor] = []
         self.y: list[torch.Tensor] = []
-        self.best_state: dict[str, torch.Tensor] | None = None
+        self.best: nn.Module | None = None  # a frozen copy of the best student so far
         self.best_epoch = 0
-        self.best_score = float("nan")
         self.stale = 0
-        self.history: list[float] = []
 
     def add(self, x: torch.Tensor, labels: torch.Tensor) -> None:
         self.x.append(x.detach())
@@ -249,26 +247,18 @@ class SyntheticValidation:
         was = student.training
         student.eval()
         score = self._agreement(student, x, y)
-        if self.best_state is not None:
-            current = {k: v.clone() for k, v in student.state_dict().items()}
-            student.load_state_dict(self.best_state)
-            best = self._agreement(student, x, y)
-            student.load_state_dict(current)
-        else:
-            best = -1.0
-        student.train(was)
-        self.history.append(score)
+        best = -1.0 if self.best is None else self._agreement(self.best, x, y)
         if score >= best:
-            self.best_state = {k: v.detach().clone() for k, v in student.state_dict().items()}
-            self.best_epoch, self.best_score, self.stale = epoch, score, 0
+            self.best = copy.deepcopy(student).requires_grad_(False)
+            self.best_epoch, self.stale = epoch, 0
         else:
-            self.best_score = best
             self.stale += 1
+        student.train(was)
         return score
 
     def restore_best(self, student: nn.Module) -> None:
-        if self.best_state is not None:
-            student.load_state_dict(self.best_state)
+        if self.best is not None:
+            student.load_state_dict(self.best.state_dict())
 
 
 class ReplayPool:

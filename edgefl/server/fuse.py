@@ -97,7 +97,8 @@ def plan(
                 hint="the server never writes among the uploads: write the global model and "
                 "its report elsewhere, e.g. --out global.onnx",
             )
-        check_writable(path, flag_name, path.name)  # e.g. the same name in the current folder
+        # The hint's example: the same name in the current folder (a folder for --out-dir).
+        check_writable(path, flag_name, path.parent.name if flag_name == "--out-dir" else path.name)
     return Planned(method, cfg, out, report_path)
 
 
