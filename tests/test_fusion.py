@@ -36,11 +36,13 @@ import exporters
 import exporters.atomic
 from edgefl.data import load_dataset
 from edgefl.errors import FusionError
-from edgefl.fusion import METHODS, FusionContext, fedmho
+from edgefl.fusion import METHODS, FusionContext, fedcvae_ens, fedmho
 from edgefl.fusion.base import (
+    allocate,
     average_classifiers,
     class_mean_filter,
     decode,
+    federation_label_counts,
     kd_loss,
     largest_remainder,
     teacher_logits,
@@ -323,14 +325,30 @@ def test_largest_remainder_hand_cases():
     assert largest_remainder(0, np.array([2, 5])).tolist() == [0, 0]
 
 
-def test_fedmho_allocate_by_squared_label_counts():
+def test_allocate_by_squared_label_counts_as_fedmho():
     decoders = [SimpleNamespace(label_counts=np.array([3, 0, 1])),
                 SimpleNamespace(label_counts=np.array([1, 2, 0]))]  # fmt: skip
-    alloc = fedmho.allocate(decoders, num_classes=3, total=30)
+    alloc = allocate(decoders, np.ones(3), total=30, power=2)
     # 10 per class: class 0 split 9:1 by squares, class 1 all to the only holder, class 2 too.
     assert alloc.tolist() == [[9, 0, 10], [1, 10, 0]]
-    alloc = fedmho.allocate(decoders, num_classes=3, total=31)
+    alloc = allocate(decoders, np.ones(3), total=31, power=2)
     assert alloc.sum() == 31 and alloc.sum(0).tolist() == [11, 10, 10]
+
+
+def test_fedcvae_class_totals_follow_the_federation_not_only_the_decoders():
+    # Two decoders that barely hold class 1, a classifier client that holds mostly class 1, and
+    # class 2 that no decoder holds.
+    dec = [SimpleNamespace(kind="decoder", label_counts=np.array([90, 10, 0])),
+           SimpleNamespace(kind="decoder", label_counts=np.array([60, 0, 0]))]  # fmt: skip
+    clf = SimpleNamespace(kind="classifier", label_counts=np.array([50, 190, 100]))
+    ctx = SimpleNamespace(label_counts=federation_label_counts([*dec, clf], 3), num_classes=3)
+    paper = fedcvae_ens.class_weights(ctx, dec, "decoders")
+    assert paper.tolist() == [150, 10, 0]  # the paper's rule: the decoders' own counts
+    fed = fedcvae_ens.class_weights(ctx, dec, "federation")
+    assert fed.tolist() == [200, 200, 0]  # every upload's counts; nobody can draw class 2
+    alloc = allocate(dec, fed, total=100)
+    # 50 per class; class 0 split 90:60 among its holders, class 1 all from the one that has it.
+    assert alloc.tolist() == [[30, 50, 0], [20, 0, 0]]
 
 
 def test_class_mean_filter_drops_the_outlier():

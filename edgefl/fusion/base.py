@@ -168,15 +168,31 @@ def fedmho_table3(accuracies: tuple[float, float, float]) -> tuple[Reference, ..
 METHODS: Registry[Method] = Registry("fusion method")
 
 
+def federation_label_counts(uploads, num_classes: int) -> np.ndarray:
+    """Per-class sample counts summed over the uploads that declare them."""
+    total = np.zeros(num_classes, dtype=np.int64)
+    for u in uploads:
+        if len(u.label_counts) == num_classes:
+            total += u.label_counts
+    return total
+
+
 class FusionContext:
     """Everything a method may use: the accepted uploads by kind, the task, the device, a seeded
-    generator, a stage timer and a report dict for method-specific entries."""
+    generator, a stage timer and a report dict for method-specific entries. `label_counts` is
+    the federation's: summed over every accepted upload, used by the method or not (by default
+    over `uploads`)."""
 
-    def __init__(self, uploads: list[Upload], *, device: torch.device, seed: int, log=None):
+    def __init__(self, uploads: list[Upload], *, device: torch.device, seed: int, log=None,
+                 label_counts: np.ndarray | None = None):  # fmt: skip
         self.uploads = uploads
         first = uploads[0].meta
         self.input_shape = tuple(first["input_shape"])
         self.num_classes = int(first["num_classes"])
+        self.label_counts = (
+            federation_label_counts(uploads, self.num_classes)
+            if label_counts is None else np.asarray(label_counts, dtype=np.int64)
+        )  # fmt: skip
         self.class_names = list(first.get("class_names") or range(self.num_classes))
         self.device = device
         self.seed = seed
@@ -277,6 +293,30 @@ def largest_remainder(total: int, weights: np.ndarray) -> np.ndarray:
     order = np.argsort(-(raw - out), kind="stable")
     out[order[: total - out.sum()]] += 1
     return out
+
+
+def allocate(decoders, class_weights, total: int, power: float = 1.0) -> np.ndarray:
+    """(decoders x classes) sample counts: `total` split over the classes by `class_weights`,
+    each class's share split among the decoders by their label counts ** `power` (evenly where
+    no decoder holds the class)."""
+    class_weights = np.asarray(class_weights, dtype=np.float64)
+    counts = np.stack([u.label_counts for u in decoders]).astype(np.float64)  # K x C
+    per_class = largest_remainder(total, class_weights)
+    alloc = np.zeros_like(counts, dtype=np.int64)
+    for c in range(len(class_weights)):
+        alloc[:, c] = largest_remainder(int(per_class[c]), counts[:, c] ** power)
+    return alloc
+
+
+def generate(decoders, alloc: np.ndarray, seed: int, device, pixels: str = "mean"):
+    """The synthetic set `alloc` (from `allocate`) asks for: images and labels, decoder by decoder."""
+    gen = torch.Generator().manual_seed(seed)
+    xs, ys = [], []
+    for u, row in zip(decoders, alloc, strict=True):
+        labels = np.repeat(np.arange(len(row)), row)
+        xs.append(decode(u, labels, gen, device, pixels=pixels))
+        ys.append(torch.from_numpy(labels).long())
+    return torch.cat(xs), torch.cat(ys)
 
 
 PIXELS = ("bernoulli", "mean")

@@ -24,11 +24,11 @@ from edgefl.fusion.base import (
     FusionContext,
     FusionResult,
     Method,
+    allocate,
     average_classifiers,
     class_mean_filter,
-    decode,
     fedmho_table3,
-    largest_remainder,
+    generate,
     mean_teacher_logits,
     per_class_counts,
     teacher_logits,
@@ -64,25 +64,11 @@ class FedMHOConfig(FusionConfig):
     )  # fmt: skip
 
 
-def allocate(decoders, num_classes: int, total: int) -> np.ndarray:
-    """(decoders x classes) sample counts: N/C per class, split by squared label counts."""
-    per_class = largest_remainder(total, np.ones(num_classes))
-    counts = np.stack([u.label_counts for u in decoders]).astype(np.float64)  # K x C
-    alloc = np.zeros_like(counts, dtype=np.int64)
-    for c in range(num_classes):
-        alloc[:, c] = largest_remainder(int(per_class[c]), counts[:, c] ** 2)
-    return alloc
-
-
-def generate(ctx: FusionContext, decoders, total: int, seed: int, pixels: str = "mean"):
-    alloc = allocate(decoders, ctx.num_classes, total)
-    gen = torch.Generator().manual_seed(seed)
-    xs, ys = [], []
-    for u, row in zip(decoders, alloc, strict=True):
-        labels = np.repeat(np.arange(ctx.num_classes), row)
-        xs.append(decode(u, labels, gen, ctx.device, pixels=pixels))
-        ys.append(torch.from_numpy(labels).long())
-    return torch.cat(xs), torch.cat(ys), alloc
+def generate_fedmho(ctx: FusionContext, decoders, total: int, seed: int, pixels: str = "mean"):
+    """N/C samples per class, split among the decoders by their squared label counts *(code)*."""
+    alloc = allocate(decoders, np.ones(ctx.num_classes), total, power=2)
+    x, y = generate(decoders, alloc, seed, ctx.device, pixels=pixels)
+    return x, y, alloc
 
 
 def _fuse(ctx: FusionContext, cfg: FedMHOConfig, variant: str) -> FusionResult:
@@ -95,7 +81,7 @@ def _fuse(ctx: FusionContext, cfg: FedMHOConfig, variant: str) -> FusionResult:
         model = model.to(ctx.device)
         w0 = copy.deepcopy(model).eval() if variant == "sd" else None
     with ctx.stage("generate"):
-        x, y, alloc = generate(ctx, decoders, cfg.synthetic, cfg.seed, cfg.pixels)
+        x, y, alloc = generate_fedmho(ctx, decoders, cfg.synthetic, cfg.seed, cfg.pixels)
     with ctx.stage("filter"):
         xk, yk = class_mean_filter(x, y, cfg.keep_ratio, ctx.num_classes)
     teacher, lam = None, 1.0

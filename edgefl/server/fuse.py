@@ -31,7 +31,13 @@ import exporters
 from edgefl.artifacts import Upload
 from edgefl.errors import ArtifactError, ConfigError, EdgeflError, FusionError
 from edgefl.fusion import METHODS
-from edgefl.fusion.base import FusionConfig, FusionContext, FusionResult, Method
+from edgefl.fusion.base import (
+    FusionConfig,
+    FusionContext,
+    FusionResult,
+    Method,
+    federation_label_counts,
+)
 from edgefl.outputs import check_writable
 from edgefl.server.ingest import Ingest, default_jobs, ingest
 
@@ -129,12 +135,13 @@ def select(method: Method, found: Ingest) -> tuple[list[Upload], list[tuple[str,
 
 
 def fuse_one(
-    p: Planned, usable: list[Upload], device: torch.device, log
+    p: Planned, usable: list[Upload], device: torch.device, log, everyone: list[Upload]
 ) -> tuple[FusionContext, FusionResult]:
     torch.manual_seed(p.config.seed)
     # Named: with methods side by side, "epoch 2/10" alone would not say whose.
     named = (lambda msg: log(f"{p.method.name}: {msg}")) if log else None
-    ctx = FusionContext(usable, device=device, seed=p.config.seed, log=named)
+    counts = federation_label_counts(everyone, int(usable[0].meta["num_classes"]))
+    ctx = FusionContext(usable, device=device, seed=p.config.seed, log=named, label_counts=counts)
     return ctx, p.method.fuse(ctx, p.config)
 
 
@@ -298,7 +305,7 @@ def _fuse_planned(p: Planned, found: Ingest, device, eval_ref, data_dir, shared:
     start = time.perf_counter()
     usable, skipped = select(p.method, found)
     log(f"{p.method.name}: {len(usable)} upload(s) used; {len(found.rejected)} rejected")
-    ctx, result = fuse_one(p, usable, device, log)
+    ctx, result = fuse_one(p, usable, device, log, found.uploads)
     stages = {"ingest": found.seconds, **ctx.stages}
     t = time.perf_counter()
     input_shape = export_global(p, ctx, result)
