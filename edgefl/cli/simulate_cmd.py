@@ -27,6 +27,21 @@ def _fuse_options(items: list[str]) -> dict[str, dict]:
     return out
 
 
+def _client_models(items: list[str]) -> dict[str, str]:
+    """--client-model PROFILE=MODEL (repeatable) -> {profile: model}."""
+    from edgefl.errors import ConfigError
+
+    out: dict[str, str] = {}
+    for item in items:
+        profile, sep, model = item.partition("=")
+        if not (sep and profile.strip() and model.strip()):
+            raise ConfigError(f"--client-model expects PROFILE=MODEL, got {item!r}",
+                              hint="e.g. --client-model wristband=cnn "
+                              "--client-model smartphone=scnn:width=16")  # fmt: skip
+        out[profile.strip()] = model.strip()
+    return out
+
+
 def simulate_cmd(
     dataset: str = typer.Option("mnist", help="Registered dataset."),
     clients: int = typer.Option(10, help="Number of clients."),
@@ -63,6 +78,24 @@ def simulate_cmd(
     generator_lr: float | None = typer.Option(
         None, help="Local lr of CVAEs (default: by the profile's optimizer)."
     ),
+    client_model: list[str] = typer.Option(
+        [],
+        "--client-model",
+        help="PROFILE=MODEL: every client of that device class trains "
+        "MODEL, regardless of its budget (repeatable), e.g. wristband=cnn.",
+    ),  # fmt: skip
+    classifier_optimizer: str | None = typer.Option(
+        None, help="Optimizer of classifiers: sgd | sgd-momentum | adam (default: profile)."
+    ),
+    generator_optimizer: str | None = typer.Option(
+        None, help="Optimizer of CVAEs: sgd | sgd-momentum | adam (default: profile)."
+    ),
+    classifier_batch_size: int | None = typer.Option(
+        None, help="Local batch of classifiers (default: profile)."
+    ),
+    generator_batch_size: int | None = typer.Option(
+        None, help="Local batch of CVAEs (default: profile)."
+    ),
     subset: int | None = typer.Option(None, help="Use only this many training samples."),
     fuse_opt: list[str] = typer.Option(
         [], "--fuse-opt", help="METHOD:key=value, e.g. fedmho-md:epochs=10."
@@ -96,7 +129,9 @@ def simulate_cmd(
         paper_classifier=paper_classifier, max_classifier_macs=max_classifier_macs or None,
         classifier_epochs=classifier_epochs, generator_epochs=generator_epochs, subset=subset,
         classifier_lr=classifier_lr, generator_lr=generator_lr, data_dir=data_dir,
-        fuse_options=opts,
+        fuse_options=opts, client_models=_client_models(client_model),
+        classifier_optimizer=classifier_optimizer, generator_optimizer=generator_optimizer,
+        classifier_batch_size=classifier_batch_size, generator_batch_size=generator_batch_size,
     )  # fmt: skip
     log = None if json_out else (lambda m: console.print(f"[dim]{m}[/]"))
     results = simulate(job, log=log)

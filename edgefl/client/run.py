@@ -49,6 +49,7 @@ class ClientJob:
     epochs: int | None = None
     batch_size: int | None = None
     lr: float | None = None
+    optimizer: str | None = None  # sgd | sgd-momentum | adam; None = the profile's
     train_device: str = "cpu"  # cpu | cuda (a simulation's GPU; a real device trains on its CPU)
     seed: int = 0
     fed_seed: int = 0
@@ -193,7 +194,7 @@ def run_client(job: ClientJob, *, on_epoch=None, on_status=None) -> ClientResult
     cfg = TrainConfig(
         epochs=epochs,
         batch_size=job.batch_size or profile.batch_size,
-        optimizer=profile.optimizer,
+        optimizer=job.optimizer or profile.optimizer,
         lr=lr,
         seed=job.seed * 1000 + job.client_index,
         device=job.train_device,
@@ -258,7 +259,8 @@ def search_client(
 
 def local_schedule(job: ClientJob, profile: Profile, role: str) -> tuple[int, float]:
     """(epochs, lr) a client trains with: the job's, else its profile's and the role's default."""
-    return job.epochs or profile.epochs, job.lr or DEFAULT_LR[(role, profile.optimizer)]
+    optimizer = job.optimizer or profile.optimizer
+    return job.epochs or profile.epochs, job.lr or DEFAULT_LR[(role, optimizer)]
 
 
 def model_metadata(

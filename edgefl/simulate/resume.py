@@ -59,8 +59,11 @@ def training_differs(cjob: ClientJob, made: ModelSpec, role: str, trained: dict)
         want = parse_model_arg(cjob.model, made.input_shape, made.num_classes)
         if want.to_dict() != made.to_dict():
             diffs.append(f"model {made.label} -> {want.label}")
-    epochs, lr = local_schedule(cjob, get_profile(cjob.profile), role)
-    for key, want in (("epochs", epochs), ("lr", lr)):
+    profile = get_profile(cjob.profile)
+    epochs, lr = local_schedule(cjob, profile, role)
+    batch, optimizer = cjob.batch_size or profile.batch_size, cjob.optimizer or profile.optimizer
+    for key, want in (("epochs", epochs), ("lr", lr), ("batch_size", batch),
+                      ("optimizer", optimizer)):  # fmt: skip
         if trained.get(key) != want:
             diffs.append(f"{key} {trained.get(key)} -> {want}")
     return ", ".join(diffs)

@@ -20,12 +20,15 @@ from typing import Any
 import torch
 
 import exporters
+from device_profiles import OPTIMIZERS
 from edgefl.client.run import ClientJob, run_client
 from edgefl.data.public import DEFAULT_PUBLIC_SIZE
 from edgefl.data.registry import DATASETS
 from edgefl.errors import ConfigError, FusionError
 from edgefl.fusion import DEFAULT_METHODS, METHODS, paper_reference
 from edgefl.models.plan import plan
+from edgefl.models.spec import parse_model_arg
+from edgefl.models.zoo import role_of
 from edgefl.profiles import get_profile
 from edgefl.server.fuse import fuse_methods, resolve_device
 from edgefl.server.fuse import plan as plan_fuse
@@ -62,6 +65,14 @@ class SimJob:
     data_dir: str | None = None
     fuse_options: dict[str, dict[str, Any]] = field(default_factory=dict)  # method -> options
     public_size: int | None = None  # public split carved from train (default 5,000 if needed)
+    # The model every client of a device class trains, whatever the planner or --paper-models
+    # would pick, and regardless of its budget: {"wristband": "cnn"} puts classifiers on the
+    # wristbands (a paper's own client setting, e.g. FedMHO's Table 1 for its baselines).
+    client_models: dict[str, str] = field(default_factory=dict)
+    classifier_optimizer: str | None = None  # sgd | sgd-momentum | adam (default: the profile's)
+    generator_optimizer: str | None = None
+    classifier_batch_size: int | None = None  # default: the profile's
+    generator_batch_size: int | None = None
 
     def validate(self) -> None:
         if self.clients < 1:
@@ -73,6 +84,24 @@ class SimJob:
         for m in self.fuse_options:
             METHODS.get(m)
         resolve_device(self.train_device, "--train-device")
+        profiles = set(parse_mix(self.mix, self.clients))
+        for prof in self.client_models:
+            if prof not in profiles:
+                raise ConfigError(
+                    f"--client-model names {prof!r}, which no client of --mix {self.mix} is",
+                    hint=f"name one of {', '.join(sorted(profiles))}, e.g. --client-model "
+                    f"{sorted(profiles)[0]}=cnn",
+                )
+        for flag, name in (("--classifier-optimizer", self.classifier_optimizer),
+                           ("--generator-optimizer", self.generator_optimizer)):  # fmt: skip
+            if name is not None and name not in OPTIMIZERS:
+                raise ConfigError(f"{flag} must be one of {', '.join(OPTIMIZERS)}, got {name!r}",
+                                  hint=f"e.g. {flag} adam, or leave it out for the profile's")  # fmt: skip
+        for flag, size in (("--classifier-batch-size", self.classifier_batch_size),
+                           ("--generator-batch-size", self.generator_batch_size)):  # fmt: skip
+            if size is not None and size < 1:
+                raise ConfigError(f"{flag} must be >= 1, got {size}",
+                                  hint=f"e.g. {flag} 64, or leave it out for the profile's")  # fmt: skip
         # Checked here, by the simulate flag's name, before any client trains.
         schedule = (
             ("--classifier-lr", self.classifier_lr, "1e-3"),
@@ -122,8 +151,11 @@ def parse_mix(mix: str, clients: int) -> list[str]:
 
 
 def _model_for(job: SimJob, profile: str, info, n_train: int) -> str:
-    """One architecture per device class (FedAvg and FedMHO's w0 need it): planned once per
-    profile on the nominal shard size, or the paper's prototypes with --paper-models."""
+    """One architecture per device class (FedAvg and FedMHO's w0 need it): the one named for it
+    (--client-model), else planned once per profile on the nominal shard size, or the paper's
+    prototypes with --paper-models."""
+    if profile in job.client_models:
+        return job.client_models[profile]
     role = plan(get_profile(profile), info, samples=n_train // job.clients).role
     if job.paper_models:
         return job.paper_classifier if role == "classifier" else "cvae-small"
@@ -148,7 +180,7 @@ def client_jobs(job: SimJob) -> list[ClientJob]:
     jobs = []
     for i, prof in enumerate(profiles):
         model = models[prof]
-        is_gen = model.startswith("cvae")
+        is_gen = role_of(parse_model_arg(model, info.input_shape, info.num_classes)) != "classifier"
         # Classifier clients of a FedOL run train once and send predictions; their model stays
         # on the device (kept in uploads/ so model-based methods can run side by side).
         predictions = job.needs_predictions and not is_gen
@@ -160,9 +192,11 @@ def client_jobs(job: SimJob) -> list[ClientJob]:
             out_dir=str(Path(job.out) / ("uploads-predictions" if predictions else "uploads")),
             data_dir=job.data_dir, partition=job.partition, num_clients=job.clients,
             client_index=i, partition_seed=job.seed, model=model, seed=job.seed,
-            fed_seed=job.seed, force=job.paper_models,
+            fed_seed=job.seed, force=job.paper_models or prof in job.client_models,
             epochs=job.generator_epochs if is_gen else job.classifier_epochs,
             lr=job.generator_lr if is_gen else job.classifier_lr,
+            optimizer=job.generator_optimizer if is_gen else job.classifier_optimizer,
+            batch_size=job.generator_batch_size if is_gen else job.classifier_batch_size,
             train_device=train_device,
             subset=job.subset,
         ))  # fmt: skip
@@ -210,6 +244,30 @@ def upload_folder(out: Path, kinds: tuple[str, ...]) -> Path:
     return out / (f"uploads-{data[0]}" if data else "uploads")
 
 
+def method_options(job: SimJob, name: str) -> dict[str, Any]:
+    """The options a method fuses with in this run: the job's, its seed, and the public slice
+    the clients carved (for a method that reads public data)."""
+    method = METHODS.get(name)
+    options = dict(job.fuse_options.get(name, {})) | {"seed": job.seed}
+    if method.public_data and method.judged == "global":
+        options |= {"public": f"{job.dataset}:public", "public_size": job.public,
+                    "public_seed": job.seed, "public_subset": job.subset}  # fmt: skip
+    return options
+
+
+def check_resumable(job: SimJob) -> None:
+    """Refuse now, before any work, what `simulate(job)` would refuse later: uploads or global
+    models in `job.out` that were made with other settings."""
+    job.validate()
+    for cjob in client_jobs(job):
+        finished(cjob)
+    for name in job.methods:
+        model = Path(job.out) / "global" / f"{name}.onnx"
+        report = model.with_suffix(".json")
+        if METHODS.get(name).judged == "global" and model.exists() and report.exists():
+            reuse_global(name, method_options(job, name), report)
+
+
 def fuse_all(job: SimJob, log, clients: list[dict] | None = None) -> dict[str, dict]:
     """Every method, each upload folder ingested once for all the methods that read it."""
     out = Path(job.out)
@@ -217,7 +275,7 @@ def fuse_all(job: SimJob, log, clients: list[dict] | None = None) -> dict[str, d
     ingested: dict[Path, Ingest] = {}
     for name in job.methods:
         method = METHODS.get(name)
-        options = dict(job.fuse_options.get(name, {})) | {"seed": job.seed}
+        options = method_options(job, name)
         if method.judged == "per-client":
             log(f"{name}: client artifacts -> server -> personalized client models")
             try:
@@ -226,9 +284,6 @@ def fuse_all(job: SimJob, log, clients: list[dict] | None = None) -> dict[str, d
             except FusionError as exc:
                 reports[name] = {"error": exc.message, "used": [], "total_seconds": 0.0}
             continue
-        if method.public_data:  # the server carves the same public split as the clients
-            options |= {"public": f"{job.dataset}:public", "public_size": job.public,
-                        "public_seed": job.seed, "public_subset": job.subset}  # fmt: skip
         model = out / "global" / f"{name}.onnx"
         report = model.with_suffix(".json")
         if model.exists() and report.exists():

@@ -1,0 +1,97 @@
+"""What a reproduced table leaves for people: markdown beside the paper, and a PNG of the same."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+
+def ours_text(cell: dict) -> str:
+    if cell["mean"] is None:
+        return "refused" if cell.get("error") else "-"
+    return f"{cell['mean']:.2f} +- {cell['std']:.2f} (n={cell['n']})"
+
+
+def paper_text(cell: dict) -> str:
+    return "-" if cell["paper"] is None else f"{cell['paper']:.2f}"
+
+
+def gap_text(cell: dict) -> str:
+    return "-" if cell["gap"] is None else f"{cell['gap']:+.2f}"
+
+
+def table_markdown(summary: dict) -> str:
+    b = summary["budget"]
+    parts = summary["partitions"]
+    fed = summary["federation"]
+    lines = [
+        f"# {summary['title']}",
+        "",
+        f"`edgefl reproduce {summary['table']} --budget {b['name']}"
+        + ("" if fed == "own" else f" --federation {fed}") + "`: "
+        f"{summary['date_utc']} UTC, {summary['host']['cpu_count']} CPU cores"
+        + (f", {summary['host']['cuda']}" if summary["host"]["cuda"] else "")
+        + f", torch {summary['host']['torch']}. Paper's numbers: {summary['source']}.",
+        "",
+        f"Budget **{b['name']}**: {b['description']} ({b['estimate']}).",
+    ]  # fmt: skip
+    if b["reductions"]:
+        lines += ["Differs from the paper:", ""] + [f"- {r}" for r in b["reductions"]]
+    lines += ["", "Client settings" + (" (each method in its own paper's setting):" if fed ==
+              "own" else f" (every method on the {fed} federation):"), ""]  # fmt: skip
+    for s in summary["settings"]:
+        models = ", ".join(f"{p} {m}" for p, m in s["models"].items())
+        lines.append(f"- **{s['name']}**: {models}. {s['description']}.")
+    head = " | ".join(f"{p} edgefl | paper | gap" for p in parts)
+    lines += ["", f"| method | setting | {head} |", "|---|---|" + "---:|---:|---:|" * len(parts)]
+    for row in summary["rows"]:
+        cells = [
+            f"{ours_text(c)} | {paper_text(c)} | {gap_text(c)}"
+            for c in (row["partitions"][p] for p in parts)
+        ]
+        lines.append(f"| {row['method']} | {row['setting']} | " + " | ".join(cells) + " |")
+    refused = {(r["method"], c["error"]) for r in summary["rows"]
+               for c in r["partitions"].values() if c["mean"] is None and c.get("error")}  # fmt: skip
+    if refused:
+        lines += ["", "Refused:", ""] + [f"- {m}: {e}" for m, e in sorted(refused)]
+    if summary["notes"]:
+        lines += ["", "Notes:", ""] + [f"- {n}" for n in summary["notes"]]
+    lines += ["", "Cells (one `edgefl simulate` run each; its own results.md has the details):", ""]
+    for c in summary["cells"]:
+        when = "finished earlier" if c["skipped"] else "this run"
+        lines.append(f"- {c['setting']} {c['partition']} seed {c['seed']}: "
+                     f"{c['seconds']['total']:.0f} s ({when}), `{c['dir']}`")  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+def plot_table(summary: dict, path: Path) -> Path:
+    """One panel per partition: our mean +- std per method beside the paper's number."""
+    from edgefl.plots import _plt, save_figure
+
+    plt = _plt()
+    parts, rows = summary["partitions"], summary["rows"]
+    names = [r["method"] for r in rows]
+    fig, axes = plt.subplots(1, len(parts), figsize=(max(5, 0.8 * len(names)) * len(parts), 3.8),
+                             squeeze=False)  # fmt: skip
+    xs = np.arange(len(names))
+    for ax, p in zip(axes[0], parts, strict=True):
+        cells = [r["partitions"][p] for r in rows]
+        ours = [np.nan if c["mean"] is None else c["mean"] for c in cells]
+        err = [0.0 if c["std"] is None else c["std"] for c in cells]
+        paper = [np.nan if c["paper"] is None else c["paper"] for c in cells]
+        ax.bar(xs - 0.2, ours, 0.4, yerr=err, capsize=3, label="edgefl (mean +- std)")
+        ax.bar(xs + 0.2, paper, 0.4, label="paper")
+        for x, c in zip(xs, cells, strict=True):
+            if c["mean"] is None and c.get("error"):
+                ax.text(x - 0.2, 1, "refused", rotation=90, ha="center", va="bottom", fontsize=7)
+        ax.set_xticks(xs, names, rotation=30, ha="right")
+        ax.set_ylim(0, 100)
+        ax.set_title(p)
+        ax.set_ylabel("top-1 accuracy (%)")
+    axes[0][0].legend(loc="lower left", fontsize=8)
+    fig.suptitle(f"{summary['title']} (budget {summary['budget']['name']})", fontsize=10)
+    try:
+        return save_figure(fig, path)
+    finally:
+        plt.close(fig)

@@ -1,0 +1,256 @@
+"""Run a paper's table at a named budget, cell by cell, and set our numbers beside the paper's.
+
+A cell is one setting x partition x seed: one `edgefl simulate` run in its own directory,
+`<out>/<setting>/<partition>-s<seed>/`. A cell whose results.json shows it finished with the
+settings asked for now is skipped; a half-finished one resumes (simulate reuses its finished
+uploads and global models); one made with other settings stops the run before any work, saying
+what differs. The summary (JSON, markdown, PNG) is rewritten atomically after every cell, so an
+interrupted run keeps the table of what it finished.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+import exporters
+from edgefl.data.partition import parse_scheme
+from edgefl.errors import ConfigError
+from edgefl.fusion import METHODS, paper_reference
+from edgefl.reproduce.render import plot_table, table_markdown
+from edgefl.reproduce.tables import TABLES, Budget, Table
+from edgefl.server.fuse import resolve_device
+from edgefl.simulate.run import SimJob, check_resumable, simulate
+
+OWN = "own"  # --federation: each method in its own paper's client setting
+
+
+@dataclass(frozen=True)
+class ReproduceJob:
+    table: str
+    budget: str = "cpu"
+    out: str = "runs/reproduce"
+    seeds: tuple[int, ...] | None = None  # default: the budget's
+    partitions: tuple[str, ...] | None = None  # default: the budget's
+    # "own": each method in its paper's setting; a setting's name: every method of the table
+    # in that one federation (e.g. "fedmho": all methods on the FedMHO federation's uploads).
+    federation: str = OWN
+    jobs: int = 1
+    device: str = "auto"  # fusion
+    train_device: str = "cpu"  # client training
+    data_dir: str | None = None
+
+
+@dataclass(frozen=True)
+class Cell:
+    setting: str
+    partition: str
+    seed: int
+    sim: SimJob
+
+    @property
+    def label(self) -> str:
+        return f"{self.setting} {self.partition} seed {self.seed}"
+
+
+def resolve(job: ReproduceJob) -> tuple[Table, Budget]:
+    """The table and budget, after every check a user can fail (before any work)."""
+    table = TABLES.get(job.table)  # unknown: UnknownNameError listing the tables
+    if job.budget not in table.budgets:
+        raise ConfigError(
+            f"--budget must be one of {', '.join(table.budgets)} for {table.name}, "
+            f"got {job.budget!r}",
+            hint="; ".join(f"{b.name}: {b.description}" for b in table.budgets.values()),
+        )
+    names = [s.name for s in table.settings]
+    if job.federation != OWN and job.federation not in names:
+        raise ConfigError(
+            f"--federation must be {OWN} or one of {', '.join(names)}, got {job.federation!r}",
+            hint=f"{OWN}: each method in its paper's client setting; a setting: every method "
+            "of the table on that setting's uploads",
+        )
+    check_out_dir(job.out)
+    if job.jobs < 1:
+        raise ConfigError(f"--jobs must be >= 1, got {job.jobs}", hint="e.g. --jobs 2")
+    if job.seeds is not None and (not job.seeds or min(job.seeds) < 0):
+        raise ConfigError(f"--seeds must be integers >= 0, got {job.seeds}", hint="--seeds 0,1,2")
+    for p in job.partitions or ():
+        try:
+            parse_scheme(p)
+        except ConfigError:
+            raise ConfigError(f"--partitions: invalid partition {p!r}",
+                              hint="e.g. --partitions dirichlet:0.5,dirichlet:0.1") from None  # fmt: skip
+    resolve_device(job.device, "--device")
+    resolve_device(job.train_device, "--train-device")
+    return table, table.budgets[job.budget]
+
+
+def check_out_dir(out: str) -> None:
+    """--out must be a folder this process can create and write in (made now if missing)."""
+    path = Path(out)
+    if path.exists() and not path.is_dir():
+        raise ConfigError(f"--out {out} is a file", hint="name a folder, e.g. --out runs/table3")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=path):
+            pass
+    except OSError as exc:
+        raise ConfigError(
+            f"--out {out} cannot be written: {exc.strerror or exc}",
+            hint="name a folder you can write, e.g. --out runs/table3",
+        ) from None
+
+
+def cells(job: ReproduceJob, table: Table, budget: Budget) -> list[Cell]:
+    settings = table.settings if job.federation == OWN else (table.setting(job.federation),)
+    out = []
+    for setting in settings:
+        methods = setting.methods if job.federation == OWN else table.methods
+        models = {prof: budget.substitutes.get(m, m) for prof, m in setting.models.items()}
+        fuse = {m: METHODS.get(m).budget_options(budget.fusion) | budget.fuse_options.get(m, {})
+                for m in methods}  # fmt: skip
+        for partition in job.partitions or budget.partitions:
+            for seed in job.seeds if job.seeds is not None else budget.seeds:
+                run_dir = Path(job.out) / setting.name / f"{partition.replace(':', '')}-s{seed}"
+                sim = SimJob(
+                    dataset=table.dataset, clients=table.clients, partition=partition,
+                    mix=table.mix, methods=methods, seed=seed, out=str(run_dir), jobs=job.jobs,
+                    device=job.device, train_device=job.train_device, client_models=models,
+                    public_size=table.public_size, fuse_options=fuse, data_dir=job.data_dir,
+                    **budget.simulate,
+                )  # fmt: skip
+                out.append(Cell(setting.name, partition, seed, sim))
+    return out
+
+
+# What may differ between runs of one cell without changing its results.
+_VOLATILE = {"out", "jobs", "device", "train_device", "data_dir", "methods", "fuse_options"}
+
+
+def _plain(obj: Any) -> Any:
+    return json.loads(json.dumps(obj, default=str))
+
+
+def finished_cell(cell: Cell) -> dict | None:
+    """The results of a cell a previous run finished with the same settings, else None."""
+    path = Path(cell.sim.out) / "results.json"
+    if not path.exists():
+        return None
+    done = json.loads(path.read_text())
+    have, want = done.get("job", {}), _plain(asdict(cell.sim))
+    if any(have.get(k) != v for k, v in want.items() if k not in _VOLATILE):
+        return None
+    rows = {r["method"] for r in done.get("results", [])}
+    for m in cell.sim.methods:
+        if m not in rows or have["fuse_options"].get(m) != want["fuse_options"].get(m):
+            return None
+    return done
+
+
+def output_stem(job: ReproduceJob) -> str:
+    return "table" if job.federation == OWN else f"table-{job.federation}-federation"
+
+
+def reproduce(job: ReproduceJob, log=None) -> dict:
+    log = log or (lambda m: None)
+    table, budget = resolve(job)
+    todo = cells(job, table, budget)
+    for c in todo:  # a bad model name or option fails here, not after an hour
+        c.sim.validate()
+    previous = [finished_cell(c) for c in todo]
+    for c, done in zip(todo, previous, strict=True):
+        if done is None and Path(c.sim.out).exists():
+            check_resumable(c.sim)
+    out = Path(job.out)
+    out.mkdir(parents=True, exist_ok=True)
+    n, reused = len(todo), sum(d is not None for d in previous)
+    log(f"{table.name} at budget {budget.name}: {n} cells ({reused} finished earlier); "
+        f"{budget.estimate}")  # fmt: skip
+    records: list[dict] = []
+    spent, ran = 0.0, 0
+    summary: dict = {}
+    for i, (c, done) in enumerate(zip(todo, previous, strict=True), 1):
+        if done is not None:
+            log(f"[{i}/{n}] {c.label}: finished earlier, skipped")
+        else:
+            left = sum(d is None for d in previous[i - 1 :])
+            eta = f", about {spent / ran * left / 60:.0f} min left" if ran else ""
+            models = ", ".join(f"{p} {m}" for p, m in c.sim.client_models.items())
+            log(f"[{i}/{n}] {c.label}: {models} -> {', '.join(c.sim.methods)}{eta}")
+            t = time.perf_counter()
+            done = simulate(c.sim, log=lambda m, i=i: log(f"  [{i}/{n}] {m}"))
+            spent, ran = spent + time.perf_counter() - t, ran + 1
+            log(f"[{i}/{n}] {c.label}: done in {time.perf_counter() - t:.0f} s")
+        records.append(cell_record(c, done, skipped=previous[i - 1] is not None))
+        summary = summarize(job, table, budget, records)
+        write(out / output_stem(job), summary)
+    return summary
+
+
+def cell_record(cell: Cell, results: dict, skipped: bool) -> dict:
+    return {
+        "setting": cell.setting, "partition": cell.partition, "seed": cell.seed,
+        "dir": cell.sim.out, "skipped": skipped, "seconds": results["seconds"],
+        "results": [{k: r.get(k) for k in ("method", "accuracy", "error", "fuse_seconds")}
+                    for r in results["results"] if r["method"] in cell.sim.methods],
+        "clients": [{k: c.get(k) for k in ("client_id", "profile", "role", "model")}
+                    for c in results["clients"]],
+    }  # fmt: skip
+
+
+def summarize(job: ReproduceJob, table: Table, budget: Budget, records: list[dict]) -> dict:
+    """Per method and partition: our accuracies over the finished seeds (mean +- sample std),
+    the paper's number (the method's registry reference) and the gap, ours - paper."""
+    partitions = list(job.partitions or budget.partitions)
+    methods = table.methods
+    rows = []
+    for m in methods:
+        setting = table.setting_of(m).name if job.federation == OWN else job.federation
+        per: dict[str, dict] = {}
+        for p in partitions:
+            hits = [(r["seed"], x) for r in records if (r["setting"], r["partition"]) == (setting, p)
+                    for x in r["results"] if x["method"] == m]  # fmt: skip
+            accs = [(s, 100 * x["accuracy"]) for s, x in hits if x["accuracy"] is not None]
+            values = [a for _, a in accs]
+            mean = statistics.mean(values) if values else None
+            std = statistics.stdev(values) if len(values) > 1 else (0.0 if values else None)
+            paper = paper_reference(table.dataset, p, table.clients).get(m)
+            per[p] = {
+                "seeds": [s for s, _ in accs], "accuracies": values, "n": len(values),
+                "mean": mean, "std": std, "paper": paper,
+                "gap": None if mean is None or paper is None else mean - paper,
+                "error": next((x["error"] for _, x in hits if x["accuracy"] is None), None),
+            }  # fmt: skip
+        rows.append({"method": m, "setting": setting, "partitions": per})
+    return {
+        "table": table.name, "title": table.title, "source": table.source,
+        "dataset": table.dataset, "clients": table.clients, "federation": job.federation,
+        "budget": asdict(budget), "partitions": partitions,
+        "settings": [{"name": s.name, "description": s.description, "methods": list(s.methods),
+                      "models": {p: budget.substitutes.get(v, v) for p, v in s.models.items()},
+                      "paper_models": s.models} for s in table.settings
+                     if job.federation in (OWN, s.name)],
+        "notes": list(table.notes), "rows": rows, "cells": records,
+        "job": _plain(asdict(job)),
+        "host": {"cpu_count": os.cpu_count(), "torch": torch.__version__,
+                 "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None},
+        "date_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()),
+    }  # fmt: skip
+
+
+def write(stem: Path, summary: dict) -> None:
+    """JSON, markdown and PNG beside each other, each written atomically."""
+    exporters.atomic_write_text(stem.with_suffix(".json"), json.dumps(summary, indent=2))
+    exporters.atomic_write_text(stem.with_suffix(".md"), table_markdown(summary))
+    plot_table(summary, stem.with_suffix(".png"))
+
+
+__all__ = ["Cell", "ReproduceJob", "cells", "reproduce", "resolve", "summarize"]

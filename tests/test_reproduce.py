@@ -1,0 +1,213 @@
+"""edgefl reproduce: every registered table keeps its contract; the command runs a table end to
+end (a tiny copy of FedMHO's Table 3 on digits), skips finished cells when run again, prints our
+numbers beside the paper's with the gap, and refuses bad input with exit 2 before any work."""
+
+import json
+from dataclasses import fields, replace
+
+import pytest
+
+from edgefl.data.partition import parse_scheme
+from edgefl.data.registry import DATASETS
+from edgefl.fusion import BUDGETS, METHODS, paper_reference
+from edgefl.models.spec import parse_model_arg
+from edgefl.models.zoo import role_of
+from edgefl.reproduce import run as rep
+from edgefl.reproduce.render import table_markdown
+from edgefl.reproduce.run import ReproduceJob, cells, summarize
+from edgefl.reproduce.tables import FEDMHO_TABLE3, TABLES, Budget
+from edgefl.simulate.run import SimJob, client_jobs, parse_mix
+
+SIM_FIELDS = {f.name for f in fields(SimJob)}
+
+
+@pytest.mark.parametrize("name", TABLES.names())
+def test_table_contract(name, tmp_path):
+    t = TABLES.get(name)
+    info = DATASETS.get(t.dataset)
+    profiles = set(parse_mix(t.mix, t.clients))
+    assert {"cpu", "paper"} <= set(t.budgets), "every table runs at the cpu and paper budgets"
+    assert len(t.methods) == len(set(t.methods)), "a method is judged in one setting"
+    for s in t.settings:
+        assert set(s.models) == profiles, f"{s.name}: a model for every device class"
+        for m in s.methods:
+            METHODS.get(m)
+    for b in t.budgets.values():
+        assert b.name in t.budgets and b.fusion in BUDGETS and b.seeds and b.partitions
+        assert set(b.simulate) <= SIM_FIELDS, f"{b.name}: simulate keys are SimJob fields"
+        assert b.name == "paper" or b.reductions, f"{b.name}: says what differs from the paper"
+        for p in b.partitions:
+            parse_scheme(p)
+        for paper_model, instead in b.substitutes.items():
+            assert role_of(parse_model_arg(instead, info.input_shape, info.num_classes)) == \
+                role_of(paper_model), f"{b.name}: {instead} stands in for {paper_model}"  # fmt: skip
+        for m, opts in b.fuse_options.items():
+            assert m in t.methods
+            METHODS.get(m).make_config(METHODS.get(m).budget_options(b.fusion) | opts)
+        job = ReproduceJob(table=name, budget=b.name, out=str(tmp_path))
+        for cell in cells(job, t, b):  # every cell is a valid simulation of the paper's models
+            cell.sim.validate()
+            assert len(client_jobs(cell.sim)) == t.clients
+    # The paper's numbers come from the methods' registry entries, for the paper's partitions.
+    for p in t.budgets["paper"].partitions:
+        assert paper_reference(t.dataset, p, t.clients), f"no paper number at {p}"
+
+
+FAST = {"epochs": 1, "synthetic": 200}
+TINY = Budget(
+    name="cpu",
+    description="a test's few seconds",
+    partitions=("dirichlet:1.0",),
+    seeds=(0,),
+    estimate="seconds",
+    substitutes={"vgg9": "cnn", "cvae-large": "cvae-mlp:hidden=64"},
+    simulate={
+        "classifier_epochs": 1,
+        "generator_epochs": 1,
+        "classifier_optimizer": "sgd-momentum",
+        "generator_optimizer": "adam",
+    },  # fmt: skip
+    fuse_options={
+        "fedmho": FAST,
+        "fedmho-md": FAST,
+        "fedmho-sd": FAST,
+        "fedcvae-ens": FAST,
+        "feddf": {"epochs": 1},
+        "dense": {"epochs": 1, "gen_steps": 2},
+    },  # fmt: skip
+    reductions=("everything",),
+)
+
+
+@pytest.fixture
+def tiny_table():
+    """FedMHO's Table 3 with its own settings and methods, on digits with 4 clients."""
+    t = replace(FEDMHO_TABLE3, name="tiny-table3", dataset="digits", clients=4,
+                mix="smartphone:2,wristband:2", public_size=300,
+                budgets={"cpu": TINY, "paper": replace(TINY, name="paper", simulate=TINY.simulate
+                                                       | {"classifier_epochs": 2})})  # fmt: skip
+    TABLES.add(t.name, t)
+    yield t
+    TABLES.remove(t.name)
+
+
+def test_reproduce_end_to_end_then_skips_finished_cells(cli, tmp_path, tiny_table, monkeypatch):
+    out = tmp_path / "t3"
+    r = cli("reproduce", "tiny-table3", "--out", str(out), "--jobs", "1")
+    assert r.exit_code == 0, r.output
+    assert "Traceback" not in r.output and "[3/3]" in r.output
+    summary = json.loads((out / "table.json").read_text())
+    rows = {row["method"]: row for row in summary["rows"]}
+    assert list(rows) == list(FEDMHO_TABLE3.methods)
+    # Each method in its own setting: the baselines' clients all train classifiers, FedCVAE's
+    # all train CVAEs (the large ones the budget's stand-in), the FedMHOs one of each.
+    by_setting = {c["setting"]: c for c in summary["cells"]}
+    assert {c["model"] for c in by_setting["classifiers"]["clients"]} == {"cnn"}
+    assert [c["role"] for c in by_setting["fedcvae"]["clients"]] == ["generator"] * 4
+    assert [c["model"] for c in by_setting["fedmho"]["clients"]] == ["cnn"] * 2 + ["cvae-small"] * 2
+    assert rows["fedmho-md"]["setting"] == "fedmho" and rows["dense"]["setting"] == "classifiers"
+    cell = rows["fedmho-sd"]["partitions"]["dirichlet:1.0"]
+    assert cell["n"] == 1 and 0 <= cell["mean"] <= 100 and cell["std"] == 0.0
+    assert (out / "table.png").stat().st_size > 0
+    md = (out / "table.md").read_text()
+    assert "| fedmho-sd | fedmho |" in md and "everything" in md
+    assert (out / "fedmho" / "dirichlet1.0-s0" / "results.json").exists()
+
+    # Run again: every cell is skipped, nothing trains or fuses.
+    monkeypatch.setattr(rep, "simulate", lambda *a, **k: pytest.fail("a finished cell reran"))
+    r = cli("reproduce", "tiny-table3", "--out", str(out))
+    assert r.exit_code == 0, r.output
+    assert r.output.count("finished earlier, skipped") == 3
+
+    # Another budget's settings in the same folder: refused before any work.
+    r = cli("reproduce", "tiny-table3", "--budget", "paper", "--out", str(out))
+    assert r.exit_code == 2 and "trained with other settings" in r.output
+    assert "Traceback" not in r.output
+
+
+def test_federation_switch_reuses_the_federations_uploads(tmp_path, tiny_table, monkeypatch):
+    """--federation fedmho: every method of the table on the FedMHO federation's uploads."""
+    out = tmp_path / "t3"
+    only = dict(table="tiny-table3", out=str(out))
+    rep.reproduce(ReproduceJob(**only))
+    trained = []
+    real = rep.simulate
+
+    def spy(job, log=None):
+        from edgefl.simulate import run as sim
+
+        before = sim._train_one
+        sim._train_one = lambda c: trained.append(c) or before(c)
+        try:
+            return real(job, log)
+        finally:
+            sim._train_one = before
+
+    monkeypatch.setattr(rep, "simulate", spy)
+    summary = rep.reproduce(ReproduceJob(**only, federation="fedmho"))
+    assert trained == []  # the FedMHO cell's uploads serve every method
+    assert {r["setting"] for r in summary["rows"]} == {"fedmho"}
+    rows = {r["method"]: r["partitions"]["dirichlet:1.0"] for r in summary["rows"]}
+    assert rows["fedavg"]["mean"] is not None  # the classifiers share one architecture here
+    assert (out / "table-fedmho-federation.md").exists() and (out / "table.md").exists()
+
+
+def test_table_shows_the_gap_to_the_paper():
+    t, b = FEDMHO_TABLE3, FEDMHO_TABLE3.budgets["cpu"]
+    job = ReproduceJob(table=t.name, out="unused")
+
+    def rec(setting, seed, method, acc, error=None):
+        return {"setting": setting, "partition": "dirichlet:0.5", "seed": seed, "dir": "d",
+                "skipped": False, "seconds": {"total": 1.0}, "clients": [],
+                "results": [{"method": method, "accuracy": acc, "error": error}]}  # fmt: skip
+
+    records = [rec("fedmho", 0, "fedmho", 0.90), rec("fedmho", 1, "fedmho", 0.92),
+               rec("classifiers", 0, "fedavg", None, "needs one architecture")]  # fmt: skip
+    summary = summarize(job, t, b, records)
+    cell = {r["method"]: r for r in summary["rows"]}["fedmho"]["partitions"]["dirichlet:0.5"]
+    assert cell["paper"] == paper_reference("mnist", "dirichlet:0.5", 10)["fedmho"] == 93.45
+    assert cell["mean"] == pytest.approx(91.0) and cell["gap"] == pytest.approx(-2.45)
+    md = table_markdown(summary)
+    assert "| fedmho | fedmho | 91.00 +- 1.41 (n=2) | 93.45 | -2.45 |" in md
+    assert "fedavg: needs one architecture" in md
+    assert "refused | 85.91 | -" in md
+
+
+def test_errors_exit_2_before_any_work(cli, tmp_path, monkeypatch):
+    monkeypatch.setattr(rep, "simulate", lambda *a, **k: pytest.fail("work started"))
+    a_file = tmp_path / "f"
+    a_file.write_text("")
+    for args, message in (
+        (["fedmho-tabel3"], "did you mean 'fedmho-table3'"),
+        (["fedmho-table3", "--budget", "gpu"], "--budget must be one of cpu, paper"),
+        (["fedmho-table3", "--out", str(a_file)], "is a file"),
+        (["fedmho-table3", "--out", str(a_file / "sub")], "cannot be written"),
+        (["fedmho-table3", "--federation", "fedmo"], "--federation must be own or one of"),
+        (["fedmho-table3", "--seeds", "0,x"], "--seeds expects comma-separated integers"),
+        (["fedmho-table3", "--partitions", "dirichlet:x"], "--partitions: invalid partition"),
+        (["fedmho-table3", "--train-device", "tpu"], "--train-device must be auto, cpu or cuda"),
+    ):
+        r = cli("reproduce", *args, *([] if "--out" in args else ["--out", str(tmp_path / "o")]))
+        assert r.exit_code == 2, (args, r.output)
+        assert message in r.output and "Traceback" not in r.output, (args, r.output)
+
+
+def test_lists_tables(cli):
+    r = cli("reproduce")
+    assert r.exit_code == 0 and "fedmho-table3" in r.output and "--budget cpu" in r.output
+
+
+def test_simulate_client_model_per_device_class(cli, tmp_path):
+    """The general option behind a paper's settings: a model per device class, any role."""
+    job = SimJob(dataset="digits", clients=4, mix="smartphone:2,wristband:2", out=str(tmp_path),
+                 client_models={"wristband": "cnn", "smartphone": "cnn"},
+                 classifier_optimizer="adam", classifier_batch_size=8)  # fmt: skip
+    jobs = client_jobs(job)
+    assert [(c.model, c.optimizer, c.batch_size, c.force) for c in jobs] == [
+        ("cnn", "adam", 8, True)
+    ] * 4
+    r = cli("simulate", "--dataset", "digits", "--clients", "4", "--mix",
+            "smartphone:2,wristband:2", "--client-model", "watch=cnn", "--out", str(tmp_path))  # fmt: skip
+    assert r.exit_code == 2 and "no client of --mix" in r.output
+    r = cli("simulate", "--client-model", "wristband", "--out", str(tmp_path))
+    assert r.exit_code == 2 and "PROFILE=MODEL" in r.output
