@@ -86,10 +86,10 @@ def plot_table(summary: dict, path: Path) -> Path:
             if c["mean"] is None and c.get("error"):
                 ax.text(x - 0.2, 1, "refused", rotation=90, ha="center", va="bottom", fontsize=7)
         ax.set_xticks(xs, names, rotation=30, ha="right")
-        ax.set_ylim(0, 100)
+        ax.set_ylim(0, 112)
         ax.set_title(p)
         ax.set_ylabel("top-1 accuracy (%)")
-    axes[0][0].legend(loc="lower left", fontsize=8)
+    axes[0][0].legend(loc="upper left", ncol=2, fontsize=8)
     fig.suptitle(f"{summary['title']} (budget {summary['budget']['name']})", fontsize=10)
     try:
         return save_figure(fig, path)
