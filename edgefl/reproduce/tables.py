@@ -118,7 +118,7 @@ FEDMHO_TABLE3 = Table(
             description="what 2 CPU cores finish in under an hour",
             partitions=("dirichlet:0.5", "dirichlet:0.1"),
             seeds=(0, 1, 2),
-            estimate="about 45-55 min on 2 quiet CPU cores with --jobs 2 (18 cells)",
+            estimate="about 45 min on 2 quiet CPU cores with --jobs 2: 18 cells of 2-4 min",
             substitutes={"vgg9": "scnn:width=16,hidden=128", "cvae-large": "cvae-mlp:hidden=512"},
             simulate={
                 "classifier_epochs": 30,
@@ -164,8 +164,9 @@ FEDMHO_TABLE3 = Table(
         "FedAvg averages parameters, which needs one architecture: in Table 1's classifier "
         "setting the large and small clients differ, so edgefl's fedavg is refused there. "
         "The paper reports FedAvg and FedDF as 'the voting outcome of model prototypes' "
-        "(Sec. 5.1.2); the ensemble row (the logit average of all 10 classifiers) is that "
-        "vote. With --federation fedmho, fedavg averages the 5 large classifiers.",
+        "(Sec. 5.1.2); the ensemble row (the logit average of all 10 classifiers) is the "
+        "nearest edgefl measures to that vote. With --federation fedmho, fedavg averages the "
+        "5 large classifiers.",
         "Co-Boosting (paper: a DENSE extension) is not implemented in edgefl: no row.",
         "CNN classifiers on the small clients train with the classifiers' optimizer "
         "(SGD-momentum); Table 7 names it for VGG-9 only.",
