@@ -174,3 +174,62 @@ FEDMHO_TABLE3 = Table(
 )
 
 TABLES.add(FEDMHO_TABLE3.name, FEDMHO_TABLE3)
+
+
+# FedHydra (fedhydra.txt), Table 1, MNIST: 5 clients with one two-layer CNN each (Sec. 4.1.3),
+# SGD lr 0.01, batch 128, 200 local epochs (Sec. 4.1.5). Only FedHydra's own row has a paper
+# number here: the baselines' registry entries cite FedMHO's 10-client table.
+FEDHYDRA_TABLE1 = Table(
+    name="fedhydra-table1",
+    title="FedHydra Table 1: MNIST, 5 clients, homogeneous two-layer CNN, top-1 %",
+    source="FedHydra paper, Table 1",
+    dataset="mnist",
+    clients=5,
+    mix="smartphone:5",
+    settings=(
+        Setting(
+            "cnn",
+            "FedHydra Sec. 4.1.3: the same two-layer CNN on every client",
+            {"smartphone": "cnn"},
+            ("fedavg", "ensemble", "dense", "fedhydra"),
+        ),
+    ),
+    budgets={
+        "cpu": Budget(
+            name="cpu",
+            description="what 2 CPU cores finish in under half an hour",
+            partitions=("dirichlet:0.5", "dirichlet:0.1"),
+            seeds=(0, 1, 2),
+            estimate="about 15 min on 2 CPU cores (bench/results/datafree.md: 6 such runs)",
+            simulate={"classifier_epochs": 5, "classifier_optimizer": "sgd-momentum"},
+            reductions=(
+                "clients train 5 local epochs, SGD-momentum lr 0.01, batch 64 (paper: 200, "
+                "SGD lr 0.01, batch 128)",
+                "Dir(0.5) and Dir(0.1) only (paper: also Dir(0.3) and Dir(0.01))",
+                "fusion at each method's cpu budget (DENSE, FedHydra: 10 epochs; paper 200)",
+            ),
+        ),
+        "paper": Budget(
+            name="paper",
+            description="the paper's own settings (Sec. 4.1.5): a GPU job",
+            partitions=("dirichlet:0.5", "dirichlet:0.3", "dirichlet:0.1", "dirichlet:0.01"),
+            seeds=(0, 1, 2),
+            estimate="hours on one GPU (--train-device cuda --device cuda)",
+            simulate={
+                "classifier_epochs": 200,
+                "classifier_lr": 0.01,
+                "classifier_optimizer": "sgd",
+                "classifier_batch_size": 128,
+            },
+            fusion="paper",
+        ),
+    },
+    notes=(
+        "The CNN is edgefl's `cnn` (FedMHO's two-conv MNIST CNN); FedHydra's appendix G model "
+        "may differ in widths.",
+        "FedDF, Co-Boosting and OT have no row: edgefl has no FedHydra-Table-1 number for "
+        "them (FedDF's reference is FedMHO's table) and implements neither of the others.",
+    ),
+)
+
+TABLES.add(FEDHYDRA_TABLE1.name, FEDHYDRA_TABLE1)
