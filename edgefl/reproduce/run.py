@@ -77,7 +77,6 @@ def resolve(job: ReproduceJob) -> tuple[Table, Budget]:
             hint=f"{OWN}: each method in its paper's client setting; a setting: every method "
             "of the table on that setting's uploads",
         )
-    check_out_dir(job.out)
     if job.jobs < 1:
         raise ConfigError(f"--jobs must be >= 1, got {job.jobs}", hint="e.g. --jobs 2")
     if job.seeds is not None and (not job.seeds or min(job.seeds) < 0):
@@ -90,6 +89,7 @@ def resolve(job: ReproduceJob) -> tuple[Table, Budget]:
                               hint="e.g. --partitions dirichlet:0.5,dirichlet:0.1") from None  # fmt: skip
     resolve_device(job.device, "--device")
     resolve_device(job.train_device, "--train-device")
+    check_out_dir(job.out)  # last: it makes the folder
     return table, table.budgets[job.budget]
 
 

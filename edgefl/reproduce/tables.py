@@ -170,6 +170,8 @@ FEDMHO_TABLE3 = Table(
         "Co-Boosting (paper: a DENSE extension) is not implemented in edgefl: no row.",
         "CNN classifiers on the small clients train with the classifiers' optimizer "
         "(SGD-momentum); Table 7 names it for VGG-9 only.",
+        "Every setting first carves FedDF's 5,000-sample public set from train, so client k "
+        "holds the same data in every setting.",
     ),
 )
 
