@@ -36,11 +36,12 @@ import exporters
 import exporters.atomic
 from edgefl.data import load_dataset
 from edgefl.errors import FusionError
-from edgefl.fusion import METHODS, FusionContext, fedcvae_ens, fedmho
+from edgefl.fusion import METHODS, FusionContext, fedmho, fedmho_cw
 from edgefl.fusion.base import (
     allocate,
     average_classifiers,
     class_mean_filter,
+    class_totals,
     decode,
     federation_label_counts,
     kd_loss,
@@ -56,10 +57,11 @@ SMALL = dict(epochs=5, synthetic=400, batch_size=32, gen_steps=3, nz=16, ngf=4, 
              strat_batch=8, inversion_steps=20, public="digits:public", public_size=200,
              rounds=2)  # fmt: skip
 # Accuracies on digits:test seen with SMALL (seed 0): fedavg 0.71, ensemble 0.79, fedcvae-ens
-# 0.35, fedmho / -md / -sd 0.79-0.80 (the clients alone: 0.79 and 0.69). The data-free methods
-# (dense, fedhydra, pfedzkd) stay at chance with such budgets; their own tests check learning.
+# 0.35, fedmho / -md / -sd 0.79-0.80, fedmho-cw 0.86 (the clients alone: 0.79 and 0.69). The
+# data-free methods (dense, fedhydra, pfedzkd) stay at chance with such budgets; their own tests
+# check learning.
 MIN_ACCURACY = {"fedavg": 0.4, "ensemble": 0.5, "fedcvae-ens": 0.2, "fedmho": 0.5,
-                "fedmho-md": 0.5, "fedmho-sd": 0.5}  # fmt: skip
+                "fedmho-md": 0.5, "fedmho-sd": 0.5, "fedmho-cw": 0.6}  # fmt: skip
 NAMES = METHODS.names()
 # The tiny federation holds classifiers and decoders; methods that consume other upload kinds
 # (client predictions, prototypes) get the refusal contract below, and their own tests.
@@ -342,13 +344,35 @@ def test_fedcvae_class_totals_follow_the_federation_not_only_the_decoders():
            SimpleNamespace(kind="decoder", label_counts=np.array([60, 0, 0]))]  # fmt: skip
     clf = SimpleNamespace(kind="classifier", label_counts=np.array([50, 190, 100]))
     ctx = SimpleNamespace(label_counts=federation_label_counts([*dec, clf], 3), num_classes=3)
-    paper = fedcvae_ens.class_weights(ctx, dec, "decoders")
+    paper = class_totals(ctx, dec, "decoders")
     assert paper.tolist() == [150, 10, 0]  # the paper's rule: the decoders' own counts
-    fed = fedcvae_ens.class_weights(ctx, dec, "federation")
+    fed = class_totals(ctx, dec, "federation")
     assert fed.tolist() == [200, 200, 0]  # every upload's counts; nobody can draw class 2
     alloc = allocate(dec, fed, total=100)
     # 50 per class; class 0 split 90:60 among its holders, class 1 all from the one that has it.
     assert alloc.tolist() == [[30, 50, 0], [20, 0, 0]]
+
+
+def test_fedmho_cw_mixture_trusts_each_client_for_the_classes_it_holds():
+    # Client 0 holds classes 0 and 1, client 1 classes 1 and 2. On a digit of class 2, client 0
+    # (which never saw a 2) is sure it is a 1; client 1 says 2. The mean of logits says 1; the
+    # mixture takes class 2's probability from the only client that knows class 2.
+    clients = [SimpleNamespace(label_counts=np.array([100, 50, 0])),
+               SimpleNamespace(label_counts=np.array([0, 50, 100]))]  # fmt: skip
+    shares = fedmho_cw.class_shares(clients, 3)
+    assert shares.tolist() == [[1.0, 0.5, 0.0], [0.0, 0.5, 1.0]]
+    logits = torch.tensor([[[0.0, 6.0, 0.0]], [[0.0, 1.0, 3.0]]])  # (K=2, N=1, C=3)
+    assert logits.mean(0).argmax(1).item() == 1
+    mix = fedmho_cw.weighted_mixture(logits, shares)
+    assert mix.argmax(1).item() == 2
+    assert torch.allclose(mix.exp().sum(1), torch.ones(1))
+    # A constant added to one client's logits changes nothing (the mean of logits would move).
+    shifted = logits.clone()
+    shifted[0] += 100.0
+    assert torch.allclose(fedmho_cw.weighted_mixture(shifted, shares), mix, atol=1e-5)
+    # A class no classifier holds is split evenly.
+    nobody = fedmho_cw.class_shares([SimpleNamespace(label_counts=np.array([1, 0]))] * 2, 2)
+    assert nobody.tolist() == [[0.5, 0.5], [0.5, 0.5]]
 
 
 def test_class_mean_filter_drops_the_outlier():

@@ -9,6 +9,7 @@ from edgefl.fusion import (
     fedgh,
     fedhydra,
     fedmho,
+    fedmho_cw,
     fedol,
     pfedzkd,
 )
@@ -28,6 +29,7 @@ for _m in (
     ensemble.METHOD,
     fedcvae_ens.METHOD,
     *fedmho.METHODS,
+    fedmho_cw.METHOD,
     dense.METHOD,
     fedhydra.METHOD,
     pfedzkd.METHOD,

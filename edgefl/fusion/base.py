@@ -319,6 +319,19 @@ def generate(decoders, alloc: np.ndarray, seed: int, device, pixels: str = "mean
     return torch.cat(xs), torch.cat(ys)
 
 
+def class_totals(ctx: FusionContext, decoders, labels: str) -> np.ndarray:
+    """How many samples each class gets (in proportion). A class no decoder holds gets none: a
+    decoder conditioned on a label it never saw draws its own classes, labelled wrongly."""
+    held = np.stack([u.label_counts for u in decoders]).sum(0).astype(np.float64)
+    if labels == "decoders":
+        return held
+    return ctx.label_counts.astype(np.float64) * (held > 0)
+
+
+LABELS = ("federation", "decoders")
+LABELS_HELP = ("class totals of the synthetic set: federation (every upload's label counts) or "
+               "decoders (only the CVAE clients', FedCVAE's rule)")  # fmt: skip
+
 PIXELS = ("bernoulli", "mean")
 PIXELS_HELP = ("synthetic pixels: bernoulli draws from the decoder's outputs (a sample of the "
                "CVAE's Bernoulli likelihood) or the outputs themselves (mean)")  # fmt: skip

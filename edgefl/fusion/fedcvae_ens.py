@@ -15,9 +15,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
-
 from edgefl.fusion.base import (
+    LABELS,
+    LABELS_HELP,
     PIXELS,
     PIXELS_HELP,
     FusionConfig,
@@ -25,6 +25,7 @@ from edgefl.fusion.base import (
     FusionResult,
     Method,
     allocate,
+    class_totals,
     fedmho_table3,
     generate,
     per_class_counts,
@@ -44,26 +45,12 @@ class FedCVAEConfig(FusionConfig):
     # sharp real digits at test time; drawing the pixels: +2.3 points on MNIST Dir(0.5)
     # (bench/results/fedcvae_diagnosis.md).
     pixels: str = option("bernoulli", PIXELS_HELP, choices=PIXELS)
-    labels: str = option(
-        "federation",
-        "class totals of the synthetic set: federation (every upload's label counts) or "
-        "decoders (the paper's rule: only the CVAE clients')",
-        choices=("federation", "decoders"),
-    )  # fmt: skip
-
-
-def class_weights(ctx: FusionContext, decoders, labels: str) -> np.ndarray:
-    """How many samples each class gets (in proportion). A class no decoder holds gets none: a
-    decoder conditioned on a label it never saw draws its own classes, labelled wrongly."""
-    held = np.stack([u.label_counts for u in decoders]).sum(0).astype(np.float64)
-    if labels == "decoders":
-        return held
-    return ctx.label_counts.astype(np.float64) * (held > 0)
+    labels: str = option("federation", LABELS_HELP, choices=LABELS)
 
 
 def fuse(ctx: FusionContext, cfg: FedCVAEConfig) -> FusionResult:
     decoders = ctx.require("decoder", "fedcvae-ens")
-    weights = class_weights(ctx, decoders, cfg.labels)
+    weights = class_totals(ctx, decoders, cfg.labels)
     alloc = allocate(decoders, weights, cfg.synthetic)
     with ctx.stage("generate"):
         x, y = generate(decoders, alloc, cfg.seed, ctx.device, pixels=cfg.pixels)
