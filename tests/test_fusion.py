@@ -370,6 +370,11 @@ def test_fedmho_cw_mixture_trusts_each_client_for_the_classes_it_holds():
     shifted = logits.clone()
     shifted[0] += 100.0
     assert torch.allclose(fedmho_cw.weighted_mixture(shifted, shares), mix, atol=1e-5)
+    # Rows weight whole clients per sample: with the sample drawn for class 2, only client 1
+    # (the holder of class 2) speaks, and its probabilities are the teacher's.
+    rows = shares.t()[torch.tensor([2])]
+    only = fedmho_cw.weighted_mixture(logits, torch.ones_like(shares), rows)
+    assert torch.allclose(only.exp(), logits[1].softmax(-1), atol=1e-6)
     # A class no classifier holds is split evenly.
     nobody = fedmho_cw.class_shares([SimpleNamespace(label_counts=np.array([1, 0]))] * 2, 2)
     assert nobody.tolist() == [[0.5, 0.5], [0.5, 0.5]]

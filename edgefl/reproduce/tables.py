@@ -109,7 +109,7 @@ FEDMHO_TABLE3 = Table(
             "fedmho",
             "FedMHO Table 1 for the FedMHOs: VGG-9 on the large clients, CVAE-small on the small",
             {"smartphone": "vgg9", "wristband": "cvae-small"},
-            ("fedmho", "fedmho-md", "fedmho-sd"),
+            ("fedmho", "fedmho-md", "fedmho-sd", "fedmho-cw"),
         ),
     ),
     budgets={
