@@ -9,7 +9,7 @@ import json
 import numpy as np
 import pytest
 import torch
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import exporters
@@ -78,6 +78,12 @@ def _assert_valid(genes, shape):
     assert h >= 1 and all(1 <= n <= 300 for n in genes[-1]["hidden"])
 
 
+# Found by hypothesis (2026-11-23): a 36 KiB budget where a second conv's feature map does not
+# fit but a 1-unit hidden layer does; the tiniest set lacked it, so a later draw raised.
+@example(profile=_profile(65536, 0.5625, 32768, 1e6, "sgd", 32, 1.0), shape=(1, 8, 8),
+         samples=10, max_macs=None, seed=3)  # fmt: skip
+@example(profile=_profile(65536, 0.5625, 32768, 1e6, "sgd", 32, 1.0), shape=(1, 8, 8),
+         samples=10, max_macs=None, seed=1443)  # fmt: skip
 @settings(max_examples=40, deadline=None, database=None,
           suppress_health_check=[HealthCheck.too_slow])  # fmt: skip
 @given(profile=budgets, shape=st.sampled_from(SHAPES[:2]), samples=st.integers(10, 6000),

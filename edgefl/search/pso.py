@@ -367,8 +367,9 @@ def _shrink_moves(genes: Genes, input_shape) -> list[Genes]:
 
 def repair(genes: Genes, budget: Budget, cfg: PSOConfig, max_steps: int = 200) -> Genes | None:
     """Greedy shrinking until the architecture fits: each step takes the unvisited one-step
-    change that leaves the least budget excess (ties: the one keeping the most MACs). None when
-    it runs out of changes."""
+    change that leaves the least budget excess (ties: the one keeping the most MACs). When the
+    greedy path runs out of changes, the first of the tiniest architectures that fits; None
+    when none does."""
     genes = legalize(genes, cfg, budget.input_shape)
     visited = {json.dumps(genes)}
     for _ in range(max_steps):
@@ -379,18 +380,23 @@ def repair(genes: Genes, budget: Budget, cfg: PSOConfig, max_steps: int = 200) -
         ]
         moves = [m for m in moves if json.dumps(m) not in visited]
         if not moves:
-            return None
+            break
         genes = min(moves, key=lambda m: (budget.check(m).excess, -budget.check(m).macs))
         visited.add(json.dumps(genes))
-    return genes if budget.fits(genes) else None
+    if budget.fits(genes):
+        return genes
+    return next((t for t in tiniest(cfg, budget.input_shape) if budget.fits(t)), None)
 
 
 def tiniest(cfg: PSOConfig, input_shape) -> list[Genes]:
-    """The smallest architectures of the space: one 1x1 conv of width 1, j pools, the bare head."""
+    """The smallest architectures of the space: one 1x1 conv of width 1, j pools, and the bare
+    head or one hidden unit (the cheapest way to the minimum depth: a second conv keeps a whole
+    feature map for training, a 1-unit layer one number)."""
     out = []
     for j in range(int(math.log2(max(1, min(input_shape[1:])))) + 1):
-        out.append(legalize([{"type": "conv", "out": 1, "kernel": 1}]
-                            + [{"type": "pool", "kind": "max"}] * j, cfg, input_shape))  # fmt: skip
+        for hidden in ([], [1]):
+            body = [{"type": "conv", "out": 1, "kernel": 1}] + [{"type": "pool", "kind": "max"}] * j
+            out.append(legalize(body + [{"type": "fc", "hidden": hidden}], cfg, input_shape))
     return out
 
 
