@@ -231,3 +231,23 @@ def test_fuse_budget_paper_under_the_users_flags(federation, tmp_path):
     assert "--budget paper: epochs=200" in flat(run("server", "methods", "dense").output)
     bad = run("server", "fuse", federation, "--method", "dense", "--budget", "huge", code=2)
     assert "--budget must be one of cpu, paper" in flat(bad.output)
+
+
+def test_no_usable_upload_lists_every_rejection_in_the_error(tmp_path):
+    # Nothing is printed before this failure, so the message itself must say why (issue 19).
+    up = tmp_path / "up"
+    up.mkdir()
+    (up / "a.onnx").write_text("not onnx")
+    (up / "[bold]b.onnx").write_bytes(b"x")  # a name that is rich markup: shown as text
+    for extra in ((), ("--json",)):
+        r = run("server", "fuse", str(up), "--method", "fedavg", "--out",
+                str(tmp_path / "g.onnx"), *extra, code=2)  # fmt: skip
+        text = flat(r.output)
+        assert "2 rejected" in text and "a.onnx: not a valid ONNX file" in text, text
+        assert "[bold]b.onnx: not a valid ONNX file" in text, text
+        assert "Traceback" not in r.output and not (tmp_path / "g.onnx").exists()
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    r = run("server", "fuse", str(empty), "--method", "fedavg", "--out", str(tmp_path / "g.onnx"),
+            code=2)  # fmt: skip
+    assert "holds no .onnx files" in flat(r.output)

@@ -89,9 +89,20 @@ def ingest(
             f"--strict: {len(out.rejected)} upload(s) rejected: {listing}",
             hint="remove the rejected files or run without --strict to fuse the accepted ones",
         )
-    if not out.uploads:
+    if not out.uploads and not out.rejected:
         raise FusionError(
-            f"no usable uploads in {d} ({len(out.rejected)} rejected)",
-            hint="check the rejection reasons above; uploads must be edgefl artifacts (.onnx)",
+            f"no uploads in {d}: it holds no .onnx files",
+            hint="point at the folder of edgefl uploads (.onnx files written by `edgefl client "
+            "train`)",
+        )
+    if not out.uploads:
+        # The reasons go in the message itself: nothing else is printed before it fails.
+        shown = [f"{n}: {r}" for n, r in out.rejected[:10]]
+        more = len(out.rejected) - len(shown)
+        listing = "; ".join(shown) + (f"; and {more} more" if more > 0 else "")
+        raise FusionError(
+            f"no usable uploads in {d}: {len(out.rejected)} rejected ({listing})",
+            hint="fix or remove the rejected files, or point at the folder of edgefl uploads "
+            "(.onnx files written by `edgefl client train`)",
         )
     return out
