@@ -42,7 +42,8 @@ ROWS = (
     ("fedmho-cw [teacher=label-weighted]", "fedmho-cw", {"teacher": "label-weighted"}),
     ("fedmho-cw [teacher=class-weighted]", "fedmho-cw", {"teacher": "class-weighted"}),
     ("fedmho-cw [teacher=mean]", "fedmho-cw", {"teacher": "mean"}),
-    ("fedmho-cw [lam=1: no KD]", "fedmho-cw", {"lam": 1.0}),
+    ("fedmho-cw [balance=fixed: lam 0.5]", "fedmho-cw", {"balance": "fixed"}),
+    ("fedmho-cw [lam=1: no KD]", "fedmho-cw", {"balance": "fixed", "lam": 1.0}),
     ("fedmho-cw [labels=decoders]", "fedmho-cw", {"labels": "decoders"}),
     ("fedmho-cw [pixels=mean]", "fedmho-cw", {"pixels": "mean"}),
 )

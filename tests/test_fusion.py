@@ -47,6 +47,7 @@ from edgefl.fusion.base import (
     kd_loss,
     largest_remainder,
     teacher_logits,
+    train_student,
 )
 from edgefl.server.fuse import FuseJob, run_fuse
 from edgefl.server.ingest import ingest
@@ -378,6 +379,27 @@ def test_fedmho_cw_mixture_trusts_each_client_for_the_classes_it_holds():
     # A class no classifier holds is split evenly.
     nobody = fedmho_cw.class_shares([SimpleNamespace(label_counts=np.array([1, 0]))] * 2, 2)
     assert nobody.tolist() == [[0.5, 0.5], [0.5, 0.5]]
+
+
+def test_fedmho_cw_hears_each_side_by_the_data_behind_it():
+    dec = [SimpleNamespace(label_counts=np.array([10, 0, 30]))]
+    cls = [SimpleNamespace(label_counts=np.array([30, 50, 0])),
+           SimpleNamespace(label_counts=np.array([0, 50, 0]))]  # fmt: skip
+    # class 0: decoders 10 of 40; class 1: decoders hold none; class 2: no classifier holds it.
+    assert fedmho_cw.evidence_share(dec, cls, 3).tolist() == [0.25, 0.0, 1.0]
+
+
+def test_per_sample_lam_equal_to_a_scalar_trains_the_same():
+    x, y = torch.randn(40, 1, 4, 4), torch.randint(0, 3, (40,))
+    teacher = torch.randn(40, 3)
+    runs = []
+    for lam in (0.3, torch.full((40,), 0.3)):
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(16, 3))
+        runs.append(train_student(model, x, y, epochs=2, lr=1e-2, batch_size=8, seed=0,
+                                  device=CPU, teacher=teacher, lam=lam,
+                                  kd_reduction="batchmean"))  # fmt: skip
+    assert np.allclose(runs[0], runs[1], rtol=1e-5)
 
 
 def test_class_mean_filter_drops_the_outlier():

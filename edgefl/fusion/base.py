@@ -392,6 +392,14 @@ def kd_loss(student_logits, teacher_logits, reduction: str) -> torch.Tensor:
     return kl / student_logits.shape[1] if reduction == "mean" else kl
 
 
+def _per_sample_loss(logits, y, teacher, lam, kd_reduction: str, device) -> torch.Tensor:
+    lam = lam.to(device)
+    ce = F.cross_entropy(logits, y.to(device), reduction="none")
+    kl = F.kl_div(F.log_softmax(logits, 1), F.softmax(teacher.to(device), 1), reduction="none")
+    kl = kl.sum(1) / (logits.shape[1] if kd_reduction == "mean" else 1)
+    return (lam * ce + (1 - lam) * kl).mean()
+
+
 def train_student(
     model: nn.Module,
     x: torch.Tensor,
@@ -403,12 +411,13 @@ def train_student(
     seed: int,
     device: torch.device,
     teacher: torch.Tensor | None = None,
-    lam: float = 1.0,
+    lam: float | torch.Tensor = 1.0,
     kd_reduction: str = "mean",
     optimizer: str = "adam",
     log=None,
 ) -> list[float]:
-    """Train on (x, y) with loss lam * CE(y) + (1 - lam) * KL(teacher || student).
+    """Train on (x, y) with loss lam * CE(y) + (1 - lam) * KL(teacher || student); `lam` is one
+    number or one per sample (each sample's two terms weighted, then averaged over the batch).
     `teacher` holds precomputed teacher logits for x (they never change: computed once)."""
     if len(x) == 0:
         raise FusionError("no training samples left to train the global model on")
@@ -429,10 +438,16 @@ def train_student(
             xb = x[idx].to(device)
             logits = model(xb)
             loss = torch.zeros((), device=device)
-            if lam > 0 and y is not None:
-                loss = loss + lam * F.cross_entropy(logits, y[idx].to(device))
-            if lam < 1 and teacher is not None:
-                loss = loss + (1 - lam) * kd_loss(logits, teacher[idx].to(device), kd_reduction)
+            if isinstance(lam, torch.Tensor):
+                loss = _per_sample_loss(
+                    logits, y[idx], teacher[idx], lam[idx], kd_reduction, device
+                )
+            else:
+                if lam > 0 and y is not None:
+                    loss = loss + lam * F.cross_entropy(logits, y[idx].to(device))
+                if lam < 1 and teacher is not None:
+                    kd = kd_loss(logits, teacher[idx].to(device), kd_reduction)
+                    loss = loss + (1 - lam) * kd
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()

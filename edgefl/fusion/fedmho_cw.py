@@ -10,8 +10,11 @@ share of the class-y samples, and takes each class's probability from the client
 that class (FedHydra's stratified aggregation, Eq. 8-11, with the label counts every upload
 declares as the strata, over probabilities): it agrees with the decoders' labels on 98.5%.
 The global model starts from w0 (FedMHO's classifier average) and learns
-lam * CE(decoder label) + (1 - lam) * KL(teacher || model) on samples drawn by the federation's
-label counts, like FedCVAE-ENS's (bench/results/fedmho_cw.md).
+lam_y * CE(decoder label) + (1 - lam_y) * KL(teacher || model) on samples drawn by the
+federation's label counts, like FedCVAE-ENS's. lam_y is the decoders' share of the class-y
+samples the two sides hold: each side is heard in proportion to the data behind it, so a class
+the classifier clients barely hold is learnt from the decoders' label (a fixed lam = 0.5 cost
+5 points at Dir(0.1), where each classifier holds one or two classes; bench/results/fedmho_cw.md).
 """
 
 from __future__ import annotations
@@ -53,8 +56,14 @@ class FedMHOCWConfig(FusionConfig):
         "FedMHO-MD's mean of logits",
         choices=("class-weighted", "label-weighted", "both", "mean"),
     )  # fmt: skip
-    lam: float = option(0.5, "weight of cross-entropy vs distillation (FedMHO's lambda)",
-                        low=0, high=1)  # fmt: skip
+    lam: float = option(0.5, "weight of cross-entropy vs distillation (FedMHO's lambda; with "
+                        "--balance fixed)", low=0, high=1)  # fmt: skip
+    balance: str = option(
+        "data",
+        "fixed: lam for every sample; data: a sample of class y weighs the decoders' label and "
+        "the teacher by how many class-y samples each side's clients hold",
+        choices=("fixed", "data"),
+    )  # fmt: skip
     lr: float = option(1e-3, "global Adam learning rate", low=0, low_open=True)
     epochs: int = option(20, "global training epochs", low=1)
     batch_size: int = option(64, "global batch size", low=1)
@@ -82,6 +91,15 @@ def weighted_mixture(logits: torch.Tensor, shares: torch.Tensor,
     return mix.clamp_min(tiny).log() - mix.sum(1, keepdim=True).clamp_min(tiny).log()
 
 
+def evidence_share(decoders, classifiers, num_classes: int) -> torch.Tensor:
+    """(C,): the decoders' share of the class-c samples both sides hold (1 where no classifier
+    holds the class: there is no teacher worth hearing)."""
+    held = np.stack([u.label_counts for u in decoders]).sum(0).astype(np.float64)
+    taught = np.stack([u.label_counts for u in classifiers]).sum(0).astype(np.float64)
+    total = held + taught
+    return torch.from_numpy(np.where(taught > 0, held / np.where(total > 0, total, 1), 1.0)).float()
+
+
 def fuse(ctx: FusionContext, cfg: FedMHOCWConfig) -> FusionResult:
     classifiers = ctx.require("classifier", "fedmho-cw")
     decoders = ctx.require("decoder", "fedmho-cw")
@@ -100,10 +118,13 @@ def fuse(ctx: FusionContext, cfg: FedMHOCWConfig) -> FusionResult:
             teacher = weighted_mixture(logits, torch.ones_like(shares), shares.t()[y])
         else:
             teacher = weighted_mixture(logits, shares, shares.t()[y])
+    lam: float | torch.Tensor = cfg.lam
+    if cfg.balance == "data":
+        lam = evidence_share(decoders, classifiers, ctx.num_classes)[y]
     with ctx.stage("train"):
         history = train_student(
             model, x, y, epochs=cfg.epochs, lr=cfg.lr, batch_size=cfg.batch_size,
-            seed=cfg.seed, device=ctx.device, teacher=teacher, lam=cfg.lam,
+            seed=cfg.seed, device=ctx.device, teacher=teacher, lam=lam,
             kd_reduction="batchmean", log=ctx.log,
         )  # fmt: skip
     info = {
