@@ -142,8 +142,8 @@ def fuse(ctx: FusionContext, cfg: FedMHOCWConfig) -> FusionResult:
 
 METHOD = Method(
     name="fedmho-cw",
-    description="edgefl's own: w0, then CE + KD from a class-weighted classifier mixture on "
-    "decoder samples",
+    description="edgefl's own: w0, then CE + KD on decoder samples from the classifiers that "
+    "hold each sample's class, each side weighted by its data",
     paper="edgefl (not a paper's method; FedMHO's federation, Yao et al., WWW 2026)",
     consumes=("classifier", "decoder"),
     needs_gradients=True,  # averages classifier weights for w0
