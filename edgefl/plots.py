@@ -2,27 +2,20 @@
 
 from __future__ import annotations
 
-import os
-import tempfile
+import io
 from pathlib import Path
 
 import numpy as np
 
+from exporters.atomic import atomic_write_bytes
+
 
 def save_figure(fig, path, dpi: int = 120) -> Path:
-    """Save a matplotlib figure as PNG atomically: write beside the target, then rename, so a
-    reader never sees a half-written file."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            fig.savefig(f, format="png", dpi=dpi, bbox_inches="tight")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    """Save a matplotlib figure as PNG atomically (a reader never sees half a file), with the
+    mode a plain write would give (the user's umask)."""
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=dpi, bbox_inches="tight")
+    return atomic_write_bytes(path, buf.getvalue())
 
 
 def _plt():

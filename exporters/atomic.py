@@ -21,8 +21,8 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
             fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
-        # mkstemp creates 0600; keep an existing file's mode, else an ordinary readable file.
-        mode = target.stat().st_mode & 0o777 if target.exists() else 0o644
+        # mkstemp creates 0600; keep an existing file's mode, else what open() would give.
+        mode = target.stat().st_mode & 0o777 if target.exists() else new_file_mode()
         os.chmod(tmp, mode)
         os.replace(tmp, target)
     except BaseException:
@@ -31,6 +31,13 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
         raise
     _fsync_dir(target.parent)
     return target
+
+
+def new_file_mode() -> int:
+    """0o666 less the process umask: the mode a plain open(path, "w") would create."""
+    mask = os.umask(0)  # the only portable way to read it: set, then restore at once
+    os.umask(mask)
+    return 0o666 & ~mask
 
 
 def atomic_write_text(path: str | os.PathLike[str], text: str, encoding: str = "utf-8") -> Path:

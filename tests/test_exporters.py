@@ -353,3 +353,27 @@ def test_read_artifact_requires_metadata(exported, tmp_path):
     with pytest.raises(UploadRejected):
         validate_upload(path)
     assert validate_upload(path, require_metadata=False).metadata == {}
+
+
+@pytest.mark.parametrize("mask", [0o022, 0o077])
+def test_new_files_get_the_users_umask(tmp_path, mask):
+    # mkstemp makes 0600 files; a written model, report or picture is a plain file (issue 19).
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from edgefl.plots import save_figure
+
+    old = os.umask(mask)
+    try:
+        exporters.atomic.atomic_write_text(tmp_path / "r.json", "{}")
+        fig = plt.figure()
+        save_figure(fig, tmp_path / "p.png")
+        plt.close(fig)
+    finally:
+        os.umask(old)
+    for name in ("r.json", "p.png"):
+        assert (tmp_path / name).stat().st_mode & 0o777 == 0o666 & ~mask, name
+    assert (tmp_path / "p.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["p.png", "r.json"]  # no temp left
