@@ -123,7 +123,7 @@ def main() -> None:
 
     x, y = generate(dec, allocate(dec, fed * (held > 0), 6000), 0, CPU, pixels="bernoulli")
     logits = torch.stack([teacher_logits(u, x, CPU) for u in cls])
-    shares = fedmho_cw.class_shares(cls, 10)
+    shares = fedmho_cw.class_shares(cls)
     rows = shares.t()[y]
     teachers = {
         "mean of the classifiers' logits (FedMHO-MD)": logits.mean(0),

@@ -360,7 +360,7 @@ def test_fedmho_cw_mixture_trusts_each_client_for_the_classes_it_holds():
     # mixture takes class 2's probability from the only client that knows class 2.
     clients = [SimpleNamespace(label_counts=np.array([100, 50, 0])),
                SimpleNamespace(label_counts=np.array([0, 50, 100]))]  # fmt: skip
-    shares = fedmho_cw.class_shares(clients, 3)
+    shares = fedmho_cw.class_shares(clients)
     assert shares.tolist() == [[1.0, 0.5, 0.0], [0.0, 0.5, 1.0]]
     logits = torch.tensor([[[0.0, 6.0, 0.0]], [[0.0, 1.0, 3.0]]])  # (K=2, N=1, C=3)
     assert logits.mean(0).argmax(1).item() == 1
@@ -377,7 +377,7 @@ def test_fedmho_cw_mixture_trusts_each_client_for_the_classes_it_holds():
     only = fedmho_cw.weighted_mixture(logits, torch.ones_like(shares), rows)
     assert torch.allclose(only.exp(), logits[1].softmax(-1), atol=1e-6)
     # A class no classifier holds is split evenly.
-    nobody = fedmho_cw.class_shares([SimpleNamespace(label_counts=np.array([1, 0]))] * 2, 2)
+    nobody = fedmho_cw.class_shares([SimpleNamespace(label_counts=np.array([1, 0]))] * 2)
     assert nobody.tolist() == [[0.5, 0.5], [0.5, 0.5]]
 
 

@@ -180,19 +180,16 @@ def federation_label_counts(uploads, num_classes: int) -> np.ndarray:
 class FusionContext:
     """Everything a method may use: the accepted uploads by kind, the task, the device, a seeded
     generator, a stage timer and a report dict for method-specific entries. `label_counts` is
-    the federation's: summed over every accepted upload, used by the method or not (by default
-    over `uploads`)."""
+    the federation's: summed over `federation`, every accepted upload whether the method uses it
+    or not (default: `uploads`)."""
 
     def __init__(self, uploads: list[Upload], *, device: torch.device, seed: int, log=None,
-                 label_counts: np.ndarray | None = None):  # fmt: skip
+                 federation: list[Upload] | None = None):  # fmt: skip
         self.uploads = uploads
         first = uploads[0].meta
         self.input_shape = tuple(first["input_shape"])
         self.num_classes = int(first["num_classes"])
-        self.label_counts = (
-            federation_label_counts(uploads, self.num_classes)
-            if label_counts is None else np.asarray(label_counts, dtype=np.int64)
-        )  # fmt: skip
+        self.label_counts = federation_label_counts(federation or uploads, self.num_classes)
         self.class_names = list(first.get("class_names") or range(self.num_classes))
         self.device = device
         self.seed = seed
@@ -322,7 +319,7 @@ def generate(decoders, alloc: np.ndarray, seed: int, device, pixels: str = "mean
 def class_totals(ctx: FusionContext, decoders, labels: str) -> np.ndarray:
     """How many samples each class gets (in proportion). A class no decoder holds gets none: a
     decoder conditioned on a label it never saw draws its own classes, labelled wrongly."""
-    held = np.stack([u.label_counts for u in decoders]).sum(0).astype(np.float64)
+    held = federation_label_counts(decoders, ctx.num_classes).astype(np.float64)
     if labels == "decoders":
         return held
     return ctx.label_counts.astype(np.float64) * (held > 0)

@@ -36,6 +36,7 @@ from edgefl.fusion.base import (
     allocate,
     average_classifiers,
     class_totals,
+    federation_label_counts,
     generate,
     per_class_counts,
     teacher_logits,
@@ -69,7 +70,7 @@ class FedMHOCWConfig(FusionConfig):
     batch_size: int = option(64, "global batch size", low=1)
 
 
-def class_shares(classifiers, num_classes: int) -> torch.Tensor:
+def class_shares(classifiers) -> torch.Tensor:
     """(K, C): client k's share of the classifier clients' class-c samples (even where none
     holds class c)."""
     n = np.stack([u.label_counts for u in classifiers]).astype(np.float64)
@@ -94,8 +95,8 @@ def weighted_mixture(logits: torch.Tensor, shares: torch.Tensor,
 def evidence_share(decoders, classifiers, num_classes: int) -> torch.Tensor:
     """(C,): the decoders' share of the class-c samples both sides hold (1 where no classifier
     holds the class: there is no teacher worth hearing)."""
-    held = np.stack([u.label_counts for u in decoders]).sum(0).astype(np.float64)
-    taught = np.stack([u.label_counts for u in classifiers]).sum(0).astype(np.float64)
+    held = federation_label_counts(decoders, num_classes).astype(np.float64)
+    taught = federation_label_counts(classifiers, num_classes).astype(np.float64)
     total = held + taught
     return torch.from_numpy(np.where(taught > 0, held / np.where(total > 0, total, 1), 1.0)).float()
 
@@ -109,7 +110,7 @@ def fuse(ctx: FusionContext, cfg: FedMHOCWConfig) -> FusionResult:
         x, y = generate(decoders, alloc, cfg.seed, ctx.device, pixels=cfg.pixels)
     with ctx.stage("teacher"):
         logits = torch.stack([teacher_logits(u, x, ctx.device) for u in classifiers])
-        shares = class_shares(classifiers, ctx.num_classes)
+        shares = class_shares(classifiers)
         if cfg.teacher == "mean":
             teacher = logits.mean(0)
         elif cfg.teacher == "class-weighted":

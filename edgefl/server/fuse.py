@@ -31,13 +31,7 @@ import exporters
 from edgefl.artifacts import Upload
 from edgefl.errors import ArtifactError, ConfigError, EdgeflError, FusionError
 from edgefl.fusion import METHODS
-from edgefl.fusion.base import (
-    FusionConfig,
-    FusionContext,
-    FusionResult,
-    Method,
-    federation_label_counts,
-)
+from edgefl.fusion.base import FusionConfig, FusionContext, FusionResult, Method
 from edgefl.outputs import check_writable
 from edgefl.server.ingest import Ingest, default_jobs, ingest
 
@@ -140,8 +134,7 @@ def fuse_one(
     torch.manual_seed(p.config.seed)
     # Named: with methods side by side, "epoch 2/10" alone would not say whose.
     named = (lambda msg: log(f"{p.method.name}: {msg}")) if log else None
-    counts = federation_label_counts(everyone, int(usable[0].meta["num_classes"]))
-    ctx = FusionContext(usable, device=device, seed=p.config.seed, log=named, label_counts=counts)
+    ctx = FusionContext(usable, device=device, seed=p.config.seed, log=named, federation=everyone)
     return ctx, p.method.fuse(ctx, p.config)
 
 
