@@ -251,3 +251,23 @@ def test_no_usable_upload_lists_every_rejection_in_the_error(tmp_path):
     r = run("server", "fuse", str(empty), "--method", "fedavg", "--out", str(tmp_path / "g.onnx"),
             code=2)  # fmt: skip
     assert "holds no .onnx files" in flat(r.output)
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs /proc")
+@pytest.mark.parametrize("argv", [
+    ["server", "fuse", "{up}", "--method", "fedavg", "--out", "/proc/g.onnx"],
+    ["client", "train", "--profile", "wristband", "--dataset", "digits", "--num-clients", "2",
+     "--client-index", "0", "--out", "/proc/up"],
+    ["simulate", "--dataset", "digits", "--clients", "2", "--mix", "smartphone:2", "--out",
+     "/proc/sim"],
+])  # fmt: skip
+def test_outputs_no_file_can_be_made_in_fail_first(argv, tmp_path, monkeypatch):
+    # Root may "access" /proc, yet no file can be created there: refused before any work.
+    import edgefl.client.run
+
+    def no_work(*a, **k):
+        raise AssertionError("training started before the output check")
+
+    monkeypatch.setattr(edgefl.client.run, "_local_data", no_work)
+    r = run(*[a.replace("{up}", str(tmp_path)) for a in argv], code=2)
+    assert "cannot be written" in flat(r.output), r.output

@@ -26,6 +26,7 @@ from edgefl.models.cost import costs
 from edgefl.models.plan import Fit, check_fit, plan, require_fit
 from edgefl.models.spec import ModelSpec, parse_model_arg
 from edgefl.models.zoo import role_of
+from edgefl.outputs import check_writable
 from edgefl.profiles import Profile, get_profile
 from edgefl.search import PSOConfig, SearchResult, run_search, search_architecture
 from edgefl.training import DEFAULT_LR, TrainConfig, TrainSummary, init_model, train
@@ -181,6 +182,7 @@ def _local_data(job: ClientJob):
 
 def run_client(job: ClientJob, *, on_epoch=None, on_status=None) -> ClientResult:
     status = on_status or (lambda msg: None)
+    check_writable(job.out_dir, "--out", "uploads", folder_ok=True)  # before the training
     profile, data, info, train_idx, val_idx, local = _local_data(job)
     spec, fit = choose_model(job, profile, info, len(train_idx), local, status)
     role = role_of(spec)

@@ -29,6 +29,7 @@ from edgefl.fusion import DEFAULT_METHODS, METHODS, paper_reference
 from edgefl.models.plan import plan
 from edgefl.models.spec import parse_model_arg
 from edgefl.models.zoo import role_of
+from edgefl.outputs import check_writable
 from edgefl.profiles import get_profile
 from edgefl.server.fuse import fuse_methods, resolve_device
 from edgefl.server.fuse import plan as plan_fuse
@@ -75,6 +76,7 @@ class SimJob:
     generator_batch_size: int | None = None
 
     def validate(self) -> None:
+        check_writable(self.out, "--out", "runs/sim", folder_ok=True)
         if self.clients < 1:
             raise ConfigError(f"--clients must be >= 1, got {self.clients}")
         if self.jobs < 1:
