@@ -35,6 +35,8 @@ ROOT = Path(__file__).resolve().parents[1]
 ROWS = (
     ("fedcvae-ens", "fedcvae-ens", {}),
     ("fedcvae-ens [labels=decoders]", "fedcvae-ens", {"labels": "decoders"}),
+    ("fedcvae-ens [augment=none]", "fedcvae-ens", {"augment": "none"}),
+    ("fedcvae-ens [augment=none, epochs=20]", "fedcvae-ens", {"augment": "none", "epochs": 20}),
     ("fedmho", "fedmho", {}),
     ("fedmho-md", "fedmho-md", {}),
     ("fedmho-sd", "fedmho-sd", {}),
@@ -46,6 +48,7 @@ ROWS = (
     ("fedmho-cw [lam=1: no KD]", "fedmho-cw", {"balance": "fixed", "lam": 1.0}),
     ("fedmho-cw [labels=decoders]", "fedmho-cw", {"labels": "decoders"}),
     ("fedmho-cw [pixels=mean]", "fedmho-cw", {"pixels": "mean"}),
+    ("fedmho-cw [augment=none]", "fedmho-cw", {"augment": "none"}),
 )
 
 

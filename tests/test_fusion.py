@@ -38,6 +38,7 @@ from edgefl.data import load_dataset
 from edgefl.errors import FusionError
 from edgefl.fusion import METHODS, FusionContext, fedmho, fedmho_cw
 from edgefl.fusion.base import (
+    affine_jitter,
     allocate,
     average_classifiers,
     class_mean_filter,
@@ -400,6 +401,20 @@ def test_per_sample_lam_equal_to_a_scalar_trains_the_same():
                                   device=CPU, teacher=teacher, lam=lam,
                                   kd_reduction="batchmean"))  # fmt: skip
     assert np.allclose(runs[0], runs[1], rtol=1e-5)
+
+
+def test_affine_jitter_moves_each_image_by_its_own_draw():
+    x = torch.zeros(64, 1, 28, 28)
+    x[:, 0, 10:18, 12:16] = 1.0  # a bar: its centre of mass shows where the jitter moved it
+    none = affine_jitter(x, torch.Generator().manual_seed(0), degrees=0, scale=0, shift=0)
+    assert torch.allclose(none, x, atol=1e-5)  # the identity map samples the pixels as they are
+    a = affine_jitter(x, torch.Generator().manual_seed(1))
+    b = affine_jitter(x, torch.Generator().manual_seed(1))
+    assert torch.equal(a, b)  # reproducible from the training seed
+    cols = torch.arange(28.0)
+    centre = (a.sum(2)[:, 0] * cols).sum(1) / a.sum((1, 2, 3))
+    assert 1.0 < centre.max() - centre.min() < 2 * 0.1 * 28 + 2  # different shifts, bounded
+    assert (a.sum((1, 2, 3)) / x[0].sum()).sub(1).abs().max() < 0.3  # ink kept, not cropped
 
 
 def test_class_mean_filter_drops_the_outlier():

@@ -397,6 +397,34 @@ def _per_sample_loss(logits, y, teacher, lam, kd_reduction: str, device) -> torc
     return (lam * ce + (1 - lam) * kl).mean()
 
 
+AUGMENT = ("affine", "none")
+AUGMENT_HELP = ("training-time jitter of synthetic images: affine (a random small rotation, scale "
+                "and shift per sample and step) or none")  # fmt: skip
+
+
+def affine_jitter(
+    x: torch.Tensor,
+    gen: torch.Generator,
+    *,
+    degrees: float = 10.0,
+    scale: float = 0.1,
+    shift: float = 0.1,
+) -> torch.Tensor:
+    """Each image of an (N, C, H, W) batch under its own random rotation (+-degrees), scale
+    (1 +- scale) and shift (+- shift of the side), sampled bilinearly with zero padding."""
+    n = len(x)
+    u = torch.rand(n, 4, generator=gen) * 2 - 1
+    angle = u[:, 0] * degrees * torch.pi / 180
+    s = 1 + u[:, 1] * scale
+    cos, sin = torch.cos(angle) / s, torch.sin(angle) / s
+    theta = torch.stack(
+        [torch.stack([cos, -sin, u[:, 2] * 2 * shift], 1),
+         torch.stack([sin, cos, u[:, 3] * 2 * shift], 1)], 1,
+    ).to(x.device, x.dtype)  # fmt: skip
+    grid = F.affine_grid(theta, list(x.shape), align_corners=False)
+    return F.grid_sample(x, grid, padding_mode="zeros", align_corners=False)
+
+
 def train_student(
     model: nn.Module,
     x: torch.Tensor,
@@ -411,6 +439,7 @@ def train_student(
     lam: float | torch.Tensor = 1.0,
     kd_reduction: str = "mean",
     optimizer: str = "adam",
+    augment: str = "none",
     log=None,
 ) -> list[float]:
     """Train on (x, y) with loss lam * CE(y) + (1 - lam) * KL(teacher || student); `lam` is one
@@ -432,8 +461,10 @@ def train_student(
     for epoch in range(epochs):
         total, n = 0.0, 0
         for idx in torch.randperm(len(x), generator=gen).split(batch_size):
-            xb = x[idx].to(device)
-            logits = model(xb)
+            xb = x[idx]
+            if augment == "affine" and xb.dim() == 4:
+                xb = affine_jitter(xb, gen)
+            logits = model(xb.to(device))
             loss = torch.zeros((), device=device)
             if isinstance(lam, torch.Tensor):
                 loss = _per_sample_loss(
