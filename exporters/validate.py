@@ -350,6 +350,7 @@ def ingest_dir(
     timings: dict[str, float] | None = None,
     then: Callable[[Artifact], Any] | None = None,
     inflight_bytes: int | None = None,
+    on_file: Callable[[int, int], None] | None = None,
     **validate_kwargs: Any,
 ) -> IngestResult:
     """Validate every ``*.onnx`` in ``directory`` (not recursive), then cross-check the set.
@@ -359,6 +360,7 @@ def ingest_dir(
     that turns each file into something smaller can do so before the next files pile up.
     ``inflight_bytes`` caps the total size of the files being worked on at once (a larger file
     runs alone): checking a file holds several copies of it, so parallel big files cost memory.
+    ``on_file(done, total)`` is called as the files are finished, in order (progress).
 
     The directory is only listed and read; nothing in it is created, moved or modified.
     """
@@ -386,7 +388,9 @@ def ingest_dir(
     candidates: list[Artifact] = []
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
         # map keeps the sorted order
-        for name, art, reason, own, after in pool.map(check, names):
+        for i, (name, art, reason, own, after) in enumerate(pool.map(check, names)):
+            if on_file is not None:
+                on_file(i + 1, len(names))
             add_times(timings, own)
             if art is None:
                 result.rejected.append((name, reason))

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import typer
 
-from edgefl.cli.common import console, fmt_bytes, fmt_count, print_json
+from edgefl.cli.common import QUIET, console, fmt_bytes, fmt_count, print_json
+from edgefl.cli.progress import reporter
 from edgefl.data.registry import dataset_info
 from edgefl.models.plan import Plan, plan
 from edgefl.profiles import get_profile
@@ -54,32 +55,16 @@ def print_plan(p: Plan) -> None:
     )
 
 
-def train_with_progress(job, json_out: bool):
-    """run_client with a rich progress bar per epoch (none with --json)."""
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
+def train_with_progress(job, quiet: bool = False):
+    """run_client with its epochs shown on stderr: bars on a terminal, plain lines elsewhere."""
     from edgefl.client.run import run_client
 
-    progress = Progress(
-        TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-        TextColumn("loss {task.fields[loss]}"), TimeElapsedColumn(),
-        console=console, disable=json_out, transient=False,
-    )  # fmt: skip
-    task = None
+    with reporter(quiet) as watch:
 
-    def on_epoch(epoch: int, total: int, loss: float) -> None:
-        nonlocal task
-        if task is None:
-            task = progress.add_task("training", total=total, loss="-")
-        progress.update(task, completed=epoch, loss=f"{loss:.4f}")
+        def on_epoch(epoch: int, total: int, loss: float) -> None:
+            watch("training epoch", epoch, total, f"loss {loss:.4f}")
 
-    def on_status(msg: str) -> None:
-        if not json_out:
-            progress.console.print(f"[dim]{msg}[/]")
-
-    with progress:
-        result = run_client(job, on_epoch=on_epoch, on_status=on_status)
-    return result
+        return run_client(job, on_epoch=on_epoch, on_status=watch.message)
 
 
 @app.command("plan")
@@ -137,6 +122,7 @@ def train_cmd(
         1, help="--search: training epochs per candidate (quick; paper: 10)."
     ),
     json_out: bool = JSON_SUMMARY,
+    quiet: bool = QUIET,
 ) -> None:
     """Train the model that fits this device on its local data and write one ONNX upload."""
 
@@ -150,7 +136,7 @@ def train_cmd(
         search_options={"particles": particles, "generations": generations,
                         "candidate_epochs": candidate_epochs} if search else None,
     )  # fmt: skip
-    result = train_with_progress(job, json_out)
+    result = train_with_progress(job, quiet)
     if json_out:
         print_json(result.as_dict())
         return
@@ -203,10 +189,10 @@ def sample_cmd(
 # --- uploads without weights (FedOL predictions, FedGH prototypes) and FedGH's header -------
 
 
-def _run_data_client(job, json_out: bool) -> None:
+def _run_data_client(job, json_out: bool, quiet: bool = False) -> None:
     """Train exactly like `client train`, then write the job's data artifact instead of weights."""
 
-    result = train_with_progress(job, json_out)
+    result = train_with_progress(job, quiet)
     meta = result.metadata
     if json_out:
         keep = ("kind", "public", "public_size", "public_fingerprint", "dtype",
@@ -264,6 +250,7 @@ def predict_cmd(
     force: bool = FORCE,
     client_id: str | None = CLIENT_ID,
     json_out: bool = JSON_SUMMARY,
+    quiet: bool = QUIET,
 ) -> None:
     """Train locally, then upload only softmax predictions on the public set (FedOL)."""
     from edgefl.client.run import ClientJob
@@ -275,7 +262,7 @@ def predict_cmd(
         batch_size=batch_size, lr=lr, seed=seed, fed_seed=fed_seed, force=force,
         client_id=client_id, kind="predictions", public=public, fp16=fp16, keep_model=keep_model,
     )  # fmt: skip
-    _run_data_client(job, json_out)
+    _run_data_client(job, json_out, quiet)
 
 
 @app.command("prototypes")
@@ -305,6 +292,7 @@ def prototypes_cmd(
     force: bool = FORCE,
     client_id: str | None = CLIENT_ID,
     json_out: bool = JSON_SUMMARY,
+    quiet: bool = QUIET,
 ) -> None:
     """Train locally, then upload per held class the mean representation and count (FedGH)."""
     from edgefl.client.run import ClientJob
@@ -316,7 +304,7 @@ def prototypes_cmd(
         batch_size=batch_size, lr=lr, seed=seed, fed_seed=fed_seed, force=force,
         client_id=client_id, kind="prototypes", keep_model=keep_model,
     )  # fmt: skip
-    _run_data_client(job, json_out)
+    _run_data_client(job, json_out, quiet)
 
 
 @app.command("apply-header")

@@ -6,10 +6,14 @@ import json
 import sys
 from typing import Any
 
+import typer
 from rich.console import Console
 
 console = Console(highlight=False)
 err_console = Console(stderr=True, highlight=False)
+
+# Progress goes to stderr (bars on a terminal, a plain line every few seconds elsewhere).
+QUIET = typer.Option(False, "--quiet", "-q", help="No progress on stderr (errors still print).")
 
 
 def print_json(obj: Any) -> None:

@@ -3,14 +3,14 @@ declares is a flag (`--lam 0.3`) or an `--opt` (`--opt lam=0.3`, `--opt fedmho-m
 
 from __future__ import annotations
 
-from contextlib import nullcontext
 from typing import Any
 
 import typer
 from rich.markup import escape
 from rich.table import Table
 
-from edgefl.cli.common import console, fmt_bytes, print_json
+from edgefl.cli.common import QUIET, console, fmt_bytes, print_json
+from edgefl.cli.progress import reporter
 
 app = typer.Typer(help="Validate uploads and fuse them into a global model.", no_args_is_help=True)
 
@@ -125,6 +125,7 @@ def fuse_cmd(
     jobs: int | None = typer.Option(None, help="Uploads ingested at once (default: by the cores)."),
     report: str | None = typer.Option(None, help="Report JSON path (default: <out>.json)."),
     json_out: bool = typer.Option(False, "--json", help="Print the report(s) as JSON."),
+    quiet: bool = QUIET,
 ) -> None:
     """Validate every upload once, fuse the usable ones with each METHOD, export global models."""
     from pathlib import Path
@@ -154,12 +155,11 @@ def fuse_cmd(
         plans = [plan(methods[0], options[methods[0]], target, uploads, report)]
     resolve_device(device)
     cap = {} if max_upload_bytes is None else {"max_upload_bytes": max_upload_bytes}
-    log = None if json_out else (lambda m: console.print(f"[dim]{escape(m)}[/]"))
-    status = f"fusing with {', '.join(methods)}..."
-    with console.status(status, spinner="dots") if not json_out else nullcontext():
+    with reporter(quiet) as watch:
+        watch.message(f"fusing with {', '.join(methods)}")
         reps = fuse_methods(plans, uploads, device=device, eval=eval_ref, data_dir=data_dir,
-                            strict=strict, jobs=jobs, keep_going=len(methods) > 1, log=log,
-                            **cap)  # fmt: skip
+                            strict=strict, jobs=jobs, keep_going=len(methods) > 1,
+                            log=watch.message, progress=watch, **cap)  # fmt: skip
     if json_out:
         print_json(reps[methods[0]] if len(methods) == 1 else reps)
     elif len(methods) == 1:

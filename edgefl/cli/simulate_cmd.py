@@ -5,7 +5,8 @@ from __future__ import annotations
 import typer
 from rich.table import Table
 
-from edgefl.cli.common import console, fmt_bytes, print_json
+from edgefl.cli.common import QUIET, console, fmt_bytes, print_json
+from edgefl.cli.progress import reporter
 
 
 def register(app: typer.Typer) -> None:
@@ -105,6 +106,7 @@ def simulate_cmd(
     ),
     data_dir: str | None = typer.Option(None, help="Folder with standard dataset files."),
     json_out: bool = typer.Option(False, "--json", help="Print results JSON."),
+    quiet: bool = QUIET,
 ) -> None:
     """Run a whole one-shot federation: train every client, fuse with each method, evaluate."""
     from edgefl.fusion import DEFAULT_METHODS, METHODS, check_budget
@@ -133,8 +135,8 @@ def simulate_cmd(
         classifier_optimizer=classifier_optimizer, generator_optimizer=generator_optimizer,
         classifier_batch_size=classifier_batch_size, generator_batch_size=generator_batch_size,
     )  # fmt: skip
-    log = None if json_out else (lambda m: console.print(f"[dim]{m}[/]"))
-    results = simulate(job, log=log)
+    with reporter(quiet) as watch:
+        results = simulate(job, log=watch.message, progress=watch)
     if json_out:
         print_json(results)
     else:
@@ -205,4 +207,6 @@ def demo_cmd(
         max_classifier_macs=500_000,
         fuse_options={m: _demo_options(METHODS.get(m)) for m in DEFAULT_METHODS},
     )  # fmt: skip
-    print_results(simulate(job, log=lambda m: console.print(f"[dim]{m}[/]")))
+    with reporter() as watch:
+        results = simulate(job, log=watch.message, progress=watch)
+    print_results(results)

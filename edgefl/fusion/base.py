@@ -29,6 +29,7 @@ from edgefl.errors import ConfigError, FusionError
 from edgefl.fusion.options import describe_options, flag, option, validate
 from edgefl.models.spec import ModelSpec
 from edgefl.models.zoo import build_model, make_spec
+from edgefl.progress import no_progress
 from edgefl.registry import Registry
 
 ARTIFACT_KINDS = ("classifier", "decoder", "predictions", "prototypes")
@@ -184,7 +185,7 @@ class FusionContext:
     or not (default: `uploads`)."""
 
     def __init__(self, uploads: list[Upload], *, device: torch.device, seed: int, log=None,
-                 federation: list[Upload] | None = None):  # fmt: skip
+                 federation: list[Upload] | None = None, progress=None):  # fmt: skip
         self.uploads = uploads
         first = uploads[0].meta
         self.input_shape = tuple(first["input_shape"])
@@ -195,6 +196,8 @@ class FusionContext:
         self.seed = seed
         self.stages: dict[str, float] = {}
         self.log = log or (lambda msg: None)
+        # progress(task, done, total, note=""): epochs, generator steps (edgefl.progress).
+        self.progress = progress or no_progress
 
     @property
     def classifiers(self) -> list[Upload]:
@@ -440,7 +443,7 @@ def train_student(
     kd_reduction: str = "mean",
     optimizer: str = "adam",
     augment: str = "none",
-    log=None,
+    progress=None,
 ) -> list[float]:
     """Train on (x, y) with loss lam * CE(y) + (1 - lam) * KL(teacher || student); `lam` is one
     number or one per sample (each sample's two terms weighted, then averaged over the batch).
@@ -458,6 +461,8 @@ def train_student(
         else torch.optim.SGD(params, lr=lr, momentum=0.9)
     )
     history = []
+    progress = progress or no_progress
+    progress("epoch", 0, epochs)
     for epoch in range(epochs):
         total, n = 0.0, 0
         for idx in torch.randperm(len(x), generator=gen).split(batch_size):
@@ -482,8 +487,7 @@ def train_student(
             total += loss.item() * len(idx)
             n += len(idx)
         history.append(total / n)
-        if log:
-            log(f"epoch {epoch + 1}/{epochs}: loss {history[-1]:.4f}")
+        progress("epoch", epoch + 1, epochs, f"loss {history[-1]:.4f}")
     model.eval()
     return history
 

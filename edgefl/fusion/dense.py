@@ -73,6 +73,7 @@ def fuse(ctx: FusionContext, cfg: DenseConfig) -> FusionResult:
     pool_t: list[torch.Tensor] = []
     hist: dict[str, list[float]] = {k: [] for k in ("generator", "ce", "bn", "adv", "distill")}
 
+    ctx.progress("epoch", 0, cfg.epochs)
     for epoch in range(cfg.epochs):
         z, y = sample_noise(rng, cfg.batch_size, cfg.nz, ctx.num_classes, dev)
         set_trainable(student, False)
@@ -104,10 +105,11 @@ def fuse(ctx: FusionContext, cfg: DenseConfig) -> FusionResult:
         set_trainable(student, True)
         with ctx.stage("distill"):
             hist["distill"].append(_distill(student, opt_s, pool_x, pool_t, rng, cfg))
-        ctx.log(
-            f"epoch {epoch + 1}/{cfg.epochs}: generator {hist['generator'][-1]:.4f} "
-            f"(bn {hist['bn'][-1]:.4f}), distill {hist['distill'][-1]:.4f}"
-        )
+        ctx.progress(
+            "epoch", epoch + 1, cfg.epochs,
+            f"generator {hist['generator'][-1]:.4f} (bn {hist['bn'][-1]:.4f}), "
+            f"distill {hist['distill'][-1]:.4f}",
+        )  # fmt: skip
     bn.remove()
     student.eval()
     info = {

@@ -73,7 +73,7 @@ def fuse(ctx: FusionContext, cfg: FedCVAEConfig) -> FusionResult:
     with ctx.stage("train"):
         history = train_student(
             model, x, y, epochs=cfg.epochs, lr=cfg.lr, batch_size=cfg.batch_size,
-            seed=cfg.seed, device=ctx.device, augment=cfg.augment, log=ctx.log,
+            seed=cfg.seed, device=ctx.device, augment=cfg.augment, progress=ctx.progress,
         )  # fmt: skip
     info = {
         "synthetic_per_client": dict(

@@ -127,6 +127,7 @@ def fuse(ctx: FusionContext, cfg: FedDFConfig) -> FusionResult:
     history = []
     with ctx.stage("distill"):
         student.train()
+        ctx.progress("epoch", 0, cfg.epochs)
         for epoch in range(cfg.epochs):
             total = 0.0
             for idx in torch.randperm(len(x), generator=gen).split(cfg.batch_size):
@@ -138,7 +139,7 @@ def fuse(ctx: FusionContext, cfg: FedDFConfig) -> FusionResult:
                 sched.step()
                 total += loss.item() * len(idx)
             history.append(total / len(x))
-            ctx.log(f"epoch {epoch + 1}/{cfg.epochs}: KL {history[-1]:.4f}")
+            ctx.progress("epoch", epoch + 1, cfg.epochs, f"KL {history[-1]:.4f}")
     student.eval()
     info = {
         "teachers": [u.client_id for u in teachers],

@@ -73,7 +73,7 @@ def load_header(path: str, rep: int, classes: int) -> dict[str, torch.Tensor]:
 
 
 def train_header(
-    header: nn.Linear, reps: np.ndarray, labels: np.ndarray, cfg: FedGHConfig, device, log
+    header: nn.Linear, reps: np.ndarray, labels: np.ndarray, cfg: FedGHConfig, device, progress
 ) -> list[float]:
     """Eq. (4): SGD on CE(H(R_k^s), s) over every uploaded pair."""
     x, y = torch.from_numpy(reps), torch.from_numpy(labels)
@@ -81,6 +81,7 @@ def train_header(
     gen = torch.Generator().manual_seed(cfg.seed)
     header.to(device).train()
     history = []
+    progress("epoch", 0, cfg.epochs)
     for epoch in range(cfg.epochs):
         total = 0.0
         for idx in torch.randperm(len(x), generator=gen).split(cfg.batch_size):
@@ -90,8 +91,7 @@ def train_header(
             opt.step()
             total += loss.item() * len(idx)
         history.append(total / len(x))
-        if (epoch + 1) % 10 == 0 or epoch + 1 == cfg.epochs:
-            log(f"epoch {epoch + 1}/{cfg.epochs}: CE {history[-1]:.4f}")
+        progress("epoch", epoch + 1, cfg.epochs, f"CE {history[-1]:.4f}")
     header.eval()
     return history
 
@@ -106,7 +106,7 @@ def fuse(ctx: FusionContext, cfg: FedGHConfig) -> FusionResult:
     if cfg.header:
         header.load_state_dict(load_header(cfg.header, rep, ctx.num_classes))
     with ctx.stage("train"):
-        history = train_header(header, reps, labels, cfg, ctx.device, ctx.log)
+        history = train_header(header, reps, labels, cfg, ctx.device, ctx.progress)
     with torch.no_grad():
         fit = header(torch.from_numpy(reps).to(ctx.device)).argmax(1).cpu().numpy() == labels
     info = {

@@ -139,7 +139,7 @@ def stratify(
     seed: int,
     device,
     scale: str = "log",
-    log=None,
+    progress=None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """(U, losses): U is (classes x clients) guidance capability, losses (clients x classes x
     steps). Every (k, j) run starts from the same generator weights and the same noise, so U
@@ -162,8 +162,8 @@ def stratify(
             per_class.sum().backward()
             opt.step()
             losses[k, :, t] = per_class.detach().cpu().numpy()
-        if log:
-            log(f"stratification: client {k + 1}/{len(teachers)} done")
+        if progress:
+            progress("stratification client", k + 1, len(teachers))
     u = np.array([[guidance(losses[k, j], scale) for k in range(len(teachers))]
                   for j in range(num_classes)])  # fmt: skip
     return u, losses
@@ -209,7 +209,7 @@ def fuse(ctx: FusionContext, cfg: FedHydraConfig) -> FusionResult:
             teachers, ctx.num_classes, image_shape=ctx.input_shape,
             steps=cfg.strat_steps or cfg.gen_steps, batch_size=cfg.strat_batch or cfg.batch_size,
             lr=cfg.gen_lr, nz=cfg.nz, ngf=cfg.ngf, seed=cfg.seed, device=dev,
-            scale=cfg.guidance_scale, log=ctx.log,
+            scale=cfg.guidance_scale, progress=ctx.progress,
         )  # fmt: skip
     u_r, u_c = stratification_weights(u)
     ur_t = torch.tensor(u_r, dtype=torch.float32, device=dev)
@@ -228,6 +228,7 @@ def fuse(ctx: FusionContext, cfg: FedHydraConfig) -> FusionResult:
     replay = ReplayPool(cfg.replay)
     val_rng = torch.Generator().manual_seed(cfg.seed + 2)  # the training stream stays as it was
 
+    ctx.progress("epoch", 0, cfg.epochs)
     for epoch in range(cfg.epochs):
         z, y = sample_noise(rng, cfg.batch_size, cfg.nz, ctx.num_classes, dev)
         set_trainable(student, False)
@@ -271,10 +272,11 @@ def fuse(ctx: FusionContext, cfg: FedHydraConfig) -> FusionResult:
             for x, p in intermediates:  # after the steps: they rehearse earlier epochs only
                 replay.add(x, p, rng)
         agree = f", held-out agreement {val.update(student, epoch + 1):.3f}" if cfg.val_size else ""
-        ctx.log(
-            f"epoch {epoch + 1}/{cfg.epochs}: generator {hist['generator'][-1]:.4f} "
-            f"(bn {hist['bn'][-1]:.4f}), global {hist['global'][-1]:.4f}{agree}"
-        )
+        ctx.progress(
+            "epoch", epoch + 1, cfg.epochs,
+            f"generator {hist['generator'][-1]:.4f} (bn {hist['bn'][-1]:.4f}), "
+            f"global {hist['global'][-1]:.4f}{agree}",
+        )  # fmt: skip
         if cfg.val_size and cfg.patience and val.stale >= cfg.patience:
             ctx.log(f"stopping: no better held-out agreement for {cfg.patience} epochs")
             break

@@ -95,7 +95,7 @@ def _fuse(ctx: FusionContext, cfg: FedMHOConfig, variant: str) -> FusionResult:
         history = train_student(
             model, xk, yk, epochs=cfg.epochs, lr=cfg.lr, batch_size=cfg.batch_size,
             seed=cfg.seed, device=ctx.device, teacher=teacher, lam=lam,
-            kd_reduction=cfg.kd_reduction, log=ctx.log,
+            kd_reduction=cfg.kd_reduction, progress=ctx.progress,
         )  # fmt: skip
     info = {
         "initialised_from": [u.client_id for u in classifiers],

@@ -131,7 +131,7 @@ def fuse(ctx: FusionContext, cfg: FedMHOCWConfig) -> FusionResult:
         history = train_student(
             model, x, y, epochs=cfg.epochs, lr=cfg.lr, batch_size=cfg.batch_size,
             seed=cfg.seed, device=ctx.device, teacher=teacher, lam=lam,
-            kd_reduction="batchmean", augment=cfg.augment, log=ctx.log,
+            kd_reduction="batchmean", augment=cfg.augment, progress=ctx.progress,
         )  # fmt: skip
     info = {
         "initialised_from": [u.client_id for u in classifiers],

@@ -157,6 +157,7 @@ def fuse(ctx: FusionContext, cfg: FedOLConfig) -> FusionResult:
     opt = torch.optim.Adam(student.parameters(), lr=cfg.lr)
     gen = torch.Generator().manual_seed(cfg.seed)
     rounds = []
+    ctx.progress("round", 0, cfg.rounds)
     for t in range(1, cfg.rounds + 1):
         rho = min(1.0, cfg.rho + (t - 1) * cfg.rho_step)
         with ctx.stage("pseudo-label"):
@@ -183,8 +184,8 @@ def fuse(ctx: FusionContext, cfg: FedOLConfig) -> FusionResult:
             "reliable_per_source": reliable.sum(1).tolist(),
             "loss": float(totals[0]), "distill": float(totals[1]), "pseudo_ce": float(totals[2]),
         })  # fmt: skip
-        ctx.log(f"round {t}/{cfg.rounds}: rho {rho:.2f}, {rounds[-1]['labelled']} pseudo-labels, "
-                f"loss {totals[0]:.4f}")  # fmt: skip
+        ctx.progress("round", t, cfg.rounds,
+                     f"rho {rho:.2f}, {rounds[-1]['labelled']} pseudo-labels, loss {totals[0]:.4f}")  # fmt: skip
     student.eval()
     info = {
         "sources": [u.client_id for u in used],

@@ -29,6 +29,7 @@ from edgefl.artifacts import Upload
 from edgefl.errors import ConfigError, FusionError
 from edgefl.fusion.base import FusionConfig, FusionContext, FusionResult, Method, largest_remainder
 from edgefl.fusion.options import option
+from edgefl.progress import no_progress
 
 INVERSION_CHUNK = 256  # images optimised together; each image's loss is its own (sum, not mean)
 
@@ -140,12 +141,14 @@ def consensus(teachers: list[nn.Module], x: torch.Tensor, tau: float, device, ba
     return torch.cat(out)
 
 
-def distill(student, x, labels, *, tau, epochs, lr, batch_size, seed, device, log=None):
+def distill(student, x, labels, *, tau, epochs, lr, batch_size, seed, device, progress=None):
     """KL(labels || softmax(S(x) / tau)) * tau^2 with Adam; returns the loss per epoch."""
     gen = torch.Generator().manual_seed(seed)
     student.to(device).train()
     opt = torch.optim.Adam(student.parameters(), lr=lr)
     history = []
+    progress = progress or no_progress
+    progress("distill epoch", 0, epochs)
     for epoch in range(epochs):
         total = 0.0
         for idx in torch.randperm(len(x), generator=gen).split(batch_size):
@@ -156,8 +159,7 @@ def distill(student, x, labels, *, tau, epochs, lr, batch_size, seed, device, lo
             opt.step()
             total += loss.item() * len(idx)
         history.append(total / len(x))
-        if log:
-            log(f"distill epoch {epoch + 1}/{epochs}: KL {history[-1]:.4f}")
+        progress("distill epoch", epoch + 1, epochs, f"KL {history[-1]:.4f}")
     student.eval()
     return history
 
@@ -170,6 +172,7 @@ def synthesize(teachers: list[Upload], ctx: FusionContext, cfg: PFedZKDConfig):
     rng = np.random.default_rng(cfg.seed)
     gen = torch.Generator().manual_seed(cfg.seed)
     xs, ys, stats = [], [], []
+    ctx.progress("inversion teacher", 0, len(teachers))
     for k, t in enumerate(teachers):
         head = getattr(t.module, "head", None)
         if not isinstance(head, nn.Linear) or head.out_features != n_cls:
@@ -187,8 +190,8 @@ def synthesize(teachers: list[Upload], ctx: FusionContext, cfg: PFedZKDConfig):
             pred = t.module(x.to(ctx.device)).argmax(1).cpu()
         agree = float((pred == targets.argmax(1)).float().mean()) if len(x) else 0.0
         stats.append({"client_id": t.client_id, "images": len(x), "target_agreement": agree})
-        ctx.log(f"{t.client_id}: {len(x)} pseudo-images, teacher argmax = target's on "
-                f"{100 * agree:.1f}%")  # fmt: skip
+        ctx.progress("inversion teacher", k + 1, len(teachers),
+                     f"{len(x)} pseudo-images, teacher argmax = target's on {100 * agree:.1f}%")  # fmt: skip
         xs.append(x)
         ys.append(targets)
     return torch.cat(xs), torch.cat(ys), stats
@@ -205,7 +208,7 @@ def fuse(ctx: FusionContext, cfg: PFedZKDConfig) -> FusionResult:
     with ctx.stage("distill"):
         history = distill(student, x, labels, tau=cfg.tau, epochs=cfg.epochs, lr=cfg.lr,
                           batch_size=cfg.batch_size, seed=cfg.seed, device=ctx.device,
-                          log=ctx.log)  # fmt: skip
+                          progress=ctx.progress)  # fmt: skip
     info = {
         "teachers": stats,
         "synthetic_per_class": torch.bincount(labels.argmax(1), minlength=ctx.num_classes).tolist(),

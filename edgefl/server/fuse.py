@@ -19,6 +19,7 @@ import multiprocessing
 import os
 import platform
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +34,7 @@ from edgefl.errors import ArtifactError, ConfigError, EdgeflError, FusionError
 from edgefl.fusion import METHODS
 from edgefl.fusion.base import FusionConfig, FusionContext, FusionResult, Method
 from edgefl.outputs import check_writable
+from edgefl.progress import no_progress
 from edgefl.server.ingest import Ingest, default_jobs, ingest
 
 
@@ -129,12 +131,23 @@ def select(method: Method, found: Ingest) -> tuple[list[Upload], list[tuple[str,
 
 
 def fuse_one(
-    p: Planned, usable: list[Upload], device: torch.device, log, everyone: list[Upload]
+    p: Planned,
+    usable: list[Upload],
+    device: torch.device,
+    log,
+    everyone: list[Upload],
+    progress=None,
 ) -> tuple[FusionContext, FusionResult]:
     torch.manual_seed(p.config.seed)
     # Named: with methods side by side, "epoch 2/10" alone would not say whose.
-    named = (lambda msg: log(f"{p.method.name}: {msg}")) if log else None
-    ctx = FusionContext(usable, device=device, seed=p.config.seed, log=named, federation=everyone)
+    name = p.method.name
+    named = (lambda msg: log(f"{name}: {msg}")) if log else None
+
+    def steps(task: str, done: int, total: int, note: str = "") -> None:
+        progress(f"{name} {task}", done, total, note)
+
+    ctx = FusionContext(usable, device=device, seed=p.config.seed, log=named, federation=everyone,
+                        progress=steps if progress else None)  # fmt: skip
     return ctx, p.method.fuse(ctx, p.config)
 
 
@@ -197,21 +210,26 @@ def fuse_methods(
     keep_going: bool = True,
     log=None,
     found: Ingest | None = None,
+    progress=None,
 ) -> dict[str, dict[str, Any]]:
     """Fuse every planned method from one ingest of `uploads`. A method that cannot fuse these
-    uploads (FusionError) gets {"error": ...} in its report slot when `keep_going`, else raises."""
+    uploads (FusionError) gets {"error": ...} in its report slot when `keep_going`, else raises.
+    `log(text)` gets one-off lines, `progress(task, done, total, note)` the steps of long work."""
     log = log or (lambda msg: None)
+    progress = progress or no_progress
     dev = resolve_device(device)
     workers = _method_workers(jobs, len(plans), dev)
     if found is None:
         log(f"ingesting {uploads}")
-        found = ingest(uploads, max_upload_bytes=max_upload_bytes, strict=strict, jobs=jobs)
+        found = ingest(uploads, max_upload_bytes=max_upload_bytes, strict=strict, jobs=jobs,
+                       progress=progress)  # fmt: skip
         log(f"{len(found.uploads)} upload(s) accepted, {len(found.rejected)} rejected "
             f"({found.seconds:.1f}s)")  # fmt: skip
     if workers > 1:
-        outcomes = _fuse_forked(plans, found, dev, eval, data_dir, log, workers)
+        outcomes = _fuse_forked(plans, found, dev, eval, data_dir, log, progress, workers)
     else:
-        outcomes = [_outcome(p, found, dev, eval, data_dir, len(plans), log) for p in plans]
+        outcomes = [_outcome(p, found, dev, eval, data_dir, len(plans), log, progress)
+                    for p in plans]  # fmt: skip
     reports: dict[str, dict[str, Any]] = {}
     for p, (report, error) in zip(plans, outcomes, strict=True):
         name = p.method.name
@@ -224,10 +242,10 @@ def fuse_methods(
     return reports
 
 
-def _outcome(p: Planned, found, device, eval_ref, data_dir, shared: int, log):
+def _outcome(p: Planned, found, device, eval_ref, data_dir, shared: int, log, progress):
     """(report, None) or (None, the FusionError that refused it)."""
     try:
-        return _fuse_planned(p, found, device, eval_ref, data_dir, shared, log), None
+        return _fuse_planned(p, found, device, eval_ref, data_dir, shared, log, progress), None
     except FusionError as exc:
         return None, exc
 
@@ -253,12 +271,17 @@ def _work(p: Planned) -> float:
     return size
 
 
-def _fuse_forked(plans, found, device, eval_ref, data_dir, log, workers: int) -> list:
+def _fuse_forked(plans, found, device, eval_ref, data_dir, log, progress, workers: int) -> list:
     global _FORKED
-    _FORKED = (plans, found, device, eval_ref, data_dir, log, workers)
-    order = sorted(range(len(plans)), key=lambda i: -_work(plans[i]))
     ctx = multiprocessing.get_context("fork")
+    # The workers' lines and steps come back to this process, which alone draws them (a
+    # terminal's progress bars live here; a forked copy could not redraw them).
+    events = ctx.SimpleQueue()
+    _FORKED = (plans, found, device, eval_ref, data_dir, events, workers)
+    order = sorted(range(len(plans)), key=lambda i: -_work(plans[i]))
+    listener = threading.Thread(target=_relay, args=(events, log, progress), daemon=True)
     _flush()  # lines still buffered here would otherwise be printed again by every worker
+    listener.start()
     try:
         with ctx.Pool(workers) as pool:
             done = dict(zip(order, pool.imap(_forked_one, order, chunksize=1), strict=True))
@@ -266,6 +289,8 @@ def _fuse_forked(plans, found, device, eval_ref, data_dir, log, workers: int) ->
             pool.join()
     finally:
         _FORKED = ()
+        events.put(None)
+        listener.join()
     outcomes = []
     for i in range(len(plans)):
         report, error = done[i]
@@ -280,12 +305,26 @@ def _flush() -> None:
         stream.flush()
 
 
+def _relay(events, log, progress) -> None:
+    while (event := events.get()) is not None:
+        kind, args = event
+        (log if kind == "log" else progress)(*args)
+
+
 def _forked_one(i: int):
-    plans, found, device, eval_ref, data_dir, log, workers = _FORKED
+    plans, found, device, eval_ref, data_dir, events, workers = _FORKED
+
+    def log(msg: str) -> None:
+        events.put(("log", (msg,)))
+
+    def progress(*args) -> None:
+        events.put(("progress", args))
+
     # The cores are shared among the workers; torch's pool must not outnumber its share.
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // workers))
     try:
-        report, error = _outcome(plans[i], found, device, eval_ref, data_dir, len(plans), log)
+        report, error = _outcome(plans[i], found, device, eval_ref, data_dir, len(plans), log,
+                                 progress)  # fmt: skip
     except EdgeflError as exc:  # a user error met while fusing (e.g. no public set given)
         return None, ("raise", exc.message, exc.hint)
     finally:
@@ -294,11 +333,12 @@ def _forked_one(i: int):
     return report, None if error is None else ("refused", error.message, error.hint)
 
 
-def _fuse_planned(p: Planned, found: Ingest, device, eval_ref, data_dir, shared: int, log):
+def _fuse_planned(p: Planned, found: Ingest, device, eval_ref, data_dir, shared: int, log,
+                  progress=None):  # fmt: skip
     start = time.perf_counter()
     usable, skipped = select(p.method, found)
     log(f"{p.method.name}: {len(usable)} upload(s) used; {len(found.rejected)} rejected")
-    ctx, result = fuse_one(p, usable, device, log, found.uploads)
+    ctx, result = fuse_one(p, usable, device, log, found.uploads, progress)
     stages = {"ingest": found.seconds, **ctx.stages}
     t = time.perf_counter()
     input_shape = export_global(p, ctx, result)
@@ -349,14 +389,14 @@ def _fuse_planned(p: Planned, found: Ingest, device, eval_ref, data_dir, shared:
     return report
 
 
-def run_fuse(job: FuseJob, log=None) -> dict[str, Any]:
+def run_fuse(job: FuseJob, log=None, progress=None) -> dict[str, Any]:
     """One method over one upload directory (`server fuse --method M --out G.onnx`)."""
     p = plan(job.method, job.options, job.out, job.uploads, job.report)
     resolve_device(job.device)  # a bad --device fails before the uploads are read
     return fuse_methods(
         [p], job.uploads, device=job.device, eval=job.eval, data_dir=job.data_dir,
         strict=job.strict, max_upload_bytes=job.max_upload_bytes, jobs=job.jobs,
-        keep_going=False, log=log,
+        keep_going=False, log=log, progress=progress,
     )[p.method.name]  # fmt: skip
 
 

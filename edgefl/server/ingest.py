@@ -43,7 +43,12 @@ def inflight_budget(d: Path) -> int:
 
 
 def ingest(
-    directory: str | Path, *, max_upload_bytes: int, strict: bool = False, jobs: int | None = None
+    directory: str | Path,
+    *,
+    max_upload_bytes: int,
+    strict: bool = False,
+    jobs: int | None = None,
+    progress=None,
 ) -> Ingest:
     d = Path(directory)
     if not d.is_dir():
@@ -72,6 +77,7 @@ def ingest(
     result = exporters.ingest_dir(
         d, max_bytes=max_upload_bytes, jobs=jobs or default_jobs(), timings=stages, then=one,
         inflight_bytes=inflight_budget(d),
+        on_file=(lambda done, total: progress("ingest upload", done, total)) if progress else None,
     )  # fmt: skip
     out = Ingest(rejected=list(result.rejected), notes=list(result.notes), stages=stages)
     for art in result.accepted:  # those that also passed the cross-checks of the set

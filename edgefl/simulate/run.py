@@ -12,7 +12,7 @@ import json
 import multiprocessing
 import os
 import time
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,6 +31,7 @@ from edgefl.models.spec import parse_model_arg
 from edgefl.models.zoo import role_of
 from edgefl.outputs import check_writable
 from edgefl.profiles import get_profile
+from edgefl.progress import no_progress
 from edgefl.server.fuse import fuse_methods, resolve_device
 from edgefl.server.fuse import plan as plan_fuse
 from edgefl.server.ingest import Ingest, ingest
@@ -220,23 +221,30 @@ def _train_one(cjob: ClientJob) -> dict:
     return summary | {"reused": False}
 
 
-def train_clients(job: SimJob, log) -> list[dict]:
+def train_clients(job: SimJob, log, progress=no_progress) -> list[dict]:
     cjobs = client_jobs(job)
     results: list[dict | None] = [finished(c) for c in cjobs]
     todo = [i for i, r in enumerate(results) if r is None]
     if len(todo) < len(cjobs):
         log(f"reusing {len(cjobs) - len(todo)} finished upload(s)")
+    done = len(cjobs) - len(todo)
+    progress("clients trained", done, len(cjobs))
     if job.jobs == 1 or len(todo) <= 1:
         for i in todo:
             log(f"training client {i} ({cjobs[i].profile}, {cjobs[i].model})")
             results[i] = _train_one(cjobs[i])
+            done += 1
+            progress("clients trained", done, len(cjobs), f"client {i}")
     else:
         ctx = multiprocessing.get_context("spawn")  # fork + torch threads is unsafe
         with ProcessPoolExecutor(max_workers=job.jobs, mp_context=ctx) as pool:
-            futures = {i: pool.submit(_train_one, cjobs[i]) for i in todo}
-            for i, fut in futures.items():
+            futures = {pool.submit(_train_one, cjobs[i]): i for i in todo}
+            for fut in as_completed(futures):
+                i = futures[fut]
                 results[i] = fut.result()
+                done += 1
                 log(f"client {i} done ({cjobs[i].profile}, {results[i]['model']})")
+                progress("clients trained", done, len(cjobs), f"client {i}")
     return results  # type: ignore[return-value]
 
 
@@ -270,12 +278,14 @@ def check_resumable(job: SimJob) -> None:
             reuse_global(name, method_options(job, name), report)
 
 
-def fuse_all(job: SimJob, log, clients: list[dict] | None = None) -> dict[str, dict]:
+def fuse_all(job: SimJob, log, clients: list[dict] | None = None,
+             progress=no_progress) -> dict[str, dict]:  # fmt: skip
     """Every method, each upload folder ingested once for all the methods that read it."""
     out = Path(job.out)
     reports: dict[str, dict] = {}
     ingested: dict[Path, Ingest] = {}
     for name in job.methods:
+        progress("methods fused", len(reports), len(job.methods), f"next: {name}")
         method = METHODS.get(name)
         options = method_options(job, name)
         if method.judged == "per-client":
@@ -298,29 +308,33 @@ def fuse_all(job: SimJob, log, clients: list[dict] | None = None) -> dict[str, d
             if folder not in ingested:
                 log(f"ingesting {folder.name}/ (once for every method that reads it)")
                 ingested[folder] = ingest(
-                    folder, max_upload_bytes=exporters.DEFAULT_MAX_UPLOAD_BYTES
+                    folder, max_upload_bytes=exporters.DEFAULT_MAX_UPLOAD_BYTES, progress=progress
                 )
             log(f"fusing with {name}")
             reports[name] = fuse_methods(
                 [planned], str(folder), device=job.device, eval=f"{job.dataset}:test",
-                data_dir=job.data_dir, log=log, found=ingested[folder],
+                data_dir=job.data_dir, log=log, found=ingested[folder], progress=progress,
             )[name]  # fmt: skip
         except FusionError as exc:  # e.g. fedavg over mixed architectures: a result, not a crash
             log(f"{name} refused: {exc.message}")
             reports[name] = {"error": exc.message, "used": [], "total_seconds": 0.0}
+    progress("methods fused", len(reports), len(job.methods))
     return reports
 
 
-def simulate(job: SimJob, log=None) -> dict:
+def simulate(job: SimJob, log=None, progress=None) -> dict:
+    """`log(text)` gets one-off lines; `progress(task, done, total, note)` clients and methods
+    as they finish, and each method's own steps."""
     log = log or (lambda m: None)
+    progress = progress or no_progress
     job.validate()
     out = Path(job.out)
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    clients = train_clients(job, log)
+    clients = train_clients(job, log, progress)
     t_clients = time.perf_counter() - t0
     t1 = time.perf_counter()
-    reports = fuse_all(job, log, clients)
+    reports = fuse_all(job, log, clients, progress)
     t_fuse = time.perf_counter() - t1
     models = {c["client_id"]: c["upload_bytes"] for c in clients}
     pred_bytes = {c["client_id"]: c.get("predictions_bytes", 0) for c in clients}
