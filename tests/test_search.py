@@ -207,7 +207,7 @@ def test_search_cli_prints_candidates_that_all_fit(cli):
     res = cli("search", "--profile", "wristband", "--dataset", "digits", "--num-clients", "4",
               "--particles", "2", "--generations", "1", "--json")  # fmt: skip
     assert res.exit_code == 0, res.output
-    out = json.loads(res.output)
+    out = json.loads(res.stdout)  # progress went to stderr
     prof = get_profile("wristband")
     assert out["candidates"] and out["profile"] == "wristband"
     for cand in out["candidates"]:
@@ -216,3 +216,49 @@ def test_search_cli_prints_candidates_that_all_fit(cli):
     assert min(c["fitness"] for c in out["candidates"]) == out["best"]["fitness"]
     bad = cli("search", "--profile", "wristband", "--dataset", "digits", "--particles", "0")
     assert bad.exit_code == 2 and "--particles" in bad.output
+
+
+def test_search_save_then_client_train_spec(cli, tmp_path):
+    saved = tmp_path / "best.json"
+    res = cli("search", "--profile", "wristband", "--dataset", "digits", "--num-clients", "4",
+              "--particles", "2", "--generations", "1", "--save", str(saved), "--json")  # fmt: skip
+    assert res.exit_code == 0, res.output
+    best = json.loads(res.stdout)
+    assert best["saved"] == str(saved)
+    spec = ModelSpec.from_json(saved.read_text())
+    assert spec.name == "nas-cnn" and spec.params["genes"] == best["best"]["genes"]
+    out = tmp_path / "up"
+    res = cli("client", "train", "--profile", "wristband", "--dataset", "digits", "--num-clients",
+              "4", "--epochs", "1", "--spec", str(saved), "--out", str(out), "--json")  # fmt: skip
+    assert res.exit_code == 0, res.output
+    art = exporters.read_artifact(json.loads(res.stdout)["path"])
+    assert ModelSpec.from_dict(art.metadata["spec"]) == spec
+
+
+@pytest.mark.parametrize(
+    "content, extra, message",
+    [
+        (None, [], "no such file"),
+        ("{not json", [], "not valid JSON"),
+        ('{"name": "nas-cnn", "input_shape": [1, 28, 28], "num_classes": 10, "params": {}}', [],
+         "this dataset has input [1, 8, 8]"),
+        ('{"name": "cnn", "input_shape": [1, 8, 8], "num_classes": 10}', ["--model", "cnn"],
+         "without --model or --search"),
+    ],
+)  # fmt: skip
+def test_client_train_spec_errors_are_one_message(cli, tmp_path, content, extra, message):
+    path = tmp_path / "spec.json"
+    if content is not None:
+        path.write_text(content)
+    res = cli("client", "train", "--profile", "wristband", "--dataset", "digits", "--num-clients",
+              "4", "--epochs", "1", "--spec", str(path), "--out", str(tmp_path / "o"), *extra)  # fmt: skip
+    assert res.exit_code == 2, res.output
+    assert message in " ".join(res.output.split()) and "Traceback" not in res.output
+    assert not (tmp_path / "o").exists() or not any((tmp_path / "o").iterdir())
+
+
+def test_search_save_is_checked_before_the_search(cli, tmp_path):
+    (tmp_path / "afile").write_text("x")
+    res = cli("search", "--profile", "wristband", "--dataset", "digits", "--particles", "50",
+              "--generations", "50", "--save", str(tmp_path / "afile" / "best.json"))  # fmt: skip
+    assert res.exit_code == 2 and "--save" in res.output, res.output

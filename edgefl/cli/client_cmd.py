@@ -64,7 +64,7 @@ def train_with_progress(job, quiet: bool = False):
         def on_epoch(epoch: int, total: int, loss: float) -> None:
             watch("training epoch", epoch, total, f"loss {loss:.4f}")
 
-        return run_client(job, on_epoch=on_epoch, on_status=watch.message)
+        return run_client(job, on_epoch=on_epoch, on_status=watch.message, on_progress=watch)
 
 
 @app.command("plan")
@@ -100,6 +100,9 @@ def train_cmd(
     model: str | None = typer.Option(
         None, help="Zoo model, e.g. cnn or scnn:width=16 (default: planner)."
     ),
+    spec: str | None = typer.Option(
+        None, "--spec", help="Train the model spec a search saved (`edgefl search --save`)."
+    ),
     role: str = typer.Option("auto", help="auto | classifier | generator."),
     epochs: int | None = EPOCHS,
     batch_size: int | None = BATCH_SIZE,
@@ -127,12 +130,18 @@ def train_cmd(
     """Train the model that fits this device on its local data and write one ONNX upload."""
 
     from edgefl.client.run import ClientJob
+    from edgefl.errors import ConfigError
+    from edgefl.models.spec import load_spec_file
 
+    if spec is not None:
+        if model is not None or search is not None:
+            raise ConfigError("--spec names the model: give it without --model or --search")
+        load_spec_file(spec)  # a bad file fails now, not after the data is loaded
     job = ClientJob(
         profile=profile, dataset=dataset, out_dir=out, data_dir=data_dir, partition=partition,
         num_clients=num_clients, client_index=client_index, partition_seed=partition_seed,
-        model=model, role=role, epochs=epochs, batch_size=batch_size, lr=lr, seed=seed,
-        fed_seed=fed_seed, quantize=quantize, force=force, client_id=client_id, search=search,
+        model=model, spec_file=spec, role=role, epochs=epochs, batch_size=batch_size, lr=lr,
+        seed=seed, fed_seed=fed_seed, quantize=quantize, force=force, client_id=client_id, search=search,
         search_options={"particles": particles, "generations": generations,
                         "candidate_epochs": candidate_epochs} if search else None,
     )  # fmt: skip

@@ -5,7 +5,8 @@ from __future__ import annotations
 import typer
 from rich.table import Table
 
-from edgefl.cli.common import console, fmt_bytes, fmt_count, print_json
+from edgefl.cli.common import QUIET, console, fmt_bytes, fmt_count, print_json
+from edgefl.cli.progress import reporter
 
 
 def register(root: typer.Typer) -> None:
@@ -37,10 +38,19 @@ def search_cmd(
     seed: int = typer.Option(0, help="Seed of the swarm and of candidate training."),
     top: int = typer.Option(15, help="Rows of the candidate table (best fitness first)."),
     json_out: bool = typer.Option(False, "--json", help="Print the whole result as JSON."),
+    save: str | None = typer.Option(
+        None, "--save", help="Write the best spec as JSON, for `edgefl client train --spec`."
+    ),
+    quiet: bool = QUIET,
 ) -> None:
     """Search a CNN for this device's shard (pFedZKD's PSO-FedNAS); every candidate fits."""
+    import exporters
     from edgefl.client.run import ClientJob, search_client
+    from edgefl.outputs import check_writable
     from edgefl.search import PSOConfig
+
+    if save is not None:
+        check_writable(save, "--save", "best-spec.json")  # before the search, not after it
 
     job = ClientJob(
         profile=profile, dataset=dataset, data_dir=data_dir, partition=partition,
@@ -51,13 +61,12 @@ def search_cmd(
                     candidate_epochs=candidate_epochs, fitness_samples=fitness_samples,
                     max_macs=max_macs)  # fmt: skip
 
-    def on_status(msg: str) -> None:
-        if not json_out:
-            console.print(f"[dim]{msg}[/]")
-
-    result = search_client(job, cfg, on_status=on_status)
+    with reporter(quiet) as watch:
+        result = search_client(job, cfg, on_status=watch.message, on_progress=watch)
+    if save is not None:
+        exporters.atomic_write_text(save, result.spec.to_json() + "\n")
     if json_out:
-        print_json(result.as_dict())
+        print_json(result.as_dict() | ({"saved": save} if save else {}))
         return
     from edgefl.models.cost import costs
 
@@ -87,4 +96,7 @@ def search_cmd(
             fmt_bytes(cand.train_bytes), f"{100 * cand.val_accuracy:.1f}%", f"{cand.fitness:.4f}",
         )  # fmt: skip
     console.print(table)
-    console.print(f"spec: {result.spec.to_json()}")
+    console.print(f"spec: {result.spec.to_json()}", markup=False)
+    if save is not None:
+        console.print(f"wrote {save}: train it with `edgefl client train --profile {profile} "
+                      f"--dataset {dataset} --spec {save}`", markup=False)  # fmt: skip

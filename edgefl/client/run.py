@@ -24,7 +24,7 @@ from edgefl.data.registry import DATASETS, DatasetInfo
 from edgefl.errors import ArtifactError, ConfigError
 from edgefl.models.cost import costs
 from edgefl.models.plan import Fit, check_fit, plan, require_fit
-from edgefl.models.spec import ModelSpec, parse_model_arg
+from edgefl.models.spec import ModelSpec, load_spec_file, parse_model_arg
 from edgefl.models.zoo import role_of
 from edgefl.outputs import check_writable
 from edgefl.profiles import Profile, get_profile
@@ -45,6 +45,7 @@ class ClientJob:
     public_size: int = 0  # samples held out of the train split as the public set (before partition)
     subset: int | None = None  # use a seeded subset of this many training samples (quick runs)
     model: str | None = None  # NAME or NAME:key=value,... ; None = the planner's choice
+    spec_file: str | None = None  # a spec JSON (`edgefl search --save`), instead of `model`
     role: str = "auto"
     max_macs: int | None = None  # cap for the planner (fast CPU simulations)
     epochs: int | None = None
@@ -142,7 +143,7 @@ def client_shard(job: ClientJob, data: ArrayDataset) -> np.ndarray:
 
 
 def choose_model(job: ClientJob, profile: Profile, info: DatasetInfo, samples: int, local=None,
-                 status=None):  # fmt: skip
+                 status=None, progress=None):  # fmt: skip
     """The spec to train: --model, an architecture search (--search), or the planner's pick.
     `local` = (x_train, y_train, x_val, y_val) for a search."""
     if job.search:
@@ -150,13 +151,14 @@ def choose_model(job: ClientJob, profile: Profile, info: DatasetInfo, samples: i
             job.search, profile=profile, info=info, local=local, samples=samples,
             batch_size=job.batch_size, seed=job.seed * 1000 + job.client_index,
             options=dict(job.search_options or {}),
-            on_status=status,
+            on_status=status, on_progress=progress,
         )  # fmt: skip
         fit = check_fit(spec, profile, samples=samples, batch_size=job.batch_size)
         require_fit(spec, profile, fit)
         return spec, fit
-    if job.model:
-        spec = parse_model_arg(job.model, info.input_shape, info.num_classes)
+    if job.model or job.spec_file:
+        spec = (load_spec_file(job.spec_file, info.input_shape, info.num_classes) if job.spec_file
+                else parse_model_arg(job.model, info.input_shape, info.num_classes))  # fmt: skip
         fit = check_fit(spec, profile, samples=samples, batch_size=job.batch_size)
         if not job.force:
             require_fit(spec, profile, fit)
@@ -180,11 +182,11 @@ def _local_data(job: ClientJob):
     return profile, data, info, train_idx, val_idx, local
 
 
-def run_client(job: ClientJob, *, on_epoch=None, on_status=None) -> ClientResult:
+def run_client(job: ClientJob, *, on_epoch=None, on_status=None, on_progress=None) -> ClientResult:
     status = on_status or (lambda msg: None)
     check_writable(job.out_dir, "--out", "uploads", folder_ok=True)  # before the training
     profile, data, info, train_idx, val_idx, local = _local_data(job)
-    spec, fit = choose_model(job, profile, info, len(train_idx), local, status)
+    spec, fit = choose_model(job, profile, info, len(train_idx), local, status, on_progress)
     role = role_of(spec)
     client_id = job.client_id or f"client-{job.client_index:03d}"
     status(f"{client_id}: {role} {spec.label} on {len(train_idx)} samples ({profile.name})")
@@ -248,14 +250,14 @@ def run_client(job: ClientJob, *, on_epoch=None, on_status=None) -> ClientResult
 
 
 def search_client(
-    job: ClientJob, config: PSOConfig | None = None, *, on_status=None
+    job: ClientJob, config: PSOConfig | None = None, *, on_status=None, on_progress=None
 ) -> SearchResult:
     """`edgefl search`: PSO-FedNAS on exactly the shard and train/validation split `run_client`
     would use for `job`, without training or exporting the result."""
     profile, data, info, train_idx, _, local = _local_data(job)
     return search_architecture(
         profile, info, local, samples=len(train_idx), batch_size=job.batch_size, seed=job.seed,
-        config=config, on_status=on_status,
+        config=config, on_status=on_status, on_progress=on_progress,
     )  # fmt: skip
 
 

@@ -112,6 +112,41 @@ def parse_model_arg(text: str, input_shape, num_classes: int) -> ModelSpec:
     return make_spec(name, input_shape, num_classes, **params)
 
 
+MAX_SPEC_BYTES = 1 << 20
+
+
+def load_spec_file(path: str, input_shape=None, num_classes: int | None = None) -> ModelSpec:
+    """A spec saved by `edgefl search --save`: read, checked against the task when it is given
+    (a spec for other images or classes cannot train here) and rebuilt through the zoo, so that
+    its parameters are validated like --model's."""
+    from pathlib import Path
+
+    from edgefl.models.zoo import make_spec  # the zoo imports this module
+
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"--spec {path}: no such file",
+                          hint="save one with `edgefl search ... --save spec.json`")  # fmt: skip
+    if p.stat().st_size > MAX_SPEC_BYTES:
+        raise ConfigError(f"--spec {path} is larger than a model spec can be (1 MiB)")
+    try:
+        text = p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"--spec {path} cannot be read: {exc}") from None
+    spec = ModelSpec.from_json(text)
+    if (
+        input_shape is not None
+        and tuple(spec.input_shape) != tuple(input_shape)
+        or (num_classes is not None and spec.num_classes != num_classes)
+    ):
+        raise ConfigError(
+            f"--spec {path} is for input {list(spec.input_shape)} with {spec.num_classes} "
+            f"classes; this dataset has input {list(input_shape)} with {num_classes}",
+            hint="search again on this dataset, or train on the dataset the spec was searched on",
+        )
+    return make_spec(spec.name, tuple(spec.input_shape), spec.num_classes, **spec.params)
+
+
 def parse_value(value: str) -> Any:
     """A `key=value` option's value: true/false, `32x16` (a list of ints), an int, a float, or
     the string itself."""

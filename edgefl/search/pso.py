@@ -42,6 +42,7 @@ from edgefl.models.nas import (
 from edgefl.models.plan import Fit, check_fit
 from edgefl.models.spec import ModelSpec
 from edgefl.profiles import Profile
+from edgefl.progress import no_progress
 from edgefl.training import DEFAULT_LR, TrainConfig, init_model, train
 
 Genes = list[dict[str, Any]]
@@ -490,10 +491,14 @@ def search_architecture(
     seed: int = 0,
     config: PSOConfig | None = None,
     on_status: Status | None = None,
+    on_progress=None,
 ) -> SearchResult:
-    """Algorithm 2 of the paper under the device budget. `local` = (x_tr, y_tr, x_val, y_val)."""
+    """Algorithm 2 of the paper under the device budget. `local` = (x_tr, y_tr, x_val, y_val).
+    `on_progress(task, done, total, note)` follows the candidate evaluations."""
     cfg = config or PSOConfig()
     status = on_status or (lambda msg: None)
+    progress = on_progress or no_progress
+    total_evals = cfg.particles * (cfg.generations + 1)
     x_tr, y_tr, x_val, y_val = local
     if len(x_tr) < 2:
         raise DataError(
@@ -527,6 +532,13 @@ def search_architecture(
     evaluations = 0
 
     def evaluate(genes: Genes, generation: int) -> Candidate:
+        cand = _evaluate(genes, generation)
+        best = min(seen.values(), key=lambda c: c.fitness)
+        progress("search candidate", evaluations, total_evals,
+                 f"generation {generation}, best val CE {best.fitness:.4f}")  # fmt: skip
+        return cand
+
+    def _evaluate(genes: Genes, generation: int) -> Candidate:
         nonlocal evaluations
         evaluations += 1
         key = json.dumps(genes, sort_keys=True)
@@ -558,6 +570,7 @@ def search_architecture(
         f"PSO-FedNAS on {profile.name}: {cfg.particles} particles x {cfg.generations} "
         f"generations, {cfg.candidate_epochs} epoch(s) per candidate on {len(x_tr):,} samples"
     )
+    progress("search candidate", 0, total_evals)
     particles = [sample_feasible(rng, budget, cfg) for _ in range(cfg.particles)]
     scores = [evaluate(p, 0) for p in particles]
     pbest, pbest_c = [copy.deepcopy(p) for p in particles], list(scores)
@@ -612,6 +625,7 @@ def run_search(
     options: dict[str, Any] | None = None,
     on_status: Status | None = None,
     on_result: Callable[[SearchResult], None] | None = None,
+    on_progress=None,
 ) -> ModelSpec:
     """The client hook: the best `nas-cnn` spec that fits `profile`. `on_result` receives the
     whole SearchResult (candidates, history) for callers that report it."""
@@ -621,7 +635,7 @@ def run_search(
         raise ConfigError("architecture search needs the client's local data")
     result = search_architecture(
         profile, info, local, samples=samples, batch_size=batch_size, seed=seed,
-        config=PSOConfig.from_options(options), on_status=on_status,
+        config=PSOConfig.from_options(options), on_status=on_status, on_progress=on_progress,
     )  # fmt: skip
     if on_result:
         on_result(result)
