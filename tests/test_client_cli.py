@@ -153,3 +153,34 @@ def test_on_device_script_needs_only_onnxruntime(artifacts):
         assert proc.returncode == 0, proc.stderr
         assert "latency: median" in proc.stdout and "peak RSS:" in proc.stdout
     assert "output: float32 [4, 1, 8, 8]" in proc.stdout  # the decoder's images
+
+
+def test_on_device_script_classifies_real_digits_from_npy_and_png(artifacts, tmp_path):
+    import onnxruntime as ort
+    from PIL import Image
+
+    from edgefl.data import load_dataset
+
+    clf = artifacts[0]
+    test = load_dataset("digits", "test")
+    x = np.asarray(test.x[:6], dtype=np.float32)  # (6, 1, 8, 8) in [0, 1]
+    np.save(tmp_path / "six.npy", x)
+    want = ort.InferenceSession(str(clf)).run(None, {"input": x})[0].argmax(1)
+    proc = subprocess.run([sys.executable, str(EXAMPLE), str(clf), str(tmp_path / "six.npy"),
+                           "--runs", "2"], capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    got = [int(line.split("class ")[1].split()[0]) for line in proc.stdout.splitlines()
+           if line.startswith("sample ")]  # fmt: skip
+    assert got == want.tolist()
+    # The same first digit as a picture, 4x larger, dark on white: resized and --invert-ed back.
+    big = (255 * (1 - x[0, 0])).astype(np.uint8).repeat(4, 0).repeat(4, 1)
+    Image.fromarray(big).save(tmp_path / "digit.png")
+    proc = subprocess.run([sys.executable, str(EXAMPLE), str(clf), str(tmp_path / "digit.png"),
+                           "--invert", "--runs", "2"], capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert f"sample 0: class {want[0]} (" in proc.stdout
+    np.save(tmp_path / "bad.npy", np.zeros((3, 5, 5), np.float32))
+    proc = subprocess.run([sys.executable, str(EXAMPLE), str(clf), str(tmp_path / "bad.npy")],
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert proc.returncode != 0 and "this model takes N x 1 x 8 x 8" in proc.stderr
+    assert "Traceback" not in proc.stderr
