@@ -42,6 +42,9 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=False,
+    # click's own help wraps every line at the terminal's width; rich's boxed help cut option
+    # names and defaults at 80 columns (--max-classifier-..., smartphone:5,wris...).
+    rich_markup_mode=None,
 )
 
 

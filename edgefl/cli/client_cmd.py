@@ -10,7 +10,9 @@ from edgefl.data.registry import dataset_info
 from edgefl.models.plan import Plan, plan
 from edgefl.profiles import get_profile
 
-app = typer.Typer(help="Plan, train and export a device's model.", no_args_is_help=True)
+app = typer.Typer(
+    help="Plan, train and export a device's model.", no_args_is_help=True, rich_markup_mode=None
+)
 
 # Options shared by the commands that train on a device (one definition, one help text).
 PROFILE = typer.Option(..., help="Profile name or TOML path.")

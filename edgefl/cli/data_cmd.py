@@ -9,7 +9,7 @@ from rich.table import Table
 
 from edgefl.cli.common import console, err_console, print_json
 
-app = typer.Typer(help="Datasets and partitions.", no_args_is_help=True)
+app = typer.Typer(help="Datasets and partitions.", no_args_is_help=True, rich_markup_mode=None)
 
 # Beyond this many classes a per-class column table is unreadable; show a summary instead.
 MAX_CLASS_COLUMNS = 20

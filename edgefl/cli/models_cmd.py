@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import typer
-from rich.table import Table
+from rich.markup import escape
 
 from edgefl.cli.common import console, fmt_bytes, fmt_count, print_json
+from edgefl.cli.tables import Col, fitted
 from edgefl.data.registry import dataset_info
 from edgefl.models.cost import costs
 from edgefl.models.plan import check_fit, default_samples
@@ -70,24 +71,23 @@ def models_cmd(
         return
     title = f"Model zoo on {info.name} {info.input_shape}, {info.num_classes} classes"
     title += f" (training: batch {batch}, {optimizer})"
-    table = Table(title=title, caption="MACs: multiply-accumulates per sample (thop convention); "
-                  "FLOPs = 2 x conv/linear MACs")  # fmt: skip
-    cols = ["model", "role", "params", "MACs", "FLOPs", "weights", "int8", "upload", "infer peak",
-            "train mem"]  # fmt: skip
+    cols = [Col("model", right=False), Col("role", right=False, drop=3), Col("params"),
+            Col("MACs"), Col("FLOPs", drop=9), Col("weights", drop=7), Col("int8", drop=8),
+            Col("upload", drop=6), Col("infer peak", drop=4), Col("train mem")]  # fmt: skip
     console.print("[dim]x1.3 = needs 1.3 times the budget; --json gives every reason in full[/]")
     if prof:
-        cols += ["epoch", f"fits {prof.name}"]
-    for col in cols:
-        table.add_column(
-            col, justify="left" if col in ("model", "role") or "fits" in col else "right"
-        )
+        cols += [Col("epoch", drop=5), Col(f"fits {prof.name}", right=False, wrap=True)]
+    cells = []
     for r in rows:
-        cells = [r["name"], r["role"], fmt_count(r["params"]), f"{r['macs']:,}", fmt_count(r["flops"]),
-                 fmt_bytes(r["weight_bytes"]), fmt_bytes(r["weight_bytes_int8"]),
-                 fmt_bytes(r["upload_bytes"]), fmt_bytes(r["infer_peak_bytes"]),
-                 fmt_bytes(r["train_bytes"])]  # fmt: skip
+        row = [escape(r["name"]), r["role"], fmt_count(r["params"]), f"{r['macs']:,}",
+               fmt_count(r["flops"]), fmt_bytes(r["weight_bytes"]),
+               fmt_bytes(r["weight_bytes_int8"]), fmt_bytes(r["upload_bytes"]),
+               fmt_bytes(r["infer_peak_bytes"]), fmt_bytes(r["train_bytes"])]  # fmt: skip
         if prof:
-            cells.append(f"{r['epoch_seconds']:.1f}s")
-            cells.append("[green]yes[/]" if r["fits"] else f"[red]no[/] ({r.pop('_short')})")
-        table.add_row(*cells)
+            row.append(f"{r['epoch_seconds']:.1f}s")
+            row.append("[green]yes[/]" if r["fits"] else f"[red]no[/] ({escape(r.pop('_short'))})")
+        cells.append(row)
+    table = fitted(cols, cells, console.width, title=title,
+                   caption="MACs: multiply-accumulates per sample (thop convention); "
+                   "FLOPs = 2 x conv/linear MACs")  # fmt: skip
     console.print(table)

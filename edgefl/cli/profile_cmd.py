@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import typer
-from rich.table import Table
+from rich.markup import escape
 
 from edgefl.cli.common import console, fmt_bytes, fmt_count, print_json
+from edgefl.cli.tables import Col, fitted
 from edgefl.profiles import get_profile, list_profiles
 
-app = typer.Typer(help="Device budget profiles (built in, or your own TOML).", no_args_is_help=True)
+app = typer.Typer(
+    help="Device budget profiles (built in, or your own TOML).",
+    no_args_is_help=True,
+    rich_markup_mode=None,
+)
 
 
 @app.command("list")
@@ -18,19 +23,12 @@ def list_cmd(json_out: bool = typer.Option(False, "--json", help="Print JSON."))
     if json_out:
         print_json([p.as_dict() for p in profiles])
         return
-    table = Table(title="Built-in device profiles")
-    for col in ("name", "RAM", "for learning", "storage", "MAC/s", "optimizer", "batch"):
-        table.add_column(col, justify="left" if col == "name" else "right")
-    for p in profiles:
-        table.add_row(
-            p.name,
-            fmt_bytes(p.ram_bytes),
-            fmt_bytes(p.ram_budget_bytes),
-            fmt_bytes(p.storage_bytes),
-            fmt_count(p.macs_per_second),
-            p.optimizer,
-            str(p.batch_size),
-        )
+    cols = [Col("name", right=False), Col("RAM"), Col("for learning"), Col("storage", drop=2),
+            Col("MAC/s"), Col("optimizer", right=False, drop=1), Col("batch")]  # fmt: skip
+    rows = [[escape(p.name), fmt_bytes(p.ram_bytes), fmt_bytes(p.ram_budget_bytes),
+             fmt_bytes(p.storage_bytes), fmt_count(p.macs_per_second), p.optimizer,
+             str(p.batch_size)] for p in profiles]  # fmt: skip
+    table = fitted(cols, rows, console.width, title="Built-in device profiles")
     console.print(table)
 
 

@@ -7,12 +7,16 @@ from typing import Any
 
 import typer
 from rich.markup import escape
-from rich.table import Table
 
 from edgefl.cli.common import QUIET, console, fmt_bytes, print_json
 from edgefl.cli.progress import reporter
+from edgefl.cli.tables import Col, fitted
 
-app = typer.Typer(help="Validate uploads and fuse them into a global model.", no_args_is_help=True)
+app = typer.Typer(
+    help="Validate uploads and fuse them into a global model.",
+    no_args_is_help=True,
+    rich_markup_mode=None,
+)
 
 
 def register(root: typer.Typer) -> None:
@@ -197,18 +201,17 @@ def _print_many(reps: dict[str, dict]) -> None:
                       f"{len(first['rejected'])} rejected")  # fmt: skip
         for r in first["rejected"]:
             console.print(f"  [red]rejected[/] {escape(r['file'])}: {escape(r['reason'])}")
-    table = Table(title="fused")
-    for col in ("method", "used", "accuracy", "fuse time", "global model"):
-        table.add_column(col, justify="left" if col in ("method", "global model") else "right")
+    cols = [Col("method", right=False), Col("used", drop=1), Col("accuracy"),
+            Col("fuse time", drop=2), Col("global model", right=False, wrap=True)]  # fmt: skip
+    rows = []
     for name, r in reps.items():
         if "error" in r:
-            table.add_row(name, "-", "[red]refused[/]", "-", escape(r["error"]))
+            rows.append([name, "-", "[red]refused[/]", "-", escape(r["error"])])
             continue
         acc = f"{100 * r['accuracy']:.2f}%" if "accuracy" in r else "-"
         own = r["total_seconds"] - r["seconds"]["ingest"]
-        table.add_row(name, str(len(r["used"])), acc, f"{own:.1f}s",
-                      escape(r["global_model"]))  # fmt: skip
-    console.print(table)
+        rows.append([name, str(len(r["used"])), acc, f"{own:.1f}s", escape(r["global_model"])])
+    console.print(fitted(cols, rows, console.width, title="fused"))
 
 
 @app.command("methods")
@@ -233,12 +236,13 @@ def methods_cmd(
     if name:
         _print_method(rows[0])
         return
-    table = Table(title="Fusion methods (`edgefl server methods NAME` for its options)")
-    for col in ("method", "consumes", "description", "paper"):
-        table.add_column(col)
-    for r in rows:
-        table.add_row(r["name"], ", ".join(r["consumes"]), r["description"], r["paper"])
-    console.print(table)
+    cols = [Col("method", right=False), Col("consumes", right=False, drop=2),
+            Col("description", right=False, wrap=True), Col("paper", right=False, wrap=True,
+            drop=1)]  # fmt: skip
+    cells = [[r["name"], ", ".join(r["consumes"]), escape(r["description"]), escape(r["paper"])]
+             for r in rows]  # fmt: skip
+    console.print(fitted(cols, cells, console.width,
+                         title="Fusion methods (`edgefl server methods NAME` for its options)"))  # fmt: skip
 
 
 def _print_method(r: dict) -> None:
@@ -246,13 +250,12 @@ def _print_method(r: dict) -> None:
     console.print(f"  paper: {escape(r['paper'])}")
     extra = ", public data" if r["public_data"] else ""
     console.print(f"  consumes: {', '.join(r['consumes'])}{extra}; judged: {r['judged']}")
-    table = Table(title="options (flags of `server fuse`, or --opt key=value)")
-    for col in ("flag", "default", "accepts", "what"):
-        table.add_column(col)
-    for o in r["options"].values():
-        table.add_row(o["flag"], escape(repr(o["default"])), escape(o["constraint"]),
-                      escape(o["help"]))  # fmt: skip
-    console.print(table)
+    cols = [Col("flag", right=False), Col("default", right=False, wrap=True),
+            Col("accepts", right=False, wrap=True, drop=1), Col("what", right=False, wrap=True)]  # fmt: skip
+    cells = [[o["flag"], escape(repr(o["default"])), escape(o["constraint"]), escape(o["help"])]
+             for o in r["options"].values()]  # fmt: skip
+    console.print(fitted(cols, cells, console.width,
+                         title="options (flags of `server fuse`, or --opt key=value)"))  # fmt: skip
     from edgefl.fusion.options import flag
 
     for b, over in r["budgets"].items():

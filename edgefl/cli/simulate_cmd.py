@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import typer
-from rich.table import Table
+from rich.markup import escape
 
 from edgefl.cli.common import QUIET, console, fmt_bytes, print_json
 from edgefl.cli.progress import reporter
+from edgefl.cli.tables import Col, fitted
 
 
 def register(app: typer.Typer) -> None:
@@ -149,26 +150,25 @@ def print_results(results: dict) -> None:
     j = results["job"]
     title = (f"{j['dataset']}, {j['clients']} clients, {j['partition']}, {j['mix']}"
              + (", paper models" if j["paper_models"] else ", budget-true models"))  # fmt: skip
-    table = Table(title=title)
-    for col in ("method", "accuracy", "paper", "fuse time", "upload"):
-        table.add_column(col, justify="left" if col == "method" else "right")
+    cols = [Col("method", right=False), Col("accuracy", wrap=True), Col("paper"),
+            Col("fuse time", drop=2), Col("upload", drop=1)]  # fmt: skip
+    rows = []
     for r in results["results"]:
         acc = accuracy_text(r) if r["accuracy"] is not None else "[red]refused[/]"
         paper = f"{r['paper']:.2f}%" if r.get("paper") is not None else "-"
-        table.add_row(r["method"], acc, paper, f"{r['fuse_seconds']:.1f}s",
-                      fmt_bytes(r["upload_bytes"]))  # fmt: skip
-    console.print(table)
+        rows.append([r["method"], acc, paper, f"{r['fuse_seconds']:.1f}s",
+                     fmt_bytes(r["upload_bytes"])])  # fmt: skip
+    console.print(fitted(cols, rows, console.width, title=title))
     for r in results["results"]:
         if r.get("error"):
             console.print(f"  [yellow]{r['method']}[/]: {r['error']}")
-    ctab = Table(title="clients")
-    for col in ("client", "profile", "role", "model", "val acc", "upload"):
-        ctab.add_column(col)
-    for c in results["clients"]:
-        va = c["training"].get("val_accuracy")
-        ctab.add_row(c["client_id"], c["profile"], c["role"], c["model"],
-                     "-" if va is None else f"{100 * va:.1f}%", fmt_bytes(c["upload_bytes"]))  # fmt: skip
-    console.print(ctab)
+    cols = [Col("client", right=False), Col("profile", right=False), Col("role", right=False,
+            drop=2), Col("model", right=False), Col("val acc"), Col("upload", drop=1)]  # fmt: skip
+    rows = [[c["client_id"], c["profile"], c["role"], escape(c["model"]),
+             "-" if c["training"].get("val_accuracy") is None
+             else f"{100 * c['training']['val_accuracy']:.1f}%", fmt_bytes(c["upload_bytes"])]
+            for c in results["clients"]]  # fmt: skip
+    console.print(fitted(cols, rows, console.width, title="clients"))
     s = results["seconds"]
     console.print(f"clients {s['clients']:.0f} s, fusion {s['fusion']:.0f} s, total {s['total']:.0f} s; "
                   f"results in {j['out']}/results.md")  # fmt: skip

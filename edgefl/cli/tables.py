@@ -1,0 +1,67 @@
+"""Tables that read at any width: a name a user must type is never cut, and at a narrow terminal
+the least needed columns are left out (and named) instead of every cell being cut to "fed...".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rich import box
+from rich.console import Console
+from rich.measure import Measurement
+from rich.table import Table
+from rich.text import Text
+
+WRAP_WIDTH = 16
+
+
+@dataclass(frozen=True)
+class Col:
+    name: str
+    right: bool = True
+    # Left out first at a narrow width: higher goes first; 0 = always shown.
+    drop: int = 0
+    wrap: bool = False  # prose (reasons): wraps within WRAP_WIDTH rather than widen the table
+
+
+def _width(cell: str) -> int:
+    return Text.from_markup(cell).cell_len
+
+
+def fitted(cols: list[Col], rows: list[list[str]], width: int, *, title: str | None = None,
+           caption: str | None = None) -> Table:  # fmt: skip
+    """A table of `rows` (rich markup allowed; escape data) that fits `width` columns: cells
+    never get cut (only `wrap` columns wrap); first the borders go, then columns by `drop`
+    until the rest fits, and the caption says which were left out."""
+    natural = [max([max(len(w) for w in c.name.split()), *(_width(r[i]) for r in rows)])
+               for i, c in enumerate(cols)]  # fmt: skip
+    natural = [min(n, WRAP_WIDTH) if c.wrap else n for n, c in zip(natural, cols, strict=True)]
+    measure = Console(width=10_000)  # unclamped: the width the table needs at least
+
+    def build(keep: list[int], heavy: bool, note: str | None) -> Table:
+        # Light: SIMPLE_HEAD's column divider is one blank, so no padding is needed beside it.
+        table = Table(title=title, caption=note, box=box.HEAVY_HEAD if heavy else box.SIMPLE_HEAD,
+                      padding=(0, 1) if heavy else (0, 0), show_edge=heavy)  # fmt: skip
+        for i in keep:
+            c = cols[i]
+            table.add_column(c.name, justify="right" if c.right else "left", no_wrap=not c.wrap,
+                             min_width=natural[i], overflow="fold")  # fmt: skip
+        for r in rows:
+            table.add_row(*(r[i] for i in keep))
+        return table
+
+    def needs(table: Table) -> int:
+        return Measurement.get(measure, measure.options, table).minimum
+
+    keep = list(range(len(cols)))
+    heavy = needs(build(keep, True, None)) <= width
+    by_drop = sorted((i for i, c in enumerate(cols) if c.drop), key=lambda i: -cols[i].drop)
+    left_out = []
+    while not heavy and by_drop and needs(build(keep, False, None)) > width:
+        i = by_drop.pop(0)
+        keep.remove(i)
+        left_out.append(cols[i].name)
+    notes = [caption] if caption else []
+    if left_out:
+        notes.append(f"left out at {width} columns: {', '.join(left_out)} (--json has all)")
+    return build(keep, heavy, "; ".join(notes) or None)
