@@ -115,3 +115,33 @@ def test_simulate_json_reports_clients_and_methods_on_stderr(tmp_path):
     assert {row["method"] for row in json.loads(r.stdout)["results"]} == {"fedavg", "ensemble"}
     assert re.search(r"^clients trained 3/3 done", r.stderr, re.M), r.stderr
     assert re.search(r"^methods fused 2/2 done", r.stderr, re.M), r.stderr
+
+
+def test_chance_level_is_named_with_its_likely_cause():
+    from edgefl.chance import client_warning, global_warning, near_chance
+
+    assert near_chance(0.10, 10) and near_chance(0.149, 10) and not near_chance(0.15, 10)
+    assert not near_chance(None, 10) and not near_chance(float("nan"), 10)
+    weak = global_warning("fedavg", 0.1, 10, [0.237, 0.406])
+    assert weak.startswith("fedavg: 10.00% is at or near chance (10% for 10 classes)")
+    assert "classifiers it used are weak themselves (23.7-40.6%" in weak
+    assert "did not learn from these uploads" in global_warning("dense", 0.11, 10, [0.95, 0.9])
+    assert "did not learn" in global_warning("fedcvae-ens", 0.11, 10, [])  # decoders only
+    assert "(1,234 training samples)" in client_warning("client-001", 0.1, 10, 1234)
+
+
+def test_a_global_model_at_chance_is_warned_about_in_the_report(federation, tmp_path):
+    # One epoch on 10 synthetic digits leaves FedCVAE-ENS's fresh classifier at chance.
+    r = subprocess.run(
+        [*CLI, "server", "fuse", str(federation), "--method", "fedcvae-ens", "--out",
+         str(tmp_path / "g.onnx"), "--synthetic", "10", "--epochs", "1", "--eval", "digits",
+         "--quiet"],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    report = json.loads((tmp_path / "g.json").read_text())
+    if report["accuracy"] < 0.15:
+        assert report["warnings"] and "fedcvae-ens: " in report["warnings"][0]
+        assert "warning fedcvae-ens:" in " ".join(r.stdout.split())
+    else:  # not at chance after all: then nothing may be said
+        assert "warnings" not in report and "warning" not in r.stdout

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import typer
+from rich.markup import escape
 
 from edgefl.cli.common import QUIET, console, fmt_bytes, fmt_count, print_json
 from edgefl.cli.progress import reporter
@@ -148,8 +149,9 @@ def train_cmd(
                         "candidate_epochs": candidate_epochs} if search else None,
     )  # fmt: skip
     result = train_with_progress(job, quiet)
+    warnings = _chance(result)
     if json_out:
-        print_json(result.as_dict())
+        print_json(result.as_dict() | ({"warnings": warnings} if warnings else {}))
         return
     s, f, prof = result.summary, result.fit, result.profile
     console.print(
@@ -174,6 +176,18 @@ def train_cmd(
             line += f", val accuracy {100 * q['val_accuracy_fp32']:.2f}% -> {100 * q['val_accuracy_int8']:.2f}%"
         console.print(line)
     console.print(f"  upload: [bold]{result.path}[/] ({fmt_bytes(result.upload_bytes)})")
+    for w in warnings:
+        console.print(f"[yellow]warning[/] {escape(w)}")
+
+
+def _chance(result) -> list[str]:
+    from edgefl.chance import client_warning, near_chance
+
+    acc = result.summary.val_accuracy
+    if result.role != "classifier" or not near_chance(acc, result.spec.num_classes):
+        return []
+    samples = sum(result.metadata.get("label_counts") or [0])
+    return [client_warning(result.client_id, acc, result.spec.num_classes, samples)]
 
 
 def costs_line(result) -> str:

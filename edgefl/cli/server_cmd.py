@@ -166,10 +166,11 @@ def fuse_cmd(
                             log=watch.message, progress=watch, **cap)  # fmt: skip
     if json_out:
         print_json(reps[methods[0]] if len(methods) == 1 else reps)
-    elif len(methods) == 1:
-        _print_one(reps[methods[0]])
     else:
-        _print_many(reps)
+        _print_one(reps[methods[0]]) if len(methods) == 1 else _print_many(reps)
+        for r in reps.values():
+            for w in r.get("warnings", []):
+                console.print(f"[yellow]warning[/] {escape(w)}")
     if all("error" in r for r in reps.values()):
         raise typer.Exit(2)
 

@@ -162,6 +162,8 @@ def print_results(results: dict) -> None:
     for r in results["results"]:
         if r.get("error"):
             console.print(f"  [yellow]{r['method']}[/]: {r['error']}")
+    for w in results.get("warnings", []):
+        console.print(f"[yellow]warning[/] {escape(w)}")
     cols = [Col("client", right=False), Col("profile", right=False), Col("role", right=False,
             drop=2), Col("model", right=False), Col("val acc"), Col("upload", drop=1)]  # fmt: skip
     rows = [[c["client_id"], c["profile"], c["role"], escape(c["model"]),

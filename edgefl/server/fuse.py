@@ -30,6 +30,7 @@ import torch
 import edgefl
 import exporters
 from edgefl.artifacts import Upload
+from edgefl.chance import global_warning, near_chance
 from edgefl.errors import ArtifactError, ConfigError, EdgeflError, FusionError
 from edgefl.fusion import METHODS
 from edgefl.fusion.base import FusionConfig, FusionContext, FusionResult, Method
@@ -379,6 +380,9 @@ def _fuse_planned(p: Planned, found: Ingest, device, eval_ref, data_dir, shared:
         t = time.perf_counter()
         report |= evaluate_global(p, input_shape, eval_ref, data_dir)
         stages["eval"] = time.perf_counter() - t
+        if near_chance(report.get("accuracy"), ctx.num_classes):
+            report["warnings"] = [global_warning(p.method.name, report["accuracy"],
+                                                 ctx.num_classes, _val_accuracies(usable))]  # fmt: skip
     report["seconds"] = stages
     report["ingest_stages"] = found.stages
     if shared > 1:
@@ -387,6 +391,16 @@ def _fuse_planned(p: Planned, found: Ingest, device, eval_ref, data_dir, shared:
     exporters.atomic_write_text(p.report, json.dumps(report, indent=2, default=_jsonable))
     report["report_path"] = str(p.report)
     return report
+
+
+def _val_accuracies(uploads: list[Upload]) -> list[float]:
+    """The validation accuracies the classifier uploads declare (numbers only: metadata is data)."""
+    out = []
+    for u in uploads:
+        acc = (u.meta.get("training") or {}).get("val_accuracy") if u.kind == "classifier" else None
+        if isinstance(acc, int | float) and not isinstance(acc, bool) and 0 <= acc <= 1:
+            out.append(float(acc))
+    return out
 
 
 def run_fuse(job: FuseJob, log=None, progress=None) -> dict[str, Any]:

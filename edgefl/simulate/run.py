@@ -21,6 +21,7 @@ import torch
 
 import exporters
 from device_profiles import OPTIMIZERS
+from edgefl.chance import client_warning, near_chance
 from edgefl.client.run import ClientJob, run_client
 from edgefl.data.public import DEFAULT_PUBLIC_SIZE
 from edgefl.data.registry import DATASETS
@@ -322,6 +323,18 @@ def fuse_all(job: SimJob, log, clients: list[dict] | None = None,
     return reports
 
 
+def chance_warnings(clients: list[dict], reports: dict[str, dict]) -> list[str]:
+    """Every client classifier and global model at or near chance, with its likely cause."""
+    out = []
+    for c in clients:
+        acc, classes = c["training"].get("val_accuracy"), len(c["label_counts"])
+        if c["role"] == "classifier" and near_chance(acc, classes):
+            out.append(client_warning(c["client_id"], acc, classes, sum(c["label_counts"])))
+    for rep in reports.values():
+        out += rep.get("warnings", [])
+    return out
+
+
 def simulate(job: SimJob, log=None, progress=None) -> dict:
     """`log(text)` gets one-off lines; `progress(task, done, total, note)` clients and methods
     as they finish, and each method's own steps."""
@@ -351,6 +364,7 @@ def simulate(job: SimJob, log=None, progress=None) -> dict:
         "job": {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(job).items()},
         "clients": clients,
         "results": rows,
+        "warnings": chance_warnings(clients, reports),
         "seconds": {"clients": t_clients, "fusion": t_fuse, "total": time.perf_counter() - t0},
         "paper_reference": reference,
         "host": {
