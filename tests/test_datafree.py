@@ -99,6 +99,9 @@ def test_heatmap_option_writes_png(federation, tmp_path):
     # The pipeline always draws the stratification beside the global model too.
     beside = tmp_path / "g.stratification.png"
     assert rep["stratification_png"] == str(beside) and beside.read_bytes()[:4] == b"\x89PNG"
+    # Every file written is named in one place, which the CLI prints.
+    assert rep["extra_outputs"] == {"stratification_png": str(beside),
+                                    "stratification_heatmap": str(png)}  # fmt: skip
 
 
 def _two_class_teachers() -> list[torch.nn.Module]:
@@ -318,3 +321,13 @@ def test_fedhydra_rehearses_earlier_batches(federation, tmp_path):
     hist = [reps[r]["loss_history"]["global"] for r in (0, 20_000)]
     assert hist[0][0] == pytest.approx(hist[1][0])  # epoch 1: nothing to rehearse yet
     assert hist[0][1:] != pytest.approx(hist[1][1:])
+
+
+def test_the_cli_names_every_file_a_method_writes(federation, tmp_path, cli):
+    opts = [x for k, v in (TINY_OPTS["fedhydra"] | {"epochs": 1}).items()
+            for x in ("--opt", f"{k}={v}")]  # fmt: skip
+    r = cli("server", "fuse", str(federation), "--method", "fedhydra", "--out",
+            str(tmp_path / "g.onnx"), "--quiet", *opts)  # fmt: skip
+    assert r.exit_code == 0, r.output
+    text = " ".join(r.output.split())
+    assert f"also wrote stratification_png: {tmp_path / 'g.stratification.png'}" in text, text

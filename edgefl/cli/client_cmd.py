@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 from rich.markup import escape
 
-from edgefl.cli.common import QUIET, console, fmt_bytes, fmt_count, print_json
+from edgefl.cli.common import MAKES_FOLDERS, QUIET, console, fmt_bytes, fmt_count, print_json
 from edgefl.cli.progress import reporter
 from edgefl.data.registry import dataset_info
 from edgefl.models.plan import Plan, plan
@@ -30,7 +30,9 @@ CLIENT_ID = typer.Option(None, help="Client id (default client-<index>).")
 JSON_SUMMARY = typer.Option(False, "--json", help="Print a JSON summary.")
 FED_SEED = typer.Option(0, help="Federation seed (initial weights).")
 LR = typer.Option(None, help="Learning rate.")
-UPLOAD_DIR = typer.Option("uploads", "--out", help="Directory for <client-id>.onnx.")
+UPLOAD_DIR = typer.Option(
+    "uploads", "--out", help="Directory for <client-id>.onnx." + MAKES_FOLDERS
+)
 
 
 def register(root: typer.Typer) -> None:
@@ -93,7 +95,7 @@ def train_cmd(
     profile: str = PROFILE,
     dataset: str = DATASET,
     out: str = typer.Option(
-        "uploads", "--out", help="Directory for the artifact <client-id>.onnx."
+        "uploads", "--out", help="Directory for the artifact <client-id>.onnx." + MAKES_FOLDERS
     ),
     data_dir: str | None = DATA_DIR,
     partition: str = PARTITION,
@@ -201,12 +203,14 @@ def costs_line(result) -> str:
 def sample_cmd(
     decoder: str = typer.Argument(..., help="A decoder artifact (.onnx)."),
     per_class: int = typer.Option(8, help="Images per class (one row per class)."),
-    out: str = typer.Option("samples.png", "--out", help="PNG file to write."),
+    out: str = typer.Option("samples.png", "--out", help="PNG file to write." + MAKES_FOLDERS),
     seed: int = typer.Option(0, help="Seed of the latent draws."),
 ) -> None:
     """A picture of what a decoder generates, one row per class."""
     from edgefl.client.sample import sample_grid
+    from edgefl.outputs import check_writable
 
+    check_writable(out, "--out", "samples.png")  # before the decoder is read, not after
     path = sample_grid(decoder, per_class=per_class, out=out, seed=seed)
     console.print(f"wrote {path}")
 
@@ -336,15 +340,19 @@ def prototypes_cmd(
 def apply_header_cmd(
     model: str = typer.Argument(..., help="This device's own classifier artifact (.onnx)."),
     header: str = typer.Argument(..., help="The server's global header (fedgh output, .onnx)."),
-    out: str = typer.Option("personalized.onnx", "--out", help="Personalized model to write."),
+    out: str = typer.Option(
+        "personalized.onnx", "--out", help="Personalized model to write." + MAKES_FOLDERS
+    ),
     json_out: bool = JSON_SUMMARY,
 ) -> None:
     """Splice FedGH's global header into this device's model and re-export it."""
     from edgefl.client.public import apply_header
     from edgefl.errors import ConfigError
+    from edgefl.outputs import check_writable
 
     if not out.endswith(".onnx"):
         raise ConfigError(f"--out must end in .onnx, got {out}")
+    check_writable(out, "--out", "personalized.onnx")
     info = apply_header(model, header, out)
     if json_out:
         print_json(info)

@@ -48,3 +48,7 @@ def fmt_count(n: float) -> str:
         if abs(n) >= div:
             return f"{n / div:.2f}{unit}"
     return f"{n:.0f}"
+
+
+# The help of every output option that creates missing parent folders says so.
+MAKES_FOLDERS = " Missing folders are created."

@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from edgefl.cli.common import console, err_console, print_json
+from edgefl.cli.common import MAKES_FOLDERS, console, err_console, print_json
 
 app = typer.Typer(help="Datasets and partitions.", no_args_is_help=True, rich_markup_mode=None)
 
@@ -76,7 +76,9 @@ def partition_cmd(
     download: bool = typer.Option(
         False, "--download", help="Fetch missing files with torchvision (needs internet)."
     ),
-    plot: Path | None = typer.Option(None, "--plot", help="Save a clients x classes heat map PNG."),
+    plot: Path | None = typer.Option(
+        None, "--plot", help="Save a clients x classes heat map PNG." + MAKES_FOLDERS
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
 ) -> None:
     """Partition a dataset's train split among clients and show each client's label counts."""
@@ -85,11 +87,16 @@ def partition_cmd(
     from edgefl.data import label_count_matrix, load_dataset, parse_scheme, partition
 
     parsed = parse_scheme(old_scheme or scheme)  # fail on a bad flag before loading any data
+    if plot is not None:
+        from edgefl.outputs import check_writable
+
+        check_writable(plot, "--plot", "heatmap.png")
     ds = load_dataset(dataset, "train", data_dir=data_dir, download=download)
     parts = partition(ds.y, num_clients, parsed, seed, num_classes=ds.num_classes)
     counts = label_count_matrix(ds.y, parts, ds.num_classes)
     sizes = counts.sum(axis=1)
 
+    saved = None
     if plot is not None:
         from edgefl.data import plot_label_heatmap
 
@@ -108,6 +115,7 @@ def partition_cmd(
                 "class_names": list(ds.class_names),
                 "counts": counts,
                 "sizes": sizes,
+                "plot": None if saved is None else str(saved),
             }
         )
         return

@@ -12,9 +12,10 @@ import numpy as np
 import typer
 from rich.markup import escape
 
-from edgefl.cli.common import console, print_json
+from edgefl.cli.common import MAKES_FOLDERS, console, print_json
 from edgefl.data.datasets import as_int_labels
 from edgefl.errors import ArtifactError, ConfigError, DataError
+from edgefl.outputs import check_writable
 
 # Rows per onnxruntime call: bounds the activation memory of a large --input file.
 _CHUNK = 256
@@ -35,17 +36,21 @@ def infer_cmd(
     out: str | None = typer.Option(
         None,
         "--out",
-        help="Decoder: .npy for the generated images (default <input>.generated.npy).",
+        help="Decoder: .npy for the generated images (default <input>.generated.npy)."
+        + MAKES_FOLDERS,
     ),
     seed: int = typer.Option(0, help="Decoder: seed of the latent draws."),
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Predict classes with a classifier, or generate images from labels with a decoder."""
+    if out:
+        check_writable(out, "--out", "generated.npy")  # before any file is read
     art = load_artifact(artifact)
     data = load_npy(input_path)
     if art.metadata["kind"] == "decoder":
-        images = generate(art, data, input_path, seed)
         target = Path(out) if out else default_out(Path(input_path))
+        check_writable(target, "--out", "generated.npy")  # before generating, not after
+        images = generate(art, data, input_path, seed)
         save_npy(target, images)
         if json_out:
             print_json({"shape": list(images.shape), "path": str(target)})

@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 from rich.table import Table
 
-from edgefl.cli.common import console, err_console, print_json
+from edgefl.cli.common import MAKES_FOLDERS, console, err_console, print_json
 
 
 def register(app: typer.Typer) -> None:
@@ -29,7 +29,9 @@ def reproduce_cmd(
     budget: str = typer.Option(
         "cpu", help="cpu (2 cores, under an hour, reductions named) | paper (the paper's own)."
     ),
-    out: str = typer.Option("runs/reproduce", "--out", help="Folder for cells and the table."),
+    out: str = typer.Option(
+        "runs/reproduce", "--out", help="Folder for cells and the table." + MAKES_FOLDERS
+    ),
     seeds: str | None = typer.Option(None, help="e.g. 0,1,2 (default: the budget's)."),
     partitions: str | None = typer.Option(
         None, help="e.g. dirichlet:0.5,dirichlet:0.1 (default: the budget's)."

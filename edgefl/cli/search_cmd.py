@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 from rich.table import Table
 
-from edgefl.cli.common import QUIET, console, fmt_bytes, fmt_count, print_json
+from edgefl.cli.common import MAKES_FOLDERS, QUIET, console, fmt_bytes, fmt_count, print_json
 from edgefl.cli.progress import reporter
 
 
@@ -39,7 +39,9 @@ def search_cmd(
     top: int = typer.Option(15, help="Rows of the candidate table (best fitness first)."),
     json_out: bool = typer.Option(False, "--json", help="Print the whole result as JSON."),
     save: str | None = typer.Option(
-        None, "--save", help="Write the best spec as JSON, for `edgefl client train --spec`."
+        None,
+        "--save",
+        help="Write the best spec as JSON, for `edgefl client train --spec`." + MAKES_FOLDERS,
     ),
     quiet: bool = QUIET,
 ) -> None:

@@ -8,7 +8,7 @@ from typing import Any
 import typer
 from rich.markup import escape
 
-from edgefl.cli.common import QUIET, console, fmt_bytes, print_json
+from edgefl.cli.common import MAKES_FOLDERS, QUIET, console, fmt_bytes, print_json
 from edgefl.cli.progress import reporter
 from edgefl.cli.tables import Col, fitted
 
@@ -105,10 +105,12 @@ def fuse_cmd(
         ..., help="Fusion method(s), comma-separated (see `edgefl server methods`)."
     ),
     out: str | None = typer.Option(
-        None, "--out", help="Global model path (.onnx), one method (default global.onnx)."
+        None,
+        "--out",
+        help="Global model path (.onnx), one method (default global.onnx)." + MAKES_FOLDERS,
     ),
     out_dir: str | None = typer.Option(
-        None, help="Several methods: DIR/METHOD.onnx and DIR/METHOD.json for each."
+        None, help="Several methods: DIR/METHOD.onnx and DIR/METHOD.json for each." + MAKES_FOLDERS
     ),
     device: str = typer.Option("auto", help="auto | cpu | cuda."),
     eval_ref: str | None = typer.Option(None, "--eval", help="Evaluate on DATASET[:SPLIT]."),
@@ -127,7 +129,9 @@ def fuse_cmd(
         None, help="Refuse uploads larger than this (default 512 MiB: VGG-9 is 277 MB)."
     ),
     jobs: int | None = typer.Option(None, help="Uploads ingested at once (default: by the cores)."),
-    report: str | None = typer.Option(None, help="Report JSON path (default: <out>.json)."),
+    report: str | None = typer.Option(
+        None, help="Report JSON path (default: <out>.json)." + MAKES_FOLDERS
+    ),
     json_out: bool = typer.Option(False, "--json", help="Print the report(s) as JSON."),
     quiet: bool = QUIET,
 ) -> None:
@@ -192,6 +196,12 @@ def _print_one(rep: dict) -> None:
                       f"[bold]{100 * rep['accuracy']:.2f}%[/]")  # fmt: skip
     console.print(f"  global model: {escape(rep['global_model'])} "
                   f"({fmt_bytes(rep['global_bytes'])}); report: {escape(rep['report_path'])}")  # fmt: skip
+    _print_extra(rep)
+
+
+def _print_extra(rep: dict) -> None:
+    for what, path in rep.get("extra_outputs", {}).items():
+        console.print(f"  also wrote {escape(what)}: {escape(str(path))}")
 
 
 def _print_many(reps: dict[str, dict]) -> None:
@@ -213,6 +223,10 @@ def _print_many(reps: dict[str, dict]) -> None:
         own = r["total_seconds"] - r["seconds"]["ingest"]
         rows.append([name, str(len(r["used"])), acc, f"{own:.1f}s", escape(r["global_model"])])
     console.print(fitted(cols, rows, console.width, title="fused"))
+    for name, r in reps.items():
+        if r.get("extra_outputs"):
+            console.print(f"{name}:", markup=False)
+            _print_extra(r)
 
 
 @app.command("methods")

@@ -345,8 +345,8 @@ def _fuse_planned(p: Planned, found: Ingest, device, eval_ref, data_dir, shared:
     input_shape = export_global(p, ctx, result)
     stages["export"] = time.perf_counter() - t
     info = dict(result.info)
-    if p.method.outputs is not None:
-        info |= p.method.outputs(result, p.out)
+    extra = p.method.outputs(result, p.out) if p.method.outputs is not None else {}
+    info |= extra
     # Method entries first: core keys below can never be overwritten by a method.
     report: dict[str, Any] = {
         **info,
@@ -355,6 +355,7 @@ def _fuse_planned(p: Planned, found: Ingest, device, eval_ref, data_dir, shared:
         "config": p.config.as_dict(),
         "global_model": str(p.out),
         "global_bytes": p.out.stat().st_size,
+        "extra_outputs": extra,  # every file a method writes beside its global model, named
         "accepted": [
             {
                 "file": u.name,
