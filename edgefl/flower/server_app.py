@@ -1,0 +1,133 @@
+"""The server side of a deployment (`flwr run` on a SuperLink): one round, then the same
+validated ingest and fusion as `edgefl server fuse`. Replies land in a private quarantine folder
+(mode 0700, removed afterwards), never among trusted files; only the global models, their
+reports and `federation.json` (who answered, who was refused and why, who never answered) are
+written to `out-dir`, each atomically.
+
+Run config (`[tool.flwr.app.config]` in the app's pyproject.toml, or `flwr run --run-config`):
+methods, out-dir, eval, device, min-nodes, wait-nodes-s, deadline-s, max-upload-mib, and the
+clients' shared settings (dataset, partition, num-clients, seed, epochs, public-size).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import exporters
+from edgefl.errors import ConfigError, EdgeflError
+from edgefl.flower import wire
+from edgefl.flower.collect import Collected, collect, wait_for_nodes
+from edgefl.fusion import METHODS
+from edgefl.outputs import check_writable
+from edgefl.server.fuse import fuse_methods, plan
+
+DEFAULTS: dict[str, Any] = {
+    "methods": "fedavg",
+    "out-dir": "global",
+    "eval": "",
+    "device": "auto",
+    "min-nodes": 1,
+    "wait-nodes-s": 60.0,
+    "deadline-s": 3600.0,
+    "max-upload-mib": exporters.DEFAULT_MAX_UPLOAD_BYTES // (1 << 20),
+    "dataset": "mnist",
+    "partition": "dirichlet:0.5",
+    "num-clients": 0,  # 0: as many as nodes connected
+    "seed": 0,
+    "epochs": 0,  # 0: each profile's own
+    "public-size": 0,
+}
+# Run-config keys that become every client's settings (ClientJob fields).
+CLIENT_KEYS = {"dataset": "dataset", "partition": "partition", "num-clients": "num_clients",
+               "seed": "seed", "epochs": "epochs", "public-size": "public_size"}  # fmt: skip
+
+
+def settings_from(config: dict[str, Any], nodes: int) -> dict[str, Any]:
+    client = {CLIENT_KEYS[k]: config[k] for k in CLIENT_KEYS}
+    client["num_clients"] = client["num_clients"] or nodes
+    client["epochs"] = client["epochs"] or None
+    client["partition_seed"] = client["fed_seed"] = client["seed"]
+    return {"client": client}
+
+
+def run_round(grid, run_config: dict[str, Any], log=print) -> dict[str, Any]:
+    """The ServerApp's whole work; returns what it wrote to out-dir/federation.json."""
+    config = DEFAULTS | {k: v for k, v in run_config.items() if k in DEFAULTS}
+    methods = [m.strip() for m in str(config["methods"]).split(",") if m.strip()]
+    out_dir = Path(config["out-dir"])
+    for m in methods:  # refuse a bad name or folder before any node trains
+        METHODS.get(m)
+    check_writable(out_dir, "out-dir", "global", folder_ok=True)
+    max_bytes = int(float(config["max-upload-mib"]) * (1 << 20))
+    nodes = wait_for_nodes(grid, int(config["min-nodes"]), float(config["wait-nodes-s"]), log)
+    if not nodes:
+        raise ConfigError("no SuperNode connected", hint="start SuperNodes, or raise wait-nodes-s")
+    got = collect(grid, nodes, settings_from(config, len(nodes)),
+                  deadline_s=float(config["deadline-s"]), max_bytes=max_bytes, log=log)  # fmt: skip
+    quarantine = Path(tempfile.mkdtemp(prefix="edgefl-quarantine-"))  # mode 0700
+    try:
+        names = land(got, quarantine)
+        reports = _fuse(methods, quarantine, out_dir, config, log) if names else {}
+    finally:
+        shutil.rmtree(quarantine, ignore_errors=True)
+    summary = {
+        "nodes": nodes,
+        "answered": {str(n): names.get(n) for n in got.replies},
+        "refused": {str(n): why for n, why in got.refused.items()},
+        "missing": got.missing,
+        "collect_seconds": got.seconds,
+        "methods": {m: {k: r.get(k) for k in ("accuracy", "global_model", "used", "rejected",
+                                              "error")} for m, r in reports.items()},
+        "date_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()),
+    }  # fmt: skip
+    out_dir.mkdir(parents=True, exist_ok=True)
+    exporters.atomic_write_text(out_dir / "federation.json", json.dumps(summary, indent=2))
+    return summary
+
+
+def land(got: Collected, folder: Path) -> dict[int, str]:
+    """Write each checked upload into the quarantine as <client id>.onnx (a node's chosen id
+    only if it is a plain, unused file name) -> node id -> file name."""
+    names: dict[int, str] = {}
+    for node, rep in sorted(got.replies.items()):
+        if rep.skipped or "upload" not in rep.files:
+            continue
+        name = wire.safe_client_id(rep.summary.get("client_id"), f"node-{node}")
+        if f"{name}.onnx" in names.values():
+            name = f"node-{node}"
+        fd = os.open(folder / f"{name}.onnx", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(rep.files["upload"])
+        names[node] = f"{name}.onnx"
+    return names
+
+
+def _fuse(methods, quarantine: Path, out_dir: Path, config, log) -> dict[str, dict]:
+    plans = [plan(m, {}, out_dir / f"{m}.onnx", str(quarantine), out_flag="out-dir")
+             for m in methods]  # fmt: skip
+    try:
+        # One method at a time in this process: it holds Flower's network threads, and fork
+        # after those is unsafe.
+        return fuse_methods(plans, str(quarantine), device=config["device"],
+                            eval=config["eval"] or None, jobs=1, keep_going=True, log=log)  # fmt: skip
+    except EdgeflError as exc:  # e.g. every upload rejected: reported, the round still recorded
+        log(f"fusion refused: {exc.message}")
+        return {m: {"error": exc.message} for m in methods}
+
+
+def make_server_app():
+    from flwr.serverapp import ServerApp
+
+    app = ServerApp()
+
+    @app.main()
+    def main(grid, context) -> None:
+        run_round(grid, dict(context.run_config))
+
+    return app

@@ -1,0 +1,231 @@
+"""A real Flower deployment on the loopback address (issue 17): a SuperLink with TLS (a
+self-signed CA made here) and SuperNode authentication, SuperNodes as real processes each with
+its own profile and data, `flwr run` submitting edgefl's app. One node uploads a hostile
+artifact, one is killed mid-training, one holds an unregistered key: the server fuses the honest
+nodes, refuses the hostile upload by name, names the missing node after the deadline, and never
+admits the stranger."""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("flwr")
+pytest.importorskip("ray")
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+# Test-only behaviour for two nodes, loaded into their processes through PYTHONPATH: the ClientApp
+# itself stays the real one, only its training is replaced.
+SITECUSTOMIZE = """
+import os
+role = os.environ.get("EDGEFL_TEST_NODE")
+if role in ("hostile", "stuck"):
+    import time
+    import edgefl.flower.client_app as app
+    honest = app.train_node
+    def train_node(job):
+        if role == "stuck":
+            time.sleep(3600)  # killed long before this ends
+        files, summary = honest(job)
+        files["upload"] = files["upload"][: len(files["upload"]) // 2]  # a truncated model
+        return files, summary
+    app.train_node = train_node
+"""
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _certs(d: Path) -> None:
+    """A CA and a server certificate for localhost/127.0.0.1 signed by it (PEM files)."""
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+    now = datetime.datetime.now(datetime.timezone.utc)
+    ca_key, key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "edgefl test CA")])
+    ca = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name)
+          .public_key(ca_key.public_key()).serial_number(x509.random_serial_number())
+          .not_valid_before(now).not_valid_after(now + datetime.timedelta(days=1))
+          .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+          .sign(ca_key, hashes.SHA256()))  # fmt: skip
+    san = x509.SubjectAlternativeName([x509.DNSName("localhost"),
+                                       x509.IPAddress(ipaddress.ip_address("127.0.0.1"))])  # fmt: skip
+    cert = (x509.CertificateBuilder()
+            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")]))
+            .issuer_name(ca_name).public_key(key.public_key())
+            .serial_number(x509.random_serial_number()).not_valid_before(now)
+            .not_valid_after(now + datetime.timedelta(days=1)).add_extension(san, critical=False)
+            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+            .sign(ca_key, hashes.SHA256()))  # fmt: skip
+    pem = serialization.Encoding.PEM
+    (d / "ca.crt").write_bytes(ca.public_bytes(pem))
+    (d / "server.pem").write_bytes(cert.public_bytes(pem))
+    (d / "server.key").write_bytes(key.private_bytes(
+        pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))  # fmt: skip
+
+
+def _node_key(path: Path) -> None:
+    """A SuperNode's key pair: EC P-384 in OpenSSH format (as `ssh-keygen -t ecdsa -b 384`)."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    key = ec.generate_private_key(ec.SECP384R1())
+    path.write_bytes(key.private_bytes(serialization.Encoding.PEM,
+                                       serialization.PrivateFormat.OpenSSH,
+                                       serialization.NoEncryption()))  # fmt: skip
+    path.chmod(0o600)
+    Path(f"{path}.pub").write_bytes(key.public_key().public_bytes(
+        serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH))  # fmt: skip
+
+
+class Procs:
+    def __init__(self, d: Path):
+        self.d, self.running = d, {}
+
+    def start(self, name: str, argv: list[str], **env) -> subprocess.Popen:
+        home = self.d / "homes" / name
+        home.mkdir(parents=True, exist_ok=True)
+        full = os.environ | {"FLWR_HOME": str(home), "PATH": f"{BIN}:{os.environ['PATH']}",
+                             "OMP_NUM_THREADS": "1"} | env  # fmt: skip
+        log = open(self.d / f"{name}.log", "wb")  # noqa: SIM115 (closed with the process)
+        p = subprocess.Popen([str(BIN / argv[0]), *argv[1:]], stdout=log, stderr=subprocess.STDOUT,
+                             env=full, cwd=self.d, start_new_session=True)  # fmt: skip
+        self.running[name] = p
+        return p
+
+    def kill(self, name: str) -> None:
+        p = self.running.pop(name)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(p.pid, signal.SIGKILL)  # the node and the ClientApp it started
+        p.wait()
+
+    def log(self, name: str) -> str:
+        return (self.d / f"{name}.log").read_text(errors="replace")
+
+    def stop_all(self) -> None:
+        for name in list(self.running):
+            self.kill(name)
+
+
+@pytest.fixture
+def deployment(tmp_path):
+    procs = Procs(tmp_path)
+    yield procs
+    procs.stop_all()
+
+
+def _wait(pred, timeout: float, what: str, procs: Procs, name: str) -> None:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if pred():
+            return
+        time.sleep(0.3)
+    raise AssertionError(f"timed out waiting for {what}:\n{procs.log(name)[-3000:]}")
+
+
+@pytest.mark.slow
+def test_one_shot_federation_over_superlink_and_supernodes(deployment, tmp_path):
+    d = tmp_path
+    _certs(d)
+    port = _port()
+    deployment.start("link", [
+        "flower-superlink", "--ssl-ca-certfile", "ca.crt", "--ssl-certfile", "server.pem",
+        "--ssl-keyfile", "server.key", "--enable-supernode-auth",
+        "--disable-runtime-dependency-installation", "--host", "127.0.0.1", "--port", str(port),
+    ])  # fmt: skip
+    _wait(lambda: "Starting" in deployment.log("link") or _listening(port), 60, "the SuperLink",
+          deployment, "link")  # fmt: skip
+    cli_home = d / "homes" / "cli"
+    cli_home.mkdir(parents=True)
+    (cli_home / "config.toml").write_text(
+        f'[superlink]\ndefault = "tls"\n[superlink.tls]\naddress = "127.0.0.1:{port}"\n'
+        f'root-certificates = "{d / "ca.crt"}"\n'
+    )
+    cli_env = os.environ | {"FLWR_HOME": str(cli_home), "PATH": f"{BIN}:{os.environ['PATH']}"}
+    (d / "site").mkdir()
+    (d / "site" / "sitecustomize.py").write_text(SITECUSTOMIZE)
+    nodes = {"honest-0": ("wristband", None), "honest-1": ("smartphone", None),
+             "honest-2": ("smartphone", None), "hostile": ("smartphone", "hostile"),
+             "stuck": ("smartphone", "stuck")}  # fmt: skip
+    for name in [*nodes, "stranger"]:
+        _node_key(d / f"{name}.key")
+        if name == "stranger":
+            continue  # never registered
+        r = subprocess.run([str(BIN / "flwr"), "supernode", "register", f"{d / name}.key.pub",
+                            "tls"], env=cli_env, capture_output=True, text=True, timeout=120)  # fmt: skip
+        assert r.returncode == 0, r.stdout + r.stderr
+    for i, (name, (profile, role)) in enumerate(nodes.items()):
+        env = {"PYTHONPATH": str(d / "site"), "EDGEFL_TEST_NODE": role} if role else {}
+        deployment.start(name, [
+            "flower-supernode", "--superlink", f"127.0.0.1:{port}", "--root-certificates",
+            "ca.crt", "--auth-supernode-private-key", f"{name}.key", "--port", str(_port()),
+            "--node-config", f'profile="{profile}" partition-id={i} num-partitions={len(nodes)} '
+            f'client-id="client-{i:03d}"' + (' model="cnn"' if profile == "smartphone" else ""),
+        ], **env)  # fmt: skip
+    stranger = deployment.start("stranger", [
+        "flower-supernode", "--superlink", f"127.0.0.1:{port}", "--root-certificates", "ca.crt",
+        "--auth-supernode-private-key", "stranger.key", "--port", str(_port()), "--max-retries",
+        "2", "--node-config", 'profile="smartphone" partition-id=0 num-partitions=1',
+    ])  # fmt: skip
+    out = d / "global"
+    config = (
+        f'methods="fedavg,ensemble" out-dir="{out}" dataset="digits" epochs=2 '
+        f'min-nodes={len(nodes)} wait-nodes-s=120.0 deadline-s=60.0 eval="digits:test"'
+    )
+    run = subprocess.Popen([str(BIN / "flwr"), "run", str(ROOT / "flower_app"), "tls", "--stream",
+                            "--run-config", config], env=cli_env, stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True)  # fmt: skip
+    # Kill the stuck node once the round has reached it (its ClientApp process is up).
+    _wait(lambda: "flwr-clientapp" in _children(deployment.running["stuck"].pid) or
+          (out / "federation.json").exists(), 180, "the stuck node's ClientApp", deployment, "stuck")  # fmt: skip
+    deployment.kill("stuck")
+    try:
+        text, _ = run.communicate(timeout=400)
+    finally:
+        run.kill()
+    fed = out / "federation.json"
+    assert fed.exists(), text[-4000:] + deployment.log("link")[-4000:]
+    report = json.loads(fed.read_text())
+    # The stranger was never admitted: it gave up, and the round counted only registered nodes.
+    assert stranger.wait(timeout=120) != 0
+    assert len(report["nodes"]) == len(nodes), report
+    # Honest nodes answered; the stuck one is named missing after the deadline.
+    assert len(report["answered"]) == 4 and len(report["missing"]) == 1, report
+    names = sorted(report["answered"].values())
+    assert names == ["client-000.onnx", "client-001.onnx", "client-002.onnx", "client-003.onnx"]
+    for method in ("fedavg", "ensemble"):
+        rep = report["methods"][method]
+        rejected = {r["file"]: r["reason"] for r in rep["rejected"]}
+        assert list(rejected) == ["client-003.onnx"], rep  # the hostile node, by name
+        assert (out / f"{method}.onnx").exists() and rep["accuracy"] is not None
+    assert sorted(report["methods"]["ensemble"]["used"]) == ["client-001", "client-002"]
+    assert not list(out.glob("*.tmp")) and not list(out.glob(".*"))  # nothing half-written
+
+
+def _listening(port: int) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def _children(pid: int) -> str:
+    r = subprocess.run(["ps", "-o", "args=", "--ppid", str(pid)], capture_output=True, text=True)
+    return r.stdout

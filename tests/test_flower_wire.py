@@ -1,0 +1,106 @@
+"""edgefl's one-shot messages on Flower's real record types: what a reply must be before the
+server takes any of it, and how a node finds its own job (issue 17)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import stat
+
+import pytest
+
+pytest.importorskip("flwr")
+
+from flwr.app import Array, ArrayRecord, ConfigRecord, RecordDict  # noqa: E402
+
+from edgefl.errors import ConfigError  # noqa: E402
+from edgefl.flower import wire  # noqa: E402
+from edgefl.flower.client_app import node_job  # noqa: E402
+from edgefl.flower.collect import Collected  # noqa: E402
+from edgefl.flower.server_app import land  # noqa: E402
+
+MB = 1 << 20
+
+
+def test_a_reply_round_trips_with_its_hashes():
+    files = {"upload": b"\x08\x01onnx bytes", "model": bytes(range(256)) * 10}
+    got = wire.read_reply(wire.reply(files, {"client_id": "client-003", "n": 1}), MB)
+    assert got.files == files and got.summary == {"client_id": "client-003", "n": 1}
+    assert not got.skipped
+    assert wire.read_reply(wire.reply({}, {}, skipped=True), MB).skipped
+
+
+def _forged(files: dict, sha: dict | str, summary="{}") -> RecordDict:
+    arrays = {
+        k: Array(dtype="uint8", shape=(len(v),), stype="raw", data=v) for k, v in files.items()
+    }
+    sha = sha if isinstance(sha, str) else json.dumps(sha)
+    return RecordDict({wire.FILES: ArrayRecord(arrays),
+                       wire.META: ConfigRecord({"sha256": sha, "summary": summary})})  # fmt: skip
+
+
+def _sha(b: bytes) -> str:
+    return hashlib.sha256(b).hexdigest()
+
+
+@pytest.mark.parametrize(("content", "why"), [
+    (RecordDict({}), "not an edgefl upload"),
+    (_forged({"upload": b"abc"}, {"upload": _sha(b"abd")}), "does not match its declared SHA-256"),
+    (_forged({"upload": b"abc"}, {}), "each with a declared sha256"),
+    (_forged({"../../etc/passwd": b"abc"}, {"../../etc/passwd": _sha(b"abc")}), "must be upload"),
+    (_forged({"upload": b"x" * (MB + 1)}, {"upload": _sha(b"x" * (MB + 1))}), "over the limit"),
+    (_forged({"upload": b"abc"}, "not json"), "sha256 is not JSON"),
+    (_forged({"upload": b"abc"}, {"upload": _sha(b"abc")}, "[1, 2]"), "must be JSON objects"),
+    (_forged({"upload": b"abc"}, {"upload": _sha(b"abc")}, "x" * (2 * MB)), "over 1,048,576"),
+])  # fmt: skip
+def test_a_reply_is_refused_with_its_reason(content, why):
+    with pytest.raises(wire.Refused, match=why.replace("(", r"\(")):
+        wire.read_reply(content, MB)
+
+
+def test_a_file_that_is_not_a_byte_vector_is_refused():
+    arr = Array(dtype="float32", shape=(1,), stype="raw", data=b"\0\0\0\0")
+    content = RecordDict({wire.FILES: ArrayRecord({"upload": arr}),
+                          wire.META: ConfigRecord({"sha256": json.dumps({"upload": _sha(b"\0" * 4)}),
+                                                   "summary": "{}"})})  # fmt: skip
+    with pytest.raises(wire.Refused, match="1-D uint8"):
+        wire.read_reply(content, MB)
+
+
+@pytest.mark.parametrize(("text", "safe"), [
+    ("client-007", "client-007"), ("../x", "node-5"), ("a/b", "node-5"), ("", "node-5"),
+    ("\x1b[31mred", "node-5"), ("x" * 65, "node-5"), (3, "node-5"), (".hidden", "node-5"),
+])  # fmt: skip
+def test_a_node_never_chooses_the_path_its_upload_lands_on(text, safe):
+    assert wire.safe_client_id(text, "node-5") == safe
+
+
+def test_uploads_land_privately_under_safe_unique_names(tmp_path):
+    got = Collected(replies={
+        1: wire.Reply({"upload": b"a"}, {"client_id": "client-000"}),
+        2: wire.Reply({"upload": b"b"}, {"client_id": "client-000"}),  # a clash
+        3: wire.Reply({"upload": b"c"}, {"client_id": "../../evil"}),
+        4: wire.Reply({}, {}, skipped=True),
+    })  # fmt: skip
+    names = land(got, tmp_path)
+    assert names == {1: "client-000.onnx", 2: "node-2.onnx", 3: "node-3.onnx"}
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(names.values())
+    assert (tmp_path / "node-3.onnx").read_bytes() == b"c"
+    assert stat.S_IMODE((tmp_path / "node-2.onnx").stat().st_mode) == 0o600
+
+
+def test_a_node_finds_its_job_in_the_table_or_builds_it_from_its_config():
+    table = {"jobs": [{"profile": "wristband", "client_index": i, "num_clients": 3}
+                      for i in range(3)], "done": [1]}  # fmt: skip
+    assert node_job(table, {"partition-id": 2}).client_index == 2
+    assert node_job(table, {"partition-id": 1}) is None  # resumed: already uploaded
+    with pytest.raises(ConfigError, match="outside the run"):
+        node_job(table, {"partition-id": 3})
+    shared = {"client": {"dataset": "digits", "num_clients": 4, "seed": 1}}
+    job = node_job(shared, {"profile": "smartphone", "partition-id": 2, "data-dir": "/d"})
+    assert (job.profile, job.client_index, job.num_clients, job.data_dir) == (
+        "smartphone", 2, 4, "/d")  # fmt: skip
+    with pytest.raises(ConfigError, match="no device profile"):
+        node_job(shared, {"partition-id": 0})
+    with pytest.raises(ConfigError, match="unknown client settings: evil"):
+        node_job({"client": {"evil": 1}}, {"profile": "wristband"})
