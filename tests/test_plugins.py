@@ -240,9 +240,9 @@ def test_every_budget_is_a_valid_config(name):
 
 
 def test_no_method_name_outside_fusion():
-    """simulate, server and cli never branch on (or spell) a method's name."""
+    """simulate, server, flower and cli never branch on (or spell) a method's name."""
     names = set(METHODS.names())
-    for pkg in ("simulate", "server", "cli"):
+    for pkg in ("simulate", "server", "flower", "cli"):
         for path in (ROOT / "edgefl" / pkg).rglob("*.py"):
             for node in ast.walk(ast.parse(path.read_text())):
                 if isinstance(node, ast.Constant) and node.value in names:

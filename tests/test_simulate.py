@@ -64,7 +64,9 @@ def test_cli_bad_mix(cli, tmp_path):
 def test_cli_budget_under_the_users_options(cli, tmp_path, monkeypatch):
     seen = {}
     monkeypatch.setattr(
-        sim, "simulate", lambda job, log=None, progress=None: seen.setdefault("job", job) and {}
+        sim,
+        "simulate",
+        lambda job, log=None, progress=None, trainer=None: seen.setdefault("job", job) and {},
     )
     cli("simulate", "--methods", "fedavg,dense", "--budget", "paper", "--fuse-opt",
         "dense:epochs=3", "--out", str(tmp_path))  # fmt: skip

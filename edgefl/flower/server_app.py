@@ -23,12 +23,12 @@ import exporters
 from edgefl.errors import ConfigError, EdgeflError
 from edgefl.flower import wire
 from edgefl.flower.collect import Collected, collect, wait_for_nodes
-from edgefl.fusion import METHODS
+from edgefl.fusion import DEFAULT_METHODS, METHODS
 from edgefl.outputs import check_writable
 from edgefl.server.fuse import fuse_methods, plan
 
 DEFAULTS: dict[str, Any] = {
-    "methods": "fedavg",
+    "methods": ",".join(DEFAULT_METHODS),
     "out-dir": "global",
     "eval": "",
     "device": "auto",
