@@ -183,7 +183,7 @@ def print_results(results: dict) -> None:
     rows = []
     for r in results["results"]:
         acc = accuracy_text(r) if r["accuracy"] is not None else "[red]refused[/]"
-        paper = f"{r['paper']:.2f}%" if r.get("paper") is not None else "-"
+        paper = f"{r['paper']:.2f}" if r.get("paper") is not None else "-"
         rows.append([r["method"], acc, paper, f"{r['fuse_seconds']:.1f}s",
                      fmt_bytes(r["upload_bytes"])])  # fmt: skip
     console.print(fitted(cols, rows, console.width, title=title))
