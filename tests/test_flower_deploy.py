@@ -165,7 +165,7 @@ def test_one_shot_federation_over_superlink_and_supernodes(deployment, tmp_path)
     (d / "site" / "sitecustomize.py").write_text(SITECUSTOMIZE)
     nodes = {"honest-0": ("wristband", None), "honest-1": ("smartphone", None),
              "honest-2": ("smartphone", None), "hostile": ("smartphone", "hostile"),
-             "stuck": ("smartphone", "stuck")}  # fmt: skip
+             "stuck": ("smartphone", "stuck"), "labeller": ("smartphone", None)}  # fmt: skip
     for name in [*nodes, "stranger"]:
         _node_key(d / f"{name}.key")
         if name == "stranger":
@@ -179,7 +179,8 @@ def test_one_shot_federation_over_superlink_and_supernodes(deployment, tmp_path)
             "flower-supernode", "--superlink", f"127.0.0.1:{port}", "--root-certificates",
             "ca.crt", "--auth-supernode-private-key", f"{name}.key", "--port", str(_port()),
             "--node-config", f'profile="{profile}" partition-id={i} num-partitions={len(nodes)} '
-            f'client-id="client-{i:03d}"' + (' model="cnn"' if profile == "smartphone" else ""),
+            f'client-id="client-{i:03d}"' + (' model="cnn"' if profile == "smartphone" else "")
+            + (' kind="predictions"' if name == "labeller" else ""),
         ], **env)  # fmt: skip
     stranger = deployment.start("stranger", [
         "flower-supernode", "--superlink", f"127.0.0.1:{port}", "--root-certificates", "ca.crt",
@@ -187,10 +188,10 @@ def test_one_shot_federation_over_superlink_and_supernodes(deployment, tmp_path)
         "2", "--node-config", 'profile="smartphone" partition-id=0 num-partitions=1',
     ])  # fmt: skip
     out = d / "global"
-    config = (
-        f'methods="fedavg,ensemble" out-dir="{out}" dataset="digits" epochs=2 '
-        f'min-nodes={len(nodes)} wait-nodes-s=120.0 deadline-s=60.0 eval="digits:test"'
-    )
+    # The labeller labels the public set the server sends (FedOL); every client holds it out.
+    config = (f'methods="fedavg,ensemble,fedol" out-dir="{out}" dataset="digits" epochs=2 '
+              f'min-nodes={len(nodes)} wait-nodes-s=120.0 deadline-s=60.0 eval="digits:test" '
+              'public="digits:public" public-size=200')  # fmt: skip
     run = subprocess.Popen([str(BIN / "flwr"), "run", str(ROOT / "flower_app"), "tls", "--stream",
                             "--run-config", config], env=cli_env, stdout=subprocess.PIPE,
                            stderr=subprocess.STDOUT, text=True)  # fmt: skip
@@ -209,15 +210,17 @@ def test_one_shot_federation_over_superlink_and_supernodes(deployment, tmp_path)
     assert stranger.wait(timeout=120) != 0
     assert len(report["nodes"]) == len(nodes), report
     # Honest nodes answered; the stuck one is named missing after the deadline.
-    assert len(report["answered"]) == 4 and len(report["missing"]) == 1, report
+    assert len(report["answered"]) == 5 and len(report["missing"]) == 1, report
     names = sorted(report["answered"].values())
-    assert names == ["client-000.onnx", "client-001.onnx", "client-002.onnx", "client-003.onnx"]
+    assert names == [f"client-{i:03d}.onnx" for i in (0, 1, 2, 3, 5)]
     for method in ("fedavg", "ensemble"):
         rep = report["methods"][method]
         rejected = {r["file"]: r["reason"] for r in rep["rejected"]}
         assert list(rejected) == ["client-003.onnx"], rep  # the hostile node, by name
         assert (out / f"{method}.onnx").exists() and rep["accuracy"] is not None
     assert sorted(report["methods"]["ensemble"]["used"]) == ["client-001", "client-002"]
+    assert report["methods"]["fedol"]["used"] == ["client-005"]  # its predictions, on our set
+    assert report["methods"]["fedol"]["accuracy"] is not None
     assert not list(out.glob("*.tmp")) and not list(out.glob(".*"))  # nothing half-written
 
 

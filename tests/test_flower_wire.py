@@ -7,6 +7,7 @@ import hashlib
 import json
 import stat
 
+import numpy as np
 import pytest
 
 pytest.importorskip("flwr")
@@ -28,6 +29,13 @@ def test_a_reply_round_trips_with_its_hashes():
     assert got.files == files and got.summary == {"client_id": "client-003", "n": 1}
     assert not got.skipped
     assert wire.read_reply(wire.reply({}, {}, skipped=True), MB).skipped
+
+
+def test_the_servers_public_set_travels_exactly():
+    x = np.random.default_rng(0).random((5, 1, 8, 8), dtype=np.float32)
+    settings, got = wire.read_request(wire.request({"a": 1}, public=x))
+    assert settings == {"a": 1} and got.dtype == np.float32 and np.array_equal(got, x)
+    assert wire.read_request(wire.request({"a": 1}))[1] is None
 
 
 def _forged(files: dict, sha: dict | str, summary="{}") -> RecordDict:

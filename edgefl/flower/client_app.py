@@ -11,6 +11,7 @@ from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from edgefl.client.run import ClientJob, run_client
@@ -26,6 +27,7 @@ NODE_KEYS = {
     "model": "model",
     "client-id": "client_id",
     "epochs": "epochs",
+    "kind": "kind",  # model (default) | predictions (labels the server's public set)
 }
 _JOB_FIELDS = {f.name for f in fields(ClientJob)}
 
@@ -83,10 +85,17 @@ def handle(msg, context):
 
     from edgefl.flower import wire
 
-    job = node_job(wire.read_request(msg.content), dict(context.node_config))
+    settings, public = wire.read_request(msg.content)
+    job = node_job(settings, dict(context.node_config))
     if job is None:
         return Message(wire.reply({}, {}, skipped=True), reply_to=msg)
-    files, summary = train_node(job)
+    if job.kind == "predictions" and public is not None:
+        with tempfile.TemporaryDirectory(prefix="edgefl-public-") as tmp:
+            path = Path(tmp) / "public.npz"  # the server's set, as a user's public .npz
+            np.savez(path, x=public)
+            files, summary = train_node(replace(job, public=str(path)))
+    else:
+        files, summary = train_node(job)
     return Message(wire.reply(files, summary), reply_to=msg)
 
 

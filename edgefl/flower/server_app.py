@@ -19,7 +19,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 import exporters
+from edgefl.data.public import load_public
 from edgefl.errors import ConfigError, EdgeflError
 from edgefl.flower import wire
 from edgefl.flower.collect import Collected, collect, wait_for_nodes
@@ -42,6 +45,8 @@ DEFAULTS: dict[str, Any] = {
     "seed": 0,
     "epochs": 0,  # 0: each profile's own
     "public-size": 0,
+    "public": "",  # e.g. "mnist:public": sent to predictions nodes, read by FedOL/FedDF
+    "data-dir": "",  # where the server reads datasets (eval, the public set)
 }
 # Run-config keys that become every client's settings (ClientJob fields).
 CLIENT_KEYS = {"dataset": "dataset", "partition": "partition", "num-clients": "num_clients",
@@ -68,7 +73,8 @@ def run_round(grid, run_config: dict[str, Any], log=print) -> dict[str, Any]:
     nodes = wait_for_nodes(grid, int(config["min-nodes"]), float(config["wait-nodes-s"]), log)
     if not nodes:
         raise ConfigError("no SuperNode connected", hint="start SuperNodes, or raise wait-nodes-s")
-    got = collect(grid, nodes, settings_from(config, len(nodes)),
+    public = _public(config)
+    got = collect(grid, nodes, settings_from(config, len(nodes)), public=public,
                   deadline_s=float(config["deadline-s"]), max_bytes=max_bytes, log=log)  # fmt: skip
     quarantine = Path(tempfile.mkdtemp(prefix="edgefl-quarantine-"))  # mode 0700
     try:
@@ -108,14 +114,30 @@ def land(got: Collected, folder: Path) -> dict[int, str]:
     return names
 
 
+def _public(config) -> np.ndarray | None:
+    if not config["public"]:
+        return None
+    return load_public(config["public"], public_size=int(config["public-size"]),
+                       seed=int(config["seed"]), data_dir=config["data-dir"] or None)  # fmt: skip
+
+
+def _options(name: str, config) -> dict[str, Any]:
+    """A method that reads public data reads the set the server sent (the same carve)."""
+    if not METHODS.get(name).public_data or not config["public"]:
+        return {}
+    return {"public": config["public"], "public_size": int(config["public-size"]),
+            "public_seed": int(config["seed"])}  # fmt: skip
+
+
 def _fuse(methods, quarantine: Path, out_dir: Path, config, log) -> dict[str, dict]:
-    plans = [plan(m, {}, out_dir / f"{m}.onnx", str(quarantine), out_flag="out-dir")
-             for m in methods]  # fmt: skip
+    plans = [plan(m, _options(m, config), out_dir / f"{m}.onnx", str(quarantine),
+                  out_flag="out-dir") for m in methods]  # fmt: skip
     try:
         # One method at a time in this process: it holds Flower's network threads, and fork
         # after those is unsafe.
         return fuse_methods(plans, str(quarantine), device=config["device"],
-                            eval=config["eval"] or None, jobs=1, keep_going=True, log=log)  # fmt: skip
+                            eval=config["eval"] or None, data_dir=config["data-dir"] or None,
+                            jobs=1, keep_going=True, log=log)  # fmt: skip
     except EdgeflError as exc:  # e.g. every upload rejected: reported, the round still recorded
         log(f"fusion refused: {exc.message}")
         return {m: {"error": exc.message} for m in methods}

@@ -13,6 +13,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 REQUEST = "edgefl-request"
 FILES = "edgefl-files"
 META = "edgefl-meta"
@@ -34,14 +36,29 @@ class Reply:
     skipped: bool = False  # the client had nothing to do (a resumed simulation)
 
 
-def request(settings: dict[str, Any]):
-    from flwr.app import ConfigRecord, RecordDict
-
-    return RecordDict({REQUEST: ConfigRecord({"settings": json.dumps(settings)})})
+PUBLIC = "edgefl-public"
 
 
-def read_request(content) -> dict[str, Any]:
-    return json.loads(content[REQUEST]["settings"])
+def request(settings: dict[str, Any], public=None):
+    """The server's message; `public` (float32 N x C x H x W) is the unlabeled set predictions
+    clients label (FedOL, FedDF), sent by the server so that every client labels the same one."""
+    from flwr.app import Array, ArrayRecord, ConfigRecord, RecordDict
+
+    records = {REQUEST: ConfigRecord({"settings": json.dumps(settings)})}
+    if public is not None:
+        x = np.ascontiguousarray(public, dtype=np.float32)
+        records[PUBLIC] = ArrayRecord({"x": Array(dtype="float32", shape=tuple(x.shape),
+                                                  stype="raw", data=x.tobytes())})  # fmt: skip
+    return RecordDict(records)
+
+
+def read_request(content) -> tuple[dict[str, Any], np.ndarray | None]:
+    settings = json.loads(content[REQUEST]["settings"])
+    if PUBLIC not in content:
+        return settings, None
+    arr = content[PUBLIC]["x"]
+    x = np.frombuffer(arr.data, dtype=np.float32).reshape(tuple(arr.shape))
+    return settings, x
 
 
 def reply(files: dict[str, bytes], summary: dict[str, Any], skipped: bool = False):
