@@ -9,6 +9,8 @@ included) every 0.5 s from /proc and reads the run's own timings (clients, fusio
 results.json. Writes OUT.json and OUT.md.
 
     python bench/bench_flower.py --work /tmp/bf --out bench/results/flower     # ~20 min, 2 CPUs
+    python bench/bench_flower.py --clients 2 --model vgg9 --subset 600 \
+        --out bench/results/flower_vgg9        # two 264 MiB uploads through each engine
 """
 
 from __future__ import annotations
@@ -51,13 +53,13 @@ def tree_rss(pid: int) -> int:
     return total
 
 
-def run(clients: int, engine: str, work: Path, jobs: int) -> dict:
-    out = work / f"{engine}-{clients}"
+def run(clients: int, engine: str, work: Path, jobs: int, model: str, subset: int | None) -> dict:
+    out = work / f"{engine}-{clients}-{model}"
     shutil.rmtree(out, ignore_errors=True)
     argv = [str(EDGEFL), "simulate", "--engine", engine, "--dataset", "mnist", "--clients",
-            str(clients), "--mix", f"smartphone:{clients}", "--client-model", "smartphone=cnn",
+            str(clients), "--mix", f"smartphone:{clients}", "--client-model", f"smartphone={model}",
             "--classifier-epochs", "1", "--methods", "fedavg", "--jobs", str(jobs), "--out",
-            str(out), "--json", "--quiet"]  # fmt: skip
+            str(out), "--json", "--quiet"] + (["--subset", str(subset)] if subset else [])  # fmt: skip
     start = time.perf_counter()
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     peak = [0]
@@ -78,24 +80,28 @@ def run(clients: int, engine: str, work: Path, jobs: int) -> dict:
     s = res["seconds"]
     return {"clients": clients, "engine": engine, "wall_s": wall, "clients_s": s["clients"],
             "fusion_s": s["fusion"], "startup_s": wall - s["total"], "peak_rss_bytes": peak[0],
-            "accuracy": res["results"][0]["accuracy"]}  # fmt: skip
+            "accuracy": res["results"][0]["accuracy"], "model": model, "subset": subset,
+            "upload_bytes": max(c["upload_bytes"] for c in res["clients"])}  # fmt: skip
 
 
 def markdown(rows: list[dict], meta: dict) -> str:
     lines = [
         "# Flower's simulation engine vs the local engine (bench/bench_flower.py)",
         "",
-        f"{meta['date_utc']} UTC, {meta['machine']}; `{meta['command']}`. MNIST, Dir(0.5), every "
-        "client a smartphone training `cnn` for 1 epoch (single-threaded), then fedavg; "
-        f"--jobs {meta['jobs']}. flwr {meta['flwr']}, ray {meta['ray']}.",
+        f"{meta['date_utc']} UTC, {meta['machine']}; `{meta['command']}`. MNIST"
+        + (f" (a {meta['subset']:,}-digit subset)" if meta["subset"] else "")
+        + f", Dir(0.5), every client a smartphone training `{meta['model']}` for 1 epoch "
+        f"(single-threaded), then fedavg; --jobs {meta['jobs']}. flwr {meta['flwr']}, ray "
+        f"{meta['ray']}.",
         "",
-        "| clients | engine | wall s | clients s | per client s | fusion s | process start s "
-        "| peak RSS (tree) | fedavg acc |",
-        "|---:|---|---:|---:|---:|---:|---:|---:|---:|",
+        "| clients | engine | upload | wall s | clients s | per client s | fusion s "
+        "| process start s | peak RSS (tree) | fedavg acc |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
         lines.append(
-            f"| {r['clients']} | {r['engine']} | {r['wall_s']:.1f} | {r['clients_s']:.1f} | "
+            f"| {r['clients']} | {r['engine']} | {r['upload_bytes'] / 2**20:.2f} MiB | "
+            f"{r['wall_s']:.1f} | {r['clients_s']:.1f} | "
             f"{r['clients_s'] / r['clients']:.2f} | {r['fusion_s']:.1f} | {r['startup_s']:.1f} | "
             f"{r['peak_rss_bytes'] / 2**30:.2f} GiB | {100 * r['accuracy']:.2f}% |"
         )
@@ -110,6 +116,8 @@ def main() -> None:
     ap.add_argument("--clients", default="10,50,200")
     ap.add_argument("--engines", default="local,flower")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
+    ap.add_argument("--model", default="cnn", help="every client's model, e.g. vgg9 (264 MiB)")
+    ap.add_argument("--subset", type=int, default=None, help="MNIST digits used (default all)")
     ap.add_argument("--work", default="/tmp/bench-flower")
     ap.add_argument("--out", default=str(ROOT / "bench/results/flower"))
     args = ap.parse_args()
@@ -118,13 +126,14 @@ def main() -> None:
     rows = []
     for n in (int(c) for c in args.clients.split(",")):
         for engine in args.engines.split(","):
-            r = run(n, engine, work, args.jobs)
+            r = run(n, engine, work, args.jobs, args.model, args.subset)
             print(json.dumps(r), flush=True)
             rows.append(r)
     meta = {"date_utc": datetime.now(UTC).strftime("%Y-%m-%d %H:%M"),
             "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, {platform.platform()}",
             "command": "python bench/bench_flower.py " + " ".join(sys.argv[1:]),
-            "jobs": args.jobs, "flwr": metadata.version("flwr"),
+            "jobs": args.jobs, "flwr": metadata.version("flwr"), "model": args.model,
+            "subset": args.subset,
             "ray": metadata.version("ray")}  # fmt: skip
     out = Path(args.out)
     out.with_suffix(".json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=2))

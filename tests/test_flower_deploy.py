@@ -34,10 +34,10 @@ if role in ("hostile", "stuck"):
     import time
     import edgefl.flower.client_app as app
     honest = app.train_node
-    def train_node(job):
+    def train_node(job, **kw):
         if role == "stuck":
             time.sleep(3600)  # killed long before this ends
-        files, summary = honest(job)
+        files, summary = honest(job, **kw)
         files["upload"] = files["upload"][: len(files["upload"]) // 2]  # a truncated model
         return files, summary
     app.train_node = train_node
@@ -165,7 +165,8 @@ def test_one_shot_federation_over_superlink_and_supernodes(deployment, tmp_path)
     (d / "site" / "sitecustomize.py").write_text(SITECUSTOMIZE)
     nodes = {"honest-0": ("wristband", None), "honest-1": ("smartphone", None),
              "honest-2": ("smartphone", None), "hostile": ("smartphone", "hostile"),
-             "stuck": ("smartphone", "stuck"), "labeller": ("smartphone", None)}  # fmt: skip
+             "stuck": ("smartphone", "stuck"), "labeller": ("smartphone", None),
+             "prototyper": ("smartphone", None)}  # fmt: skip
     for name in [*nodes, "stranger"]:
         _node_key(d / f"{name}.key")
         if name == "stranger":
@@ -179,8 +180,7 @@ def test_one_shot_federation_over_superlink_and_supernodes(deployment, tmp_path)
             "flower-supernode", "--superlink", f"127.0.0.1:{port}", "--root-certificates",
             "ca.crt", "--auth-supernode-private-key", f"{name}.key", "--port", str(_port()),
             "--node-config", f'profile="{profile}" partition-id={i} num-partitions={len(nodes)} '
-            f'client-id="client-{i:03d}"' + (' model="cnn"' if profile == "smartphone" else "")
-            + (' kind="predictions"' if name == "labeller" else ""),
+            f'client-id="client-{i:03d}"' + _role(name, profile, d),
         ], **env)  # fmt: skip
     stranger = deployment.start("stranger", [
         "flower-supernode", "--superlink", f"127.0.0.1:{port}", "--root-certificates", "ca.crt",
@@ -189,7 +189,7 @@ def test_one_shot_federation_over_superlink_and_supernodes(deployment, tmp_path)
     ])  # fmt: skip
     out = d / "global"
     # The labeller labels the public set the server sends (FedOL); every client holds it out.
-    config = (f'methods="fedavg,ensemble,fedol" out-dir="{out}" dataset="digits" epochs=2 '
+    config = (f'methods="fedavg,ensemble,fedol,fedgh" out-dir="{out}" dataset="digits" epochs=2 '
               f'min-nodes={len(nodes)} wait-nodes-s=120.0 deadline-s=60.0 eval="digits:test" '
               'public="digits:public" public-size=200')  # fmt: skip
     run = subprocess.Popen([str(BIN / "flwr"), "run", str(ROOT / "flower_app"), "tls", "--stream",
@@ -210,9 +210,9 @@ def test_one_shot_federation_over_superlink_and_supernodes(deployment, tmp_path)
     assert stranger.wait(timeout=120) != 0
     assert len(report["nodes"]) == len(nodes), report
     # Honest nodes answered; the stuck one is named missing after the deadline.
-    assert len(report["answered"]) == 5 and len(report["missing"]) == 1, report
+    assert len(report["answered"]) == 6 and len(report["missing"]) == 1, report
     names = sorted(report["answered"].values())
-    assert names == [f"client-{i:03d}.onnx" for i in (0, 1, 2, 3, 5)]
+    assert names == [f"client-{i:03d}.onnx" for i in (0, 1, 2, 3, 5, 6)]
     for method in ("fedavg", "ensemble"):
         rep = report["methods"][method]
         rejected = {r["file"]: r["reason"] for r in rep["rejected"]}
@@ -221,7 +221,20 @@ def test_one_shot_federation_over_superlink_and_supernodes(deployment, tmp_path)
     assert sorted(report["methods"]["ensemble"]["used"]) == ["client-001", "client-002"]
     assert report["methods"]["fedol"]["used"] == ["client-005"]  # its predictions, on our set
     assert report["methods"]["fedol"]["accuracy"] is not None
+    # FedGH: prototypes up, the global header back in a second message, applied on the device.
+    assert report["methods"]["fedgh"]["used"] == ["client-006"], report["methods"]["fedgh"]
+    assert list(report["personalized"]["fedgh"].values()) == ["personalized"], report
+    assert (d / "device-6" / "client-006.personalized.onnx").exists()
     assert not list(out.glob("*.tmp")) and not list(out.glob(".*"))  # nothing half-written
+
+
+def _role(name: str, profile: str, d: Path) -> str:
+    """What a node adds to its --node-config: its model and the kind of upload it makes."""
+    if name == "labeller":
+        return ' model="cnn" kind="predictions"'
+    if name == "prototyper":
+        return f' model="fedgh-cnn1" kind="prototypes" keep-model="{d / "device-6"}"'
+    return ' model="cnn"' if profile == "smartphone" else ""
 
 
 def _listening(port: int) -> bool:

@@ -28,6 +28,8 @@ NODE_KEYS = {
     "client-id": "client_id",
     "epochs": "epochs",
     "kind": "kind",  # model (default) | predictions (labels the server's public set)
+    # | prototypes (FedGH); then the device keeps its own model here for the header to come
+    "keep-model": "keep_model",
 }
 _JOB_FIELDS = {f.name for f in fields(ClientJob)}
 
@@ -61,17 +63,20 @@ def _job(values: dict[str, Any], where: str) -> ClientJob:
     return ClientJob(**values)
 
 
-def train_node(job: ClientJob) -> tuple[dict[str, bytes], dict[str, Any]]:
+def train_node(job: ClientJob, send_kept: bool = True) -> tuple[dict[str, bytes], dict[str, Any]]:
     """Train, export into a private folder, return (files by role, summary). Single-threaded
-    as a device (and as the local engine's workers), so the weights match bit for bit."""
+    as a device (and as the local engine's workers), so the weights match bit for bit. A kept
+    model is sent along in a simulation (`send_kept`); a real device keeps it where it said."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
         with tempfile.TemporaryDirectory(prefix="edgefl-node-") as tmp:
-            kept = str(Path(tmp) / "model") if job.keep_model else None
+            kept = job.keep_model
+            if kept and send_kept:
+                kept = str(Path(tmp) / "model")
             result = run_client(replace(job, out_dir=str(Path(tmp) / "upload"), keep_model=kept))
             files = {"upload": result.path.read_bytes()}
-            if kept:
+            if kept and send_kept:
                 files["model"] = (Path(kept) / result.path.name).read_bytes()
             summary = result.as_dict() | {"client_index": job.client_index}
     finally:
@@ -86,6 +91,10 @@ def handle(msg, context):
     from edgefl.flower import wire
 
     settings, public = wire.read_request(msg.content)
+    if "personalize" in settings:  # the second message: a per-client method's global output
+        summary = personalize_node(settings, dict(context.node_config),
+                                   wire.request_file(msg.content, "global"))  # fmt: skip
+        return Message(wire.reply({}, summary), reply_to=msg)
     job = node_job(settings, dict(context.node_config))
     if job is None:
         return Message(wire.reply({}, {}, skipped=True), reply_to=msg)
@@ -95,8 +104,29 @@ def handle(msg, context):
             np.savez(path, x=public)
             files, summary = train_node(replace(job, public=str(path)))
     else:
-        files, summary = train_node(job)
+        files, summary = train_node(job, send_kept="jobs" in settings)
     return Message(wire.reply(files, summary), reply_to=msg)
+
+
+def personalize_node(settings: dict[str, Any], node_config: dict[str, Any],
+                     output: bytes) -> dict[str, Any]:  # fmt: skip
+    """Apply the server's output (FedGH: its global header) to the model this device kept when
+    it uploaded, and keep the personalized model beside it."""
+    from edgefl.client.public import personalize
+
+    keep = node_config.get("keep-model")
+    client_id = node_config.get("client-id") or f"client-{node_config.get('partition-id', 0):03d}"
+    if not keep:
+        raise ConfigError("this SuperNode kept no model to personalize",
+                          hint='start it with --node-config \'... keep-model="/data/model"\'')  # fmt: skip
+    mine = Path(keep) / f"{client_id}.onnx"
+    out = Path(keep) / f"{client_id}.personalized.onnx"
+    with tempfile.TemporaryDirectory(prefix="edgefl-global-") as tmp:
+        received = Path(tmp) / "global.onnx"
+        received.write_bytes(output)
+        info = personalize(str(settings["personalize"]), str(mine), str(received), str(out))
+    return {"acknowledged": True, "personalized": str(out),
+            "size_bytes": info.get("size_bytes")}  # fmt: skip
 
 
 def make_client_app():

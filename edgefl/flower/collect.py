@@ -33,13 +33,14 @@ def wait_for_nodes(grid, want: int, wait_s: float, log) -> list[int]:
 
 
 def collect(grid, nodes: list[int], settings: dict[str, Any], *, deadline_s: float | None,
-            max_bytes: int, public=None, log=None, progress=no_progress) -> Collected:  # fmt: skip
+            max_bytes: int, public=None, files=None, log=None,
+            progress=no_progress) -> Collected:  # fmt: skip
     from flwr.app import Message, MessageType
 
     log = log or (lambda m: None)
     start = time.monotonic()
     out = Collected()
-    msgs = [Message(content=wire.request(settings, public), dst_node_id=n,
+    msgs = [Message(content=wire.request(settings, public, files), dst_node_id=n,
                     message_type=MessageType.TRAIN) for n in nodes]  # fmt: skip
     ids = {mid: n for mid, n in zip(grid.push_messages(msgs), nodes, strict=True) if mid}
     waiting = dict(ids)

@@ -82,11 +82,13 @@ def run_round(grid, run_config: dict[str, Any], log=print) -> dict[str, Any]:
         reports = _fuse(methods, quarantine, out_dir, config, log) if names else {}
     finally:
         shutil.rmtree(quarantine, ignore_errors=True)
+    personalized = _second_messages(grid, methods, reports, names, out_dir, config, log)
     summary = {
         "nodes": nodes,
         "answered": {str(n): names.get(n) for n in got.replies},
         "refused": {str(n): why for n, why in got.refused.items()},
         "missing": got.missing,
+        "personalized": personalized,
         "collect_seconds": got.seconds,
         "methods": {m: {k: r.get(k) for k in ("accuracy", "global_model", "used", "rejected",
                                               "error")} for m, r in reports.items()},
@@ -141,6 +143,27 @@ def _fuse(methods, quarantine: Path, out_dir: Path, config, log) -> dict[str, di
     except EdgeflError as exc:  # e.g. every upload rejected: reported, the round still recorded
         log(f"fusion refused: {exc.message}")
         return {m: {"error": exc.message} for m in methods}
+
+
+def _second_messages(grid, methods, reports, names: dict[int, str], out_dir: Path, config,
+                     log) -> dict[str, dict]:  # fmt: skip
+    """A method judged per client (FedGH) sends its global output back to the nodes whose
+    uploads it used; each applies it to the model it kept. -> method -> node -> outcome."""
+    done: dict[str, dict] = {}
+    for m in methods:
+        method, rep = METHODS.get(m), reports.get(m, {})
+        if method.judged != "per-client" or "error" in rep or not rep.get("used"):
+            continue
+        used = {f"{c}.onnx" for c in rep["used"]}
+        nodes = sorted(n for n, name in names.items() if name in used)
+        output = Path(rep["global_model"]).read_bytes()
+        log(f"{m}: sending its {method.personalize} to {len(nodes)} node(s)")
+        back = collect(grid, nodes, {"personalize": method.personalize}, files={"global": output},
+                       deadline_s=float(config["deadline-s"]), max_bytes=1 << 20, log=log)  # fmt: skip
+        done[m] = {str(n): ("personalized" if n in back.replies else
+                            back.refused.get(n, "no reply within the deadline"))
+                   for n in nodes}  # fmt: skip
+    return done
 
 
 def make_server_app():

@@ -39,17 +39,26 @@ class Reply:
 PUBLIC = "edgefl-public"
 
 
-def request(settings: dict[str, Any], public=None):
+def request(settings: dict[str, Any], public=None, files: dict[str, bytes] | None = None):
     """The server's message; `public` (float32 N x C x H x W) is the unlabeled set predictions
-    clients label (FedOL, FedDF), sent by the server so that every client labels the same one."""
+    clients label (FedOL, FedDF), sent by the server so that every client labels the same one;
+    `files` go out as raw Arrays (FedGH's header in its second message)."""
     from flwr.app import Array, ArrayRecord, ConfigRecord, RecordDict
 
     records = {REQUEST: ConfigRecord({"settings": json.dumps(settings)})}
+    if files:
+        records[FILES] = ArrayRecord({k: Array(dtype="uint8", shape=(len(v),), stype="raw",
+                                               data=v) for k, v in files.items()})  # fmt: skip
     if public is not None:
         x = np.ascontiguousarray(public, dtype=np.float32)
         records[PUBLIC] = ArrayRecord({"x": Array(dtype="float32", shape=tuple(x.shape),
                                                   stype="raw", data=x.tobytes())})  # fmt: skip
     return RecordDict(records)
+
+
+def request_file(content, name: str) -> bytes:
+    """A file the server sent (the node trusts its server, which it reached over TLS)."""
+    return bytes(content[FILES][name].data)
 
 
 def read_request(content) -> tuple[dict[str, Any], np.ndarray | None]:
@@ -92,6 +101,8 @@ def read_reply(content, max_bytes: int) -> Reply:
     if not isinstance(declared, dict) or not isinstance(summary, dict):
         raise Refused("the reply's sha256 and summary must be JSON objects")
     names = set(files_rec.keys())
+    if not names and not declared and summary.get("acknowledged") is True:
+        return Reply({}, summary)  # an answer to a second message: nothing uploaded
     if not names or not names <= set(ROLES) or names != set(declared):
         shown = ", ".join(sorted(ascii(n) for n in names)) or "none"
         raise Refused(f"the reply's files must be {' and/or '.join(ROLES)}, each with a "
