@@ -144,6 +144,12 @@ def _read_capped(path: Path, max_bytes: int) -> bytes:
         raise UploadRejected("is a symlink; uploads must be regular files")
     if not stat.S_ISREG(info.st_mode):
         raise UploadRejected("not a regular file")
+    if info.st_nlink > 1:
+        # Another path shares this inode: it may be a file outside the upload directory (a hard
+        # link is as foreign as a symlink), so its bytes are not the client's to send.
+        raise UploadRejected(
+            f"has {info.st_nlink} hard links; uploads must be files of their own (copy it in)"
+        )
     if info.st_size > max_bytes:
         raise UploadRejected(f"file is {info.st_size} bytes, over the {max_bytes}-byte limit")
     # O_NOFOLLOW/O_NONBLOCK: if the file is swapped for a symlink or FIFO after lstat, fail
@@ -157,6 +163,8 @@ def _read_capped(path: Path, max_bytes: int) -> bytes:
         opened = os.fstat(fd)
         if not stat.S_ISREG(opened.st_mode):
             raise UploadRejected("not a regular file")
+        if (opened.st_dev, opened.st_ino) != (info.st_dev, info.st_ino) or opened.st_nlink > 1:
+            raise UploadRejected("was replaced or hard-linked while being opened")
         chunks, remaining = [], max_bytes + 1
         while remaining > 0:
             chunk = os.read(fd, min(remaining, 1 << 20))

@@ -342,6 +342,23 @@ def test_size_checked_before_parsing(tmp_path, sources, monkeypatch):
         validate_upload(path, max_bytes=100)
 
 
+def test_a_hard_link_is_as_foreign_as_a_symlink(tmp_path, sources):
+    # A valid model outside the upload directory, reached through a hard link inside it: the
+    # server must not read a file another path owns (issue 18: the one that read outside).
+    outside = tmp_path / "private" / "model.onnx"
+    outside.parent.mkdir()
+    outside.write_bytes(with_client(sources["cls"], "client-h").SerializeToString())
+    uploads = tmp_path / "uploads"
+    uploads.mkdir()
+    os.link(outside, uploads / "h.onnx")
+    with pytest.raises(UploadRejected, match="2 hard links"):
+        validate_upload(uploads / "h.onnx")
+    result = ingest_dir(uploads, max_bytes=MAX_BYTES)
+    assert result.accepted == [] and "hard links" in dict(result.rejected)["h.onnx"]
+    os.unlink(outside)  # once it is the upload's own file, it is accepted
+    assert validate_upload(uploads / "h.onnx").client_id == "client-h"
+
+
 def test_allowlist_is_closed_but_widenable(tmp_path):
     path = tmp_path / "einsum.onnx"
     node = helper.make_node("Einsum", ["x", "x"], ["y"], equation="bi,bi->bi")
