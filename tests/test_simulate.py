@@ -49,6 +49,10 @@ def test_cli_end_to_end(cli, tmp_path):
     for png in ("accuracy.png", "label_distribution.png", "samples_client-002.png"):
         assert (out / png).stat().st_size > 0
     assert "| fedmho-md |" in (out / "results.md").read_text()
+    # Every file the run wrote at its top level is named, in the JSON and on screen.
+    written = {p.name for p in out.iterdir() if p.is_file()}
+    assert {Path(f).name for f in results["files"]} == written
+    assert "samples_client-003.png" in " ".join(r.output.split())
 
 
 def test_cli_bad_mix(cli, tmp_path):

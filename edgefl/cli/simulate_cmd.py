@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import typer
 from rich.markup import escape
 
@@ -202,6 +204,9 @@ def print_results(results: dict) -> None:
     s = results["seconds"]
     console.print(f"clients {s['clients']:.0f} s, fusion {s['fusion']:.0f} s, total {s['total']:.0f} s; "
                   f"results in {j['out']}/results.md")  # fmt: skip
+    if results.get("pictures"):
+        names = ", ".join(Path(p).name for p in results["pictures"])
+        console.print(f"pictures in {escape(j['out'])}: {escape(names)}")
 
 
 def _demo_options(method) -> dict:

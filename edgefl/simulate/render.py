@@ -55,19 +55,26 @@ def results_markdown(results: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def pictures(job, results: dict, out: Path) -> None:
+def pictures(job, results: dict, out: Path) -> list[str]:
+    """Draw the run's pictures; -> every file written (so the run can name them)."""
     from edgefl.client.sample import sample_grid
     from edgefl.data.plots import plot_label_heatmap
     from edgefl.plots import plot_accuracy_bars
 
+    written = []
     rows = [r for r in results["results"] if r["accuracy"] is not None]
     if rows:
         plot_accuracy_bars([r["method"] for r in rows], [r["accuracy"] for r in rows],
                            out / "accuracy.png", title=f"{job.dataset} {job.partition}",
                            reference=results["paper_reference"] or None)  # fmt: skip
+        written.append(str(out / "accuracy.png"))
     counts = np.array([c["label_counts"] for c in results["clients"]])
     plot_label_heatmap(counts, out / "label_distribution.png",
                        title=f"{job.dataset} {job.partition}: labels per client")  # fmt: skip
+    written.append(str(out / "label_distribution.png"))
     for c in results["clients"]:
         if c["role"] == "generator":
-            sample_grid(c["path"], per_class=8, out=str(out / f"samples_{c['client_id']}.png"))
+            grid = out / f"samples_{c['client_id']}.png"
+            sample_grid(c["path"], per_class=8, out=str(grid))
+            written.append(str(grid))
+    return written

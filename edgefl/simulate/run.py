@@ -384,7 +384,8 @@ def simulate(job: SimJob, log=None, progress=None, trainer=None) -> dict:
         },  # fmt: skip
         "date_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()),
     }
+    results["pictures"] = pictures(job, results, out)
+    results["files"] = [str(out / "results.json"), str(out / "results.md"), *results["pictures"]]
     exporters.atomic_write_text(out / "results.json", json.dumps(results, indent=2, default=str))
     exporters.atomic_write_text(out / "results.md", results_markdown(results))
-    pictures(job, results, out)
     return results
