@@ -99,7 +99,9 @@ def _run(main, nodes: int, job: SimJob) -> None:
     os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")  # Ray's FutureWarning
     quiet = logging.getLogger("flwr")
     level = quiet.level
-    quiet.setLevel(logging.WARNING)  # edgefl's own progress says what happens
+    # edgefl's own progress says what happens; Flower's notice that run_simulation is deprecated
+    # (for `flwr run`, which needs an app folder and a SuperLink) is not the user's to act on.
+    quiet.setLevel(logging.ERROR)
     try:
         run_simulation(server_app=server, client_app=make_client_app(), num_supernodes=nodes,
                        backend_config=backend)  # fmt: skip
