@@ -74,7 +74,10 @@ def partition_cmd(
         None, "--data-dir", help="Folder holding the dataset's files."
     ),
     download: bool = typer.Option(
-        False, "--download", help="Fetch missing files with torchvision (needs internet)."
+        False,
+        "--download",
+        help="Fetch missing files with torchvision (needs internet) into --data-dir."
+        + MAKES_FOLDERS,
     ),
     plot: Path | None = typer.Option(
         None, "--plot", help="Save a clients x classes heat map PNG." + MAKES_FOLDERS

@@ -109,7 +109,9 @@ class FedHydraConfig(GeneratorConfig):
         0, "stop after this many epochs without a better held-out agreement (0: never)", low=0
     )
     heatmap: str | None = option(
-        None, "also write the stratification heat map PNG here", kind="str"
+        None,
+        "also write the stratification heat map PNG here (missing folders are created)",
+        kind="str",
     )
 
 
