@@ -171,9 +171,19 @@ def _exported_part(model: nn.Module, kind: str) -> nn.Module:
 
 @torch.no_grad()
 def parity(module: nn.Module, art: exporters.Artifact, batch: int = 4, seed: int = 0) -> float:
+    """Max |torch - onnxruntime| over random valid inputs. Outputs that are not finite, there or
+    at the extremes of the valid range, are refused outright: NaN - NaN is NaN, which no
+    tolerance comparison catches, and finite weights can still overflow (a model that yields
+    NaN poisons every fusion it enters)."""
     inputs = random_inputs(art.metadata, batch, seed)
-    ort_out = art.run(*[t.numpy() for t in inputs])
-    return float(np.max(np.abs(module(*inputs).numpy() - ort_out)))
+    ort_out = np.asarray(art.run(*[t.numpy() for t in inputs]))
+    ours = module(*inputs).numpy()
+    edges = edge_inputs(art.metadata)
+    outputs = (ort_out, ours, np.asarray(art.run(*[t.numpy() for t in edges])),
+               module(*edges).numpy())  # fmt: skip
+    if not all(np.isfinite(o).all() for o in outputs):
+        raise RebuildRejected("its outputs are not finite on valid inputs (NaN or infinity)")
+    return float(np.max(np.abs(ours - ort_out)))
 
 
 def random_inputs(meta: dict, batch: int, seed: int) -> tuple[torch.Tensor, ...]:
@@ -183,3 +193,15 @@ def random_inputs(meta: dict, batch: int, seed: int) -> tuple[torch.Tensor, ...]
         z = torch.randn(batch, meta["latent_dim"], generator=gen)
         return z, torch.nn.functional.one_hot(labels, meta["num_classes"]).float()
     return (torch.rand(batch, *meta["input_shape"], generator=gen),)
+
+
+def edge_inputs(meta: dict) -> tuple[torch.Tensor, ...]:
+    """The extremes of the valid range, where overflow shows first: all-0 and all-1 images; a
+    latent at 0 and at +-3 standard deviations, for the first and the last class."""
+    if meta["kind"] == "decoder":
+        d, c = meta["latent_dim"], meta["num_classes"]
+        z = torch.stack([torch.zeros(d), torch.full((d,), 3.0), torch.full((d,), -3.0)])
+        labels = torch.tensor([0, c - 1, c - 1])
+        return z, torch.nn.functional.one_hot(labels, c).float()
+    shape = list(meta["input_shape"])
+    return (torch.stack([torch.zeros(shape), torch.ones(shape)]),)
