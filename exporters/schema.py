@@ -19,6 +19,13 @@ CONSTANT_KINDS = ("predictions", "prototypes")
 
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 _MAX_INPUT_RANK = 3
+# Every number the server sizes work or memory by is bounded here, before anything uses it: an
+# upload's metadata is the client's word. Far above any real edge task, far below harm.
+MAX_SAMPLE_ELEMENTS = 1 << 24  # one input sample: a 4096 x 4096 image at most
+MAX_CLASSES = 100_000
+MAX_LATENT = 65_536
+MAX_SAMPLES = 10**12  # one client's label counts, summed
+MAX_PUBLIC = 10**7  # samples of a public set a predictions upload labels
 
 
 def _is_int(value: Any) -> bool:
@@ -63,11 +70,13 @@ def validate_metadata(meta: object) -> list[str]:
             and all(_is_int(d) and d > 0 for d in shape)
         ):
             wrong("input_shape", "a list of 1 to 3 positive ints (per sample, no batch)")
+        elif math.prod(shape) > MAX_SAMPLE_ELEMENTS:
+            wrong("input_shape", f"at most {MAX_SAMPLE_ELEMENTS:,} values per sample")
 
     num_classes = meta.get("num_classes")
-    classes_ok = _is_int(num_classes) and num_classes >= 2
+    classes_ok = _is_int(num_classes) and 2 <= num_classes <= MAX_CLASSES
     if not missing("num_classes") and not classes_ok:
-        wrong("num_classes", "an int >= 2")
+        wrong("num_classes", f"an int from 2 to {MAX_CLASSES:,}")
 
     if not missing("class_names"):
         names = meta["class_names"]
@@ -102,8 +111,8 @@ def validate_metadata(meta: object) -> list[str]:
             problems.append(
                 f"'label_counts' has {len(counts)} entries but 'num_classes' is {num_classes}"
             )
-        elif sum(counts) <= 0:
-            problems.append("'label_counts' must sum to more than 0")
+        elif not 0 < sum(counts) <= MAX_SAMPLES:
+            problems.append(f"'label_counts' must sum to more than 0 and at most {MAX_SAMPLES:,}")
     if kind in ("classifier", "decoder"):
         if not missing("profile") and not (
             meta["profile"] is None or isinstance(meta["profile"], str)
@@ -115,8 +124,8 @@ def validate_metadata(meta: object) -> list[str]:
 
     if kind == "decoder" and not missing("latent_dim"):
         latent = meta["latent_dim"]
-        if not (_is_int(latent) and latent >= 1):
-            wrong("latent_dim", "an int >= 1")
+        if not (_is_int(latent) and 1 <= latent <= MAX_LATENT):
+            wrong("latent_dim", f"an int from 1 to {MAX_LATENT:,}")
 
     if kind in CONSTANT_KINDS and meta.get("spec") is not None:
         # No weights travel in a data artifact: a spec would invite the server to rebuild one.
@@ -146,16 +155,16 @@ def _check_predictions(meta: dict[str, Any], missing, wrong) -> None:
     ):
         wrong("public_fingerprint", "64 lowercase hex characters (sha256 of the public samples)")
     if not missing("public_size") and not (
-        _is_int(meta["public_size"]) and meta["public_size"] >= 1
+        _is_int(meta["public_size"]) and 1 <= meta["public_size"] <= MAX_PUBLIC
     ):
-        wrong("public_size", "an int >= 1")
+        wrong("public_size", f"an int from 1 to {MAX_PUBLIC:,}")
 
 
 def _check_prototypes(meta: dict[str, Any], missing, wrong, problems, num_classes) -> None:
     if not missing("representation_size") and not (
-        _is_int(meta["representation_size"]) and meta["representation_size"] >= 1
+        _is_int(meta["representation_size"]) and 1 <= meta["representation_size"] <= MAX_LATENT
     ):
-        wrong("representation_size", "an int >= 1")
+        wrong("representation_size", f"an int from 1 to {MAX_LATENT:,}")
     classes_valid = False
     if not missing("classes"):
         classes = meta["classes"]
@@ -169,8 +178,10 @@ def _check_prototypes(meta: dict[str, Any], missing, wrong, problems, num_classe
             classes_valid = True
     if not missing("counts"):
         counts = meta["counts"]
-        if not (isinstance(counts, list) and all(_is_int(c) and c >= 1 for c in counts)):
-            wrong("counts", "a list of ints >= 1 (samples behind each class mean)")
+        if not (isinstance(counts, list)
+                and all(_is_int(c) and 1 <= c <= MAX_SAMPLES for c in counts)):  # fmt: skip
+            wrong("counts", f"a list of ints from 1 to {MAX_SAMPLES:,} (samples behind each "
+                  "class mean)")  # fmt: skip
         elif classes_valid and len(counts) != len(meta["classes"]):
             problems.append(
                 f"'counts' has {len(counts)} entries but 'classes' has {len(meta['classes'])}"
