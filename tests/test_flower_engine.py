@@ -51,6 +51,7 @@ def test_flower_engine_gives_the_local_engines_uploads_and_accuracies(tmp_path, 
     for r in flower["results"]:
         assert abs(r["accuracy"] - acc[r["method"]]) <= 1e-6, (r, acc)
     assert [c["client_id"] for c in flower["clients"]] == [c["client_id"] for c in local["clients"]]
+    assert (local["engine"], flower["engine"]) == ("local", "flower")
 
     # Resumed through the CLI: every upload is reused, no client is trained again.
     before = {p: p.stat().st_mtime_ns for p in (tmp_path / "flower").rglob("client-*.onnx")}

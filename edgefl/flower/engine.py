@@ -63,6 +63,9 @@ def train_clients_flower(job: SimJob, log, progress=no_progress) -> list[dict]:
     return results  # type: ignore[return-value]
 
 
+train_clients_flower.engine = "flower"  # simulate records where the clients ran
+
+
 def _land(cjob, rep) -> dict:
     """Put a reply's files where the local engine writes them, each checked as an artifact in
     a private folder first and then renamed into place (so a file there is always complete)."""

@@ -371,6 +371,7 @@ def simulate(job: SimJob, log=None, progress=None, trainer=None) -> dict:
         })  # fmt: skip
     results = {
         "job": {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(job).items()},
+        "engine": getattr(trainer, "engine", "local"),  # where the clients ran
         "clients": clients,
         "results": rows,
         "warnings": chance_warnings(clients, reports),
