@@ -8,9 +8,10 @@ candidate) and `edgefl.client` (which trains the chosen model), and imports only
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -32,6 +33,19 @@ DEFAULT_LR = {
     ("generator", "sgd-momentum"): 0.01,
     ("generator", "adam"): 1e-3,
 }
+
+
+@contextlib.contextmanager
+def one_thread() -> Iterator[None]:
+    """torch on one intra-op thread for the block, then as before: a device trains single-threaded
+    (and so a simulation's results never depend on how many clients run at once), and tiny nets
+    only pay synchronisation for a second thread (~15x slower on 2 busy cores, measured)."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(n)
 
 
 @dataclass(frozen=True)

@@ -12,10 +12,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
 from edgefl.client.run import ClientJob, run_client
 from edgefl.errors import ConfigError
+from edgefl.training import one_thread
 
 # --node-config keys a SuperNode may set, and the ClientJob field each one fills.
 NODE_KEYS = {
@@ -67,20 +67,15 @@ def train_node(job: ClientJob, send_kept: bool = True) -> tuple[dict[str, bytes]
     """Train, export into a private folder, return (files by role, summary). Single-threaded
     as a device (and as the local engine's workers), so the weights match bit for bit. A kept
     model is sent along in a simulation (`send_kept`); a real device keeps it where it said."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        with tempfile.TemporaryDirectory(prefix="edgefl-node-") as tmp:
-            kept = job.keep_model
-            if kept and send_kept:
-                kept = str(Path(tmp) / "model")
-            result = run_client(replace(job, out_dir=str(Path(tmp) / "upload"), keep_model=kept))
-            files = {"upload": result.path.read_bytes()}
-            if kept and send_kept:
-                files["model"] = (Path(kept) / result.path.name).read_bytes()
-            summary = result.as_dict() | {"client_index": job.client_index}
-    finally:
-        torch.set_num_threads(threads)
+    with one_thread(), tempfile.TemporaryDirectory(prefix="edgefl-node-") as tmp:
+        kept = job.keep_model
+        if kept and send_kept:
+            kept = str(Path(tmp) / "model")
+        result = run_client(replace(job, out_dir=str(Path(tmp) / "upload"), keep_model=kept))
+        files = {"upload": result.path.read_bytes()}
+        if kept and send_kept:
+            files["model"] = (Path(kept) / result.path.name).read_bytes()
+        summary = result.as_dict() | {"client_index": job.client_index}
     return files, summary
 
 

@@ -16,7 +16,6 @@ narrower FC layers, an extra early pool, fewer convs). Nothing infeasible is tra
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import json
 import math
@@ -26,7 +25,6 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 import numpy as np
-import torch
 
 from edgefl.data.registry import DatasetInfo
 from edgefl.errors import BudgetError, ConfigError, DataError
@@ -43,7 +41,7 @@ from edgefl.models.plan import Fit, check_fit
 from edgefl.models.spec import ModelSpec
 from edgefl.profiles import Profile
 from edgefl.progress import no_progress
-from edgefl.training import DEFAULT_LR, TrainConfig, init_model, train
+from edgefl.training import DEFAULT_LR, TrainConfig, init_model, one_thread, train
 
 Genes = list[dict[str, Any]]
 Status = Callable[[str], None]
@@ -262,18 +260,6 @@ class Check:
     macs: int
 
 
-@contextlib.contextmanager
-def _one_thread():
-    """Cost tracing runs tiny nets at batch 1, where a second intra-op thread only adds
-    synchronisation: measured ~15x slower with 2 threads on 2 busy cores."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(n)
-
-
 class Budget:
     """The device's hard constraint, as `check_fit` computes it (plus an optional MACs cap)."""
 
@@ -294,7 +280,7 @@ class Budget:
         key = json.dumps(genes, sort_keys=True)
         if key not in self._cache:
             spec = self.spec(genes)
-            with _one_thread():
+            with one_thread():
                 fit = check_fit(
                     spec, self.profile, samples=self.samples, batch_size=self.batch_size
                 )

@@ -39,6 +39,7 @@ from edgefl.server.ingest import Ingest, ingest
 from edgefl.simulate.personalized import run_per_client
 from edgefl.simulate.render import pictures, results_markdown, upload_bytes
 from edgefl.simulate.resume import finished, reuse_global
+from edgefl.training import one_thread
 
 # Budget-true classifiers are capped so a 10-client CPU simulation of every method stays within
 # minutes (bench/ records the effect); the cap never lets a model exceed its device's budget.
@@ -216,13 +217,8 @@ def client_jobs(job: SimJob) -> list[ClientJob]:
 
 
 def _train_one(cjob: ClientJob) -> dict:
-    # Single-threaded like a device, and so that --jobs never changes a result bit.
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
+    with one_thread():  # like a device; and --jobs never changes a result bit
         result = run_client(cjob)
-    finally:
-        torch.set_num_threads(threads)
     if not cjob.keep_model:
         return result.as_dict()
     # Report the kept model as the client's model upload, the predictions beside it.
