@@ -14,9 +14,10 @@ pytest.importorskip("flwr")
 
 from flwr.app import Array, ArrayRecord, ConfigRecord, RecordDict  # noqa: E402
 
+from edgefl.data.public import load_public  # noqa: E402
 from edgefl.errors import ConfigError  # noqa: E402
 from edgefl.flower import wire  # noqa: E402
-from edgefl.flower.client_app import node_job  # noqa: E402
+from edgefl.flower.client_app import answer, node_job  # noqa: E402
 from edgefl.flower.collect import Collected  # noqa: E402
 from edgefl.flower.server_app import land  # noqa: E402
 
@@ -112,3 +113,16 @@ def test_a_node_finds_its_job_in_the_table_or_builds_it_from_its_config():
         node_job(shared, {"partition-id": 0})
     with pytest.raises(ConfigError, match="unknown client settings: evil"):
         node_job({"client": {"evil": 1}}, {"profile": "wristband"})
+
+
+def test_a_devices_kept_model_never_travels(tmp_path):
+    # A deployed predictions node that keeps its model (keep-model) uploads only its
+    # predictions on the server's public set; the weights stay in its own folder.
+    public = load_public("digits:public", public_size=100, seed=0)
+    shared = {"client": {"dataset": "digits", "num_clients": 4, "public_size": 100, "epochs": 1}}
+    job = node_job(shared, {"profile": "smartphone", "partition-id": 1, "model": "cnn",
+                            "kind": "predictions", "keep-model": str(tmp_path / "mine")})  # fmt: skip
+    files, summary = answer(job, public, simulated=False)
+    assert set(files) == {"upload"}
+    assert (tmp_path / "mine" / "client-001.onnx").exists()
+    assert summary["client_index"] == 1

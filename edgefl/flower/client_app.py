@@ -86,21 +86,26 @@ def handle(msg, context):
     from edgefl.flower import wire
 
     settings, public = wire.read_request(msg.content)
+    node = dict(context.node_config)
     if "personalize" in settings:  # the second message: a per-client method's global output
-        summary = personalize_node(settings, dict(context.node_config),
-                                   wire.request_file(msg.content, "global"))  # fmt: skip
+        summary = personalize_node(settings, node, wire.request_file(msg.content, "global"))
         return Message(wire.reply({}, summary), reply_to=msg)
-    job = node_job(settings, dict(context.node_config))
+    job = node_job(settings, node)
     if job is None:
         return Message(wire.reply({}, {}, skipped=True), reply_to=msg)
+    return Message(wire.reply(*answer(job, public, simulated="jobs" in settings)), reply_to=msg)
+
+
+def answer(job: ClientJob, public, simulated: bool) -> tuple[dict[str, bytes], dict[str, Any]]:
+    """(files, summary) of this node's upload. A predictions node labels the public set the
+    server sent. A kept model travels only in a simulation (which files it where the local
+    engine does); a device keeps it: its weights never leave it."""
     if job.kind == "predictions" and public is not None:
         with tempfile.TemporaryDirectory(prefix="edgefl-public-") as tmp:
             path = Path(tmp) / "public.npz"  # the server's set, as a user's public .npz
             np.savez(path, x=public)
-            files, summary = train_node(replace(job, public=str(path)))
-    else:
-        files, summary = train_node(job, send_kept="jobs" in settings)
-    return Message(wire.reply(files, summary), reply_to=msg)
+            return train_node(replace(job, public=str(path)), send_kept=simulated)
+    return train_node(job, send_kept=simulated)
 
 
 def personalize_node(settings: dict[str, Any], node_config: dict[str, Any],
