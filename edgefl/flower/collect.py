@@ -57,8 +57,9 @@ def collect(grid, nodes: list[int], settings: dict[str, Any], *, deadline_s: flo
         if not got:
             time.sleep(0.2)
     out.missing = sorted(waiting.values()) + sorted(set(nodes) - set(ids.values()))
-    for node in out.missing:
-        log(f"node {node}: no reply within the deadline ({deadline_s:g} s); fusing without it")
+    within = "" if deadline_s is None else f" within the deadline ({deadline_s:g} s)"
+    for node in out.missing:  # never sent (no message id), or no reply by the deadline
+        log(f"node {node}: no reply{within}; going on without it")
     out.seconds = time.monotonic() - start
     return out
 

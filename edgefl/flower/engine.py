@@ -48,7 +48,7 @@ def train_clients_flower(job: SimJob, log, progress=no_progress) -> list[dict]:
     if got is None:
         raise ConfigError("Flower's simulation ended before the server collected any reply",
                           hint="see Flower's log above; --engine local runs the same clients")  # fmt: skip
-    problems = {n: why for n, why in got.refused.items()} | {n: "no reply" for n in got.missing}
+    problems = got.refused | dict.fromkeys(got.missing, "no reply")
     if problems:
         shown = "; ".join(f"node {n}: {ascii(w)[1:-1]}" for n, w in sorted(problems.items()))
         raise ConfigError(f"{len(problems)} simulated client(s) failed: {shown}",

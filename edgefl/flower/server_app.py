@@ -82,7 +82,7 @@ def run_round(grid, run_config: dict[str, Any], log=print) -> dict[str, Any]:
         reports = _fuse(methods, quarantine, out_dir, config, log) if names else {}
     finally:
         shutil.rmtree(quarantine, ignore_errors=True)
-    personalized = _second_messages(grid, methods, reports, names, out_dir, config, log)
+    personalized = _second_messages(grid, methods, reports, names, config, log)
     summary = {
         "nodes": nodes,
         "answered": {str(n): names.get(n) for n in got.replies},
@@ -145,7 +145,7 @@ def _fuse(methods, quarantine: Path, out_dir: Path, config, log) -> dict[str, di
         return {m: {"error": exc.message} for m in methods}
 
 
-def _second_messages(grid, methods, reports, names: dict[int, str], out_dir: Path, config,
+def _second_messages(grid, methods, reports, names: dict[int, str], config,
                      log) -> dict[str, dict]:  # fmt: skip
     """A method judged per client (FedGH) sends its global output back to the nodes whose
     uploads it used; each applies it to the model it kept. -> method -> node -> outcome."""
@@ -154,7 +154,8 @@ def _second_messages(grid, methods, reports, names: dict[int, str], out_dir: Pat
         method, rep = METHODS.get(m), reports.get(m, {})
         if method.judged != "per-client" or "error" in rep or not rep.get("used"):
             continue
-        used = {f"{c}.onnx" for c in rep["used"]}
+        # Used client ids -> the files they landed as (a clashing id lands as node-<id>.onnx).
+        used = {a["file"] for a in rep["accepted"] if a["client_id"] in rep["used"]}
         nodes = sorted(n for n, name in names.items() if name in used)
         output = Path(rep["global_model"]).read_bytes()
         log(f"{m}: sending its {method.personalize} to {len(nodes)} node(s)")
