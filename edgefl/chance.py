@@ -37,3 +37,15 @@ def client_warning(client: str, accuracy: float, num_classes: int, samples: int)
     cause = ("too few epochs for this model and learning rate, or too little data "
              f"({samples:,} training samples): try more --epochs, a smaller model, or more data")  # fmt: skip
     return f"{client}: validation {_level(accuracy, num_classes)}; likely cause: {cause}"
+
+
+def classifier_warnings(clients: list[dict]) -> list[str]:
+    """A warning for every classifier client near chance on its own validation data, from its
+    summary (`ClientResult.as_dict()`, or a resumed upload's: role, client_id, training,
+    label_counts)."""
+    out = []
+    for c in clients:
+        acc, counts = c["training"].get("val_accuracy"), c["label_counts"]
+        if c["role"] == "classifier" and near_chance(acc, len(counts)):
+            out.append(client_warning(c["client_id"], acc, len(counts), sum(counts)))
+    return out

@@ -134,6 +134,7 @@ def train_cmd(
 ) -> None:
     """Train the model that fits this device on its local data and write one ONNX upload."""
 
+    from edgefl.chance import classifier_warnings
     from edgefl.client.run import ClientJob
     from edgefl.errors import ConfigError
     from edgefl.models.spec import load_spec_file
@@ -151,9 +152,10 @@ def train_cmd(
                         "candidate_epochs": candidate_epochs} if search else None,
     )  # fmt: skip
     result = train_with_progress(job, quiet)
-    warnings = _chance(result)
+    summary = result.as_dict()
+    warnings = classifier_warnings([summary])
     if json_out:
-        print_json(result.as_dict() | ({"warnings": warnings} if warnings else {}))
+        print_json(summary | ({"warnings": warnings} if warnings else {}))
         return
     s, f, prof = result.summary, result.fit, result.profile
     console.print(
@@ -180,16 +182,6 @@ def train_cmd(
     console.print(f"  upload: [bold]{result.path}[/] ({fmt_bytes(result.upload_bytes)})")
     for w in warnings:
         console.print(f"[yellow]warning[/] {escape(w)}")
-
-
-def _chance(result) -> list[str]:
-    from edgefl.chance import client_warning, near_chance
-
-    acc = result.summary.val_accuracy
-    if result.role != "classifier" or not near_chance(acc, result.spec.num_classes):
-        return []
-    samples = sum(result.metadata.get("label_counts") or [0])
-    return [client_warning(result.client_id, acc, result.spec.num_classes, samples)]
 
 
 def costs_line(result) -> str:

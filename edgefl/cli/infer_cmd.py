@@ -49,7 +49,8 @@ def infer_cmd(
     data = load_npy(input_path)
     if art.metadata["kind"] == "decoder":
         target = Path(out) if out else default_out(Path(input_path))
-        check_writable(target, "--out", "generated.npy")  # before generating, not after
+        if not out:  # the default beside the input (--out itself was checked above)
+            check_writable(target, "--out", "generated.npy")
         images = generate(art, data, input_path, seed)
         save_npy(target, images)
         if json_out:

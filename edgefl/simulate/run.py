@@ -21,7 +21,7 @@ import torch
 
 import exporters
 from device_profiles import OPTIMIZERS
-from edgefl.chance import client_warning, near_chance
+from edgefl.chance import classifier_warnings
 from edgefl.client.run import ClientJob, run_client
 from edgefl.data.public import DEFAULT_PUBLIC_SIZE
 from edgefl.data.registry import DATASETS
@@ -329,11 +329,7 @@ def fuse_all(job: SimJob, log, clients: list[dict] | None = None,
 
 def chance_warnings(clients: list[dict], reports: dict[str, dict]) -> list[str]:
     """Every client classifier and global model at or near chance, with its likely cause."""
-    out = []
-    for c in clients:
-        acc, classes = c["training"].get("val_accuracy"), len(c["label_counts"])
-        if c["role"] == "classifier" and near_chance(acc, classes):
-            out.append(client_warning(c["client_id"], acc, classes, sum(c["label_counts"])))
+    out = classifier_warnings(clients)
     for rep in reports.values():
         out += rep.get("warnings", [])
     return out
