@@ -70,8 +70,8 @@ class FedMHOCWConfig(FusionConfig):
     lr: float = option(1e-3, "global Adam learning rate", low=0, low_open=True)
     epochs: int = option(20, "global training epochs", low=1)
     batch_size: int = option(64, "global batch size", low=1)
-    # The decoders' 2-D latent cannot draw slant, size or place (see fedcvae_ens.py): +0.6 / +2.4
-    # at Dir(0.5) / Dir(0.1) with the jitter, three federations each.
+    # The decoders' 2-D latent cannot draw slant, size or place (see fedcvae_ens.py): +0.6 / +2.3
+    # at Dir(0.5) / Dir(0.1) with the jitter, three federations each (bench/results/fedmho_cw.md).
     augment: str = option("affine", AUGMENT_HELP, choices=AUGMENT)
 
 
