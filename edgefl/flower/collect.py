@@ -53,7 +53,9 @@ def collect(grid, nodes: list[int], settings: dict[str, Any], *, deadline_s: flo
             if node is None:
                 continue
             _take(out, node, msg, max_bytes, log)
-            progress("clients trained", len(nodes) - len(waiting), len(nodes), f"node {node}")
+            rep = out.replies.get(node)  # named by its client id where it sent one (as text)
+            who = (rep.summary.get("client_id") if rep else None) or f"node {node}"
+            progress("clients trained", len(nodes) - len(waiting), len(nodes), str(who))
         if not got:
             time.sleep(0.2)
     out.missing = sorted(waiting.values()) + sorted(set(nodes) - set(ids.values()))
