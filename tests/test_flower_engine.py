@@ -14,8 +14,10 @@ pytest.importorskip("ray")
 import onnx  # noqa: E402
 from onnx import numpy_helper  # noqa: E402
 
+from edgefl.flower import engine  # noqa: E402
 from edgefl.flower.engine import train_clients_flower  # noqa: E402
-from edgefl.simulate.run import SimJob, simulate  # noqa: E402
+from edgefl.flower.resources import client_resources, plan_groups  # noqa: E402
+from edgefl.simulate.run import SimJob, client_jobs, simulate  # noqa: E402
 
 FAST = {"fedmho-sd": {"epochs": 2, "synthetic": 300}, "fedol": {"epochs": 1, "rounds": 2}}
 
@@ -34,9 +36,20 @@ def weights(path) -> dict[str, np.ndarray]:
 
 
 @pytest.mark.slow
-def test_flower_engine_gives_the_local_engines_uploads_and_accuracies(tmp_path, cli):
+def test_flower_engine_gives_the_local_engines_uploads_and_accuracies(tmp_path, cli, monkeypatch):
     local = simulate(job(tmp_path / "local"))
+    # Memory for two of the lighter clients and one of the heavier: each kind gets its own
+    # Flower run with its own number at a time, and nothing else changes.
+    cjobs = client_jobs(job(tmp_path / "flower"))
+    need = {c.profile: client_resources(c, gpu=False).memory_bytes for c in cjobs}
+    assert len(set(need.values())) == 2, need
+    monkeypatch.setattr(engine, "available_memory", lambda: 2 * min(need.values()))
     flower = simulate(job(tmp_path / "flower"), trainer=train_clients_flower)
+    light = min(need, key=need.get)
+    for c in flower["clients"]:
+        res = c["host_resources"]
+        assert res["memory_bytes"] == need[res["profile"]]
+        assert res["at_once"] == (2 if res["profile"] == light else 1), res
     for folder in ("uploads", "uploads-predictions"):
         names = sorted(p.name for p in (tmp_path / "local" / folder).glob("*.onnx"))
         assert names and names == sorted(
@@ -70,3 +83,21 @@ def test_an_unknown_engine_is_one_message_before_any_work(cli, tmp_path):
     r = cli("simulate", "--engine", "spark", "--out", str(tmp_path / "x"))
     assert r.exit_code == 2 and "--engine must be local or flower" in r.output
     assert not (tmp_path / "x").exists()
+
+
+def test_each_kind_of_client_runs_as_many_at_once_as_memory_and_jobs_allow():
+    from edgefl.flower.resources import ClientResources
+
+    def need(profile, mib, gpus=0.0):
+        return ClientResources(profile, "m", 1, gpus, mib << 20)
+
+    needs = [need("phone", 3000), need("band", 700), need("phone", 3000), need("band", 700)]
+    groups = plan_groups(needs, jobs=4, memory=8000 << 20)
+    assert [(g.clients, g.at_once) for g in groups] == [((0, 2), 2), ((1, 3), 4)]
+    # Plenty of memory: one run for all, --jobs at a time.
+    assert [(g.clients, g.at_once) for g in plan_groups(needs, 2, 1 << 40)] == [((0, 1, 2, 3), 2)]
+    # Too little for even one: still one at a time (the user asked for it), never zero.
+    assert [g.at_once for g in plan_groups(needs, 2, 1 << 20)] == [1]
+    # On a GPU the clients of a run share it in equal parts.
+    (g,) = plan_groups([need("jetson", 100, 1.0)] * 3, jobs=3, memory=1 << 40)
+    assert (g.at_once, g.num_gpus) == (3, 1 / 3)

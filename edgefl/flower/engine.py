@@ -18,22 +18,48 @@ from edgefl.errors import ConfigError
 from edgefl.flower import require_flower
 from edgefl.flower.client_app import make_client_app
 from edgefl.flower.collect import Collected, collect, wait_for_nodes
+from edgefl.flower.resources import Group, available_memory, client_resources, plan_groups
 from edgefl.progress import no_progress
 from edgefl.simulate.resume import finished
 from edgefl.simulate.run import SimJob, client_jobs
 
 
 def train_clients_flower(job: SimJob, log, progress=no_progress) -> list[dict]:
-    """The local engine's `train_clients`, on Flower: same jobs, same results list."""
+    """The local engine's `train_clients`, on Flower: same jobs, same results list. Each client
+    asks the host for what its profile's model needs (`resources`); clients that may run equally
+    many at a time share one simulation."""
     require_flower()
     cjobs = client_jobs(job)
     results: list[dict | None] = [finished(c) for c in cjobs]
-    done = [i for i, r in enumerate(results) if r is not None]
-    if done:
-        log(f"reusing {len(done)} finished upload(s)")
-    if len(done) == len(cjobs):
+    todo = [i for i, r in enumerate(results) if r is None]
+    if len(todo) < len(cjobs):
+        log(f"reusing {len(cjobs) - len(todo)} finished upload(s)")
+    if not todo:
         return results  # type: ignore[return-value]
-    settings = {"jobs": [asdict(c) for c in cjobs], "done": done}
+    gpu = job.train_device in ("cuda", "auto") and _cuda()
+    needs = {i: client_resources(cjobs[i], gpu) for i in todo}
+    memory = available_memory()
+    for group in plan_groups([needs[i] for i in todo], job.jobs, memory):
+        ids = [todo[k] for k in group.clients]
+        kinds = ", ".join(dict.fromkeys(f"{needs[i].profile} ({needs[i].model})" for i in ids))
+        most = max(needs[i].memory_bytes for i in ids) / 2**30
+        log(f"Flower's simulation engine: {len(ids)} SuperNode(s), {kinds}: {group.num_cpus} "
+            f"core and ~{most:.1f} GiB each, {group.at_once} at a time "
+            f"({memory / 2**30:.1f} GiB available)")  # fmt: skip
+        before = sum(r is not None for r in results)
+
+        def overall(task, done, total, note="", before=before):  # one count over every run
+            progress(task, before + done, len(cjobs), note)
+
+        got = _run_group([cjobs[i] for i in ids], group, log, overall)
+        for i, summary in _check(got, ids, cjobs).items():
+            resources = needs[i].as_dict() | {"at_once": group.at_once}
+            results[i] = summary | {"host_resources": resources}
+    return results  # type: ignore[return-value]
+
+
+def _run_group(cjobs, group: Group, log, progress) -> Collected:
+    settings = {"jobs": [asdict(c) for c in cjobs], "done": []}
     box: dict[str, Collected] = {}
 
     def main(grid, context) -> None:
@@ -42,25 +68,28 @@ def train_clients_flower(job: SimJob, log, progress=no_progress) -> list[dict]:
                              max_bytes=exporters.DEFAULT_MAX_UPLOAD_BYTES, log=log,
                              progress=progress)  # fmt: skip
 
-    log(f"starting Flower's simulation engine: {len(cjobs)} SuperNodes, {job.jobs} at a time")
-    _run(main, len(cjobs), job)
-    got = box.get("got")
-    if got is None:
+    _run(main, len(cjobs), group)
+    if "got" not in box:
         raise ConfigError("Flower's simulation ended before the server collected any reply",
                           hint="see Flower's log above; --engine local runs the same clients")  # fmt: skip
+    return box["got"]
+
+
+def _check(got: Collected, ids: list[int], cjobs) -> dict[int, dict]:
+    """Each client's landed upload by its index; a failed, missing or misdirected one stops the
+    simulation (a rerun resumes from the uploads already landed)."""
     problems = got.refused | dict.fromkeys(got.missing, "no reply")
     if problems:
         shown = "; ".join(f"node {n}: {ascii(w)[1:-1]}" for n, w in sorted(problems.items()))
         raise ConfigError(f"{len(problems)} simulated client(s) failed: {shown}",
                           hint="rerun to resume (finished uploads are kept), or try --engine local")  # fmt: skip
+    out: dict[int, dict] = {}
     for rep in got.replies.values():
-        if rep.skipped:
-            continue
         i = rep.summary.get("client_index")
-        if not isinstance(i, int) or not 0 <= i < len(cjobs) or results[i] is not None:
+        if not isinstance(i, int) or i not in ids or i in out:
             raise ConfigError(f"a simulated client replied for client index {i!r}, not its own")
-        results[i] = _land(cjobs[i], rep)
-    return results  # type: ignore[return-value]
+        out[i] = _land(cjobs[i], rep)
+    return out
 
 
 train_clients_flower.engine = "flower"  # simulate records where the clients ran
@@ -87,18 +116,19 @@ def _land(cjob, rep) -> dict:
     return rep.summary | {"path": str(targets["upload"])}
 
 
-def _run(main, nodes: int, job: SimJob) -> None:
+def _run(main, nodes: int, group: Group) -> None:
     from flwr.serverapp import ServerApp
     from flwr.simulation import run_simulation
 
     server = ServerApp()
     server.main()(main)
-    gpus = 1.0 / max(1, job.jobs) if job.train_device in ("cuda", "auto") and _cuda() else 0.0
     backend = {
-        # One core per client, as a device trains single-threaded; Ray runs at most --jobs at once.
-        "client_resources": {"num_cpus": 1, "num_gpus": gpus},
-        "init_args": {"num_cpus": job.jobs, "log_to_driver": False, "include_dashboard": False},
-    }
+        # Flower sizes its actor pool by cores: offering the run `at_once` clients' worth of
+        # cores is what bounds how many train at a time (by --jobs and by memory).
+        "client_resources": {"num_cpus": group.num_cpus, "num_gpus": group.num_gpus},
+        "init_args": {"num_cpus": group.num_cpus * group.at_once, "log_to_driver": False,
+                      "include_dashboard": False},
+    }  # fmt: skip
     os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")  # Ray's FutureWarning
     quiet = logging.getLogger("flwr")
     level = quiet.level
