@@ -15,11 +15,11 @@ pytest.importorskip("flwr")
 from flwr.app import Array, ArrayRecord, ConfigRecord, RecordDict  # noqa: E402
 
 from edgefl.data.public import load_public  # noqa: E402
-from edgefl.errors import ConfigError  # noqa: E402
+from edgefl.errors import ConfigError, EdgeflError  # noqa: E402
 from edgefl.flower import wire  # noqa: E402
 from edgefl.flower.client_app import answer, node_job  # noqa: E402
 from edgefl.flower.collect import Collected  # noqa: E402
-from edgefl.flower.server_app import land  # noqa: E402
+from edgefl.flower.server_app import land, serve  # noqa: E402
 
 MB = 1 << 20
 
@@ -126,3 +126,24 @@ def test_a_devices_kept_model_never_travels(tmp_path):
     assert set(files) == {"upload"}
     assert (tmp_path / "mine" / "client-001.onnx").exists()
     assert summary["client_index"] == 1
+
+
+class NoNodes:
+    """A grid no node ever joins (a round must stop before it asks for any)."""
+
+    def get_node_ids(self):
+        return []
+
+
+@pytest.mark.parametrize(
+    ("config", "says"),
+    [({"methods": "fedavg,fedmhoo"}, "fedmhoo"),
+     ({"methods": "fedavg", "wait-nodes-s": 0.0}, "no SuperNode connected")],
+)  # fmt: skip
+def test_a_failed_round_says_why_in_the_out_dir_too(tmp_path, config, says):
+    lines = []
+    with pytest.raises(EdgeflError):
+        serve(NoNodes(), config | {"out-dir": str(tmp_path / "g")}, log=lines.append)
+    written = json.loads((tmp_path / "g" / "federation.json").read_text())
+    assert says in written["error"] and written["hint"]
+    assert any(says in line and line.startswith("edgefl: error:") for line in lines)

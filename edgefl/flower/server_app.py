@@ -99,6 +99,26 @@ def run_round(grid, run_config: dict[str, Any], log=print) -> dict[str, Any]:
     return summary
 
 
+def serve(grid, run_config: dict[str, Any], log=print) -> dict[str, Any]:
+    """`run_round`, and when it stops on a user error (a bad method name, an unwritable folder,
+    no node), that error and its fix in out-dir/federation.json as well as in the log: `flwr run`
+    exits 0 whatever the ServerApp did, and the SuperLink's log is not the operator's screen.
+    The error is raised again, so that Flower marks the run failed."""
+    try:
+        return run_round(grid, run_config, log)
+    except EdgeflError as exc:
+        log(f"edgefl: error: {exc.message}" + (f" ({exc.hint})" if exc.hint else ""))
+        out = Path(str(run_config.get("out-dir", DEFAULTS["out-dir"])))
+        failed = {"error": exc.message, "hint": exc.hint,
+                  "date_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime())}  # fmt: skip
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+            exporters.atomic_write_text(out / "federation.json", json.dumps(failed, indent=2))
+        except OSError:
+            pass  # out-dir itself is what failed: the log line is all there can be
+        raise
+
+
 def land(got: Collected, folder: Path) -> dict[int, str]:
     """Write each checked upload into the quarantine as <client id>.onnx (a node's chosen id
     only if it is a plain, unused file name) -> node id -> file name."""
@@ -174,6 +194,6 @@ def make_server_app():
 
     @app.main()
     def main(grid, context) -> None:
-        run_round(grid, dict(context.run_config))
+        serve(grid, dict(context.run_config))
 
     return app
