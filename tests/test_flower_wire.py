@@ -147,3 +147,15 @@ def test_a_failed_round_says_why_in_the_out_dir_too(tmp_path, config, says):
     written = json.loads((tmp_path / "g" / "federation.json").read_text())
     assert says in written["error"] and written["hint"]
     assert any(says in line and line.startswith("edgefl: error:") for line in lines)
+
+
+def test_the_apps_run_config_lists_every_setting_the_server_reads():
+    from pathlib import Path
+
+    import tomllib
+
+    from edgefl.flower.server_app import DEFAULTS
+
+    app = Path(__file__).resolve().parents[1] / "flower_app" / "pyproject.toml"
+    config = tomllib.loads(app.read_text())["tool"]["flwr"]["app"]["config"]
+    assert set(config) == set(DEFAULTS)

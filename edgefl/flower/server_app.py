@@ -6,7 +6,7 @@ written to `out-dir`, each atomically.
 
 Run config (`[tool.flwr.app.config]` in the app's pyproject.toml, or `flwr run --run-config`):
 methods, out-dir, eval, device, min-nodes, wait-nodes-s, deadline-s, max-upload-mib, and the
-clients' shared settings (dataset, partition, num-clients, seed, epochs, public-size).
+clients' shared settings (dataset, partition, num-clients, seed, epochs, public-size, subset).
 """
 
 from __future__ import annotations
@@ -45,18 +45,21 @@ DEFAULTS: dict[str, Any] = {
     "seed": 0,
     "epochs": 0,  # 0: each profile's own
     "public-size": 0,
+    "subset": 0,  # 0: the whole train split; N: every client partitions the same N samples
     "public": "",  # e.g. "mnist:public": sent to predictions nodes, read by FedOL/FedDF
     "data-dir": "",  # where the server reads datasets (eval, the public set)
 }
 # Run-config keys that become every client's settings (ClientJob fields).
 CLIENT_KEYS = {"dataset": "dataset", "partition": "partition", "num-clients": "num_clients",
-               "seed": "seed", "epochs": "epochs", "public-size": "public_size"}  # fmt: skip
+               "seed": "seed", "epochs": "epochs", "public-size": "public_size",
+               "subset": "subset"}  # fmt: skip
 
 
 def settings_from(config: dict[str, Any], nodes: int) -> dict[str, Any]:
     client = {CLIENT_KEYS[k]: config[k] for k in CLIENT_KEYS}
     client["num_clients"] = client["num_clients"] or nodes
     client["epochs"] = client["epochs"] or None
+    client["subset"] = client["subset"] or None
     client["partition_seed"] = client["fed_seed"] = client["seed"]
     return {"client": client}
 
