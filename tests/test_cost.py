@@ -46,7 +46,7 @@ def test_conv_transpose_counts_input_side():
 
 @pytest.mark.parametrize("name", ZOO.names())
 def test_flops_match_torch_flop_counter(name):
-    spec = make_spec(name, *MNIST)
+    spec = make_spec(name, *(MNIST if "image" in ZOO.get(name).inputs else ((3, 1, 128), 10)))
     model = build_model(spec).eval()
     x = torch.zeros(1, *spec.input_shape)
     args = (x,) if ZOO.get(name).role == "classifier" else (x, torch.eye(10)[:1])

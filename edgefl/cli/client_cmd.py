@@ -19,7 +19,10 @@ app = typer.Typer(
 PROFILE = typer.Option(..., help="Profile name or TOML path.")
 DATASET = typer.Option("mnist", help="Dataset name, .npz file or image folder.")
 DATA_DIR = typer.Option(None, help="Folder with standard dataset files.")
-PARTITION = typer.Option("dirichlet:0.5", help="iid | dirichlet:ALPHA | classes:K.")
+PARTITION = typer.Option(
+    "dirichlet:0.5",
+    help="iid | dirichlet:ALPHA | classes:K | user[:ID,ID,...] (one client per user: hapt).",
+)
 NUM_CLIENTS = typer.Option(10, help="Clients in the federation.")
 CLIENT_INDEX = typer.Option(0, help="Which client's shard this device holds.")
 EPOCHS = typer.Option(None, help="Local epochs (default: profile's).")

@@ -65,7 +65,9 @@ def partition_cmd(
     dataset: str = typer.Option("mnist", "--dataset", "-d", help="Dataset name or path."),
     num_clients: int = typer.Option(10, "--num-clients", "-k", help="Number of clients."),
     scheme: str = typer.Option(
-        "dirichlet:0.5", "--partition", help="iid, dirichlet:ALPHA or classes:K."
+        "dirichlet:0.5",
+        "--partition",
+        help="iid, dirichlet:ALPHA, classes:K or user[:ID,ID,...] (one client per user: hapt).",
     ),
     # The flag's old name, kept working but no longer shown: every command says --partition.
     old_scheme: str | None = typer.Option(None, "--scheme", hidden=True),
@@ -95,7 +97,8 @@ def partition_cmd(
 
         check_writable(plot, "--plot", "heatmap.png")
     ds = load_dataset(dataset, "train", data_dir=data_dir, download=download)
-    parts = partition(ds.y, num_clients, parsed, seed, num_classes=ds.num_classes)
+    parts = partition(ds.y, num_clients, parsed, seed, num_classes=ds.num_classes,
+                      groups=ds.groups)  # fmt: skip
     counts = label_count_matrix(ds.y, parts, ds.num_classes)
     sizes = counts.sum(axis=1)
 

@@ -10,7 +10,7 @@ from edgefl.cli.tables import Col, fitted
 from edgefl.data.registry import dataset_info
 from edgefl.models.cost import costs
 from edgefl.models.plan import check_fit, default_samples
-from edgefl.models.zoo import ZOO, candidate_specs, make_spec
+from edgefl.models.zoo import ZOO, candidate_specs, input_kind, make_spec
 from edgefl.profiles import get_profile
 
 
@@ -38,6 +38,8 @@ def models_cmd(
     n = samples or default_samples(info)
     specs = []
     for entry in ZOO:
+        if input_kind(info.input_shape) not in entry.inputs:
+            continue  # an image model on sensor windows, or the other way round
         if ladder and entry.ladder:
             specs += [s for s in candidate_specs(info.input_shape, info.num_classes, entry.role)
                       if s.name == entry.name]  # fmt: skip

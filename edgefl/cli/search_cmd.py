@@ -17,7 +17,10 @@ def search_cmd(
     profile: str = typer.Option(..., help="Profile name or TOML path: the hard budget."),
     dataset: str = typer.Option("mnist", help="Dataset name, .npz file or image folder."),
     data_dir: str | None = typer.Option(None, help="Folder with standard dataset files."),
-    partition: str = typer.Option("dirichlet:0.5", help="iid | dirichlet:ALPHA | classes:K."),
+    partition: str = typer.Option(
+        "dirichlet:0.5",
+        help="iid | dirichlet:ALPHA | classes:K | user[:ID,ID,...] (one client per user: hapt).",
+    ),
     num_clients: int = typer.Option(10, help="Clients in the federation."),
     client_index: int = typer.Option(0, help="Which client's shard to search on."),
     partition_seed: int = typer.Option(0, help="Seed of the partition."),

@@ -65,7 +65,10 @@ def _trainer(engine: str):
 def simulate_cmd(
     dataset: str = typer.Option("mnist", help="Registered dataset."),
     clients: int = typer.Option(10, help="Number of clients."),
-    partition: str = typer.Option("dirichlet:0.5", help="iid | dirichlet:ALPHA | classes:K."),
+    partition: str = typer.Option(
+        "dirichlet:0.5",
+        help="iid | dirichlet:ALPHA | classes:K | user[:ID,ID,...] (one client per user: hapt).",
+    ),
     mix: str = typer.Option(
         "smartphone:5,wristband:5", help="PROFILE:COUNT,... (sums to --clients)."
     ),

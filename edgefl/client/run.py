@@ -137,7 +137,7 @@ def client_shard(job: ClientJob, data: ArrayDataset) -> np.ndarray:
         rest = rest[keep]
     parts = partition(
         data.y[rest], job.num_clients, job.partition, job.partition_seed,
-        num_classes=data.num_classes,
+        num_classes=data.num_classes, groups=None if data.groups is None else data.groups[rest],
     )  # fmt: skip
     return rest[parts[job.client_index]]
 

@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 
 from edgefl.errors import ArtifactError
+from edgefl.models.zoo import input_kind
 from exporters import read_artifact
 
 
@@ -24,12 +25,15 @@ def sample_grid(path: str, *, per_class: int, out: str, seed: int = 0) -> Path:
             f"{path} is a {art.metadata.get('kind')!r} artifact, not a decoder",
             hint="pass the .onnx of a client that trained a CVAE",
         )
-    from edgefl.data.plots import plot_image_grid
+    from edgefl.data.plots import plot_image_grid, plot_signal_grid
 
     c = art.metadata["num_classes"]
     rng = np.random.default_rng(seed)
     labels = np.repeat(np.arange(c), per_class)
-    images = decode(art, labels, rng).reshape(c, per_class, *art.metadata["input_shape"])
+    shape = art.metadata["input_shape"]
+    images = decode(art, labels, rng).reshape(c, per_class, *shape)
     names = art.metadata.get("class_names") or [str(i) for i in range(c)]
-    return plot_image_grid(np.clip(images, 0, 1), out, row_labels=names,
-                           title=f"{art.metadata.get('client_id')}: samples per class")  # fmt: skip
+    title = f"{art.metadata.get('client_id')}: samples per class"
+    if input_kind(shape) == "signal":  # windows of sensor channels: lines, not pixels
+        return plot_signal_grid(np.clip(images, 0, 1), out, row_labels=names, title=title)
+    return plot_image_grid(np.clip(images, 0, 1), out, row_labels=names, title=title)

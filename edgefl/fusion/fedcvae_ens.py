@@ -44,7 +44,11 @@ from edgefl.fusion.options import option
 @dataclass(frozen=True)
 class FedCVAEConfig(FusionConfig):
     synthetic: int = option(5_000, "samples generated (the official code's count)", low=1)
-    student: str = option("cnn", "zoo architecture of the global model, trained from scratch")
+    student: str = option(
+        "auto",
+        "zoo architecture of the global model, trained from scratch (auto: cnn on images, "
+        "cnn1d on sensor windows)",
+    )
     # With the jitter below every epoch shows new images, so training longer keeps paying:
     # 40 epochs gave +1.6 at Dir(0.1) over 20 (bench/results/fedcvae_diagnosis.md, third pass).
     epochs: int = option(40, "global training epochs", low=1)

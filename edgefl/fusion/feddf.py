@@ -17,7 +17,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from torch import nn
 from torch.nn import functional as F
 
 from edgefl.data.public import DEFAULT_PUBLIC_SIZE, load_public
@@ -32,8 +31,6 @@ from edgefl.fusion.base import (
     mean_teacher_logits,
 )
 from edgefl.fusion.options import option
-from edgefl.models.spec import ModelSpec, parse_model_arg
-from edgefl.models.zoo import build_model
 
 
 @dataclass(frozen=True)
@@ -73,24 +70,17 @@ def public_samples(ctx: FusionContext, cfg: PublicSetConfig, method: str) -> np.
     return x
 
 
-def build_student(ctx: FusionContext, text: str) -> tuple[ModelSpec, nn.Module]:
-    """`--student NAME` or `NAME:key=value,...` -> a fresh zoo classifier, seeded."""
-    spec = parse_model_arg(text, ctx.input_shape, ctx.num_classes)
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(ctx.seed)
-        model = build_model(spec)
-    if not isinstance(getattr(model, "head", None), nn.Linear):
-        raise ConfigError(f"--student {text!r} is not a classifier")
-    return spec, model.to(ctx.device)
-
-
 @dataclass(frozen=True)
 class FedDFConfig(PublicSetConfig):
     """Paper: Adam lr 1e-3 with cosine annealing, AVGLOGITS teachers, up to 1e4 steps with
     early stopping on a validation set we do not have. Ours: a fixed number of epochs over the
     public set, T = 1 (plain softmax of the averaged logits), batch 64."""
 
-    student: str = option("cnn", "zoo architecture of the student, e.g. scnn:width=32")
+    student: str = option(
+        "auto",
+        "zoo architecture of the student, e.g. scnn:width=32 (auto: "
+        "cnn on images, cnn1d on sensor windows)",
+    )
     init: str = option(
         "fresh", "fresh student, or the uploads' parameter average (the paper's)",
         choices=("fresh", "average"),
@@ -119,7 +109,7 @@ def fuse(ctx: FusionContext, cfg: FedDFConfig) -> FusionResult:
         spec, student = average_classifiers(teachers, "feddf --init average")
         student = student.to(ctx.device)
     else:
-        spec, student = build_student(ctx, cfg.student)
+        spec, student = ctx.student(cfg.student)
     opt = torch.optim.Adam(student.parameters(), lr=cfg.lr)
     steps = cfg.epochs * math.ceil(len(x) / cfg.batch_size)
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=steps)

@@ -29,7 +29,7 @@ import exporters
 from edgefl.data.public import public_fingerprint
 from edgefl.errors import FusionError
 from edgefl.fusion.base import FusionContext, FusionResult, Method
-from edgefl.fusion.feddf import PublicSetConfig, build_student, public_samples
+from edgefl.fusion.feddf import PublicSetConfig, public_samples
 from edgefl.fusion.options import option
 
 
@@ -41,7 +41,11 @@ class FedOLConfig(PublicSetConfig):
     larger than typical clients: scnn width 32 (conv 32-64, 50k parameters on MNIST vs 8.5k for
     the FedMHO CNN clients train) -- the paper's point is a server model larger than the clients'."""
 
-    student: str = option("scnn:width=32", "zoo architecture of the server model")
+    student: str = option(
+        "auto",
+        "zoo architecture of the server model (auto: scnn:width=32 "
+        "on images, cnn1d on sensor windows)",
+    )
     rounds: int = option(10, "pseudo-label / training rounds T (paper: 10)", low=1)
     epochs: int = option(5, "training epochs per round (paper: 50)", low=1)
     lr: float = option(1e-3, "Adam learning rate", low=0, low_open=True)
@@ -153,7 +157,7 @@ def fuse(ctx: FusionContext, cfg: FedOLConfig) -> FusionResult:
     probs /= probs.sum(-1, keepdims=True)
     q, const = (torch.from_numpy(a) for a in distillation_targets(probs))
 
-    spec, student = build_student(ctx, cfg.student)
+    spec, student = ctx.student(cfg.student, images="scnn:width=32")
     opt = torch.optim.Adam(student.parameters(), lr=cfg.lr)
     gen = torch.Generator().manual_seed(cfg.seed)
     rounds = []

@@ -33,7 +33,11 @@ class GeneratorConfig(FusionConfig):
     agree (200 epochs, T_G = 30 generator steps, synthesis batch 256, 128/64 channels); both
     budgets keep generator Adam 1e-3, student SGD 0.01 momentum 0.9, loss weights 1, nz 256."""
 
-    student: str = option("cnn", "zoo architecture of the global model (the student)")
+    student: str = option(
+        "auto",
+        "zoo architecture of the global model (the student (auto: cnn on images, "
+        "cnn1d on sensor windows)",
+    )
     epochs: int = option(30, "epochs: generator steps, then distillation (paper: 200)", low=1)
     batch_size: int = option(64, "samples synthesised per step, and the distillation batch "
                              "(paper: 256)", low=1)  # fmt: skip

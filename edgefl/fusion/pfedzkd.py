@@ -50,7 +50,10 @@ class PFedZKDConfig(FusionConfig):
     inversion_lr: float = option(0.1, "inversion Adam learning rate (ours)", low=0, low_open=True)
     similarity_floor: float = option(1e-3, "class similarities are clamped to [floor, 1] (ours)",
                                      low=0, low_open=True, high=1)  # fmt: skip
-    student: str = option("cnn", "zoo architecture of the global model")
+    student: str = option(
+        "auto",
+        "zoo architecture of the global model (auto: cnn on images, cnn1d on sensor windows)",
+    )
     epochs: int = option(30, "distillation epochs (ours)", low=1)
     lr: float = option(1e-3, "student Adam learning rate (the paper's client rate)", low=0,
                        low_open=True)  # fmt: skip

@@ -137,3 +137,63 @@ class CVAE(nn.Module):
         onehot = F.one_hot(labels, self.num_classes).float()
         z = torch.randn(len(labels), self.latent_dim, generator=generator)
         return self.decoder(z, onehot)
+
+
+class Centre(nn.Module):
+    """Sensor windows arrive in [0, 1] (the fixed map of `edgefl.data.hapt`, which the CVAEs'
+    Sigmoid outputs share) but vary by about +-0.1 around a channel's offset: mapping [0, 1]
+    back to [-2, 2] (g, for the accelerometer) gives SGD inputs of unit scale, which it needs
+    (at [0, 1] a user's 400 windows barely move a CNN in 3 epochs). A constant, so FedAvg and
+    every exporter see plain Sub/Mul."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return (x - 0.5) * 4.0
+
+
+class SignalEncoder(nn.Module):
+    """q(z | x, y) for multichannel windows (C, 1, L): two strided (1, 4) convolutions halve the
+    length twice, then [features ++ onehot(y)] -> Linear-ReLU -> (mu, logvar)."""
+
+    def __init__(self, latent: int, num_classes: int, width: int, hidden: int,
+                 shape: tuple[int, ...]):  # fmt: skip
+        super().__init__()
+        c, _, length = shape
+        self.conv = nn.Sequential(
+            nn.Conv2d(c, width, (1, 4), stride=(1, 2), padding=(0, 1)), nn.ReLU(),
+            nn.Conv2d(width, 2 * width, (1, 4), stride=(1, 2), padding=(0, 1)), nn.ReLU(),
+            nn.Flatten(),
+        )  # fmt: skip
+        self.body = nn.Sequential(nn.Linear(2 * width * (length // 4) + num_classes, hidden),
+                                  nn.ReLU())  # fmt: skip
+        self.mu = nn.Linear(hidden, latent)
+        self.logvar = nn.Linear(hidden, latent)
+
+    def forward(self, x: torch.Tensor, label: torch.Tensor):
+        h = self.body(torch.cat([self.conv(x), label], dim=1))
+        return self.mu(h), self.logvar(h)
+
+
+class SignalDecoder(nn.Module):
+    """p(x | z, y) for windows (C, 1, L): [z ++ onehot(y)] -> Linear-ReLU -> Linear-ReLU to
+    (2w, 1, L/4), then two (1, 4) transposed convolutions of stride 2 back to (C, 1, L), Sigmoid.
+    Convolutions, not one wide Linear, so that neighbouring samples of a window come out
+    correlated as a sensor's are, at a fraction of the weights."""
+
+    def __init__(self, latent: int, num_classes: int, width: int, hidden: int,
+                 shape: tuple[int, ...]):  # fmt: skip
+        super().__init__()
+        self.latent_dim = latent
+        self.image_shape = tuple(shape)
+        c, _, length = shape
+        self.start = (2 * width, 1, length // 4)
+        self.fc = nn.Sequential(
+            nn.Linear(latent + num_classes, hidden), nn.ReLU(),
+            nn.Linear(hidden, 2 * width * (length // 4)), nn.ReLU(),
+        )  # fmt: skip
+        self.deconv = nn.Sequential(
+            nn.ConvTranspose2d(2 * width, width, (1, 4), stride=(1, 2), padding=(0, 1)), nn.ReLU(),
+            nn.ConvTranspose2d(width, c, (1, 4), stride=(1, 2), padding=(0, 1)), nn.Sigmoid(),
+        )  # fmt: skip
+
+    def forward(self, z: torch.Tensor, label: torch.Tensor) -> torch.Tensor:
+        return self.deconv(self.fc(torch.cat([z, label], dim=1)).view(-1, *self.start))

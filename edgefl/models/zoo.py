@@ -17,11 +17,14 @@ from edgefl.errors import ConfigError
 from edgefl.models.nas import DEFAULT_GENES, arch_string, build_nas_cnn
 from edgefl.models.nets import (
     CVAE,
+    Centre,
     Classifier,
     ConvDecoder,
     ConvEncoder,
     MLPDecoder,
     MLPEncoder,
+    SignalDecoder,
+    SignalEncoder,
     flat_size,
 )
 from edgefl.models.spec import ModelSpec
@@ -42,6 +45,13 @@ class ZooEntry:
     ladder: tuple[dict[str, Any], ...] = ()
     # Short human label of a spec's params (for families whose params are structures).
     describe: Callable[[dict[str, Any]], str] | None = None
+    # What it reads: "image" (C, H, W) and/or "signal" (C, 1, L: windows of a sensor's channels).
+    inputs: tuple[str, ...] = ("image",)
+
+
+def input_kind(input_shape) -> str:
+    """Windows of sensor channels are stored as (C, 1, L); anything else is an image."""
+    return "signal" if input_shape[1] == 1 and input_shape[2] > 1 else "image"
 
 
 ZOO: Registry[ZooEntry] = Registry("model")
@@ -174,6 +184,40 @@ def build_cvae_large(spec: ModelSpec) -> nn.Module:
     return CVAE(enc, dec, spec.num_classes)
 
 
+def build_cnn1d(spec: ModelSpec) -> nn.Module:
+    """1-D CNN over (C, 1, L) windows: `depth` blocks of Conv(1, k)-ReLU-MaxPool(1, 2), widths
+    w, 2w, 4w, ..., then an optional hidden FC and the head. (1, k) kernels are 1-D convolutions
+    that every exporter, runtime and the cost model already read as plain Conv2d."""
+    c, _, length = spec.input_shape
+    width, depth, k = spec.params["width"], spec.params["depth"], spec.params["kernel"]
+    if length >> depth < 1:
+        raise ConfigError(f"cnn1d: depth {depth} halves a window of {length} samples to nothing",
+                          hint=f"use depth <= {max(1, length.bit_length() - 1)}")  # fmt: skip
+    layers: list[nn.Module] = [Centre()]
+    cin = c
+    for i in range(depth):
+        cout = width * 2**i
+        layers += [nn.Conv2d(cin, cout, (1, k), padding=(0, k // 2)), nn.ReLU(),
+                   nn.MaxPool2d((1, 2))]  # fmt: skip
+        cin = cout
+    features = nn.Sequential(*layers, nn.Flatten())
+    if spec.params["hidden"]:
+        n = flat_size(features, spec.input_shape)
+        features.extend([nn.Linear(n, spec.params["hidden"]), nn.ReLU()])
+    return _head(features, spec)
+
+
+def build_cvae1d(spec: ModelSpec) -> nn.Module:
+    c, _, length = spec.input_shape
+    if length % 4:
+        raise ConfigError(f"cvae1d needs a window length divisible by 4, got {length}",
+                          hint="use cvae-mlp for this dataset")  # fmt: skip
+    p = spec.params
+    enc = SignalEncoder(p["latent"], spec.num_classes, p["width"], p["hidden"], spec.input_shape)
+    dec = SignalDecoder(p["latent"], spec.num_classes, p["width"], p["hidden"], spec.input_shape)
+    return CVAE(enc, dec, spec.num_classes)
+
+
 def _add(entry: ZooEntry) -> None:
     ZOO.add(entry.name, entry)
 
@@ -193,7 +237,8 @@ _add(ZooEntry("scnn", "classifier", build_scnn, "scalable CNN: width x depth con
                     for w in (2, 4, 6, 8, 12, 16, 24, 32, 48, 64))))  # fmt: skip
 _add(ZooEntry("mlp", "classifier", build_mlp, "scalable MLP classifier (smallest budgets)",
               {"hidden": [32]}, "edgefl",
-              tuple({"hidden": [h]} for h in (4, 8, 16, 32, 64, 128))))  # fmt: skip
+              tuple({"hidden": [h]} for h in (4, 8, 16, 32, 64, 128)),
+              inputs=("image", "signal")))  # fmt: skip
 _add(ZooEntry("cvae-small", "generator", build_cvae_mlp,
               "FedMHO CVAE-small: MLP 256 hidden, latent 2 (408k MACs on MNIST)",
               {"hidden": 256, "latent": 2}, "FedMHO code"))  # fmt: skip
@@ -203,12 +248,35 @@ _add(ZooEntry("cvae-large", "generator", build_cvae_large,
 _add(ZooEntry("cvae-mlp", "generator", build_cvae_mlp, "scalable MLP CVAE (hidden width ladder)",
               {"hidden": 64, "latent": 2}, "edgefl",
               tuple({"hidden": h, "latent": 2}
-                    for h in (4, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512))))  # fmt: skip
+                    for h in (4, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512)),
+              inputs=("image", "signal")))  # fmt: skip
+# Sensor windows (C, 1, L), e.g. a wristband's accelerometer (hapt). The defaults of cnn1d are
+# the reference HAR classifier a device must be able to train to be given a classifier.
+_add(ZooEntry("cnn1d", "classifier", build_cnn1d,
+              "1-D CNN for sensor windows: conv(1,k) blocks of widths w, 2w, 4w + pooling",
+              {"width": 32, "depth": 3, "kernel": 5, "hidden": 0}, "edgefl",
+              tuple({"width": w, "depth": 3, "kernel": 5, "hidden": 0}
+                    for w in (2, 4, 6, 8, 12, 16, 24, 32, 48, 64)), inputs=("signal",)))  # fmt: skip
+_add(ZooEntry("cvae1d", "generator", build_cvae1d,
+              "1-D conv CVAE for sensor windows: strided conv encoder, ConvT decoder (uploaded)",
+              {"width": 16, "hidden": 128, "latent": 8}, "edgefl",
+              tuple({"width": w, "hidden": h, "latent": 8}
+                    for w, h in ((2, 16), (4, 32), (6, 48), (8, 64), (12, 96), (16, 128),
+                                  (32, 256))),
+              inputs=("signal",)))  # fmt: skip
 
 
 def make_spec(name: str, input_shape, num_classes: int, **params: Any) -> ModelSpec:
     """A spec for zoo entry `name` with its defaults overridden by `params` (unknown ones refused)."""
     entry = ZOO.get(name)
+    kind = input_kind(input_shape)
+    if kind not in entry.inputs:
+        fits = sorted(e.name for e in ZOO if kind in e.inputs)
+        raise ConfigError(
+            f"model {name!r} reads {' or '.join(entry.inputs)}s, but this data is {kind}s of "
+            f"shape {tuple(input_shape)}",
+            hint=f"models for {kind}s: {', '.join(fits)}",
+        )
     unknown = set(params) - set(entry.defaults)
     if unknown:
         raise ConfigError(
@@ -268,7 +336,7 @@ def candidate_specs(input_shape, num_classes: int, role: Role) -> list[ModelSpec
     """Every model of `role` the planner may choose: fixed prototypes plus each family's ladder."""
     specs = []
     for entry in ZOO:
-        if entry.role != role:
+        if entry.role != role or input_kind(input_shape) not in entry.inputs:
             continue
         for params in entry.ladder or (entry.defaults,):
             try:

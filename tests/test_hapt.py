@@ -1,0 +1,106 @@
+"""A wristband's own task end to end (issue 20): the hapt dataset's users as clients, 1-D models
+that the planner fits to each device, the whole path from `client train` to `simulate`, and a
+window classified on the device with onnxruntime only. The reader itself: test_hapt_data.py."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from edgefl.data import load_dataset, partition
+from edgefl.data.hapt import TEST_USERS, find_hapt_pickle
+from edgefl.data.registry import dataset_info
+from edgefl.errors import ConfigError
+from edgefl.models.cost import costs
+from edgefl.models.plan import plan
+from edgefl.models.zoo import make_spec
+from edgefl.profiles import get_profile
+
+pytestmark = pytest.mark.skipif(
+    find_hapt_pickle() is None,
+    reason="the HAPT data package is not installed (make setup installs it)",
+)
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_user_partition_gives_each_client_exactly_its_users_windows():
+    ds = load_dataset("hapt")
+    users = sorted(set(ds.groups.tolist()))
+    assert len(users) == 21 and not set(users) & set(TEST_USERS)
+    parts = partition(ds.y, len(users), "user", 0, num_classes=6, groups=ds.groups)
+    for u, idx in zip(users, parts, strict=True):
+        assert np.array_equal(idx, np.flatnonzero(ds.groups == u))
+    # Any subset of users, in the order named; the count must match and every user exist.
+    parts = partition(ds.y, 2, "user:5,1", 0, num_classes=6, groups=ds.groups)
+    assert set(ds.groups[parts[0]]) == {5} and set(ds.groups[parts[1]]) == {1}
+    with pytest.raises(ConfigError, match="makes 2 clients"):
+        partition(ds.y, 3, "user:5,1", 0, num_classes=6, groups=ds.groups)
+    with pytest.raises(ConfigError, match=r"user\(s\) \[2\]"):  # a test user is not in train
+        partition(ds.y, 2, "user:1,2", 0, num_classes=6, groups=ds.groups)
+    with pytest.raises(ConfigError, match="whose each sample is"):
+        partition(load_dataset("digits").y, 2, "user", 0)
+    # A client's shard carries its user ids along.
+    assert set(ds.subset(parts[0]).groups) == {5}
+
+
+def test_the_planner_fits_each_device_with_a_1d_model_and_says_why():
+    info = dataset_info("hapt")
+    band = plan(get_profile("wristband"), info, samples=400)
+    assert band.role == "generator" and "cnn1d" in band.role_reason and band.fit.fits
+    assert band.spec.name in ("cvae-mlp", "cvae1d")
+    phone = plan(get_profile("smartphone"), info, samples=400)
+    assert phone.role == "classifier" and phone.spec.name == "cnn1d" and phone.fit.fits
+    # Exact cost accounting holds for the (1, k) convolutions: a hand count of cnn1d.
+    spec = make_spec("cnn1d", (3, 1, 128), 6, width=4, depth=2, kernel=5)
+    conv = (3 * 4 * 5 + 4) + (4 * 8 * 5 + 8)
+    head = 8 * 32 * 6 + 6  # 8 channels x 128/4 samples
+    assert costs(spec).params == conv + head
+    assert costs(spec).macs == 128 * 4 * 3 * 5 + 64 * 8 * 4 * 5 + 8 * 32 * 6
+
+
+def test_an_image_model_on_sensor_windows_is_one_message_before_any_work(cli, tmp_path):
+    r = cli("client", "train", "--profile", "smartphone", "--dataset", "hapt", "--model", "cnn",
+            "--partition", "user", "--num-clients", "21", "--out", str(tmp_path / "up"))  # fmt: skip
+    assert r.exit_code == 2 and "models for signals: cnn1d" in r.output
+    assert not (tmp_path / "up").exists()
+
+
+@pytest.mark.slow
+def test_users_as_clients_end_to_end_and_a_window_on_the_device(cli, tmp_path):
+    out = tmp_path / "sim"
+    r = cli("simulate", "--dataset", "hapt", "--partition", "user:1,3,5,6", "--clients", "4",
+            "--mix", "wristband:2,smartphone:2", "--classifier-epochs", "2",
+            "--generator-epochs", "2", "--jobs", "2", "--methods",
+            "fedavg,ensemble,fedmho-sd,fedcvae-ens", "--fuse-opt", "fedmho-sd:epochs=2",
+            "--fuse-opt", "fedmho-sd:synthetic=300", "--fuse-opt", "fedcvae-ens:epochs=2",
+            "--fuse-opt", "fedcvae-ens:synthetic=300", "--out", str(out), "--json", "--quiet")  # fmt: skip
+    assert r.exit_code == 0, r.output
+    report = json.loads(r.stdout)
+    models = {c["client_id"]: c["model"] for c in report["clients"]}
+    assert models["client-000"].startswith(("cvae-mlp", "cvae1d"))
+    assert models["client-002"].startswith("cnn1d")
+    acc = {x["method"]: x["accuracy"] for x in report["results"]}
+    assert set(acc) == {"fedavg", "ensemble", "fedmho-sd", "fedcvae-ens"}
+    assert all(a is not None and 0 <= a <= 1 for a in acc.values()), acc
+    assert (out / "samples_client-000.png").stat().st_size > 0  # generated windows, drawn
+    # The device: one window in sensor units (g), classified with onnxruntime only.
+    test = load_dataset("hapt:test")
+    window = test.x[0, :, 0, :].T * 4.0 - 2.0  # back from [0, 1] to g
+    csv = tmp_path / "window.csv"
+    np.savetxt(csv, window, delimiter=",", header="ax,ay,az", comments="")
+    run = subprocess.run([sys.executable, str(ROOT / "examples/har_window.py"),
+                          str(out / "global" / "fedavg.onnx"), str(csv)],
+                         capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    lines = run.stdout.splitlines()
+    assert len(lines) == 6 and lines[0].split()[0] in ("walking", "sitting", "standing", "lying")
+    import exporters
+
+    logits = exporters.read_artifact(out / "global" / "fedavg.onnx").run(test.x[:1])
+    top = test.class_names[int(np.argmax(logits))]
+    assert lines[0].startswith(top), (lines, top)
