@@ -20,6 +20,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from edgefl.errors import ConfigError, DataError
+from edgefl.models.augment import jitter
 from edgefl.models.spec import ModelSpec
 from edgefl.models.zoo import build_model
 
@@ -56,6 +57,7 @@ class TrainConfig:
     lr: float
     seed: int = 0
     weight_decay: float = 0.0
+    augment: str = "none"  # train-time jitter (edgefl.models.augment): none | rotate | affine
     # "cpu" on a device; a simulation may train its clients on a GPU (the model comes back on
     # the CPU for evaluation and export either way).
     device: str = "cpu"
@@ -67,6 +69,8 @@ class TrainConfig:
             raise ConfigError(f"--batch-size must be >= 1, got {self.batch_size}")
         if not self.lr > 0:
             raise ConfigError(f"--lr must be > 0, got {self.lr}")
+        if self.augment not in ("none", "rotate", "affine", "auto"):
+            raise ConfigError(f"--augment must be none, rotate or affine, got {self.augment!r}")
         if self.optimizer not in ("sgd", "sgd-momentum", "adam"):
             raise ConfigError(
                 f"optimizer must be sgd, sgd-momentum or adam, got {self.optimizer!r}"
@@ -151,7 +155,7 @@ def train(
             total, count = 0.0, 0
             for idx in _batches(len(xt), cfg.batch_size, gen):  # order drawn on the CPU
                 idx = idx.to(dev)
-                xb, yb = xt[idx], yt[idx]
+                xb, yb = jitter(xt[idx], cfg.augment, gen), yt[idx]
                 if role == "classifier":
                     loss = F.cross_entropy(model(xb), yb)
                 else:

@@ -104,3 +104,29 @@ def test_users_as_clients_end_to_end_and_a_window_on_the_device(cli, tmp_path):
     logits = exporters.read_artifact(out / "global" / "fedavg.onnx").run(test.x[:1])
     top = test.class_names[int(np.argmax(logits))]
     assert lines[0].startswith(top), (lines, top)
+
+
+def test_rotation_turns_each_window_as_a_device_turns():
+    import torch
+
+    from edgefl.models.augment import jitter, resolve, rotate_windows
+
+    gen = torch.Generator().manual_seed(0)
+    # 6 channels: the accelerometer and the gyroscope under one rotation (and no gain).
+    x = torch.rand(5, 6, 1, 128) * 0.2 + 0.4
+    y = rotate_windows(x, gen, degrees=30.0, gain=0.0)
+    acc = lambda t: t[:, :3, 0] * 4 - 2  # noqa: E731 (back to g)
+    gyro = lambda t: t[:, 3:, 0] * 8 - 4  # noqa: E731 (back to rad/s)
+    assert torch.allclose(acc(y).norm(dim=1), acc(x).norm(dim=1), atol=1e-5)  # lengths kept
+    assert not torch.allclose(acc(y), acc(x), atol=1e-3)
+    # The rotation that maps the accelerometer also maps the gyroscope, window by window.
+    for i in range(5):
+        rot = torch.linalg.lstsq(acc(x)[i].T, acc(y)[i].T).solution.T
+        assert torch.allclose(rot @ gyro(x)[i], gyro(y)[i], atol=1e-4)
+    # Seeded: the same draw twice; "none" leaves a batch alone; each kind its own jitter.
+    a = jitter(x, "auto", torch.Generator().manual_seed(3))
+    assert torch.equal(a, jitter(x, "rotate", torch.Generator().manual_seed(3)))
+    assert jitter(x, "none", gen) is x
+    assert resolve("auto", (1, 28, 28)) == "affine" and resolve("auto", (3, 1, 128)) == "rotate"
+    with pytest.raises(ConfigError, match="for images"):
+        resolve("affine", (3, 1, 128))

@@ -115,6 +115,11 @@ def train_cmd(
     epochs: int | None = EPOCHS,
     batch_size: int | None = BATCH_SIZE,
     lr: float | None = typer.Option(None, help="Learning rate (default by role and optimizer)."),
+    augment: str | None = typer.Option(
+        None,
+        help="Train-time jitter: rotate (sensor windows: small 3-D rotation and gain, the "
+        "default there), affine (images), none (the default on images).",
+    ),
     seed: int = SEED,
     fed_seed: int = typer.Option(
         0, help="Federation seed: identical initial weights per architecture."
@@ -151,6 +156,7 @@ def train_cmd(
         num_clients=num_clients, client_index=client_index, partition_seed=partition_seed,
         model=model, spec_file=spec, role=role, epochs=epochs, batch_size=batch_size, lr=lr,
         seed=seed, fed_seed=fed_seed, quantize=quantize, force=force, client_id=client_id, search=search,
+        augment=augment,
         search_options={"particles": particles, "generations": generations,
                         "candidate_epochs": candidate_epochs} if search else None,
     )  # fmt: skip

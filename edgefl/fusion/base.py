@@ -27,6 +27,7 @@ import exporters
 from edgefl.artifacts import Upload
 from edgefl.errors import ConfigError, FusionError
 from edgefl.fusion.options import describe_options, flag, option, validate
+from edgefl.models.augment import affine_jitter, jitter  # noqa: F401 (affine_jitter: re-exported)
 from edgefl.models.spec import ModelSpec, parse_model_arg
 from edgefl.models.zoo import build_model, input_kind
 from edgefl.progress import no_progress
@@ -404,32 +405,10 @@ def _per_sample_loss(logits, y, teacher, lam, kd_reduction: str, device) -> torc
     return (lam * ce + (1 - lam) * kl).mean()
 
 
-AUGMENT = ("affine", "none")
-AUGMENT_HELP = ("training-time jitter of synthetic images: affine (a random small rotation, scale "
-                "and shift per sample and step) or none")  # fmt: skip
-
-
-def affine_jitter(
-    x: torch.Tensor,
-    gen: torch.Generator,
-    *,
-    degrees: float = 10.0,
-    scale: float = 0.1,
-    shift: float = 0.1,
-) -> torch.Tensor:
-    """Each image of an (N, C, H, W) batch under its own random rotation (+-degrees), scale
-    (1 +- scale) and shift (+- shift of the side), sampled bilinearly with zero padding."""
-    n = len(x)
-    u = torch.rand(n, 4, generator=gen) * 2 - 1
-    angle = u[:, 0] * degrees * torch.pi / 180
-    s = 1 + u[:, 1] * scale
-    cos, sin = torch.cos(angle) / s, torch.sin(angle) / s
-    theta = torch.stack(
-        [torch.stack([cos, -sin, u[:, 2] * 2 * shift], 1),
-         torch.stack([sin, cos, u[:, 3] * 2 * shift], 1)], 1,
-    ).to(x.device, x.dtype)  # fmt: skip
-    grid = F.affine_grid(theta, list(x.shape), align_corners=False)
-    return F.grid_sample(x, grid, padding_mode="zeros", align_corners=False)
+AUGMENT = ("auto", "affine", "rotate", "none")
+AUGMENT_HELP = ("training-time jitter of synthetic samples: affine (images: a random small "
+                "rotation, scale and shift per sample and step), rotate (sensor windows: a random "
+                "small 3-D rotation and gain), auto (affine on images, rotate on windows) or none")  # fmt: skip
 
 
 def train_student(
@@ -471,8 +450,7 @@ def train_student(
         total, n = 0.0, 0
         for idx in torch.randperm(len(x), generator=gen).split(batch_size):
             xb = x[idx]
-            if augment == "affine" and xb.dim() == 4:
-                xb = affine_jitter(xb, gen)
+            xb = jitter(xb, augment, gen)
             logits = model(xb.to(device))
             loss = torch.zeros((), device=device)
             if isinstance(lam, torch.Tensor):

@@ -72,7 +72,7 @@ class FedMHOCWConfig(FusionConfig):
     batch_size: int = option(64, "global batch size", low=1)
     # The decoders' 2-D latent cannot draw slant, size or place (see fedcvae_ens.py): +0.6 / +2.3
     # at Dir(0.5) / Dir(0.1) with the jitter, three federations each (bench/results/fedmho_cw.md).
-    augment: str = option("affine", AUGMENT_HELP, choices=AUGMENT)
+    augment: str = option("auto", AUGMENT_HELP, choices=AUGMENT)
 
 
 def class_shares(classifiers) -> torch.Tensor:
