@@ -88,6 +88,13 @@ def test_users_as_clients_end_to_end_and_a_window_on_the_device(cli, tmp_path):
     assert set(acc) == {"fedavg", "ensemble", "fedmho-sd", "fedcvae-ens"}
     assert all(a is not None and 0 <= a <= 1 for a in acc.values()), acc
     assert (out / "samples_client-000.png").stat().st_size > 0  # generated windows, drawn
+    # The server and eval commands on their own, over the same uploads.
+    r = cli("server", "fuse", str(out / "uploads"), "--method", "ensemble", "--out",
+            str(tmp_path / "g.onnx"), "--eval", "hapt:test", "--json")  # fmt: skip
+    assert r.exit_code == 0, r.output
+    assert abs(json.loads(r.stdout)["accuracy"] - acc["ensemble"]) <= 1e-6
+    r = cli("eval", str(tmp_path / "g.onnx"), "--dataset", "hapt:test", "--json")
+    assert r.exit_code == 0 and abs(json.loads(r.stdout)["accuracy"] - acc["ensemble"]) <= 1e-6
     # The device: one window in sensor units (g), classified with onnxruntime only.
     test = load_dataset("hapt:test")
     window = test.x[0, :, 0, :].T * 4.0 - 2.0  # back from [0, 1] to g
