@@ -50,8 +50,6 @@ def main() -> None:
     h = harness()
     d = Path(tempfile.mkdtemp(prefix="bench-deploy-"))
     procs = h.Procs(d)
-    h._certs(d)
-    port = h._port()
     peaks: dict[str, int] = {}
     stop = threading.Event()
 
@@ -62,20 +60,7 @@ def main() -> None:
             time.sleep(0.5)
 
     try:
-        procs.start("link", [
-            "flower-superlink", "--ssl-ca-certfile", "ca.crt", "--ssl-certfile", "server.pem",
-            "--ssl-keyfile", "server.key", "--enable-supernode-auth",
-            "--disable-runtime-dependency-installation", "--host", "127.0.0.1", "--port",
-            str(port),
-        ])  # fmt: skip
-        h._wait(lambda: h._listening(port), 60, "the SuperLink", procs, "link")
-        home = d / "homes" / "cli"
-        home.mkdir(parents=True)
-        (home / "config.toml").write_text(
-            f'[superlink]\ndefault = "tls"\n[superlink.tls]\naddress = "127.0.0.1:{port}"\n'
-            f'root-certificates = "{d / "ca.crt"}"\n'
-        )
-        env = os.environ | {"FLWR_HOME": str(home), "PATH": f"{BIN}:{os.environ['PATH']}"}
+        port, env = h.start_superlink(procs, d)
         names = [f"phone-{i}" for i in range(args.nodes)]
         for name in names:
             h._node_key(d / f"{name}.key")

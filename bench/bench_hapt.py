@@ -107,7 +107,12 @@ def main() -> None:
                     help="the phones' local epochs (and the central model's)")  # fmt: skip
     ap.add_argument("--work", default="/tmp/bench-hapt")
     ap.add_argument("--out", default=str(ROOT / "bench/results/hapt"))
+    ap.add_argument("--render", action="store_true", help="only rewrite OUT.md from OUT.json")
     args = ap.parse_args()
+    if args.render:
+        saved = json.loads(Path(f"{args.out}.json").read_text())
+        Path(f"{args.out}.md").write_text(markdown(saved["rows"], saved["meta"]))
+        return
     work = Path(args.work)
     rows = []
     for seed in (int(s) for s in args.seeds.split(",")):
@@ -155,7 +160,7 @@ def markdown(rows: list[dict], meta: dict) -> str:
         "| seed | simulate wall s (21 clients + every method) | clients s | fusion s |",
         "|---:|---:|---:|---:|",
         *[
-            f"| {r['seed']} | {r['simulate_wall_s']} | {r['clients_s']} | {r['fusion_s']} |"
+            f"| {r['seed']} | {r['simulate_wall_s']} | {r['clients_s']:.1f} | {r['fusion_s']:.1f} |"
             for r in rows
         ],  # fmt: skip
         "",

@@ -142,25 +142,30 @@ def _wait(pred, timeout: float, what: str, procs: Procs, name: str) -> None:
     raise AssertionError(f"timed out waiting for {what}:\n{procs.log(name)[-3000:]}")
 
 
-@pytest.mark.slow
-def test_one_shot_federation_over_superlink_and_supernodes(deployment, tmp_path):
-    d = tmp_path
+def start_superlink(procs: Procs, d: Path) -> tuple[int, dict]:
+    """A CA and certificate in `d`, a SuperLink with TLS and node authentication on a free
+    loopback port, and the operator's `flwr` connection "tls" to it -> (port, flwr's env)."""
     _certs(d)
     port = _port()
-    deployment.start("link", [
+    procs.start("link", [
         "flower-superlink", "--ssl-ca-certfile", "ca.crt", "--ssl-certfile", "server.pem",
         "--ssl-keyfile", "server.key", "--enable-supernode-auth",
         "--disable-runtime-dependency-installation", "--host", "127.0.0.1", "--port", str(port),
     ])  # fmt: skip
-    _wait(lambda: "Starting" in deployment.log("link") or _listening(port), 60, "the SuperLink",
-          deployment, "link")  # fmt: skip
+    _wait(lambda: _listening(port), 60, "the SuperLink", procs, "link")
     cli_home = d / "homes" / "cli"
     cli_home.mkdir(parents=True)
     (cli_home / "config.toml").write_text(
         f'[superlink]\ndefault = "tls"\n[superlink.tls]\naddress = "127.0.0.1:{port}"\n'
         f'root-certificates = "{d / "ca.crt"}"\n'
     )
-    cli_env = os.environ | {"FLWR_HOME": str(cli_home), "PATH": f"{BIN}:{os.environ['PATH']}"}
+    return port, os.environ | {"FLWR_HOME": str(cli_home), "PATH": f"{BIN}:{os.environ['PATH']}"}
+
+
+@pytest.mark.slow
+def test_one_shot_federation_over_superlink_and_supernodes(deployment, tmp_path):
+    d = tmp_path
+    port, cli_env = start_superlink(deployment, d)
     (d / "site").mkdir()
     (d / "site" / "sitecustomize.py").write_text(SITECUSTOMIZE)
     nodes = {"honest-0": ("wristband", None), "honest-1": ("smartphone", None),
