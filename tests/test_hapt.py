@@ -68,6 +68,9 @@ def test_an_image_model_on_sensor_windows_is_one_message_before_any_work(cli, tm
             "--partition", "user", "--num-clients", "21", "--out", str(tmp_path / "up"))  # fmt: skip
     assert r.exit_code == 2 and "models for signals: cnn1d" in r.output
     assert not (tmp_path / "up").exists()
+    r = cli("client", "train", "--profile", "smartphone", "--dataset", "hapt", "--augment",
+            "affine", "--partition", "user", "--num-clients", "21", "--out", str(tmp_path / "up"))  # fmt: skip
+    assert r.exit_code == 2 and "for images" in r.output and "Traceback" not in r.output
 
 
 @pytest.mark.slow

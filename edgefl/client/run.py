@@ -22,6 +22,7 @@ from edgefl.client import public as public_uploads
 from edgefl.data import ArrayDataset, carve_public, load_dataset, partition, train_val_split
 from edgefl.data.registry import DATASETS, DatasetInfo
 from edgefl.errors import ArtifactError, ConfigError
+from edgefl.models.augment import resolve as resolve_augment
 from edgefl.models.cost import costs
 from edgefl.models.plan import Fit, check_fit, plan, require_fit
 from edgefl.models.spec import ModelSpec, load_spec_file, parse_model_arg
@@ -203,6 +204,8 @@ def run_client(job: ClientJob, *, on_epoch=None, on_status=None, on_progress=Non
     status(f"{client_id}: {role} {spec.label} on {len(train_idx)} samples ({profile.name})")
 
     public = public_uploads.prepare(job, role)  # before training: fail fast on a bad --public
+    if job.augment:  # an image jitter on sensor windows (or the reverse): said before training
+        resolve_augment(job.augment, spec.input_shape)
 
     model = init_model(spec, job.fed_seed)
     epochs, lr = local_schedule(job, profile, role)
