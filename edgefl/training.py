@@ -20,6 +20,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from edgefl.errors import ConfigError, DataError
+from edgefl.models.augment import CHOICES as AUGMENT_CHOICES
 from edgefl.models.augment import jitter
 from edgefl.models.spec import ModelSpec
 from edgefl.models.zoo import build_model
@@ -69,8 +70,10 @@ class TrainConfig:
             raise ConfigError(f"--batch-size must be >= 1, got {self.batch_size}")
         if not self.lr > 0:
             raise ConfigError(f"--lr must be > 0, got {self.lr}")
-        if self.augment not in ("none", "rotate", "affine", "auto"):
-            raise ConfigError(f"--augment must be none, rotate or affine, got {self.augment!r}")
+        if self.augment not in AUGMENT_CHOICES:
+            raise ConfigError(
+                f"--augment must be one of {', '.join(AUGMENT_CHOICES)}, got {self.augment!r}"
+            )
         if self.optimizer not in ("sgd", "sgd-momentum", "adam"):
             raise ConfigError(
                 f"optimizer must be sgd, sgd-momentum or adam, got {self.optimizer!r}"

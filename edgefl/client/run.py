@@ -22,6 +22,7 @@ from edgefl.client import public as public_uploads
 from edgefl.data import ArrayDataset, carve_public, load_dataset, partition, train_val_split
 from edgefl.data.registry import DATASETS, DatasetInfo
 from edgefl.errors import ArtifactError, ConfigError
+from edgefl.models.augment import check_choice as check_augment
 from edgefl.models.augment import resolve as resolve_augment
 from edgefl.models.cost import costs
 from edgefl.models.plan import Fit, check_fit, plan, require_fit
@@ -197,6 +198,8 @@ def _local_data(job: ClientJob):
 def run_client(job: ClientJob, *, on_epoch=None, on_status=None, on_progress=None) -> ClientResult:
     status = on_status or (lambda msg: None)
     check_writable(job.out_dir, "--out", "uploads", folder_ok=True)  # before the training
+    if job.augment:
+        check_augment(job.augment)  # before the data; its kind is checked once the model is known
     profile, data, info, train_idx, val_idx, local = _local_data(job)
     spec, fit = choose_model(job, profile, info, len(train_idx), local, status, on_progress)
     role = role_of(spec)
@@ -204,8 +207,9 @@ def run_client(job: ClientJob, *, on_epoch=None, on_status=None, on_progress=Non
     status(f"{client_id}: {role} {spec.label} on {len(train_idx)} samples ({profile.name})")
 
     public = public_uploads.prepare(job, role)  # before training: fail fast on a bad --public
-    if job.augment:  # an image jitter on sensor windows (or the reverse): said before training
-        resolve_augment(job.augment, spec.input_shape)
+    # An image jitter on sensor windows (or the reverse) is said here, before training.
+    augment = resolve_augment(job.augment, spec.input_shape) if job.augment else \
+        _default_augment(spec, role)  # fmt: skip
 
     model = init_model(spec, job.fed_seed)
     epochs, lr = local_schedule(job, profile, role)
@@ -216,7 +220,7 @@ def run_client(job: ClientJob, *, on_epoch=None, on_status=None, on_progress=Non
         lr=lr,
         seed=job.seed * 1000 + job.client_index,
         device=job.train_device,
-        augment=job.augment or _default_augment(spec, role),
+        augment=augment,
     )
     summary = train(
         model, role, data.x[train_idx], data.y[train_idx], data.num_classes, cfg,

