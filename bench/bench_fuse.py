@@ -8,7 +8,9 @@ the peak memory of ingesting five of them.
    uploads, trained briefly by `edgefl simulate --paper-models`: timing, not accuracy), the six
    methods of its table with their default (paper) configurations: each alone
    (`server fuse --method M --out ...`) and all six in one command (`--method a,...,f
-   --out-dir`). Targets: all six <= 1.3 x the slowest alone, and <= 60 s.
+   --out-dir`). Targets: all six <= 1.3 x the slowest alone, and <= 60 s. FedCVAE-ENS's 40
+   epochs make it the slowest by far; `--opt fedcvae-ens:epochs=20 --skip-vgg9 --out
+   bench/results/fuse_equal` shows the harder case of methods of more equal length.
 2. One VGG-9 upload (264 MiB; trained one epoch on ~100 samples: the weights' values do not
    matter here) through every ingest stage: read, parse, checker, tensors, hash, session
    (exporters.validate_upload), rebuild, parity (edgefl.artifacts.rebuild). Target on the CPU
@@ -56,9 +58,17 @@ def federation(work: Path) -> Path:
     return sim / "uploads"
 
 
-def bench_methods(uploads: Path, work: Path, repeats: int) -> dict:
+def bench_methods(uploads: Path, work: Path, repeats: int, opts: list[str]) -> dict:
     """`repeats` rounds of (each method alone, then all six together); judged on the medians:
     wall times on shared cores vary by ~20 % from one run to the next."""
+
+    def extra(methods: list[str]) -> list[str]:  # the same options alone and together
+        def applies(o: str) -> bool:  # METHOD:key=value for that method; key=value for all
+            head, sep, _ = o.partition(":")
+            return not sep or "=" in head or head in methods
+
+        return [a for o in opts if applies(o) for a in ("--opt", o)]
+
     rounds = []
     for r in range(repeats):
         out = work / "fused"
@@ -66,9 +76,9 @@ def bench_methods(uploads: Path, work: Path, repeats: int) -> dict:
         alone = {}
         for m in TABLE:
             alone[m] = run(["server", "fuse", uploads, "--method", m, "--out",
-                            out / "alone" / f"{m}.onnx", "--device", "cpu"])  # fmt: skip
+                            out / "alone" / f"{m}.onnx", "--device", "cpu", *extra([m])])  # fmt: skip
         together = run(["server", "fuse", uploads, "--method", ",".join(TABLE), "--out-dir",
-                        out / "together", "--device", "cpu"])  # fmt: skip
+                        out / "together", "--device", "cpu", *extra(TABLE)])  # fmt: skip
         slowest = max(alone.values())
         rounds.append({"alone_seconds": alone, "together_seconds": together,
                        "slowest_alone_seconds": slowest, "ratio": together / slowest})  # fmt: skip
@@ -80,6 +90,7 @@ def bench_methods(uploads: Path, work: Path, repeats: int) -> dict:
     together = statistics.median(x["together_seconds"] for x in rounds)
     ratio = statistics.median(x["ratio"] for x in rounds)
     return {
+        "options": opts,
         "rounds": rounds,
         "alone_seconds": alone_median,
         "together_seconds": together,
@@ -172,6 +183,9 @@ def main() -> None:
     ap.add_argument("--work", default="runs/bench-fuse")
     ap.add_argument("--skip-vgg9", action="store_true")
     ap.add_argument("--repeats", type=int, default=3, help="rounds of the six-method comparison")
+    ap.add_argument("--opt", action="append", default=[], metavar="[METHOD:]KEY=VALUE",
+                    help="a method option for every fuse (repeatable), e.g. fedcvae-ens:epochs=20 "
+                    "to compare methods of more equal length")  # fmt: skip
     args = ap.parse_args()
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
@@ -186,7 +200,7 @@ def main() -> None:
         },  # fmt: skip
     }
     print("1. six methods: alone vs one command", flush=True)
-    result["methods"] = bench_methods(federation(work), work, args.repeats)
+    result["methods"] = bench_methods(federation(work), work, args.repeats, args.opt)
     if not args.skip_vgg9:
         print("2-3. VGG-9 ingest stages and peak memory", flush=True)
         result["vgg9"] = bench_vgg9(work)
@@ -219,7 +233,9 @@ def markdown(r: dict) -> str:
         "",
         "## The FedMHO table's six methods, paper prototypes (5 cnn + 5 cvae-small), MNIST",
         "",
-        "Whole commands (process start, ingest, fuse, export), seconds, per round:",
+        "Options: "
+        + (", ".join(f"`--opt {o}`" for o in m.get("options", [])) or "the defaults")
+        + ". Whole commands (process start, ingest, fuse, export), seconds, per round:",
         "",
         "| method | "
         + " | ".join(f"round {i + 1}" for i in range(len(m["rounds"])))

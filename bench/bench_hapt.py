@@ -1,14 +1,16 @@
 """One-shot FL on a wristband's own task (issue 20): human-activity recognition from the
 accelerometer (UCI HAPT, `hapt`), one client per user, every method, 3 seeds, beside the bounds.
 
-The federation: the 21 UCI train users, each a client (`--partition user`): 14 wristbands
-(training the CVAE the planner fits into 0.8 MiB) and 7 smartphones (training the 1-D CNN the
-planner gives them); the 9 UCI test users are held out for every accuracy. Public data for
-FedDF/FedOL: 1,000 windows carved from the train users (held out of every client's shard).
-For each seed, one `edgefl simulate` with every method that reads these uploads, timed whole;
-then the bounds:
+The federation: the 21 UCI train users. Public data for FedDF/FedOL is whole users (the
+seeded draw of the fewest train users holding >= 1,000 windows: 3 users), so no client's
+wearer is in it; every other train user is a client (`--partition user`, 18 when 3 are public):
+two thirds wristbands (training the CVAE the planner fits into 0.8 MiB), the rest smartphones
+(training the 1-D CNN the planner gives them); the 9 UCI test users are held out for every
+accuracy. For each seed, one `edgefl simulate` with every method that reads these uploads,
+timed whole; then the bounds:
 - upper: a centrally trained model of the phones' size (the phone's model and local training,
-  on all 21 users' windows at once: `client train --partition iid --num-clients 1`);
+  on all the clients' windows at once: `client train --partition iid --num-clients 1` with
+  the same public carve);
 - lower: the mean test accuracy of the phones' local models (each user alone).
 Writes OUT.json and OUT.md.
 
@@ -34,7 +36,19 @@ ROOT = Path(__file__).resolve().parents[1]
 EDGEFL = Path(sys.executable).parent / "edgefl"
 METHODS = ("fedavg,ensemble,fedcvae-ens,fedmho,fedmho-md,fedmho-sd,fedmho-cw,feddf,fedol,dense,"
            "fedhydra,pfedzkd")  # fmt: skip
-MIX = "wristband:14,smartphone:7"
+PUBLIC = 1_000  # windows; whole users
+
+
+def federation(seed: int) -> tuple[int, str, list[int]]:
+    """(clients, --mix, public users) for a seed: the users the public carve leaves."""
+    from edgefl.data import carve_public, load_dataset
+
+    ds = load_dataset("hapt")
+    _, pub = carve_public(len(ds), PUBLIC, seed, ds.groups)
+    public = sorted(set(ds.groups[pub].tolist()))
+    clients = len(set(ds.groups.tolist())) - len(public)
+    wrist = round(clients * 2 / 3)
+    return clients, f"wristband:{wrist},smartphone:{clients - wrist}", public
 
 
 def accuracy(path: Path, x: np.ndarray, y: np.ndarray) -> float:
@@ -50,9 +64,11 @@ def one_seed(seed: int, work: Path, jobs: int, methods: str, epochs: int) -> dic
 
     out = work / f"seed{seed}"
     shutil.rmtree(out, ignore_errors=True)
+    clients, mix, public = federation(seed)
     argv = [str(EDGEFL), "simulate", "--dataset", "hapt", "--partition", "user", "--clients",
-            "21", "--mix", MIX, "--methods", methods, "--public-size", "1000", "--classifier-epochs", str(epochs), "--seed",
-            str(seed), "--jobs", str(jobs), "--out", str(out), "--json", "--quiet"]  # fmt: skip
+            str(clients), "--mix", mix, "--methods", methods, "--public-size", str(PUBLIC),
+            "--classifier-epochs", str(epochs), "--seed", str(seed), "--jobs", str(jobs),
+            "--out", str(out), "--json", "--quiet"]  # fmt: skip
     start = time.monotonic()
     r = subprocess.run(argv, capture_output=True, text=True)
     wall = time.monotonic() - start
@@ -66,7 +82,8 @@ def one_seed(seed: int, work: Path, jobs: int, methods: str, epochs: int) -> dic
     central = out / "central"
     argv = [str(EDGEFL), "client", "train", "--profile", "smartphone", "--dataset", "hapt",
             "--partition", "iid", "--num-clients", "1", "--client-index", "0", "--seed",
-            str(seed), "--out", str(central), "--model", _model_arg(phones[0]["model"]),
+            str(seed), "--partition-seed", str(seed), "--public-size", str(PUBLIC),
+            "--out", str(central), "--model", _model_arg(phones[0]["model"]),
             "--epochs", str(epochs)]  # fmt: skip
     c = subprocess.run(argv, capture_output=True, text=True)
     if c.returncode != 0:
@@ -74,6 +91,8 @@ def one_seed(seed: int, work: Path, jobs: int, methods: str, epochs: int) -> dic
     upper = accuracy(next(central.glob("*.onnx")), test.x, test.y)
     return {
         "seed": seed,
+        "mix": mix,
+        "public_users": public,
         "classifier_epochs": epochs,
         "simulate_wall_s": round(wall, 1),
         "clients_s": report.get("seconds", {}).get("clients"),
@@ -142,8 +161,13 @@ def markdown(rows: list[dict], meta: dict) -> str:
         "# One-shot FL on a wristband's task: UCI HAPT activities (bench/bench_hapt.py)",
         "",
         f"{meta['date_utc']}, {meta['machine']}; `{meta['command']}`.",
-        f"21 user-clients (the UCI train users, `--partition user`), mix {MIX}, accelerometer "
-        "x/y/z windows (2.56 s, 50 % overlap), 6 activities; every accuracy on the 9 held-out "
+        "The UCI train users: per seed, whole users hold the public set and every other user is "
+        "a client (`--partition user`): "
+        + "; ".join(
+            f"seed {r['seed']}: users {', '.join(map(str, r['public_users']))} public, {r['mix']}"
+            for r in rows
+        )
+        + ". Accelerometer x/y/z windows (2.56 s, 50 % overlap), 6 activities; every accuracy on the 9 held-out "
         "UCI test users (3,384 windows); each device's profile defaults for local training except "
         f"the phones' epochs ({rows[0]['classifier_epochs']}: a user holds ~400 windows, 7 "
         "steps an epoch). "
@@ -152,12 +176,12 @@ def markdown(rows: list[dict], meta: dict) -> str:
         "| method | top-1 % |",
         "|---|---:|",
         *[f"| {m} | {_ms(r['accuracy'].get(m) for r in rows)} |" for m in methods],
-        f"| **upper bound**: central model of the phones' size, all 21 users | "
+        "| **upper bound**: central model of the phones' size, all the clients' users | "
         f"{_ms(r['central'] for r in rows)} |",
         f"| **lower bound**: mean local phone model (one user each) | "
         f"{_ms(r['local_mean'] for r in rows)} |",
         "",
-        "| seed | simulate wall s (21 clients + every method) | clients s | fusion s |",
+        "| seed | simulate wall s (every client + every method) | clients s | fusion s |",
         "|---:|---:|---:|---:|",
         *[
             f"| {r['seed']} | {r['simulate_wall_s']} | {r['clients_s']:.1f} | {r['fusion_s']:.1f} |"

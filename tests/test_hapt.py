@@ -7,13 +7,16 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from edgefl.data import load_dataset, partition
+from edgefl.client.run import ClientJob, client_shard
+from edgefl.data import carve_public, load_dataset, partition
 from edgefl.data.hapt import TEST_USERS, find_hapt_pickle
+from edgefl.data.public import load_public
 from edgefl.data.registry import dataset_info
 from edgefl.errors import ConfigError
 from edgefl.models.cost import costs
@@ -48,6 +51,26 @@ def test_user_partition_gives_each_client_exactly_its_users_windows():
     assert set(ds.subset(parts[0]).groups) == {5}
 
 
+def test_the_public_set_is_held_out_users_the_same_on_both_sides():
+    ds = load_dataset("hapt")
+    _, pub = carve_public(len(ds), 800, 0, ds.groups)
+    public_users = set(ds.groups[pub].tolist())
+    assert 2 <= len(public_users) <= 3  # 300-500 windows a user: whole users, at least 800
+    assert np.array_equal(load_public("hapt:public", public_size=800, seed=0), ds.x[pub])
+    left = sorted(set(ds.groups.tolist()) - public_users)
+    job = ClientJob("smartphone", "hapt", partition="user", num_clients=len(left), public_size=800)
+    for k, user in enumerate(left):  # every other user is one client, with all its windows
+        idx = client_shard(replace(job, client_index=k), ds)
+        assert np.array_equal(idx, np.flatnonzero(ds.groups == user))
+    # Users the clients are named as never become public, on the clients' side or the server's.
+    named = ",".join(map(str, sorted(public_users)))
+    x = load_public("hapt:public", public_size=800, seed=0, partition=f"user:{named}")
+    _, pub2 = carve_public(len(ds), 800, 0, ds.groups, f"user:{named}")
+    assert np.array_equal(x, ds.x[pub2]) and not public_users & set(ds.groups[pub2].tolist())
+    named_job = replace(job, partition=f"user:{named}", num_clients=len(public_users))
+    assert set(ds.groups[client_shard(named_job, ds)].tolist()) == {min(public_users)}
+
+
 def test_the_planner_fits_each_device_with_a_1d_model_and_says_why():
     info = dataset_info("hapt")
     band = plan(get_profile("wristband"), info, samples=400)
@@ -79,7 +102,8 @@ def test_users_as_clients_end_to_end_and_a_window_on_the_device(cli, tmp_path):
     r = cli("simulate", "--dataset", "hapt", "--partition", "user:1,3,5,6", "--clients", "4",
             "--mix", "wristband:2,smartphone:2", "--classifier-epochs", "2",
             "--generator-epochs", "2", "--jobs", "2", "--methods",
-            "fedavg,ensemble,fedmho-sd,fedcvae-ens", "--fuse-opt", "fedmho-sd:epochs=2",
+            "fedavg,ensemble,fedmho-sd,fedcvae-ens,feddf", "--public-size", "300",
+            "--fuse-opt", "feddf:epochs=2", "--fuse-opt", "fedmho-sd:epochs=2",
             "--fuse-opt", "fedmho-sd:synthetic=300", "--fuse-opt", "fedcvae-ens:epochs=2",
             "--fuse-opt", "fedcvae-ens:synthetic=300", "--out", str(out), "--json", "--quiet")  # fmt: skip
     assert r.exit_code == 0, r.output
@@ -88,9 +112,12 @@ def test_users_as_clients_end_to_end_and_a_window_on_the_device(cli, tmp_path):
     assert models["client-000"].startswith(("cvae-mlp", "cvae1d"))
     assert models["client-002"].startswith("cnn1d")
     acc = {x["method"]: x["accuracy"] for x in report["results"]}
-    assert set(acc) == {"fedavg", "ensemble", "fedmho-sd", "fedcvae-ens"}
+    assert set(acc) == {"fedavg", "ensemble", "fedmho-sd", "fedcvae-ens", "feddf"}
     assert all(a is not None and 0 <= a <= 1 for a in acc.values()), acc
     assert (out / "samples_client-000.png").stat().st_size > 0  # generated windows, drawn
+    # FedDF distilled on windows of users none of the four clients is.
+    feddf = json.loads((out / "global" / "feddf.json").read_text())["config"]
+    assert feddf["public_partition"] == "user:1,3,5,6" and feddf["public_size"] == 300
     # The server and eval commands on their own, over the same uploads.
     r = cli("server", "fuse", str(out / "uploads"), "--method", "ensemble", "--out",
             str(tmp_path / "g.onnx"), "--eval", "hapt:test", "--json")  # fmt: skip

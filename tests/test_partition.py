@@ -162,3 +162,26 @@ def test_carve_public_and_train_val_split():
     assert len(train_val_split(np.array([4]), 0.1, seed=0)[1]) == 0
     with pytest.raises(ConfigError, match="validation fraction"):
         train_val_split(shard, 1.0)
+
+
+def test_carve_public_of_data_with_users_takes_whole_users():
+    groups = np.repeat([3, 5, 8, 11, 12, 20], [40, 10, 30, 25, 50, 45])  # 200 samples, 6 users
+    rest, public = carve_public(200, 60, seed=0, groups=groups)
+    taken = set(groups[public].tolist())
+    assert not taken & set(groups[rest].tolist())  # no user is on both sides
+    assert np.array_equal(np.union1d(rest, public), np.arange(200))
+    assert len(public) >= 60  # users of the seeded draw until they hold 60 samples, no more:
+    assert any(len(public) - np.count_nonzero(groups == u) < 60 for u in taken)  # the last
+    assert np.array_equal(carve_public(200, 60, seed=0, groups=groups)[1], public)
+    # Users the clients' partition names are never drawn, whatever the seed.
+    for seed in range(20):
+        _, pub = carve_public(200, 50, seed, groups, partition="user:3,12,20")
+        assert not {3, 12, 20} & set(groups[pub].tolist())
+    # All of the unnamed users may go public; not more than they hold.
+    _, pub = carve_public(200, 65, 0, groups, partition="user:3,12,20")
+    assert set(groups[pub].tolist()) == {5, 8, 11}
+    with pytest.raises(ConfigError, match="too few"):
+        carve_public(200, 66, 0, groups, partition="user:3,12,20")
+    # Without named clients, at least one user stays behind to be a client.
+    with pytest.raises(ConfigError, match="leave any for the clients"):
+        carve_public(200, 195, 0, groups)  # a user holds >= 10

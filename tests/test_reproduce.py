@@ -50,7 +50,7 @@ def test_table_contract(name, tmp_path):
             assert len(client_jobs(cell.sim)) == t.clients
     # The paper's numbers come from the methods' registry entries, for the paper's partitions.
     for p in t.budgets["paper"].partitions:
-        assert paper_reference(t.dataset, p, t.clients), f"no paper number at {p}"
+        assert paper_reference(t.dataset, p, t.clients, t.source), f"no paper number at {p}"
 
 
 FAST = {"epochs": 1, "synthetic": 200}
@@ -211,3 +211,36 @@ def test_simulate_client_model_per_device_class(cli, tmp_path):
     assert r.exit_code == 2 and "no client of --mix" in r.output
     r = cli("simulate", "--client-model", "wristband", "--out", str(tmp_path))
     assert r.exit_code == 2 and "PROFILE=MODEL" in r.output
+
+
+def test_simulate_clients_that_search_their_own_architecture(cli, tmp_path):
+    """pFedZKD's setting: `--client-model PROFILE=search:pso` makes each such client search."""
+    opts = {"particles": 2, "generations": 1, "candidate_epochs": 1, "fitness_samples": 60}
+    job = SimJob(dataset="digits", clients=3, mix="raspberry-pi-5:2,wristband:1",
+                 out=str(tmp_path / "sim"), client_models={"raspberry-pi-5": "search:pso"},
+                 search_options=opts, classifier_epochs=1, methods=("ensemble",))  # fmt: skip
+    job.validate()
+    jobs = client_jobs(job)
+    assert [(c.search, c.model, c.search_options) for c in jobs[:2]] == [("pso", None, opts)] * 2
+    assert jobs[2].search is None and jobs[2].search_options is None
+    r = cli("simulate", "--dataset", "digits", "--clients", "2", "--mix", "raspberry-pi-5:2",
+            "--client-model", "raspberry-pi-5=search:pso", "--search-opt", "particles=2",
+            "--search-opt", "generations=1", "--search-opt", "fitness_samples=60",
+            "--search-opt", "candidate_epochs=1", "--classifier-epochs", "1", "--methods",
+            "ensemble", "--out", str(tmp_path / "cli"), "--json", "--quiet")  # fmt: skip
+    assert r.exit_code == 0, r.output
+    models = [c["model"] for c in json.loads(r.stdout)["clients"]]
+    assert all(m.startswith("nas-cnn") for m in models), models  # searched, not planned
+    # Each mistake is one message before any client trains.
+    for args, says in (
+        (["--client-model", "raspberry-pi-5=search:grid"], "unknown search"),
+        (["--search-opt", "particles=2"], "no --client-model"),
+        (["--client-model", "raspberry-pi-5=search:pso", "--search-opt", "swarm=2"],
+         "unknown search option"),
+        (["--client-model", "raspberry-pi-5=search:pso", "--search-opt", "particles"],
+         "key=value"),
+    ):  # fmt: skip
+        r = cli("simulate", "--dataset", "digits", "--clients", "2", "--mix", "raspberry-pi-5:2",
+                *args, "--out", str(tmp_path / "bad"))  # fmt: skip
+        assert r.exit_code == 2 and says in r.output, (args, r.output)
+        assert not (tmp_path / "bad" / "uploads").exists()

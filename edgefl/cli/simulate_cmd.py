@@ -46,6 +46,18 @@ def _client_models(items: list[str]) -> dict[str, str]:
     return out
 
 
+def _search_options(items: list[str]) -> dict:
+    """--search-opt key=value (repeatable), values typed as for --fuse-opt."""
+    from edgefl.cli.server_cmd import _parse_opts
+    from edgefl.errors import ConfigError
+
+    for item in items:
+        if "=" not in item:
+            raise ConfigError(f"--search-opt expects key=value, got {item!r}",
+                              hint="e.g. --search-opt particles=5")  # fmt: skip
+    return _parse_opts(items)
+
+
 def _trainer(engine: str):
     from edgefl.errors import ConfigError
 
@@ -110,7 +122,15 @@ def simulate_cmd(
         [],
         "--client-model",
         help="PROFILE=MODEL: every client of that device class trains "
-        "MODEL, regardless of its budget (repeatable), e.g. wristband=cnn.",
+        "MODEL, regardless of its budget (repeatable), e.g. wristband=cnn; or PROFILE=search:pso: "
+        "each of them searches its own architecture under its budget (pFedZKD's PSO-FedNAS).",
+    ),  # fmt: skip
+    search_opt: list[str] = typer.Option(
+        [],
+        "--search-opt",
+        help="key=value for the clients' search (repeatable), e.g. particles=5 generations=3 "
+        "candidate_epochs=1 fitness_samples=1000 max_macs=500000; default: the paper's "
+        "(20 particles x 10 generations, 10 epochs a candidate: hours a client on a CPU).",
     ),  # fmt: skip
     classifier_optimizer: str | None = typer.Option(
         None, help="Optimizer of classifiers: sgd | sgd-momentum | adam (default: profile)."
@@ -167,7 +187,7 @@ def simulate_cmd(
         fuse_options=opts, client_models=_client_models(client_model),
         classifier_optimizer=classifier_optimizer, generator_optimizer=generator_optimizer,
         classifier_batch_size=classifier_batch_size, generator_batch_size=generator_batch_size,
-        public_size=public_size,
+        public_size=public_size, search_options=_search_options(search_opt),
     )  # fmt: skip
     with reporter(quiet) as watch:
         results = simulate(job, log=watch.message, progress=watch, trainer=trainer)

@@ -167,7 +167,7 @@ def prepare(job, role: str) -> np.ndarray | None:
         )
     return load_public(
         job.public, public_size=job.public_size, seed=job.partition_seed, subset=job.subset,
-        data_dir=job.data_dir,
+        data_dir=job.data_dir, partition=str(job.partition),
     )  # fmt: skip
 
 

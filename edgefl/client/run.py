@@ -145,13 +145,24 @@ def client_shard(job: ClientJob, data: ArrayDataset) -> np.ndarray:
             raise ConfigError(f"--subset must be in 1..{len(data)}, got {job.subset}")
         perm = np.random.default_rng(job.partition_seed).permutation(len(data))
         rest = np.sort(perm[: job.subset])
+    public = ()
     if job.public_size:
-        keep, _ = carve_public(len(rest), job.public_size, job.partition_seed)
-        rest = rest[keep]
-    parts = partition(
-        data.y[rest], job.num_clients, job.partition, job.partition_seed,
-        num_classes=data.num_classes, groups=None if data.groups is None else data.groups[rest],
-    )  # fmt: skip
+        keep, public = carve_public(len(rest), job.public_size, job.partition_seed,
+                                    None if data.groups is None else data.groups[rest],
+                                    job.partition)  # fmt: skip
+        public, rest = rest[public], rest[keep]
+    try:
+        parts = partition(
+            data.y[rest], job.num_clients, job.partition, job.partition_seed,
+            num_classes=data.num_classes,
+            groups=None if data.groups is None else data.groups[rest],
+        )  # fmt: skip
+    except ConfigError as exc:
+        if len(public) and data.groups is not None:  # say where the missing users went
+            users = sorted(set(data.groups[public].tolist()))
+            raise ConfigError(f"{exc.message}; users {', '.join(map(str, users))} hold the "
+                              "public set", hint=exc.hint) from None  # fmt: skip
+        raise
     return rest[parts[job.client_index]]
 
 

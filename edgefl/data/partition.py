@@ -236,15 +236,47 @@ def label_count_matrix(labels: np.ndarray, parts: list[np.ndarray], num_classes:
     return counts
 
 
-def carve_public(n: int, size: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """Hold out `size` of `n` samples as an unlabeled public split: (rest, public), sorted."""
+def carve_public(
+    n: int, size: int, seed: int, groups: np.ndarray | None = None,
+    partition: str | PartitionScheme | None = None,
+) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+    """Hold out `size` of `n` samples as an unlabeled public split: (rest, public), sorted.
+
+    With `groups` (the user of each sample), the public split is whole users: the fewest of a
+    seeded draw of users that hold at least `size` samples, never one that the clients'
+    `partition` names (user:ID,...). Public data then comes from people no client is, as a
+    server's would; a random slice of samples would share every client's users (and their
+    wearing habits) and flatter FedDF and FedOL.
+    """
     if not 0 <= size <= n:
         raise ConfigError(
             f"public split size must be between 0 and the {n} training samples, got {size}",
             hint="lower --public-size",
         )
-    perm = np.random.default_rng(seed).permutation(n)
-    return np.sort(perm[size:]).astype(np.int64), np.sort(perm[:size]).astype(np.int64)
+    if groups is None or size == 0:
+        perm = np.random.default_rng(seed).permutation(n)
+        return np.sort(perm[size:]).astype(np.int64), np.sort(perm[:size]).astype(np.int64)
+    groups = np.asarray(groups)
+    scheme = parse_scheme(partition) if partition is not None else None
+    named = set(scheme.users or ()) if scheme is not None and scheme.kind == "user" else set()
+    users = np.random.default_rng(seed).permutation(np.unique(groups))
+    users = users[[u not in named for u in users.tolist()]]
+    counts = np.array([np.count_nonzero(groups == u) for u in users], dtype=np.int64)
+    taken = users[: int(np.searchsorted(np.cumsum(counts), size)) + 1]
+    # Every user left to draw from may go public when the clients are named ones; otherwise
+    # at least one user must stay behind to be a client.
+    if counts.sum() < size or (not named and len(taken) == len(users)):
+        pool = "users the clients' --partition does not name" if named else "users"
+        raise ConfigError(
+            f"a public set of {size:,} samples is whole users here, and the {len(users)} "
+            f"{pool} hold {counts.sum():,} samples: too few"
+            + ("" if named else " to leave any for the clients"),
+            hint="lower --public-size"
+            + (f" (users here hold {counts.min():,}-{counts.max():,} samples each)"
+               if len(counts) else ""),
+        )  # fmt: skip
+    public = np.isin(groups, taken)
+    return np.flatnonzero(~public).astype(np.int64), np.flatnonzero(public).astype(np.int64)
 
 
 def train_val_split(

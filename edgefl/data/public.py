@@ -35,11 +35,13 @@ def load_public(
     seed: int = 0,
     subset: int | None = None,
     data_dir: str | None = None,
+    partition: str | None = None,
 ) -> np.ndarray:
     """The public samples x (N, C, H, W), float32 in [0, 1].
 
     `NAME:public` carves exactly what `edgefl.client.run.client_shard` holds out of every client
-    (seed = the partition seed, after the optional --subset); anything else is a dataset
+    (seed = the partition seed, after the optional --subset; whole users where the data names
+    them, never one the clients' `partition` names); anything else is a dataset
     reference whose samples are used as they are (a user .npz needs only an array `x`).
     """
     name, split = parse_dataset_ref(ref)
@@ -57,7 +59,8 @@ def load_public(
             if not 0 < subset <= len(data):
                 raise ConfigError(f"--subset must be in 1..{len(data)}, got {subset}")
             rest = np.sort(np.random.default_rng(seed).permutation(len(data))[:subset])
-        _, public = carve_public(len(rest), public_size, seed)
+        groups = None if data.groups is None else data.groups[rest]  # whole users, as clients
+        _, public = carve_public(len(rest), public_size, seed, groups, partition)
         x = data.x[rest[public]]
     elif name.endswith(".npz") and Path(name).is_file():
         x = _npz_samples(Path(name))

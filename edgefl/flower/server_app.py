@@ -143,7 +143,9 @@ def _public(config) -> np.ndarray | None:
     if not config["public"]:
         return None
     return load_public(config["public"], public_size=int(config["public-size"]),
-                       seed=int(config["seed"]), data_dir=config["data-dir"] or None)  # fmt: skip
+                       seed=int(config["seed"]), subset=int(config["subset"]) or None,
+                       data_dir=config["data-dir"] or None,
+                       partition=str(config["partition"]))  # fmt: skip
 
 
 def _options(name: str, config) -> dict[str, Any]:
@@ -151,7 +153,8 @@ def _options(name: str, config) -> dict[str, Any]:
     if not METHODS.get(name).public_data or not config["public"]:
         return {}
     return {"public": config["public"], "public_size": int(config["public-size"]),
-            "public_seed": int(config["seed"])}  # fmt: skip
+            "public_seed": int(config["seed"]), "public_subset": int(config["subset"]) or None,
+            "public_partition": str(config["partition"])}  # fmt: skip
 
 
 def _fuse(methods, quarantine: Path, out_dir: Path, config, log) -> dict[str, dict]:

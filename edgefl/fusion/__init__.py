@@ -43,11 +43,14 @@ for _m in (
 DEFAULT_METHODS = ("fedavg", "ensemble", "fedcvae-ens", "fedmho", "fedmho-md", "fedmho-sd")
 
 
-def paper_reference(dataset: str, partition: str, clients: int) -> dict[str, float]:
-    """method -> the published accuracy (%) for this setting, where a paper reports one."""
+def paper_reference(
+    dataset: str, partition: str, clients: int, source: str | None = None
+) -> dict[str, float]:
+    """method -> the published accuracy (%) for this setting, where a paper (`source`, when
+    given: "FedMHO paper, Table 3") reports one."""
     out = {}
     for m in METHODS:
-        ref = m.reference(dataset, partition, clients)
+        ref = m.reference(dataset, partition, clients, source)
         if ref is not None:
             out[m.name] = ref.accuracy
     return out

@@ -21,7 +21,13 @@ from dataclasses import dataclass
 import torch
 from torch.nn import functional as F
 
-from edgefl.fusion.base import FusionContext, FusionResult, Method, fedmho_table3
+from edgefl.fusion.base import (
+    FusionContext,
+    FusionResult,
+    Method,
+    fedmho_table3,
+    pfedzkd_table2,
+)
 from edgefl.fusion.generator import (
     PAPER_GENERATOR,
     BNStatLoss,
@@ -150,6 +156,6 @@ METHOD = Method(
     needs_gradients=True,  # the generator backpropagates through the teachers
     config_cls=DenseConfig,
     fuse=fuse,
-    references=fedmho_table3((90.51, 86.12, 73.76)),
+    references=fedmho_table3((90.51, 86.12, 73.76)) + pfedzkd_table2((75.92, 85.54, 92.54)),
     budgets={"paper": PAPER_GENERATOR | {"pool_every_step": False}},
 )

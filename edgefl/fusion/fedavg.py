@@ -13,6 +13,7 @@ from edgefl.fusion.base import (
     Method,
     average_classifiers,
     fedmho_table3,
+    pfedzkd_table2,
 )
 
 
@@ -36,5 +37,5 @@ METHOD = Method(
     needs_gradients=True,  # needs the weights themselves, i.e. rebuildable edgefl classifiers
     config_cls=FedAvgConfig,
     fuse=fuse,
-    references=fedmho_table3((85.91, 74.57, 49.12)),
+    references=fedmho_table3((85.91, 74.57, 49.12)) + pfedzkd_table2((51.62, 74.92, 86.91)),
 )

@@ -29,6 +29,7 @@ from edgefl.fusion.base import (
     average_classifiers,
     fedmho_table3,
     mean_teacher_logits,
+    pfedzkd_table2,
 )
 from edgefl.fusion.options import option
 
@@ -48,6 +49,10 @@ class PublicSetConfig(FusionConfig):
     public_subset: int | None = option(
         None, "the clients' --subset, if they used one", kind="int", low=1
     )
+    public_partition: str | None = option(
+        None, "the clients' --partition, if it names users (user:ID,...): the carve never "
+        "makes those users public", kind="str",
+    )  # fmt: skip
     data_dir: str | None = option(None, "folder with standard dataset files", kind="str")
 
 
@@ -60,7 +65,7 @@ def public_samples(ctx: FusionContext, cfg: PublicSetConfig, method: str) -> np.
         )
     x = load_public(
         cfg.public, public_size=cfg.public_size, seed=cfg.public_seed, subset=cfg.public_subset,
-        data_dir=cfg.data_dir,
+        data_dir=cfg.data_dir, partition=cfg.public_partition,
     )  # fmt: skip
     if tuple(x.shape[1:]) != tuple(ctx.input_shape):
         raise FusionError(
@@ -149,5 +154,5 @@ METHOD = Method(
     config_cls=FedDFConfig,
     fuse=fuse,
     public_data=True,
-    references=fedmho_table3((88.73, 78.46, 62.58)),
+    references=fedmho_table3((88.73, 78.46, 62.58)) + pfedzkd_table2((65.34, 78.12, 89.23)),
 )

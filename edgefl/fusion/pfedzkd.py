@@ -27,7 +27,14 @@ from torch.nn import functional as F
 
 from edgefl.artifacts import Upload
 from edgefl.errors import ConfigError, FusionError
-from edgefl.fusion.base import FusionConfig, FusionContext, FusionResult, Method, largest_remainder
+from edgefl.fusion.base import (
+    FusionConfig,
+    FusionContext,
+    FusionResult,
+    Method,
+    largest_remainder,
+    pfedzkd_table2,
+)
 from edgefl.fusion.options import option
 from edgefl.progress import no_progress
 
@@ -228,4 +235,5 @@ METHOD = Method(
     needs_gradients=True,  # pseudo-images are optimised through each teacher
     config_cls=PFedZKDConfig,
     fuse=fuse,
+    references=pfedzkd_table2((87.58, 94.54, 95.82)),
 )

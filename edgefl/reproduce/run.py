@@ -28,7 +28,7 @@ from edgefl.fusion import METHODS, paper_reference
 from edgefl.reproduce.render import plot_table, table_markdown
 from edgefl.reproduce.tables import TABLES, Budget, Table
 from edgefl.server.fuse import resolve_device
-from edgefl.simulate.run import SimJob, check_resumable, simulate
+from edgefl.simulate.run import SEARCH, SimJob, check_resumable, simulate
 
 OWN = "own"  # --federation: each method in its own paper's client setting
 
@@ -115,6 +115,9 @@ def cells(job: ReproduceJob, table: Table, budget: Budget) -> list[Cell]:
     for setting in settings:
         methods = setting.methods if job.federation == OWN else table.methods
         models = {prof: budget.substitutes.get(m, m) for prof, m in setting.models.items()}
+        extra = dict(budget.simulate)
+        if not any(m.startswith(SEARCH) for m in models.values()):
+            extra.pop("search_options", None)  # for the settings whose clients search
         fuse = {m: METHODS.get(m).budget_options(budget.fusion) | budget.fuse_options.get(m, {})
                 for m in methods}  # fmt: skip
         for partition in job.partitions or budget.partitions:
@@ -125,7 +128,7 @@ def cells(job: ReproduceJob, table: Table, budget: Budget) -> list[Cell]:
                     mix=table.mix, methods=methods, seed=seed, out=str(run_dir), jobs=job.jobs,
                     device=job.device, train_device=job.train_device, client_models=models,
                     public_size=table.public_size, fuse_options=fuse, data_dir=job.data_dir,
-                    **budget.simulate,
+                    **extra,
                 )  # fmt: skip
                 out.append(Cell(setting.name, partition, seed, sim))
     return out
@@ -222,7 +225,7 @@ def summarize(job: ReproduceJob, table: Table, budget: Budget, records: list[dic
             values = [a for _, a in accs]
             mean = statistics.mean(values) if values else None
             std = statistics.stdev(values) if len(values) > 1 else (0.0 if values else None)
-            paper = paper_reference(table.dataset, p, table.clients).get(m)
+            paper = paper_reference(table.dataset, p, table.clients, table.source).get(m)
             per[p] = {
                 "seeds": [s for s, _ in accs], "accuracies": values, "n": len(values),
                 "mean": mean, "std": std, "paper": paper,

@@ -33,6 +33,8 @@ from edgefl.models.zoo import role_of
 from edgefl.outputs import check_writable
 from edgefl.profiles import get_profile
 from edgefl.progress import no_progress
+from edgefl.search import METHODS as SEARCHES
+from edgefl.search import PSOConfig
 from edgefl.server.fuse import fuse_methods, resolve_device
 from edgefl.server.fuse import plan as plan_fuse
 from edgefl.server.ingest import Ingest, ingest
@@ -44,6 +46,7 @@ from edgefl.training import one_thread
 # Budget-true classifiers are capped so a 10-client CPU simulation of every method stays within
 # minutes (bench/ records the effect); the cap never lets a model exceed its device's budget.
 DEFAULT_MAX_CLASSIFIER_MACS = 2_000_000
+SEARCH = "search:"  # --client-model PROFILE=search:pso
 
 
 @dataclass(frozen=True)
@@ -72,7 +75,10 @@ class SimJob:
     # The model every client of a device class trains, whatever the planner or --paper-models
     # would pick, and regardless of its budget: {"wristband": "cnn"} puts classifiers on the
     # wristbands (a paper's own client setting, e.g. FedMHO's Table 1 for its baselines).
+    # "search:pso" instead of a model: each such client searches its own architecture under
+    # its budget on its own data (pFedZKD's PSO-FedNAS), with `search_options`.
     client_models: dict[str, str] = field(default_factory=dict)
+    search_options: dict[str, Any] = field(default_factory=dict)  # PSOConfig fields
     classifier_optimizer: str | None = None  # sgd | sgd-momentum | adam (default: the profile's)
     generator_optimizer: str | None = None
     classifier_batch_size: int | None = None  # default: the profile's
@@ -98,6 +104,17 @@ class SimJob:
                 hint=f"e.g. --public-size {max(1, train // 5)}",
             )
         profiles = set(parse_mix(self.mix, self.clients))
+        searched = {p: m for p, m in self.client_models.items() if m.startswith(SEARCH)}
+        for prof, model in searched.items():
+            if model[len(SEARCH) :] not in SEARCHES:
+                raise ConfigError(f"--client-model {prof}={model}: unknown search",
+                                  hint=f"e.g. {prof}={SEARCH}{SEARCHES[0]}")  # fmt: skip
+        if self.search_options:
+            if not searched:
+                raise ConfigError("--search-opt is given, but no --client-model PROFILE="
+                                  f"{SEARCH}{SEARCHES[0]} searches",
+                                  hint=f"e.g. --client-model wristband={SEARCH}{SEARCHES[0]}")  # fmt: skip
+            PSOConfig.from_options(self.search_options)  # an unknown or bad option: now
         for prof in self.client_models:
             if prof not in profiles:
                 raise ConfigError(
@@ -193,7 +210,11 @@ def client_jobs(job: SimJob) -> list[ClientJob]:
     jobs = []
     for i, prof in enumerate(profiles):
         model = models[prof]
-        is_gen = role_of(parse_model_arg(model, info.input_shape, info.num_classes)) != "classifier"
+        search = model[len(SEARCH) :] if model.startswith(SEARCH) else None
+        if search:  # the client finds its classifier; search options as the job's
+            model = None
+        is_gen = search is None and role_of(
+            parse_model_arg(model, info.input_shape, info.num_classes)) != "classifier"  # fmt: skip
         # Classifier clients of a FedOL run train once and send predictions; their model stays
         # on the device (kept in uploads/ so model-based methods can run side by side).
         predictions = job.needs_predictions and not is_gen
@@ -211,7 +232,8 @@ def client_jobs(job: SimJob) -> list[ClientJob]:
             optimizer=job.generator_optimizer if is_gen else job.classifier_optimizer,
             batch_size=job.generator_batch_size if is_gen else job.classifier_batch_size,
             train_device=train_device,
-            subset=job.subset,
+            subset=job.subset, search=search,
+            search_options=dict(job.search_options) if search else None,
         ))  # fmt: skip
     return jobs
 
@@ -266,7 +288,8 @@ def method_options(job: SimJob, name: str) -> dict[str, Any]:
     options = dict(job.fuse_options.get(name, {})) | {"seed": job.seed}
     if method.public_data and method.judged == "global":
         options |= {"public": f"{job.dataset}:public", "public_size": job.public,
-                    "public_seed": job.seed, "public_subset": job.subset}  # fmt: skip
+                    "public_seed": job.seed, "public_subset": job.subset,
+                    "public_partition": str(job.partition)}  # fmt: skip
     return options
 
 
