@@ -19,7 +19,7 @@ from edgefl.errors import ConfigError, EdgeflError  # noqa: E402
 from edgefl.flower import wire  # noqa: E402
 from edgefl.flower.client_app import answer, node_job  # noqa: E402
 from edgefl.flower.collect import Collected  # noqa: E402
-from edgefl.flower.server_app import land, serve  # noqa: E402
+from edgefl.flower.server_app import DEFAULTS, _options, _public, land, serve  # noqa: E402
 
 MB = 1 << 20
 
@@ -113,6 +113,20 @@ def test_a_node_finds_its_job_in_the_table_or_builds_it_from_its_config():
         node_job(shared, {"partition-id": 0})
     with pytest.raises(ConfigError, match="unknown client settings: evil"):
         node_job({"client": {"evil": 1}}, {"profile": "wristband"})
+
+
+def test_the_server_carves_the_public_set_its_clients_hold_out():
+    # The clients partition --subset samples after holding the public set out of them; the
+    # server must send (and FedDF distil on) that same set, not one carved from all of train.
+    config = DEFAULTS | {"dataset": "digits", "public": "digits:public", "public-size": 100,
+                         "subset": 800, "partition": "iid", "seed": 3}  # fmt: skip
+    want = load_public("digits:public", public_size=100, seed=3, subset=800, partition="iid")
+    assert np.array_equal(_public(config), want)
+    assert not np.array_equal(want, load_public("digits:public", public_size=100, seed=3))
+    assert _options("feddf", config) == {"public": "digits:public", "public_size": 100,
+                                         "public_seed": 3, "public_subset": 800,
+                                         "public_partition": "iid"}  # fmt: skip
+    assert _options("fedavg", config) == {}
 
 
 def test_a_devices_kept_model_never_travels(tmp_path):

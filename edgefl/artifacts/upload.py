@@ -79,7 +79,7 @@ def rebuild(
     with exporters.timed(timings, "parity"):
         diff = parity(module, art)
     if diff > PARITY_ATOL:
-        raise RebuildRejected(f"rebuilt module differs from the ONNX graph (max |diff| {diff:.2e})")
+        raise RebuildRejected(f"rebuilt module differs from the ONNX graph (max diff {diff:.2e})")
     release_weights(art)
     return module, None
 
@@ -171,7 +171,7 @@ def _exported_part(model: nn.Module, kind: str) -> nn.Module:
 
 @torch.no_grad()
 def parity(module: nn.Module, art: exporters.Artifact, batch: int = 4, seed: int = 0) -> float:
-    """Max |torch - onnxruntime| over random valid inputs. Outputs that are not finite, there or
+    """Max |torch - onnxruntime| (relative above 1) over random valid inputs. Outputs that are not finite, there or
     at the extremes of the valid range, are refused outright: NaN - NaN is NaN, which no
     tolerance comparison catches, and finite weights can still overflow (a model that yields
     NaN poisons every fusion it enters)."""
@@ -183,7 +183,8 @@ def parity(module: nn.Module, art: exporters.Artifact, batch: int = 4, seed: int
                module(*edges).numpy())  # fmt: skip
     if not all(np.isfinite(o).all() for o in outputs):
         raise RebuildRejected("its outputs are not finite on valid inputs (NaN or infinity)")
-    return float(np.max(np.abs(ours - ort_out)))
+    # Relative where |value| > 1: float32 rounding grows with the value (large logits).
+    return float(np.max(np.abs(ours - ort_out) / np.maximum(1.0, np.abs(ours))))
 
 
 def random_inputs(meta: dict, batch: int, seed: int) -> tuple[torch.Tensor, ...]:

@@ -105,6 +105,11 @@ def train_cmd(
     num_clients: int = NUM_CLIENTS,
     client_index: int = CLIENT_INDEX,
     partition_seed: int = typer.Option(0, help="Seed of the partition (same for all clients)."),
+    public_size: int = typer.Option(
+        0,
+        help="Samples held out of train as the federation's public set before partitioning "
+        "(the same on every client and the server; whole users on data that names them).",
+    ),
     model: str | None = typer.Option(
         None, help="Zoo model, e.g. cnn or scnn:width=16 (default: planner)."
     ),
@@ -154,7 +159,7 @@ def train_cmd(
     job = ClientJob(
         profile=profile, dataset=dataset, out_dir=out, data_dir=data_dir, partition=partition,
         num_clients=num_clients, client_index=client_index, partition_seed=partition_seed,
-        model=model, spec_file=spec, role=role, epochs=epochs, batch_size=batch_size, lr=lr,
+        public_size=public_size, model=model, spec_file=spec, role=role, epochs=epochs, batch_size=batch_size, lr=lr,
         seed=seed, fed_seed=fed_seed, quantize=quantize, force=force, client_id=client_id, search=search,
         augment=augment,
         search_options={"particles": particles, "generations": generations,

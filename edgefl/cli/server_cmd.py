@@ -187,6 +187,8 @@ def _print_one(rep: dict) -> None:
         console.print(f"  [red]rejected[/] {escape(r['file'])}: {escape(r['reason'])}")
     for r in rep["skipped"]:
         console.print(f"  [yellow]skipped[/] {escape(r['file'])}: {escape(r['reason'])}")
+    for r in rep.get("screened", []):
+        console.print(f"  [yellow]screened out[/] {escape(r['file'])}: {escape(r['reason'])}")
     times = ", ".join(f"{k} {v:.1f}s" for k, v in rep["seconds"].items())
     console.print(f"  stages: {times}")
     if "synthetic_kept_per_class" in rep:
@@ -224,6 +226,9 @@ def _print_many(reps: dict[str, dict]) -> None:
         rows.append([name, str(len(r["used"])), acc, f"{own:.1f}s", escape(r["global_model"])])
     console.print(fitted(cols, rows, console.width, title="fused"))
     for name, r in reps.items():
+        for x in r.get("screened", []):
+            console.print(f"{escape(name)}: [yellow]screened out[/] {escape(x['file'])}: "
+                          f"{escape(x['reason'])}")  # fmt: skip
         if r.get("extra_outputs"):
             console.print(f"{name}:", markup=False)
             _print_extra(r)

@@ -125,6 +125,14 @@ def simulate_cmd(
         "MODEL, regardless of its budget (repeatable), e.g. wristband=cnn; or PROFILE=search:pso: "
         "each of them searches its own architecture under its budget (pFedZKD's PSO-FedNAS).",
     ),  # fmt: skip
+    attack: str = typer.Option(
+        "",
+        help="KIND:COUNT[,KIND:COUNT]: poisoned clients, to measure fusion against: for each "
+        "kind, the first COUNT clients it applies to (KIND@classifier or KIND@cvae: of that "
+        "role). Kinds: flip, swap (classes 0 and 1), random (untrained weights), scale (logits "
+        "x 20), invert (negated logits), noise (a CVAE of noise). Recorded in the report, never "
+        "in an upload.",
+    ),
     search_opt: list[str] = typer.Option(
         [],
         "--search-opt",
@@ -161,6 +169,7 @@ def simulate_cmd(
     quiet: bool = QUIET,
 ) -> None:
     """Run a whole one-shot federation: train every client, fuse with each method, evaluate."""
+    from edgefl.client.attacks import parse_attacks
     from edgefl.fusion import DEFAULT_METHODS, METHODS, check_budget
     from edgefl.simulate.run import SimJob, simulate
 
@@ -188,6 +197,7 @@ def simulate_cmd(
         classifier_optimizer=classifier_optimizer, generator_optimizer=generator_optimizer,
         classifier_batch_size=classifier_batch_size, generator_batch_size=generator_batch_size,
         public_size=public_size, search_options=_search_options(search_opt),
+        attacks=parse_attacks(attack) if attack else {},
     )  # fmt: skip
     with reporter(quiet) as watch:
         results = simulate(job, log=watch.message, progress=watch, trainer=trainer)
@@ -219,7 +229,8 @@ def print_results(results: dict) -> None:
         console.print(f"[yellow]warning[/] {escape(w)}")
     cols = [Col("client", right=False), Col("profile", right=False), Col("role", right=False,
             drop=2), Col("model", right=False), Col("val acc"), Col("upload", drop=1)]  # fmt: skip
-    rows = [[c["client_id"], c["profile"], c["role"], escape(c["model"]),
+    rows = [[c["client_id"] + (f" ({c['attack']} attacker)" if c.get("attack") else ""),
+             c["profile"], c["role"], escape(c["model"]),
              "-" if c["training"].get("val_accuracy") is None
              else f"{100 * c['training']['val_accuracy']:.1f}%", fmt_bytes(c["upload_bytes"])]
             for c in results["clients"]]  # fmt: skip

@@ -6,6 +6,7 @@ trained exactly as a real one would be.
 
 from __future__ import annotations
 
+import dataclasses
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -19,6 +20,7 @@ from torch.nn import functional as F
 import edgefl
 import exporters
 from edgefl.client import public as public_uploads
+from edgefl.client.attacks import ATTACKS, attack_for
 from edgefl.data import ArrayDataset, carve_public, load_dataset, partition, train_val_split
 from edgefl.data.registry import DATASETS, DatasetInfo
 from edgefl.errors import ArtifactError, ConfigError
@@ -71,6 +73,8 @@ class ClientJob:
     # Train-time jitter: None = rotate for classifiers of sensor windows (each user wears the
     # device at its own angle: edgefl.models.augment), else none; or none | rotate | affine.
     augment: str | None = None
+    # A poisoned client (edgefl.client.attacks): for robustness runs; None = honest.
+    attack: str | None = None
 
 
 @dataclass
@@ -211,9 +215,12 @@ def run_client(job: ClientJob, *, on_epoch=None, on_status=None, on_progress=Non
     check_writable(job.out_dir, "--out", "uploads", folder_ok=True)  # before the training
     if job.augment:
         check_augment(job.augment)  # before the data; its kind is checked once the model is known
+    if job.attack:
+        ATTACKS.get(job.attack)  # an unknown name, before the data loads
     profile, data, info, train_idx, val_idx, local = _local_data(job)
     spec, fit = choose_model(job, profile, info, len(train_idx), local, status, on_progress)
     role = role_of(spec)
+    attack = attack_for(job.attack, role)
     client_id = job.client_id or f"client-{job.client_index:03d}"
     status(f"{client_id}: {role} {spec.label} on {len(train_idx)} samples ({profile.name})")
 
@@ -233,15 +240,26 @@ def run_client(job: ClientJob, *, on_epoch=None, on_status=None, on_progress=Non
         device=job.train_device,
         augment=augment,
     )
+    x, y = data.x, data.y
+    if attack is not None:  # the device's own data, poisoned where it is held
+        shard = np.concatenate([train_idx, val_idx])
+        seed = job.seed * 1000 + job.client_index
+        x, y = x.copy() if attack.images else x, y.copy()
+        if attack.labels:
+            y[shard] = attack.labels(y[shard], data.num_classes, seed)
+        if attack.images:
+            x[shard] = attack.images(x[shard], seed)
     summary = train(
-        model, role, data.x[train_idx], data.y[train_idx], data.num_classes, cfg,
-        x_val=data.x[val_idx], y_val=data.y[val_idx], on_epoch=on_epoch,
+        model, role, x[train_idx], y[train_idx], data.num_classes, cfg,
+        x_val=x[val_idx], y_val=y[val_idx], on_epoch=on_epoch,
     )  # fmt: skip
     if summary.interrupted:
         raise KeyboardInterrupt  # nothing was written: an interrupted client publishes nothing
+    if attack is not None and attack.weights:
+        attack.weights(model, job.seed * 1000 + job.client_index)
 
     shard = np.concatenate([train_idx, val_idx])  # the split is a partition of the shard
-    counts = np.bincount(data.y[shard], minlength=data.num_classes).astype(int).tolist()
+    counts = np.bincount(y[shard], minlength=data.num_classes).astype(int).tolist()
     meta = model_metadata(
         spec, class_names=list(data.class_names), label_counts=counts, client_id=client_id,
         profile=profile.name, costs_extra={"train_bytes_used": fit.train_bytes},
@@ -258,8 +276,9 @@ def run_client(job: ClientJob, *, on_epoch=None, on_status=None, on_progress=Non
     start = time.perf_counter()
     quant = None
     if job.kind != "model":
+        held = data if x is data.x and y is data.y else dataclasses.replace(data, x=x, y=y)
         _, meta = public_uploads.export_data_artifact(
-            job, model, spec, data, train_idx, meta, path, public
+            job, model, spec, held, train_idx, meta, path, public
         )
     elif job.quantize:
         if job.quantize != "int8":

@@ -21,7 +21,7 @@ from edgefl.flower.collect import Collected, collect, wait_for_nodes
 from edgefl.flower.resources import Group, available_memory, client_resources, plan_groups
 from edgefl.progress import no_progress
 from edgefl.simulate.resume import finished
-from edgefl.simulate.run import SimJob, client_jobs
+from edgefl.simulate.run import SimJob, check_attackers, client_jobs
 
 
 def train_clients_flower(job: SimJob, log, progress=no_progress) -> list[dict]:
@@ -30,12 +30,13 @@ def train_clients_flower(job: SimJob, log, progress=no_progress) -> list[dict]:
     many at a time share one simulation."""
     require_flower()
     cjobs = client_jobs(job)
+    check_attackers(job, cjobs)
     results: list[dict | None] = [finished(c) for c in cjobs]
     todo = [i for i, r in enumerate(results) if r is None]
     if len(todo) < len(cjobs):
         log(f"reusing {len(cjobs) - len(todo)} finished upload(s)")
     if not todo:
-        return results  # type: ignore[return-value]
+        return _attacks(results, cjobs)
     gpu = job.train_device in ("cuda", "auto") and _cuda()
     needs = {i: client_resources(cjobs[i], gpu) for i in todo}
     memory = available_memory()
@@ -55,7 +56,11 @@ def train_clients_flower(job: SimJob, log, progress=no_progress) -> list[dict]:
         for i, summary in _check(got, ids, cjobs).items():
             resources = needs[i].as_dict() | {"at_once": group.at_once}
             results[i] = summary | {"host_resources": resources}
-    return results  # type: ignore[return-value]
+    return _attacks(results, cjobs)
+
+
+def _attacks(results, cjobs) -> list[dict]:
+    return [r | {"attack": c.attack} for r, c in zip(results, cjobs, strict=True)]
 
 
 def _run_group(cjobs, group: Group, log, progress) -> Collected:

@@ -48,12 +48,18 @@ def check_budget(budget: str) -> None:
                           "paper: each paper's own setting")  # fmt: skip
 
 
+ROBUST = ("off", "screen")
+ROBUST_HELP = ("screen out uploads whose outputs disagree with a committee of the others "
+               "(poisoned clients; edgefl.fusion.robust), named in the report: off | screen")  # fmt: skip
+
+
 @dataclass(frozen=True)
 class FusionConfig:
     """Knobs every method has. Subclasses add theirs with `option(...)`; each field is a flag of
     `server fuse` (`--name value`) and is checked against its declaration when built."""
 
     seed: int = option(0, "seed of generation, initialisation and training", low=0)
+    robust: str = option("off", ROBUST_HELP, choices=ROBUST)
 
     def __post_init__(self) -> None:
         validate(self)

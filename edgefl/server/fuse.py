@@ -31,9 +31,10 @@ import edgefl
 import exporters
 from edgefl.artifacts import Upload
 from edgefl.chance import global_warning, near_chance
-from edgefl.errors import ArtifactError, ConfigError, EdgeflError, FusionError
+from edgefl.errors import ConfigError, EdgeflError, FusionError
 from edgefl.fusion import METHODS
 from edgefl.fusion.base import FusionConfig, FusionContext, FusionResult, Method
+from edgefl.fusion.robust import screen
 from edgefl.outputs import check_writable
 from edgefl.progress import no_progress
 from edgefl.server.ingest import Ingest, default_jobs, ingest
@@ -177,7 +178,9 @@ def export_global(p: Planned, ctx: FusionContext, result: FusionResult) -> tuple
             input_names=[result.input_name or "input"], output_names=["logits"], metadata=meta,
         )  # fmt: skip
     except exporters.ExportError as exc:
-        raise ArtifactError(f"exporting the global model failed: {exc}") from None
+        # This method's failure, not the run's: beside other methods it is reported and the
+        # rest still fuse (a FusionError is refused per method).
+        raise FusionError(f"exporting the global model failed: {exc}") from None
     return input_shape
 
 
@@ -338,9 +341,21 @@ def _fuse_planned(p: Planned, found: Ingest, device, eval_ref, data_dir, shared:
                   progress=None):  # fmt: skip
     start = time.perf_counter()
     usable, skipped = select(p.method, found)
-    log(f"{p.method.name}: {len(usable)} upload(s) used; {len(found.rejected)} rejected")
+    t = time.perf_counter()
+    screened, notes = [], []
+    if p.config.robust == "screen":
+        usable, screened, notes = screen(usable, found.uploads, device, p.config.seed,
+                                         lambda msg: log(f"{p.method.name}: {msg}"))  # fmt: skip
+        if not usable:
+            raise FusionError(f"{p.method.name}: every upload it could use was screened out",
+                              hint="see the reasons above; --robust off fuses them all")  # fmt: skip
+    screen_seconds = time.perf_counter() - t
+    log(f"{p.method.name}: {len(usable)} upload(s) used; {len(found.rejected)} rejected"
+        + (f"; {len(screened)} screened out" if screened else ""))  # fmt: skip
     ctx, result = fuse_one(p, usable, device, log, found.uploads, progress)
     stages = {"ingest": found.seconds, **ctx.stages}
+    if p.config.robust == "screen":
+        stages["screen"] = screen_seconds
     t = time.perf_counter()
     input_shape = export_global(p, ctx, result)
     stages["export"] = time.perf_counter() - t
@@ -368,6 +383,8 @@ def _fuse_planned(p: Planned, found: Ingest, device, eval_ref, data_dir, shared:
         "used": [u.client_id for u in usable],
         "rejected": [{"file": n, "reason": r} for n, r in found.rejected],
         "skipped": [{"file": n, "reason": r} for n, r in skipped],
+        "screened": screened,  # --robust screen: poisoned-looking uploads left out, and why
+        "robust_notes": notes,
         "notes": found.notes,
         "device": str(device),
         "host": {

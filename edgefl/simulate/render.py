@@ -50,7 +50,8 @@ def results_markdown(results: dict) -> str:
               "|---|---|---|---|---:|---:|"]  # fmt: skip
     for c in results["clients"]:
         va = c["training"].get("val_accuracy")
-        lines.append(f"| {c['client_id']} | {c['profile']} | {c['role']} | {c['model']} | "
+        who = c["client_id"] + (f" ({c['attack']} attacker)" if c.get("attack") else "")
+        lines.append(f"| {who} | {c['profile']} | {c['role']} | {c['model']} | "
                      f"{'-' if va is None else f'{100 * va:.1f}'} | {c['upload_bytes']:,} |")  # fmt: skip
     return "\n".join(lines) + "\n"
 

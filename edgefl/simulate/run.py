@@ -22,6 +22,7 @@ import torch
 import exporters
 from device_profiles import OPTIMIZERS
 from edgefl.chance import classifier_warnings
+from edgefl.client.attacks import assign, parse_attacks
 from edgefl.client.run import ClientJob, run_client
 from edgefl.data.public import DEFAULT_PUBLIC_SIZE
 from edgefl.data.registry import DATASETS
@@ -79,6 +80,9 @@ class SimJob:
     # its budget on its own data (pFedZKD's PSO-FedNAS), with `search_options`.
     client_models: dict[str, str] = field(default_factory=dict)
     search_options: dict[str, Any] = field(default_factory=dict)  # PSOConfig fields
+    # Poisoned clients (edgefl.client.attacks): kind -> count; for each kind in order, the first
+    # COUNT clients of a role it applies to. Recorded in the report, never in an upload.
+    attacks: dict[str, int] = field(default_factory=dict)
     classifier_optimizer: str | None = None  # sgd | sgd-momentum | adam (default: the profile's)
     generator_optimizer: str | None = None
     classifier_batch_size: int | None = None  # default: the profile's
@@ -104,6 +108,8 @@ class SimJob:
                 hint=f"e.g. --public-size {max(1, train // 5)}",
             )
         profiles = set(parse_mix(self.mix, self.clients))
+        if self.attacks:
+            parse_attacks(",".join(f"{k}:{n}" for k, n in self.attacks.items()))
         searched = {p: m for p, m in self.client_models.items() if m.startswith(SEARCH)}
         for prof, model in searched.items():
             if model[len(SEARCH) :] not in SEARCHES:
@@ -207,14 +213,16 @@ def client_jobs(job: SimJob) -> list[ClientJob]:
     n_train = job.subset or info.train_size
     models = {p: _model_for(job, p, info, n_train) for p in dict.fromkeys(profiles)}
     train_device = resolve_device(job.train_device, "--train-device").type
+    roles = {p: "classifier" if m.startswith(SEARCH) else role_of(
+        parse_model_arg(m, info.input_shape, info.num_classes)) for p, m in models.items()}  # fmt: skip
+    attacks = assign(job.attacks, [roles[p] for p in profiles])
     jobs = []
     for i, prof in enumerate(profiles):
         model = models[prof]
         search = model[len(SEARCH) :] if model.startswith(SEARCH) else None
         if search:  # the client finds its classifier; search options as the job's
             model = None
-        is_gen = search is None and role_of(
-            parse_model_arg(model, info.input_shape, info.num_classes)) != "classifier"  # fmt: skip
+        is_gen = roles[prof] != "classifier"
         # Classifier clients of a FedOL run train once and send predictions; their model stays
         # on the device (kept in uploads/ so model-based methods can run side by side).
         predictions = job.needs_predictions and not is_gen
@@ -234,6 +242,7 @@ def client_jobs(job: SimJob) -> list[ClientJob]:
             train_device=train_device,
             subset=job.subset, search=search,
             search_options=dict(job.search_options) if search else None,
+            attack=attacks[i],
         ))  # fmt: skip
     return jobs
 
@@ -250,6 +259,7 @@ def _train_one(cjob: ClientJob) -> dict:
 
 def train_clients(job: SimJob, log, progress=no_progress) -> list[dict]:
     cjobs = client_jobs(job)
+    check_attackers(job, cjobs)
     results: list[dict | None] = [finished(c) for c in cjobs]
     todo = [i for i, r in enumerate(results) if r is None]
     if len(todo) < len(cjobs):
@@ -272,7 +282,31 @@ def train_clients(job: SimJob, log, progress=no_progress) -> list[dict]:
                 done += 1
                 log(f"client {i} done ({cjobs[i].profile}, {results[i]['model']})")
                 progress("clients trained", done, len(cjobs), f"client {i}")
-    return results  # type: ignore[return-value]
+    # The run says who attacked; uploads never do.
+    return [r | {"attack": c.attack} for r, c in zip(results, cjobs, strict=True)]  # type: ignore[operator]
+
+
+def check_attackers(job: SimJob, cjobs: list[ClientJob]) -> None:
+    """Uploads carry no mark of an attack, so a rerun in the same --out may reuse them only if it
+    asks for the same attackers: `attackers.json` records them."""
+    path = Path(job.out) / "attackers.json"
+    want = {f"client-{c.client_index:03d}": c.attack for c in cjobs if c.attack}
+    have = json.loads(path.read_text()) if path.exists() else {}
+    if have == want:
+        return
+    if not path.exists() and not any(finished_path(c).exists() for c in cjobs):
+        Path(job.out).mkdir(parents=True, exist_ok=True)  # a fresh run: record its attackers
+        exporters.atomic_write_text(path, json.dumps(want, indent=2))
+        return
+    raise ConfigError(
+        f"{job.out} holds uploads of a run with other attackers ({have or 'none'}, now "
+        f"{want or 'none'})",
+        hint="use a fresh --out for a different --attack",
+    )
+
+
+def finished_path(c: ClientJob) -> Path:
+    return Path(c.out_dir) / f"client-{c.client_index:03d}.onnx"
 
 
 def upload_folder(out: Path, kinds: tuple[str, ...]) -> Path:

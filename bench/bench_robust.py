@@ -1,0 +1,201 @@
+"""Robust one-shot fusion against poisoned clients (issue 18): MNIST, 10 clients (5 `cnn`
+classifiers + 5 `cvae-small` CVAEs, the FedMHO paper's prototypes), Dir(0.5); per seed a clean
+run and, for each attack kind, runs with 2 and 4 attackers (`simulate --attack KIND:N`); every
+federation fused by fedmho, ensemble and feddf with and without `--robust screen`.
+
+Honest clients are the same in every run of a seed (same data, seed and settings), so each is
+trained once: the clean run's uploads are copied into every attacked run, and the 2 attackers
+of a kind into its 4-attacker run; only new attackers train. Targets: with 2 attackers of each
+kind, robust fusion within 2 points of the clean run; with 0, robust costs <= 0.5 point.
+
+    python bench/bench_robust.py --out bench/results/robust [--seeds 0,1,2] [--kinds ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+EDGEFL = Path(sys.executable).parent / "edgefl"
+METHODS = "fedmho,ensemble,feddf"
+KINDS = "flip,flip@cvae,swap,random,scale,invert,noise"
+MIX = "smartphone:5,wristband:5"
+
+
+def simulate(out: Path, seed: int, attack: str, robust: bool, args) -> dict:
+    argv = [str(EDGEFL), "simulate", "--dataset", "mnist", "--clients", "10", "--mix", MIX,
+            "--paper-models", "--partition", "dirichlet:0.5", "--methods", METHODS, "--seed",
+            str(seed), "--classifier-epochs", str(args.classifier_epochs), "--generator-epochs",
+            str(args.generator_epochs), "--jobs", str(args.jobs), "--out", str(out), "--json",
+            "--quiet"]  # fmt: skip
+    if attack:
+        argv += ["--attack", attack]
+    if robust:
+        argv += ["--fuse-opt", "all:robust=screen"]
+    r = subprocess.run(argv, capture_output=True, text=True)
+    if r.returncode != 0:
+        sys.exit(f"simulate failed ({out}):\n{r.stdout[-2000:]}\n{r.stderr[-3000:]}")
+    return json.loads(r.stdout)
+
+
+def seed_uploads(src: Path, dst: Path, attackers: dict[str, str]) -> None:
+    """Copy the uploads a run can reuse: every client that is not an attacker of this run (the
+    clean run's), and `attackers.json` first so simulate accepts them."""
+    (dst / "uploads").mkdir(parents=True, exist_ok=True)
+    (dst / "attackers.json").write_text(json.dumps(attackers, indent=2))
+    for f in (src / "uploads").glob("client-*.onnx"):
+        if f.stem not in attackers:
+            shutil.copy2(f, dst / "uploads" / f.name)
+
+
+def attackers_of(attack: str, seed: int) -> dict[str, str]:
+    from edgefl.client.attacks import parse_attacks
+    from edgefl.simulate.run import SimJob, client_jobs
+
+    job = SimJob(dataset="mnist", clients=10, mix=MIX, paper_models=True, seed=seed,
+                 attacks=parse_attacks(attack) if attack else {})  # fmt: skip
+    return {f"client-{c.client_index:03d}": c.attack for c in client_jobs(job) if c.attack}
+
+
+def run_seed(seed: int, work: Path, kinds: list[str], counts: list[int], args) -> list[dict]:
+    rows = []
+    clean = work / f"s{seed}" / "clean"
+    for robust in (False, True):
+        out = clean if not robust else work / f"s{seed}" / "clean-robust"
+        if robust:
+            seed_uploads(clean, out, {})
+        rep = simulate(out, seed, "", robust, args)
+        rows.append(_row(seed, "none", 0, robust, rep))
+    for kind in kinds:
+        prev = None
+        for n in counts:
+            attack = f"{kind}:{n}"
+            who = attackers_of(attack, seed)
+            for robust in (False, True):
+                out = work / f"s{seed}" / f"{kind.replace('@', '-')}-{n}" / (
+                    "robust" if robust else "plain")  # fmt: skip
+                shutil.rmtree(out, ignore_errors=True)
+                seed_uploads(clean, out, who)
+                donor = (out.parent / "plain") if robust else prev
+                if donor is not None:  # attackers already trained (the plain run, or n-2)
+                    for cid in who:
+                        f = donor / "uploads" / f"{cid}.onnx"
+                        if f.exists():
+                            shutil.copy2(f, out / "uploads" / f.name)
+                t = time.monotonic()
+                rep = simulate(out, seed, attack, robust, args)
+                rows.append(_row(seed, kind, n, robust, rep) | {"wall_s": time.monotonic() - t})
+                print(json.dumps({k: rows[-1][k] for k in ("seed", "kind", "count", "robust",
+                                                            "accuracy", "screened")}), flush=True)  # fmt: skip
+            prev = out.parent / "plain"
+    return rows
+
+
+def _row(seed, kind, n, robust, rep) -> dict:
+    out = Path(rep["job"]["out"])
+    screened = {}
+    for m in METHODS.split(","):
+        path = out / "global" / f"{m}.json"
+        if path.exists():
+            screened[m] = [s["client_id"] for s in json.loads(path.read_text()).get("screened", [])]
+    return {
+        "seed": seed, "kind": kind, "count": n, "robust": robust,
+        "accuracy": {r["method"]: r["accuracy"] for r in rep["results"]},
+        "attackers": {c["client_id"]: c["attack"] for c in rep["clients"] if c.get("attack")},
+        "screened": screened,
+    }  # fmt: skip
+
+
+def markdown(rows: list[dict], meta: dict) -> str:
+    methods = METHODS.split(",")
+    seeds = sorted({r["seed"] for r in rows})
+
+    def mean(kind, n, robust, m):
+        v = [r["accuracy"].get(m) for r in rows
+             if (r["kind"], r["count"], r["robust"]) == (kind, n, robust)]  # fmt: skip
+        v = [x for x in v if x is not None]
+        return (100 * float(np.mean(v)), len(v)) if v else (None, 0)
+
+    lines = [
+        "# Poisoned clients and robust fusion (bench/bench_robust.py)",
+        "",
+        f"{meta['date_utc']}, {meta['machine']}; `{meta['command']}`.",
+        "MNIST, 10 clients (5 `cnn` classifiers, 5 `cvae-small` CVAEs), Dir(0.5), seeds "
+        f"{', '.join(map(str, seeds))}; top-1 % on the MNIST test split, mean over seeds; "
+        "plain / robust (`--robust screen`), and robust minus the clean robust run.",
+        "",
+        "| attack | attackers | "
+        + " | ".join(f"{m} plain / robust (vs clean)" for m in methods)
+        + " |",
+        "|---|---:|" + "---|" * len(methods),
+    ]
+    keys = sorted({(r["kind"], r["count"]) for r in rows}, key=lambda k: (k[0] != "none", k))
+    for kind, n in keys:
+        cells = []
+        for m in methods:
+            plain, _ = mean(kind, n, False, m)
+            rob, _ = mean(kind, n, True, m)
+            clean, _ = mean("none", 0, False, m)
+            if plain is None or rob is None or clean is None:
+                cells.append("-")
+                continue
+            cells.append(f"{plain:.2f} / {rob:.2f} ({rob - clean:+.2f})")
+        lines.append(f"| {kind} | {n} | " + " | ".join(cells) + " |")
+    lines += ["", "Screened out (robust runs), per seed: "]
+    for r in rows:
+        if r["robust"] and r["kind"] != "none":
+            lines.append(f"- seed {r['seed']} {r['kind']}:{r['count']} (attackers "
+                         f"{', '.join(sorted(r['attackers']))}): "
+                         + "; ".join(f"{m}: {', '.join(v) or 'none'}" for m, v in
+                                     r["screened"].items()))  # fmt: skip
+    clean_screens = [r for r in rows if r["robust"] and r["kind"] == "none"]
+    for r in clean_screens:
+        lines.append(f"- seed {r['seed']} clean run: "
+                     + "; ".join(f"{m}: {', '.join(v) or 'none'}" for m, v in
+                                 r["screened"].items()))  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--seeds", default="0,1,2")
+    ap.add_argument("--kinds", default=KINDS)
+    ap.add_argument("--counts", default="2,4")
+    ap.add_argument("--classifier-epochs", type=int, default=5)
+    ap.add_argument("--generator-epochs", type=int, default=10)
+    ap.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
+    ap.add_argument("--work", default="/tmp/bench-robust")
+    ap.add_argument("--out", default=str(ROOT / "bench/results/robust"))
+    ap.add_argument("--render", action="store_true", help="only rewrite OUT.md from OUT.json")
+    args = ap.parse_args()
+    if args.render:
+        saved = json.loads(Path(f"{args.out}.json").read_text())
+        Path(f"{args.out}.md").write_text(markdown(saved["rows"], saved["meta"]))
+        return
+    meta = {
+        "date_utc": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, {platform.platform()}",
+        "command": "python bench/bench_robust.py " + " ".join(sys.argv[1:]),
+    }
+    rows: list[dict] = []
+    for seed in (int(s) for s in args.seeds.split(",")):
+        rows += run_seed(seed, Path(args.work), args.kinds.split(","),
+                         [int(c) for c in args.counts.split(",")], args)  # fmt: skip
+        Path(f"{args.out}.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=2))
+        Path(f"{args.out}.md").write_text(markdown(rows, meta))
+    print(markdown(rows, meta))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,107 @@
+"""Poisoned clients and the output-space screen against them (issue 18): each attack yields a
+valid upload whose content is poisoned as its name says; the run records who attacked and the
+uploads do not; `--robust screen` leaves out exactly the attackers and says why."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+import exporters
+from edgefl.client.attacks import ATTACKS, SCALE, SWAP, assign, derangement, parse_attacks
+from edgefl.client.run import ClientJob, run_client
+from edgefl.data import load_dataset
+from edgefl.errors import ConfigError, UnknownNameError
+
+
+def test_attack_kinds_parse_and_go_to_the_first_clients_they_apply_to():
+    assert parse_attacks("flip:2, noise:1,flip:1") == {"flip": 3, "noise": 1}
+    with pytest.raises(UnknownNameError):
+        parse_attacks("flipp:2")
+    for bad in ("flip", "flip:0", "flip:x"):
+        with pytest.raises(ConfigError, match="KIND:COUNT"):
+            parse_attacks(bad)
+    roles = ["classifier", "classifier", "generator", "generator", "classifier"]
+    assert assign({"noise": 1, "flip": 2, "scale": 1}, roles) == [
+        "flip", "flip", "noise", None, "scale"]  # fmt: skip
+    with pytest.raises(ConfigError, match="needs 3 clients"):
+        assign({"invert": 3}, ["classifier", "classifier", "generator"])
+    # A kind that fits both roles can be aimed at one.
+    assert parse_attacks("flip@cvae:1") == {"flip@cvae": 1}
+    assert assign({"flip@cvae": 1, "flip": 1}, roles) == ["flip", None, "flip", None, None]
+    with pytest.raises(ConfigError, match="can be aimed at classifier"):
+        parse_attacks("scale@cvae:1")
+
+
+def test_label_attacks_move_labels_as_named():
+    for seed in range(5):
+        perm = derangement(10, seed)
+        assert sorted(perm) == list(range(10)) and not np.any(perm == np.arange(10))
+    y = np.array([0, 1, 2, 1, 0, 5])
+    swapped = ATTACKS.get("swap").labels(y, 10, 0)
+    assert swapped.tolist() == [SWAP[1], SWAP[0], 2, SWAP[0], SWAP[1], 5]
+
+
+def _job(tmp_path, **kw) -> ClientJob:
+    base = ClientJob(profile="smartphone", dataset="digits", out_dir=str(tmp_path), num_clients=4,
+                     partition="iid", model="cnn", epochs=30, optimizer="adam", force=True)  # fmt: skip
+    return replace(base, **kw)
+
+
+def test_attacked_uploads_are_valid_and_poisoned_as_named(tmp_path):
+    test = load_dataset("digits", "test")
+    honest = run_client(_job(tmp_path / "honest"))
+    logits = exporters.read_artifact(honest.path).run(test.x[:64])
+    for kind, expect in (("scale", SCALE * logits), ("invert", -logits)):
+        r = run_client(_job(tmp_path / kind, attack=kind))
+        art = exporters.validate_upload(r.path)  # a valid upload, checked as the server does
+        assert "attack" not in json.dumps(exporters.get_metadata(art.model))  # no mark of it
+        assert np.allclose(exporters.read_artifact(r.path).run(test.x[:64]), expect, atol=1e-3)
+    flipped = run_client(_job(tmp_path / "flip", attack="flip"))
+    # Its label counts follow its poisoned labels: a permutation of the honest counts.
+    assert flipped.label_counts != honest.label_counts
+    assert sorted(flipped.label_counts) == sorted(honest.label_counts)
+
+    def acc(path):
+        out = exporters.read_artifact(path).run(test.x)
+        return float((out.argmax(1) == test.y).mean())
+
+    assert acc(honest.path) > 0.7 and acc(flipped.path) < 0.3
+    assert acc(run_client(_job(tmp_path / "random", attack="random")).path) < 0.3
+    with pytest.raises(ConfigError, match="does not apply to a classifier"):
+        run_client(_job(tmp_path / "bad", attack="noise"))
+
+
+def test_the_run_names_its_attackers_and_the_screen_leaves_them_out(cli, tmp_path):
+    out = tmp_path / "sim"
+    args = ["simulate", "--dataset", "digits", "--clients", "9", "--mix",
+            "smartphone:6,wristband:3", "--partition", "iid", "--classifier-epochs", "30",
+            "--classifier-optimizer", "adam", "--generator-epochs", "30",
+            "--generator-optimizer", "adam", "--methods", "ensemble,fedmho", "--fuse-opt",
+            "fedmho:epochs=1", "--fuse-opt", "fedmho:synthetic=300", "--fuse-opt",
+            "all:robust=screen", "--out", str(out), "--json", "--quiet"]  # fmt: skip
+    r = cli(*args, "--attack", "invert:1,scale:1,noise:1")
+    assert r.exit_code == 0, r.output
+    report = json.loads(r.stdout)
+    attack = {c["client_id"]: c["attack"] for c in report["clients"]}
+    assert attack == {"client-000": "invert", "client-001": "scale", "client-006": "noise"} | {
+        f"client-{i:03d}": None for i in (2, 3, 4, 5, 7, 8)}  # fmt: skip
+    assert json.loads((out / "attackers.json").read_text()) == {
+        "client-000": "invert", "client-001": "scale", "client-006": "noise"}  # fmt: skip
+    for method, want in (("ensemble", {"client-000", "client-001"}),
+                         ("fedmho", {"client-000", "client-001", "client-006"})):  # fmt: skip
+        rep = json.loads((out / "global" / f"{method}.json").read_text())
+        assert {s["client_id"] for s in rep["screened"]} == want, rep["screened"]
+        assert not want & set(rep["used"])
+    # The same uploads without the screen: everyone is used.
+    r = cli("server", "fuse", str(out / "uploads"), "--method", "ensemble", "--out",
+            str(tmp_path / "plain.onnx"), "--json")  # fmt: skip
+    assert r.exit_code == 0, r.output
+    plain = json.loads(r.stdout)
+    assert plain["screened"] == [] and len(plain["used"]) == 6
+    # A rerun in the same folder must ask for the same attackers (uploads carry no mark).
+    r = cli(*args, "--attack", "invert:2")
+    assert r.exit_code == 2 and "other attackers" in r.output
