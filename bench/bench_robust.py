@@ -89,9 +89,10 @@ def run_seed(seed: int, work: Path, kinds: list[str], counts: list[int], args) -
                 seed_uploads(clean, out, who)
                 donor = (out.parent / "plain") if robust else prev
                 if donor is not None:  # attackers already trained (the plain run, or n-2)
-                    for cid in who:
+                    theirs = json.loads((donor / "attackers.json").read_text())
+                    for cid in who:  # only those that attacked there too, the same way
                         f = donor / "uploads" / f"{cid}.onnx"
-                        if f.exists():
+                        if theirs.get(cid) == who[cid] and f.exists():
                             shutil.copy2(f, out / "uploads" / f.name)
                 t = time.monotonic()
                 rep = simulate(out, seed, attack, robust, args)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import glob
 import os
 import tempfile
 from pathlib import Path
@@ -14,8 +15,11 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
     """Write ``data`` to ``path`` via a temp file in the same directory and ``os.replace``."""
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
-    # Same directory so os.replace is a rename on one filesystem (atomic), not a copy.
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    remove_stale_temps(target)
+    # Same directory so os.replace is a rename on one filesystem (atomic), not a copy. The
+    # writer's pid in the name lets a later write tell a dead writer's leftover from a live one.
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.{os.getpid()}.",
+                               suffix=".tmp")  # fmt: skip
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
@@ -31,6 +35,26 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
         raise
     _fsync_dir(target.parent)
     return target
+
+
+def remove_stale_temps(target: Path) -> None:
+    """Delete the temp files of earlier writes of `target` whose writer is gone (a SIGKILL leaves
+    them; nothing else can): never a live writer's, which a concurrent run may still rename."""
+    for tmp in target.parent.glob(f".{glob.escape(target.name)}.*.tmp"):
+        pid = tmp.name[len(target.name) + 2 :].split(".", 1)[0]
+        if pid.isdigit() and not _alive(int(pid)):
+            with contextlib.suppress(FileNotFoundError):
+                tmp.unlink()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def new_file_mode() -> int:

@@ -5,6 +5,7 @@ uploads do not; `--robust screen` leaves out exactly the attackers and says why.
 from __future__ import annotations
 
 import json
+import shutil
 from dataclasses import replace
 
 import numpy as np
@@ -102,6 +103,17 @@ def test_the_run_names_its_attackers_and_the_screen_leaves_them_out(cli, tmp_pat
     assert r.exit_code == 0, r.output
     plain = json.loads(r.stdout)
     assert plain["screened"] == [] and len(plain["used"]) == 6
+    # Without decoders, a method's public set is the probe (FedDF's).
+    only = tmp_path / "classifiers"
+    only.mkdir()
+    for i in range(6):
+        shutil.copyfile(out / "uploads" / f"client-{i:03d}.onnx", only / f"client-{i:03d}.onnx")
+    r = cli("server", "fuse", str(only), "--method", "feddf", "--robust", "screen", "--epochs",
+            "1", "--public", "digits:public", "--public-size", "300", "--out",
+            str(tmp_path / "df.onnx"), "--json")  # fmt: skip
+    assert r.exit_code == 0, r.output
+    assert {s["client_id"] for s in json.loads(r.stdout)["screened"]} == {
+        "client-000", "client-001"}  # fmt: skip
     # A rerun in the same folder must ask for the same attackers (uploads carry no mark).
     r = cli(*args, "--attack", "invert:2")
     assert r.exit_code == 2 and "other attackers" in r.output

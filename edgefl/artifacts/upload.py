@@ -72,12 +72,18 @@ def rebuild(
 
     A rebuilt module holds the weights from then on: the artifact's in-memory copies are
     released (`release_weights`; a 264 MiB VGG-9 would otherwise be held three times)."""
-    with exporters.timed(timings, "rebuild"):
-        module, why = _rebuild(art)
-    if module is None:
-        return None, why
-    with exporters.timed(timings, "parity"):
-        diff = parity(module, art)
+    try:
+        with exporters.timed(timings, "rebuild"):
+            module, why = _rebuild(art)
+        if module is None:
+            return None, why
+        with exporters.timed(timings, "parity"):
+            diff = parity(module, art)
+    except RebuildRejected:
+        raise
+    except Exception as exc:  # torch or onnxruntime on a hostile spec or graph: a refusal
+        first = (str(exc).strip().splitlines() or [""])[0][:200]
+        raise RebuildRejected(f"cannot rebuild and run it: {type(exc).__name__}: {first}") from None
     if diff > PARITY_ATOL:
         raise RebuildRejected(f"rebuilt module differs from the ONNX graph (max diff {diff:.2e})")
     release_weights(art)

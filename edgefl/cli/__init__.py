@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import signal
 import sys
+import threading
 
 import typer
 from rich.markup import escape
@@ -28,11 +30,13 @@ class _Group(TyperGroup):
         except EdgeflError as exc:
             report_error(exc)
             raise typer.Exit(2) from None
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as exc:
             err_console.print(
-                "[yellow]interrupted[/]: finished outputs were kept, none half-written"
+                "[yellow]"
+                + ("terminated" if isinstance(exc, Terminated) else "interrupted")
+                + "[/]: finished outputs were kept, none half-written"
             )
-            raise typer.Exit(130) from None
+            raise typer.Exit(143 if isinstance(exc, Terminated) else 130) from None
 
 
 app = typer.Typer(
@@ -87,6 +91,17 @@ def _register() -> None:
 _register()
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (a service manager, `kill`): stopped as by Ctrl-C, so that temp files are
+    removed and forked workers are ended on the way out instead of outliving the command."""
+
+
+def _terminated(signum, frame) -> None:
+    raise Terminated
+
+
 def main(argv: list[str] | None = None) -> None:
     """Console-script entry point."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _terminated)
     app(args=argv if argv is not None else sys.argv[1:])

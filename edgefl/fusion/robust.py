@@ -6,8 +6,9 @@ heterogeneous classifiers, CVAE decoders and prediction tables are not. What eve
 in common is what it outputs on the task's inputs, so each is judged there, against a committee
 that a minority cannot move:
 
-- a probe set: samples from every decoder in the federation, each for the classes it claims
-  (else, for predictions uploads, the public set they were computed on);
+- a probe set: samples from every decoder in the federation, each for the classes it claims,
+  else the method's public set (FedDF's); predictions uploads are judged on the public set they
+  were computed on;
 - classifiers: the committee is the per-sample coordinate-wise median of all classifiers'
   probabilities, on the probe samples it is sure of. A classifier is judged on each class it
   claims (>= MIN_SHARE of its data) by how often it agrees with the committee on probe samples
@@ -41,23 +42,30 @@ RATIO = 0.5  # screened below this fraction of the median client's worst-class a
 SCALE_RATIO = 5.0
 
 
-def screen(usable: list[Upload], federation: list[Upload], device, seed: int = 0, log=None):
-    """(the uploads kept, [{file, client_id, kind, reason}] for those screened out)."""
+def screen(usable: list[Upload], federation: list[Upload], device, seed: int = 0, log=None,
+           public: np.ndarray | None = None):  # fmt: skip
+    """(the uploads kept, [{file, client_id, kind, reason}] for those screened out, notes).
+    `public`: the method's public set, the probe when the federation has no decoder."""
     log = log or (lambda msg: None)
     gen = torch.Generator().manual_seed(seed)
     decoders = [u for u in federation if u.kind == "decoder"]
     classifiers = [u for u in federation if u.kind == "classifier"]
     out: dict[str, str] = {}
     notes = []
-    probe = _probe(decoders, gen, device) if decoders else None
+    probe, asked = _probe(decoders, gen, device) if decoders else (None, None)
+    if (probe is None or not len(probe)) and public is not None:
+        probe, asked = torch.from_numpy(public), None
     kept_classifiers = classifiers
     if classifiers and probe is not None:
         probs, scale = zip(*(_classify(u, probe, device) for u in classifiers), strict=True)
-        bad = _judge(classifiers, list(probs), scale)
+        bad = _judge(classifiers, list(probs), scale, asked)
         out |= bad
         kept_classifiers = [u for u in classifiers if u.name not in bad]
     elif classifiers:
-        notes.append("classifiers not screened: no decoder in the federation to probe them with")
+        notes.append(
+            "classifiers not screened: no decoder in the federation and no public set "
+            "to probe them with"
+        )
     if decoders and kept_classifiers:
         out |= _judge_decoders(decoders, kept_classifiers, gen, device)
     elif decoders:
@@ -75,12 +83,16 @@ def screen(usable: list[Upload], federation: list[Upload], device, seed: int = 0
     return kept, screened, notes
 
 
-def _probe(decoders: list[Upload], gen, device) -> torch.Tensor:
-    xs = []
+def _probe(decoders: list[Upload], gen, device) -> tuple[torch.Tensor, np.ndarray]:
+    """Draws of every decoder for each class it claims, with the class each was asked for."""
+    xs, ys = [], []
     for u in decoders:
         for c in _claimed(u):
             xs.append(decode(u, np.full(PER_CLASS, c), gen, device).cpu())
-    return torch.cat(xs) if xs else torch.empty(0)
+            ys.append(np.full(PER_CLASS, c))
+    if not xs:
+        return torch.empty(0), np.empty(0, dtype=np.int64)
+    return torch.cat(xs), np.concatenate(ys)
 
 
 def _claimed(u: Upload) -> list[int]:
@@ -102,13 +114,18 @@ def _prediction_probs(u: Upload) -> np.ndarray:
     return p / np.maximum(p.sum(-1, keepdims=True), 1e-12)
 
 
-def _judge(uploads: list[Upload], probs: list[np.ndarray], scale) -> dict[str, str]:
-    """Worst-class agreement with the coordinate-wise median of everyone's probabilities, on
-    the probe samples the committee is sure of (a noise decoder's draws, which look like no
-    class, would only make honest clients disagree with each other)."""
-    median = np.median(np.stack(probs), axis=0)
-    median /= np.maximum(median.sum(1, keepdims=True), 1e-12)
-    committee = np.where(median.max(1) >= SURE, median.argmax(1), -1)
+def _judge(uploads: list[Upload], probs: list[np.ndarray], scale, asked=None) -> dict[str, str]:
+    """Mean agreement over each client's classes with a reference label: the class a decoder
+    was asked for (`asked`), or else the coordinate-wise median of everyone's probabilities on
+    the samples that committee is sure of. Under label skew a median committee is weak (a
+    class few clients hold gets a low median), so decoder labels come first: a poisoned
+    decoder's draws cost every classifier alike and move no one relative to the others."""
+    if asked is not None:
+        committee = asked
+    else:
+        median = np.median(np.stack(probs), axis=0)
+        median /= np.maximum(median.sum(1, keepdims=True), 1e-12)
+        committee = np.where(median.max(1) >= SURE, median.argmax(1), -1)
     scores = [
         _agreement(p.argmax(1), committee, _claimed(u)) for u, p in zip(uploads, probs, strict=True)
     ]
@@ -155,7 +172,8 @@ def _judge_decoders(decoders, classifiers, gen, device) -> dict[str, str]:
         per = {}
         for c in _claimed(u):
             x = decode(u, np.full(PER_CLASS, c), gen, device).cpu()
-            p = np.mean([_classify(k, x, device)[0] for k in classifiers], axis=0)
+            judges = [k for k in classifiers if c in _claimed(k)] or classifiers  # who knows c
+            p = np.mean([_classify(k, x, device)[0] for k in judges], axis=0)
             per[c] = float((p.argmax(1) == c).mean())
         scores.append((float(np.mean(list(per.values()))), min(per, key=per.get)) if per
                       else (None, None))  # fmt: skip

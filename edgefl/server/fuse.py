@@ -14,10 +14,13 @@ Uploads are only read. The global models and reports are written atomically (tem
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import json
 import multiprocessing
 import os
 import platform
+import signal
 import sys
 import threading
 import time
@@ -287,7 +290,7 @@ def _fuse_forked(plans, found, device, eval_ref, data_dir, log, progress, worker
     _flush()  # lines still buffered here would otherwise be printed again by every worker
     listener.start()
     try:
-        with ctx.Pool(workers) as pool:
+        with ctx.Pool(workers, initializer=_worker_start, initargs=(os.getpid(),)) as pool:
             done = dict(zip(order, pool.imap(_forked_one, order, chunksize=1), strict=True))
             pool.close()  # let the workers exit on their own: terminating them drops output
             pool.join()
@@ -302,6 +305,18 @@ def _fuse_forked(plans, found, device, eval_ref, data_dir, log, progress, worker
             raise ConfigError(error[1], hint=error[2])
         outcomes.append((report, None if error is None else FusionError(*error[1:])))
     return outcomes
+
+
+def _worker_start(parent: int) -> None:
+    """A forked method worker ends with the server: on its SIGKILL too (PR_SET_PDEATHSIG), so
+    no worker writes outputs after the command is gone. Ctrl-C and SIGTERM are the server's to
+    handle (it terminates the pool); a worker printing its own traceback would only add noise."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    if os.getppid() != parent:  # the server died before the line above took effect
+        os._exit(1)
 
 
 def _flush() -> None:
@@ -345,7 +360,8 @@ def _fuse_planned(p: Planned, found: Ingest, device, eval_ref, data_dir, shared:
     screened, notes = [], []
     if p.config.robust == "screen":
         usable, screened, notes = screen(usable, found.uploads, device, p.config.seed,
-                                         lambda msg: log(f"{p.method.name}: {msg}"))  # fmt: skip
+                                         lambda msg: log(f"{p.method.name}: {msg}"),
+                                         public=_public_probe(p.config))  # fmt: skip
         if not usable:
             raise FusionError(f"{p.method.name}: every upload it could use was screened out",
                               hint="see the reasons above; --robust off fuses them all")  # fmt: skip
@@ -409,6 +425,18 @@ def _fuse_planned(p: Planned, found: Ingest, device, eval_ref, data_dir, shared:
     exporters.atomic_write_text(p.report, json.dumps(report, indent=2, default=_jsonable))
     report["report_path"] = str(p.report)
     return report
+
+
+def _public_probe(cfg: FusionConfig):
+    """The method's public set (FedDF's options), for the robust screen to probe with."""
+    ref = getattr(cfg, "public", None)
+    if not ref:
+        return None
+    from edgefl.data.public import load_public
+
+    return load_public(ref, public_size=cfg.public_size, seed=cfg.public_seed,
+                       subset=cfg.public_subset, data_dir=cfg.data_dir,
+                       partition=cfg.public_partition)  # fmt: skip
 
 
 def _val_accuracies(uploads: list[Upload]) -> list[float]:

@@ -1,0 +1,267 @@
+"""`edgefl server fuse` stopped by SIGINT, SIGTERM or SIGKILL at each stage of its run: the
+uploads stay byte-identical, no output is left half-written or stray, no process of the run
+outlives it, and a rerun of the same command writes the weights of a run never interrupted.
+
+Each stage is reached deterministically: the stopped runs are the real CLI in a subprocess with
+a test-only hook prepended that, at the chosen point, prints a marker on stderr and sleeps; the
+test signals the process once it reads the marker. Reruns and the reference are the plain CLI.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from fed_fixtures import build_federation, copy_uploads, snapshot
+
+import exporters
+
+pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="reads /proc; signals as on Linux")
+
+ROOT = Path(__file__).resolve().parents[1]
+CLI = "import sys; from edgefl.cli import main; sys.argv[0] = 'edgefl'; main()\n"
+EPOCHS = 3
+MARKER = "@@paused"
+
+# Prepended to CLI for the stopped runs. EDGEFL_TEST_PAUSE picks the point:
+#   progress:TASK DONE  after the reporter is told that step (main thread: ingest, epochs)
+#   write:PREFIX        inside the atomic writer, when a temp file whose name starts with PREFIX
+#                       is written and fsynced but not yet renamed onto its target
+#   fuse:METHOD         as METHOD (or any, with *) starts fusing: in its forked worker when
+#                       several methods run
+# It only waits there (bounded, so a lost signal ends the run rather than hanging the test).
+HOOK = """
+import os, sys, time
+_at = os.environ["EDGEFL_TEST_PAUSE"]
+
+def _pause():
+    sys.stderr.write("@@paused " + _at + "\\n")
+    sys.stderr.flush()
+    time.sleep(30)
+
+if _at.startswith("progress:"):
+    import edgefl.progress as _p
+    _call = _p.LineReporter.__call__
+    def _hooked(self, task, done, total, note=""):
+        _call(self, task, done, total, note)
+        if _at == f"progress:{task} {done}":
+            _pause()
+    _p.LineReporter.__call__ = _hooked
+elif _at.startswith("write:"):
+    _fsync = os.fsync
+    def _hooked(fd):
+        _fsync(fd)
+        try:
+            name = os.path.basename(os.readlink(f"/proc/self/fd/{fd}"))
+        except OSError:
+            return
+        if name.startswith(_at[6:]) and name.endswith(".tmp"):
+            _pause()
+    os.fsync = _hooked
+elif _at.startswith("fuse:"):
+    import edgefl.server.fuse as _f
+    _fuse = _f.fuse_one
+    def _hooked(p, *args, **kwargs):
+        if _at[5:] in ("*", p.method.name):
+            _pause()
+        return _fuse(p, *args, **kwargs)
+    _f.fuse_one = _hooked
+"""
+
+# --jobs 2: two forked method workers whatever the machine's core count.
+MANY = ["--method", "fedavg,fedmho", "--opt", f"fedmho:epochs={EPOCHS}", "--jobs", "2"]
+ONE = ["--method", "fedmho", "--epochs", str(EPOCHS)]
+
+
+@pytest.fixture(scope="session")
+def federation(tmp_path_factory):
+    return build_federation(tmp_path_factory.mktemp("fed"))
+
+
+@pytest.fixture(scope="module")
+def uploads(federation, tmp_path_factory) -> Path:
+    return copy_uploads(federation, tmp_path_factory.mktemp("stopped") / "uploads")
+
+
+@pytest.fixture(scope="module")
+def reference(uploads, tmp_path_factory) -> Path:
+    """Both methods' outputs from a run never interrupted (fedmho's weights equal the one-method
+    run's: same seed, one torch thread in either)."""
+    out = tmp_path_factory.mktemp("reference")
+    done = _run_plain([*MANY, "--out-dir", str(out)], uploads)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return out
+
+
+def _argv(args: list[str], uploads: Path) -> list[str]:
+    return ["server", "fuse", str(uploads), *args, "--quiet"]
+
+
+def _run_plain(args: list[str], uploads: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", CLI, *_argv(args, uploads)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=180)  # fmt: skip
+
+
+def _stop_at(pause: str, sig: signal.Signals, args: list[str], uploads: Path, logs: Path):
+    """Run until the hook's marker, send `sig` to the server process (not its group: `kill PID`,
+    an OOM kill), wait for it; (returncode, stderr, its session id)."""
+    err = logs / "stderr.txt"
+    # Files, not pipes: a process that outlives the server must not block the test's reads.
+    # No --quiet: the progress hook wraps the line reporter.
+    argv = [a for a in _argv(args, uploads) if a != "--quiet"]
+    with open(err, "wb") as e, open(logs / "stdout.txt", "wb") as o:
+        proc = subprocess.Popen([sys.executable, "-c", HOOK + CLI, *argv], cwd=ROOT,
+                                env=dict(os.environ, EDGEFL_TEST_PAUSE=pause), stdout=o,
+                                stderr=e, start_new_session=True)  # fmt: skip
+    deadline = time.monotonic() + 120
+    while MARKER not in err.read_text(errors="replace"):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            _kill_session(proc.pid)
+            proc.wait()
+            pytest.fail(f"never reached {pause} (exit {proc.returncode}):\n{err.read_text()}")
+        time.sleep(0.05)
+    proc.send_signal(sig)
+    proc.wait(timeout=60)
+    return proc.returncode, err.read_text(errors="replace"), proc.pid
+
+
+def _alive_in_session(sid: int) -> list[int]:
+    alive = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            fields = Path(f"/proc/{entry}/stat").read_text().rpartition(")")[2].split()
+        except OSError:
+            continue  # exited meanwhile
+        if int(fields[3]) == sid and fields[0] != "Z":  # fields: state, ppid, pgrp, session
+            alive.append(int(entry))
+    return alive
+
+
+def _kill_session(sid: int) -> None:
+    for pid in _alive_in_session(sid):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def _survivors(sid: int, grace: float = 2.0) -> list[int]:
+    """Processes of the stopped run still alive `grace` seconds after the server process ended
+    (forked method workers exit on their own once they notice, if they do)."""
+    deadline = time.monotonic() + grace
+    while (alive := _alive_in_session(sid)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return alive
+
+
+def _output_problems(out: Path, expected: dict[str, str], ref: Path, tolerate_temp: bool,
+                     complete: bool) -> list[str]:  # fmt: skip
+    """What is wrong in the output folder: `expected` maps each output's stem to its method.
+    Every output present must be whole and from a whole run (weights equal the reference);
+    with `complete`, all must be present. A temp file is tolerated only after a SIGKILL."""
+    problems = []
+    names = set(os.listdir(out)) if out.exists() else set()
+    outputs = {f"{stem}{ext}" for stem in expected for ext in (".onnx", ".json")}
+    temp = re.compile(r"^\.(.+)\.[^.]+\.tmp$")  # atomic_write_bytes's mkstemp names
+    for name in sorted(names - outputs):
+        if not (tolerate_temp and (m := temp.match(name)) and m.group(1) in outputs):
+            problems.append(f"stray file {name} in the output folder")
+    for stem, method in expected.items():
+        model, report = out / f"{stem}.onnx", out / f"{stem}.json"
+        if complete and not (model.exists() and report.exists()):
+            problems.append(f"{stem}: the rerun did not write both {model.name} and {report.name}")
+        if model.exists():
+            try:
+                art = exporters.validate_upload(model)
+            except exporters.UploadRejected as exc:
+                problems.append(f"{model.name} is not a whole model: {exc.reason}")
+            else:
+                want = exporters.weights_hash(exporters.read_artifact(ref / f"{method}.onnx").model)
+                if exporters.weights_hash(art.model) != want:
+                    problems.append(f"{model.name}: weights differ from an uninterrupted run")
+        if report.exists():
+            try:
+                rep = json.loads(report.read_text())
+            except (ValueError, UnicodeDecodeError) as exc:
+                problems.append(f"{report.name} is not whole JSON: {exc}")
+                continue
+            if rep.get("method") != method:
+                problems.append(f"{report.name} reports method {rep.get('method')!r}")
+            if not model.exists() or rep.get("global_bytes") != model.stat().st_size:
+                problems.append(f"{report.name} describes a model other than {model.name}")
+    return problems
+
+
+def case(case_id: str, sig: signal.Signals, pause: str, previous: bool = False):
+    """`previous`: a complete earlier run's outputs are already in the output folder."""
+    return pytest.param(sig, pause, previous, id=case_id)
+
+
+CASES = [
+    case("ingest-INT", signal.SIGINT, "progress:ingest upload 1"),
+    case("train-KILL", signal.SIGKILL, "progress:fedmho epoch 1"),
+    # Over a previous run's outputs: the old model must survive whole, or be replaced whole.
+    case("model-write-INT", signal.SIGINT, "write:.g.onnx.", previous=True),
+    # The new model is published, its report being written.
+    case("report-write-TERM", signal.SIGTERM, "write:.g.json."),
+]
+
+
+@pytest.mark.parametrize("sig, pause, previous", CASES)
+def test_one_method_stopped(sig, pause, previous, uploads, reference, tmp_path):
+    out = tmp_path / "out"
+    if previous:
+        out.mkdir()
+        shutil.copyfile(reference / "fedmho.onnx", out / "g.onnx")
+        shutil.copyfile(reference / "fedmho.json", out / "g.json")
+    args = [*ONE, "--out", str(out / "g.onnx")]
+    _check_stop_and_rerun(pause, sig, args, out, {"g": "fedmho"}, uploads, reference, tmp_path)
+
+
+def test_many_methods_server_terminated(uploads, reference, tmp_path):
+    """Two methods in forked workers; the server process alone gets SIGTERM (`kill PID`, docker
+    stop) while they fuse. Both workers wait at the start of fusion, so nothing they would
+    write later can be caught half-way by the test's own clean-up."""
+    out = tmp_path / "out"
+    expected = {"fedavg": "fedavg", "fedmho": "fedmho"}
+    _check_stop_and_rerun("fuse:*", signal.SIGTERM, [*MANY, "--out-dir", str(out)], out,
+                          expected, uploads, reference, tmp_path)  # fmt: skip
+
+
+def _check_stop_and_rerun(pause, sig, args, out, expected, uploads, reference, tmp_path):
+    """Stop the run at `pause` with `sig`, check what it left, rerun it, check again; every
+    problem found is listed in one failure."""
+    before = snapshot(uploads)
+    rc, err, sid = _stop_at(pause, sig, args, uploads, tmp_path)
+    problems = []
+    if sig == signal.SIGINT and (rc != 130 or "interrupted" not in err):
+        problems.append(f"SIGINT: exit {rc}, not 130 with the 'interrupted' line")
+    if sig == signal.SIGTERM and (rc != 143 or "terminated" not in err):
+        problems.append(f"SIGTERM: exit {rc}, not 143 with the 'terminated' line")
+    if rc == 0:
+        problems.append(f"{sig.name} at {pause}: the run still exited 0")
+    if alive := _survivors(sid):
+        problems.append(f"processes {alive} of the stopped run still alive after the server")
+    _kill_session(sid)  # whatever survived must not write during the rerun
+    if snapshot(uploads) != before:
+        problems.append("the stopped run changed the upload folder")
+    problems += [f"after the stop: {p}" for p in
+                 _output_problems(out, expected, reference, sig == signal.SIGKILL, False)]  # fmt: skip
+
+    rerun = _run_plain(args, uploads)
+    if rerun.returncode != 0:
+        problems.append(f"rerun exited {rerun.returncode}: {rerun.stderr[-2000:]}")
+    problems += [f"after the rerun: {p}" for p in
+                 _output_problems(out, expected, reference, False, True)]  # fmt: skip
+    if snapshot(uploads) != before:
+        problems.append("the rerun changed the upload folder")
+    assert not problems, "\n".join(problems) + f"\n--- stopped run's stderr:\n{err[-3000:]}"
