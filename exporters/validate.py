@@ -110,11 +110,12 @@ def validate_upload(
         # which spares serialising and re-parsing every weight (0.7-2.3 s for a VGG-9).
         try:
             onnx.checker.check_model(model)
-            onnx.shape_inference.infer_shapes(
-                without_weights(model, keep_shapes=True), check_type=True, strict_mode=True
-            )
+            light = without_weights(model, keep_shapes=True)
+            _one_sample(light)
+            inferred = onnx.shape_inference.infer_shapes(light, check_type=True, strict_mode=True)
         except Exception as exc:  # checker raises ValidationError, shape inference InferenceError
             raise UploadRejected(f"ONNX checker failed: {_first_line(exc)}") from None
+        _check_activations(inferred)
     with timed(timings, "tensors"):
         _check_tensors(model, max_tensor_elements)
     with timed(timings, "hash"):
@@ -127,6 +128,43 @@ def validate_upload(
     # would only raise the server's peak memory (another session re-serializes the model).
     artifact._data = b""
     return artifact
+
+
+# Elements one intermediate tensor may hold for ONE sample. The largest activation of any zoo
+# model is VGG-9's 64 x 32 x 32 = 65,536; a 224 x 224 x 64 image model's is 3.2M. The bound
+# refuses a small file whose attributes (Conv pads, Resize scales, Expand/Tile shapes) would
+# make onnxruntime allocate gigabytes once the parity check runs it (2026-11-23: Conv pads
+# 2000 in a 42 kB upload asked for 4.1 GB).
+MAX_ACTIVATION_ELEMENTS = 1 << 24
+
+
+def _one_sample(model: onnx.ModelProto) -> None:
+    """Fix a symbolic leading (batch) dim of every graph input to 1, so that inference gives
+    concrete per-sample sizes for every tensor the graph makes."""
+    for value in model.graph.input:
+        dims = value.type.tensor_type.shape.dim
+        if dims and not dims[0].HasField("dim_value"):
+            dims[0].dim_value = 1
+
+
+def _check_activations(inferred: onnx.ModelProto) -> None:
+    graph = inferred.graph
+    # Weights and constants are stored in the file, bounded by its size already: only what
+    # the graph computes from its input is bounded here.
+    stored = {t.name for t in graph.initializer}
+    stored |= {o for n in graph.node if n.op_type == "Constant" for o in n.output}
+    for value in (*graph.value_info, *graph.output):
+        if value.name in stored:
+            continue
+        shape = value.type.tensor_type.shape
+        if not shape.dim or any(not d.HasField("dim_value") for d in shape.dim):
+            continue  # a dim inference could not fix: nothing to bound here
+        n = math.prod(max(0, d.dim_value) for d in shape.dim)
+        if n > MAX_ACTIVATION_ELEMENTS:
+            raise UploadRejected(
+                f"tensor {value.name[:80]!r} would hold {n:,} elements for one sample (limit "
+                f"{MAX_ACTIVATION_ELEMENTS:,}): its graph grows far beyond its input"
+            )
 
 
 def _first_line(exc: BaseException, limit: int = 240) -> str:
