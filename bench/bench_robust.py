@@ -134,7 +134,8 @@ def markdown(rows: list[dict], meta: dict) -> str:
         f"{meta['date_utc']}, {meta['machine']}; `{meta['command']}`.",
         "MNIST, 10 clients (5 `cnn` classifiers, 5 `cvae-small` CVAEs), Dir(0.5), seeds "
         f"{', '.join(map(str, seeds))}; top-1 % on the MNIST test split, mean over seeds; "
-        "plain / robust (`--robust screen`), and robust minus the clean robust run.",
+        "plain / robust (`--robust screen`), and in brackets robust minus the clean run "
+        "(no attacker, no screen).",
         "",
         "| attack | attackers | "
         + " | ".join(f"{m} plain / robust (vs clean)" for m in methods)

@@ -92,11 +92,13 @@ def test_the_run_names_its_attackers_and_the_screen_leaves_them_out(cli, tmp_pat
         f"client-{i:03d}": None for i in (2, 3, 4, 5, 7, 8)}  # fmt: skip
     assert json.loads((out / "attackers.json").read_text()) == {
         "client-000": "invert", "client-001": "scale", "client-006": "noise"}  # fmt: skip
-    for method, want in (("ensemble", {"client-000", "client-001"}),
-                         ("fedmho", {"client-000", "client-001", "client-006"})):  # fmt: skip
+    for method, want in (("ensemble", {"client-000"}), ("fedmho", {"client-000", "client-006"})):
         rep = json.loads((out / "global" / f"{method}.json").read_text())
         assert {s["client_id"] for s in rep["screened"]} == want, rep["screened"]
         assert not want & set(rep["used"])
+        # The scaled client agrees with the others: kept, its logits tempered to theirs.
+        assert "client-001" in rep["used"]
+        assert any(n.startswith("client-001: logits divided by") for n in rep["robust_notes"])
     # The same uploads without the screen: everyone is used.
     r = cli("server", "fuse", str(out / "uploads"), "--method", "ensemble", "--out",
             str(tmp_path / "plain.onnx"), "--json")  # fmt: skip
@@ -112,8 +114,7 @@ def test_the_run_names_its_attackers_and_the_screen_leaves_them_out(cli, tmp_pat
             "1", "--public", "digits:public", "--public-size", "300", "--out",
             str(tmp_path / "df.onnx"), "--json")  # fmt: skip
     assert r.exit_code == 0, r.output
-    assert {s["client_id"] for s in json.loads(r.stdout)["screened"]} == {
-        "client-000", "client-001"}  # fmt: skip
+    assert {s["client_id"] for s in json.loads(r.stdout)["screened"]} == {"client-000"}
     # A rerun in the same folder must ask for the same attackers (uploads carry no mark).
     r = cli(*args, "--attack", "invert:2")
     assert r.exit_code == 2 and "other attackers" in r.output
