@@ -50,7 +50,6 @@ import re
 import resource
 import shlex
 import signal
-import struct
 import sys
 import tempfile
 import time
@@ -60,6 +59,7 @@ from datetime import UTC, datetime
 from multiprocessing.connection import wait
 from pathlib import Path
 
+import numpy as np
 import onnx
 
 OUTCOMES = ("accepted", "rejected", "crashed", "hung", "memory-blown")
@@ -157,7 +157,9 @@ def _edit_tensor(t: onnx.TensorProto, rng: random.Random) -> str:
     if len(t.raw_data) >= 4:  # one float32 element of the raw data
         at = rng.randrange(len(t.raw_data) // 4) * 4
         value = _pick_float(rng)
-        t.raw_data = t.raw_data[:at] + struct.pack("<f", value) + t.raw_data[at + 4 :]
+        with np.errstate(over="ignore"):  # 1e300 becomes inf, as a float32 write would
+            packed = np.array([value], dtype=np.float64).astype("<f4").tobytes()
+        t.raw_data = t.raw_data[:at] + packed + t.raw_data[at + 4 :]
         return f"tensor:value[{at // 4}]={value}"
     return "tensor:value(no raw data)"
 

@@ -15,7 +15,10 @@ from onnx import numpy_helper
 from .graph import real_inputs
 from .schema import METADATA_KEY, decode_metadata, encode_metadata
 
-_QUIET = 3  # onnxruntime severity ERROR: its constant-folding warnings are noise to a user
+# onnxruntime severity FATAL: its warnings are noise to a user, and its errors come back as
+# exceptions that edgefl turns into one message; its own log lines would put a hostile
+# upload's node names on the operator's terminal raw.
+_QUIET = 4
 SPINNING_KEYS = ("session.intra_op.allow_spinning", "session.inter_op.allow_spinning")
 
 
