@@ -118,3 +118,33 @@ def test_the_run_names_its_attackers_and_the_screen_leaves_them_out(cli, tmp_pat
     # A rerun in the same folder must ask for the same attackers (uploads carry no mark).
     r = cli(*args, "--attack", "invert:2")
     assert r.exit_code == 2 and "other attackers" in r.output
+
+
+@pytest.mark.parametrize("name", ATTACKS.names())
+def test_attack_contract(name):
+    """Every registered attack: a role it applies to, one thing it poisons, and that thing
+    poisoned in a valid form (labels in range, pixels in [0, 1], weights still finite)."""
+    import torch
+
+    from edgefl.models.spec import parse_model_arg
+    from edgefl.models.zoo import build_model
+
+    a = ATTACKS.get(name)
+    assert a.description and a.roles and set(a.roles) <= {"classifier", "generator"}
+    assert sum(f is not None for f in (a.labels, a.images, a.weights)) == 1
+    rng = np.random.default_rng(0)
+    if a.labels:
+        y = rng.integers(0, 10, 200)
+        out = a.labels(y, 10, 0)
+        assert out.shape == y.shape and out.min() >= 0 and out.max() < 10 and (out != y).any()
+    if a.images:
+        x = np.full((5, 1, 8, 8), 0.5, dtype=np.float32)
+        out = a.images(x, 0)
+        assert out.shape == x.shape and out.min() >= 0 and out.max() <= 1 and (out != x).any()
+    if a.weights:
+        model = build_model(parse_model_arg("cnn", (1, 8, 8), 10))
+        before = [p.detach().clone() for p in model.parameters()]
+        a.weights(model, 0)
+        after = list(model.parameters())
+        assert any(not torch.equal(b, p) for b, p in zip(before, after, strict=True))
+        assert all(torch.isfinite(p).all() for p in after)
