@@ -224,7 +224,10 @@ def test_contract_fields(name):
     assert m.public_data == ({"public", "public_size", "public_seed"} <= m.option_names())
     for ref in m.references:
         assert 0 < ref.accuracy <= 100 and ref.source
-        assert m.reference(ref.dataset, ref.partition, ref.clients) == ref
+        # One number per paper and setting (two papers may print different ones for it).
+        assert m.reference(ref.dataset, ref.partition, ref.clients, ref.source) == ref
+    keys = [(r.dataset, r.partition, r.clients, r.source) for r in m.references]
+    assert len(keys) == len(set(keys))
 
 
 @pytest.mark.parametrize("name", METHODS.names())
