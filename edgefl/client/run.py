@@ -241,8 +241,8 @@ def run_client(job: ClientJob, *, on_epoch=None, on_status=None, on_progress=Non
         augment=augment,
     )
     x, y = data.x, data.y
+    shard = np.concatenate([train_idx, val_idx])  # the split is a partition of the shard
     if attack is not None:  # the device's own data, poisoned where it is held
-        shard = np.concatenate([train_idx, val_idx])
         seed = job.seed * 1000 + job.client_index
         x, y = x.copy() if attack.images else x, y.copy()
         if attack.labels:
@@ -258,7 +258,6 @@ def run_client(job: ClientJob, *, on_epoch=None, on_status=None, on_progress=Non
     if attack is not None and attack.weights:
         attack.weights(model, job.seed * 1000 + job.client_index)
 
-    shard = np.concatenate([train_idx, val_idx])  # the split is a partition of the shard
     counts = np.bincount(y[shard], minlength=data.num_classes).astype(int).tolist()
     meta = model_metadata(
         spec, class_names=list(data.class_names), label_counts=counts, client_id=client_id,

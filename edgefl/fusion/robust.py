@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -49,9 +50,10 @@ SCALE_RATIO = 5.0
 
 
 def screen(usable: list[Upload], federation: list[Upload], device, seed: int = 0, log=None,
-           public: np.ndarray | None = None):  # fmt: skip
+           public: Callable[[], np.ndarray | None] | None = None):  # fmt: skip
     """(the uploads kept, [{file, client_id, kind, reason}] for those screened out, notes).
-    `public`: the method's public set, the probe when the federation has no decoder."""
+    `public()`: the method's public set, the probe when the federation has no decoder (read
+    only then: a 5,000-sample set costs a dataset load per method)."""
     log = log or (lambda msg: None)
     gen = torch.Generator().manual_seed(seed)
     decoders = [u for u in federation if u.kind == "decoder"]
@@ -61,7 +63,9 @@ def screen(usable: list[Upload], federation: list[Upload], device, seed: int = 0
     notes = []
     probe, asked = _probe(decoders, gen, device) if decoders else (None, None)
     if (probe is None or not len(probe)) and public is not None:
-        probe, asked = torch.from_numpy(public), None
+        x = public()
+        if x is not None:
+            probe, asked = torch.from_numpy(x), None
     kept_classifiers = classifiers
     if classifiers and probe is not None:
         probs, scale = zip(*(_classify(u, probe, device) for u in classifiers), strict=True)

@@ -361,7 +361,7 @@ def _fuse_planned(p: Planned, found: Ingest, device, eval_ref, data_dir, shared:
     if p.config.robust == "screen":
         usable, screened, notes = screen(usable, found.uploads, device, p.config.seed,
                                          lambda msg: log(f"{p.method.name}: {msg}"),
-                                         public=_public_probe(p.config))  # fmt: skip
+                                         public=lambda: _public_probe(p.config))  # fmt: skip
         if not usable:
             raise FusionError(f"{p.method.name}: every upload it could use was screened out",
                               hint="see the reasons above; --robust off fuses them all")  # fmt: skip

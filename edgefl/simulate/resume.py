@@ -15,10 +15,15 @@ from edgefl.models.spec import ModelSpec, parse_model_arg
 from edgefl.profiles import get_profile
 
 
+def upload_path(cjob: ClientJob) -> Path:
+    """Where a client's upload (or its data upload) lands in a run."""
+    return Path(cjob.out_dir) / f"client-{cjob.client_index:03d}.onnx"
+
+
 def finished(cjob: ClientJob) -> dict | None:
     """The summary of an upload a previous run finished (exports are atomic: a file that exists
     is complete), if it was made by the same job."""
-    path = Path(cjob.out_dir) / f"client-{cjob.client_index:03d}.onnx"
+    path = upload_path(cjob)
     if cjob.keep_model:  # a predictions client: its kept model is written first, then the upload
         pred, path = path, Path(cjob.keep_model) / path.name
         if not (pred.exists() and path.exists()):

@@ -41,7 +41,7 @@ from edgefl.server.fuse import plan as plan_fuse
 from edgefl.server.ingest import Ingest, ingest
 from edgefl.simulate.personalized import run_per_client
 from edgefl.simulate.render import pictures, results_markdown, upload_bytes
-from edgefl.simulate.resume import finished, reuse_global
+from edgefl.simulate.resume import finished, reuse_global, upload_path
 from edgefl.training import one_thread
 
 # Budget-true classifiers are capped so a 10-client CPU simulation of every method stays within
@@ -294,7 +294,7 @@ def check_attackers(job: SimJob, cjobs: list[ClientJob]) -> None:
     have = json.loads(path.read_text()) if path.exists() else {}
     if have == want:
         return
-    if not path.exists() and not any(finished_path(c).exists() for c in cjobs):
+    if not path.exists() and not any(upload_path(c).exists() for c in cjobs):
         Path(job.out).mkdir(parents=True, exist_ok=True)  # a fresh run: record its attackers
         exporters.atomic_write_text(path, json.dumps(want, indent=2))
         return
@@ -303,10 +303,6 @@ def check_attackers(job: SimJob, cjobs: list[ClientJob]) -> None:
         f"{want or 'none'})",
         hint="use a fresh --out for a different --attack",
     )
-
-
-def finished_path(c: ClientJob) -> Path:
-    return Path(c.out_dir) / f"client-{c.client_index:03d}.onnx"
 
 
 def upload_folder(out: Path, kinds: tuple[str, ...]) -> Path:
