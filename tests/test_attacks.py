@@ -84,27 +84,32 @@ def test_the_run_names_its_attackers_and_the_screen_leaves_them_out(cli, tmp_pat
             "--generator-optimizer", "adam", "--methods", "ensemble,fedmho", "--fuse-opt",
             "fedmho:epochs=1", "--fuse-opt", "fedmho:synthetic=300", "--fuse-opt",
             "all:robust=screen", "--out", str(out), "--json", "--quiet"]  # fmt: skip
-    r = cli(*args, "--attack", "invert:1,scale:1,noise:1")
+    r = cli(*args, "--attack", "random:1,invert:1,flip:1,scale:1,noise:1")
     assert r.exit_code == 0, r.output
     report = json.loads(r.stdout)
     attack = {c["client_id"]: c["attack"] for c in report["clients"]}
-    assert attack == {"client-000": "invert", "client-001": "scale", "client-006": "noise"} | {
-        f"client-{i:03d}": None for i in (2, 3, 4, 5, 7, 8)}  # fmt: skip
-    assert json.loads((out / "attackers.json").read_text()) == {
-        "client-000": "invert", "client-001": "scale", "client-006": "noise"}  # fmt: skip
+    named = {"client-000": "random", "client-001": "invert", "client-002": "flip",
+             "client-003": "scale", "client-006": "noise"}  # fmt: skip
+    assert attack == named | {f"client-{i:03d}": None for i in (4, 5, 7, 8)}
+    assert json.loads((out / "attackers.json").read_text()) == named
     for method, want in (("ensemble", {"client-000"}), ("fedmho", {"client-000", "client-006"})):
         rep = json.loads((out / "global" / f"{method}.json").read_text())
         assert {s["client_id"] for s in rep["screened"]} == want, rep["screened"]
         assert not want & set(rep["used"])
-        # The scaled client agrees with the others: kept, its logits tempered to theirs.
-        assert "client-001" in rep["used"]
-        assert any(n.startswith("client-001: logits divided by") for n in rep["robust_notes"])
+        notes = rep["robust_notes"]
+        # The inverted and the flipped clients are used repaired, the scaled one tempered:
+        # what each knows is sound, only how its outputs say it is not.
+        assert {"client-001", "client-002", "client-003"} <= set(rep["used"])
+        assert any(n.startswith("client-001: outputs repaired (logits negated)") for n in notes)
+        assert any(n.startswith("client-002: outputs repaired (classes relabelled") for n in notes)
+        assert any(n.startswith("client-003: logits divided by") for n in notes)
+        assert not any(n.startswith(("client-000", "client-004", "client-005")) for n in notes)
     # The same uploads without the screen: everyone is used.
     r = cli("server", "fuse", str(out / "uploads"), "--method", "ensemble", "--out",
             str(tmp_path / "plain.onnx"), "--json")  # fmt: skip
     assert r.exit_code == 0, r.output
     plain = json.loads(r.stdout)
-    assert plain["screened"] == [] and len(plain["used"]) == 6
+    assert plain["screened"] == [] and plain["robust_notes"] == [] and len(plain["used"]) == 6
     # Without decoders, a method's public set is the probe (FedDF's).
     only = tmp_path / "classifiers"
     only.mkdir()
@@ -114,9 +119,12 @@ def test_the_run_names_its_attackers_and_the_screen_leaves_them_out(cli, tmp_pat
             "1", "--public", "digits:public", "--public-size", "300", "--out",
             str(tmp_path / "df.onnx"), "--json")  # fmt: skip
     assert r.exit_code == 0, r.output
-    assert {s["client_id"] for s in json.loads(r.stdout)["screened"]} == {"client-000"}
+    rep = json.loads(r.stdout)
+    assert {s["client_id"] for s in rep["screened"]} == {"client-000"}
+    assert {n.split(":")[0] for n in rep["robust_notes"]} == {"client-001", "client-002",
+                                                                "client-003"}  # fmt: skip
     # A rerun in the same folder must ask for the same attackers (uploads carry no mark).
-    r = cli(*args, "--attack", "invert:2")
+    r = cli(*args, "--attack", "invert:2")  # fmt: skip
     assert r.exit_code == 2 and "other attackers" in r.output
 
 

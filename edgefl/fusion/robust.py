@@ -18,14 +18,24 @@ that a minority cannot move:
   scale (a copy with its head rescaled): its knowledge is sound, only its weight in a logit
   average is not (measured: two x20 attackers lifted a 5-teacher ensemble from 71.9 to 85.1 %,
   and screening them cost 6 points);
+- repair before judgement: a classifier whose answers on the probe are a relabelling of the
+  reference's (its classes permuted, e.g. trained on flipped or swapped labels) or their
+  reverse (negated logits: its least likely class is the right one) is used relabelled, a copy
+  whose head rows are permuted (and negated): screening it would throw away what it knows, the
+  images of its classes, which under label skew no other client may hold (measured: screening
+  two flipped teachers of five cost an ensemble 6 points). A class moves only on clear evidence
+  (the reference's class a read as c at least SURE of the time and REPAIR_GAIN more often than
+  c's own samples are), so an honest client that reads one class of generated samples its own
+  way is left as sent;
 - decoders: the kept classifiers' mean probabilities judge what each decoder draws for each
   class it claims; screened on the same rule;
 - predictions uploads: judged like classifiers, on the public set they share.
 
 Under label skew an honest client is judged only on the classes it holds, so its missing
 classes never count against it; an attacker's lie about its labels is consistent with its
-poisoned training, which is what it is judged on. Known blind spot: an attacker that corrupts
-one or two classes only (the targeted `swap`) moves its mean little and is not screened.
+poisoned training, which is what it is judged on; a relabelled client's label counts are
+relabelled with it. Not repairable: an upload whose outputs carry no knowledge (random
+weights), which is screened, and its data lost to the federation.
 """
 
 from __future__ import annotations
@@ -36,6 +46,7 @@ from collections.abc import Callable
 
 import numpy as np
 import torch
+from scipy.optimize import linear_sum_assignment
 
 import exporters
 from edgefl.artifacts import Upload
@@ -47,6 +58,7 @@ PER_CLASS = 64  # probe samples a decoder draws per class it claims
 SURE = 0.5  # committee probability a probe sample needs to count (it looks like that class)
 RATIO = 0.5  # screened below this fraction of the median client's worst-class agreement
 SCALE_RATIO = 5.0
+REPAIR_GAIN = 0.3  # a class moves when read as another this much more often than as itself
 
 
 def screen(usable: list[Upload], federation: list[Upload], device, seed: int = 0, log=None,
@@ -59,36 +71,62 @@ def screen(usable: list[Upload], federation: list[Upload], device, seed: int = 0
     decoders = [u for u in federation if u.kind == "decoder"]
     classifiers = [u for u in federation if u.kind == "classifier"]
     out: dict[str, str] = {}
-    swap: dict[str, Upload] = {}  # uploads used tempered (their logits rescaled)
+    swap: dict[str, Upload] = {}  # uploads used changed: repaired or tempered copies
     notes = []
-    probe, asked = _probe(decoders, gen, device) if decoders else (None, None)
+    probe, asked, source = _probe(decoders, gen, device) if decoders else (None, None, None)
     if (probe is None or not len(probe)) and public is not None:
         x = public()
         if x is not None:
-            probe, asked = torch.from_numpy(x), None
-    kept_classifiers = classifiers
+            probe, asked, source = torch.from_numpy(x), None, np.zeros(len(x), dtype=np.int64)
     if classifiers and probe is not None:
-        probs, scale = zip(*(_classify(u, probe, device) for u in classifiers), strict=True)
-        bad, rescale = _judge(classifiers, list(probs), scale, asked)
-        for u in classifiers:
+        probs, scale = map(list, zip(*(_classify(u, probe, device) for u in classifiers),
+                                     strict=True))  # fmt: skip
+        reference = asked if asked is not None else _committee(probs)
+        # A first judgement, to know whom to trust for the reference of the repair: the
+        # decoders' draws count where the classifiers not doubted read them as asked (a flipped
+        # decoder's draws would make honest classifiers look relabelled); without decoders, the
+        # committee of those classifiers (half of them poisoned would move a median of all).
+        first = _judge(classifiers, probs, None, asked)[0]
+        judges = [i for i, u in enumerate(classifiers) if u.name not in first]
+        if asked is not None:
+            doubted = _judge_decoders(decoders, source, asked, classifiers, probs, judges)
+            reference = np.where(np.isin(source, [i for i, d in enumerate(decoders)
+                                                  if d.name in doubted]), -1, asked)  # fmt: skip
+        elif judges:
+            reference = _committee([probs[i] for i in judges])
+        repairs = {}  # name -> note, for those kept
+        for i, u in enumerate(classifiers):
+            found = _relabelling(u, probs[i], reference, source)
+            repaired = None if found is None else _adjusted(u, perm=found[0], sign=found[1])
+            if repaired is None:  # as sent (an onnxruntime-only upload cannot be changed)
+                continue
+            swap[u.name] = repaired
+            probs[i] = _classify(repaired, probe, device)[0]
+            repairs[u.name] = _repair_note(u, *found)
+        current = [swap.get(u.name, u) for u in classifiers]
+        # without decoders, the committee of the repaired clients
+        bad, rescale = _judge(current, probs, scale, reference if asked is not None else None)
+        for i, u in enumerate(current):
             if u.name in rescale:  # its knowledge is sound, only its confidence is off: tempered
                 factor, why = rescale[u.name]
-                tempered = _tempered(u, factor)
+                tempered = _adjusted(u, factor=factor)
                 if tempered is None:
                     bad[u.name] = why
                     continue
                 swap[u.name] = tempered
+                probs[i] = _classify(tempered, probe, device)[0]
                 notes.append(f"{u.client_id}: logits divided by {1 / factor:.3g} ({why})")
         out |= bad
-        kept_classifiers = [swap.get(u.name, u) for u in classifiers if u.name not in bad]
+        notes[:0] = [note for name, note in repairs.items() if name not in bad]
+        if decoders and asked is not None:
+            judges = [i for i, u in enumerate(classifiers) if u.name not in bad]
+            out |= _judge_decoders(decoders, source, asked, current, probs, judges)
     elif classifiers:
         notes.append(
             "classifiers not screened: no decoder in the federation and no public set "
             "to probe them with"
         )
-    if decoders and kept_classifiers:
-        out |= _judge_decoders(decoders, kept_classifiers, gen, device)
-    elif decoders:
+    if decoders and not classifiers:
         notes.append("decoders not screened: no classifier to judge their samples")
     predictions = [u for u in federation if u.kind == "predictions"]
     if len(predictions) >= 3:
@@ -103,16 +141,32 @@ def screen(usable: list[Upload], federation: list[Upload], device, seed: int = 0
     return kept, screened, notes
 
 
-def _probe(decoders: list[Upload], gen, device) -> tuple[torch.Tensor, np.ndarray]:
-    """Draws of every decoder for each class it claims, with the class each was asked for."""
-    xs, ys = [], []
-    for u in decoders:
+def _repair_note(u: Upload, perm: np.ndarray, sign: int, before: float, after: float) -> str:
+    moved = ", ".join(f"{int(perm[k])}->{k}" for k in range(len(perm)) if perm[k] != k)
+    what = "; ".join(
+        x
+        for x in (
+            "logits negated" if sign < 0 else "",
+            f"classes relabelled {moved}" if moved else "",
+        )
+        if x  # fmt: skip
+    )
+    return (f"{u.client_id}: outputs repaired ({what}): agreement on its classes "
+            f"{100 * before:.0f}% -> {100 * after:.0f}%")  # fmt: skip
+
+
+def _probe(decoders: list[Upload], gen, device):
+    """Draws of every decoder for each class it claims: (images, the class each was asked for,
+    the index of the decoder that drew it)."""
+    xs, ys, src = [], [], []
+    for i, u in enumerate(decoders):
         for c in _claimed(u):
             xs.append(decode(u, np.full(PER_CLASS, c), gen, device).cpu())
             ys.append(np.full(PER_CLASS, c))
+            src.append(np.full(PER_CLASS, i))
     if not xs:
-        return torch.empty(0), np.empty(0, dtype=np.int64)
-    return torch.cat(xs), np.concatenate(ys)
+        return torch.empty(0), np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
+    return torch.cat(xs), np.concatenate(ys), np.concatenate(src)
 
 
 def _claimed(u: Upload) -> list[int]:
@@ -140,12 +194,7 @@ def _judge(uploads: list[Upload], probs: list[np.ndarray], scale, asked=None):
     the samples that committee is sure of. Under label skew a median committee is weak (a
     class few clients hold gets a low median), so decoder labels come first: a poisoned
     decoder's draws cost every classifier alike and move no one relative to the others."""
-    if asked is not None:
-        committee = asked
-    else:
-        median = np.median(np.stack(probs), axis=0)
-        median /= np.maximum(median.sum(1, keepdims=True), 1e-12)
-        committee = np.where(median.max(1) >= SURE, median.argmax(1), -1)
+    committee = asked if asked is not None else _committee(probs)
     scores = [
         _agreement(p.argmax(1), committee, _claimed(u)) for u, p in zip(uploads, probs, strict=True)
     ]
@@ -172,17 +221,112 @@ def _judge(uploads: list[Upload], probs: list[np.ndarray], scale, asked=None):
     return bad, rescale
 
 
-def _tempered(u: Upload, factor: float) -> Upload | None:
-    """A copy of the upload whose classifier's logits are `factor` x its own (its head scaled),
-    or None when it has no rebuilt head to scale (an onnxruntime-only upload)."""
+def _committee(probs: list[np.ndarray]) -> np.ndarray:
+    """The coordinate-wise median of everyone's probabilities, its class where it is sure
+    (-1 elsewhere)."""
+    median = np.median(np.stack(probs), axis=0)
+    median /= np.maximum(median.sum(1, keepdims=True), 1e-12)
+    return np.where(median.max(1) >= SURE, median.argmax(1), -1)
+
+
+def _relabelling(u: Upload, probs: np.ndarray, reference: np.ndarray, source: np.ndarray):
+    """(perm, sign, agreement before, after) when the classifier's answers are clearly a
+    relabelling of the reference's: its repaired logit k is sign x its logit perm[k]; else None.
+    Its output classes are matched to the reference classes they answer most (an assignment, so
+    no two share one). A repair needs clear evidence on a class it claims; once found, the
+    classes it holds too little of to be judged on follow the same assignment where it reads
+    them better (a flip moves every class, and a weakly held one left in place answers wrong
+    with confidence: measured, 13 points of a repaired teacher's accuracy).
+
+    An honest client under label skew reads a class it never saw as a similar one it holds
+    (measured: generated 4s read as 9, 6s as 5 or 0), so a move of output c to class a also
+    needs: c answers a's samples at least twice as often as a's share of the probe (not a
+    constant answer, as random weights give, measured at 44% on a flip); most
+    decoders' draws of a read as c (`source`: one bad decoder's draws are not the client's
+    fault); and c not answering most decoders' draws of c itself (else c means c)."""
+    claimed = _claimed(u)
+    k = probs.shape[1]
+    rows = [a for a in range(k) if (reference == a).sum() >= MIN_SAMPLES]
+    if not claimed or len(rows) < len(claimed):
+        return None
+    before = _agreement(probs.argmax(1), reference, claimed)[0] or 0.0
+    judged = np.isin(reference, rows)
+    best = None
+    for sign in (1, -1):
+        answers = probs.argmax(1) if sign > 0 else probs.argmin(1)  # argmin: negated logits
+        rate = np.array([[float((answers[reference == a] == c).mean()) for c in range(k)]
+                         for a in rows])  # fmt: skip
+        own = {c: rate[rows.index(c), c] if c in rows else 0.0 for c in range(k)}
+        match = {c: (rows[i], rate[i, c])
+                 for i, c in zip(*linear_sum_assignment(rate, maximize=True), strict=True)}  # fmt: skip
+        moves = {}
+        for c, (a, r) in match.items():
+            says_c = judged & (answers == c)
+            if (a != c and r > own[c] and says_c.any()
+                    and (reference[says_c] == a).mean() >= 2 * (reference[judged] == a).mean()
+                    and _most(answers, reference, source, a, c)
+                    and not _most(answers, reference, source, c, c)):  # fmt: skip
+                moves[c] = a
+        # evidence only where c's own samples were drawn too: unseen, what c means is unknown
+        clear = [c for c in claimed if c in moves and c in rows
+                 and match[c][1] >= SURE and match[c][1] >= own[c] + REPAIR_GAIN]  # fmt: skip
+        if sign > 0 and not clear:
+            continue  # as sent
+        read = [match[c][1] if c in moves else own[c] for c in claimed if c in moves or c in rows]
+        after = float(np.mean(read))
+        # negating every logit is one global change: it must lift the whole client clearly
+        if sign < 0 and after < before + REPAIR_GAIN:
+            continue
+        if best is None or after > best[3]:
+            best = (_permutation(k, moves), sign, before, after)
+    return best
+
+
+def _most(answers, reference, source, a: int, c: int) -> bool:
+    """Whether most of the sources (decoders) that drew class a have their draws read as c at
+    least SURE of the time."""
+    blocks = [answers[(reference == a) & (source == s)] for s in np.unique(source[reference == a])]
+    blocks = [b for b in blocks if len(b)]
+    return bool(blocks) and sum((b == c).mean() >= SURE for b in blocks) > len(blocks) / 2
+
+
+def _permutation(k: int, moves: dict[int, int]) -> np.ndarray:
+    """perm with perm[a] = c for each output class c moved to a; the other outputs keep their
+    place where it is free, the rest fill the free places in order."""
+    perm = np.full(k, -1)
+    for c, a in moves.items():
+        perm[a] = c
+    used = set(moves)
+    for a in range(k):
+        if perm[a] < 0 and a not in used:
+            perm[a] = a
+            used.add(a)
+    rest = iter(c for c in range(k) if c not in used)
+    for a in range(k):
+        if perm[a] < 0:
+            perm[a] = next(rest)
+    return perm
+
+
+def _adjusted(u: Upload, factor: float = 1.0, perm: np.ndarray | None = None,
+              sign: int = 1) -> Upload | None:  # fmt: skip
+    """A copy of the upload whose classifier's logit k is sign x factor x its logit perm[k] (its
+    head's rows permuted and scaled; label counts relabelled alike), or None when it has no
+    rebuilt head to change (an onnxruntime-only upload)."""
     head = getattr(u.module, "head", None)
     if not isinstance(head, torch.nn.Linear):
         return None
     module = copy.deepcopy(u.module)  # never the shared upload's: other methods use it as sent
+    index = torch.as_tensor(perm if perm is not None else np.arange(head.out_features))
     with torch.no_grad():
-        module.head.weight.mul_(factor)
-        module.head.bias.mul_(factor)
-    return dataclasses.replace(u, module=module)
+        module.head.weight.copy_(sign * factor * head.weight[index])
+        module.head.bias.copy_(sign * factor * head.bias[index])
+    out = dataclasses.replace(u, module=module)
+    counts = u.meta.get("label_counts")
+    if perm is not None and counts and len(counts) == len(perm):
+        meta = dict(u.meta, label_counts=[counts[int(c)] for c in perm])
+        out = dataclasses.replace(out, artifact=dataclasses.replace(u.artifact, metadata=meta))
+    return out
 
 
 def _agreement(answers: np.ndarray, committee: np.ndarray, classes: list[int]):
@@ -199,17 +343,21 @@ def _agreement(answers: np.ndarray, committee: np.ndarray, classes: list[int]):
     return float(np.mean(list(per.values()))), min(per, key=per.get)
 
 
-def _judge_decoders(decoders, classifiers, gen, device) -> dict[str, str]:
-    """How often the kept classifiers (their mean probabilities) read a decoder's draws for each
-    class it claims as that class; mean over its classes, as for classifiers."""
+def _judge_decoders(decoders, source, asked, classifiers, probs, judges) -> dict[str, str]:
+    """How often the judging classifiers (indices into `classifiers`/`probs`, their mean
+    probabilities on the probe) read a decoder's draws for each class it claims as that class;
+    mean over its classes, screened on the classifiers' rule. A class is judged by the judges
+    that hold it, else by all of them."""
+    if not judges:
+        return {}
     scores = []
-    for u in decoders:
+    for d in range(len(decoders)):
         per = {}
-        for c in _claimed(u):
-            x = decode(u, np.full(PER_CLASS, c), gen, device).cpu()
-            judges = [k for k in classifiers if c in _claimed(k)] or classifiers  # who knows c
-            p = np.mean([_classify(k, x, device)[0] for k in judges], axis=0)
-            per[c] = float((p.argmax(1) == c).mean())
+        for c in np.unique(asked[source == d]):
+            mask = (source == d) & (asked == c)
+            who = [i for i in judges if c in _claimed(classifiers[i])] or judges
+            p = np.mean([probs[i][mask] for i in who], axis=0)
+            per[int(c)] = float((p.argmax(1) == c).mean())
         scores.append((float(np.mean(list(per.values()))), min(per, key=per.get)) if per
                       else (None, None))  # fmt: skip
     known = [s for s, _ in scores if s is not None]

@@ -1,0 +1,131 @@
+"""The robust screen's repair (issue 18): a classifier whose answers are a relabelling or a
+negation of the reference's is used repaired, and nothing else is. Built from answers on a
+synthetic probe, one case per class of behaviour: a flip, a swap, a negation (repaired); an
+honest client under label skew that reads an unseen class as a similar one, a constant answer,
+draws that one decoder got wrong, a class whose own samples were not drawn (left as sent)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import torch
+from torch import nn
+
+import exporters
+from edgefl.artifacts import Upload
+from edgefl.client.attacks import derangement
+from edgefl.fusion.robust import _adjusted, _relabelling
+
+K, DECODERS, PER = 10, 3, 64
+# every decoder draws every class: (reference class, decoder) per sample
+REFERENCE = np.repeat(np.tile(np.arange(K), DECODERS), PER)
+SOURCE = np.repeat(np.repeat(np.arange(DECODERS), K), PER)
+
+
+def _probs(answers: np.ndarray, negated: bool = False) -> np.ndarray:
+    """Probabilities whose argmax (argmin when negated) is `answers`."""
+    p = np.full((len(answers), K), 0.5 / (K - 1) if not negated else 1.0 / K, np.float32)
+    p[np.arange(len(answers)), answers] = 0.5 if not negated else 0.001
+    return p / p.sum(1, keepdims=True)
+
+
+def _client(counts) -> SimpleNamespace:
+    return SimpleNamespace(label_counts=np.asarray(counts))
+
+
+HELD = [500, 400, 300, 300, 10, 200, 300, 0, 300, 400]  # 4 barely held, 7 never
+
+
+def _honest_answers(rng) -> np.ndarray:
+    # An honest client under label skew: right on what it holds, a similar class elsewhere.
+    out = REFERENCE.copy()
+    similar = rng.random(len(out)) < 0.6  # an unseen class read as a similar one, not always
+    out[(REFERENCE == 4) & similar] = 9  # generated 4s read as 9 (measured on MNIST clients)
+    out[(REFERENCE == 7) & similar] = 1
+    wrong = (rng.random(len(out)) < 0.05) | np.isin(REFERENCE, [4, 7]) & ~similar
+    out[wrong] = rng.integers(0, K, wrong.sum())
+    return out
+
+
+def test_a_flipped_client_is_relabelled_back_every_class_it_holds():
+    rng = np.random.default_rng(0)
+    pi = derangement(K, 3)  # it trained on label pi[y] for an image of class y
+    answers = pi[_honest_answers(rng)]
+    found = _relabelling(_client(np.asarray(HELD)[np.argsort(pi)]), _probs(answers), REFERENCE,
+                         SOURCE)  # fmt: skip
+    assert found is not None
+    perm, sign, before, after = found
+    assert sign == 1 and before < 0.1 and after > 0.9
+    # Its repaired output a is its output pi[a] for each class it holds (4 and 7 it barely or
+    # never saw: it answers them as 9 and 1, so no output of its own stands for them).
+    assert all(perm[a] == pi[a] for a in range(K) if a not in (4, 7)), (perm, pi)
+    assert sorted(perm) == list(range(K))
+
+
+def test_a_swap_and_a_negation_are_repaired():
+    rng = np.random.default_rng(1)
+    honest = _honest_answers(rng)
+    swapped = honest.copy()
+    swapped[honest == 0], swapped[honest == 1] = 1, 0
+    perm, sign, *_ = _relabelling(_client(HELD), _probs(swapped), REFERENCE, SOURCE)
+    assert sign == 1 and list(perm) == [1, 0, *range(2, K)]
+    perm, sign, *_ = _relabelling(_client(HELD), _probs(honest, negated=True), REFERENCE, SOURCE)
+    assert sign == -1 and list(perm) == list(range(K))
+
+
+def test_honest_clients_constant_answers_and_bad_draws_are_left_as_sent():
+    rng = np.random.default_rng(2)
+    honest = _honest_answers(rng)
+    assert _relabelling(_client(HELD), _probs(honest), REFERENCE, SOURCE) is None
+    # A constant answer (random weights often give one) matches every class equally badly,
+    # even when its own class's draws get another answer.
+    constant = np.where(REFERENCE == 5, rng.integers(0, K, len(REFERENCE)), 5)
+    assert _relabelling(_client(HELD), _probs(constant), REFERENCE, SOURCE) is None
+    # Its unseen 4s read as 9 every time, its own 9s two times in three: 9 still means 9.
+    sure = honest.copy()
+    sure[REFERENCE == 4] = 9
+    sure[(REFERENCE == 9) & (rng.random(len(sure)) < 0.33)] = 7
+    assert _relabelling(_client(HELD), _probs(sure), REFERENCE, SOURCE) is None
+    # One decoder's draws of 3 look like 8 (a flipped decoder): the honest client reads them
+    # as 8, which is the draws' fault, not its own.
+    bad = honest.copy()
+    bad[(REFERENCE == 3) & (SOURCE == 0)] = 8
+    assert _relabelling(_client(HELD), _probs(bad), REFERENCE, SOURCE) is None
+    # The only draws of 0 were a doubted decoder's (masked out, -1): the client reads the 6s it
+    # never held as 0; what its output 0 means cannot be judged, so it is not moved.
+    held = np.array(HELD)
+    held[6] = 0
+    masked = np.where(REFERENCE == 0, -1, REFERENCE)
+    confused = honest.copy()
+    confused[REFERENCE == 6] = 0
+    assert _relabelling(_client(held), _probs(confused), masked, SOURCE) is None
+
+
+class _Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Linear(4, 8)
+        self.head = nn.Linear(8, K)
+
+    def forward(self, x):
+        return self.head(torch.relu(self.body(x)))
+
+
+def test_a_repaired_copy_permutes_and_negates_the_head_and_its_label_counts():
+    torch.manual_seed(0)
+    net = _Net()
+    art = exporters.Artifact(path="client-000.onnx", size_bytes=0, model=None, input_names=[],
+                             output_names=[], metadata={"kind": "classifier",
+                                                        "label_counts": list(range(K))})  # fmt: skip
+    u = Upload(art, net)
+    perm = np.array([3, 0, 1, 2, *range(4, K)])
+    fixed = _adjusted(u, perm=perm, sign=-1)
+    x = torch.randn(5, 4)
+    with torch.no_grad():
+        assert torch.allclose(fixed.module(x), -net(x)[:, perm], atol=1e-6)
+    assert list(fixed.label_counts) == [int(c) for c in perm]
+    assert list(u.label_counts) == list(range(K))  # the shared upload is unchanged
+    with torch.no_grad():
+        assert torch.allclose(u.module(x), net(x))
+    assert _adjusted(Upload(art, None, "onnxruntime only"), perm=perm) is None
