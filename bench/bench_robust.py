@@ -105,16 +105,21 @@ def run_seed(seed: int, work: Path, kinds: list[str], counts: list[int], args) -
 
 def _row(seed, kind, n, robust, rep) -> dict:
     out = Path(rep["job"]["out"])
-    screened = {}
+    screened, repaired = {}, {}
     for m in METHODS.split(","):
         path = out / "global" / f"{m}.json"
         if path.exists():
-            screened[m] = [s["client_id"] for s in json.loads(path.read_text()).get("screened", [])]
+            rep = json.loads(path.read_text())
+            screened[m] = [s["client_id"] for s in rep.get("screened", [])]
+            # robust_notes: "<client>: outputs repaired (...)" / "<client>: logits divided by"
+            repaired[m] = [n.split(":")[0] for n in rep.get("robust_notes", [])
+                           if ": outputs repaired" in n or ": logits divided" in n]  # fmt: skip
     return {
         "seed": seed, "kind": kind, "count": n, "robust": robust,
         "accuracy": {r["method"]: r["accuracy"] for r in rep["results"]},
         "attackers": {c["client_id"]: c["attack"] for c in rep["clients"] if c.get("attack")},
         "screened": screened,
+        "repaired": repaired,  # used changed: relabelled, negated or tempered
     }  # fmt: skip
 
 
@@ -154,18 +159,20 @@ def markdown(rows: list[dict], meta: dict) -> str:
                 continue
             cells.append(f"{plain:.2f} / {rob:.2f} ({rob - clean:+.2f})")
         lines.append(f"| {kind} | {n} | " + " | ".join(cells) + " |")
-    lines += ["", "Screened out (robust runs), per seed: "]
+    lines += ["", "Screened out / used repaired or tempered (robust runs), per seed:"]
+
+    def verdicts(r):
+        return "; ".join(f"{m}: {', '.join(v) or 'none'} / "
+                         f"{', '.join(r.get('repaired', {}).get(m, [])) or 'none'}"
+                         for m, v in r["screened"].items())  # fmt: skip
+
     for r in rows:
         if r["robust"] and r["kind"] != "none":
             lines.append(f"- seed {r['seed']} {r['kind']}:{r['count']} (attackers "
-                         f"{', '.join(sorted(r['attackers']))}): "
-                         + "; ".join(f"{m}: {', '.join(v) or 'none'}" for m, v in
-                                     r["screened"].items()))  # fmt: skip
-    clean_screens = [r for r in rows if r["robust"] and r["kind"] == "none"]
-    for r in clean_screens:
-        lines.append(f"- seed {r['seed']} clean run: "
-                     + "; ".join(f"{m}: {', '.join(v) or 'none'}" for m, v in
-                                 r["screened"].items()))  # fmt: skip
+                         f"{', '.join(sorted(r['attackers']))}): {verdicts(r)}")  # fmt: skip
+    for r in rows:
+        if r["robust"] and r["kind"] == "none":
+            lines.append(f"- seed {r['seed']} clean run: {verdicts(r)}")
     return "\n".join(lines) + "\n"
 
 
