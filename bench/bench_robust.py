@@ -46,7 +46,10 @@ def simulate(out: Path, seed: int, attack: str, robust: bool, args) -> dict:
     r = subprocess.run(argv, capture_output=True, text=True)
     if r.returncode != 0:
         sys.exit(f"simulate failed ({out}):\n{r.stdout[-2000:]}\n{r.stderr[-3000:]}")
-    return json.loads(r.stdout)
+    rep = json.loads(r.stdout)
+    if "results" not in rep:
+        sys.exit(f"simulate gave no results ({out}):\n{r.stdout[-3000:]}")
+    return rep
 
 
 def seed_uploads(src: Path, dst: Path, attackers: dict[str, str]) -> None:
@@ -73,7 +76,8 @@ def run_seed(seed: int, work: Path, kinds: list[str], counts: list[int], args) -
     clean = work / f"s{seed}" / "clean"
     for robust in (False, True):
         out = clean if not robust else work / f"s{seed}" / "clean-robust"
-        if robust:
+        if robust:  # fresh, so its fusion runs with today's screen (simulate keeps results)
+            shutil.rmtree(out, ignore_errors=True)
             seed_uploads(clean, out, {})
         rep = simulate(out, seed, "", robust, args)
         rows.append(_row(seed, "none", 0, robust, rep))
@@ -109,10 +113,10 @@ def _row(seed, kind, n, robust, rep) -> dict:
     for m in METHODS.split(","):
         path = out / "global" / f"{m}.json"
         if path.exists():
-            rep = json.loads(path.read_text())
-            screened[m] = [s["client_id"] for s in rep.get("screened", [])]
+            fused = json.loads(path.read_text())
+            screened[m] = [s["client_id"] for s in fused.get("screened", [])]
             # robust_notes: "<client>: outputs repaired (...)" / "<client>: logits divided by"
-            repaired[m] = [n.split(":")[0] for n in rep.get("robust_notes", [])
+            repaired[m] = [n.split(":")[0] for n in fused.get("robust_notes", [])
                            if ": outputs repaired" in n or ": logits divided" in n]  # fmt: skip
     return {
         "seed": seed, "kind": kind, "count": n, "robust": robust,
