@@ -27,10 +27,14 @@ class Reporter(Protocol):
 _CONTROL = {c: f"\\x{c:02x}" for c in [*range(0x20), *range(0x7F, 0xA0)] if c not in (0x09,)}
 
 
-def printable(text: str) -> str:
-    """`text` with every control character written as an escape: an upload's names may reach
-    these lines, and they must never move the cursor or recolour the operator's terminal."""
-    return str(text).translate(_CONTROL)
+_CONTROL_LINES = {c: e for c, e in _CONTROL.items() if c != 0x0A}
+
+
+def printable(text: str, lines: bool = False) -> str:
+    """`text` with every control character written as an escape (`lines`: but its newlines
+    kept): an upload's names may reach these lines, and they must never move the cursor or
+    recolour the operator's terminal."""
+    return str(text).translate(_CONTROL_LINES if lines else _CONTROL)
 
 
 def no_progress(task: str, done: int, total: int, note: str = "") -> None:

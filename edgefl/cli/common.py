@@ -3,14 +3,42 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 from typing import Any
 
 import typer
 from rich.console import Console
+from rich.segment import Segment
 
-console = Console(highlight=False)
-err_console = Console(stderr=True, highlight=False)
+from edgefl.progress import printable
+
+
+class SafeConsole(Console):
+    """A console whose text can never drive the terminal: every control character in what it
+    renders is written as an escape (newlines and tabs kept). Rich's own styling and cursor
+    moves are not text (they come from styles and control segments) and pass; an escape code
+    in a file name, client id or reason quoted from an upload is shown, never obeyed, in every
+    line and table of every command, whether or not its call site remembered. Markup is a
+    separate matter: upload text is passed through rich.markup.escape where it is printed."""
+
+    def print(self, *objects, **kwargs) -> None:
+        # Strings before layout, so widths count the escapes (and rich's own stripping of
+        # a few control codes does not silently drop them from what the operator sees).
+        shown = (printable(o, lines=True) if isinstance(o, str) else o for o in objects)
+        super().print(*shown, **kwargs)
+
+    def render(self, renderable, options=None):  # the rest: tables and other renderables
+        for seg in super().render(renderable, options):
+            if seg.control or not _CONTROL.search(seg.text):
+                yield seg
+            else:
+                yield Segment(printable(seg.text, lines=True), seg.style)
+
+
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+console = SafeConsole(highlight=False)
+err_console = SafeConsole(stderr=True, highlight=False)
 
 # Progress goes to stderr (bars on a terminal, a plain line every few seconds elsewhere).
 QUIET = typer.Option(False, "--quiet", "-q", help="No progress on stderr (errors still print).")

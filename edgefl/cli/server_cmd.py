@@ -189,6 +189,8 @@ def _print_one(rep: dict) -> None:
         console.print(f"  [yellow]skipped[/] {escape(r['file'])}: {escape(r['reason'])}")
     for r in rep.get("screened", []):
         console.print(f"  [yellow]screened out[/] {escape(r['file'])}: {escape(r['reason'])}")
+    for n in rep.get("robust_notes", []):
+        console.print(f"  [cyan]robust[/] {escape(n)}")
     times = ", ".join(f"{k} {v:.1f}s" for k, v in rep["seconds"].items())
     console.print(f"  stages: {times}")
     if "synthetic_kept_per_class" in rep:
@@ -229,6 +231,8 @@ def _print_many(reps: dict[str, dict]) -> None:
         for x in r.get("screened", []):
             console.print(f"{escape(name)}: [yellow]screened out[/] {escape(x['file'])}: "
                           f"{escape(x['reason'])}")  # fmt: skip
+        for n in r.get("robust_notes", []):
+            console.print(f"{escape(name)}: [cyan]robust[/] {escape(n)}")
         if r.get("extra_outputs"):
             console.print(f"{name}:", markup=False)
             _print_extra(r)

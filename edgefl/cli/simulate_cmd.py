@@ -224,7 +224,11 @@ def print_results(results: dict) -> None:
     console.print(fitted(cols, rows, console.width, title=title))
     for r in results["results"]:
         if r.get("error"):
-            console.print(f"  [yellow]{r['method']}[/]: {r['error']}")
+            console.print(f"  [yellow]{r['method']}[/]: {escape(r['error'])}")
+        for x in r.get("screened", []):
+            console.print(f"  {r['method']}: [yellow]screened out[/] {escape(x)}")
+        for x in r.get("robust_notes", []):
+            console.print(f"  {r['method']}: [cyan]robust[/] {escape(x)}")
     for w in results.get("warnings", []):
         console.print(f"[yellow]warning[/] {escape(w)}")
     cols = [Col("client", right=False), Col("profile", right=False), Col("role", right=False,

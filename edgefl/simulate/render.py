@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from edgefl.fusion import METHODS
+from edgefl.progress import printable
 
 
 def upload_bytes(method: str, client: str, models: dict, predictions: dict, out: Path) -> int:
@@ -46,6 +47,12 @@ def results_markdown(results: dict) -> str:
         paper = f"{r['paper']:.2f}" if r.get("paper") is not None else "-"
         lines.append(f"| {r['method']} | {acc} | {paper} | {r['fuse_seconds']:.1f} | "
                      f"{r['upload_bytes']:,} |")  # fmt: skip
+    verdicts = [(r["method"], what, x) for r in results["results"]
+                for what, key in (("screened out", "screened"), ("robust", "robust_notes"))
+                for x in r.get(key, [])]  # fmt: skip
+    if verdicts:
+        lines += ["", "Robust screen (`--robust screen`):", ""]
+        lines += [f"- {m}: {what} {_md(x)}" for m, what, x in verdicts]
     lines += ["", "| client | profile | role | model | val acc | upload bytes |",
               "|---|---|---|---|---:|---:|"]  # fmt: skip
     for c in results["clients"]:
@@ -54,6 +61,12 @@ def results_markdown(results: dict) -> str:
         lines.append(f"| {who} | {c['profile']} | {c['role']} | {c['model']} | "
                      f"{'-' if va is None else f'{100 * va:.1f}'} | {c['upload_bytes']:,} |")  # fmt: skip
     return "\n".join(lines) + "\n"
+
+
+def _md(text: str) -> str:
+    """Text quoted from an upload, as markdown that shows it and renders nothing of it."""
+    text = printable(text)
+    return "".join("\\" + ch if ch in "\\`*_[]<>#|!~" else ch for ch in text)
 
 
 def pictures(job, results: dict, out: Path) -> list[str]:

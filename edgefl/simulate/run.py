@@ -413,6 +413,9 @@ def simulate(job: SimJob, log=None, progress=None, trainer=None) -> dict:
             "upload_bytes": sum(upload_bytes(m, c, models, pred_bytes, out) for c in rep["used"]),
             "clients_used": len(rep["used"]), "paper": reference.get(m), "error": rep.get("error"),
             "standalone_accuracy": rep.get("standalone_accuracy"), "metric": rep.get("metric"),
+            # --robust screen: who was left out and why, who was used repaired or tempered
+            "screened": [f"{x['client_id']}: {x['reason']}" for x in rep.get("screened", [])],
+            "robust_notes": rep.get("robust_notes", []),
         })  # fmt: skip
     results = {
         "job": {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(job).items()},
