@@ -103,6 +103,7 @@ def test_server_fuse_shows_upload_text_escaped_and_keeps_it_in_the_report(hostil
     _clean(r.stdout)
     _clean(r.stderr)
     assert "[bold red]boom[/]" in " ".join(r.stdout.split())
+    assert r.stderr.count("robust screen (") == 1, r.stderr  # judged once for both methods
     assert {p.name: p.read_bytes() for p in up.iterdir()} == before  # uploads untouched
 
 

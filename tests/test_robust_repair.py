@@ -15,7 +15,7 @@ from torch import nn
 import exporters
 from edgefl.artifacts import Upload
 from edgefl.client.attacks import derangement
-from edgefl.fusion.robust import _adjusted, _relabelling
+from edgefl.fusion.robust import _adjusted, _relabelling, apply, judge
 
 K, DECODERS, PER = 10, 3, 64
 # every decoder draws every class: (reference class, decoder) per sample
@@ -129,3 +129,23 @@ def test_a_repaired_copy_permutes_and_negates_the_head_and_its_label_counts():
     with torch.no_grad():
         assert torch.allclose(u.module(x), net(x))
     assert _adjusted(Upload(art, None, "onnxruntime only"), perm=perm) is None
+
+
+def test_too_few_for_a_committee_is_said_not_silently_kept():
+    # Without decoders the reference is a median committee: of 2, one poisoned moves it.
+    torch.manual_seed(0)
+    arts = [exporters.Artifact(path=f"client-00{i}.onnx", size_bytes=0, model=None,
+                               input_names=[], output_names=[],
+                               metadata={"kind": "classifier", "label_counts": [5] * K,
+                                         "client_id": f"client-00{i}"})
+            for i in range(2)]  # fmt: skip
+    uploads = [Upload(a, _Net()) for a in arts]
+    x = np.random.default_rng(0).standard_normal((200, 4)).astype(np.float32)
+    verdict = judge(uploads, torch.device("cpu"), public=lambda: x)
+    assert verdict.out == {} and verdict.swap == {}
+    assert [n for _, n in verdict.notes] == [
+        "classifiers not screened: 2 are too few for a committee that one poisoned cannot "
+        "outvote (needs 3, or a decoder whose draws say their class)"
+    ]
+    kept, screened, notes = apply(verdict, uploads)
+    assert kept == uploads and screened == [] and len(notes) == 1

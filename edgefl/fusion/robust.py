@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import time
 from collections.abc import Callable
 
 import numpy as np
@@ -58,15 +59,39 @@ PER_CLASS = 64  # probe samples a decoder draws per class it claims
 SURE = 0.5  # committee probability a probe sample needs to count (it looks like that class)
 RATIO = 0.5  # screened below this fraction of the median client's worst-class agreement
 SCALE_RATIO = 5.0
+COMMITTEE = 3  # a median of fewer than this is moved by one poisoned member
 REPAIR_GAIN = 0.3  # a class moves when read as another this much more often than as itself
 
 
-def screen(usable: list[Upload], federation: list[Upload], device, seed: int = 0, log=None,
-           public: Callable[[], np.ndarray | None] | None = None):  # fmt: skip
-    """(the uploads kept, [{file, client_id, kind, reason}] for those screened out, notes).
-    `public()`: the method's public set, the probe when the federation has no decoder (read
-    only then: a 5,000-sample set costs a dataset load per method)."""
+@dataclasses.dataclass
+class Verdict:
+    """The screen's judgement of a whole federation, made once per ingest and applied to each
+    method's own uploads: who is left out and why, who is used changed (repaired, tempered)."""
+
+    out: dict[str, str]  # upload name -> why it is screened out
+    swap: dict[str, Upload]  # upload name -> the changed copy used in its place
+    notes: list[tuple[str | None, str]]  # (the upload it is about, or None for all; the note)
+    seconds: float = 0.0
+
+
+def apply(verdict: Verdict, usable: list[Upload], log=None):
+    """A method's share of the verdict: (its uploads kept, changed ones swapped in, [{file,
+    client_id, kind, reason}] for its uploads screened out, the notes)."""
     log = log or (lambda msg: None)
+    kept = [verdict.swap.get(u.name, u) for u in usable if u.name not in verdict.out]
+    screened = [{"file": u.name, "client_id": u.client_id, "kind": u.kind,
+                 "reason": verdict.out[u.name]} for u in usable if u.name in verdict.out]  # fmt: skip
+    for s in screened:
+        log(f"screened out {s['file']} ({s['kind']}): {s['reason']}")
+    names = {u.name for u in usable}
+    return kept, screened, [text for name, text in verdict.notes if name is None or name in names]
+
+
+def judge(federation: list[Upload], device, seed: int = 0,
+          public: Callable[[], np.ndarray | None] | None = None) -> Verdict:  # fmt: skip
+    """Judge every upload of the federation. `public()`: the method's public set, the probe when
+    the federation has no decoder (read only then: a 5,000-sample set costs a dataset load)."""
+    start = time.perf_counter()
     gen = torch.Generator().manual_seed(seed)
     decoders = [u for u in federation if u.kind == "decoder"]
     classifiers = [u for u in federation if u.kind == "classifier"]
@@ -78,7 +103,11 @@ def screen(usable: list[Upload], federation: list[Upload], device, seed: int = 0
         x = public()
         if x is not None:
             probe, asked, source = torch.from_numpy(x), None, np.zeros(len(x), dtype=np.int64)
-    if classifiers and probe is not None:
+    if classifiers and probe is not None and asked is None and len(classifiers) < COMMITTEE:
+        notes.append((None, f"classifiers not screened: {len(classifiers)} are too few for a "
+                      f"committee that one poisoned cannot outvote (needs {COMMITTEE}, or a "
+                      "decoder whose draws say their class)"))  # fmt: skip
+    elif classifiers and probe is not None:
         probs, scale = map(list, zip(*(_classify(u, probe, device) for u in classifiers),
                                      strict=True))  # fmt: skip
         reference = asked if asked is not None else _committee(probs)
@@ -115,30 +144,27 @@ def screen(usable: list[Upload], federation: list[Upload], device, seed: int = 0
                     continue
                 swap[u.name] = tempered
                 probs[i] = _classify(tempered, probe, device)[0]
-                notes.append(f"{u.client_id}: logits divided by {1 / factor:.3g} ({why})")
+                note = f"{u.client_id}: logits divided by {1 / factor:.3g} ({why})"
+                notes.append((u.name, note))
         out |= bad
-        notes[:0] = [note for name, note in repairs.items() if name not in bad]
+        notes[:0] = [(name, note) for name, note in repairs.items() if name not in bad]
         if decoders and asked is not None:
             judges = [i for i, u in enumerate(classifiers) if u.name not in bad]
             out |= _judge_decoders(decoders, source, asked, current, probs, judges)
     elif classifiers:
-        notes.append(
-            "classifiers not screened: no decoder in the federation and no public set "
-            "to probe them with"
-        )
+        notes.append((None, "classifiers not screened: no decoder in the federation and no "
+                      "public set to probe them with"))  # fmt: skip
     if decoders and not classifiers:
-        notes.append("decoders not screened: no classifier to judge their samples")
+        notes.append((None, "decoders not screened: no classifier to judge their samples"))
     predictions = [u for u in federation if u.kind == "predictions"]
-    if len(predictions) >= 3:
+    if 0 < len(predictions) < COMMITTEE:
+        notes.append((None, f"predictions not screened: {len(predictions)} are too few for a "
+                      f"committee (needs {COMMITTEE})"))  # fmt: skip
+    if len(predictions) >= COMMITTEE:
         probs = [_prediction_probs(u) for u in predictions]
         if len({p.shape for p in probs}) == 1:  # one public set (fedol checks fingerprints)
             out |= _judge(predictions, probs, None)[0]
-    kept = [swap.get(u.name, u) for u in usable if u.name not in out]
-    screened = [{"file": u.name, "client_id": u.client_id, "kind": u.kind, "reason": out[u.name]}
-                for u in usable if u.name in out]  # fmt: skip
-    for s in screened:
-        log(f"screened out {s['file']} ({s['kind']}): {s['reason']}")
-    return kept, screened, notes
+    return Verdict(out, swap, notes, time.perf_counter() - start)
 
 
 def _repair_note(u: Upload, perm: np.ndarray, sign: int, before: float, after: float) -> str:

@@ -37,7 +37,8 @@ from edgefl.chance import global_warning, near_chance
 from edgefl.errors import ConfigError, EdgeflError, FusionError
 from edgefl.fusion import METHODS
 from edgefl.fusion.base import FusionConfig, FusionContext, FusionResult, Method
-from edgefl.fusion.robust import screen
+from edgefl.fusion.robust import apply as apply_screen
+from edgefl.fusion.robust import judge as judge_screen
 from edgefl.outputs import check_writable
 from edgefl.progress import no_progress
 from edgefl.server.ingest import Ingest, default_jobs, ingest
@@ -232,6 +233,9 @@ def fuse_methods(
                        progress=progress)  # fmt: skip
         log(f"{len(found.uploads)} upload(s) accepted, {len(found.rejected)} rejected "
             f"({found.seconds:.1f}s)")  # fmt: skip
+    for p in plans:  # before workers fork: they all read the one verdict
+        if p.config.robust == "screen":
+            _screen_verdict(p, found, dev, log)
     if workers > 1:
         outcomes = _fuse_forked(plans, found, dev, eval, data_dir, log, progress, workers)
     else:
@@ -356,16 +360,16 @@ def _fuse_planned(p: Planned, found: Ingest, device, eval_ref, data_dir, shared:
                   progress=None):  # fmt: skip
     start = time.perf_counter()
     usable, skipped = select(p.method, found)
-    t = time.perf_counter()
     screened, notes = [], []
     if p.config.robust == "screen":
-        usable, screened, notes = screen(usable, found.uploads, device, p.config.seed,
-                                         lambda msg: log(f"{p.method.name}: {msg}"),
-                                         public=lambda: _public_probe(p.config))  # fmt: skip
+        verdict = _screen_verdict(p, found, device, log)
+        usable, screened, notes = apply_screen(
+            verdict, usable, lambda m: log(f"{p.method.name}: {m}")
+        )
         if not usable:
             raise FusionError(f"{p.method.name}: every upload it could use was screened out",
                               hint="see the reasons above; --robust off fuses them all")  # fmt: skip
-    screen_seconds = time.perf_counter() - t
+    screen_seconds = verdict.seconds if p.config.robust == "screen" else 0.0  # shared by all
     log(f"{p.method.name}: {len(usable)} upload(s) used; {len(found.rejected)} rejected"
         + (f"; {len(screened)} screened out" if screened else ""))  # fmt: skip
     ctx, result = fuse_one(p, usable, device, log, found.uploads, progress)
@@ -425,6 +429,24 @@ def _fuse_planned(p: Planned, found: Ingest, device, eval_ref, data_dir, shared:
     exporters.atomic_write_text(p.report, json.dumps(report, indent=2, default=_jsonable))
     report["report_path"] = str(p.report)
     return report
+
+
+def _screen_verdict(p: Planned, found: Ingest, device, log):
+    """The robust screen's verdict on the ingest for this method's seed and probe, judged the
+    first time a method asks and kept with the ingest for the others (the decoders' draws, or
+    else the method's public set, are the probe: with decoders the public set plays no part)."""
+    cfg = p.config
+    decoders = any(u.kind == "decoder" for u in found.uploads)
+    probe = None if decoders else tuple(getattr(cfg, k, None) for k in (
+        "public", "public_size", "public_seed", "public_subset", "data_dir", "public_partition"))  # fmt: skip
+    key = (cfg.seed, probe)
+    if key not in found.screens:
+        found.screens[key] = judge_screen(found.uploads, device, cfg.seed,
+                                          public=lambda: _public_probe(cfg))  # fmt: skip
+        v = found.screens[key]
+        log(f"robust screen ({v.seconds:.1f}s): {len(v.out)} upload(s) screened out, "
+            f"{len(v.swap)} used changed")  # fmt: skip
+    return found.screens[key]
 
 
 def _public_probe(cfg: FusionConfig):

@@ -24,6 +24,9 @@ class Ingest:
     notes: list[str] = field(default_factory=list)
     seconds: float = 0.0  # wall time of the whole ingest
     stages: dict[str, float] = field(default_factory=dict)  # summed over uploads (CPU-ish time)
+    # The robust screen's verdicts on these uploads, by what they depend on (seed, probe): made
+    # once for all methods of a run (edgefl.fusion.robust.Verdict).
+    screens: dict = field(default_factory=dict)
 
     def of_kind(self, kind: str) -> list[Upload]:
         return [u for u in self.uploads if u.kind == kind]
