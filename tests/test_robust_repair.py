@@ -149,3 +149,43 @@ def test_too_few_for_a_committee_is_said_not_silently_kept():
     ]
     kept, screened, notes = apply(verdict, uploads)
     assert kept == uploads and screened == [] and len(notes) == 1
+
+
+class _Decoder(nn.Module):
+    """A CVAE decoder stand-in: class c's image is TEMPLATES[pick[c]] plus z-driven jitter;
+    `noise` draws uniform noise instead."""
+
+    def __init__(self, pick, noise: bool = False):
+        super().__init__()
+        self.pick, self.noise = list(pick), noise
+
+    def forward(self, z, onehot):
+        if self.noise:
+            return torch.rand(len(z), 1, 8, 8, generator=torch.Generator().manual_seed(1))
+        base = TEMPLATES[[self.pick[c] for c in onehot.argmax(1).tolist()]]
+        return (base + 0.05 * z[:, :1, None, None]).clamp(0, 1)
+
+
+TEMPLATES = torch.rand(K, 1, 8, 8, generator=torch.Generator().manual_seed(0))
+
+
+def _decoder(i: int, module: nn.Module, counts) -> Upload:
+    meta = {"kind": "decoder", "client_id": f"client-{i:03d}", "num_classes": K,
+            "latent_dim": 2, "input_shape": [1, 8, 8], "label_counts": list(counts)}  # fmt: skip
+    art = exporters.Artifact(path=f"client-{i:03d}.onnx", size_bytes=0, model=None,
+                             input_names=[], output_names=[], metadata=meta)  # fmt: skip
+    return Upload(art, module)
+
+
+def test_a_cvae_only_federation_is_screened_by_a_committee_of_its_decoders():
+    # Label skew: each decoder draws 6 of the 10 classes, every class by >= 3 decoders.
+    held = [np.roll([100] * 6 + [0] * 4, 2 * i) for i in range(5)]
+    honest = [_decoder(i, _Decoder(range(K)), held[i]) for i in range(3)]
+    noise = _decoder(3, _Decoder(range(K), noise=True), held[3])
+    flipped = _decoder(4, _Decoder(derangement(K, 0)), held[4])
+    verdict = judge([*honest, noise, flipped], torch.device("cpu"))
+    assert set(verdict.out) == {"client-003.onnx", "client-004.onnx"}, verdict.out
+    assert all("lie nearest the other decoders' images" in r for r in verdict.out.values())
+    assert judge(honest, torch.device("cpu")).out == {}  # honest ones alone: none
+    few = judge(honest[:2], torch.device("cpu"))
+    assert few.out == {} and "2 are too few for a committee" in few.notes[0][1]

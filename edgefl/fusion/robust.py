@@ -1,41 +1,39 @@
 """Screening poisoned uploads in output space (`--robust screen`, issue 18): one mechanism for
-every method that consumes classifiers, decoders or predictions.
+every method that consumes classifiers, decoders or predictions, judged once per ingest
+(`judge` -> Verdict) and applied to each method's uploads (`apply`).
 
 Robust aggregators such as Krum or the trimmed mean compare parameter vectors, which
 heterogeneous classifiers, CVAE decoders and prediction tables are not. What every upload has
-in common is what it outputs on the task's inputs, so each is judged there, against a committee
+in common is what it outputs on the task's inputs, so each is judged there, against a reference
 that a minority cannot move:
 
-- a probe set: samples from every decoder in the federation, each for the classes it claims,
-  else the method's public set (FedDF's); predictions uploads are judged on the public set they
-  were computed on;
-- classifiers: the committee is the per-sample coordinate-wise median of all classifiers'
-  probabilities, on the probe samples it is sure of. A classifier is judged on each class it
-  claims (>= MIN_SHARE of its data) by how often it agrees with the committee on probe samples
-  of that class; its score is the mean over those classes. It is screened out when the score
-  is below RATIO x the median score; one that agrees but whose logits spread more than
-  SCALE_RATIO times the median's (or less than 1/SCALE_RATIO) is kept, tempered to the median
-  scale (a copy with its head rescaled): its knowledge is sound, only its weight in a logit
-  average is not (measured: two x20 attackers lifted a 5-teacher ensemble from 71.9 to 85.1 %,
-  and screening them cost 6 points);
-- repair before judgement: a classifier whose answers on the probe are a relabelling of the
-  reference's (its classes permuted, e.g. trained on flipped or swapped labels) or their
-  reverse (negated logits: its least likely class is the right one) is used relabelled, a copy
-  whose head rows are permuted (and negated): screening it would throw away what it knows, the
-  images of its classes, which under label skew no other client may hold (measured: screening
-  two flipped teachers of five cost an ensemble 6 points). A class moves only on clear evidence
-  (the reference's class a read as c at least SURE of the time and REPAIR_GAIN more often than
-  c's own samples are), so an honest client that reads one class of generated samples its own
-  way is left as sent;
-- decoders: the kept classifiers' mean probabilities judge what each decoder draws for each
-  class it claims; screened on the same rule;
+- the probe: draws of every decoder for each class it claims, labelled with the class asked
+  for; else the method's public set (FedDF's), labelled by the median committee of the
+  classifiers' probabilities where it is sure (3 at least: a median of 2 is moved by one);
+- classifiers are judged on each class they claim (>= MIN_SHARE of their data) by how often
+  they answer the reference's label on probe samples of that class; the score is the mean over
+  those classes; screened below RATIO x the median score. One that agrees but whose logits
+  spread SCALE_RATIO times the median's (or 1/SCALE_RATIO) is kept, tempered to the median
+  scale: its knowledge is sound, only its weight in a logit average is not (measured: two x20
+  attackers lifted a 5-teacher ensemble from 71.9 to 85.1 %, and screening them cost 6 points);
+- repaired, not dropped: a classifier whose answers are a relabelling of the reference's (its
+  classes permuted: trained on flipped or swapped labels) or their reverse (negated logits) is
+  used as a copy whose head rows are permuted (and negated), its label counts relabelled with
+  it. Dropping it would throw away the images of its classes, which under label skew no other
+  client may hold (measured: screening two flipped teachers of five cost an ensemble 6 points;
+  repairing them, 1.6). The reference for the repair leaves out the draws of decoders a first
+  judgement doubts, and a move needs clear evidence (`_relabelling`), so an honest client that
+  reads an unseen class as a similar one it holds is left as sent;
+- decoders: the kept classifiers that hold a class judge each decoder's draws of it; with no
+  classifier in the federation, the decoders judge each other (each class's median image,
+  nearest-centroid reading). Screened on the same rule;
 - predictions uploads: judged like classifiers, on the public set they share.
 
 Under label skew an honest client is judged only on the classes it holds, so its missing
 classes never count against it; an attacker's lie about its labels is consistent with its
-poisoned training, which is what it is judged on; a relabelled client's label counts are
-relabelled with it. Not repairable: an upload whose outputs carry no knowledge (random
-weights), which is screened, and its data lost to the federation.
+poisoned training, which is what it is judged on. Not repairable: an upload whose outputs
+carry no knowledge (random weights, a noise decoder): screened, and its data lost to the
+federation. A majority of attackers breaks any committee (measured: 4 of 5).
 """
 
 from __future__ import annotations
@@ -154,8 +152,13 @@ def judge(federation: list[Upload], device, seed: int = 0,
     elif classifiers:
         notes.append((None, "classifiers not screened: no decoder in the federation and no "
                       "public set to probe them with"))  # fmt: skip
-    if decoders and not classifiers:
-        notes.append((None, "decoders not screened: no classifier to judge their samples"))
+    if decoders and not classifiers and probe is not None and len(probe):
+        if len(decoders) < COMMITTEE:
+            notes.append((None, f"decoders not screened: no classifier to judge their draws, "
+                          f"and {len(decoders)} are too few for a committee of their own "
+                          f"(needs {COMMITTEE})"))  # fmt: skip
+        else:
+            out |= _judge_decoders_alone(decoders, probe, asked, source)
     predictions = [u for u in federation if u.kind == "predictions"]
     if 0 < len(predictions) < COMMITTEE:
         notes.append((None, f"predictions not screened: {len(predictions)} are too few for a "
@@ -392,5 +395,38 @@ def _judge_decoders(decoders, source, asked, classifiers, probs, judges) -> dict
     mid = float(np.median(known))
     return {u.name: (f"the classifiers read {100 * s:.0f}% of its draws as the class asked for "
                      f"(median decoder: {100 * mid:.0f}%; its worst: class {c})")
+            for u, (s, c) in zip(decoders, scores, strict=True)
+            if s is not None and s < RATIO * mid}  # fmt: skip
+
+
+def _judge_decoders_alone(decoders, probe: torch.Tensor, asked, source) -> dict[str, str]:
+    """Decoders with no classifier to judge them (a CVAE-only federation): each class's
+    reference is the coordinate-wise median, over the decoders that draw it, of their mean
+    draws; a decoder is judged by how many of its draws lie nearest the reference of the class
+    they were asked for (a nearest-centroid reading: a noise decoder's or another class's
+    images lie elsewhere). Under label skew a class drawn by one decoder alone is its own
+    reference; that decoder is judged on its other classes."""
+    x = probe.reshape(len(probe), -1).numpy()
+    classes = sorted(set(asked.tolist()))
+    means = {c: np.median(np.stack([x[(asked == c) & (source == d)].mean(0)
+                                    for d in np.unique(source[asked == c])]), axis=0)
+             for c in classes}  # fmt: skip
+    centres = np.stack([means[c] for c in classes])
+    d2 = (x**2).sum(1, keepdims=True) - 2 * x @ centres.T + (centres**2).sum(1)
+    read = np.asarray(classes)[d2.argmin(1)]
+    shared = {c for c in classes if len(np.unique(source[asked == c])) >= 2}
+    scores = []
+    for d in range(len(decoders)):
+        per = {int(c): float((read[(source == d) & (asked == c)] == c).mean())
+               for c in np.unique(asked[source == d]) if c in shared}  # fmt: skip
+        scores.append((float(np.mean(list(per.values()))), min(per, key=per.get)) if per
+                      else (None, None))  # fmt: skip
+    known = [s for s, _ in scores if s is not None]
+    if len(known) < COMMITTEE:
+        return {}
+    mid = float(np.median(known))
+    return {u.name: (f"{100 * s:.0f}% of its draws lie nearest the other decoders' images of "
+                     f"the class asked for (median decoder: {100 * mid:.0f}%; its worst: class "
+                     f"{c})")
             for u, (s, c) in zip(decoders, scores, strict=True)
             if s is not None and s < RATIO * mid}  # fmt: skip
