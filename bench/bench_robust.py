@@ -62,6 +62,29 @@ def seed_uploads(src: Path, dst: Path, attackers: dict[str, str]) -> None:
             shutil.copy2(f, dst / "uploads" / f.name)
 
 
+def honest_only(seed: int, kind: str, n: int, work: Path) -> dict:
+    """The bound of a defence that drops attackers: the run's honest uploads alone, fused by
+    `server fuse` with each method's options as that run used them."""
+    run = work / f"s{seed}" / ("clean" if kind == "none" else f"{kind.replace('@', '-')}-{n}/plain")
+    attackers = json.loads((run / "attackers.json").read_text()) if kind != "none" else {}
+    honest = work / f"s{seed}" / f"honest-{kind.replace('@', '-')}-{n}"
+    shutil.rmtree(honest, ignore_errors=True)
+    seed_uploads(run, honest, attackers)
+    argv = [str(EDGEFL), "server", "fuse", str(honest / "uploads"), "--method", METHODS,
+            "--out-dir", str(honest / "global"), "--eval", "mnist", "--json", "--quiet"]  # fmt: skip
+    for m in METHODS.split(","):
+        cfg = json.loads((run / "global" / f"{m}.json").read_text())["config"]
+        argv += [a for k, v in cfg.items() if v is not None and k != "robust"
+                 for a in ("--opt", f"{m}:{k}={v}")]  # fmt: skip
+    r = subprocess.run(argv, capture_output=True, text=True)
+    if r.returncode != 0:
+        sys.exit(f"server fuse failed ({honest}):\n{r.stdout[-2000:]}\n{r.stderr[-3000:]}")
+    reports = json.loads(r.stdout)
+    return {"seed": seed, "kind": kind, "count": n, "robust": "honest",
+            "accuracy": {m: rep.get("accuracy") for m, rep in reports.items()},
+            "attackers": attackers, "screened": {}}  # fmt: skip
+
+
 def attackers_of(attack: str, seed: int) -> dict[str, str]:
     from edgefl.client.attacks import parse_attacks
     from edgefl.simulate.run import SimJob, client_jobs
@@ -140,14 +163,22 @@ def markdown(rows: list[dict], meta: dict) -> str:
     lines = [
         "# Poisoned clients and robust fusion (bench/bench_robust.py)",
         "",
-        f"{meta['date_utc']}, {meta['machine']}; `{meta['command']}`.",
+        f"{meta['date_utc']}, {meta['machine']}; `{meta['command']}`"
+        + (
+            f"; honest-only bound {meta['honest_only']['date_utc']}: "
+            f"`{meta['honest_only']['command']}`"
+            if "honest_only" in meta
+            else ""
+        )
+        + ".",
         "MNIST, 10 clients (5 `cnn` classifiers, 5 `cvae-small` CVAEs), Dir(0.5), seeds "
         f"{', '.join(map(str, seeds))}; top-1 % on the MNIST test split, mean over seeds; "
-        "plain / robust (`--robust screen`), and in brackets robust minus the clean run "
-        "(no attacker, no screen).",
+        "plain / robust (`--robust screen`) / honest only (the run's attackers removed before "
+        "fusing: the best a defence that drops them can reach; only one that repairs an upload "
+        "can pass it), and in brackets robust minus the clean run (no attacker, no screen).",
         "",
         "| attack | attackers | "
-        + " | ".join(f"{m} plain / robust (vs clean)" for m in methods)
+        + " | ".join(f"{m} plain / robust / honest only (robust vs clean)" for m in methods)
         + " |",
         "|---|---:|" + "---|" * len(methods),
     ]
@@ -161,7 +192,9 @@ def markdown(rows: list[dict], meta: dict) -> str:
             if plain is None or rob is None or clean is None:
                 cells.append("-")
                 continue
-            cells.append(f"{plain:.2f} / {rob:.2f} ({rob - clean:+.2f})")
+            honest, _ = mean(kind, n, "honest", m)
+            bound = f" / {honest:.2f}" if honest is not None else " / -"
+            cells.append(f"{plain:.2f} / {rob:.2f}{bound} ({rob - clean:+.2f})")
         lines.append(f"| {kind} | {n} | " + " | ".join(cells) + " |")
     lines += ["", "Screened out / used repaired or tempered (robust runs), per seed:"]
 
@@ -171,11 +204,11 @@ def markdown(rows: list[dict], meta: dict) -> str:
                          for m, v in r["screened"].items())  # fmt: skip
 
     for r in rows:
-        if r["robust"] and r["kind"] != "none":
+        if r["robust"] is True and r["kind"] != "none":
             lines.append(f"- seed {r['seed']} {r['kind']}:{r['count']} (attackers "
                          f"{', '.join(sorted(r['attackers']))}): {verdicts(r)}")  # fmt: skip
     for r in rows:
-        if r["robust"] and r["kind"] == "none":
+        if r["robust"] is True and r["kind"] == "none":
             lines.append(f"- seed {r['seed']} clean run: {verdicts(r)}")
     return "\n".join(lines) + "\n"
 
@@ -191,9 +224,23 @@ def main() -> None:
     ap.add_argument("--work", default="/tmp/bench-robust")
     ap.add_argument("--out", default=str(ROOT / "bench/results/robust"))
     ap.add_argument("--render", action="store_true", help="only rewrite OUT.md from OUT.json")
+    ap.add_argument("--honest-only", action="store_true",
+                    help="only add the honest-only bound (2 attackers) to OUT.json's runs")  # fmt: skip
     args = ap.parse_args()
-    if args.render:
+    if args.render or args.honest_only:
         saved = json.loads(Path(f"{args.out}.json").read_text())
+        if args.honest_only:
+            saved["rows"] = [r for r in saved["rows"] if r["robust"] != "honest"]
+            keys = sorted({(r["seed"], r["kind"], r["count"]) for r in saved["rows"]
+                           if r["count"] in (0, 2)})  # fmt: skip
+            for seed, kind, n in keys:
+                saved["rows"].append(honest_only(seed, kind, n, Path(args.work)))
+                print(json.dumps(saved["rows"][-1]["accuracy"] | {"seed": seed, "kind": kind}))
+            saved["meta"]["honest_only"] = {
+                "date_utc": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+                "command": "python bench/bench_robust.py " + " ".join(sys.argv[1:]),
+            }  # fmt: skip
+            Path(f"{args.out}.json").write_text(json.dumps(saved, indent=2))
         Path(f"{args.out}.md").write_text(markdown(saved["rows"], saved["meta"]))
         return
     meta = {
