@@ -19,6 +19,7 @@ import onnx
 import onnxruntime as ort
 from onnx import numpy_helper
 
+from . import shapes
 from .errors import UploadRejected
 from .graph import (
     contract_problems,
@@ -112,7 +113,7 @@ def validate_upload(
             onnx.checker.check_model(model)
             light = without_weights(model, keep_shapes=True)
             _one_sample(light)
-            inferred = onnx.shape_inference.infer_shapes(light, check_type=True, strict_mode=True)
+            inferred = shapes.infer(light)
         except Exception as exc:  # checker raises ValidationError, shape inference InferenceError
             raise UploadRejected(f"ONNX checker failed: {_first_line(exc)}") from None
         _check_activations(inferred)
@@ -148,6 +149,13 @@ def _one_sample(model: onnx.ModelProto) -> None:
 
 
 def _check_activations(inferred: onnx.ModelProto) -> None:
+    unsized = shapes.unknown(inferred)
+    if unsized:
+        raise UploadRejected(
+            f"the size of tensor {unsized[0][:80]!r} cannot be known before the graph runs "
+            f"({len(unsized)} such): the server does not run a graph to find out how much "
+            "memory it takes"
+        )
     graph = inferred.graph
     # Weights and constants are stored in the file, bounded by its size already: only what
     # the graph computes from its input is bounded here.
@@ -157,8 +165,6 @@ def _check_activations(inferred: onnx.ModelProto) -> None:
         if value.name in stored:
             continue
         shape = value.type.tensor_type.shape
-        if not shape.dim or any(not d.HasField("dim_value") for d in shape.dim):
-            continue  # a dim inference could not fix: nothing to bound here
         n = math.prod(max(0, d.dim_value) for d in shape.dim)
         if n > MAX_ACTIVATION_ELEMENTS:
             raise UploadRejected(

@@ -1,0 +1,88 @@
+"""A graph's memory is fixed before it runs (issue 18, item 0): every tensor it computes has a
+size known from its declared input (batch 1) and bounded, whether the size comes from
+constants, from shape arithmetic the validator evaluates (Shape -> Concat -> Reshape), or not
+at all. The server never runs a graph to find out; these files are refused before a session
+exists."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import helper, numpy_helper
+
+import exporters
+from exporters import UploadRejected, validate_upload
+
+
+def _model(nodes, consts, out="y", width=784) -> onnx.ModelProto:
+    graph = helper.make_graph(
+        nodes, "bounds",
+        [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, ["B", width])],
+        [helper.make_tensor_value_info(out, onnx.TensorProto.FLOAT, ["P", "Q"])],
+        [numpy_helper.from_array(np.asarray(v, dtype=np.int64), k) for k, v in consts.items()],
+    )  # fmt: skip
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=10)
+
+
+def _outer_product(target_from_shapes: bool) -> onnx.ModelProto:
+    """x (1 x 784) made a column and a row, multiplied (784 x 784), flattened to a column and
+    multiplied by the row again: 481M elements, 1.9 GB, from a file of a few hundred bytes."""
+    if target_from_shapes:  # the targets computed from x's shape, as exporters emit them
+        shape = [helper.make_node("Shape", ["x"], ["n"], start=1),
+                 helper.make_node("Concat", ["n", "one"], ["col"], axis=0),
+                 helper.make_node("Concat", ["one", "n"], ["row"], axis=0)]  # fmt: skip
+        consts = {"one": [1], "flat": [-1, 1]}
+    else:
+        shape, consts = [], {"one": [1], "flat": [-1, 1], "col": [784, 1], "row": [1, 784]}
+    return _model([*shape,
+                   helper.make_node("Reshape", ["x", "col"], ["a"]),
+                   helper.make_node("Reshape", ["x", "row"], ["b"]),
+                   helper.make_node("MatMul", ["a", "b"], ["ab"]),
+                   helper.make_node("Reshape", ["ab", "flat"], ["c"]),
+                   helper.make_node("MatMul", ["c", "b"], ["y"])], consts)  # fmt: skip
+
+
+@pytest.fixture
+def no_session(monkeypatch):
+    def refuse(*a, **k):
+        raise AssertionError("a session was built for a graph that should be refused first")
+
+    monkeypatch.setattr(exporters.validate.ort, "InferenceSession", refuse)
+
+
+@pytest.mark.parametrize("from_shapes", [False, True])
+def test_a_graph_that_grows_is_refused_however_its_sizes_are_given(tmp_path, no_session,
+                                                                     from_shapes):  # fmt: skip
+    path = tmp_path / "grow.onnx"
+    path.write_bytes(_outer_product(from_shapes).SerializeToString())
+    with pytest.raises(UploadRejected, match=r"481,890,304 elements for one sample"):
+        validate_upload(path, require_metadata=False)
+
+
+def test_a_graph_whose_sizes_cannot_be_known_is_refused(tmp_path, no_session):
+    # A Reshape target that no inference evaluates (the mean of a shape): its size is only
+    # found by running it.
+    nodes = [helper.make_node("Shape", ["x"], ["s"]),
+             helper.make_node("ReduceMean", ["s"], ["m"], keepdims=1),
+             helper.make_node("Concat", ["m", "neg"], ["t"], axis=0),
+             helper.make_node("Reshape", ["x", "t"], ["y"])]  # fmt: skip
+    path = tmp_path / "unknown.onnx"
+    path.write_bytes(_model(nodes, {"neg": [-1]}).SerializeToString())
+    with pytest.raises(UploadRejected, match="cannot be known before the graph runs"):
+        validate_upload(path, require_metadata=False)
+
+
+def test_shape_arithmetic_of_a_small_graph_is_evaluated_and_it_runs(tmp_path):
+    # The same arithmetic on a graph that stays small: sizes found, accepted, and it runs.
+    nodes = [helper.make_node("Shape", ["x"], ["n"], start=1),
+             helper.make_node("Concat", ["n", "one"], ["col"], axis=0),
+             helper.make_node("Concat", ["one", "n"], ["row"], axis=0),
+             helper.make_node("Reshape", ["x", "col"], ["a"]),
+             helper.make_node("Reshape", ["x", "row"], ["b"]),
+             helper.make_node("MatMul", ["a", "b"], ["y"])]  # fmt: skip
+    path = tmp_path / "small.onnx"
+    path.write_bytes(_model(nodes, {"one": [1]}, width=8).SerializeToString())
+    art = validate_upload(path, require_metadata=False)
+    x = np.arange(8, dtype=np.float32)[None]
+    np.testing.assert_allclose(art.run(x), x.T @ x)
