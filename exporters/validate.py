@@ -137,6 +137,10 @@ def validate_upload(
 # make onnxruntime allocate gigabytes once the parity check runs it (2026-11-23: Conv pads
 # 2000 in a 42 kB upload asked for 4.1 GB).
 MAX_ACTIVATION_ELEMENTS = 1 << 24
+# All of them together, for one sample: an upper bound on what onnxruntime can hold at once
+# while it runs the graph (its planner frees and reuses buffers, so it holds less), i.e. the
+# memory cap of the parity run, fixed before it starts. VGG-9's sum to 0.68M on CIFAR-10.
+MAX_TOTAL_ACTIVATION_ELEMENTS = 1 << 27
 
 
 def _one_sample(model: onnx.ModelProto) -> None:
@@ -161,6 +165,7 @@ def _check_activations(inferred: onnx.ModelProto) -> None:
     # the graph computes from its input is bounded here.
     stored = {t.name for t in graph.initializer}
     stored |= {o for n in graph.node if n.op_type == "Constant" for o in n.output}
+    total = 0
     for value in (*graph.value_info, *graph.output):
         if value.name in stored:
             continue
@@ -171,6 +176,13 @@ def _check_activations(inferred: onnx.ModelProto) -> None:
                 f"tensor {value.name[:80]!r} would hold {n:,} elements for one sample (limit "
                 f"{MAX_ACTIVATION_ELEMENTS:,}): its graph grows far beyond its input"
             )
+        total += n
+    if total > MAX_TOTAL_ACTIVATION_ELEMENTS:
+        raise UploadRejected(
+            f"the tensors the graph computes would hold {total:,} elements in all for one "
+            f"sample (limit {MAX_TOTAL_ACTIVATION_ELEMENTS:,}): more memory than a model's "
+            "evaluation is allowed"
+        )
 
 
 def _first_line(exc: BaseException, limit: int = 240) -> str:

@@ -86,3 +86,22 @@ def test_shape_arithmetic_of_a_small_graph_is_evaluated_and_it_runs(tmp_path):
     art = validate_upload(path, require_metadata=False)
     x = np.arange(8, dtype=np.float32)[None]
     np.testing.assert_allclose(art.run(x), x.T @ x)
+
+
+def test_many_tensors_each_under_the_bound_are_refused_in_all(tmp_path, no_session):
+    # 784 x 784 outer products, each concatenated 16 times (9.8M elements, under the 16.7M
+    # per tensor) and summed: 15 of them hold 150M+ elements, over the 134M in all.
+    nodes = [helper.make_node("Reshape", ["x", "col"], ["a"]),
+             helper.make_node("Reshape", ["x", "row"], ["b"]),
+             helper.make_node("MatMul", ["a", "b"], ["ab"])]  # fmt: skip
+    last = None
+    for i in range(15):
+        nodes.append(helper.make_node("Concat", ["ab"] * 16, [f"c{i}"], axis=0))
+        if last is not None:
+            nodes.append(helper.make_node("Add", [last, f"c{i}"], [f"s{i}"]))
+        last = f"s{i}" if last is not None else f"c{i}"
+    nodes.append(helper.make_node("Identity", [last], ["y"]))
+    path = tmp_path / "many.onnx"
+    path.write_bytes(_model(nodes, {"col": [784, 1], "row": [1, 784]}).SerializeToString())
+    with pytest.raises(UploadRejected, match="elements in all for one sample"):
+        validate_upload(path, require_metadata=False)
