@@ -189,3 +189,34 @@ def test_a_cvae_only_federation_is_screened_by_a_committee_of_its_decoders():
     assert judge(honest, torch.device("cpu")).out == {}  # honest ones alone: none
     few = judge(honest[:2], torch.device("cpu"))
     assert few.out == {} and "2 are too few for a committee" in few.notes[0][1]
+
+
+class _Nearest(nn.Module):
+    """A stand-in classifier for the 8x8 template images: logits = -distance to each."""
+
+    def forward(self, x):
+        return -((x.reshape(len(x), 1, -1) - TEMPLATES.reshape(1, K, -1)) ** 2).sum(-1)
+
+
+def test_a_flipped_decoder_is_relabelled_a_noise_one_screened_honest_ones_left():
+    held = [np.roll([100] * 6 + [0] * 4, 2 * i) for i in range(5)]
+    pi = derangement(K, 1)  # asked for label l, the flipped decoder draws class pi[l]
+    decoders = [*(_decoder(i, _Decoder(range(K)), held[i]) for i in range(3)),
+                _decoder(3, _Decoder(pi), held[3]),
+                _decoder(4, _Decoder(range(K), noise=True), held[4])]  # fmt: skip
+    judges = []
+    for i in range(3):
+        meta = {"kind": "classifier", "client_id": f"client-1{i:02d}", "label_counts": [9] * K}
+        art = exporters.Artifact(path=f"client-1{i:02d}.onnx", size_bytes=0, model=None,
+                                 input_names=[], output_names=[], metadata=meta)  # fmt: skip
+        judges.append(Upload(art, _Nearest()))
+    verdict = judge([*judges, *decoders], torch.device("cpu"))
+    assert set(verdict.out) == {"client-004.onnx"}, verdict.out  # noise: nothing to repair
+    assert set(verdict.swap) == {"client-003.onnx"}
+    fixed = verdict.swap["client-003.onnx"]
+    # Asked for class c, the copy draws class c, for every class whose label was drawn here.
+    seen = [c for c in range(K) if fixed.label_counts[c] > 0]
+    images = fixed.module(torch.zeros(len(seen), 2), torch.eye(K)[seen])
+    assert torch.allclose(images, TEMPLATES[seen], atol=1e-6)
+    assert sorted(fixed.label_counts[seen].tolist()) == [100] * 6  # its counts, relabelled
+    assert any(n.startswith("client-003: draws repaired") for _, n in verdict.notes)

@@ -157,6 +157,8 @@ def judge(federation: list[Upload], device, seed: int = 0,
         notes[:0] = [(name, note) for name, note in repairs.items() if name not in bad]
         if decoders and asked is not None:
             judges = [i for i, u in enumerate(classifiers) if u.name not in bad]
+            asked = _repair_decoders(decoders, source, asked, current, probs, judges, swap,
+                                     notes)  # fmt: skip
             out |= _judge_decoders(decoders, source, asked, current, probs, judges)
     elif classifiers:
         notes.append((None, "classifiers not screened: no decoder in the federation and no "
@@ -176,6 +178,7 @@ def judge(federation: list[Upload], device, seed: int = 0,
         probs = [_prediction_probs(u) for u in predictions]
         if len({p.shape for p in probs}) == 1:  # one public set (fedol checks fingerprints)
             out |= _judge(predictions, probs, None)[0]
+    notes = [(name, text) for name, text in notes if name not in out]  # repaired, then dropped
     return Verdict(out, swap, notes, time.perf_counter() - start)
 
 
@@ -406,6 +409,88 @@ def _judge_decoders(decoders, source, asked, classifiers, probs, judges) -> dict
                      f"(median decoder: {100 * mid:.0f}%; its worst: class {c})")
             for u, (s, c) in zip(decoders, scores, strict=True)
             if s is not None and s < RATIO * mid}  # fmt: skip
+
+
+def _repair_decoders(decoders, source, asked, classifiers, probs, judges, swap, notes):
+    """Decoders whose draws the judges read as other classes, consistently (a flip: asked for
+    label l it draws class c), used relabelled: a copy that, asked for c, is given l (its label
+    counts relabelled alike). Dropping one loses the data behind it (measured: two flipped
+    decoders of five screened cost FedMHO 6 points on one seed). -> the probe's labels as the
+    repaired decoders would have been asked for them; adds the copies to `swap`."""
+    if not judges:
+        return asked
+    k = probs[judges[0]].shape[1]
+    reading = np.mean([probs[i] for i in judges], axis=0).argmax(1)
+    found = {}
+    for d, u in enumerate(decoders):
+        got = _decoder_relabelling(d, source, asked, reading, k)
+        if got is not None and u.module is not None:
+            found[d] = got
+    if 2 * len(found) > len(decoders):  # honest majority: then the judges are the odd ones
+        notes.append((None, f"no decoder repaired: {len(found)} of {len(decoders)} draw other "
+                      "classes than asked for, by the classifiers' reading"))  # fmt: skip
+        return asked
+    asked = asked.copy()
+    for d, (perm, seen) in found.items():
+        u = decoders[d]
+        inverse = np.argsort(perm)  # old label -> the class it draws
+        mask = source == d
+        asked[mask] = inverse[asked[mask]]
+        swap[u.name] = _relabelled_decoder(u, perm, seen)
+        moved = ", ".join(f"{int(perm[c])}->{c}" for c in range(k) if perm[c] != c and c in seen)
+        notes.append((u.name, f"{u.client_id}: draws repaired (labels relabelled {moved}: "
+                      "asked for the class on the right, it is given the label on the left)"))  # fmt: skip
+    return asked
+
+
+def _decoder_relabelling(d, source, asked, reading, k):
+    """(perm: new label c -> the decoder's label perm[c], the classes whose label is known) when the judges read its draws for
+    some label l clearly as another class c: most of them, c read for l's draws and rarely for
+    its others (not a constant reading, as of noise), its own draws of c (if it has any) not
+    read as c, and the other decoders' draws of l not read as c too (else the judges confuse l
+    with c, or the draws of l all look like c)."""
+    mine = source == d
+    labels = [int(a) for a in np.unique(asked[mine])]
+    rate = np.array([[float((reading[mine & (asked == a)] == c).mean()) for c in range(k)]
+                     for a in labels])  # fmt: skip
+    moves = {}
+    for i, c in zip(*linear_sum_assignment(rate, maximize=True), strict=True):
+        a = labels[i]
+        says_c = mine & (reading == c)
+        others = ~mine & (asked == a)
+        if (a != c and rate[i, c] >= SURE and (asked[says_c] == a).mean() >= SURE
+                and not (c in labels and rate[labels.index(c), c] >= SURE)
+                and (not others.any() or (reading[others] == c).mean() < SURE)):  # fmt: skip
+            moves[a] = c  # the label a draws class c: asked for c, it is to be given a
+    if not moves:
+        return None
+    # Classes whose label is known: the moved ones, and those read as themselves. A label it
+    # holds too little of to draw here (a flip moved it too) stays unknown: counted 0, never
+    # asked for (measured: left in place, it gave another class's images 147 times).
+    seen = set(moves.values()) | {a for i, a in enumerate(labels) if rate[i, a] >= SURE}
+    return _permutation(k, moves), seen
+
+
+def _relabelled_decoder(u: Upload, perm: np.ndarray, seen: set[int]) -> Upload:
+    """A copy of the decoder upload that, asked for class c, is given label perm[c]; its label
+    counts follow, 0 for a class whose label is not known."""
+    out = dataclasses.replace(u, module=_Relabelled(u.module, perm))
+    counts = u.meta.get("label_counts")
+    if counts and len(counts) == len(perm):
+        relabelled = [counts[int(perm[c])] if c in seen else 0 for c in range(len(perm))]
+        meta = dict(u.meta, label_counts=relabelled)
+        out = dataclasses.replace(out, artifact=dataclasses.replace(u.artifact, metadata=meta))
+    return out
+
+
+class _Relabelled(torch.nn.Module):
+    def __init__(self, inner: torch.nn.Module, perm: np.ndarray):
+        super().__init__()
+        self.inner = inner  # shared, never changed: the copy only routes its labels
+        self.register_buffer("route", torch.eye(len(perm))[torch.as_tensor(perm)])
+
+    def forward(self, z, onehot):
+        return self.inner(z, onehot @ self.route.to(onehot.dtype))
 
 
 def _judge_decoders_alone(decoders, probe: torch.Tensor, asked, source) -> dict[str, str]:
