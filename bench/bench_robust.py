@@ -85,6 +85,20 @@ def honest_only(seed: int, kind: str, n: int, work: Path) -> dict:
             "attackers": attackers, "screened": {}}  # fmt: skip
 
 
+def robust_again(seed: int, kind: str, n: int, work: Path, args) -> dict:
+    """A robust run fused afresh on the uploads of its plain run (the same clients, the same
+    attackers): for a screen changed after the uploads were made."""
+    run = work / f"s{seed}" / ("clean" if kind == "none" else f"{kind.replace('@', '-')}-{n}/plain")
+    out = run.parent / ("clean-robust" if kind == "none" else "robust")
+    attackers = json.loads((run / "attackers.json").read_text()) if kind != "none" else {}
+    shutil.rmtree(out, ignore_errors=True)
+    seed_uploads(run, out, {})  # every upload, the attackers' too
+    (out / "attackers.json").write_text(json.dumps(attackers, indent=2))
+    t = time.monotonic()
+    rep = simulate(out, seed, f"{kind}:{n}" if kind != "none" else "", True, args)
+    return _row(seed, kind, n, True, rep) | {"wall_s": time.monotonic() - t}
+
+
 def attackers_of(attack: str, seed: int) -> dict[str, str]:
     from edgefl.client.attacks import parse_attacks
     from edgefl.simulate.run import SimJob, client_jobs
@@ -226,7 +240,25 @@ def main() -> None:
     ap.add_argument("--render", action="store_true", help="only rewrite OUT.md from OUT.json")
     ap.add_argument("--honest-only", action="store_true",
                     help="only add the honest-only bound (2 attackers) to OUT.json's runs")  # fmt: skip
+    ap.add_argument("--robust-only", action="store_true",
+                    help="only fuse OUT.json's robust runs again, on their plain runs' uploads")  # fmt: skip
     args = ap.parse_args()
+    if args.robust_only:
+        saved = json.loads(Path(f"{args.out}.json").read_text())
+        for i, r in enumerate(saved["rows"]):
+            if r["robust"] is True:
+                saved["rows"][i] = robust_again(r["seed"], r["kind"], r["count"],
+                                                Path(args.work), args)  # fmt: skip
+                print(json.dumps({k: saved["rows"][i][k] for k in ("seed", "kind", "count",
+                                                                    "accuracy")}), flush=True)  # fmt: skip
+                Path(f"{args.out}.json").write_text(json.dumps(saved, indent=2))
+        saved["meta"]["robust_again"] = {
+            "date_utc": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+            "command": "python bench/bench_robust.py " + " ".join(sys.argv[1:]),
+        }  # fmt: skip
+        Path(f"{args.out}.json").write_text(json.dumps(saved, indent=2))
+        Path(f"{args.out}.md").write_text(markdown(saved["rows"], saved["meta"]))
+        return
     if args.render or args.honest_only:
         saved = json.loads(Path(f"{args.out}.json").read_text())
         if args.honest_only:
