@@ -24,7 +24,9 @@ that a minority cannot move:
   repairing them, 1.6). The reference for the repair leaves out the draws of decoders a first
   judgement doubts, and a move needs clear evidence (`_relabelling`), so an honest client that
   reads an unseen class as a similar one it holds is left as sent;
-- decoders: the kept classifiers that hold a class judge each decoder's draws of it; with no
+- decoders: the kept classifiers that hold a class judge each decoder's draws of it; a decoder
+  whose draws they read consistently as other classes (trained on flipped labels) is repaired
+  like a classifier, as a copy that routes each class to the label that draws it; with no
   classifier in the federation, the decoders judge each other (each class's median image,
   nearest-centroid reading). Screened on the same rule;
 - predictions uploads: judged like classifiers, on the public set they share.
@@ -33,7 +35,8 @@ Under label skew an honest client is judged only on the classes it holds, so its
 classes never count against it; an attacker's lie about its labels is consistent with its
 poisoned training, which is what it is judged on. Not repairable: an upload whose outputs
 carry no knowledge (random weights, a noise decoder): screened, and its data lost to the
-federation. A majority of attackers breaks any committee (measured: 4 of 5).
+federation. A majority of attackers breaks any committee (measured: 4 of 5); when most uploads
+of a kind would need a repair, the reference is taken to be the odd one and none is repaired.
 """
 
 from __future__ import annotations
