@@ -55,11 +55,13 @@ def test_a_flipped_client_is_relabelled_back_every_class_it_holds():
     found = _relabelling(_client(np.asarray(HELD)[np.argsort(pi)]), _probs(answers), REFERENCE,
                          SOURCE)  # fmt: skip
     assert found is not None
-    perm, sign, before, after = found
+    perm, sign, before, after, abstain = found
     assert sign == 1 and before < 0.1 and after > 0.9
-    # Its repaired output a is its output pi[a] for each class it holds (4 and 7 it barely or
-    # never saw: it answers them as 9 and 1, so no output of its own stands for them).
+    # Its repaired output a is its output pi[a] for each class it holds; 4 and 7 it barely or
+    # never saw (it answers them as 9 and 1): no output of its own stands for them, and the
+    # repaired copy abstains there rather than guess.
     assert all(perm[a] == pi[a] for a in range(K) if a not in (4, 7)), (perm, pi)
+    assert abstain == {4, 7}
     assert sorted(perm) == list(range(K))
 
 
@@ -124,6 +126,10 @@ def test_a_repaired_copy_permutes_and_negates_the_head_and_its_label_counts():
     x = torch.randn(5, 4)
     with torch.no_grad():
         assert torch.allclose(fixed.module(x), -net(x)[:, perm], atol=1e-6)
+        out = _adjusted(u, perm=perm, abstain={2}).module(x)
+        want = net(x)[:, perm]
+        assert torch.allclose(out[:, 2], want.mean(1), atol=1e-5)  # abstains: the mean logit
+        assert torch.allclose(out[:, 3:], want[:, 3:], atol=1e-6)
     assert list(fixed.label_counts) == [int(c) for c in perm]
     assert list(u.label_counts) == list(range(K))  # the shared upload is unchanged
     with torch.no_grad():

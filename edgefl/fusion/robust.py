@@ -136,12 +136,13 @@ def judge(federation: list[Upload], device, seed: int = 0,
             found = [None] * len(classifiers)
         for i, u in enumerate(classifiers):
             repaired = None if found[i] is None else _adjusted(u, perm=found[i][0],
-                                                               sign=found[i][1])  # fmt: skip
+                                                               sign=found[i][1],
+                                                               abstain=found[i][4])  # fmt: skip
             if repaired is None:  # as sent (an onnxruntime-only upload cannot be changed)
                 continue
             swap[u.name] = repaired
             probs[i] = _classify(repaired, probe, device)[0]
-            repairs[u.name] = _repair_note(u, *found[i])
+            repairs[u.name] = _repair_note(u, *found[i][:4], abstain=found[i][4])
         current = [swap.get(u.name, u) for u in classifiers]
         # without decoders, the committee of the repaired clients
         bad, rescale = _judge(current, probs, scale, reference if asked is not None else None)
@@ -185,16 +186,14 @@ def judge(federation: list[Upload], device, seed: int = 0,
     return Verdict(out, swap, notes, time.perf_counter() - start)
 
 
-def _repair_note(u: Upload, perm: np.ndarray, sign: int, before: float, after: float) -> str:
-    moved = ", ".join(f"{int(perm[k])}->{k}" for k in range(len(perm)) if perm[k] != k)
-    what = "; ".join(
-        x
-        for x in (
-            "logits negated" if sign < 0 else "",
-            f"classes relabelled {moved}" if moved else "",
-        )
-        if x  # fmt: skip
-    )
+def _repair_note(u: Upload, perm: np.ndarray, sign: int, before: float, after: float,
+                 abstain: set[int] = frozenset()) -> str:  # fmt: skip
+    moved = ", ".join(f"{int(perm[k])}->{k}" for k in range(len(perm))
+                      if perm[k] != k and k not in abstain)  # fmt: skip
+    what = "; ".join(x for x in (
+        "logits negated" if sign < 0 else "",
+        f"classes relabelled {moved}" if moved else "",
+        f"abstains on {', '.join(map(str, sorted(abstain)))}" if abstain else "") if x)  # fmt: skip
     return (f"{u.client_id}: outputs repaired ({what}): agreement on its classes "
             f"{100 * before:.0f}% -> {100 * after:.0f}%")  # fmt: skip
 
@@ -306,7 +305,7 @@ def _relabelling(u: Upload, probs: np.ndarray, reference: np.ndarray, source: np
         moves = {}
         for c, (a, r) in match.items():
             says_c = judged & (answers == c)
-            if (a != c and r > own[c] and says_c.any()
+            if (a != c and r >= SURE and r > own[c] and says_c.any()
                     and (reference[says_c] == a).mean() >= 2 * (reference[judged] == a).mean()
                     and _most(answers, reference, source, a, c)
                     and not _most(answers, reference, source, c, c)):  # fmt: skip
@@ -316,13 +315,25 @@ def _relabelling(u: Upload, probs: np.ndarray, reference: np.ndarray, source: np
                  and match[c][1] >= SURE and match[c][1] >= own[c] + REPAIR_GAIN]  # fmt: skip
         if sign > 0 and not clear:
             continue  # as sent
+        # A client that relabels most of what it holds (a flip) relabels what it barely holds
+        # too; one that relabels a few classes (a swap) or none (a negation) leaves the rest,
+        # and an unseen class its answers happen to match is not moved (measured: moving them
+        # cost a repaired swap's or negation's ensemble 5-6 points on one seed).
+        judged_claims = [c for c in claimed if c in rows]
+        mostly = 2 * len(clear) >= len(judged_claims)
+        if not mostly:
+            moves = {c: a for c, a in moves.items() if c in clear}
         read = [match[c][1] if c in moves else own[c] for c in claimed if c in moves or c in rows]
         after = float(np.mean(read))
         # negating every logit is one global change: it must lift the whole client clearly
         if sign < 0 and after < before + REPAIR_GAIN:
             continue
         if best is None or after > best[3]:
-            best = (_permutation(k, moves), sign, before, after)
+            # Relabelled throughout, an output it gave no evidence for could stand for any
+            # class (its true class not drawn here): it abstains (the mean logit) rather than
+            # answer a guessed class with confidence.
+            unsure = {a for a in range(k) if a not in moves.values()} if mostly else set()
+            best = (_permutation(k, moves), sign, before, after, unsure)
     return best
 
 
@@ -353,7 +364,7 @@ def _permutation(k: int, moves: dict[int, int]) -> np.ndarray:
 
 
 def _adjusted(u: Upload, factor: float = 1.0, perm: np.ndarray | None = None,
-              sign: int = 1) -> Upload | None:  # fmt: skip
+              sign: int = 1, abstain: set[int] = frozenset()) -> Upload | None:  # fmt: skip
     """A copy of the upload whose classifier's logit k is sign x factor x its logit perm[k] (its
     head's rows permuted and scaled; label counts relabelled alike), or None when it has no
     rebuilt head to change (an onnxruntime-only upload)."""
@@ -365,6 +376,9 @@ def _adjusted(u: Upload, factor: float = 1.0, perm: np.ndarray | None = None,
     with torch.no_grad():
         module.head.weight.copy_(sign * factor * head.weight[index])
         module.head.bias.copy_(sign * factor * head.bias[index])
+        w, b = module.head.weight.mean(0), module.head.bias.mean()
+        for a in abstain:  # its logit: the mean of all, so it never stands out
+            module.head.weight[a], module.head.bias[a] = w, b
     out = dataclasses.replace(u, module=module)
     counts = u.meta.get("label_counts")
     if perm is not None and counts and len(counts) == len(perm):
