@@ -40,7 +40,10 @@ MARKER = "@@paused"
 #                       several methods run
 # It only waits there (bounded, so a lost signal ends the run rather than hanging the test).
 HOOK = """
-import os, sys, time
+import os, signal, sys, time
+# Ctrl-C as at a terminal, even when the tests run as a background job (SIGINT ignored there,
+# and Python keeps an ignored SIGINT ignored).
+signal.signal(signal.SIGINT, signal.default_int_handler)
 _at = os.environ["EDGEFL_TEST_PAUSE"]
 
 def _pause():
