@@ -179,6 +179,12 @@ def markdown(rows: list[dict], meta: dict) -> str:
         "",
         f"{meta['date_utc']}, {meta['machine']}; `{meta['command']}`"
         + (
+            f"; robust runs fused again with the screen as it landed "
+            f"{meta['robust_again']['date_utc']}: {meta['robust_again']['command']}"
+            if "robust_again" in meta
+            else ""
+        )
+        + (
             f"; honest-only bound {meta['honest_only']['date_utc']}: "
             f"`{meta['honest_only']['command']}`"
             if "honest_only" in meta
