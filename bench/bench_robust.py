@@ -233,6 +233,16 @@ def markdown(rows: list[dict], meta: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _save(saved: dict, what: str, out: str) -> None:
+    """Record which pass changed the rows (when, with what command), then OUT.json and OUT.md."""
+    saved["meta"][what] = {
+        "date_utc": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "command": "python bench/bench_robust.py " + " ".join(sys.argv[1:]),
+    }  # fmt: skip
+    Path(f"{out}.json").write_text(json.dumps(saved, indent=2))
+    Path(f"{out}.md").write_text(markdown(saved["rows"], saved["meta"]))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seeds", default="0,1,2")
@@ -259,12 +269,7 @@ def main() -> None:
                 print(json.dumps({k: saved["rows"][i][k] for k in ("seed", "kind", "count",
                                                                     "accuracy")}), flush=True)  # fmt: skip
                 Path(f"{args.out}.json").write_text(json.dumps(saved, indent=2))
-        saved["meta"]["robust_again"] = {
-            "date_utc": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
-            "command": "python bench/bench_robust.py " + " ".join(sys.argv[1:]),
-        }  # fmt: skip
-        Path(f"{args.out}.json").write_text(json.dumps(saved, indent=2))
-        Path(f"{args.out}.md").write_text(markdown(saved["rows"], saved["meta"]))
+        _save(saved, "robust_again", args.out)
         return
     if args.render or args.honest_only:
         saved = json.loads(Path(f"{args.out}.json").read_text())
@@ -275,11 +280,8 @@ def main() -> None:
             for seed, kind, n in keys:
                 saved["rows"].append(honest_only(seed, kind, n, Path(args.work)))
                 print(json.dumps(saved["rows"][-1]["accuracy"] | {"seed": seed, "kind": kind}))
-            saved["meta"]["honest_only"] = {
-                "date_utc": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
-                "command": "python bench/bench_robust.py " + " ".join(sys.argv[1:]),
-            }  # fmt: skip
-            Path(f"{args.out}.json").write_text(json.dumps(saved, indent=2))
+            _save(saved, "honest_only", args.out)
+            return
         Path(f"{args.out}.md").write_text(markdown(saved["rows"], saved["meta"]))
         return
     meta = {
