@@ -13,14 +13,20 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+from .graph import SMALL_TENSOR
+
 MAX_ROUNDS = 16  # each round fixes the Reshapes whose inputs the previous one made known
-MAX_VALUE = 4096  # elements of a shape-like value worth evaluating here
+MAX_VALUE = SMALL_TENSOR  # a shape-like value: the size of those a weightless copy keeps
 
 
 def infer(light: onnx.ModelProto) -> onnx.ModelProto:
-    """`light` (a weightless copy, batch fixed) with every size inference can fix once the
+    """`light` (a weightless copy) at one sample, with every size inference can fix once the
     shape arithmetic is evaluated: each value it computes is pinned, as a constant, into the
     inputs that read it (a Reshape's target, a ReduceMean's axes). Changes `light`."""
+    for value in light.graph.input:  # a symbolic batch dim: 1, for per-sample sizes
+        dims = value.type.tensor_type.shape.dim
+        if dims and not dims[0].HasField("dim_value"):
+            dims[0].dim_value = 1
     del light.graph.value_info[:]
     for o in light.graph.output:  # what an upload declares it returns is checked elsewhere
         o.type.tensor_type.ClearField("shape")
@@ -31,13 +37,14 @@ def infer(light: onnx.ModelProto) -> onnx.ModelProto:
     return inferred
 
 
-def unknown(inferred: onnx.ModelProto) -> list[str]:
-    """Names of the tensors the graph computes whose size is still unknown."""
+def computed(inferred: onnx.ModelProto) -> dict[str, list[int] | None]:
+    """Each tensor the graph computes from its input (not a weight or a constant: those are
+    stored in the file, bounded by its size) -> its dims, None where still unknown."""
     g = inferred.graph
     stored = {t.name for t in g.initializer}
     stored |= {o for n in g.node if n.op_type == "Constant" for o in n.output}
-    known = {v.name for v in (*g.value_info, *g.output) if _dims(v) is not None}
-    return [o for n in g.node for o in n.output if o and o not in stored and o not in known]
+    dims = {v.name: _dims(v) for v in (*g.value_info, *g.output)}
+    return {o: dims.get(o) for n in g.node for o in n.output if o and o not in stored}
 
 
 def _dims(v: onnx.ValueInfoProto) -> list[int] | None:

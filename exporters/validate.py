@@ -111,9 +111,7 @@ def validate_upload(
         # which spares serialising and re-parsing every weight (0.7-2.3 s for a VGG-9).
         try:
             onnx.checker.check_model(model)
-            light = without_weights(model, keep_shapes=True)
-            _one_sample(light)
-            inferred = shapes.infer(light)
+            inferred = shapes.infer(without_weights(model, keep_shapes=True))
         except Exception as exc:  # checker raises ValidationError, shape inference InferenceError
             raise UploadRejected(f"ONNX checker failed: {_first_line(exc)}") from None
         _check_activations(inferred)
@@ -143,37 +141,21 @@ MAX_ACTIVATION_ELEMENTS = 1 << 24
 MAX_TOTAL_ACTIVATION_ELEMENTS = 1 << 27
 
 
-def _one_sample(model: onnx.ModelProto) -> None:
-    """Fix a symbolic leading (batch) dim of every graph input to 1, so that inference gives
-    concrete per-sample sizes for every tensor the graph makes."""
-    for value in model.graph.input:
-        dims = value.type.tensor_type.shape.dim
-        if dims and not dims[0].HasField("dim_value"):
-            dims[0].dim_value = 1
-
-
 def _check_activations(inferred: onnx.ModelProto) -> None:
-    unsized = shapes.unknown(inferred)
+    sizes = shapes.computed(inferred)
+    unsized = [name for name, dims in sizes.items() if dims is None]
     if unsized:
         raise UploadRejected(
             f"the size of tensor {unsized[0][:80]!r} cannot be known before the graph runs "
             f"({len(unsized)} such): the server does not run a graph to find out how much "
             "memory it takes"
         )
-    graph = inferred.graph
-    # Weights and constants are stored in the file, bounded by its size already: only what
-    # the graph computes from its input is bounded here.
-    stored = {t.name for t in graph.initializer}
-    stored |= {o for n in graph.node if n.op_type == "Constant" for o in n.output}
     total = 0
-    for value in (*graph.value_info, *graph.output):
-        if value.name in stored:
-            continue
-        shape = value.type.tensor_type.shape
-        n = math.prod(max(0, d.dim_value) for d in shape.dim)
+    for name, dims in sizes.items():
+        n = math.prod(max(0, d) for d in dims)
         if n > MAX_ACTIVATION_ELEMENTS:
             raise UploadRejected(
-                f"tensor {value.name[:80]!r} would hold {n:,} elements for one sample (limit "
+                f"tensor {name[:80]!r} would hold {n:,} elements for one sample (limit "
                 f"{MAX_ACTIVATION_ELEMENTS:,}): its graph grows far beyond its input"
             )
         total += n
