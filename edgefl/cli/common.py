@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import re
 import sys
 from typing import Any
 
@@ -30,13 +29,10 @@ class SafeConsole(Console):
 
     def render(self, renderable, options=None):  # the rest: tables and other renderables
         for seg in super().render(renderable, options):
-            if seg.control or not _CONTROL.search(seg.text):
-                yield seg
-            else:
-                yield Segment(printable(seg.text, lines=True), seg.style)
+            shown = seg.text if seg.control else printable(seg.text, lines=True)
+            yield seg if shown == seg.text else Segment(shown, seg.style)
 
 
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 console = SafeConsole(highlight=False)
 err_console = SafeConsole(stderr=True, highlight=False)
 

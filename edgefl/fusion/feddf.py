@@ -55,6 +55,14 @@ class PublicSetConfig(FusionConfig):
     )  # fmt: skip
     data_dir: str | None = option(None, "folder with standard dataset files", kind="str")
 
+    def public_args(self) -> dict | None:
+        """load_public's arguments for this public set; None without one."""
+        if not self.public:
+            return None
+        return {"ref": self.public, "public_size": self.public_size, "seed": self.public_seed,
+                "subset": self.public_subset, "data_dir": self.data_dir,
+                "partition": self.public_partition}  # fmt: skip
+
 
 def public_samples(ctx: FusionContext, cfg: PublicSetConfig, method: str) -> np.ndarray:
     if not cfg.public:
@@ -63,10 +71,7 @@ def public_samples(ctx: FusionContext, cfg: PublicSetConfig, method: str) -> np.
             hint=f"the same set the clients used, e.g. --opt public=mnist:public "
             f"--opt public_size={DEFAULT_PUBLIC_SIZE}",
         )
-    x = load_public(
-        cfg.public, public_size=cfg.public_size, seed=cfg.public_seed, subset=cfg.public_subset,
-        data_dir=cfg.data_dir, partition=cfg.public_partition,
-    )  # fmt: skip
+    x = load_public(**cfg.public_args())
     if tuple(x.shape[1:]) != tuple(ctx.input_shape):
         raise FusionError(
             f"public set {cfg.public} has samples of shape {list(x.shape[1:])}, the uploads "

@@ -436,29 +436,25 @@ def _screen_verdict(p: Planned, found: Ingest, device, log):
     first time a method asks and kept with the ingest for the others (the decoders' draws, or
     else the method's public set, are the probe: with decoders the public set plays no part)."""
     cfg = p.config
+    public = cfg.public_args() if hasattr(cfg, "public_args") else None  # FedDF's options
     decoders = any(u.kind == "decoder" for u in found.uploads)
-    probe = None if decoders else tuple(getattr(cfg, k, None) for k in (
-        "public", "public_size", "public_seed", "public_subset", "data_dir", "public_partition"))  # fmt: skip
-    key = (cfg.seed, probe)
+    key = (cfg.seed, None if decoders or public is None else tuple(public.items()))
     if key not in found.screens:
         found.screens[key] = judge_screen(found.uploads, device, cfg.seed,
-                                          public=lambda: _public_probe(cfg))  # fmt: skip
+                                          public=lambda: _public_probe(public))  # fmt: skip
         v = found.screens[key]
         log(f"robust screen ({v.seconds:.1f}s): {len(v.out)} upload(s) screened out, "
             f"{len(v.swap)} used changed")  # fmt: skip
     return found.screens[key]
 
 
-def _public_probe(cfg: FusionConfig):
-    """The method's public set (FedDF's options), for the robust screen to probe with."""
-    ref = getattr(cfg, "public", None)
-    if not ref:
+def _public_probe(public: dict | None):
+    """The public set's samples, for the robust screen to probe with (read only when used)."""
+    if public is None:
         return None
     from edgefl.data.public import load_public
 
-    return load_public(ref, public_size=cfg.public_size, seed=cfg.public_seed,
-                       subset=cfg.public_subset, data_dir=cfg.data_dir,
-                       partition=cfg.public_partition)  # fmt: skip
+    return load_public(**public)
 
 
 def _val_accuracies(uploads: list[Upload]) -> list[float]:
