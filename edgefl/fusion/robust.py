@@ -45,6 +45,7 @@ import copy
 import dataclasses
 import time
 from collections.abc import Callable
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -62,6 +63,17 @@ RATIO = 0.5  # screened below this fraction of the median client's worst-class a
 SCALE_RATIO = 5.0
 COMMITTEE = 3  # a median of fewer than this is moved by one poisoned member
 REPAIR_GAIN = 0.3  # a class moves when read as another this much more often than as itself
+
+
+class Relabelling(NamedTuple):
+    """A classifier's repair: its logit k becomes sign x its logit perm[k]; outputs in
+    `abstain` (no evidence what they stand for) give the mean logit."""
+
+    perm: np.ndarray
+    sign: int
+    before: float  # agreement on its classes, as sent
+    after: float  # and repaired
+    abstain: set[int]
 
 
 @dataclasses.dataclass
@@ -124,25 +136,24 @@ def judge(federation: list[Upload], device, seed: int = 0,
                                                   if d.name in doubted]), -1, asked)  # fmt: skip
         elif judges:
             reference = _committee([probs[i] for i in judges])
-        repairs = {}  # name -> note, for those kept
         found = [_relabelling(u, probs[i], reference, source) for i, u in enumerate(classifiers)]
-        if 2 * sum(f is not None for f in found) > len(classifiers):
+        wanted = sum(f is not None for f in found)
+        if 2 * wanted > len(classifiers):
             # A repair says this classifier is the odd one out; when most would need one, the
             # reference is (measured: 4 flipped decoders of 5 had every honest classifier
             # "repaired", costing an ensemble that uses no decoder 24 points).
-            notes.append((None, f"no classifier repaired: {sum(f is not None for f in found)} "
-                          f"of {len(classifiers)} disagree with the decoders' draws the same "
-                          "way, so the draws are the odd ones"))  # fmt: skip
+            notes.append((None, f"no classifier repaired: {wanted} of {len(classifiers)} "
+                          "disagree with the decoders' draws the same way, so the draws are "
+                          "the odd ones"))  # fmt: skip
             found = [None] * len(classifiers)
-        for i, u in enumerate(classifiers):
-            repaired = None if found[i] is None else _adjusted(u, perm=found[i][0],
-                                                               sign=found[i][1],
-                                                               abstain=found[i][4])  # fmt: skip
+        for i, (u, fix) in enumerate(zip(classifiers, found, strict=True)):
+            repaired = None if fix is None else _adjusted(u, perm=fix.perm, sign=fix.sign,
+                                                          abstain=fix.abstain)  # fmt: skip
             if repaired is None:  # as sent (an onnxruntime-only upload cannot be changed)
                 continue
             swap[u.name] = repaired
             probs[i] = _classify(repaired, probe, device)[0]
-            repairs[u.name] = _repair_note(u, *found[i][:4], abstain=found[i][4])
+            notes.append((u.name, _repair_note(u, fix)))  # dropped below if it is screened
         current = [swap.get(u.name, u) for u in classifiers]
         # without decoders, the committee of the repaired clients
         bad, rescale = _judge(current, probs, scale, reference if asked is not None else None)
@@ -158,7 +169,6 @@ def judge(federation: list[Upload], device, seed: int = 0,
                 note = f"{u.client_id}: logits divided by {1 / factor:.3g} ({why})"
                 notes.append((u.name, note))
         out |= bad
-        notes[:0] = [(name, note) for name, note in repairs.items() if name not in bad]
         if decoders and asked is not None:
             judges = [i for i, u in enumerate(classifiers) if u.name not in bad]
             asked = _repair_decoders(decoders, source, asked, current, probs, judges, swap,
@@ -186,16 +196,16 @@ def judge(federation: list[Upload], device, seed: int = 0,
     return Verdict(out, swap, notes, time.perf_counter() - start)
 
 
-def _repair_note(u: Upload, perm: np.ndarray, sign: int, before: float, after: float,
-                 abstain: set[int] = frozenset()) -> str:  # fmt: skip
+def _repair_note(u: Upload, fix: Relabelling) -> str:
+    perm, abstain = fix.perm, fix.abstain
     moved = ", ".join(f"{int(perm[k])}->{k}" for k in range(len(perm))
                       if perm[k] != k and k not in abstain)  # fmt: skip
     what = "; ".join(x for x in (
-        "logits negated" if sign < 0 else "",
+        "logits negated" if fix.sign < 0 else "",
         f"classes relabelled {moved}" if moved else "",
         f"abstains on {', '.join(map(str, sorted(abstain)))}" if abstain else "") if x)  # fmt: skip
     return (f"{u.client_id}: outputs repaired ({what}): agreement on its classes "
-            f"{100 * before:.0f}% -> {100 * after:.0f}%")  # fmt: skip
+            f"{100 * fix.before:.0f}% -> {100 * fix.after:.0f}%")  # fmt: skip
 
 
 def _probe(decoders: list[Upload], gen, device):
@@ -272,9 +282,10 @@ def _committee(probs: list[np.ndarray]) -> np.ndarray:
     return np.where(median.max(1) >= SURE, median.argmax(1), -1)
 
 
-def _relabelling(u: Upload, probs: np.ndarray, reference: np.ndarray, source: np.ndarray):
-    """(perm, sign, agreement before, after) when the classifier's answers are clearly a
-    relabelling of the reference's: its repaired logit k is sign x its logit perm[k]; else None.
+def _relabelling(u: Upload, probs: np.ndarray, reference: np.ndarray,
+                 source: np.ndarray) -> Relabelling | None:  # fmt: skip
+    """The repair when the classifier's answers are clearly a relabelling of the reference's
+    (or their negation); else None.
     Its output classes are matched to the reference classes they answer most (an assignment, so
     no two share one). A repair needs clear evidence on a class it claims; once found, the
     classes it holds too little of to be judged on follow the same assignment where it reads
@@ -328,12 +339,12 @@ def _relabelling(u: Upload, probs: np.ndarray, reference: np.ndarray, source: np
         # negating every logit is one global change: it must lift the whole client clearly
         if sign < 0 and after < before + REPAIR_GAIN:
             continue
-        if best is None or after > best[3]:
+        if best is None or after > best.after:
             # Relabelled throughout, an output it gave no evidence for could stand for any
             # class (its true class not drawn here): it abstains (the mean logit) rather than
             # answer a guessed class with confidence.
             unsure = {a for a in range(k) if a not in moves.values()} if mostly else set()
-            best = (_permutation(k, moves), sign, before, after, unsure)
+            best = Relabelling(_permutation(k, moves), sign, before, after, unsure)
     return best
 
 
