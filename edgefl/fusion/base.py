@@ -49,8 +49,9 @@ def check_budget(budget: str) -> None:
 
 
 ROBUST = ("off", "screen")
-ROBUST_HELP = ("screen out uploads whose outputs disagree with a committee of the others "
-               "(poisoned clients; edgefl.fusion.robust), named in the report: off | screen")  # fmt: skip
+ROBUST_HELP = ("judge uploads by their outputs against the others (poisoned clients; "
+               "edgefl.fusion.robust): repair relabelled or negated ones, temper scaled ones, "
+               "leave out the rest that disagree; each named in the report: off | screen")  # fmt: skip
 
 
 @dataclass(frozen=True)
