@@ -36,6 +36,7 @@ from edgefl.registry import Registry
 
 ARTIFACT_KINDS = ("classifier", "decoder", "predictions", "prototypes")
 JUDGED = ("global", "per-client")
+INVERSION_CHUNK = 256  # images optimised together; each image's loss is its own (sum, not mean)
 # Named option sets (`--budget`): "cpu" is every method's defaults, what 2 CPU cores finish in
 # minutes; "paper" is the paper's own setting, where it differs (a GPU job for some methods).
 BUDGETS = ("cpu", "paper")
@@ -279,6 +280,34 @@ def teacher_logits(upload: Upload, x: torch.Tensor, device: torch.device, batch:
             else:
                 outs.append(torch.from_numpy(upload.artifact.run(xb.cpu().numpy())))
     return torch.cat(outs) if outs else torch.zeros(0, upload.meta["num_classes"])
+
+
+def invert(
+    teacher: nn.Module,
+    targets: torch.Tensor,
+    input_shape,
+    *,
+    steps: int,
+    lr: float,
+    tau: float,
+    gen: torch.Generator,
+    device: torch.device,
+) -> torch.Tensor:
+    """Pseudo-images x with softmax(teacher(x) / tau) ~ targets: Adam on v, x = sigmoid(v),
+    v ~ N(0, I). Only v gets gradients: the teacher's parameters are never touched."""
+    teacher = teacher.to(device).eval()
+    out = []
+    for chunk in targets.split(INVERSION_CHUNK):
+        y = chunk.to(device)
+        v = torch.randn(len(y), *input_shape, generator=gen).to(device).requires_grad_(True)
+        opt = torch.optim.Adam([v], lr=lr)
+        for _ in range(steps):
+            logp = F.log_softmax(teacher(torch.sigmoid(v)) / tau, dim=1)
+            loss = -(y * logp).sum()  # soft-target cross-entropy, summed: images are independent
+            (v.grad,) = torch.autograd.grad(loss, [v])
+            opt.step()
+        out.append(torch.sigmoid(v).detach().cpu())
+    return torch.cat(out) if out else torch.zeros(0, *input_shape)
 
 
 def mean_teacher_logits(teachers: list[Upload], x: torch.Tensor, device) -> torch.Tensor:

@@ -32,13 +32,12 @@ from edgefl.fusion.base import (
     FusionContext,
     FusionResult,
     Method,
+    invert,
     largest_remainder,
     pfedzkd_table2,
 )
 from edgefl.fusion.options import option
 from edgefl.progress import no_progress
-
-INVERSION_CHUNK = 256  # images optimised together; each image's loss is its own (sum, not mean)
 
 
 @dataclass(frozen=True)
@@ -110,34 +109,6 @@ def soft_targets(sim: torch.Tensor, c: int, beta: float, n: int, rng: np.random.
     bad = ~np.isfinite(y).all(1) | (y.sum(1) <= 0)
     y[bad] = np.eye(len(alpha))[c]
     return torch.from_numpy(y / y.sum(1, keepdims=True)).float()
-
-
-def invert(
-    teacher: nn.Module,
-    targets: torch.Tensor,
-    input_shape,
-    *,
-    steps: int,
-    lr: float,
-    tau: float,
-    gen: torch.Generator,
-    device: torch.device,
-) -> torch.Tensor:
-    """Pseudo-images x with softmax(teacher(x) / tau) ~ targets: Adam on v, x = sigmoid(v),
-    v ~ N(0, I). Only v gets gradients: the teacher's parameters are never touched."""
-    teacher = teacher.to(device).eval()
-    out = []
-    for chunk in targets.split(INVERSION_CHUNK):
-        y = chunk.to(device)
-        v = torch.randn(len(y), *input_shape, generator=gen).to(device).requires_grad_(True)
-        opt = torch.optim.Adam([v], lr=lr)
-        for _ in range(steps):
-            logp = F.log_softmax(teacher(torch.sigmoid(v)) / tau, dim=1)
-            loss = -(y * logp).sum()  # soft-target cross-entropy, summed: images are independent
-            (v.grad,) = torch.autograd.grad(loss, [v])
-            opt.step()
-        out.append(torch.sigmoid(v).detach().cpu())
-    return torch.cat(out) if out else torch.zeros(0, *input_shape)
 
 
 @torch.no_grad()
