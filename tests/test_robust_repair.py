@@ -226,3 +226,55 @@ def test_a_flipped_decoder_is_relabelled_a_noise_one_screened_honest_ones_left()
     assert torch.allclose(images, TEMPLATES[seen], atol=1e-6)
     assert sorted(fixed.label_counts[seen].tolist()) == [100] * 6  # its counts, relabelled
     assert any(n.startswith("client-003: draws repaired") for _, n in verdict.notes)
+
+
+class _Templates(nn.Module):
+    """A stand-in zoo classifier for the template images: features are -distance to each
+    template, its head (a permutation matrix) says which output each class goes to."""
+
+    def __init__(self, pi):
+        super().__init__()
+        self.head = nn.Linear(K, K)
+        with torch.no_grad():
+            self.head.weight.copy_(torch.eye(K)[np.argsort(pi)])  # output pi[y] <- feature y
+            self.head.bias.zero_()
+
+    def forward(self, x):
+        d = ((x.reshape(len(x), 1, -1) - TEMPLATES.reshape(1, K, -1)) ** 2).sum(-1)
+        return self.head(-10 * d)
+
+
+def _classifier(i: int, pi, counts) -> Upload:
+    meta = {"kind": "classifier", "client_id": f"client-{i:03d}", "label_counts": list(counts)}
+    art = exporters.Artifact(path=f"client-{i:03d}.onnx", size_bytes=0, model=None,
+                             input_names=[], output_names=[], metadata=meta)  # fmt: skip
+    return Upload(art, _Templates(pi))
+
+
+def test_a_class_no_decoder_draws_is_covered_by_images_inverted_from_its_holders():
+    # No decoder draws 8; the flipped client holds mostly 8s (its label pi[8]), no 4s or 6s.
+    decoders = [_decoder(i, _Decoder(range(K)), [100] * 8 + [0, 100]) for i in range(3)]
+    pi = derangement(K, 2)
+    held = np.array([100, 100, 100, 100, 0, 100, 0, 100, 900, 100])
+    flipped = _classifier(10, pi, held[np.argsort(pi)])  # its counts are by its own labels
+
+    def verdict(judges_hold_8: bool):
+        counts = [100] * 8 + [100 if judges_hold_8 else 0, 100]
+        judges = [_classifier(11 + i, np.arange(K), counts) for i in range(3)]
+        return judge([*judges, flipped, *decoders], torch.device("cpu"))
+
+    covered = verdict(True)
+    fixed = covered.swap["client-010.onnx"].module
+    with torch.no_grad():
+        read = fixed(TEMPLATES).argmax(1).tolist()
+    assert [read[c] for c in range(K) if c not in (4, 6)] == [0, 1, 2, 3, 5, 7, 8, 9]  # 8 too
+    assert any("inverted from the classifiers that hold them: 8 (client-011, client-012, "
+               "client-013)" in n for _, n in covered.notes), covered.notes  # fmt: skip
+    # No judge holds 8: nothing to invert, and the repaired copy abstains there.
+    uncovered = verdict(False)
+    fixed = uncovered.swap["client-010.onnx"].module
+    with torch.no_grad():
+        read = fixed(TEMPLATES).argmax(1).tolist()
+    assert read[8] != 8 and [read[c] for c in range(K) if c not in (4, 6, 8)] == [0, 1, 2, 3, 5,
+                                                                                 7, 9]  # fmt: skip
+    assert not any("inverted" in n for _, n in uncovered.notes)

@@ -9,7 +9,9 @@ that a minority cannot move:
 
 - the probe: draws of every decoder for each class it claims, labelled with the class asked
   for; else the method's public set (FedDF's), labelled by the median committee of the
-  classifiers' probabilities where it is sure (3 at least: a median of 2 is moved by one);
+  classifiers' probabilities where it is sure (3 at least: a median of 2 is moved by one).
+  For the repair, a class it lacks is covered by images inverted from the classifiers that
+  hold it and are not doubted (`_cover`);
 - classifiers are judged on each class they claim (>= MIN_SHARE of their data) by how often
   they answer the reference's label on probe samples of that class; the score is the mean over
   those classes; screened below RATIO x the median score. One that agrees but whose logits
