@@ -180,7 +180,12 @@ def markdown(rows: list[dict], meta: dict) -> str:
         f"{meta['date_utc']}, {meta['machine']}; `{meta['command']}`"
         + (
             f"; robust runs fused again with the screen as it landed "
-            f"{meta['robust_again']['date_utc']}: {meta['robust_again']['command']}"
+            f"{meta['robust_again']['date_utc']}: `{meta['robust_again']['command']}`"
+            + (
+                f" (code at {meta['robust_again']['code']})"
+                if "code" in meta["robust_again"]
+                else ""
+            )  # fmt: skip
             if "robust_again" in meta
             else ""
         )
@@ -233,11 +238,19 @@ def markdown(rows: list[dict], meta: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _commit() -> str:
+    """The commit of the code this run measured (the bench is run from a clone of it)."""
+    got = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
+                         capture_output=True, text=True)  # fmt: skip
+    return got.stdout.strip() if got.returncode == 0 else "unknown"
+
+
 def _save(saved: dict, what: str, out: str) -> None:
     """Record which pass changed the rows (when, with what command), then OUT.json and OUT.md."""
     saved["meta"][what] = {
         "date_utc": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "command": "python bench/bench_robust.py " + " ".join(sys.argv[1:]),
+        "code": _commit(),
     }  # fmt: skip
     Path(f"{out}.json").write_text(json.dumps(saved, indent=2))
     Path(f"{out}.md").write_text(markdown(saved["rows"], saved["meta"]))
