@@ -278,3 +278,12 @@ def test_a_class_no_decoder_draws_is_covered_by_images_inverted_from_its_holders
     assert read[8] != 8 and [read[c] for c in range(K) if c not in (4, 6, 8)] == [0, 1, 2, 3, 5,
                                                                                  7, 9]  # fmt: skip
     assert not any("inverted" in n for _, n in uncovered.notes)
+    # One that holds every class, 8 among them, is repaired all the same (not screened: its
+    # other nine classes are still worth having), abstaining on 8.
+    held[4] = held[6] = 100
+    flipped = _classifier(10, pi, held[np.argsort(pi)])
+    every = verdict(False)
+    assert every.out == {}, every.out
+    with torch.no_grad():
+        read = every.swap["client-010.onnx"].module(TEMPLATES).argmax(1).tolist()
+    assert read[8] != 8 and [read[c] for c in range(K) if c != 8] == [*range(8), 9]

@@ -350,7 +350,7 @@ def _relabelling(u: Upload, probs: np.ndarray, reference: np.ndarray,
     claimed = _claimed(u)
     k = probs.shape[1]
     rows = [a for a in range(k) if (reference == a).sum() >= MIN_SAMPLES]
-    if not claimed or len(rows) < len(claimed):
+    if not claimed or not rows:
         return None
     before = _agreement(probs.argmax(1), reference, claimed)[0] or 0.0
     judged = np.isin(reference, rows)
