@@ -71,7 +71,14 @@ def test_attacked_uploads_are_valid_and_poisoned_as_named(tmp_path):
         return float((out.argmax(1) == test.y).mean())
 
     assert acc(honest.path) > 0.7 and acc(flipped.path) < 0.3
-    assert acc(run_client(_job(tmp_path / "random", attack="random")).path) < 0.3
+    rand = run_client(_job(tmp_path / "random", attack="random"))
+    assert acc(rand.path) < 0.3
+    # The run says what an attacker's upload does on the true labels; its header claims what
+    # its training measured (on its own, poisoned labels), as a compromised device's would.
+    for r in (flipped, rand):
+        assert r.upload_val_accuracy < 0.3 < 0.7 < r.summary.val_accuracy
+        assert r.as_dict()["upload_val_accuracy"] == r.upload_val_accuracy
+    assert honest.upload_val_accuracy is None and "upload_val_accuracy" not in honest.as_dict()
     with pytest.raises(ConfigError, match="does not apply to a classifier"):
         run_client(_job(tmp_path / "bad", attack="noise"))
 
@@ -92,6 +99,11 @@ def test_the_run_names_its_attackers_and_the_screen_leaves_them_out(cli, tmp_pat
              "client-003": "scale", "client-006": "noise"}  # fmt: skip
     assert attack == named | {f"client-{i:03d}": None for i in (4, 5, 7, 8)}
     assert json.loads((out / "attackers.json").read_text()) == named
+    real = {c["client_id"]: c.get("upload_val_accuracy") for c in report["clients"]}
+    assert all(real[c] is not None for c in named if c != "client-006")  # classifiers
+    assert real["client-000"] < 0.3 and real["client-004"] is None  # random weights; honest
+    assert "| client-000 (random attacker) |" in (out / "results.md").read_text()
+    assert " (claims " in (out / "results.md").read_text()
     for method, want in (("ensemble", {"client-000"}), ("fedmho", {"client-000", "client-006"})):
         rep = json.loads((out / "global" / f"{method}.json").read_text())
         assert {s["client_id"] for s in rep["screened"]} == want, rep["screened"]

@@ -208,7 +208,7 @@ def simulate_cmd(
 
 
 def print_results(results: dict) -> None:
-    from edgefl.simulate.render import accuracy_text
+    from edgefl.simulate.render import accuracy_text, val_acc_text
 
     j = results["job"]
     title = (f"{j['dataset']}, {j['clients']} clients, {j['partition']}, {j['mix']}"
@@ -234,9 +234,8 @@ def print_results(results: dict) -> None:
     cols = [Col("client", right=False), Col("profile", right=False), Col("role", right=False,
             drop=2), Col("model", right=False), Col("val acc"), Col("upload", drop=1)]  # fmt: skip
     rows = [[c["client_id"] + (f" ({c['attack']} attacker)" if c.get("attack") else ""),
-             c["profile"], c["role"], escape(c["model"]),
-             "-" if c["training"].get("val_accuracy") is None
-             else f"{100 * c['training']['val_accuracy']:.1f}%", fmt_bytes(c["upload_bytes"])]
+             c["profile"], c["role"], escape(c["model"]), val_acc_text(c, "%"),
+             fmt_bytes(c["upload_bytes"])]
             for c in results["clients"]]  # fmt: skip
     console.print(fitted(cols, rows, console.width, title="clients"))
     s = results["seconds"]

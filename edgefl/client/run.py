@@ -33,7 +33,7 @@ from edgefl.models.zoo import input_kind, role_of
 from edgefl.outputs import check_writable
 from edgefl.profiles import Profile, get_profile
 from edgefl.search import PSOConfig, SearchResult, run_search, search_architecture
-from edgefl.training import DEFAULT_LR, TrainConfig, TrainSummary, init_model, train
+from edgefl.training import DEFAULT_LR, TrainConfig, TrainSummary, evaluate, init_model, train
 
 
 @dataclass(frozen=True)
@@ -91,6 +91,9 @@ class ClientResult:
     export_seconds: float
     quantization: dict[str, Any] | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
+    # An attacker's upload on its validation split's true labels: its header claims what its
+    # (poisoned) training measured, as a compromised device's would; the run says the truth.
+    upload_val_accuracy: float | None = None
 
     def as_dict(self) -> dict:
         return {
@@ -109,7 +112,8 @@ class ClientResult:
             "upload_bytes": self.upload_bytes,
             "export_seconds": self.export_seconds,
             "quantization": self.quantization,
-        }
+        } | ({} if self.upload_val_accuracy is None else
+             {"upload_val_accuracy": self.upload_val_accuracy})  # fmt: skip
 
 
 def dataset_info_for(ref: str, data: ArrayDataset) -> DatasetInfo:
@@ -257,6 +261,9 @@ def run_client(job: ClientJob, *, on_epoch=None, on_status=None, on_progress=Non
         raise KeyboardInterrupt  # nothing was written: an interrupted client publishes nothing
     if attack is not None and attack.weights:
         attack.weights(model, job.seed * 1000 + job.client_index)
+    upload_acc = None
+    if attack is not None and role == "classifier" and len(val_idx):
+        upload_acc = evaluate(model, role, data.x[val_idx], data.y[val_idx], data.num_classes)[0]
 
     counts = np.bincount(y[shard], minlength=data.num_classes).astype(int).tolist()
     meta = model_metadata(
@@ -293,7 +300,7 @@ def run_client(job: ClientJob, *, on_epoch=None, on_status=None, on_progress=Non
     status(f"{client_id}: wrote {path} ({path.stat().st_size:,} bytes)")
     return ClientResult(
         path, client_id, role, spec, fit, profile, summary, counts, path.stat().st_size,
-        export_seconds, quant, meta,
+        export_seconds, quant, meta, upload_acc,
     )  # fmt: skip
 
 

@@ -30,6 +30,19 @@ def accuracy_text(row: dict) -> str:
     return text
 
 
+def val_acc_text(client: dict, unit: str = "") -> str:
+    """A client's validation accuracy as the run reports it; for an attacker, its upload's on
+    the true labels beside what its header claims (what its poisoned training measured)."""
+    claimed = client["training"].get("val_accuracy")
+    real = client.get("upload_val_accuracy")
+    if real is not None:
+        return f"{100 * real:.1f}{unit}" + ("" if claimed is None else
+                                             f" (claims {100 * claimed:.1f}{unit})")  # fmt: skip
+    if claimed is None:
+        return "-"
+    return f"{100 * claimed:.1f}{unit}" + (" (claimed)" if client.get("attack") else "")
+
+
 def results_markdown(results: dict) -> str:
     j = results["job"]
     lines = [
@@ -56,10 +69,9 @@ def results_markdown(results: dict) -> str:
     lines += ["", "| client | profile | role | model | val acc | upload bytes |",
               "|---|---|---|---|---:|---:|"]  # fmt: skip
     for c in results["clients"]:
-        va = c["training"].get("val_accuracy")
         who = c["client_id"] + (f" ({c['attack']} attacker)" if c.get("attack") else "")
         lines.append(f"| {who} | {c['profile']} | {c['role']} | {c['model']} | "
-                     f"{'-' if va is None else f'{100 * va:.1f}'} | {c['upload_bytes']:,} |")  # fmt: skip
+                     f"{val_acc_text(c)} | {c['upload_bytes']:,} |")  # fmt: skip
     return "\n".join(lines) + "\n"
 
 
