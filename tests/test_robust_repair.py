@@ -258,12 +258,21 @@ def test_a_class_no_decoder_draws_is_covered_by_images_inverted_from_its_holders
     held = np.array([100, 100, 100, 100, 0, 100, 0, 100, 900, 100])
     flipped = _classifier(10, pi, held[np.argsort(pi)])  # its counts are by its own labels
 
+    steps = []
+
     def verdict(judges_hold_8: bool):
         counts = [100] * 8 + [100 if judges_hold_8 else 0, 100]
         judges = [_classifier(11 + i, np.arange(K), counts) for i in range(3)]
-        return judge([*judges, flipped, *decoders], torch.device("cpu"))
+        return judge([*judges, flipped, *decoders], torch.device("cpu"),
+                     progress=lambda *step: steps.append(step[:3]))  # fmt: skip
 
     covered = verdict(True)
+    assert steps[-1] == ("robust screen: inversion", 3, 3)  # one inversion per holder, shown
+    # A clean federation has nobody to place: nothing is inverted (a VGG-9 class costs ~45 s).
+    steps.clear()
+    honest = [_classifier(11 + i, np.arange(K), [100] * K) for i in range(4)]
+    assert judge([*honest, *decoders], torch.device("cpu"), progress=steps.append).swap == {}
+    assert steps == []
     fixed = covered.swap["client-010.onnx"].module
     with torch.no_grad():
         read = fixed(TEMPLATES).argmax(1).tolist()

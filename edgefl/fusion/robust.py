@@ -56,6 +56,7 @@ from scipy.optimize import linear_sum_assignment
 import exporters
 from edgefl.artifacts import Upload
 from edgefl.fusion.base import decode, invert, teacher_logits
+from edgefl.progress import no_progress
 
 MIN_SHARE = 0.05  # a class a client holds less of than this is not one it is judged on
 MIN_SAMPLES = 20  # probe samples a class needs before anyone is judged on it
@@ -104,9 +105,10 @@ def apply(verdict: Verdict, usable: list[Upload], log=None):
 
 
 def judge(federation: list[Upload], device, seed: int = 0,
-          public: Callable[[], np.ndarray | None] | None = None) -> Verdict:  # fmt: skip
+          public: Callable[[], np.ndarray | None] | None = None, progress=None) -> Verdict:  # fmt: skip
     """Judge every upload of the federation. `public()`: the method's public set, the probe when
-    the federation has no decoder (read only then: a 5,000-sample set costs a dataset load)."""
+    the federation has no decoder (read only then: a 5,000-sample set costs a dataset load).
+    `progress(task, done, total, note)`: the steps of its one long part (`_cover`)."""
     start = time.perf_counter()
     gen = torch.Generator().manual_seed(seed)
     decoders = [u for u in federation if u.kind == "decoder"]
@@ -139,18 +141,23 @@ def judge(federation: list[Upload], device, seed: int = 0,
                                                   if d.name in doubted]), -1, asked)  # fmt: skip
         elif judges:
             reference = _committee([probs[i] for i in judges])
+        found = [_relabelling(u, probs[i], reference, source) for i, u in enumerate(classifiers)]
         # The probe covers only classes some decoder draws (or the public set holds); a
-        # relabelled classifier's class outside them cannot be placed, so each such class a
-        # judge holds gets images inverted from that judge (measured, seed-1 bench uploads:
-        # an attacker's 1,350 8s, no decoder drawing 8, was an ensemble's 8-point loss).
-        extra = _cover(reference, classifiers, judges, probe.shape[1:], seed, device, notes)
-        ref_r, src_r, probs_r = reference, source, probs
+        # relabelled classifier's class outside them cannot be placed, so when someone is
+        # doubted or relabelled, each such class a judge holds gets images inverted from that
+        # judge (measured, seed-1 bench uploads: an attacker's 1,350 8s, no decoder drawing
+        # 8, was an ensemble's 8-point loss). Not otherwise: inverting a VGG-9 costs ~45 s a
+        # class on 2 CPUs, and a clean federation has nobody to place.
+        extra = None
+        if first or any(f is not None for f in found):
+            extra = _cover(reference, classifiers, judges, probe.shape[1:], seed, device, notes,
+                           progress)  # fmt: skip
         if extra is not None:
             x, ref_x, src_x = extra
             ref_r, src_r = np.concatenate([reference, ref_x]), np.concatenate([source, src_x])
             probs_r = [np.concatenate([p, _classify(u, x, device)[0]])
                        for u, p in zip(classifiers, probs, strict=True)]  # fmt: skip
-        found = [_relabelling(u, probs_r[i], ref_r, src_r) for i, u in enumerate(classifiers)]
+            found = [_relabelling(u, probs_r[i], ref_r, src_r) for i, u in enumerate(classifiers)]
         wanted = sum(f is not None for f in found)
         if 2 * wanted > len(classifiers):
             # A repair says this classifier is the odd one out; when most would need one, the
@@ -236,7 +243,7 @@ def _probe(decoders: list[Upload], gen, device):
     return torch.cat(xs), np.concatenate(ys), np.concatenate(src)
 
 
-def _cover(reference, classifiers, judges, shape, seed, device, notes):
+def _cover(reference, classifiers, judges, shape, seed, device, notes, progress=None):
     """Images of each class the probe lacks (fewer than MIN_SAMPLES reference samples) that a
     judge holds: PER_CLASS in all, inverted from each such judge in turn (Adam on the input,
     as Multi-ZSKD does), those it then reads as the class: (images, their class, a source
@@ -245,13 +252,16 @@ def _cover(reference, classifiers, judges, shape, seed, device, notes):
     bench's MNIST clients: 64 of 64 for 6 of 8 classes)."""
     k = max((len(c.label_counts) for c in classifiers), default=0)
     gen = torch.Generator().manual_seed(seed + 1)  # the probe's own draws stay as they were
+    progress = progress or no_progress
     xs, ys, src, covered = [], [], [], {}
-    for a in range(k):
-        if (reference == a).sum() >= MIN_SAMPLES:
-            continue
-        holders = [i for i in judges
-                   if classifiers[i].module is not None and a in _claimed(classifiers[i])]  # fmt: skip
+    todo = [(a, [i for i in judges
+                 if classifiers[i].module is not None and a in _claimed(classifiers[i])])
+            for a in range(k) if (reference == a).sum() < MIN_SAMPLES]  # fmt: skip
+    total = sum(len(holders) for _, holders in todo)
+    for a, holders in todo:
         for j, i in enumerate(holders):
+            progress("robust screen: inversion", len(src), total,
+                     f"class {a} from {classifiers[i].client_id}")  # fmt: skip
             n = PER_CLASS // len(holders) + (j < PER_CLASS % len(holders))
             module = classifiers[i].module
             x = invert(module, torch.eye(k)[[a] * n], shape, steps=INVERSION_STEPS, lr=0.1,
@@ -263,6 +273,8 @@ def _cover(reference, classifiers, judges, shape, seed, device, notes):
             ys.append(np.full(len(x), a))
             src.append(np.full(len(x), -1 - len(src)))  # decoders' sources are >= 0
             covered.setdefault(a, []).append(classifiers[i].client_id)
+    if total:
+        progress("robust screen: inversion", total, total)
     if not xs or sum(map(len, xs)) == 0:
         return None
     notes.append((None, "classes the probe lacked, probed with images inverted from the "

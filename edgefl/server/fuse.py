@@ -235,7 +235,7 @@ def fuse_methods(
             f"({found.seconds:.1f}s)")  # fmt: skip
     for p in plans:  # before workers fork: they all read the one verdict
         if p.config.robust == "screen":
-            _screen_verdict(p, found, dev, log)
+            _screen_verdict(p, found, dev, log, progress)
     if workers > 1:
         outcomes = _fuse_forked(plans, found, dev, eval, data_dir, log, progress, workers)
     else:
@@ -431,7 +431,7 @@ def _fuse_planned(p: Planned, found: Ingest, device, eval_ref, data_dir, shared:
     return report
 
 
-def _screen_verdict(p: Planned, found: Ingest, device, log):
+def _screen_verdict(p: Planned, found: Ingest, device, log, progress=None):
     """The robust screen's verdict on the ingest for this method's seed and probe, judged the
     first time a method asks and kept with the ingest for the others (the decoders' draws, or
     else the method's public set, are the probe: with decoders the public set plays no part)."""
@@ -441,7 +441,8 @@ def _screen_verdict(p: Planned, found: Ingest, device, log):
     key = (cfg.seed, None if decoders or public is None else tuple(public.items()))
     if key not in found.screens:
         found.screens[key] = judge_screen(found.uploads, device, cfg.seed,
-                                          public=lambda: _public_probe(public))  # fmt: skip
+                                          public=lambda: _public_probe(public),
+                                          progress=progress)  # fmt: skip
         v = found.screens[key]
         log(f"robust screen ({v.seconds:.1f}s): {len(v.out)} upload(s) screened out, "
             f"{len(v.swap)} used changed")  # fmt: skip
