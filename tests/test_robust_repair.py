@@ -271,13 +271,15 @@ def test_a_class_no_decoder_draws_is_covered_by_images_inverted_from_its_holders
     # A clean federation has nobody to place: nothing is inverted (a VGG-9 class costs ~45 s).
     steps.clear()
     honest = [_classifier(11 + i, np.arange(K), [100] * K) for i in range(4)]
-    assert judge([*honest, *decoders], torch.device("cpu"), progress=steps.append).swap == {}
-    assert steps == []
+    # under label skew too: one holds only 8 and 9, so no claimed class of it is drawn for real
+    honest.append(_classifier(15, np.arange(K), [0] * 8 + [500, 0]))
+    clean = judge([*honest, *decoders], torch.device("cpu"), progress=steps.append)
+    assert clean.swap == {} and clean.out == {} and steps == []
     fixed = covered.swap["client-010.onnx"].module
     with torch.no_grad():
         read = fixed(TEMPLATES).argmax(1).tolist()
     assert [read[c] for c in range(K) if c not in (4, 6)] == [0, 1, 2, 3, 5, 7, 8, 9]  # 8 too
-    assert any("inverted from the classifiers that hold them: 8 (client-011, client-012, "
+    assert any("inverted from classifiers that hold them: 8 (client-011, client-012, "
                "client-013)" in n for _, n in covered.notes), covered.notes  # fmt: skip
     # No judge holds 8: nothing to invert, and the repaired copy abstains there.
     uncovered = verdict(False)
@@ -296,3 +298,22 @@ def test_a_class_no_decoder_draws_is_covered_by_images_inverted_from_its_holders
     with torch.no_grad():
         read = every.swap["client-010.onnx"].module(TEMPLATES).argmax(1).tolist()
     assert read[8] != 8 and [read[c] for c in range(K) if c != 8] == [*range(8), 9]
+
+
+def test_inverted_images_that_do_not_transfer_never_move_an_honest_output():
+    # Decoders draw neither 4 nor 9; the judges' inverted 4s and 9s join the probe. An honest
+    # client holds 9 (not 4) and reads those 9s as 9 only 20% of the time (they do not
+    # transfer to it) and the 4s as 9: what its output 9 means is only shown by real draws.
+    rng = np.random.default_rng(0)
+    drawn = [c for c in range(K) if c not in (4, 9)]
+    reference = np.concatenate([np.repeat(np.tile(drawn, DECODERS), PER),
+                                np.repeat([4, 4, 4, 9, 9, 9], 21)])  # fmt: skip
+    source = np.concatenate([np.repeat(np.repeat(np.arange(DECODERS), len(drawn)), PER),
+                             np.repeat(-np.arange(1, 7), 21)])  # fmt: skip
+    answers = reference.copy()
+    nines, fours = reference == 9, reference == 4
+    answers[nines] = np.where(rng.random(nines.sum()) < 0.2, 9, rng.choice([3, 5, 7], nines.sum()))
+    answers[fours] = np.where(rng.random(fours.sum()) < 0.8, 9, rng.integers(0, K, fours.sum()))
+    held = np.full(K, 100)
+    held[4] = 0
+    assert _relabelling(_client(held), _probs(answers), reference, source) is None

@@ -10,8 +10,8 @@ that a minority cannot move:
 - the probe: draws of every decoder for each class it claims, labelled with the class asked
   for; else the method's public set (FedDF's), labelled by the median committee of the
   classifiers' probabilities where it is sure (3 at least: a median of 2 is moved by one).
-  For the repair, a class it lacks is covered by images inverted from the classifiers that
-  hold it and are not doubted (`_cover`);
+  When some classifier looks relabelled, a class the probe lacks is covered, for the repair
+  only, by images inverted from the classifiers not doubted that hold it (`_cover`);
 - classifiers are judged on each class they claim (>= MIN_SHARE of their data) by how often
   they answer the reference's label on probe samples of that class; the score is the mean over
   those classes; screened below RATIO x the median score. One that agrees but whose logits
@@ -65,7 +65,9 @@ SURE = 0.5  # committee probability a probe sample needs to count (it looks like
 RATIO = 0.5  # screened below this fraction of the median client's worst-class agreement
 SCALE_RATIO = 5.0
 COMMITTEE = 3  # a median of fewer than this is moved by one poisoned member
-INVERSION_STEPS = 200  # Adam steps per inverted image (pFedZKD's default)
+INVERSION_STEPS = 200  # Adam steps per inverted image (pFedZKD's default inversion_steps)
+INVERSION_LR = 0.1  # pFedZKD's default inversion_lr; tau 1: plain cross-entropy to the class
+COVER = 40  # inverted images per class the probe lacks (MIN_SAMPLES twice; cost is per image)
 REPAIR_GAIN = 0.3  # a class moves when read as another this much more often than as itself
 
 
@@ -143,15 +145,16 @@ def judge(federation: list[Upload], device, seed: int = 0,
             reference = _committee([probs[i] for i in judges])
         found = [_relabelling(u, probs[i], reference, source) for i, u in enumerate(classifiers)]
         # The probe covers only classes some decoder draws (or the public set holds); a
-        # relabelled classifier's class outside them cannot be placed, so when someone is
-        # doubted or relabelled, each such class a judge holds gets images inverted from that
-        # judge (measured, seed-1 bench uploads: an attacker's 1,350 8s, no decoder drawing
-        # 8, was an ensemble's 8-point loss). Not otherwise: inverting a VGG-9 costs ~45 s a
-        # class on 2 CPUs, and a clean federation has nobody to place.
+        # relabelled classifier's class outside them cannot be placed, so when one is found,
+        # each such class a judge holds gets images inverted from the judges that hold it most
+        # (measured, seed-1 bench uploads: an attacker's 1,350 8s, no decoder drawing 8, was an
+        # ensemble's 8-point loss). Not otherwise: inverting a VGG-9 costs ~45 s a class on 2
+        # CPUs, and a clean federation, or one whose attackers are only screened, has nobody
+        # to place.
         extra = None
-        if first or any(f is not None for f in found):
-            extra = _cover(reference, classifiers, judges, probe.shape[1:], seed, device, notes,
-                           progress)  # fmt: skip
+        if any(f is not None for f in found):
+            extra = _cover(reference, classifiers, judges, probe.shape[1:], probs[0].shape[1],
+                           seed, device, notes, progress)  # fmt: skip
         if extra is not None:
             x, ref_x, src_x = extra
             ref_r, src_r = np.concatenate([reference, ref_x]), np.concatenate([source, src_x])
@@ -243,42 +246,52 @@ def _probe(decoders: list[Upload], gen, device):
     return torch.cat(xs), np.concatenate(ys), np.concatenate(src)
 
 
-def _cover(reference, classifiers, judges, shape, seed, device, notes, progress=None):
+def _cover(reference, classifiers, judges, shape, k, seed, device, notes, progress=None):
     """Images of each class the probe lacks (fewer than MIN_SAMPLES reference samples) that a
-    judge holds: PER_CLASS in all, inverted from each such judge in turn (Adam on the input,
-    as Multi-ZSKD does), those it then reads as the class: (images, their class, a source
-    per judge and class, so `_most` counts judges as it counts decoders), or None. Inverted
-    images of one small CNN are read as their class by others that hold it (measured on the
-    bench's MNIST clients: 64 of 64 for 6 of 8 classes)."""
-    k = max((len(c.label_counts) for c in classifiers), default=0)
+    judge holds: COVER in all, inverted from the (at most COMMITTEE) judges holding most of it
+    in turn (Adam on the input, as Multi-ZSKD does), those it then reads as the class:
+    (images, their class, a source < 0 per judge and class, so `_most` counts judges as it
+    counts decoders and `_relabelling` tells them from draws), or None. Inverted images of
+    one small CNN are read as their class by others that hold it (measured on the bench's
+    MNIST clients: 64 of 64 for 6 of 8 classes; not always, so they only serve as a target).
+    Deterministic for a seed on a CPU (a GPU's convolution gradients are not bit-exact)."""
     gen = torch.Generator().manual_seed(seed + 1)  # the probe's own draws stay as they were
     progress = progress or no_progress
     xs, ys, src, covered = [], [], [], {}
-    todo = [(a, [i for i in judges
-                 if classifiers[i].module is not None and a in _claimed(classifiers[i])])
+
+    def share(i: int, a: int) -> float:
+        counts = np.asarray(classifiers[i].label_counts, dtype=np.float64)
+        return float(counts[a] / max(counts.sum(), 1.0))
+
+    todo = [(a, sorted((i for i in judges if classifiers[i].module is not None
+                        and a in _claimed(classifiers[i])),
+                       key=lambda i, a=a: -share(i, a))[:COMMITTEE])
             for a in range(k) if (reference == a).sum() < MIN_SAMPLES]  # fmt: skip
-    total = sum(len(holders) for _, holders in todo)
+    total, done = sum(len(holders) for _, holders in todo), 0
     for a, holders in todo:
         for j, i in enumerate(holders):
-            progress("robust screen: inversion", len(src), total,
+            progress("robust screen: inversion", done, total,
                      f"class {a} from {classifiers[i].client_id}")  # fmt: skip
-            n = PER_CLASS // len(holders) + (j < PER_CLASS % len(holders))
+            n = COVER // len(holders) + (j < COVER % len(holders))
             module = classifiers[i].module
-            x = invert(module, torch.eye(k)[[a] * n], shape, steps=INVERSION_STEPS, lr=0.1,
-                       tau=1.0, gen=gen, device=device)  # fmt: skip
+            x = invert(module, torch.eye(k)[[a] * n], shape, steps=INVERSION_STEPS,
+                       lr=INVERSION_LR, tau=1.0, gen=gen, device=device)  # fmt: skip
             with torch.no_grad():
                 sure = torch.softmax(module.to(device)(x.to(device)).float(), 1)[:, a].cpu()
             x = x[sure >= SURE]
+            done += 1
+            if not len(x):
+                continue
             xs.append(x)
             ys.append(np.full(len(x), a))
             src.append(np.full(len(x), -1 - len(src)))  # decoders' sources are >= 0
             covered.setdefault(a, []).append(classifiers[i].client_id)
     if total:
         progress("robust screen: inversion", total, total)
-    if not xs or sum(map(len, xs)) == 0:
+    if not xs:
         return None
-    notes.append((None, "classes the probe lacked, probed with images inverted from the "
-                  "classifiers that hold them: " + "; ".join(
+    notes.append((None, "for the repair, classes no probe sample showed were covered by images "
+                  "inverted from classifiers that hold them: " + "; ".join(
                       f"{a} ({', '.join(who)})" for a, who in covered.items())))  # fmt: skip
     return torch.cat(xs), np.concatenate(ys), np.concatenate(src)
 
@@ -362,16 +375,22 @@ def _relabelling(u: Upload, probs: np.ndarray, reference: np.ndarray,
     claimed = _claimed(u)
     k = probs.shape[1]
     rows = [a for a in range(k) if (reference == a).sum() >= MIN_SAMPLES]
-    if not claimed or not rows:
+    # Classes with real probe samples (drawn; inverted ones have sources < 0): only there can
+    # a client show what its own output means; inverted images serve as the target of a move
+    # (an inverted class may not transfer to every client: read as itself only 20% of the
+    # time, an honest client's output for it would look free to move).
+    real = source >= 0
+    drawn = [a for a in rows if ((reference == a) & real).sum() >= MIN_SAMPLES]
+    if not claimed or not any(c in drawn for c in claimed):
         return None
-    before = _agreement(probs.argmax(1), reference, claimed)[0] or 0.0
+    before = _agreement(probs.argmax(1), np.where(real, reference, -1), claimed)[0] or 0.0
     judged = np.isin(reference, rows)
     best = None
     for sign in (1, -1):
         answers = probs.argmax(1) if sign > 0 else probs.argmin(1)  # argmin: negated logits
         rate = np.array([[float((answers[reference == a] == c).mean()) for c in range(k)]
                          for a in rows])  # fmt: skip
-        own = {c: rate[rows.index(c), c] if c in rows else 0.0 for c in range(k)}
+        own = {c: rate[rows.index(c), c] if c in drawn else 0.0 for c in range(k)}
         match = {c: (rows[i], rate[i, c])
                  for i, c in zip(*linear_sum_assignment(rate, maximize=True), strict=True)}  # fmt: skip
         moves = {}
@@ -383,7 +402,7 @@ def _relabelling(u: Upload, probs: np.ndarray, reference: np.ndarray,
                     and not _most(answers, reference, source, c, c)):  # fmt: skip
                 moves[c] = a
         # evidence only where c's own samples were drawn too: unseen, what c means is unknown
-        clear = [c for c in claimed if c in moves and c in rows
+        clear = [c for c in claimed if c in moves and c in drawn
                  and match[c][1] >= SURE and match[c][1] >= own[c] + REPAIR_GAIN]  # fmt: skip
         if sign > 0 and not clear:
             continue  # as sent
@@ -391,11 +410,11 @@ def _relabelling(u: Upload, probs: np.ndarray, reference: np.ndarray,
         # too; one that relabels a few classes (a swap) or none (a negation) leaves the rest,
         # and an unseen class its answers happen to match is not moved (measured: moving them
         # cost a repaired swap's or negation's ensemble 5-6 points on one seed).
-        judged_claims = [c for c in claimed if c in rows]
+        judged_claims = [c for c in claimed if c in drawn]
         mostly = 2 * len(clear) >= len(judged_claims)
         if not mostly:
             moves = {c: a for c, a in moves.items() if c in clear}
-        read = [match[c][1] if c in moves else own[c] for c in claimed if c in moves or c in rows]
+        read = [match[c][1] if c in moves else own[c] for c in claimed if c in moves or c in drawn]
         after = float(np.mean(read))
         # negating every logit is one global change: it must lift the whole client clearly
         if sign < 0 and after < before + REPAIR_GAIN:
