@@ -240,7 +240,7 @@ def markdown(rows: list[dict], meta: dict) -> str:
 
 def _commit() -> str:
     """The commit of the code this run measured (the bench is run from a clone of it)."""
-    got = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
+    got = subprocess.run(["git", "-C", str(ROOT), "describe", "--always", "--dirty"],
                          capture_output=True, text=True)  # fmt: skip
     return got.stdout.strip() if got.returncode == 0 else "unknown"
 

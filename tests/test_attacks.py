@@ -104,6 +104,12 @@ def test_the_run_names_its_attackers_and_the_screen_leaves_them_out(cli, tmp_pat
     assert real["client-000"] < 0.3 and real["client-004"] is None  # random weights; honest
     assert "| client-000 (random attacker) |" in (out / "results.md").read_text()
     assert " (claims " in (out / "results.md").read_text()
+    # Resumed, the reused uploads are reported alike (the header alone would say the claim).
+    again = cli(*args, "--attack", "random:1,invert:1,flip:1,scale:1,noise:1")
+    assert again.exit_code == 0, again.output
+    reused = json.loads(again.stdout)["clients"]
+    assert all(c["reused"] for c in reused)
+    assert {c["client_id"]: c.get("upload_val_accuracy") for c in reused} == real
     for method, want in (("ensemble", {"client-000"}), ("fedmho", {"client-000", "client-006"})):
         rep = json.loads((out / "global" / f"{method}.json").read_text())
         assert {s["client_id"] for s in rep["screened"]} == want, rep["screened"]

@@ -33,7 +33,7 @@ from edgefl.models.zoo import input_kind, role_of
 from edgefl.outputs import check_writable
 from edgefl.profiles import Profile, get_profile
 from edgefl.search import PSOConfig, SearchResult, run_search, search_architecture
-from edgefl.training import DEFAULT_LR, TrainConfig, TrainSummary, evaluate, init_model, train
+from edgefl.training import DEFAULT_LR, TrainConfig, TrainSummary, init_model, train
 
 
 @dataclass(frozen=True)
@@ -214,6 +214,16 @@ def _local_data(job: ClientJob):
     return profile, data, info, train_idx, val_idx, local
 
 
+def upload_val_accuracy(job: ClientJob, path: Path, data=None, val_idx=None) -> float:
+    """A classifier upload's accuracy on the true labels of its client's validation split, run
+    as the server runs it (onnxruntime; quantized or not): what simulate reports of an
+    attacker, whose header claims what its poisoned training measured."""
+    if data is None:
+        _, data, _, _, val_idx, _ = _local_data(job)
+    out = exporters.read_artifact(path).run(data.x[val_idx])
+    return float((out.argmax(1) == data.y[val_idx]).mean())
+
+
 def run_client(job: ClientJob, *, on_epoch=None, on_status=None, on_progress=None) -> ClientResult:
     status = on_status or (lambda msg: None)
     check_writable(job.out_dir, "--out", "uploads", folder_ok=True)  # before the training
@@ -261,9 +271,6 @@ def run_client(job: ClientJob, *, on_epoch=None, on_status=None, on_progress=Non
         raise KeyboardInterrupt  # nothing was written: an interrupted client publishes nothing
     if attack is not None and attack.weights:
         attack.weights(model, job.seed * 1000 + job.client_index)
-    upload_acc = None
-    if attack is not None and role == "classifier" and len(val_idx):
-        upload_acc = evaluate(model, role, data.x[val_idx], data.y[val_idx], data.num_classes)[0]
 
     counts = np.bincount(y[shard], minlength=data.num_classes).astype(int).tolist()
     meta = model_metadata(
@@ -298,6 +305,9 @@ def run_client(job: ClientJob, *, on_epoch=None, on_status=None, on_progress=Non
         export_model(model, spec, meta, path)
     export_seconds = time.perf_counter() - start
     status(f"{client_id}: wrote {path} ({path.stat().st_size:,} bytes)")
+    upload_acc = None
+    if attack is not None and role == "classifier" and job.kind == "model" and len(val_idx):
+        upload_acc = upload_val_accuracy(job, path, data, val_idx)
     return ClientResult(
         path, client_id, role, spec, fit, profile, summary, counts, path.stat().st_size,
         export_seconds, quant, meta, upload_acc,

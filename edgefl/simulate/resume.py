@@ -8,7 +8,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import exporters
-from edgefl.client.run import ClientJob, local_schedule
+from edgefl.client.run import ClientJob, local_schedule, upload_val_accuracy
 from edgefl.errors import ConfigError
 from edgefl.fusion import METHODS
 from edgefl.models.spec import ModelSpec, parse_model_arg
@@ -50,10 +50,13 @@ def finished(cjob: ClientJob) -> dict | None:
             f"{path} was trained with other settings ({differs})",
             hint="use a fresh --out directory, or delete that upload to retrain it",
         )
-    return {"path": str(path), "client_id": meta["client_id"], "role": role, "model": spec.label,
-            "profile": meta["profile"], "training": meta["training"],
-            "label_counts": meta["label_counts"], "upload_bytes": path.stat().st_size,
-            "costs": meta["costs"], "reused": True}  # fmt: skip
+    row = {"path": str(path), "client_id": meta["client_id"], "role": role, "model": spec.label,
+           "profile": meta["profile"], "training": meta["training"],
+           "label_counts": meta["label_counts"], "upload_bytes": path.stat().st_size,
+           "costs": meta["costs"], "reused": True}  # fmt: skip
+    if cjob.attack and role == "classifier":  # its header claims its training's; the run tells
+        row["upload_val_accuracy"] = upload_val_accuracy(cjob, path)
+    return row
 
 
 def training_differs(cjob: ClientJob, made: ModelSpec, role: str, trained: dict) -> str:
