@@ -239,10 +239,18 @@ def markdown(rows: list[dict], meta: dict) -> str:
 
 
 def _commit() -> str:
-    """The commit of the code this run measured (the bench is run from a clone of it)."""
-    got = subprocess.run(["git", "-C", str(ROOT), "describe", "--always", "--dirty"],
-                         capture_output=True, text=True)  # fmt: skip
-    return got.stdout.strip() if got.returncode == 0 else "unknown"
+    """The commit of the code this run measured (the bench is run from a clone of it), marked
+    -dirty when tracked files other than the results it writes differ from it."""
+
+    def git(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True)
+
+    head = git("rev-parse", "--short", "HEAD")
+    if head.returncode != 0:
+        return "unknown"
+    changed = git("status", "--porcelain", "--untracked-files=no", "--", ".",
+                  ":(exclude)bench/results")  # fmt: skip
+    return head.stdout.strip() + ("-dirty" if changed.stdout.strip() else "")
 
 
 def _save(saved: dict, what: str, out: str) -> None:
