@@ -155,12 +155,11 @@ def judge(federation: list[Upload], device, seed: int = 0,
         if any(f is not None for f in found):
             extra = _cover(reference, classifiers, judges, probe.shape[1:], probs[0].shape[1],
                            seed, device, notes, progress)  # fmt: skip
-        if extra is not None:
+        if extra is not None:  # judged again with the inverted images as move targets
             x, ref_x, src_x = extra
             ref_r, src_r = np.concatenate([reference, ref_x]), np.concatenate([source, src_x])
-            probs_r = [np.concatenate([p, _classify(u, x, device)[0]])
-                       for u, p in zip(classifiers, probs, strict=True)]  # fmt: skip
-            found = [_relabelling(u, probs_r[i], ref_r, src_r) for i, u in enumerate(classifiers)]
+            found = [_relabelling(u, np.concatenate([probs[i], _classify(u, x, device)[0]]),
+                                  ref_r, src_r) for i, u in enumerate(classifiers)]  # fmt: skip
         wanted = sum(f is not None for f in found)
         if 2 * wanted > len(classifiers):
             # A repair says this classifier is the odd one out; when most would need one, the
@@ -258,14 +257,9 @@ def _cover(reference, classifiers, judges, shape, k, seed, device, notes, progre
     gen = torch.Generator().manual_seed(seed + 1)  # the probe's own draws stay as they were
     progress = progress or no_progress
     xs, ys, src, covered = [], [], [], {}
-
-    def share(i: int, a: int) -> float:
-        counts = np.asarray(classifiers[i].label_counts, dtype=np.float64)
-        return float(counts[a] / max(counts.sum(), 1.0))
-
     todo = [(a, sorted((i for i in judges if classifiers[i].module is not None
                         and a in _claimed(classifiers[i])),
-                       key=lambda i, a=a: -share(i, a))[:COMMITTEE])
+                       key=lambda i, a=a: -_shares(classifiers[i])[a])[:COMMITTEE])
             for a in range(k) if (reference == a).sum() < MIN_SAMPLES]  # fmt: skip
     total, done = sum(len(holders) for _, holders in todo), 0
     for a, holders in todo:
@@ -273,12 +267,9 @@ def _cover(reference, classifiers, judges, shape, k, seed, device, notes, progre
             progress("robust screen: inversion", done, total,
                      f"class {a} from {classifiers[i].client_id}")  # fmt: skip
             n = COVER // len(holders) + (j < COVER % len(holders))
-            module = classifiers[i].module
-            x = invert(module, torch.eye(k)[[a] * n], shape, steps=INVERSION_STEPS,
+            x = invert(classifiers[i].module, torch.eye(k)[[a] * n], shape, steps=INVERSION_STEPS,
                        lr=INVERSION_LR, tau=1.0, gen=gen, device=device)  # fmt: skip
-            with torch.no_grad():
-                sure = torch.softmax(module.to(device)(x.to(device)).float(), 1)[:, a].cpu()
-            x = x[sure >= SURE]
+            x = x[torch.from_numpy(_classify(classifiers[i], x, device)[0][:, a] >= SURE)]
             done += 1
             if not len(x):
                 continue
@@ -296,11 +287,14 @@ def _cover(reference, classifiers, judges, shape, k, seed, device, notes, progre
     return torch.cat(xs), np.concatenate(ys), np.concatenate(src)
 
 
-def _claimed(u: Upload) -> list[int]:
+def _shares(u: Upload) -> np.ndarray:
+    """The share of the client's data in each class, by its label counts (0s if it has none)."""
     counts = np.asarray(u.label_counts, dtype=np.float64)
-    if counts.sum() <= 0:
-        return []
-    return [int(c) for c in np.flatnonzero(counts / counts.sum() >= MIN_SHARE)]
+    return counts / counts.sum() if counts.sum() > 0 else np.zeros_like(counts)
+
+
+def _claimed(u: Upload) -> list[int]:
+    return [int(c) for c in np.flatnonzero(_shares(u) >= MIN_SHARE)]
 
 
 def _classify(u: Upload, x: torch.Tensor, device) -> tuple[np.ndarray, float]:
@@ -385,6 +379,7 @@ def _relabelling(u: Upload, probs: np.ndarray, reference: np.ndarray,
         return None
     before = _agreement(probs.argmax(1), np.where(real, reference, -1), claimed)[0] or 0.0
     judged = np.isin(reference, rows)
+    judged_claims = [c for c in claimed if c in drawn]
     best = None
     for sign in (1, -1):
         answers = probs.argmax(1) if sign > 0 else probs.argmin(1)  # argmin: negated logits
@@ -410,7 +405,6 @@ def _relabelling(u: Upload, probs: np.ndarray, reference: np.ndarray,
         # too; one that relabels a few classes (a swap) or none (a negation) leaves the rest,
         # and an unseen class its answers happen to match is not moved (measured: moving them
         # cost a repaired swap's or negation's ensemble 5-6 points on one seed).
-        judged_claims = [c for c in claimed if c in drawn]
         mostly = 2 * len(clear) >= len(judged_claims)
         if not mostly:
             moves = {c: a for c, a in moves.items() if c in clear}

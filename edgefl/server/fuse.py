@@ -369,13 +369,12 @@ def _fuse_planned(p: Planned, found: Ingest, device, eval_ref, data_dir, shared:
         if not usable:
             raise FusionError(f"{p.method.name}: every upload it could use was screened out",
                               hint="see the reasons above; --robust off fuses them all")  # fmt: skip
-    screen_seconds = verdict.seconds if p.config.robust == "screen" else 0.0  # shared by all
     log(f"{p.method.name}: {len(usable)} upload(s) used; {len(found.rejected)} rejected"
         + (f"; {len(screened)} screened out" if screened else ""))  # fmt: skip
     ctx, result = fuse_one(p, usable, device, log, found.uploads, progress)
     stages = {"ingest": found.seconds, **ctx.stages}
     if p.config.robust == "screen":
-        stages["screen"] = screen_seconds
+        stages["screen"] = verdict.seconds  # the one judgement all methods of the run share
     t = time.perf_counter()
     input_shape = export_global(p, ctx, result)
     stages["export"] = time.perf_counter() - t
