@@ -62,12 +62,24 @@ def seed_uploads(src: Path, dst: Path, attackers: dict[str, str]) -> None:
             shutil.copy2(f, dst / "uploads" / f.name)
 
 
+def _attacked(work: Path, seed: int, kind: str, n: int) -> Path:
+    """The folder of a seed's runs with n attackers of a kind (its plain/ and robust/ runs)."""
+    return work / f"s{seed}" / f"{kind.replace('@', '-')}-{n}"
+
+
+def _plain(work: Path, seed: int, kind: str, n: int) -> tuple[Path, dict[str, str]]:
+    """A run without the screen (the clean run for kind none) and its attackers."""
+    if kind == "none":
+        return work / f"s{seed}" / "clean", {}
+    run = _attacked(work, seed, kind, n) / "plain"
+    return run, json.loads((run / "attackers.json").read_text())
+
+
 def honest_only(seed: int, kind: str, n: int, work: Path) -> dict:
     """The bound of a defence that drops attackers: the run's honest uploads alone, fused by
     `server fuse` with each method's options as that run used them."""
-    run = work / f"s{seed}" / ("clean" if kind == "none" else f"{kind.replace('@', '-')}-{n}/plain")
-    attackers = json.loads((run / "attackers.json").read_text()) if kind != "none" else {}
-    honest = work / f"s{seed}" / f"honest-{kind.replace('@', '-')}-{n}"
+    run, attackers = _plain(work, seed, kind, n)
+    honest = work / f"s{seed}" / f"honest-{_attacked(work, seed, kind, n).name}"
     shutil.rmtree(honest, ignore_errors=True)
     seed_uploads(run, honest, attackers)
     argv = [str(EDGEFL), "server", "fuse", str(honest / "uploads"), "--method", METHODS,
@@ -88,9 +100,8 @@ def honest_only(seed: int, kind: str, n: int, work: Path) -> dict:
 def robust_again(seed: int, kind: str, n: int, work: Path, args) -> dict:
     """A robust run fused afresh on the uploads of its plain run (the same clients, the same
     attackers): for a screen changed after the uploads were made."""
-    run = work / f"s{seed}" / ("clean" if kind == "none" else f"{kind.replace('@', '-')}-{n}/plain")
+    run, attackers = _plain(work, seed, kind, n)
     out = run.parent / ("clean-robust" if kind == "none" else "robust")
-    attackers = json.loads((run / "attackers.json").read_text()) if kind != "none" else {}
     shutil.rmtree(out, ignore_errors=True)
     seed_uploads(run, out, {})  # every upload, the attackers' too
     (out / "attackers.json").write_text(json.dumps(attackers, indent=2))
@@ -124,8 +135,7 @@ def run_seed(seed: int, work: Path, kinds: list[str], counts: list[int], args) -
             attack = f"{kind}:{n}"
             who = attackers_of(attack, seed)
             for robust in (False, True):
-                out = work / f"s{seed}" / f"{kind.replace('@', '-')}-{n}" / (
-                    "robust" if robust else "plain")  # fmt: skip
+                out = _attacked(work, seed, kind, n) / ("robust" if robust else "plain")
                 shutil.rmtree(out, ignore_errors=True)
                 seed_uploads(clean, out, who)
                 donor = (out.parent / "plain") if robust else prev
@@ -174,28 +184,19 @@ def markdown(rows: list[dict], meta: dict) -> str:
         v = [x for x in v if x is not None]
         return (100 * float(np.mean(v)), len(v)) if v else (None, 0)
 
+    said = [f"{meta['date_utc']}, {meta['machine']}; `{meta['command']}`"]
+    if "robust_again" in meta:
+        again = meta["robust_again"]
+        said.append(f"robust runs fused again with the screen as it landed {again['date_utc']}: "
+                    f"`{again['command']}`"
+                    + (f" (code at {again['code']})" if "code" in again else ""))  # fmt: skip
+    if "honest_only" in meta:
+        said.append(f"honest-only bound {meta['honest_only']['date_utc']}: "
+                    f"`{meta['honest_only']['command']}`")  # fmt: skip
     lines = [
         "# Poisoned clients and robust fusion (bench/bench_robust.py)",
         "",
-        f"{meta['date_utc']}, {meta['machine']}; `{meta['command']}`"
-        + (
-            f"; robust runs fused again with the screen as it landed "
-            f"{meta['robust_again']['date_utc']}: `{meta['robust_again']['command']}`"
-            + (
-                f" (code at {meta['robust_again']['code']})"
-                if "code" in meta["robust_again"]
-                else ""
-            )  # fmt: skip
-            if "robust_again" in meta
-            else ""
-        )
-        + (
-            f"; honest-only bound {meta['honest_only']['date_utc']}: "
-            f"`{meta['honest_only']['command']}`"
-            if "honest_only" in meta
-            else ""
-        )
-        + ".",
+        "; ".join(said) + ".",
         "MNIST, 10 clients (5 `cnn` classifiers, 5 `cvae-small` CVAEs), Dir(0.5), seeds "
         f"{', '.join(map(str, seeds))}; top-1 % on the MNIST test split, mean over seeds; "
         "plain / robust (`--robust screen`) / honest only (the run's attackers removed before "
