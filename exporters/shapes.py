@@ -104,15 +104,17 @@ def _evaluate(node: onnx.NodeProto, values: dict, dims: dict) -> np.ndarray | No
                 return None
             return np.array(d[slice(_attr(node, "start", 0), _attr(node, "end", None))],
                             dtype=np.int64)  # fmt: skip
-        if any(i and i not in values for i in ins[:1]):
+        if not ins or ins[0] not in values:
             return None
         x = values[ins[0]]
         if op == "Identity":
             return x
-        if op == "Squeeze":
-            axes = values.get(ins[1]) if len(ins) > 1 and ins[1] else None
-            return np.squeeze(x, axis=tuple(int(a) for a in axes)) if axes is not None else (
-                np.squeeze(x))  # fmt: skip
+        if op == "Squeeze":  # axes: an input (opset 13+) or an attribute; none: every 1
+            given = len(ins) > 1 and bool(ins[1])
+            if given and ins[1] not in values:
+                return None  # not "every 1": a wrong value pinned would size the graph wrongly
+            axes = values[ins[1]] if given else _attr(node, "axes", None)
+            return np.squeeze(x) if axes is None else np.squeeze(x, axis=tuple(map(int, axes)))
         if op == "Unsqueeze":
             axes = values.get(ins[1]) if len(ins) > 1 else None
             if axes is None:

@@ -105,3 +105,19 @@ def test_many_tensors_each_under_the_bound_are_refused_in_all(tmp_path, no_sessi
     path.write_bytes(_model(nodes, {"col": [784, 1], "row": [1, 784]}).SerializeToString())
     with pytest.raises(UploadRejected, match="elements in all for one sample"):
         validate_upload(path, require_metadata=False)
+
+
+def test_squeeze_is_evaluated_only_where_its_axes_are_known():
+    # x of dims (1, 1, 2): squeezing axis 0 keeps (1, 2); every 1 would make it (2,).
+    from exporters.shapes import _evaluate
+
+    x = np.arange(2, dtype=np.int64).reshape(1, 1, 2)
+    values, dims = {"x": x, "zero": np.array([0])}, {}
+    node = helper.make_node("Squeeze", ["x", "zero"], ["y"])
+    assert _evaluate(node, values, dims).shape == (1, 2)
+    assert _evaluate(helper.make_node("Squeeze", ["x"], ["y"]), values, dims).shape == (2,)
+    old = helper.make_node("Squeeze", ["x"], ["y"], axes=[1])  # opset < 13: an attribute
+    assert _evaluate(old, values, dims).shape == (1, 2)
+    # Axes computed by a node it does not evaluate: unknown, never guessed as "every 1".
+    assert _evaluate(helper.make_node("Squeeze", ["x", "unknown"], ["y"]), values, dims) is None
+    assert _evaluate(helper.make_node("Identity", [""], ["y"]), values, dims) is None
