@@ -61,8 +61,8 @@ def _pin_values(light: onnx.ModelProto, inferred: onnx.ModelProto) -> int:
     dims = {v.name: _dims(v) for v in (*g.input, *g.value_info, *g.output)}
     constant = {t.name for t in light.graph.initializer}
     values = {t.name: numpy_helper.to_array(t) for t in light.graph.initializer
-              if t.data_type == onnx.TensorProto.INT64 and math.prod(t.dims) <= MAX_VALUE
-              and (t.raw_data or t.int64_data)}  # fmt: skip
+              if t.data_type in _DTYPES and math.prod(t.dims) <= MAX_VALUE
+              and _has_data(t)}  # fmt: skip
     pinned = 0
     for node in light.graph.node:
         for i, name in enumerate(node.input):
@@ -74,9 +74,28 @@ def _pin_values(light: onnx.ModelProto, inferred: onnx.ModelProto) -> int:
                 node.input[i] = fixed
                 pinned += 1
         got = _evaluate(node, values, dims)
-        if got is not None and got.size <= MAX_VALUE and node.output[0] not in values:
-            values[node.output[0]] = got.astype(np.int64)
+        if got is not None and node.output[0] not in values:
+            values[node.output[0]] = got
     return pinned
+
+
+# The element types shape arithmetic is evaluated in (what exporters emit for sizes, index
+# grids and scales); anything else stays unknown.
+_DTYPES = {
+    onnx.TensorProto.INT64: np.int64,
+    onnx.TensorProto.INT32: np.int32,
+    onnx.TensorProto.FLOAT: np.float32,
+    onnx.TensorProto.DOUBLE: np.float64,
+    onnx.TensorProto.BOOL: np.bool_,
+}
+# Integers beyond this are not sizes: leaving them unknown keeps every product inside int64,
+# where numpy and a runtime agree (no wrap-around to exploit).
+_INT_LIMIT = 1 << 31
+
+
+def _has_data(t: onnx.TensorProto) -> bool:
+    fields = (t.raw_data, t.int64_data, t.int32_data, t.float_data, t.double_data)
+    return any(len(f) for f in fields) or math.prod(t.dims) == 0
 
 
 def _attr(node: onnx.NodeProto, name: str, default):
@@ -87,57 +106,201 @@ def _attr(node: onnx.NodeProto, name: str, default):
 
 
 def _evaluate(node: onnx.NodeProto, values: dict, dims: dict) -> np.ndarray | None:
-    """The int64 value a shape-arithmetic node computes, where its inputs are known."""
+    """The small value a shape-arithmetic node computes where its inputs are known (sizes,
+    index grids of adaptive pooling, resize scales), else None: its size then stays unknown
+    and is refused as such. Every value is bounded (MAX_VALUE elements, integers under
+    _INT_LIMIT, floats finite) before and after it is computed."""
     op, ins = node.op_type, list(node.input)
     try:
         if op == "Constant":
-            t = _attr(node, "value", None)
-            if isinstance(t, onnx.TensorProto) and t.data_type == onnx.TensorProto.INT64:
-                return numpy_helper.to_array(t) if math.prod(t.dims) <= MAX_VALUE else None
-            v = _attr(node, "value_ints", None)
-            if v is None and _attr(node, "value_int", None) is not None:
-                return np.array(_attr(node, "value_int", 0), dtype=np.int64)
-            return np.array(v, dtype=np.int64) if v is not None else None
-        if op == "Shape":
-            d = dims.get(ins[0])
-            if d is None:
-                return None
-            return np.array(d[slice(_attr(node, "start", 0), _attr(node, "end", None))],
-                            dtype=np.int64)  # fmt: skip
-        if not ins or ins[0] not in values:
+            got = _constant(node)
+        elif op == "Shape":
+            got = _shape(node, ins, dims)
+        elif not ins or any(i and i not in values for i in ins[:1]):
             return None
-        x = values[ins[0]]
-        if op == "Identity":
-            return x
-        if op == "Squeeze":  # axes: an input (opset 13+) or an attribute; none: every 1
-            given = len(ins) > 1 and bool(ins[1])
-            if given and ins[1] not in values:
-                return None  # not "every 1": a wrong value pinned would size the graph wrongly
-            axes = values[ins[1]] if given else _attr(node, "axes", None)
-            return np.squeeze(x) if axes is None else np.squeeze(x, axis=tuple(map(int, axes)))
-        if op == "Unsqueeze":
-            axes = values.get(ins[1]) if len(ins) > 1 else None
-            if axes is None:
-                return None
-            rank = x.ndim + len(axes)
-            for a in sorted(int(a) % rank for a in axes):
-                x = np.expand_dims(x, a)
-            return x
-        if op == "Concat":
-            if any(i not in values for i in ins):
-                return None
-            return np.concatenate([values[i].reshape(-1) if values[i].ndim == 0 else values[i]
-                                   for i in ins], axis=_attr(node, "axis", 0))  # fmt: skip
-        if op == "Gather" and ins[1] in values:
-            return np.take(x, values[ins[1]], axis=_attr(node, "axis", 0))
-        if op == "Add" and ins[1] in values:
-            return (x + values[ins[1]]).astype(np.int64)
-        if op == "Reshape" and ins[1] in values:
-            shape = _reshaped(list(x.shape), values[ins[1]].tolist(), _attr(node, "allowzero", 0))
-            return x.reshape(shape) if shape is not None else None
-    except (ValueError, IndexError, TypeError, np.exceptions.AxisError):
+        else:
+            rule = _RULES.get(op)
+            got = rule(node, [values.get(i) if i else None for i in ins], values) if rule else None
+    except (ValueError, IndexError, TypeError, OverflowError, ArithmeticError,
+            np.exceptions.AxisError):  # fmt: skip
         return None  # not evaluable: its size stays unknown, and is refused as such
+    return got if got is not None and _bounded(got) else None
+
+
+def _bounded(x: np.ndarray) -> bool:
+    if x.dtype.type not in _DTYPES.values() or x.size > MAX_VALUE:
+        return False
+    if x.dtype.kind in "iu":
+        return bool(np.all(np.abs(x.astype(np.int64)) < _INT_LIMIT))
+    return bool(np.all(np.isfinite(x)))
+
+
+def _constant(node: onnx.NodeProto) -> np.ndarray | None:
+    t = _attr(node, "value", None)
+    if isinstance(t, onnx.TensorProto):
+        return numpy_helper.to_array(t) if math.prod(t.dims) <= MAX_VALUE else None
+    for name, dtype in (("value_ints", np.int64), ("value_floats", np.float32)):
+        v = _attr(node, name, None)
+        if v is not None:
+            return np.array(v, dtype=dtype)
+    for name, dtype in (("value_int", np.int64), ("value_float", np.float32)):
+        v = _attr(node, name, None)
+        if v is not None:
+            return np.array(v, dtype=dtype)
     return None
+
+
+def _shape(node: onnx.NodeProto, ins: list[str], dims: dict) -> np.ndarray | None:
+    d = dims.get(ins[0]) if ins else None
+    if d is None:
+        return None
+    return np.array(d[slice(_attr(node, "start", 0), _attr(node, "end", None))], dtype=np.int64)
+
+
+def _known(args: list, n: int) -> bool:
+    """The first n inputs are all present and evaluated."""
+    return len(args) >= n and all(a is not None for a in args[:n])
+
+
+def _squeeze(node, args, values):
+    x = args[0]
+    if len(args) > 1 and node.input[1]:  # axes as an input (opset 13+)
+        if args[1] is None:
+            return None  # not "every 1": a wrong value pinned would size the graph wrongly
+        axes = args[1]
+    else:  # an attribute (opset < 13), or none: every 1
+        axes = _attr(node, "axes", None)
+    return np.squeeze(x) if axes is None else np.squeeze(x, axis=tuple(map(int, axes)))
+
+
+def _unsqueeze(node, args, values):
+    if not _known(args, 2):
+        return None
+    x, axes = args[0], args[1]
+    rank = x.ndim + len(axes)
+    for a in sorted(int(a) % rank for a in axes):
+        x = np.expand_dims(x, a)
+    return x
+
+
+def _concat(node, args, values):
+    if not _known(args, len(args)):
+        return None
+    return np.concatenate([a.reshape(-1) if a.ndim == 0 else a for a in args],
+                          axis=_attr(node, "axis", 0))  # fmt: skip
+
+
+def _gather(node, args, values):
+    if not _known(args, 2) or args[1].dtype.kind not in "iu":
+        return None
+    return np.take(args[0], args[1], axis=_attr(node, "axis", 0))
+
+
+def _reshape(node, args, values):
+    if not _known(args, 2):
+        return None
+    x = args[0]
+    shape = _reshaped(list(x.shape), args[1].tolist(), _attr(node, "allowzero", 0))
+    return x.reshape(shape) if shape is not None else None
+
+
+def _cast(node, args, values):
+    dtype = _DTYPES.get(_attr(node, "to", None))
+    if dtype is None:
+        return None
+    return _cast_to(args[0], dtype)
+
+
+def _cast_like(node, args, values):
+    if not _known(args, 2):
+        return None
+    return _cast_to(args[0], args[1].dtype.type)
+
+
+def _cast_to(x: np.ndarray, dtype) -> np.ndarray | None:
+    if x.dtype.kind == "f" and np.dtype(dtype).kind in "iu":
+        if not np.all(np.isfinite(x)) or np.any(np.abs(x) >= _INT_LIMIT):
+            return None  # a runtime's cast of such a value is not defined
+        return np.trunc(x).astype(dtype)  # ONNX casts floats to integers toward zero
+    return x.astype(dtype)
+
+
+def _elementwise(fn, arity: int | None = None, *, one_type: bool = True):
+    """A rule for a broadcasting op: inputs of one type (as ONNX requires), the output's size
+    checked from the broadcast shape before anything is computed."""
+
+    def rule(node, args, values):
+        if arity is not None and len(args) != arity or not _known(args, len(args)):
+            return None
+        if one_type and len({a.dtype for a in args}) > 1:
+            return None
+        if math.prod(np.broadcast_shapes(*(a.shape for a in args))) > MAX_VALUE:
+            return None
+        return fn(*args)
+
+    return rule
+
+
+def _div(a: np.ndarray, b: np.ndarray) -> np.ndarray | None:
+    if a.dtype.kind in "iu":  # ONNX integer division truncates toward zero
+        if np.any(b == 0):
+            return None
+        q = np.abs(a) // np.abs(b)
+        return (np.sign(a) * np.sign(b) * q).astype(a.dtype)
+    with np.errstate(all="ignore"):
+        return a / b
+
+
+def _where(cond: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray | None:
+    if cond.dtype != np.bool_ or a.dtype != b.dtype:
+        return None
+    return np.where(cond, a, b)
+
+
+def _range(node, args, values):
+    if not _known(args, 3) or any(a.size != 1 for a in args) or len({a.dtype for a in args}) > 1:
+        return None
+    start, limit, delta = (a.reshape(()) for a in args)
+    if delta == 0:
+        return None
+    count = max(math.ceil((float(limit) - float(start)) / float(delta)), 0)
+    if count > MAX_VALUE:
+        return None
+    return (start + np.arange(count, dtype=start.dtype) * delta).astype(start.dtype)
+
+
+def _variadic(fn):
+    return lambda *xs: fn.reduce(np.broadcast_arrays(*xs)) if len(xs) > 1 else xs[0]
+
+
+_RULES = {
+    "Identity": lambda node, args, values: args[0],
+    "Squeeze": _squeeze,
+    "Unsqueeze": _unsqueeze,
+    "Concat": _concat,
+    "Gather": _gather,
+    "Reshape": _reshape,
+    "Cast": _cast,
+    "CastLike": _cast_like,
+    "Range": _range,
+    "Add": _elementwise(np.add, 2),
+    "Sub": _elementwise(np.subtract, 2),
+    "Mul": _elementwise(np.multiply, 2),
+    "Div": _elementwise(_div, 2),
+    "Min": _elementwise(_variadic(np.minimum)),
+    "Max": _elementwise(_variadic(np.maximum)),
+    "Abs": _elementwise(np.abs, 1),
+    "Neg": _elementwise(np.negative, 1),
+    "Sign": _elementwise(np.sign, 1),
+    "Floor": _elementwise(np.floor, 1),
+    "Ceil": _elementwise(np.ceil, 1),
+    "Equal": _elementwise(np.equal, 2),
+    "Less": _elementwise(np.less, 2),
+    "LessOrEqual": _elementwise(np.less_equal, 2),
+    "Greater": _elementwise(np.greater, 2),
+    "GreaterOrEqual": _elementwise(np.greater_equal, 2),
+    "Where": _elementwise(_where, 3, one_type=False),
+}
 
 
 def _reshaped(data: list[int], target: list[int], allowzero: int) -> list[int] | None:

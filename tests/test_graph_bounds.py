@@ -121,3 +121,61 @@ def test_squeeze_is_evaluated_only_where_its_axes_are_known():
     # Axes computed by a node it does not evaluate: unknown, never guessed as "every 1".
     assert _evaluate(helper.make_node("Squeeze", ["x", "unknown"], ["y"]), values, dims) is None
     assert _evaluate(helper.make_node("Identity", [""], ["y"]), values, dims) is None
+
+
+def test_arithmetic_that_sizes_a_graph_is_evaluated_and_still_bounded(tmp_path, no_session):
+    # Adaptive pooling exports index grids (Range, Mul, Div, Cast...) whose values size the
+    # graph: they are evaluated, and a size so found is bounded like any other. Here the
+    # arithmetic makes an Expand target of (784 x 784) x 784 from the input's shape.
+    nodes = [helper.make_node("Shape", ["x"], ["n"], start=1),
+             helper.make_node("Mul", ["n", "n"], ["nn"]),
+             helper.make_node("Concat", ["nn", "n"], ["t"], axis=0),
+             helper.make_node("Reshape", ["x", "row"], ["r"]),
+             helper.make_node("Expand", ["r", "t"], ["y"])]  # fmt: skip
+    path = tmp_path / "expand.onnx"
+    path.write_bytes(_model(nodes, {"row": [1, 784]}).SerializeToString())
+    with pytest.raises(UploadRejected, match=r"481,890,304 elements for one sample"):
+        validate_upload(path, require_metadata=False)
+
+
+@pytest.mark.parametrize(
+    ("power", "refusal"),
+    [(3, r"481,890,304 elements for one sample"), (4, "cannot be known before the graph runs")],
+)
+def test_a_range_from_shape_arithmetic_is_bounded(tmp_path, no_session, power, refusal):
+    # 0 .. 784 ** power: a length found (784 ** 3) is bounded like any size; one past what
+    # the evaluator holds as a size (784 ** 4 > 2 ** 31) is never pinned, so it stays unknown.
+    nodes = [helper.make_node("Shape", ["x"], ["p1"], start=1)]
+    for k in range(2, power + 1):
+        nodes.append(helper.make_node("Mul", [f"p{k - 1}", "p1"], [f"p{k}"]))
+    nodes += [helper.make_node("Squeeze", [f"p{power}", "zero"], ["lim"]),
+              helper.make_node("Range", ["start", "lim", "step"], ["r"]),
+              helper.make_node("Cast", ["r"], ["rf"], to=onnx.TensorProto.FLOAT),
+              helper.make_node("Unsqueeze", ["rf", "zero"], ["y"])]  # fmt: skip
+    consts = {"zero": [0], "start": 0, "step": 1}
+    path = tmp_path / "range.onnx"
+    path.write_bytes(_model(nodes, consts).SerializeToString())
+    with pytest.raises(UploadRejected, match=refusal):
+        validate_upload(path, require_metadata=False)
+
+
+def test_evaluated_arithmetic_follows_onnx_semantics():
+    from exporters.shapes import _evaluate
+
+    i64 = lambda *v: np.array(v, dtype=np.int64)  # noqa: E731
+    values = {"a": i64(-7, 7), "b": i64(2, 2), "z": i64(0, 1), "f": np.array([-2.7, 2.7], np.float32),
+              "s0": np.array(0, np.int64), "s9": np.array(9, np.int64), "s3": np.array(3, np.int64),
+              "big": np.arange(4096, dtype=np.int64)}  # fmt: skip
+
+    def ev(op, *ins, **attrs):
+        return _evaluate(helper.make_node(op, list(ins), ["y"], **attrs), values, {})
+
+    assert ev("Div", "a", "b").tolist() == [-3, 3]  # integer division truncates toward zero
+    assert ev("Div", "a", "z") is None  # by zero: unknown, not a number a runtime may differ on
+    assert ev("Cast", "f", to=onnx.TensorProto.INT64).tolist() == [-2, 2]
+    assert ev("Range", "s0", "s9", "s3").tolist() == [0, 3, 6]
+    assert ev("Min", "a", "b").tolist() == [-7, 2]
+    assert ev("Mul", "a", "f") is None  # mixed types: not a valid ONNX node
+    col = {"col": values["big"].reshape(-1, 1)}
+    values |= col
+    assert ev("Add", "col", "big") is None  # 4096 x 4096 values: more than shape arithmetic holds
