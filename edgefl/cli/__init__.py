@@ -6,30 +6,50 @@ import signal
 import sys
 import threading
 
+import click
 import typer
 from rich.markup import escape
 from typer.core import TyperGroup
 
-from edgefl.cli.common import err_console
+from edgefl.cli.common import err_console, print_json
 from edgefl.errors import EdgeflError
 
 
-def report_error(exc: EdgeflError) -> None:
+def report_error(exc: EdgeflError, as_json: bool = False) -> None:
     # Escape: messages quote user text and TOML tables like "[training]", not rich markup.
     err_console.print(f"[bold red]error:[/] {escape(exc.message)}")
     if exc.hint:
         err_console.print(f"  [bold]fix:[/] {escape(exc.hint)}")
+    if as_json:  # a machine reading stdout gets the failure too, not an empty stream
+        print_json({"error": exc.message, "fix": exc.hint})
+
+
+def _usage_fix(exc: click.UsageError) -> str:
+    command = exc.ctx.command_path if exc.ctx is not None else "edgefl"
+    return f"see `{command} --help`"
 
 
 class _Group(TyperGroup):
     """Root group: the one place an EdgeflError becomes a message and exit code 2."""
 
+    def parse_args(self, ctx, args):
+        # Seen before any sub-command parses: an error in parsing or running it is still
+        # reported as JSON to a caller that asked for JSON.
+        ctx.meta["edgefl.json"] = (
+            "--json" in args[: args.index("--")] if "--" in args else ("--json" in args)
+        )
+        return super().parse_args(ctx, args)
+
     def invoke(self, ctx):
         try:
             return super().invoke(ctx)
         except EdgeflError as exc:
-            report_error(exc)
+            report_error(exc, as_json=ctx.meta.get("edgefl.json", False))
             raise typer.Exit(2) from None
+        except click.UsageError as exc:  # click prints it (exit 2); JSON callers get it too
+            if ctx.meta.get("edgefl.json", False):
+                print_json({"error": exc.format_message(), "fix": _usage_fix(exc)})
+            raise
         except KeyboardInterrupt as exc:
             err_console.print(
                 "[yellow]"

@@ -127,10 +127,18 @@ def select(method: Method, found: Ingest) -> tuple[list[Upload], list[tuple[str,
     if not usable:
         raise FusionError(
             f"none of the {len(found.uploads)} accepted uploads can be used by {method.name} "
-            f"(it consumes: {', '.join(method.consumes)})",
+            f"(it consumes: {', '.join(method.consumes)})" + _why_not(found.rejected, skipped),
             hint="`edgefl server methods` lists what each method needs",
         )
     return usable, skipped
+
+
+def _why_not(rejected: list[tuple[str, str]], skipped: list[tuple[str, str]]) -> str:
+    """Every upload a method went without, and why: a run that fails for want of uploads names
+    them (a count alone left users guessing why their own models were refused)."""
+    lines = [f"\n  rejected {n}: {r}" for n, r in rejected]
+    lines += [f"\n  not used {n}: {r}" for n, r in skipped]
+    return "".join(lines)
 
 
 # --- stages: fuse, export, extra outputs, evaluate ------------------------------------------
@@ -371,7 +379,10 @@ def _fuse_planned(p: Planned, found: Ingest, device, eval_ref, data_dir, shared:
                               hint="see the reasons above; --robust off fuses them all")  # fmt: skip
     log(f"{p.method.name}: {len(usable)} upload(s) used; {len(found.rejected)} rejected"
         + (f"; {len(screened)} screened out" if screened else ""))  # fmt: skip
-    ctx, result = fuse_one(p, usable, device, log, found.uploads, progress)
+    try:
+        ctx, result = fuse_one(p, usable, device, log, found.uploads, progress)
+    except FusionError as exc:  # e.g. too few of a kind: say what became of the others
+        raise FusionError(exc.message + _why_not(found.rejected, skipped), exc.hint) from None
     stages = {"ingest": found.seconds, **ctx.stages}
     if p.config.robust == "screen":
         stages["screen"] = verdict.seconds  # the one judgement all methods of the run share
