@@ -51,6 +51,32 @@ def test_user_partition_gives_each_client_exactly_its_users_windows():
     assert set(ds.subset(parts[0]).groups) == {5}
 
 
+def test_fewer_clients_than_users_draw_whole_users_seeded_and_named(cli, tmp_path):
+    ds = load_dataset("hapt")
+    users = sorted(set(ds.groups.tolist()))
+    parts = partition(ds.y, 5, "user", 3, num_classes=6, groups=ds.groups)
+    drawn = [sorted(set(ds.groups[p].tolist())) for p in parts]
+    assert all(len(d) == 1 for d in drawn)  # each client: one whole user
+    drawn = [d[0] for d in drawn]
+    assert drawn == sorted(drawn) and set(drawn) <= set(users) and len(set(drawn)) == 5
+    for u, idx in zip(drawn, parts, strict=True):
+        assert np.array_equal(idx, np.flatnonzero(ds.groups == u))
+    again = partition(ds.y, 5, "user", 3, num_classes=6, groups=ds.groups)
+    assert all(np.array_equal(a, b) for a, b in zip(parts, again, strict=True))  # seeded
+    other = partition(ds.y, 5, "user", 4, num_classes=6, groups=ds.groups)
+    assert [set(ds.groups[p].tolist()) for p in other] != [{u} for u in drawn]
+    with pytest.raises(ConfigError, match="makes 21 clients"):  # more clients than users
+        partition(ds.y, 22, "user", 0, num_classes=6, groups=ds.groups)
+    # The output names whom each client holds.
+    r = cli("data", "partition", "--dataset", "hapt", "--partition", "user", "-k", "5",
+            "--seed", "3", "--json")  # fmt: skip
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["users"] == drawn
+    job = ClientJob(profile="wristband", dataset="hapt", partition="user", num_clients=5,
+                    client_index=2, partition_seed=3)  # fmt: skip
+    assert set(ds.groups[client_shard(job, ds)].tolist()) == {drawn[2]}
+
+
 def test_the_public_set_is_held_out_users_the_same_on_both_sides():
     ds = load_dataset("hapt")
     _, pub = carve_public(len(ds), 800, 0, ds.groups)

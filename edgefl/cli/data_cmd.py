@@ -89,7 +89,13 @@ def partition_cmd(
     """Partition a dataset's train split among clients and show each client's label counts."""
     import numpy as np
 
-    from edgefl.data import label_count_matrix, load_dataset, parse_scheme, partition
+    from edgefl.data import (
+        client_users,
+        label_count_matrix,
+        load_dataset,
+        parse_scheme,
+        partition,
+    )
 
     parsed = parse_scheme(old_scheme or scheme)  # fail on a bad flag before loading any data
     if plot is not None:
@@ -101,6 +107,8 @@ def partition_cmd(
                       groups=ds.groups)  # fmt: skip
     counts = label_count_matrix(ds.y, parts, ds.num_classes)
     sizes = counts.sum(axis=1)
+    # Whose data each client holds, on a user partition (a draw of users is named, not hidden).
+    users = client_users(ds.groups, parts) if parsed.kind == "user" else None
 
     saved = None
     if plot is not None:
@@ -118,6 +126,7 @@ def partition_cmd(
                 "scheme": str(parsed),
                 "seed": seed,
                 "num_clients": num_clients,
+                "users": users,
                 "class_names": list(ds.class_names),
                 "counts": counts,
                 "sizes": sizes,
@@ -129,6 +138,8 @@ def partition_cmd(
     title = f"{ds.name} train, {parsed}, {num_clients} clients, seed {seed}"
     table = Table(title=title)
     table.add_column("client", justify="right")
+    if users is not None:
+        table.add_column("user", justify="right")
     wide = ds.num_classes > MAX_CLASS_COLUMNS
     headers = ["classes held", "largest class"] if wide else list(ds.class_names)
     for name in headers:
@@ -140,7 +151,8 @@ def partition_cmd(
             cells = [str(int((row > 0).sum())), f"{ds.class_names[top]} ({row[top]:,})"]
         else:
             cells = [str(v) for v in row]
-        table.add_row(str(i), *cells, str(sizes[i]))
+        who = [] if users is None else [str(users[i])]
+        table.add_row(str(i), *who, *cells, str(sizes[i]))
     console.print(table)
     console.print(
         f"{int(sizes.sum()):,} of {len(ds):,} samples assigned; client sizes min {sizes.min():,}, "

@@ -21,7 +21,15 @@ import edgefl
 import exporters
 from edgefl.client import public as public_uploads
 from edgefl.client.attacks import ATTACKS, attack_for
-from edgefl.data import ArrayDataset, carve_public, load_dataset, partition, train_val_split
+from edgefl.data import (
+    ArrayDataset,
+    carve_public,
+    client_users,
+    load_dataset,
+    parse_scheme,
+    partition,
+    train_val_split,
+)
 from edgefl.data.registry import DATASETS, DatasetInfo
 from edgefl.errors import ArtifactError, ConfigError
 from edgefl.models.augment import check_choice as check_augment
@@ -113,7 +121,8 @@ class ClientResult:
             "export_seconds": self.export_seconds,
             "quantization": self.quantization,
         } | ({} if self.upload_val_accuracy is None else
-             {"upload_val_accuracy": self.upload_val_accuracy})  # fmt: skip
+             {"upload_val_accuracy": self.upload_val_accuracy}) \
+          | _user_of(self.metadata)  # fmt: skip
 
 
 def dataset_info_for(ref: str, data: ArrayDataset) -> DatasetInfo:
@@ -214,6 +223,19 @@ def _local_data(job: ClientJob):
     return profile, data, info, train_idx, val_idx, local
 
 
+def _user_of(meta: dict) -> dict:
+    user = (meta.get("partition") or {}).get("user")
+    return {} if user is None else {"user": user}
+
+
+def _whose(job: ClientJob, data, shard: np.ndarray) -> dict:
+    """{"user": id} for a client of a user partition (a draw of users names whom it holds)."""
+    if parse_scheme(job.partition).kind != "user":
+        return {}
+    users = client_users(data.groups, [shard])
+    return {"user": users[0]} if users else {}
+
+
 def upload_val_accuracy(job: ClientJob, path: Path, data=None, val_idx=None) -> float:
     """A classifier upload's accuracy on the true labels of its client's validation split, run
     as the server runs it (onnxruntime; quantized or not): what simulate reports of an
@@ -281,7 +303,8 @@ def run_client(job: ClientJob, *, on_epoch=None, on_status=None, on_progress=Non
            "device": cfg.device},
         dataset=info.name,
         partition={"scheme": job.partition, "num_clients": job.num_clients,
-                   "client_index": job.client_index, "seed": job.partition_seed},
+                   "client_index": job.client_index, "seed": job.partition_seed}
+        | _whose(job, data, shard),
     )  # fmt: skip
     out_dir = Path(job.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -11,6 +11,7 @@ from edgefl.data.datasets import (
 from edgefl.data.partition import (
     PartitionScheme,
     carve_public,
+    client_users,
     label_count_matrix,
     parse_scheme,
     partition,
@@ -25,6 +26,7 @@ __all__ = [
     "DatasetInfo",
     "PartitionScheme",
     "carve_public",
+    "client_users",
     "dataset_info",
     "dataset_shape",
     "default_data_dir",

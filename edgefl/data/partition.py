@@ -102,11 +102,12 @@ def partition(
 
     iid and dirichlet assign every sample exactly once; classes:K assigns each sample at most
     once (a class no client holds stays unassigned) and may leave a client empty. user gives
-    client k every sample of its user (`groups`: the user of each sample).
+    client k every sample of its user (`groups`: the user of each sample); with fewer clients
+    than users and none named, a seeded draw of whole users (`client_users` names them).
     """
     scheme = parse_scheme(scheme)
     if scheme.kind == "user":
-        return _users(groups, len(np.asarray(labels)), num_clients, scheme.users)
+        return _users(groups, len(np.asarray(labels)), num_clients, scheme.users, seed)
     labels = _check_labels(labels, num_classes)
     n = len(labels)
     num_classes = int(num_classes if num_classes is not None else (labels.max() + 1 if n else 0))
@@ -125,7 +126,7 @@ def partition(
     return [np.sort(p).astype(np.int64) for p in parts]
 
 
-def _users(groups, n: int, num_clients: int, chosen) -> list[np.ndarray]:
+def _users(groups, n: int, num_clients: int, chosen, seed: int) -> list[np.ndarray]:
     if groups is None:
         raise ConfigError("--partition user needs data that says whose each sample is",
                           hint="use a dataset with users (e.g. hapt), or iid / dirichlet:ALPHA")  # fmt: skip
@@ -138,12 +139,19 @@ def _users(groups, n: int, num_clients: int, chosen) -> list[np.ndarray]:
     if absent:
         raise ConfigError(f"--partition user: no sample of user(s) {absent} in this split",
                           hint=f"its users: {','.join(map(str, present))}")  # fmt: skip
+    if not chosen and 1 <= num_clients < len(users):
+        # Fewer clients than users: a seeded draw of whole users (client k: the k-th drawn
+        # user by id), as a deployment that reaches some of the wearers would have.
+        drawn = np.random.default_rng(seed).choice(len(users), num_clients, replace=False)
+        users = sorted(users[i] for i in drawn.tolist())
     if num_clients != len(users):
         raise ConfigError(
             f"--partition {'user:' + ','.join(map(str, users)) if chosen else 'user'} makes "
             f"{len(users)} clients (one per user), but the run has {num_clients}",
-            hint=f"set the number of clients to {len(users)}, or name that many users "
-            f"(user:ID,ID,...)",
+            hint=f"set the number of clients to {len(users)} or fewer"
+            if not chosen
+            else f"set the number of clients to {len(users)}, or name that many users "
+            "(user:ID,ID,...)",
         )
     return [np.flatnonzero(groups == u).astype(np.int64) for u in users]
 
@@ -295,3 +303,15 @@ def train_val_split(
         n_val = min(max(n_val, 1), n - 1)
     perm = np.random.default_rng(seed).permutation(n)
     return np.sort(indices[perm[n_val:]]), np.sort(indices[perm[:n_val]])
+
+
+def client_users(groups: np.ndarray | None, parts: list[np.ndarray]) -> list[int] | None:
+    """The user each client of a user partition holds (None when the data names no users or a
+    client holds several)."""
+    if groups is None:
+        return None
+    groups = np.asarray(groups)
+    users = [np.unique(groups[p]).tolist() for p in parts]
+    if any(len(u) != 1 for u in users):
+        return None
+    return [int(u[0]) for u in users]

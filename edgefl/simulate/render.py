@@ -69,7 +69,8 @@ def results_markdown(results: dict) -> str:
     lines += ["", "| client | profile | role | model | val acc | upload bytes |",
               "|---|---|---|---|---:|---:|"]  # fmt: skip
     for c in results["clients"]:
-        who = c["client_id"] + (f" ({c['attack']} attacker)" if c.get("attack") else "")
+        who = c["client_id"] + (f" (user {c['user']})" if c.get("user") is not None else "")
+        who += f" ({c['attack']} attacker)" if c.get("attack") else ""
         lines.append(f"| {who} | {c['profile']} | {c['role']} | {c['model']} | "
                      f"{val_acc_text(c)} | {c['upload_bytes']:,} |")  # fmt: skip
     return "\n".join(lines) + "\n"

@@ -54,6 +54,8 @@ def finished(cjob: ClientJob) -> dict | None:
            "profile": meta["profile"], "training": meta["training"],
            "label_counts": meta["label_counts"], "upload_bytes": path.stat().st_size,
            "costs": meta["costs"], "reused": True}  # fmt: skip
+    if isinstance(part.get("user"), int):  # whose data a drawn user client holds
+        row["user"] = part["user"]
     if cjob.attack and role == "classifier":  # its header claims its training's; the run tells
         row["upload_val_accuracy"] = upload_val_accuracy(cjob, path)
     return row
