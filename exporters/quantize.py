@@ -16,9 +16,7 @@ from .atomic import write_model_atomic
 from .errors import ExportError
 from .graph import real_inputs, value_dims, weights_hash
 from .read import Artifact, artifact_from_bytes, get_metadata, set_metadata
-from .schema import validate_metadata
-
-QUANTIZED_TAG = "int8-dynamic"
+from .schema import QUANTIZED_TAG, validate_metadata
 
 
 def quantize_int8(src_path: str | os.PathLike[str], dst_path: str | os.PathLike[str]) -> dict:

@@ -26,6 +26,13 @@ MAX_CLASSES = 100_000
 MAX_LATENT = 65_536
 MAX_SAMPLES = 10**12  # one client's label counts, summed
 MAX_PUBLIC = 10**7  # samples of a public set a predictions upload labels
+# The one value `quantized` may carry (exporters.quantize writes it): the server runs such an
+# upload through onnxruntime only, so any other truthy value would be a claim it cannot check.
+QUANTIZED_TAG = "int8-dynamic"
+# A model upload's per-sample input is (channels, height, width) (sensor windows: (C, 1, L)),
+# the shape every zoo model and every student the server trains reads; a global FedGH header
+# takes a representation ([R]), hence the rank 1-3 allowed in general.
+_MODEL_KINDS = ("classifier", "decoder")
 
 
 def _is_int(value: Any) -> bool:
@@ -72,6 +79,8 @@ def validate_metadata(meta: object) -> list[str]:
             wrong("input_shape", "a list of 1 to 3 positive ints (per sample, no batch)")
         elif math.prod(shape) > MAX_SAMPLE_ELEMENTS:
             wrong("input_shape", f"at most {MAX_SAMPLE_ELEMENTS:,} values per sample")
+        elif kind in _MODEL_KINDS and len(shape) != 3:
+            wrong("input_shape", f"[channels, height, width] for a {kind}")
 
     num_classes = meta.get("num_classes")
     classes_ok = _is_int(num_classes) and 2 <= num_classes <= MAX_CLASSES
@@ -103,7 +112,9 @@ def validate_metadata(meta: object) -> list[str]:
     if not missing("client_id") and not (isinstance(meta["client_id"], str) and meta["client_id"]):
         wrong("client_id", "a non-empty string")
 
-    if kind in ("classifier", "decoder", "predictions") and not missing("label_counts"):
+    # Every kind's label counts are summed into the federation's: checked wherever they appear.
+    counted = kind in ("classifier", "decoder", "predictions") or "label_counts" in meta
+    if counted and not missing("label_counts"):
         counts = meta["label_counts"]
         if not (isinstance(counts, list) and all(_is_int(c) and c >= 0 for c in counts)):
             wrong("label_counts", "a list of non-negative ints")
@@ -121,6 +132,9 @@ def validate_metadata(meta: object) -> list[str]:
         for key in ("costs", "training"):
             if not missing(key) and not isinstance(meta[key], dict):
                 wrong(key, "an object")
+
+    if meta.get("quantized", False) not in (None, False, QUANTIZED_TAG):
+        wrong("quantized", f"absent, false or {QUANTIZED_TAG!r}")
 
     if kind == "decoder" and not missing("latent_dim"):
         latent = meta["latent_dim"]

@@ -114,7 +114,8 @@ def validate_upload(
             inferred = shapes.infer(without_weights(model, keep_shapes=True))
         except Exception as exc:  # checker raises ValidationError, shape inference InferenceError
             raise UploadRejected(f"ONNX checker failed: {_first_line(exc)}") from None
-        _check_activations(inferred)
+        sizes = _check_activations(inferred)
+        _check_declarations(model, sizes)
     with timed(timings, "tensors"):
         _check_tensors(model, max_tensor_elements)
     with timed(timings, "hash"):
@@ -141,7 +142,8 @@ MAX_ACTIVATION_ELEMENTS = 1 << 24
 MAX_TOTAL_ACTIVATION_ELEMENTS = 1 << 27
 
 
-def _check_activations(inferred: onnx.ModelProto) -> None:
+def _check_activations(inferred: onnx.ModelProto) -> dict[str, list[int]]:
+    """Per-sample dims of every tensor the graph computes, each bounded (UploadRejected)."""
     sizes = shapes.computed(inferred)
     unsized = [name for name, dims in sizes.items() if dims is None]
     if unsized:
@@ -165,6 +167,37 @@ def _check_activations(inferred: onnx.ModelProto) -> None:
             f"sample (limit {MAX_TOTAL_ACTIVATION_ELEMENTS:,}): more memory than a model's "
             "evaluation is allowed"
         )
+    return sizes
+
+
+def _check_declarations(model: onnx.ModelProto, sizes: dict[str, list[int]]) -> None:
+    """The graph's value_info is the uploader's claim about its tensors' shapes, and it reaches
+    onnxruntime with the bytes. Rather than rely on onnxruntime never sizing a buffer from a
+    claim, a claim must agree with what the validator computed and bounded: a weight's with its
+    dims, a computed tensor's with its dims (symbolic dims, e.g. the batch, are free), and a
+    claim about a name the graph never computes stays under the per-tensor limit."""
+    weights = {t.name: list(t.dims) for t in model.graph.initializer}
+    for value in model.graph.value_info:
+        declared = value_dims(value)
+        if declared is None:
+            continue
+        known = weights.get(value.name, sizes.get(value.name))
+        ints = [d for d in declared if isinstance(d, int)]
+        if known is None:
+            agrees = all(0 <= d <= MAX_DECLARED_DIM for d in ints) and (
+                math.prod(ints) <= MAX_ACTIVATION_ELEMENTS
+            )
+        else:
+            agrees = len(declared) == len(known) and all(
+                not isinstance(d, int) or d == k for d, k in zip(declared, known, strict=True)
+            )
+        if not agrees:
+            shown = [d if d is not None else "?" for d in declared]
+            raise UploadRejected(
+                f"value_info declares shape {shown} for tensor {value.name[:80]!r}, which the "
+                f"graph computes as {known if known is not None else 'nothing'}: a declaration "
+                "must agree with the graph"
+            )
 
 
 def _first_line(exc: BaseException, limit: int = 240) -> str:

@@ -76,6 +76,10 @@ def rebuild(
         with exporters.timed(timings, "rebuild"):
             module, why = _rebuild(art)
         if module is None:
+            if art.kind in ("classifier", "decoder"):
+                # Methods run it through onnxruntime on batches of any size: it must run now.
+                with exporters.timed(timings, "parity"):
+                    probe(art)
             return None, why
         with exporters.timed(timings, "parity"):
             diff = parity(module, art)
@@ -104,43 +108,19 @@ def release_weights(art: exporters.Artifact) -> None:
 def _rebuild(art: exporters.Artifact) -> tuple[nn.Module | None, str | None]:
     meta = art.metadata
     if art.kind == "global":
+        if meta.get("spec"):
+            _checked_spec(art)  # a report names every accepted upload's model by its spec
         return None, "a global model, not a client upload"
     if art.kind in ("predictions", "prototypes"):
         return None, "a data artifact (predictions/prototypes): nothing to rebuild"
     if not meta.get("spec"):
         return None, "no edgefl spec (exported by another tool): usable through onnxruntime only"
+    # Checked before the int8 shortcut: every method and report reads a kept upload's spec
+    # (Upload.spec), whether or not its weights can be rebuilt from it.
+    spec, shell = _checked_spec(art)
     if meta.get("quantized"):
         return None, "int8-quantized weights: usable through onnxruntime only"
-    # A legitimate spec is ~100 characters. Without a cap, a small upload whose spec lists a
-    # million layer widths (mlp hidden=[4, 4, ...]) ties the server up for minutes building
-    # modules, even on the meta device.
-    spec_chars = len(json.dumps(meta["spec"]))
-    if spec_chars > MAX_SPEC_CHARS:
-        raise RebuildRejected(
-            f"spec in metadata is implausibly large ({spec_chars} characters, limit "
-            f"{MAX_SPEC_CHARS})"
-        )
-    try:
-        spec = ModelSpec.from_dict(meta["spec"])
-        entry = ZOO.get(spec.name)
-    except EdgeflError as exc:
-        raise RebuildRejected(f"invalid spec in metadata: {exc.message}") from None
-    if (
-        list(spec.input_shape) != list(meta["input_shape"])
-        or spec.num_classes != meta["num_classes"]
-    ):
-        raise RebuildRejected("spec disagrees with the metadata's input shape / class count")
-    wanted_role = "classifier" if art.kind == "classifier" else "generator"
-    if entry.role != wanted_role:
-        raise RebuildRejected(f"spec {spec.name!r} is a {entry.role}, artifact kind is {art.kind}")
     weights = art.state_dict()
-    # Build on the meta device first: a hostile spec (huge widths) costs no memory before its
-    # parameter shapes are compared with the weights actually in the (size-capped) file.
-    try:
-        with torch.device("meta"):
-            shell = _exported_part(build_model(spec), art.kind)
-    except EdgeflError as exc:
-        raise RebuildRejected(f"cannot build spec: {exc.message}") from None
     # BatchNorm's num_batches_tracked is an unused buffer the exporter drops.
     expected = {
         k: tuple(v.shape)
@@ -171,6 +151,48 @@ def _rebuild(art: exporters.Artifact) -> tuple[nn.Module | None, str | None]:
     return module.eval(), None
 
 
+def _checked_spec(art: exporters.Artifact) -> tuple[ModelSpec, nn.Module]:
+    """The artifact's spec, parsed, agreeing with its metadata, and built on the meta device
+    (a hostile spec, e.g. huge widths, costs no memory there): the shell of the module it names.
+    RebuildRejected otherwise, so that reading an accepted upload's spec never raises."""
+    meta = art.metadata
+    # A legitimate spec is ~100 characters. Without a cap, a small upload whose spec lists a
+    # million layer widths (mlp hidden=[4, 4, ...]) ties the server up for minutes building
+    # modules, even on the meta device.
+    spec_chars = len(json.dumps(meta["spec"]))
+    if spec_chars > MAX_SPEC_CHARS:
+        raise RebuildRejected(
+            f"spec in metadata is implausibly large ({spec_chars} characters, limit "
+            f"{MAX_SPEC_CHARS})"
+        )
+    try:
+        spec = ModelSpec.from_dict(meta["spec"])
+        entry = ZOO.get(spec.name)
+    except EdgeflError as exc:
+        raise RebuildRejected(f"invalid spec in metadata: {exc.message}") from None
+    except (TypeError, ValueError, OverflowError) as exc:  # e.g. a dimension that is no number
+        raise RebuildRejected(f"invalid spec in metadata: {_first_line(exc)}") from None
+    if (
+        list(spec.input_shape) != list(meta["input_shape"])
+        or spec.num_classes != meta["num_classes"]
+    ):
+        raise RebuildRejected("spec disagrees with the metadata's input shape / class count")
+    wanted_role = "generator" if art.kind == "decoder" else "classifier"
+    if entry.role != wanted_role:
+        raise RebuildRejected(f"spec {spec.name!r} is a {entry.role}, artifact kind is {art.kind}")
+    try:
+        with torch.device("meta"):
+            shell = _exported_part(build_model(spec), art.kind)
+        spec.label  # noqa: B018 (reports name the model by it: it must not raise later)
+    except EdgeflError as exc:
+        raise RebuildRejected(f"cannot build spec: {exc.message}") from None
+    return spec, shell
+
+
+def _first_line(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: " + (str(exc).strip().splitlines() or [""])[0][:200]
+
+
 def _exported_part(model: nn.Module, kind: str) -> nn.Module:
     return model.decoder if kind == "decoder" else model
 
@@ -187,10 +209,44 @@ def parity(module: nn.Module, art: exporters.Artifact, batch: int = 4, seed: int
     edges = edge_inputs(art.metadata)
     outputs = (ort_out, ours, np.asarray(art.run(*[t.numpy() for t in edges])),
                module(*edges).numpy())  # fmt: skip
+    for got, n in ((outputs[0], batch), (outputs[2], len(edges[0]))):
+        if got.shape != output_shape(art.metadata, n):  # broadcasting would hide a mismatch
+            raise RebuildRejected(
+                f"its output has shape {list(got.shape)} for {n} sample(s), its metadata "
+                f"promises {list(output_shape(art.metadata, n))}"
+            )
     if not all(np.isfinite(o).all() for o in outputs):
         raise RebuildRejected("its outputs are not finite on valid inputs (NaN or infinity)")
     # Relative where |value| > 1: float32 rounding grows with the value (large logits).
     return float(np.max(np.abs(ours - ort_out) / np.maximum(1.0, np.abs(ours))))
+
+
+def output_shape(meta: dict, batch: int) -> tuple[int, ...]:
+    """What the contract says a model upload returns for `batch` samples."""
+    tail = meta["input_shape"] if meta["kind"] == "decoder" else [meta["num_classes"]]
+    return (batch, *tail)
+
+
+@torch.no_grad()
+def probe(art: exporters.Artifact) -> None:
+    """An upload used through onnxruntime alone (int8, or from another tool) runs as the methods
+    will run it: one sample, a batch, and the extremes of the valid range, each giving finite
+    outputs of the shape its metadata promises. RebuildRejected otherwise: a graph that fails
+    here would fail inside a method, naming no upload."""
+    for inputs in (random_inputs(art.metadata, 1, 1), random_inputs(art.metadata, 5, 0),
+                   edge_inputs(art.metadata)):  # fmt: skip
+        try:
+            out = np.asarray(art.run(*[t.numpy() for t in inputs]))
+        except Exception as exc:  # onnxruntime on a graph that only works for some batches
+            raise RebuildRejected(f"onnxruntime cannot run it: {_first_line(exc)}") from None
+        want = output_shape(art.metadata, len(inputs[0]))
+        if out.shape != want:
+            raise RebuildRejected(
+                f"its output has shape {list(out.shape)} for {len(inputs[0])} sample(s), its "
+                f"metadata promises {list(want)}"
+            )
+        if not np.isfinite(out).all():
+            raise RebuildRejected("its outputs are not finite on valid inputs (NaN or infinity)")
 
 
 def random_inputs(meta: dict, batch: int, seed: int) -> tuple[torch.Tensor, ...]:

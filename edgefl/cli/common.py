@@ -8,6 +8,7 @@ from typing import Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.segment import Segment
 
 from edgefl.progress import printable
@@ -31,6 +32,15 @@ class SafeConsole(Console):
         for seg in super().render(renderable, options):
             shown = seg.text if seg.control else printable(seg.text, lines=True)
             yield seg if shown == seg.text else Segment(shown, seg.style)
+
+
+def upload_text(text: object) -> str:
+    """Text from an upload (a file name, client id, class name, a reason quoting its metadata)
+    for a rich line: markup inert and every control character escaped, newlines included. The
+    consoles keep the newlines of the program's own messages; only the call site knows which
+    text is the upload's, so a file named "a\\nerror: ..." must pass through here to stay on
+    its line."""
+    return escape(printable(text))
 
 
 console = SafeConsole(highlight=False)

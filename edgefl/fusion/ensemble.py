@@ -32,7 +32,9 @@ METHOD = Method(
     description="logit average of the classifiers, exported as one model",
     paper="ensemble baseline (FedDF, Lin et al. NeurIPS 2020; FedMHO)",
     consumes=("classifier",),
-    needs_gradients=False,
+    # Its global model is the members' rebuilt modules, exported as one graph: an upload that
+    # runs through onnxruntime only (int8, another tool's) is set aside by name, not fatal.
+    needs_gradients=True,
     config_cls=EnsembleConfig,
     fuse=fuse,
 )

@@ -135,9 +135,13 @@ def select(method: Method, found: Ingest) -> tuple[list[Upload], list[tuple[str,
 
 def _why_not(rejected: list[tuple[str, str]], skipped: list[tuple[str, str]]) -> str:
     """Every upload a method went without, and why: a run that fails for want of uploads names
-    them (a count alone left users guessing why their own models were refused)."""
-    lines = [f"\n  rejected {n}: {r}" for n, r in rejected]
-    lines += [f"\n  not used {n}: {r}" for n, r in skipped]
+    them (a count alone left users guessing why their own models were refused). One line per
+    upload: its name and reason are shown with control characters escaped, newlines included,
+    so that a file whose name holds a newline cannot forge a line of the message."""
+    from edgefl.progress import printable
+
+    lines = [f"\n  rejected {printable(n)}: {printable(r)}" for n, r in rejected]
+    lines += [f"\n  not used {printable(n)}: {printable(r)}" for n, r in skipped]
     return "".join(lines)
 
 

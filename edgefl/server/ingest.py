@@ -15,6 +15,7 @@ from pathlib import Path
 import exporters
 from edgefl.artifacts import RebuildRejected, Upload, rebuild
 from edgefl.errors import ConfigError, FusionError
+from edgefl.progress import printable
 
 
 @dataclass
@@ -82,18 +83,23 @@ def ingest(
         inflight_bytes=inflight_budget(d),
         on_file=(lambda done, total: progress("ingest upload", done, total)) if progress else None,
     )  # fmt: skip
-    out = Ingest(rejected=list(result.rejected), notes=list(result.notes), stages=stages)
+    # A reason is one line of the server's own words, whatever upload text it quotes (a graph's
+    # value names, a torch error on a hostile spec): its control characters are escaped once,
+    # here, for the report, the console and the log alike. File names stay exact (the report
+    # names the file on disk); whoever prints one escapes it.
+    out = Ingest(rejected=[(n, printable(r)) for n, r in result.rejected],
+                 notes=[printable(n) for n in result.notes], stages=stages)  # fmt: skip
     for art in result.accepted:  # those that also passed the cross-checks of the set
         upload, rejected, times = result.then[Path(art.path).name]
         exporters.add_times(stages, times)
         if upload is not None:
             out.uploads.append(upload)
         else:
-            out.rejected.append(rejected)
+            out.rejected.append((rejected[0], printable(rejected[1])))
     out.rejected.sort()
     out.seconds = time.perf_counter() - start
     if strict and out.rejected:
-        listing = "; ".join(f"{n}: {r}" for n, r in out.rejected)
+        listing = "; ".join(f"{printable(n)}: {r}" for n, r in out.rejected)
         raise FusionError(
             f"--strict: {len(out.rejected)} upload(s) rejected: {listing}",
             hint="remove the rejected files or run without --strict to fuse the accepted ones",
@@ -106,7 +112,7 @@ def ingest(
         )
     if not out.uploads:
         # The reasons go in the message itself: nothing else is printed before it fails.
-        shown = [f"{n}: {r}" for n, r in out.rejected[:10]]
+        shown = [f"{printable(n)}: {r}" for n, r in out.rejected[:10]]
         more = len(out.rejected) - len(shown)
         listing = "; ".join(shown) + (f"; and {more} more" if more > 0 else "")
         raise FusionError(
