@@ -97,7 +97,7 @@ def _register() -> None:
     models_cmd.register(app)
     app.add_typer(data_cmd.app, name="data")
     names = ("client_cmd", "server_cmd", "eval_cmd", "simulate_cmd", "reproduce_cmd", "search_cmd",
-             "infer_cmd")  # fmt: skip
+             "infer_cmd", "deploy_cmd")  # fmt: skip
     for name in names:
         try:
             module = __import__(f"edgefl.cli.{name}", fromlist=["register"])
