@@ -10,8 +10,14 @@ version; and edits of the metadata JSON. Half of the protobuf edits re-stamp the
 so that they reach the checks behind it. Every item runs in a worker process capped in address
 space (RLIMIT_AS) and in time, and ends as one of:
 
-    accepted        validate_upload accepted it; rebuild returned a module or a reason
+    accepted        validate_upload accepted it; rebuild returned a module or a reason; and
+                    the downstream stage (below) ran without an exception
     rejected        validate_upload raised UploadRejected, or rebuild raised RebuildRejected
+    downstream-failed  accepted, but what the server then does with it raised: ingest beside
+                    one honest upload of each kind, each method's selection and tiny fusion
+                    (fedavg, ensemble, fedmho, fedmho-md, fedcvae-ens), the report's reading
+                    of each kept upload, and for a seeded 1 in --pipeline-every the whole
+                    `server fuse` pipeline of one method (export and report included)
     crashed         any other exception (which stage, type and message are recorded), or the
                     worker died from a signal (a segfault, an abort)
     hung            it ran past --timeout
@@ -62,7 +68,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 
-OUTCOMES = ("accepted", "rejected", "crashed", "hung", "memory-blown")
+OUTCOMES = ("accepted", "rejected", "downstream-failed", "crashed", "hung", "memory-blown")
 
 # --- the mutation engine ---------------------------------------------------------------------
 
@@ -398,10 +404,94 @@ def check(path: Path) -> tuple[str, str, str, str]:
     return "accepted", stage, "module" if module is not None else f"no module: {why}", ""
 
 
+# --- downstream: what the fusion methods read from a kept upload -----------------------------
+
+# Each method's cheapest budget: what it reads from its uploads does not depend on the budget.
+TINY = {"fedavg": {}, "ensemble": {}, "fedmho": {"synthetic": 20, "epochs": 1},
+        "fedmho-md": {"synthetic": 20, "epochs": 1},
+        "fedcvae-ens": {"synthetic": 20, "epochs": 1}}  # fmt: skip
+ITEM = "item.onnx"
+
+
+def companions(sources: dict[str, bytes]) -> dict[str, bytes]:
+    """One honest upload of each kind among the sources, under client ids of their own (the
+    item keeps its source's id, and ingest refuses a client's second upload of one kind)."""
+    import exporters
+
+    out = {}
+    for data in sources.values():
+        m = onnx.load_model_from_string(data)
+        meta = exporters.get_metadata(m)
+        name = f"honest-{meta['kind']}"
+        if f"{name}.onnx" not in out:
+            exporters.set_metadata(m, dict(meta, client_id=name))
+            out[f"{name}.onnx"] = m.SerializeToString()
+    return out
+
+
+def downstream(folder: Path, data: bytes, pipeline: str | None) -> tuple[str, str, str, str]:
+    """The item beside one honest upload of each kind, through what `server fuse` runs on it:
+    ingest (validation, rebuild and the set's cross-checks), then every method of TINY: its
+    selection (the uploads it uses, the others set aside by name), its fusion on a tiny budget
+    (without the export, which reads only the server's own module), and the report's reading
+    of each kept upload. `pipeline` names a method to run through the whole `server fuse`
+    pipeline (export and report included): a seeded sample, the export being the slow part.
+    Any exception is a downstream failure: an accepted upload must never sink a method."""
+    import torch
+
+    import exporters
+    from edgefl.fusion import METHODS
+    from edgefl.fusion.base import FusionContext
+    from edgefl.server.fuse import FuseJob, run_fuse, select
+    from edgefl.server.ingest import ingest
+
+    stage = "ingest"
+    (folder / ITEM).write_bytes(data)
+    try:
+        found = ingest(folder, max_upload_bytes=exporters.DEFAULT_MAX_UPLOAD_BYTES, jobs=1)
+        kept = any(u.name == ITEM for u in found.uploads)
+        named = kept or any(n == ITEM for n, _ in found.rejected)
+        if not named:
+            return "downstream-failed", stage, "the item is neither kept nor rejected", ""
+        stage = "report"
+        json.dumps([(u.name, u.client_id, u.kind, u.spec.label if u.spec else None,
+                     u.label_counts.tolist(), u.meta.get("training")) for u in found.uploads],
+                   default=str)  # fmt: skip
+        for name, options in TINY.items():
+            stage = name
+            method = METHODS.get(name)
+            usable, skipped = select(method, found)
+            if {u.name for u in found.uploads} != {u.name for u in usable} | {
+                n for n, _ in skipped
+            }:
+                return "downstream-failed", stage, "an upload set aside without its name", ""
+            ctx = FusionContext(usable, device=torch.device("cpu"), seed=0,
+                                federation=found.uploads)  # fmt: skip
+            method.fuse(ctx, method.make_config(options))
+        if pipeline is not None:
+            stage = f"pipeline {pipeline}"
+            out = folder.parent / f"{folder.name}-out" / "g.onnx"
+            report = run_fuse(FuseJob(uploads=str(folder), method=pipeline, out=str(out),
+                                      options=TINY[pipeline], device="cpu", jobs=1))  # fmt: skip
+            shown = [x["file"] for x in report["rejected"] + report["skipped"]]
+            if ITEM not in shown and not kept:
+                return "downstream-failed", stage, "the report does not name the item", ""
+    except BaseException as exc:
+        blown = isinstance(exc, MemoryError) or _MEMORY.search(str(exc))
+        detail = f"{type(exc).__name__}: {str(exc)[:500]}"
+        outcome = "memory-blown" if blown else "downstream-failed"
+        return outcome, f"downstream {stage}", detail, traceback.format_exc()
+    finally:
+        (folder / ITEM).unlink(missing_ok=True)
+    where = "kept" if kept else "rejected in the set"
+    return "accepted", f"downstream ({where}{', pipeline' if pipeline else ''})", "", ""
+
+
 _MEMORY = re.compile(r"bad_alloc|Failed to allocate|Cannot allocate memory|out of memory", re.I)
 
 
-def _worker(conn, sources: dict[str, bytes], seed: int, mem_mb: int, scratch: str) -> None:
+def _worker(conn, sources: dict[str, bytes], seed: int, mem_mb: int, scratch: str,
+            sample: int) -> None:  # fmt: skip
     # The cap is on top of what the worker has mapped already (torch and onnxruntime's
     # libraries reserve GBs of address space that they never touch).
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and ends us
@@ -411,6 +501,8 @@ def _worker(conn, sources: dict[str, bytes], seed: int, mem_mb: int, scratch: st
     import torch
 
     torch.set_num_threads(1)
+    # The item's folder: the honest companions stay, the item comes and goes.
+    folder = _companions_folder(sources, scratch)
     while (index := conn.recv()) is not None:
         try:
             data, _, what = make_item(sources, seed, index)
@@ -424,8 +516,27 @@ def _worker(conn, sources: dict[str, bytes], seed: int, mem_mb: int, scratch: st
             outcome, stage, detail, tb = check(path)
         finally:
             path.unlink(missing_ok=True)
+        if outcome == "accepted" and sample >= 0:
+            outcome, stage, more, tb = downstream(folder, data, _pipeline(seed, index, sample))
+            detail = f"{detail}; {more}" if more else detail
         rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024
         conn.send((index, what, outcome, stage, detail, tb, time.perf_counter() - start, rss))
+
+
+def _companions_folder(sources: dict[str, bytes], scratch: str) -> Path:
+    folder = Path(scratch, f"downstream-{os.getpid()}")
+    folder.mkdir(exist_ok=True)
+    for name, data in companions(sources).items():
+        Path(folder, name).write_bytes(data)
+    return folder
+
+
+def _pipeline(seed: int, index: int, sample: int) -> str | None:
+    """The method whose whole pipeline item `index` runs, for 1 item in `sample` (seeded)."""
+    rng = random.Random(f"pipeline:{seed}:{index}")
+    if sample <= 0 or rng.randrange(sample) != 0:
+        return None
+    return rng.choice(sorted(TINY))
 
 
 def _vm_size() -> int:
@@ -443,9 +554,10 @@ class Pool:
     memory is replaced, and its item is recorded as such."""
 
     def __init__(self, jobs: int, sources, seed: int, mem_mb: int, timeout: float, scratch,
-                 recycle: int = 2000):  # fmt: skip
+                 sample: int, recycle: int = 2000):  # fmt: skip
         self.ctx = multiprocessing.get_context("fork")  # the parent has imported everything
-        self.args, self.timeout, self.recycle = (sources, seed, mem_mb, scratch), timeout, recycle
+        self.args = (sources, seed, mem_mb, scratch, sample)
+        self.timeout, self.recycle = timeout, recycle
         self.workers = [self._spawn() for _ in range(jobs)]
 
     def _spawn(self) -> dict:
@@ -565,7 +677,12 @@ def markdown(s: dict) -> str:
     done, counts = s["done"], s["counts"]
     rate = done / s["seconds"] if s["seconds"] else 0.0
     lines = [
-        "# Upload fuzzing: validate_upload + rebuild",
+        "# Upload fuzzing: validate_upload + rebuild"
+        + (
+            " + downstream (ingest beside honest uploads, the fusion methods)"
+            if s.get("downstream")
+            else ""
+        ),
         "",
         f"`{s['command']}`",
         "",
@@ -579,6 +696,22 @@ def markdown(s: dict) -> str:
         f"timeout {s['timeout']:g} s, address space cap {s['mem_mb']} MiB over each worker's "
         f"start). Sources: {', '.join(s['sources'])}; seed {s['seed']}.",
         "",
+        *(
+            [
+                "Downstream: every accepted item is ingested (`edgefl.server.ingest`) beside one "
+                "honest upload of each kind, then every method of "
+                + ", ".join(f"{m} {s['methods'][m] or '(no options)'}" for m in s["methods"])
+                + " selects its uploads (those set aside must be named) and fuses them on that "
+                "budget (the export, which reads only the server's own module, skipped), and "
+                "the report's reading of each kept upload runs; 1 item in "
+                f"{s['pipeline_every']} (seeded) also runs one method through the whole `server "
+                "fuse` pipeline (`run_fuse`: ingest, fuse, export, report). Any exception there "
+                "is `downstream-failed`.",
+                "",
+            ]
+            if s.get("downstream")
+            else []
+        ),
         "| outcome | items | share |",
         "|---|--:|--:|",
     ]
@@ -624,6 +757,14 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--keep", type=int, default=5, help="examples saved per signature")
     ap.add_argument("--resume", action="store_true", help="continue OUT.json's checkpoint")
     ap.add_argument("--only", type=int, help="run item I alone, in this process, and print it")
+    ap.add_argument(
+        "--no-downstream",
+        action="store_true",
+        help="stop at validate + rebuild (no ingest beside honest uploads, no methods)",
+    )
+    ap.add_argument("--pipeline-every", type=int, default=100,
+                    help="1 accepted item in N (seeded) also runs one method's whole `server "
+                    "fuse` pipeline, export and report included (0: none)")  # fmt: skip
     args = ap.parse_args(argv)
     out = Path(args.out)
     examples = Path(f"{out}_examples")
@@ -645,20 +786,26 @@ def main(argv: list[str] | None = None) -> None:
             path = Path(scratch, "item.onnx")
             path.write_bytes(data)
             print(f"item {args.only}: {name}: {what}")
-            print(check(path))
+            result = check(path)
+            print(result)
+            if result[0] == "accepted" and not args.no_downstream:
+                folder = _companions_folder(sources, scratch)
+                print(downstream(folder, data, _pipeline(args.seed, args.only, 1)))
             return
 
         state = {"command": shlex.join([Path(sys.executable).name, *sys.argv]),
                  "date_utc": datetime.now(UTC).strftime("%Y-%m-%d %H:%M"), "machine": machine(),
                  "n": args.n, "seed": args.seed, "jobs": args.jobs, "timeout": args.timeout,
                  "mem_mb": args.mem_mb, "sources": [f"{n} ({ids[n]})" for n in sorted(ids)],
+                 "downstream": not args.no_downstream, "pipeline_every": args.pipeline_every,
+                 "methods": {m: TINY[m] for m in sorted(TINY)},
                  "done": 0, "seconds": 0.0, "counts": {}, "by_family": {}, "signatures": {},
                  "slowest": {"seconds": 0.0, "index": None, "outcome": None},
                  "max_rss_mib": 0}  # fmt: skip
         if args.resume:
             old = json.loads(out.with_suffix(".json").read_text())
-            same = ("seed", "sources", "timeout", "mem_mb")
-            if any(old[k] != state[k] for k in same):
+            same = ("seed", "sources", "timeout", "mem_mb", "downstream", "pipeline_every")
+            if any(old.get(k) != state[k] for k in same):
                 sys.exit(f"--resume: {out}.json was made with other {', '.join(same)}")
             state |= {k: old[k] for k in ("done", "seconds", "counts", "by_family",
                                           "signatures", "slowest", "max_rss_mib")}  # fmt: skip
@@ -675,8 +822,14 @@ def run(state: dict, sources, args, out: Path, examples: Path, scratch: str) -> 
     warm = Path(scratch, "warm.onnx")
     warm.write_bytes(next(iter(sources.values())))
     check(warm)
+    if not args.no_downstream:  # and the stage itself: an honest item must pass it
+        folder = _companions_folder(sources, scratch)
+        result = downstream(folder, warm.read_bytes(), None)
+        if result[0] != "accepted":
+            sys.exit(f"the downstream stage fails on an unmutated source: {result}")
     counts, by_family = Counter(state["counts"]), state["by_family"]
-    pool = Pool(args.jobs, sources, args.seed, args.mem_mb, args.timeout, scratch)
+    pool = Pool(args.jobs, sources, args.seed, args.mem_mb, args.timeout, scratch,
+                -1 if args.no_downstream else args.pipeline_every)  # fmt: skip
     start, first = time.monotonic() - state["seconds"], state["done"]
     held: dict[int, tuple] = {}  # results ahead of the first unfinished item
 
