@@ -34,6 +34,16 @@ _TRAINING = {
     "epochs": (int, "local epochs by default"),
     "max_epoch_seconds": (float, "longest the owner lets one local epoch run"),
 }
+# Optional keys: absent means off.
+_TRAINING_OPTIONAL = {
+    "min_steps": (
+        int,
+        "fewest optimiser steps of local training: a small shard trains more "
+        "epochs (up to MAX_EPOCHS_FACTOR x epochs) so that it gets them",
+    ),
+}
+# How far min_steps may stretch the profile's epochs (FedMHO's phones train 200 local epochs).
+MAX_EPOCHS_FACTOR = 20
 
 
 class ProfileError(ValueError):
@@ -65,6 +75,17 @@ class Profile:
     epochs: int
     max_epoch_seconds: float
     source: str
+    min_steps: int = 0
+
+    def local_epochs(self, samples: int, batch_size: int | None = None) -> int:
+        """Epochs a client with `samples` training samples runs by default: the profile's, or
+        more where they would be fewer than min_steps optimiser steps (a user's 400 sensor
+        windows are 7 steps an epoch at batch 64: 10 epochs would barely start training)."""
+        if not self.min_steps or samples < 1:
+            return self.epochs
+        per_epoch = -(-samples // (batch_size or self.batch_size))
+        wanted = -(-self.min_steps // per_epoch)
+        return max(self.epochs, min(wanted, MAX_EPOCHS_FACTOR * self.epochs))
 
     @property
     def ram_budget_bytes(self) -> int:
@@ -85,16 +106,20 @@ class Profile:
                 "batch_size": self.batch_size,
                 "epochs": self.epochs,
                 "max_epoch_seconds": self.max_epoch_seconds,
+                "min_steps": self.min_steps,
             },
             "source": self.source,
         }
 
 
-def _check_table(table: dict, spec: dict, prefix: str, problems: list[str]) -> None:
-    for key, (typ, desc) in spec.items():
+def _check_table(table: dict, spec: dict, prefix: str, problems: list[str],
+                 optional: dict | None = None) -> None:  # fmt: skip
+    optional = optional or {}
+    for key, (typ, desc) in (spec | optional).items():
         where = f"{prefix}{key}"
         if key not in table:
-            problems.append(f"{where}: missing ({desc})")
+            if key not in optional:
+                problems.append(f"{where}: missing ({desc})")
             continue
         value = table[key]
         ok = isinstance(value, typ) and not isinstance(value, bool)
@@ -105,8 +130,8 @@ def _check_table(table: dict, spec: dict, prefix: str, problems: list[str]) -> N
         elif typ in (int, float) and value <= 0:
             problems.append(f"{where}: must be positive, got {value}")
     for key in table:
-        if key not in spec and not (prefix == "" and key == "training"):
-            problems.append(f"{prefix}{key}: unknown key (valid: {', '.join(spec)})")
+        if key not in spec and key not in optional and not (prefix == "" and key == "training"):
+            problems.append(f"{prefix}{key}: unknown key (valid: {', '.join(spec | optional)})")
 
 
 def parse_profile(data: dict, source: str) -> Profile:
@@ -119,7 +144,7 @@ def parse_profile(data: dict, source: str) -> Profile:
         )
         training = {}
     else:
-        _check_table(training, _TRAINING, "training.", problems)
+        _check_table(training, _TRAINING, "training.", problems, _TRAINING_OPTIONAL)
     frac = data.get("ram_available_fraction")
     if isinstance(frac, int | float) and not isinstance(frac, bool) and frac > 1:
         problems.append(f"ram_available_fraction: must be in (0, 1], got {frac}")
@@ -140,6 +165,7 @@ def parse_profile(data: dict, source: str) -> Profile:
         epochs=training["epochs"],
         max_epoch_seconds=float(training["max_epoch_seconds"]),
         source=source,
+        min_steps=training.get("min_steps", 0),
     )
 
 

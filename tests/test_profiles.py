@@ -116,3 +116,24 @@ def test_dataset_registry_shapes():
     assert {"mnist", "fmnist", "emnist", "svhn", "cifar10", "cifar100", "digits"} <= set(
         DATASETS.names()
     )
+
+
+def test_min_steps_stretches_the_epochs_of_a_small_shard_only(tmp_path):
+    path = tmp_path / "mine.toml"
+    path.write_text(GOOD + "min_steps = 40\n")
+    p = get_profile(str(path))
+    assert p.min_steps == 40 and p.as_dict()["training"]["min_steps"] == 40
+    assert p.local_epochs(8 * 20) == 3  # 20 steps an epoch: the profile's 3 epochs give 60
+    assert p.local_epochs(8 * 4) == 10  # 4 steps an epoch: 10 epochs for 40 steps
+    assert p.local_epochs(8 * 4, batch_size=32) == 40  # the batch the client really uses
+    greedy = tmp_path / "greedy.toml"
+    greedy.write_text(GOOD + "min_steps = 1000\n")
+    assert get_profile(str(greedy)).local_epochs(8) == 60  # never over 20 x the profile's epochs
+    assert get_profile(str(tmp_path / "mine.toml")).local_epochs(0) == 3
+    plain = tmp_path / "plain.toml"
+    plain.write_text(GOOD)  # absent: off
+    assert get_profile(str(plain)).local_epochs(1) == 3
+    bad = tmp_path / "bad.toml"
+    bad.write_text(GOOD + "min_steps = -1\n")
+    with pytest.raises(ConfigError, match="training.min_steps: must be positive"):
+        get_profile(str(bad))

@@ -49,6 +49,7 @@ def show_cmd(
         f"{fmt_count(p.macs_per_second)} MAC/s sustained"
     )
     console.print(
-        f"  training: {p.optimizer}, batch {p.batch_size}, {p.epochs} epochs, "
-        f"at most {p.max_epoch_seconds:.0f} s per epoch"
+        f"  training: {p.optimizer}, batch {p.batch_size}, {p.epochs} epochs"
+        + (f" (more on a small shard: at least {p.min_steps} steps)" if p.min_steps else "")
+        + f", at most {p.max_epoch_seconds:.0f} s per epoch"
     )

@@ -266,7 +266,7 @@ def run_client(job: ClientJob, *, on_epoch=None, on_status=None, on_progress=Non
         _default_augment(spec, role)  # fmt: skip
 
     model = init_model(spec, job.fed_seed)
-    epochs, lr = local_schedule(job, profile, role)
+    epochs, lr = local_schedule(job, profile, role, len(train_idx))
     cfg = TrainConfig(
         epochs=epochs,
         batch_size=job.batch_size or profile.batch_size,
@@ -349,10 +349,12 @@ def search_client(
     )  # fmt: skip
 
 
-def local_schedule(job: ClientJob, profile: Profile, role: str) -> tuple[int, float]:
-    """(epochs, lr) a client trains with: the job's, else its profile's and the role's default."""
+def local_schedule(job: ClientJob, profile: Profile, role: str, samples: int) -> tuple[int, float]:
+    """(epochs, lr) a client trains with on `samples` training samples: the job's, else its
+    profile's for that much data (Profile.local_epochs) and the role's default rate."""
     optimizer = job.optimizer or profile.optimizer
-    return job.epochs or profile.epochs, job.lr or DEFAULT_LR[(role, optimizer)]
+    epochs = job.epochs or profile.local_epochs(samples, job.batch_size)
+    return epochs, job.lr or DEFAULT_LR[(role, optimizer)]
 
 
 def model_metadata(

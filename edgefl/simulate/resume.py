@@ -70,7 +70,8 @@ def training_differs(cjob: ClientJob, made: ModelSpec, role: str, trained: dict)
         if want.to_dict() != made.to_dict():
             diffs.append(f"model {made.label} -> {want.label}")
     profile = get_profile(cjob.profile)
-    epochs, lr = local_schedule(cjob, profile, role)
+    samples = trained.get("samples")
+    epochs, lr = local_schedule(cjob, profile, role, samples if isinstance(samples, int) else 0)
     batch, optimizer = cjob.batch_size or profile.batch_size, cjob.optimizer or profile.optimizer
     for key, want in (("epochs", epochs), ("lr", lr), ("batch_size", batch),
                       ("optimizer", optimizer)):  # fmt: skip
