@@ -30,7 +30,7 @@ import onnx
 from onnx import helper, numpy_helper, shape_inference
 
 from .errors import ExportError
-from .graph import SMALL_TENSOR
+from .graph import SMALL_TENSOR, without_weights
 
 _CONSTANT_ATTRS = ("value", "value_float", "value_floats", "value_int", "value_ints",
                    "value_string", "value_strings")  # fmt: skip
@@ -136,7 +136,9 @@ def _fix_batch(graph: onnx.GraphProto, batch: int) -> None:
 
 def _static_shapes(model: onnx.ModelProto) -> dict[str, list[int]]:
     try:
-        inferred = shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
+        # Without the weights' bytes (names, dims and small values kept): same shapes, faster.
+        light = without_weights(model, keep_shapes=True)
+        inferred = shape_inference.infer_shapes(light, strict_mode=False, data_prop=True)
     except Exception:  # a graph inference cannot read: nothing becomes static, nothing folds
         return {}
     shapes: dict[str, list[int]] = {}
@@ -185,7 +187,8 @@ def _evaluate(node, known, small, shapes, opset, evaluator) -> list[np.ndarray] 
         return None
     inputs = [i for i in node.input if i]
     if node.op_type == "Shape":
-        shape = shapes.get(node.input[0])
+        source = known.get(node.input[0])
+        shape = list(source.dims) if source is not None else shapes.get(node.input[0])
         if shape is None:
             return None
         attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
