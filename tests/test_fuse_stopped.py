@@ -10,6 +10,7 @@ test signals the process once it reads the marker. Reruns and the reference are 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import re
@@ -34,8 +35,8 @@ MARKER = "@@paused"
 
 # Prepended to CLI for the stopped runs. EDGEFL_TEST_PAUSE picks the point:
 #   progress:TASK DONE  after the reporter is told that step (main thread: ingest, epochs)
-#   write:PREFIX        inside the atomic writer, when a temp file whose name starts with PREFIX
-#                       is written and fsynced but not yet renamed onto its target
+#   write:NAME          once the output NAME is written whole into the run's staging folder
+#                       (.atomic-*.tmp beside the target), before anything is published
 #   fuse:METHOD         as METHOD (or any, with *) starts fusing: in its forked worker when
 #                       several methods run
 # It only waits there (bounded, so a lost signal ends the run rather than hanging the test).
@@ -60,16 +61,13 @@ if _at.startswith("progress:"):
             _pause()
     _p.LineReporter.__call__ = _hooked
 elif _at.startswith("write:"):
-    _fsync = os.fsync
-    def _hooked(fd):
-        _fsync(fd)
-        try:
-            name = os.path.basename(os.readlink(f"/proc/self/fd/{fd}"))
-        except OSError:
-            return
-        if name.startswith(_at[6:]) and name.endswith(".tmp"):
+    _replace = os.replace
+    def _hooked(src, dst):
+        _replace(src, dst)
+        staging = os.path.basename(os.path.dirname(os.fspath(dst)))
+        if os.path.basename(dst) == _at[6:] and staging.startswith(".atomic-"):
             _pause()
-    os.fsync = _hooked
+    os.replace = _hooked
 elif _at.startswith("fuse:"):
     import edgefl.server.fuse as _f
     _fuse = _f.fuse_one
@@ -174,9 +172,10 @@ def _output_problems(out: Path, expected: dict[str, str], ref: Path, tolerate_te
     problems = []
     names = set(os.listdir(out)) if out.exists() else set()
     outputs = {f"{stem}{ext}" for stem in expected for ext in (".onnx", ".json")}
-    temp = re.compile(r"^\.(.+)\.[^.]+\.tmp$")  # atomic_write_bytes's mkstemp names
+    # A dead run's staging folder or temp file, and its output locks (flock dies with it).
+    temp = re.compile(r"^\.(atomic-\d+-\w+\.tmp|edgefl-lock-[0-9a-f]{16})$")
     for name in sorted(names - outputs):
-        if not (tolerate_temp and (m := temp.match(name)) and m.group(1) in outputs):
+        if not (tolerate_temp and temp.match(name)):
             problems.append(f"stray file {name} in the output folder")
     for stem, method in expected.items():
         model, report = out / f"{stem}.onnx", out / f"{stem}.json"
@@ -199,9 +198,13 @@ def _output_problems(out: Path, expected: dict[str, str], ref: Path, tolerate_te
                 continue
             if rep.get("method") != method:
                 problems.append(f"{report.name} reports method {rep.get('method')!r}")
-            if not model.exists() or rep.get("global_bytes") != model.stat().st_size:
+            if not model.exists() or rep.get("global_sha256") != _sha256(model):
                 problems.append(f"{report.name} describes a model other than {model.name}")
     return problems
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def case(case_id: str, sig: signal.Signals, pause: str, previous: bool = False):
@@ -213,9 +216,9 @@ CASES = [
     case("ingest-INT", signal.SIGINT, "progress:ingest upload 1"),
     case("train-KILL", signal.SIGKILL, "progress:fedmho epoch 1"),
     # Over a previous run's outputs: the old model must survive whole, or be replaced whole.
-    case("model-write-INT", signal.SIGINT, "write:.g.onnx.", previous=True),
-    # The new model is published, its report being written.
-    case("report-write-TERM", signal.SIGTERM, "write:.g.json."),
+    case("model-write-INT", signal.SIGINT, "write:g.onnx", previous=True),
+    # The new model and its report are staged, not yet published.
+    case("report-write-TERM", signal.SIGTERM, "write:g.json"),
 ]
 
 

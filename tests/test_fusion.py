@@ -202,7 +202,7 @@ def test_interrupt_while_training_leaves_nothing(name, federation, tmp_path):
 
 
 class _ReplaceInterrupted:
-    """Stands in for `os` in exporters.atomic: the n-th os.replace (the rename that publishes a
+    """Stands in for `os` in exporters.atomic: the n-th os.replace (the rename that completes a
     finished temporary file) is hit by Ctrl-C."""
 
     def __init__(self, n: int):
@@ -225,22 +225,16 @@ def test_interrupted_writes_keep_old_outputs_whole(federation, tmp_path, monkeyp
     report.write_text('{"previous": true}')
     job = FuseJob(uploads=str(federation), method="fedavg", out=str(out), device="cpu")
 
-    # Ctrl-C while the global model is being published: the old model, whole, no temporary
-    # file, and no report (the old one went before the export: it must never end up next to
-    # a model it does not describe).
-    monkeypatch.setattr(exporters.atomic, "os", _ReplaceInterrupted(1))
-    with pytest.raises(KeyboardInterrupt):
-        run_fuse(job)
-    assert os.listdir(tmp_path) == ["global.onnx"]
-    assert out.read_bytes() == b"previous model"
-
-    # Ctrl-C while the report is being published: the new model is whole, and no report is
-    # left that describes another model than the one on disk.
-    monkeypatch.setattr(exporters.atomic, "os", _ReplaceInterrupted(2))
-    with pytest.raises(KeyboardInterrupt):
-        run_fuse(job)
-    assert os.listdir(tmp_path) == ["global.onnx"]
-    assert exporters.read_artifact(out).metadata["method"] == "fedavg"
+    # Ctrl-C while the new global model (1st rename) or its report (2nd) is being written:
+    # both are staged beside the targets and published only together, so the previous pair
+    # stays byte-identical and nothing else is left behind.
+    for n in (1, 2):
+        monkeypatch.setattr(exporters.atomic, "os", _ReplaceInterrupted(n))
+        with pytest.raises(KeyboardInterrupt):
+            run_fuse(job)
+        assert sorted(os.listdir(tmp_path)) == ["global.json", "global.onnx"]
+        assert out.read_bytes() == b"previous model"
+        assert report.read_text() == '{"previous": true}'
 
 
 # --- what each method needs ----------------------------------------------------------------

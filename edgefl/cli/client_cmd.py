@@ -67,12 +67,31 @@ def train_with_progress(job, quiet: bool = False):
     """run_client with its epochs shown on stderr: bars on a terminal, plain lines elsewhere."""
     from edgefl.client.run import run_client
 
+    if job.client_id is not None:
+        _check_client_id(job.client_id, job.out_dir)
     with reporter(quiet) as watch:
 
         def on_epoch(epoch: int, total: int, loss: float) -> None:
             watch("training epoch", epoch, total, f"loss {loss:.4f}")
 
         return run_client(job, on_epoch=on_epoch, on_status=watch.message, on_progress=watch)
+
+
+def _check_client_id(client_id: str, out: str) -> None:
+    """The upload is OUT/<client-id>.onnx: an id too long for a file name fails now, not
+    after the training."""
+    import os
+
+    from edgefl.errors import ConfigError
+    from edgefl.outputs import name_limit
+
+    limit = name_limit(out) - len(".onnx")
+    if len(os.fsencode(client_id)) > limit:
+        raise ConfigError(
+            f"--client-id is {len(os.fsencode(client_id))} bytes long: the upload's file name "
+            f"<client-id>.onnx may have at most {limit} bytes before .onnx on this file system",
+            hint=f"use a shorter id, e.g. --client-id {client_id[:40]}",
+        )
 
 
 @app.command("plan")

@@ -1,15 +1,18 @@
 """The server pipeline every method shares, in named stages:
 
-    plan (options, output paths: checked before any long work) -> ingest (once per run) ->
-    select (what each method can use) -> fuse -> export -> extra outputs -> evaluate -> report
+    plan (options, output paths: checked before any long work) -> claim (--eval and public
+    sets resolved, the outputs locked) -> ingest (once per run) -> select (what each method can
+    use) -> fuse -> export -> extra outputs -> evaluate -> report -> publish
 
 Any number of methods fuse one ingest (`fuse_methods`); `run_fuse` is the one-method case.
 Several methods on a CPU run side by side in worker processes forked after the ingest: they
 share the ingested uploads (copy-on-write) instead of reading them again, and small models,
 which cannot keep several cores busy on their own, do.
 The pipeline reads each method's contract (edgefl.fusion.base.Method), never its name.
-Uploads are only read. The global models and reports are written atomically (temporary file
-+ rename), so a crash or Ctrl-C never leaves a half-written output.
+Uploads are only read. A method's outputs (global model, extra outputs, report) are one unit:
+locked for the run that writes them (a second run on them is refused at once), staged beside
+their targets and published together once complete and evaluated, the report last; until then
+the previous ones stay byte-identical, and a report always names its model's SHA-256.
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ from edgefl.fusion import METHODS
 from edgefl.fusion.base import FusionConfig, FusionContext, FusionResult, Method
 from edgefl.fusion.robust import apply as apply_screen
 from edgefl.fusion.robust import judge as judge_screen
-from edgefl.outputs import check_writable
+from edgefl.outputs import Staging, check_writable, lock_outputs, sha256_file
 from edgefl.progress import no_progress
 from edgefl.server.ingest import Ingest, default_jobs, ingest
 
@@ -169,7 +172,11 @@ def fuse_one(
     return ctx, p.method.fuse(ctx, p.config)
 
 
-def export_global(p: Planned, ctx: FusionContext, result: FusionResult) -> tuple[int, ...]:
+def export_global(
+    p: Planned, ctx: FusionContext, result: FusionResult, path: Path | None = None
+) -> tuple[int, ...]:
+    """The global model as one ONNX file at `path` (default: its target, `p.out`)."""
+    path = p.out if path is None else path
     input_shape = tuple(result.input_shape or ctx.input_shape)
     meta = {
         "kind": "global",
@@ -184,13 +191,9 @@ def export_global(p: Planned, ctx: FusionContext, result: FusionResult) -> tuple
         "edgefl_version": edgefl.__version__,
     }
     model = result.model.to("cpu").eval()
-    p.out.parent.mkdir(parents=True, exist_ok=True)
-    # A report left by an earlier run must not outlive the model it describes: if this run is
-    # interrupted between publishing the new model and its report, leave no report, not the old.
-    p.report.unlink(missing_ok=True)
     try:
         exporters.export_onnx(
-            model, (torch.zeros(2, *input_shape),), p.out,
+            model, (torch.zeros(2, *input_shape),), path,
             input_names=[result.input_name or "input"], output_names=["logits"], metadata=meta,
         )  # fmt: skip
     except exporters.ExportError as exc:
@@ -200,9 +203,12 @@ def export_global(p: Planned, ctx: FusionContext, result: FusionResult) -> tuple
     return input_shape
 
 
-def evaluate_global(p: Planned, input_shape, eval_ref: str, data_dir: str | None) -> dict:
-    """Report entries: the global model's accuracy on DATASET[:SPLIT], or why it is not judged
-    that way (a per-client method's output takes representations, not images)."""
+def evaluate_global(
+    p: Planned, input_shape, eval_ref: str, data_dir: str | None, path: Path | None = None
+) -> dict:
+    """Report entries: the global model's (at `path`, default `p.out`) accuracy on
+    DATASET[:SPLIT], or why it is not judged that way (a per-client method's output takes
+    representations, not images)."""
     if p.method.judged != "global":
         return {"eval": {
             "skipped": f"the {p.method.name} output takes input {list(input_shape)}, not "
@@ -210,8 +216,42 @@ def evaluate_global(p: Planned, input_shape, eval_ref: str, data_dir: str | None
     from edgefl.evaluate import evaluate_artifact, parse_eval_ref
 
     name, split = parse_eval_ref(eval_ref)
-    ev = evaluate_artifact(exporters.read_artifact(p.out), name, split, data_dir=data_dir)
+    model = p.out if path is None else path
+    ev = evaluate_artifact(exporters.read_artifact(model), name, split, data_dir=data_dir)
     return {"eval": ev.as_dict(), "accuracy": ev.accuracy}
+
+
+# --- stage: claim --------------------------------------------------------------------------
+
+
+def check_inputs(plans: list[Planned], eval_ref: str | None) -> None:
+    """What the run reads besides the uploads, resolved by name without loading it: the --eval
+    dataset and split, the public sets the methods' options name. A typo found after the
+    fusion cost the whole fusion."""
+    if eval_ref:
+        _check_dataset_ref(eval_ref, "--eval", default_split="test", splits=("train", "test"))
+    for p in plans:
+        public = p.config.public_args() if p.method.public_data else None
+        if public:
+            _check_dataset_ref(public["ref"], f"{p.method.name} --public", "train",
+                               splits=("train", "test", "public"))  # fmt: skip
+
+
+def _check_dataset_ref(ref: str, what: str, default_split: str, splits: tuple[str, ...]) -> None:
+    from edgefl.data import DATASETS, parse_dataset_ref
+
+    name, split = parse_dataset_ref(ref)
+    split = split or default_split
+    if name not in DATASETS and not Path(name).exists():  # neither a name nor a user's file
+        try:
+            DATASETS.get(name)  # raises UnknownNameError, with the nearest name
+        except EdgeflError as exc:
+            raise ConfigError(f"{what} {ref!r}: {exc.message}", hint=exc.hint) from None
+    if split not in splits:
+        raise ConfigError(
+            f"{what} {ref!r}: unknown split {split!r}",
+            hint=f"valid splits: {', '.join(splits)}, e.g. {name}:{default_split}",
+        )
 
 
 # --- the pipeline ---------------------------------------------------------------------------
@@ -239,30 +279,33 @@ def fuse_methods(
     progress = progress or no_progress
     dev = resolve_device(device)
     workers = _method_workers(jobs, len(plans), dev)
-    if found is None:
-        log(f"ingesting {uploads}")
-        found = ingest(uploads, max_upload_bytes=max_upload_bytes, strict=strict, jobs=jobs,
-                       progress=progress)  # fmt: skip
-        log(f"{len(found.uploads)} upload(s) accepted, {len(found.rejected)} rejected "
-            f"({found.seconds:.1f}s)")  # fmt: skip
-    for p in plans:  # before workers fork: they all read the one verdict
-        if p.config.robust == "screen":
-            _screen_verdict(p, found, dev, log, progress)
-    if workers > 1:
-        outcomes = _fuse_forked(plans, found, dev, eval, data_dir, log, progress, workers)
-    else:
-        outcomes = [_outcome(p, found, dev, eval, data_dir, len(plans), log, progress)
-                    for p in plans]  # fmt: skip
-    reports: dict[str, dict[str, Any]] = {}
-    for p, (report, error) in zip(plans, outcomes, strict=True):
-        name = p.method.name
-        if error is not None:
-            if not keep_going:
-                raise error
-            log(f"{name} refused: {error.message}")
-            report = {"method": name, "error": error.message, "used": [], "total_seconds": 0.0}
-        reports[name] = report
-    return reports
+    check_inputs(plans, eval)
+    # Held until every method has published or failed; forked workers share it.
+    with lock_outputs(t for p in plans for t in (p.out, p.report)):
+        if found is None:
+            log(f"ingesting {uploads}")
+            found = ingest(uploads, max_upload_bytes=max_upload_bytes, strict=strict, jobs=jobs,
+                           progress=progress)  # fmt: skip
+            log(f"{len(found.uploads)} upload(s) accepted, {len(found.rejected)} rejected "
+                f"({found.seconds:.1f}s)")  # fmt: skip
+        for p in plans:  # before workers fork: they all read the one verdict
+            if p.config.robust == "screen":
+                _screen_verdict(p, found, dev, log, progress)
+        if workers > 1:
+            outcomes = _fuse_forked(plans, found, dev, eval, data_dir, log, progress, workers)
+        else:
+            outcomes = [_outcome(p, found, dev, eval, data_dir, len(plans), log, progress)
+                        for p in plans]  # fmt: skip
+        reports: dict[str, dict[str, Any]] = {}
+        for p, (report, error) in zip(plans, outcomes, strict=True):
+            name = p.method.name
+            if error is not None:
+                if not keep_going:
+                    raise error
+                log(f"{name} refused: {error.message}")
+                report = {"method": name, "error": error.message, "used": [], "total_seconds": 0.0}
+            reports[name] = report
+        return reports
 
 
 def _outcome(p: Planned, found, device, eval_ref, data_dir, shared: int, log, progress):
@@ -390,20 +433,52 @@ def _fuse_planned(p: Planned, found: Ingest, device, eval_ref, data_dir, shared:
     stages = {"ingest": found.seconds, **ctx.stages}
     if p.config.robust == "screen":
         stages["screen"] = verdict.seconds  # the one judgement all methods of the run share
-    t = time.perf_counter()
-    input_shape = export_global(p, ctx, result)
-    stages["export"] = time.perf_counter() - t
-    info = dict(result.info)
-    extra = p.method.outputs(result, p.out) if p.method.outputs is not None else {}
-    info |= extra
-    # Method entries first: core keys below can never be overwritten by a method.
-    report: dict[str, Any] = {
-        **info,
+    # Everything is written into a staging folder beside its target and published only once
+    # the model, its extra outputs, its evaluation and its report are all complete: a failure
+    # or Ctrl-C before then leaves the previous outputs byte-identical.
+    with Staging() as stage:
+        staged = stage.path(p.out)
+        t = time.perf_counter()
+        input_shape = export_global(p, ctx, result, staged)
+        stages["export"] = time.perf_counter() - t
+        report = _report(p, found, usable, skipped, screened, notes, device, result, staged, stage)
+        if eval_ref:
+            t = time.perf_counter()
+            report |= evaluate_global(p, input_shape, eval_ref, data_dir, staged)
+            stages["eval"] = time.perf_counter() - t
+            if near_chance(report.get("accuracy"), ctx.num_classes):
+                report["warnings"] = [global_warning(p.method.name, report["accuracy"],
+                                                     ctx.num_classes, _val_accuracies(usable))]  # fmt: skip
+        report["seconds"] = stages
+        report["ingest_stages"] = found.stages
+        if shared > 1:
+            report["ingest_shared_by"] = shared  # one ingest served this many methods
+        report["total_seconds"] = found.seconds + time.perf_counter() - start
+        text = json.dumps(report, indent=2, default=_jsonable)
+        exporters.atomic_write_text(stage.path(p.report), text)
+        stage.publish(last=p.report)
+    report["report_path"] = str(p.report)
+    return report
+
+
+def _report(p: Planned, found: Ingest, usable, skipped, screened, notes, device, result,
+            staged: Path, stage: Staging) -> dict[str, Any]:  # fmt: skip
+    """The report's entries known once the model is staged: the method's own first, so that
+    the core keys below can never be overwritten by a method."""
+    extra = p.method.outputs(result, staged) if p.method.outputs is not None else {}
+    # A method names its extra outputs where it wrote them (staged): the report, where they go.
+    extra = {k: str(stage.final(v)) if isinstance(v, str | Path) else v for k, v in extra.items()}
+    return {
+        **result.info,
+        **extra,
         "method": p.method.name,
         "paper": p.method.paper,
         "config": p.config.as_dict(),
         "global_model": str(p.out),
-        "global_bytes": p.out.stat().st_size,
+        "global_bytes": staged.stat().st_size,
+        # The bytes published (a rename moves them unchanged): a reader checks that the model
+        # beside this report is the one it describes.
+        "global_sha256": sha256_file(staged),
         "extra_outputs": extra,  # every file a method writes beside its global model, named
         "accepted": [
             {
@@ -428,21 +503,6 @@ def _fuse_planned(p: Planned, found: Ingest, device, eval_ref, data_dir, shared:
         },  # fmt: skip
         "edgefl_version": edgefl.__version__,
     }
-    if eval_ref:
-        t = time.perf_counter()
-        report |= evaluate_global(p, input_shape, eval_ref, data_dir)
-        stages["eval"] = time.perf_counter() - t
-        if near_chance(report.get("accuracy"), ctx.num_classes):
-            report["warnings"] = [global_warning(p.method.name, report["accuracy"],
-                                                 ctx.num_classes, _val_accuracies(usable))]  # fmt: skip
-    report["seconds"] = stages
-    report["ingest_stages"] = found.stages
-    if shared > 1:
-        report["ingest_shared_by"] = shared  # one ingest served this many methods
-    report["total_seconds"] = found.seconds + time.perf_counter() - start
-    exporters.atomic_write_text(p.report, json.dumps(report, indent=2, default=_jsonable))
-    report["report_path"] = str(p.report)
-    return report
 
 
 def _screen_verdict(p: Planned, found: Ingest, device, log, progress=None):
