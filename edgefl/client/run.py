@@ -30,6 +30,7 @@ from edgefl.data import (
     partition,
     train_val_split,
 )
+from edgefl.data.align import align_windows
 from edgefl.data.registry import DATASETS, DatasetInfo
 from edgefl.errors import ArtifactError, ConfigError
 from edgefl.models.augment import check_choice as check_augment
@@ -285,9 +286,13 @@ def run_client(job: ClientJob, *, on_epoch=None, on_status=None, on_progress=Non
             y[shard] = attack.labels(y[shard], data.num_classes, seed)
         if attack.images:
             x[shard] = attack.images(x[shard], seed)
+    x_train, x_val = x[train_idx], x[val_idx]
+    windows = window_treatment(spec, role)
+    if windows == "aligned":  # a decoder's mean keeps movement only of aligned windows
+        x_train, x_val = align_windows(x_train, y[train_idx]), align_windows(x_val, y[val_idx])
     summary = train(
-        model, role, x[train_idx], y[train_idx], data.num_classes, cfg,
-        x_val=x[val_idx], y_val=y[val_idx], on_epoch=on_epoch,
+        model, role, x_train, y[train_idx], data.num_classes, cfg,
+        x_val=x_val, y_val=y[val_idx], on_epoch=on_epoch,
     )  # fmt: skip
     if summary.interrupted:
         raise KeyboardInterrupt  # nothing was written: an interrupted client publishes nothing
@@ -300,7 +305,8 @@ def run_client(job: ClientJob, *, on_epoch=None, on_status=None, on_progress=Non
         profile=profile.name, costs_extra={"train_bytes_used": fit.train_bytes},
         training=summary.as_dict()
         | {"optimizer": cfg.optimizer, "lr": cfg.lr, "batch_size": cfg.batch_size,
-           "device": cfg.device},
+           "device": cfg.device}
+        | ({"windows": windows} if windows else {}),
         dataset=info.name,
         partition={"scheme": job.partition, "num_clients": job.num_clients,
                    "client_index": job.client_index, "seed": job.partition_seed}
@@ -347,6 +353,12 @@ def search_client(
         profile, info, local, samples=len(train_idx), batch_size=job.batch_size, seed=job.seed,
         config=config, on_status=on_status, on_progress=on_progress,
     )  # fmt: skip
+
+
+def window_treatment(spec: ModelSpec, role: str) -> str | None:
+    """How a client's sensor windows are presented to its model: "aligned" (edgefl.data.align)
+    for a CVAE on windows, else as recorded (None)."""
+    return "aligned" if role == "generator" and input_kind(spec.input_shape) == "signal" else None
 
 
 def local_schedule(job: ClientJob, profile: Profile, role: str, samples: int) -> tuple[int, float]:

@@ -8,7 +8,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import exporters
-from edgefl.client.run import ClientJob, local_schedule, upload_val_accuracy
+from edgefl.client.run import ClientJob, local_schedule, upload_val_accuracy, window_treatment
 from edgefl.errors import ConfigError
 from edgefl.fusion import METHODS
 from edgefl.models.spec import ModelSpec, parse_model_arg
@@ -77,6 +77,9 @@ def training_differs(cjob: ClientJob, made: ModelSpec, role: str, trained: dict)
                       ("optimizer", optimizer)):  # fmt: skip
         if trained.get(key) != want:
             diffs.append(f"{key} {trained.get(key)} -> {want}")
+    windows = window_treatment(made, role)
+    if trained.get("windows") != windows:  # a decoder trained on unaligned windows (older runs)
+        diffs.append(f"windows {trained.get('windows') or 'as recorded'} -> {windows}")
     return ", ".join(diffs)
 
 
