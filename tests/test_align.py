@@ -52,3 +52,27 @@ def test_classes_are_aligned_apart_and_nothing_is_changed_in_place():
     assert np.array_equal(x, before)
     assert np.array_equal(out[y == 1], align_windows(x[y == 1], y[y == 1]))
     assert align_windows(x[:0], y[:0]).shape == (0, 3, 1, 128)
+
+
+def test_window_jitter_starts_each_window_at_its_own_time():
+    # Decoders that learnt aligned windows draw them all at one phase; the jitter every model
+    # of windows trains with starts each window anywhere, as a recording is cut.
+    import torch
+
+    from edgefl.models.augment import rotate_windows
+
+    x = torch.from_numpy(_gait(64, 3))
+    out = rotate_windows(x, torch.Generator().manual_seed(0), degrees=0.0, gain=0.0)
+    shifts = set()
+    for a, b in zip(x, out, strict=True):
+        found = [s for s in range(128) if torch.allclose(torch.roll(a, s, dims=-1), b, atol=1e-6)]
+        assert found, "each output is its own window shifted in time"
+        shifts.add(found[0])
+    assert len(shifts) > 32
+
+
+def test_auto_pixels_draw_images_but_not_windows():
+    from edgefl.fusion.base import _draws
+
+    assert _draws("auto", (1, 28, 28)) and not _draws("auto", (3, 1, 128))
+    assert _draws("bernoulli", (3, 1, 128)) and not _draws("mean", (1, 28, 28))

@@ -57,7 +57,7 @@ class FedCVAEConfig(FusionConfig):
     # A classifier trained from scratch on the decoders' mean images (blurred averages) meets
     # sharp real digits at test time; drawing the pixels: +2.3 points on MNIST Dir(0.5)
     # (bench/results/fedcvae_diagnosis.md).
-    pixels: str = option("bernoulli", PIXELS_HELP, choices=PIXELS)
+    pixels: str = option("auto", PIXELS_HELP, choices=PIXELS)
     labels: str = option("federation", LABELS_HELP, choices=LABELS)
     # cvae-small's decoder draws a class from a 2-D latent (its MACs are Table 2's): its samples
     # vary along two learnt style axes, while test digits also vary in slant, size and place.

@@ -51,7 +51,7 @@ from edgefl.fusion.options import option
 class FedMHOCWConfig(FusionConfig):
     synthetic: int = option(6_000, "samples generated from the decoders", low=1)
     labels: str = option("federation", LABELS_HELP, choices=LABELS)
-    pixels: str = option("bernoulli", PIXELS_HELP, choices=PIXELS)
+    pixels: str = option("auto", PIXELS_HELP, choices=PIXELS)
     teacher: str = option(
         "both",
         "both: the clients holding the sample's class, each class's probability from its "

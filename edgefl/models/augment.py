@@ -104,4 +104,9 @@ def rotate_windows(
         full = FULL_SCALE[min(g, len(FULL_SCALE) - 1)]
         v = x[:, 3 * g : 3 * g + 3, 0, :] * (2 * full) - full
         out.append(((rot @ v + full) / (2 * full)).clamp(0.0, 1.0))
-    return torch.cat(out, 1)[:, :, None, :]
+    out = torch.cat(out, 1)[:, :, None, :]
+    # And a random start in time (a circular shift): a window is cut at any phase of the
+    # movement, while the samples of decoders that learnt aligned windows (edgefl.data.align)
+    # all start at one; a model must not tell the two apart.
+    shifts = (u[:, 2] * x.shape[-1]).long().tolist()
+    return torch.stack([torch.roll(w, s, dims=-1) for w, s in zip(out, shifts, strict=True)])
