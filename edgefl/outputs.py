@@ -135,6 +135,8 @@ def lock_outputs(targets: Iterable[str | Path]) -> Iterator[None]:
         yield
     finally:
         if os.getpid() == owner:  # a forked child leaving this block releases nothing
+            for folder in {lock.parent for lock, _ in held} if len(held) == len(paths) else ():
+                remove_stale_temps(folder)  # e.g. what a worker stopped by SIGTERM staged
             for lock, fd in reversed(held):
                 with contextlib.suppress(FileNotFoundError):
                     lock.unlink()  # while still held: a waiting run then makes a new file

@@ -23,7 +23,7 @@ import edgefl.outputs
 import exporters.atomic
 from edgefl.cli import app
 from edgefl.errors import ConfigError
-from edgefl.outputs import lock_outputs
+from edgefl.outputs import Staging, lock_outputs
 from edgefl.server.fuse import FuseJob, run_fuse
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -175,6 +175,7 @@ def test_two_runs_started_together_leave_a_pair_that_belongs_together(federation
         (["--out", "{out}/" + "a" * 252 + ".onnx"], "a name of 257 bytes, longer than the 255"),
         (["--report", "{out}/" + "r" * 252 + ".json"], "--report"),
         (["--out", "{out}/g.onnx", "--report", "{out}"], "is a directory"),
+        (["--out", "{out}/g.onnx", "--report", "{out}/g.onnx"], "the global model's own path"),
     ],
     ids=[
         "eval-name",
@@ -185,6 +186,7 @@ def test_two_runs_started_together_leave_a_pair_that_belongs_together(federation
         "out-too-long",
         "report-too-long",
         "report-is-folder",
+        "report-is-model",
     ],  # fmt: skip
 )
 def test_a_failing_check_leaves_previous_outputs_identical(args, message, federation, out,
@@ -392,4 +394,35 @@ def test_lock_after_a_killed_holder_is_free(tmp_path):
     proc.wait()
     with lock_outputs([target]):
         pass
+    assert os.listdir(tmp_path) == []
+
+
+def test_staging_publishes_every_staged_file_the_report_last(tmp_path, monkeypatch):
+    """What a method writes beside its staged model (a picture) goes with it; a report in
+    another folder is staged there (a rename never crosses folders); a replaced file keeps
+    its mode; nothing reaches a target before publish."""
+    model, report = tmp_path / "g.onnx", tmp_path / "r" / "g.json"
+    model.write_bytes(b"old")
+    os.chmod(model, 0o640)
+    moved, real = [], os.replace
+    monkeypatch.setattr(os, "replace", lambda s, d: (moved.append(Path(d)), real(s, d)))
+    with Staging() as stage:
+        staged = stage.path(model)
+        staged.write_bytes(b"new")
+        picture = staged.with_suffix(".png")
+        picture.write_bytes(b"png")
+        assert stage.final(picture) == tmp_path / "g.png"
+        stage.path(report).write_text("{}")
+        assert model.read_bytes() == b"old" and not report.exists()
+        stage.publish(last=report)
+    assert moved[-1] == report and sorted(moved[:-1]) == [model, tmp_path / "g.png"]
+    assert model.read_bytes() == b"new" and model.stat().st_mode & 0o777 == 0o640
+    assert sorted(os.listdir(tmp_path)) == ["g.onnx", "g.png", "r"]
+    assert os.listdir(tmp_path / "r") == ["g.json"]
+
+
+def test_staging_left_without_publish_leaves_nothing(tmp_path):
+    with pytest.raises(RuntimeError), Staging() as stage:
+        stage.path(tmp_path / "g.onnx").write_bytes(b"half a run")
+        raise RuntimeError("the evaluation failed")
     assert os.listdir(tmp_path) == []

@@ -100,6 +100,9 @@ def plan(
     if out.suffix != ".onnx":
         raise ConfigError(f"{out_flag} must end in .onnx, got {out}")
     report_path = Path(report) if report else out.with_suffix(".json")
+    if report_path.resolve() == out.resolve():
+        raise ConfigError(f"--report {report_path} is the global model's own path",
+                          hint="leave --report out (it defaults to <out>.json)")  # fmt: skip
     root = Path(uploads).resolve()
     for flag_name, path in ((out_flag, out), ("--report", report_path)):
         if root in path.resolve().parents:  # uploads are only ever read
