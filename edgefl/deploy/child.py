@@ -88,6 +88,13 @@ def onnx2tf_convert(model: str, out_dir: str, calib: str) -> dict:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     import onnx2tf
 
+    # onnx2tf checks any 4-D input whose last dim is 3 (a 3-axis accelerometer's windows are
+    # (1, 128, 3) channels-last) on sample images it downloads unless this file is in the
+    # working folder: offline that fails, so it gets the caller's own calibration windows.
+    os.makedirs(out_dir, exist_ok=True)
+    os.chdir(out_dir)
+    np.save("calibration_image_sample_data_20x128x128x3_float32.npy", np.load(calib)[:20])
+
     onnx2tf.convert(
         input_onnx_file_path=model,
         output_folder_path=out_dir,
