@@ -132,11 +132,6 @@ def test_server_fuse_log_errors_and_json(hostile_dir, tmp_path):
     _clean(r.stdout)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="edgefl/cli/server_cmd.py prints the report's file names with rich's escape only; "
-    "it must pass them through edgefl.cli.common.upload_text (owned by another engineer)",
-)
 def test_server_fuse_human_summary(hostile_dir, tmp_path):
     r = _fuse(hostile_dir, tmp_path / "g.onnx", "--method", "ensemble")
     assert r.returncode == 0, r.stderr[-3000:]

@@ -8,7 +8,14 @@ from typing import Any
 import typer
 from rich.markup import escape
 
-from edgefl.cli.common import MAKES_FOLDERS, QUIET, console, fmt_bytes, print_json
+from edgefl.cli.common import (
+    MAKES_FOLDERS,
+    QUIET,
+    console,
+    fmt_bytes,
+    print_json,
+    upload_text,
+)
 from edgefl.cli.progress import reporter
 from edgefl.cli.tables import Col, fitted
 
@@ -174,23 +181,25 @@ def fuse_cmd(
         _print_one(reps[methods[0]]) if len(methods) == 1 else _print_many(reps)
         for r in reps.values():
             for w in r.get("warnings", []):
-                console.print(f"[yellow]warning[/] {escape(w)}")
+                console.print(f"[yellow]warning[/] {upload_text(w)}")
     if all("error" in r for r in reps.values()):
         raise typer.Exit(2)
 
 
 def _print_one(rep: dict) -> None:
     # Upload-derived text (file names, client ids, reasons) is data: never rich markup.
-    console.print(f"[bold]{rep['method']}[/] ({escape(rep['paper'])}) on {rep['device']}")
+    console.print(f"[bold]{rep['method']}[/] ({upload_text(rep['paper'])}) on {rep['device']}")
     console.print(f"  used {len(rep['used'])} upload(s): {', '.join(rep['used'])}", markup=False)
     for r in rep["rejected"]:
-        console.print(f"  [red]rejected[/] {escape(r['file'])}: {escape(r['reason'])}")
+        console.print(f"  [red]rejected[/] {upload_text(r['file'])}: {upload_text(r['reason'])}")
     for r in rep["skipped"]:
-        console.print(f"  [yellow]skipped[/] {escape(r['file'])}: {escape(r['reason'])}")
+        console.print(f"  [yellow]skipped[/] {upload_text(r['file'])}: {upload_text(r['reason'])}")
     for r in rep.get("screened", []):
-        console.print(f"  [yellow]screened out[/] {escape(r['file'])}: {escape(r['reason'])}")
+        console.print(
+            f"  [yellow]screened out[/] {upload_text(r['file'])}: {upload_text(r['reason'])}"
+        )
     for n in rep.get("robust_notes", []):
-        console.print(f"  [cyan]robust[/] {escape(n)}")
+        console.print(f"  [cyan]robust[/] {upload_text(n)}")
     times = ", ".join(f"{k} {v:.1f}s" for k, v in rep["seconds"].items())
     console.print(f"  stages: {times}")
     if "synthetic_kept_per_class" in rep:
@@ -198,14 +207,14 @@ def _print_one(rep: dict) -> None:
     if "accuracy" in rep:
         console.print(f"  accuracy on {rep['eval']['dataset']}:{rep['eval']['split']}: "
                       f"[bold]{100 * rep['accuracy']:.2f}%[/]")  # fmt: skip
-    console.print(f"  global model: {escape(rep['global_model'])} "
-                  f"({fmt_bytes(rep['global_bytes'])}); report: {escape(rep['report_path'])}")  # fmt: skip
+    console.print(f"  global model: {upload_text(rep['global_model'])} "
+                  f"({fmt_bytes(rep['global_bytes'])}); report: {upload_text(rep['report_path'])}")  # fmt: skip
     _print_extra(rep)
 
 
 def _print_extra(rep: dict) -> None:
     for what, path in rep.get("extra_outputs", {}).items():
-        console.print(f"  also wrote {escape(what)}: {escape(str(path))}")
+        console.print(f"  also wrote {upload_text(what)}: {upload_text(str(path))}")
 
 
 def _print_many(reps: dict[str, dict]) -> None:
@@ -215,7 +224,9 @@ def _print_many(reps: dict[str, dict]) -> None:
         console.print(f"ingested once in {ingest:.1f}s: {len(first['accepted'])} accepted, "
                       f"{len(first['rejected'])} rejected")  # fmt: skip
         for r in first["rejected"]:
-            console.print(f"  [red]rejected[/] {escape(r['file'])}: {escape(r['reason'])}")
+            console.print(
+                f"  [red]rejected[/] {upload_text(r['file'])}: {upload_text(r['reason'])}"
+            )
     cols = [Col("method", right=False), Col("used", drop=1), Col("accuracy"),
             Col("fuse time", drop=2), Col("global model", right=False, wrap=True)]  # fmt: skip
     rows = []
@@ -225,14 +236,14 @@ def _print_many(reps: dict[str, dict]) -> None:
             continue
         acc = f"{100 * r['accuracy']:.2f}%" if "accuracy" in r else "-"
         own = r["total_seconds"] - r["seconds"]["ingest"]
-        rows.append([name, str(len(r["used"])), acc, f"{own:.1f}s", escape(r["global_model"])])
+        rows.append([name, str(len(r["used"])), acc, f"{own:.1f}s", upload_text(r["global_model"])])
     console.print(fitted(cols, rows, console.width, title="fused"))
     for name, r in reps.items():
         for x in r.get("screened", []):
-            console.print(f"{escape(name)}: [yellow]screened out[/] {escape(x['file'])}: "
-                          f"{escape(x['reason'])}")  # fmt: skip
+            console.print(f"{upload_text(name)}: [yellow]screened out[/] {upload_text(x['file'])}: "
+                          f"{upload_text(x['reason'])}")  # fmt: skip
         for n in r.get("robust_notes", []):
-            console.print(f"{escape(name)}: [cyan]robust[/] {escape(n)}")
+            console.print(f"{upload_text(name)}: [cyan]robust[/] {upload_text(n)}")
         if r.get("extra_outputs"):
             console.print(f"{name}:", markup=False)
             _print_extra(r)
