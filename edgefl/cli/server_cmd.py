@@ -139,6 +139,20 @@ def fuse_cmd(
     report: str | None = typer.Option(
         None, help="Report JSON path (default: <out>.json)." + MAKES_FOLDERS
     ),
+    for_classes: str | None = typer.Option(
+        None,
+        "--for",
+        help="Device classes (profile names or TOML paths, comma-separated): distil each "
+        "method's global model into the largest zoo classifier that runs within each class's "
+        "inference budget, written beside it as <out stem>.<profile>.onnx.",
+    ),
+    for_epochs: int = typer.Option(20, help="--for: distillation epochs per class."),
+    for_samples: int = typer.Option(
+        5000, help="--for: most transfer samples (the method's own, else inverted)."
+    ),
+    for_max_macs: int | None = typer.Option(
+        None, help="--for: cap on a class model's MACs (a CPU server trains it)."
+    ),
     json_out: bool = typer.Option(False, "--json", help="Print the report(s) as JSON."),
     quiet: bool = QUIET,
 ) -> None:
@@ -146,6 +160,7 @@ def fuse_cmd(
     from pathlib import Path
 
     from edgefl.errors import ConfigError
+    from edgefl.server.classes import parse_request
     from edgefl.server.fuse import fuse_methods, plan, resolve_device
 
     methods = [m.strip() for m in method.split(",") if m.strip()]
@@ -153,6 +168,8 @@ def fuse_cmd(
         raise ConfigError(f"--method expects distinct names, got {method!r}",
                           hint="e.g. --method fedmho or --method fedavg,fedmho-md")  # fmt: skip
     options = method_options(methods, _extra_flags(list(ctx.args)), opt, budget)
+    classes = parse_request(for_classes, epochs=for_epochs, samples=for_samples,
+                            max_macs=for_max_macs, eval_ref=eval_ref)  # fmt: skip
     if len(methods) > 1:
         if out is not None or report is not None:
             raise ConfigError(
@@ -161,13 +178,13 @@ def fuse_cmd(
             )
         if out_dir is None:
             raise ConfigError("several methods need --out-dir", hint="e.g. --out-dir global")
-        plans = [plan(m, options[m], Path(out_dir) / f"{m}.onnx", uploads, out_flag="--out-dir")
-                 for m in methods]  # fmt: skip
+        plans = [plan(m, options[m], Path(out_dir) / f"{m}.onnx", uploads, out_flag="--out-dir",
+                      classes=classes) for m in methods]  # fmt: skip
     else:
         if out_dir is not None and out is not None:
             raise ConfigError("give --out or --out-dir, not both")
         target = out or (str(Path(out_dir) / f"{methods[0]}.onnx") if out_dir else "global.onnx")
-        plans = [plan(methods[0], options[methods[0]], target, uploads, report)]
+        plans = [plan(methods[0], options[methods[0]], target, uploads, report, classes=classes)]
     resolve_device(device)
     cap = {} if max_upload_bytes is None else {"max_upload_bytes": max_upload_bytes}
     with reporter(quiet) as watch:
@@ -210,6 +227,22 @@ def _print_one(rep: dict) -> None:
     console.print(f"  global model: {upload_text(rep['global_model'])} "
                   f"({fmt_bytes(rep['global_bytes'])}); report: {upload_text(rep['report_path'])}")  # fmt: skip
     _print_extra(rep)
+    _print_classes(rep)
+
+
+def _print_classes(rep: dict) -> None:
+    """--for: one line per device class's model."""
+    classes = rep.get("for_classes")
+    if not classes:
+        return
+    if "refused" in classes:
+        console.print(f"  [yellow]--for refused[/]: {upload_text(classes['refused'])}")
+        return
+    for name, c in classes.items():
+        acc = f", {100 * c['accuracy']:.2f}%" if "accuracy" in c else ""
+        console.print(f"  for {upload_text(name)}: {upload_text(c['model'])} ({c['spec']}, "
+                      f"{c['costs']['macs']:,} MACs, peak {fmt_bytes(c['costs']['infer_peak_bytes'])}"
+                      f"{acc}; {upload_text(c['from'])})")  # fmt: skip
 
 
 def _print_extra(rep: dict) -> None:
@@ -244,9 +277,10 @@ def _print_many(reps: dict[str, dict]) -> None:
                           f"{upload_text(x['reason'])}")  # fmt: skip
         for n in r.get("robust_notes", []):
             console.print(f"{upload_text(name)}: [cyan]robust[/] {upload_text(n)}")
-        if r.get("extra_outputs"):
+        if r.get("extra_outputs") or r.get("for_classes"):
             console.print(f"{name}:", markup=False)
             _print_extra(r)
+            _print_classes(r)
 
 
 @app.command("methods")

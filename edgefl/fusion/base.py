@@ -79,6 +79,10 @@ class FusionResult:
     # representation): per-sample shape and name. None = the task's input_shape, "input".
     input_shape: tuple[int, ...] | None = None
     input_name: str | None = None
+    # The inputs the global model was trained on (a decoder's or generator's samples, the public
+    # set), when the method has them: the pipeline distils per-device-class students on them
+    # (`server fuse --for`). None: the pipeline inverts the global model instead.
+    samples: torch.Tensor | None = None
 
 
 @dataclass(frozen=True)

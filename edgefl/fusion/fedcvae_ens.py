@@ -87,7 +87,7 @@ def fuse(ctx: FusionContext, cfg: FedCVAEConfig) -> FusionResult:
         "classes_without_decoder": [c for c in range(ctx.num_classes) if weights[c] == 0],
         "loss_history": history,
     }
-    return FusionResult(model, spec, info)
+    return FusionResult(model, spec, info, samples=x)
 
 
 METHOD = Method(

@@ -147,7 +147,7 @@ def fuse(ctx: FusionContext, cfg: FedDFConfig) -> FusionResult:
         "student": spec.label,
         "loss_history": history,
     }
-    return FusionResult(student, spec, info)
+    return FusionResult(student, spec, info, samples=x)
 
 
 METHOD = Method(

@@ -106,7 +106,7 @@ def _fuse(ctx: FusionContext, cfg: FedMHOConfig, variant: str) -> FusionResult:
         "synthetic_kept_per_class": per_class_counts(yk, ctx.num_classes),
         "loss_history": history,
     }
-    return FusionResult(model, spec, info)
+    return FusionResult(model, spec, info, samples=xk)
 
 
 class _Frozen:

@@ -143,7 +143,7 @@ def fuse(ctx: FusionContext, cfg: FedMHOCWConfig) -> FusionResult:
         "teacher_label_agreement": round(float((teacher.argmax(1) == y).float().mean()), 4),
         "loss_history": history,
     }
-    return FusionResult(model, spec, info)
+    return FusionResult(model, spec, info, samples=x)
 
 
 METHOD = Method(

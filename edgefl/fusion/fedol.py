@@ -200,7 +200,7 @@ def fuse(ctx: FusionContext, cfg: FedOLConfig) -> FusionResult:
         "upload_bytes": {u.client_id: Path(u.artifact.path).stat().st_size for u in used},
         "rounds": rounds,
     }
-    return FusionResult(student, spec, info)
+    return FusionResult(student, spec, info, samples=x)
 
 
 def _loss(logits, q, const, labels, tau: float, device):

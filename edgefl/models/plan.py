@@ -187,3 +187,44 @@ def require_fit(spec: ModelSpec, profile: Profile, fit: Fit) -> None:
             + "; ".join(fit.reasons),
             hint="pick a smaller --model (see `edgefl models --profile ...`) or pass --force",
         )
+
+
+def inference_misfit(spec: ModelSpec, profile: Profile) -> tuple[str, ...]:
+    """Why a classifier cannot run on the device (empty: it fits): the planner's budgets for
+    inference alone, fp32 weights plus the peak step's activations within the RAM budget and the
+    weights within storage (no training memory, no epoch time)."""
+    c = costs(spec)
+    reasons = []
+    if c.infer_peak_bytes > profile.ram_budget_bytes:
+        reasons.append(_over("inference peak memory", c.infer_peak_bytes,
+                             profile.ram_budget_bytes, "B"))  # fmt: skip
+    if c.weight_bytes > profile.storage_bytes:
+        reasons.append(_over("fp32 weights in storage", c.weight_bytes, profile.storage_bytes, "B"))
+    return tuple(reasons)
+
+
+def plan_inference(
+    profile: Profile, input_shape, num_classes: int, *, max_macs: int | None = None
+) -> ModelSpec:
+    """The largest zoo classifier (by MACs, then parameters) that runs within the device's
+    inference budget: what a device class gets back from the server. `max_macs` caps the choice
+    (a CPU server that must train it)."""
+    candidates = candidate_specs(tuple(input_shape), num_classes, "classifier")
+    fitting = [s for s in candidates if not inference_misfit(s, profile)]
+    capped = [s for s in fitting if max_macs is None or costs(s).macs <= max_macs]
+    if not capped:
+        if fitting:  # the cap alone rules every fitting model out
+            smallest = min(fitting, key=lambda s: costs(s).macs)
+            raise BudgetError(
+                f"no zoo classifier that fits profile {profile.name!r} is within the MACs cap "
+                f"{max_macs:,}; the smallest that fits, {smallest.label}, has "
+                f"{costs(smallest).macs:,}",
+                hint=f"raise the cap to at least {costs(smallest).macs}",
+            )
+        smallest = min(candidates, key=lambda s: costs(s).infer_peak_bytes)
+        raise BudgetError(
+            f"no zoo classifier runs within profile {profile.name!r}; even the smallest, "
+            f"{smallest.label}, needs: {'; '.join(inference_misfit(smallest, profile))}",
+            hint="leave this profile out of --for, or give it a larger budget",
+        )
+    return max(capped, key=lambda s: (costs(s).macs, costs(s).params))

@@ -44,6 +44,7 @@ from edgefl.fusion.robust import apply as apply_screen
 from edgefl.fusion.robust import judge as judge_screen
 from edgefl.outputs import Staging, check_writable, lock_outputs, sha256_file
 from edgefl.progress import no_progress
+from edgefl.server import classes as device_classes
 from edgefl.server.ingest import Ingest, default_jobs, ingest
 
 
@@ -62,6 +63,7 @@ class FuseJob:
     max_upload_bytes: int = exporters.DEFAULT_MAX_UPLOAD_BYTES
     report: str | None = None  # default: <out>.json
     jobs: int | None = None  # uploads ingested at once (default: by the cores)
+    classes: device_classes.ClassRequest | None = None  # --for: a model per device class
 
 
 @dataclass(frozen=True)
@@ -72,6 +74,14 @@ class Planned:
     config: FusionConfig
     out: Path
     report: Path
+    # --for: what to distil per device class, and where each class's model goes.
+    classes: device_classes.ClassRequest | None = None
+    class_outs: tuple[tuple[Any, Path], ...] = ()  # (profile, <out stem>.<profile>.onnx)
+
+    @property
+    def targets(self) -> list[Path]:
+        """Every file this method's run writes (locked together, published together)."""
+        return [self.out, self.report, *(path for _, path in self.class_outs)]
 
 
 def resolve_device(name: str, flag: str = "--device") -> torch.device:
@@ -92,6 +102,7 @@ def resolve_device(name: str, flag: str = "--device") -> torch.device:
 def plan(
     name: str, options: dict[str, Any] | None, out: str | Path, uploads: str | Path,
     report: str | Path | None = None, out_flag: str = "--out",
+    classes: device_classes.ClassRequest | None = None,
 ) -> Planned:  # fmt: skip
     """Everything that can be wrong with a method's request, checked before any upload is read."""
     method = METHODS.get(name)
@@ -103,8 +114,13 @@ def plan(
     if report_path.resolve() == out.resolve():
         raise ConfigError(f"--report {report_path} is the global model's own path",
                           hint="leave --report out (it defaults to <out>.json)")  # fmt: skip
+    class_outs = tuple(classes.targets(out)) if classes else ()
+    if report_path.resolve() in {path.resolve() for _, path in class_outs}:
+        raise ConfigError(f"--report {report_path} is a device class's model path",
+                          hint="leave --report out (it defaults to <out>.json)")  # fmt: skip
     root = Path(uploads).resolve()
-    for flag_name, path in ((out_flag, out), ("--report", report_path)):
+    named = [(out_flag, out), ("--report", report_path)]
+    for flag_name, path in named + [("--for", path) for _, path in class_outs]:
         if root in path.resolve().parents:  # uploads are only ever read
             raise ConfigError(
                 f"{flag_name} {path} is inside the upload directory {uploads}",
@@ -113,7 +129,7 @@ def plan(
             )
         # The hint's example: the same name in the current folder (a folder for --out-dir).
         check_writable(path, flag_name, path.parent.name if flag_name == "--out-dir" else path.name)
-    return Planned(method, cfg, out, report_path)
+    return Planned(method, cfg, out, report_path, classes, class_outs)
 
 
 # --- stage: select --------------------------------------------------------------------------
@@ -176,9 +192,11 @@ def fuse_one(
 
 
 def export_global(
-    p: Planned, ctx: FusionContext, result: FusionResult, path: Path | None = None
-) -> tuple[int, ...]:
-    """The global model as one ONNX file at `path` (default: its target, `p.out`)."""
+    p: Planned, ctx: FusionContext, result: FusionResult, path: Path | None = None,
+    extra: dict[str, Any] | None = None,
+) -> tuple[int, ...]:  # fmt: skip
+    """The global model as one ONNX file at `path` (default: its target, `p.out`); `extra`:
+    more metadata (a device class's model names its profile)."""
     path = p.out if path is None else path
     input_shape = tuple(result.input_shape or ctx.input_shape)
     meta = {
@@ -192,6 +210,7 @@ def export_global(
         "config": p.config.as_dict(),
         "client_ids": [u.client_id for u in ctx.uploads],
         "edgefl_version": edgefl.__version__,
+        **(extra or {}),
     }
     model = result.model.to("cpu").eval()
     try:
@@ -284,13 +303,18 @@ def fuse_methods(
     workers = _method_workers(jobs, len(plans), dev)
     check_inputs(plans, eval)
     # Held until every method has published or failed; forked workers share it.
-    with lock_outputs(t for p in plans for t in (p.out, p.report)):
+    with lock_outputs(t for p in plans for t in p.targets):
         if found is None:
             log(f"ingesting {uploads}")
             found = ingest(uploads, max_upload_bytes=max_upload_bytes, strict=strict, jobs=jobs,
                            progress=progress)  # fmt: skip
             log(f"{len(found.uploads)} upload(s) accepted, {len(found.rejected)} rejected "
                 f"({found.seconds:.1f}s)")  # fmt: skip
+        if found.uploads:  # --for: a class no classifier for this task fits, refused now
+            task = found.uploads[0].meta
+            for p in plans:
+                if p.classes is not None and p.method.judged == "global":
+                    device_classes.check_task(p.classes, task["input_shape"], task["num_classes"])
         for p in plans:  # before workers fork: they all read the one verdict
             if p.config.robust == "screen":
                 _screen_verdict(p, found, dev, log, progress)
@@ -445,6 +469,11 @@ def _fuse_planned(p: Planned, found: Ingest, device, eval_ref, data_dir, shared:
         input_shape = export_global(p, ctx, result, staged)
         stages["export"] = time.perf_counter() - t
         report = _report(p, found, usable, skipped, screened, notes, device, result, staged, stage)
+        if p.classes is not None:
+            t = time.perf_counter()
+            report["for_classes"] = _for_classes(p, ctx, result, stage, eval_ref, data_dir, log,
+                                                 progress)  # fmt: skip
+            stages["for_classes"] = time.perf_counter() - t
         if eval_ref:
             t = time.perf_counter()
             report |= evaluate_global(p, input_shape, eval_ref, data_dir, staged)
@@ -462,6 +491,58 @@ def _fuse_planned(p: Planned, found: Ingest, device, eval_ref, data_dir, shared:
         stage.publish(last=p.report)
     report["report_path"] = str(p.report)
     return report
+
+
+def _for_classes(p: Planned, ctx: FusionContext, result: FusionResult, stage: Staging, eval_ref,
+                 data_dir, log, progress) -> dict[str, Any]:  # fmt: skip
+    """One model per device class of `--for`, staged with the global model (same unit)."""
+    if p.method.judged != "global":
+        why = (f"{p.method.name} yields no global classifier (it is judged per client), so "
+               "there is nothing to distil per device class")  # fmt: skip
+        log(f"{p.method.name}: --for refused: {why}")
+        return {"refused": why}
+    req = p.classes
+    name = p.method.name
+    teacher = result.model.to("cpu").eval()
+    transfer, out = None, {}
+    for i, (profile, target) in enumerate(p.class_outs):
+        start = time.perf_counter()
+        spec, model = device_classes.student_for(profile, ctx, result, req.max_macs)
+        entry: dict[str, Any] = {}
+        if model is None:
+            if transfer is None:  # one transfer set serves every class
+                try:
+                    transfer = device_classes.transfer_set(ctx, result, teacher, req.samples,
+                                                           p.config.seed)  # fmt: skip
+                except RuntimeError as exc:  # e.g. a global model with no gradient to invert
+                    raise FusionError(
+                        f"--for: no transfer data for distillation: {exc}",
+                        hint="use a method that exposes its samples",
+                    ) from None
+            x, source = transfer
+            log(
+                f"{name}: distilling {spec.label} for {profile.name} on {len(x)} samples ({source})"
+            )
+            steps = (lambda task, d, n, note="", pn=profile.name:
+                     progress(f"{name} {pn} {task}", d, n, note)) if progress else None  # fmt: skip
+            model, history = device_classes.distil(teacher, spec, x, epochs=req.epochs,
+                                                   seed=p.config.seed + i, device=ctx.device,
+                                                   progress=steps)  # fmt: skip
+            entry |= {"from": "distilled", "transfer": {"source": source, "samples": len(x)},
+                      "epochs": req.epochs, "temperature": device_classes.TEMPERATURE,
+                      "loss_history": history}  # fmt: skip
+        else:
+            entry["from"] = "the global model itself (it fits this class)"
+        staged = stage.path(target)
+        sub = FusionResult(model, spec, {})
+        shape = export_global(p, ctx, sub, staged, extra={"profile": profile.name})
+        if eval_ref:
+            entry |= evaluate_global(p, shape, eval_ref, data_dir, staged)
+        entry["seconds"] = time.perf_counter() - start
+        out[profile.name] = device_classes.class_entry(profile, spec, target, staged,
+                                                       sha256_file(staged), **entry)  # fmt: skip
+    teacher.to(ctx.device)
+    return out
 
 
 def _report(p: Planned, found: Ingest, usable, skipped, screened, notes, device, result,
