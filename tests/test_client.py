@@ -142,7 +142,8 @@ def _capture_train(monkeypatch) -> list:
     seen = []
 
     def fake_train(model, role, x, y, num_classes, cfg, **kw):
-        seen.append({"cfg": cfg, "weights": {k: v.clone() for k, v in model.state_dict().items()}})
+        seen.append({"cfg": cfg, "samples": len(x),
+                     "weights": {k: v.clone() for k, v in model.state_dict().items()}})  # fmt: skip
         raise _Stop
 
     monkeypatch.setattr(client_run, "train", fake_train)
@@ -174,8 +175,11 @@ def test_train_config_comes_from_profile(profile, monkeypatch, tmp_path):
     with pytest.raises(_Stop):
         run_client(_job(tmp_path, profile=profile, model="mlp", epochs=None))
     cfg, prof = seen[0]["cfg"], get_profile(profile)
+    # The profile's epochs, stretched on a small shard to its min_steps optimiser steps.
+    epochs = prof.local_epochs(seen[0]["samples"])
+    assert epochs >= prof.epochs
     assert (cfg.optimizer, cfg.batch_size, cfg.epochs) == (
-        prof.optimizer, prof.batch_size, prof.epochs,
+        prof.optimizer, prof.batch_size, epochs,
     )  # fmt: skip
 
 

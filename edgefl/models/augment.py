@@ -80,11 +80,13 @@ def affine_jitter(
 
 
 def rotate_windows(
-    x: torch.Tensor, gen: torch.Generator, *, degrees: float = 15.0, gain: float = 0.1
-) -> torch.Tensor:
+    x: torch.Tensor, gen: torch.Generator, *, degrees: float = 15.0, gain: float = 0.1,
+    shift: bool = True,
+) -> torch.Tensor:  # fmt: skip
     """Each window of an (N, C, 1, L) batch in [0, 1] (C = 3: accelerometer x/y/z; 6: then the
     gyroscope) turned about its own random axis by up to +-degrees and scaled by 1 +- gain, in
-    the sensor's units, then mapped back and clipped to [0, 1]."""
+    the sensor's units, then mapped back and clipped to [0, 1], and (with `shift`) started at
+    a random time."""
     n, c = x.shape[:2]
     if c % 3:
         raise ConfigError(f"rotate needs x/y/z channel triples, got {c} channels",
@@ -108,5 +110,7 @@ def rotate_windows(
     # And a random start in time (a circular shift): a window is cut at any phase of the
     # movement, while the samples of decoders that learnt aligned windows (edgefl.data.align)
     # all start at one; a model must not tell the two apart.
+    if not shift:
+        return out
     shifts = (u[:, 2] * x.shape[-1]).long().tolist()
     return torch.stack([torch.roll(w, s, dims=-1) for w, s in zip(out, shifts, strict=True)])
