@@ -47,7 +47,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from edgefl.fusion.base import FusionContext, FusionResult, Method, Reference
+from edgefl.fusion.base import FusionContext, FusionResult, Method, Reference, jitter
 from edgefl.fusion.generator import (
     PAPER_GENERATOR,
     BNStatLoss,
@@ -90,6 +90,10 @@ class FedHydraConfig(GeneratorConfig):
     )
     # False keeps only U_r's weighting of clients per target class (an ablation).
     class_weights: bool = option(True, "Eq. 8's per-class weighting of each client by U_c")
+    # False: Eq. 6 on U itself, where a class every client inverts easily outweighs the rest.
+    relative_classes: bool = option(
+        True, "U_c from each class's guidance relative to the clients' mean (false: Eq. 6 on U)"
+    )
     guidance_scale: str = option(
         "log",
         "log: u measured as log(max L / min L); ratio: Eq. 2 literally, (max - min) / min",
@@ -171,17 +175,27 @@ def stratify(
     return u, losses
 
 
-def stratification_weights(u: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def stratification_weights(u: np.ndarray, relative: bool = True) -> tuple[np.ndarray, np.ndarray]:
     """(U_r, U_c) from U (classes x clients). U_r: each class's row sums to 1 over clients;
     U_c: each client's column sums to 1 over classes. A row or column that is all zero (nobody
     guides that class / a client guides nothing measurable) falls back to uniform weights
-    instead of dividing by zero."""
+    instead of dividing by zero.
+
+    `relative`: U_c is built from U with each class's row divided by its mean over clients.
+    How far a generator's loss falls depends on the class as much as on the client (on HAPT
+    every phone's u for "lying", which gravity alone gives away, is 2-3x its u for "standing").
+    Eq. 8 multiplies every client's probability of class j by its U_c[j, k], so a factor all
+    clients share is a prior on class j that no client stated: the aggregate, and the student,
+    then rarely say "standing" (18% recall, against the ensemble's 92%). Divided out, U_c keeps
+    what Eq. 6 means, which classes a client knows better than the others do. U_r is unchanged
+    (a row's scale cancels in its own normalisation)."""
     u = np.asarray(u, dtype=np.float64)
     c, m = u.shape
     rows = u.sum(1, keepdims=True)
     u_r = np.where(rows > 0, u / np.where(rows > 0, rows, 1), 1.0 / m)
-    cols = u.sum(0, keepdims=True)
-    u_c = np.where(cols > 0, u / np.where(cols > 0, cols, 1), 1.0 / c)
+    v = np.where(rows > 0, u / np.where(rows > 0, rows / m, 1), 1.0) if relative else u
+    cols = v.sum(0, keepdims=True)
+    u_c = np.where(cols > 0, v / np.where(cols > 0, cols, 1), 1.0 / c)
     return u_r, u_c
 
 
@@ -213,7 +227,7 @@ def fuse(ctx: FusionContext, cfg: FedHydraConfig) -> FusionResult:
             lr=cfg.gen_lr, nz=cfg.nz, ngf=cfg.ngf, seed=cfg.seed, device=dev,
             scale=cfg.guidance_scale, progress=ctx.progress,
         )  # fmt: skip
-    u_r, u_c = stratification_weights(u)
+    u_r, u_c = stratification_weights(u, cfg.relative_classes)
     ur_t = torch.tensor(u_r, dtype=torch.float32, device=dev)
     uc_t = torch.tensor(u_c if cfg.class_weights else np.ones_like(u_c), dtype=torch.float32,
                         device=dev)  # fmt: skip
@@ -264,7 +278,7 @@ def fuse(ctx: FusionContext, cfg: FedHydraConfig) -> FusionResult:
                 if replay.size:  # always 0 with --replay 0
                     rx, rp = replay.sample(len(x), rng)
                     x, p = torch.cat([x, rx]), torch.cat([p, rp])
-                s = student(x)
+                s = student(jitter(x, cfg.augment, rng))
                 loss = kl_at(p, s, cfg.temperature) + cfg.beta * F.cross_entropy(s, p.argmax(1))
                 opt_s.zero_grad(set_to_none=True)
                 loss.backward()

@@ -20,7 +20,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from edgefl.fusion.base import FusionConfig
+from edgefl.fusion.base import AUGMENT, AUGMENT_HELP, FusionConfig
 from edgefl.fusion.options import option
 
 
@@ -52,6 +52,10 @@ class GeneratorConfig(FusionConfig):
     adv_weight: float = option(1.0, "generator loss: weight of the adversarial -KL term", low=0)
     nz: int = option(256, "generator noise dimension", low=1)
     ngf: int = option(16, "generator width (channels 2*ngf, ngf; paper: 64)", low=1)
+    # The clients' classifiers trained under this jitter, so they label a turned window (a
+    # shifted digit) as the original: the student learns that invariance from the synthetic
+    # samples too, which the test users' own orientations need.
+    augment: str = option("auto", AUGMENT_HELP, choices=AUGMENT)
 
 
 PAPER_GENERATOR = {"epochs": 200, "batch_size": 256, "gen_steps": 30, "ngf": 64}
