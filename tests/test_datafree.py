@@ -202,7 +202,10 @@ def test_stratification_edge_cases():
     u = np.array([[2.0, 0.0], [0.0, 0.0], [1.0, 0.0]])  # nobody guides class 1; client 1 nothing
     u_r, u_c = stratification_weights(u)
     np.testing.assert_allclose(u_r, [[1, 0], [0.5, 0.5], [1, 0]])
-    np.testing.assert_allclose(u_c, [[2 / 3, 1 / 3], [0, 1 / 3], [1 / 3, 1 / 3]])
+    # Relative to each class's mean: class 0 and 2 are client 0's equally (2x and 2x the mean).
+    np.testing.assert_allclose(u_c, [[1 / 2, 1 / 3], [0, 1 / 3], [1 / 2, 1 / 3]])
+    _, literal = stratification_weights(u, relative=False)  # Eq. 6 on U itself
+    np.testing.assert_allclose(literal, [[2 / 3, 1 / 3], [0, 1 / 3], [1 / 3, 1 / 3]])
 
 
 def test_guidance_of_equally_known_classes_is_comparable():

@@ -59,6 +59,7 @@ from edgefl.fusion.generator import (
     make_generator,
     sample_noise,
     set_trainable,
+    student_jitter,
     teacher_forward,
 )
 from edgefl.fusion.options import option
@@ -193,7 +194,7 @@ def stratification_weights(u: np.ndarray, relative: bool = True) -> tuple[np.nda
     c, m = u.shape
     rows = u.sum(1, keepdims=True)
     u_r = np.where(rows > 0, u / np.where(rows > 0, rows, 1), 1.0 / m)
-    v = np.where(rows > 0, u / np.where(rows > 0, rows / m, 1), 1.0) if relative else u
+    v = np.where(rows > 0, u / np.where(rows > 0, rows / m, 1), 0.0) if relative else u
     cols = v.sum(0, keepdims=True)
     u_c = np.where(cols > 0, v / np.where(cols > 0, cols, 1), 1.0 / c)
     return u_r, u_c
@@ -243,6 +244,7 @@ def fuse(ctx: FusionContext, cfg: FedHydraConfig) -> FusionResult:
     val = SyntheticValidation(cfg.val_size, cfg.epochs)
     replay = ReplayPool(cfg.replay)
     val_rng = torch.Generator().manual_seed(cfg.seed + 2)  # the training stream stays as it was
+    augment = student_jitter(cfg.augment, ctx.input_shape)
 
     ctx.progress("epoch", 0, cfg.epochs)
     for epoch in range(cfg.epochs):
@@ -278,7 +280,7 @@ def fuse(ctx: FusionContext, cfg: FedHydraConfig) -> FusionResult:
                 if replay.size:  # always 0 with --replay 0
                     rx, rp = replay.sample(len(x), rng)
                     x, p = torch.cat([x, rx]), torch.cat([p, rp])
-                s = student(jitter(x, cfg.augment, rng))
+                s = student(jitter(x, augment, rng))
                 loss = kl_at(p, s, cfg.temperature) + cfg.beta * F.cross_entropy(s, p.argmax(1))
                 opt_s.zero_grad(set_to_none=True)
                 loss.backward()
