@@ -29,7 +29,10 @@ from edgefl.models.zoo import build_model, make_spec
 from edgefl.server.fuse import FuseJob, run_fuse
 
 TINY = dict(epochs=2, gen_steps=3, batch_size=32, nz=16, ngf=4)
-TINY_OPTS = {"dense": TINY, "fedhydra": TINY | {"strat_steps": 3, "strat_batch": 8}}
+TINY_OPTS = {
+    "dense": TINY,
+    "fedhydra": TINY | {"strat_steps": 3, "strat_batch": 8, "max_gen_steps": 6},
+}
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,7 @@ from edgefl.server.fuse import FuseJob, run_fuse
 GEN = dict(epochs=2, gen_steps=3, batch_size=32, nz=16, ngf=4)
 OPTS = {
     "dense": GEN,
-    "fedhydra": GEN | {"strat_steps": 3, "strat_batch": 8},
+    "fedhydra": GEN | {"strat_steps": 3, "strat_batch": 8, "max_gen_steps": 6},
     "pfedzkd": {"synthetic": 48, "inversion_steps": 5, "epochs": 2},
 }
 SHAPE = (3, 1, 128)

@@ -113,6 +113,14 @@ class FedHydraConfig(GeneratorConfig):
     patience: int = option(
         0, "stop after this many epochs without a better held-out agreement (0: never)", low=0
     )
+    # A batch the aggregate does not yet take for its targets is unfinished, and its labels
+    # teach the student little: on MNIST 5 steps finish a batch, on HAPT windows they did not
+    # (a whole class at 0% recall on seeds 1 and 2). The generator keeps stepping on the batch.
+    finish: float = option(
+        0.9, "after gen_steps, keep stepping until this share of the batch is labelled its "
+        "target by the aggregate (0: never)", low=0, high=1,
+    )  # fmt: skip
+    max_gen_steps: int = option(30, "most generator steps on one batch (finish's cap)", low=1)
     heatmap: str | None = option(
         None,
         "also write the stratification heat map PNG here (missing folders are created)",
@@ -252,7 +260,9 @@ def fuse(ctx: FusionContext, cfg: FedHydraConfig) -> FusionResult:
         set_trainable(student, False)
         intermediates = []
         with ctx.stage("generator"):
-            for _ in range(cfg.gen_steps):
+            step, agree = 0, 0.0
+            while step < cfg.gen_steps or (step < cfg.max_gen_steps and agree < cfg.finish):
+                step += 1
                 x = gen(z)
                 p = stratified_aggregate(teacher_forward(teachers, x, bn), y, ur_t, uc_t)
                 l_ce = F.cross_entropy(p, y)
@@ -260,6 +270,7 @@ def fuse(ctx: FusionContext, cfg: FedHydraConfig) -> FusionResult:
                 l_adv = -kl_at(p, student(x), cfg.temperature)
                 loss = cfg.ce_weight * l_ce + cfg.bn_weight * l_bn + cfg.adv_weight * l_adv
                 intermediates.append((x.detach(), p.detach()))
+                agree = float((p.argmax(1) == y).float().mean())
                 opt_g.zero_grad(set_to_none=True)
                 loss.backward()
                 opt_g.step()
