@@ -35,6 +35,10 @@ tests/test_datafree.py has a test for each):
   student step also rehearses as many earlier intermediates, a uniform sample of all generated
   so far (Sec. 2: FedHydra "leverages all generated intermediates"), and the student with the
   best agreement on held-out synthetic images is kept.
+- On sensor windows (bench/results/datafree_hapt.md): Eq. 6 passes a class factor every client
+  shares into U_c, a class prior no client stated, so U_c is built from each class's guidance
+  relative to the clients' mean (`stratification_weights`); a batch is distilled only once the
+  aggregate takes most of it for its targets (`finish`); the student sees the clients' jitter.
 """
 
 from __future__ import annotations
