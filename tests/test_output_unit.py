@@ -154,7 +154,10 @@ def test_two_runs_started_together_leave_a_pair_that_belongs_together(federation
     for method, (code, err) in done.items():
         if code == 2:
             other = runs["fedmho" if method == "fedavg" else "fedavg"]
-            assert f"another run (pid {other.pid}" in " ".join(err.split()), err
+            said = " ".join(err.split())
+            # The holder is named once it has written who it is; in the instant between its
+            # lock and that line, the refusal says a run is just starting (both are refusals).
+            assert f"another run (pid {other.pid}" in said or "just starting" in said, err
     rep = json.loads((out / "g.json").read_text())
     assert_pair(out / "g.onnx", out / "g.json", rep["method"])
     assert done[rep["method"]][0] == 0
