@@ -25,11 +25,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch.nn import functional as F
 
 from edgefl.data import DATASETS
 from edgefl.errors import ConfigError, EdgeflError
 from edgefl.fusion.base import FusionContext, FusionResult, invert
+from edgefl.fusion.generator import kl_at
 from edgefl.models.augment import jitter
 from edgefl.models.cost import costs
 from edgefl.models.plan import inference_misfit, plan_inference
@@ -167,9 +167,8 @@ def distil(teacher, spec: ModelSpec, x: torch.Tensor, *, epochs: int, seed: int,
         for idx in torch.randperm(len(x), generator=gen).split(BATCH):
             xb = jitter(x[idx], "auto", gen).to(device)
             with torch.no_grad():
-                soft = F.softmax(teacher(xb).float() / TEMPERATURE, 1)
-            log_s = F.log_softmax(student(xb) / TEMPERATURE, 1)
-            loss = F.kl_div(log_s, soft, reduction="batchmean") * TEMPERATURE**2
+                target = teacher(xb).float()
+            loss = kl_at(target, student(xb), TEMPERATURE)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
