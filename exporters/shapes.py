@@ -120,7 +120,7 @@ def _evaluate(node: onnx.NodeProto, values: dict, dims: dict) -> np.ndarray | No
             return None
         else:
             rule = _RULES.get(op)
-            got = rule(node, [values.get(i) if i else None for i in ins], values) if rule else None
+            got = rule(node, [values.get(i) if i else None for i in ins]) if rule else None
     except (ValueError, IndexError, TypeError, OverflowError, ArithmeticError,
             np.exceptions.AxisError):  # fmt: skip
         return None  # not evaluable: its size stays unknown, and is refused as such
@@ -139,11 +139,8 @@ def _constant(node: onnx.NodeProto) -> np.ndarray | None:
     t = _attr(node, "value", None)
     if isinstance(t, onnx.TensorProto):
         return numpy_helper.to_array(t) if math.prod(t.dims) <= MAX_VALUE else None
-    for name, dtype in (("value_ints", np.int64), ("value_floats", np.float32)):
-        v = _attr(node, name, None)
-        if v is not None:
-            return np.array(v, dtype=dtype)
-    for name, dtype in (("value_int", np.int64), ("value_float", np.float32)):
+    for name, dtype in (("value_ints", np.int64), ("value_floats", np.float32),
+                        ("value_int", np.int64), ("value_float", np.float32)):  # fmt: skip
         v = _attr(node, name, None)
         if v is not None:
             return np.array(v, dtype=dtype)
@@ -162,7 +159,7 @@ def _known(args: list, n: int) -> bool:
     return len(args) >= n and all(a is not None for a in args[:n])
 
 
-def _squeeze(node, args, values):
+def _squeeze(node, args):
     x = args[0]
     if len(args) > 1 and node.input[1]:  # axes as an input (opset 13+)
         if args[1] is None:
@@ -173,7 +170,7 @@ def _squeeze(node, args, values):
     return np.squeeze(x) if axes is None else np.squeeze(x, axis=tuple(map(int, axes)))
 
 
-def _unsqueeze(node, args, values):
+def _unsqueeze(node, args):
     if not _known(args, 2):
         return None
     x, axes = args[0], args[1]
@@ -183,20 +180,20 @@ def _unsqueeze(node, args, values):
     return x
 
 
-def _concat(node, args, values):
+def _concat(node, args):
     if not _known(args, len(args)):
         return None
     return np.concatenate([a.reshape(-1) if a.ndim == 0 else a for a in args],
                           axis=_attr(node, "axis", 0))  # fmt: skip
 
 
-def _gather(node, args, values):
+def _gather(node, args):
     if not _known(args, 2) or args[1].dtype.kind not in "iu":
         return None
     return np.take(args[0], args[1], axis=_attr(node, "axis", 0))
 
 
-def _reshape(node, args, values):
+def _reshape(node, args):
     if not _known(args, 2):
         return None
     x = args[0]
@@ -204,14 +201,14 @@ def _reshape(node, args, values):
     return x.reshape(shape) if shape is not None else None
 
 
-def _cast(node, args, values):
+def _cast(node, args):
     dtype = _DTYPES.get(_attr(node, "to", None))
     if dtype is None:
         return None
     return _cast_to(args[0], dtype)
 
 
-def _cast_like(node, args, values):
+def _cast_like(node, args):
     if not _known(args, 2):
         return None
     return _cast_to(args[0], args[1].dtype.type)
@@ -229,7 +226,7 @@ def _elementwise(fn, arity: int | None = None, *, one_type: bool = True):
     """A rule for a broadcasting op: inputs of one type (as ONNX requires), the output's size
     checked from the broadcast shape before anything is computed."""
 
-    def rule(node, args, values):
+    def rule(node, args):
         if arity is not None and len(args) != arity or not _known(args, len(args)):
             return None
         if one_type and len({a.dtype for a in args}) > 1:
@@ -257,7 +254,7 @@ def _where(cond: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray | None:
     return np.where(cond, a, b)
 
 
-def _range(node, args, values):
+def _range(node, args):
     if not _known(args, 3) or any(a.size != 1 for a in args) or len({a.dtype for a in args}) > 1:
         return None
     start, limit, delta = (a.reshape(()) for a in args)
@@ -274,7 +271,7 @@ def _variadic(fn):
 
 
 _RULES = {
-    "Identity": lambda node, args, values: args[0],
+    "Identity": lambda node, args: args[0],
     "Squeeze": _squeeze,
     "Unsqueeze": _unsqueeze,
     "Concat": _concat,
