@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import signal
 import sys
 import threading
@@ -29,8 +30,43 @@ def _usage_fix(exc: click.UsageError) -> str:
     return f"see `{command} --help`"
 
 
+# What rich.markup.escape makes of "[default: x]": typer escapes every help record's
+# "[default: ...]" / "[required]" for rich markup even when help is plain click text.
+_ESCAPED_TAG = re.compile(r"(\\*)\\(\[[a-z#/@][^[]*?\])")
+
+
+def plain_help(text: str) -> str:
+    """`text` with rich.markup.escape undone: backslashes before a tag halved back, the one
+    it added before each "[" dropped."""
+    return _ESCAPED_TAG.sub(lambda m: m.group(1)[: len(m.group(1)) // 2] + m.group(2), text)
+
+
+class _PlainFormatter(click.HelpFormatter):
+    def write_dl(self, rows, col_max=30, col_spacing=2):
+        super().write_dl([(a, plain_help(b)) for a, b in rows], col_max, col_spacing)
+
+
+class _PlainHelpContext(click.Context):
+    formatter_class = _PlainFormatter
+
+
+def _plain_help_everywhere(command: click.Command) -> None:
+    """Every command of the tree formats its help with _PlainFormatter: the help is click's
+    plain text here (rich_markup_mode=None), so a markup escape would be printed as is."""
+    command.context_class = _PlainHelpContext
+    for sub in getattr(command, "commands", {}).values():
+        _plain_help_everywhere(sub)
+
+
 class _Group(TyperGroup):
     """Root group: the one place an EdgeflError becomes a message and exit code 2."""
+
+    context_class = _PlainHelpContext
+
+    def __init__(self, **attrs):
+        super().__init__(**attrs)  # typer builds the sub-commands first, then their root
+        for sub in self.commands.values():
+            _plain_help_everywhere(sub)
 
     def parse_args(self, ctx, args):
         # Seen before any sub-command parses: an error in parsing or running it is still
