@@ -5,9 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
-from rich.table import Table
+from rich.markup import escape
 
 from edgefl.cli.common import MAKES_FOLDERS, console, err_console, print_json
+from edgefl.cli.tables import Col, blocks
 
 app = typer.Typer(help="Datasets and partitions.", no_args_is_help=True, rich_markup_mode=None)
 
@@ -37,26 +38,13 @@ def list_datasets(
     if as_json:
         print_json(rows)
         return
-    table = Table(title="datasets")
-    for col, justify in (
-        ("name", "left"),
-        ("shape", "left"),
-        ("classes", "right"),
-        ("train", "right"),
-        ("test", "right"),
-        ("source", "left"),
-    ):
-        table.add_column(col, justify=justify)
-    for r in rows:
-        table.add_row(
-            r["name"],
-            "x".join(map(str, r["input_shape"])),
-            str(r["num_classes"]),
-            f"{r['train_size']:,}",
-            f"{r['test_size']:,}",
-            "built in" if r["builtin"] else "needs files (--data-dir)",
-        )
-    console.print(table)
+    cols = [Col("name", right=False, key=True), Col("shape", right=False), Col("classes"),
+            Col("train"), Col("test"), Col("source", right=False, wrap=True)]  # fmt: skip
+    cells = [[r["name"], "x".join(map(str, r["input_shape"])), str(r["num_classes"]),
+              f"{r['train_size']:,}", f"{r['test_size']:,}",
+              "built in" if r["builtin"] else "needs files (--data-dir)"] for r in rows]  # fmt: skip
+    for table in blocks(cols, cells, console.width, title="datasets"):
+        console.print(table)
     console.print("user data: a path to an .npz (x, y) or a folder with one sub-folder per class")
 
 
@@ -136,24 +124,22 @@ def partition_cmd(
         return
 
     title = f"{ds.name} train, {parsed}, {num_clients} clients, seed {seed}"
-    table = Table(title=title)
-    table.add_column("client", justify="right")
-    if users is not None:
-        table.add_column("user", justify="right")
     wide = ds.num_classes > MAX_CLASS_COLUMNS
     headers = ["classes held", "largest class"] if wide else list(ds.class_names)
-    for name in headers:
-        table.add_column(name, justify="right")
-    table.add_column("total", justify="right", style="bold")
+    # Every count matters: at a narrow width the classes wrap into blocks, never cut to "13…".
+    cols = [Col("client", key=True), *([Col("user", key=True)] if users is not None else []),
+            *(Col(escape(str(name))) for name in headers), Col("total")]  # fmt: skip
+    cells = []
     for i, row in enumerate(counts):
         if wide:
             top = int(row.argmax())
-            cells = [str(int((row > 0).sum())), f"{ds.class_names[top]} ({row[top]:,})"]
+            held = [str(int((row > 0).sum())), f"{escape(str(ds.class_names[top]))} ({row[top]:,})"]
         else:
-            cells = [str(v) for v in row]
+            held = [str(v) for v in row]
         who = [] if users is None else [str(users[i])]
-        table.add_row(str(i), *who, *cells, str(sizes[i]))
-    console.print(table)
+        cells.append([str(i), *who, *held, f"[bold]{sizes[i]}[/]"])
+    for table in blocks(cols, cells, console.width, title=title):
+        console.print(table)
     console.print(
         f"{int(sizes.sum()):,} of {len(ds):,} samples assigned; client sizes min {sizes.min():,}, "
         f"median {np.median(sizes):,.0f}, max {sizes.max():,}"

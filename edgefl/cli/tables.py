@@ -1,5 +1,7 @@
 """Tables that read at any width: a name a user must type is never cut, and at a narrow terminal
-the least needed columns are left out (and named) instead of every cell being cut to "fed...".
+the least needed columns are left out (and named) instead of every cell being cut to "fed...";
+a table whose every column matters (a matrix of counts) is wrapped into blocks of columns
+instead (`blocks`), and a number is never cut at any width.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ class Col:
     # Left out first at a narrow width: higher goes first; 0 = always shown.
     drop: int = 0
     wrap: bool = False  # prose (reasons): wraps within WRAP_WIDTH rather than widen the table
+    key: bool = False  # blocks(): repeated in every block of columns (the row's name)
 
 
 def _width(cell: str) -> int:
@@ -65,3 +68,60 @@ def fitted(cols: list[Col], rows: list[list[str]], width: int, *, title: str | N
     if left_out:
         notes.append(f"left out at {width} columns: {', '.join(left_out)} (--json has all)")
     return build(keep, heavy, "; ".join(notes) or None)
+
+
+def blocks(cols: list[Col], rows: list[list[str]], width: int, *, title: str | None = None,
+           caption: str | None = None) -> list[Table]:  # fmt: skip
+    """`rows` as one table if it fits `width`, else as several, each fitting `width`: the
+    columns wrapped into consecutive blocks, the `key` columns (the row's name) repeated in
+    each, as a wide data frame is printed. No cell is ever cut: only a column wider than the
+    whole width (beside the keys) is folded onto several lines, digit by digit if it must."""
+    natural = [max([max(len(w) for w in c.name.split()), *(_width(r[i]) for r in rows)])
+               for i, c in enumerate(cols)]  # fmt: skip
+
+    def build(keep: list[int], heavy: bool, fold: bool = False, head: str | None = None,
+              note: str | None = None) -> Table:  # fmt: skip
+        table = Table(title=head, caption=note, box=box.HEAVY_HEAD if heavy else box.SIMPLE_HEAD,
+                      padding=(0, 1) if heavy else (0, 0), show_edge=heavy)  # fmt: skip
+        for i in keep:
+            c = cols[i]
+            # Each column exactly as wide as its widest cell or header word (rich would
+            # otherwise share the width out by its own rule and cut cells): a header wraps at
+            # its blanks; only a fold (a cell wider than the whole width) splits a number.
+            table.add_column(c.name, justify="right" if c.right else "left", overflow="fold",
+                             width=None if fold else natural[i])  # fmt: skip
+        for r in rows:
+            table.add_row(*(r[i] for i in keep))
+        return table
+
+    def needs(keep: list[int], heavy: bool) -> int:
+        # Counted, not measured: rich's minimum leaves out part of min_width (2 columns short
+        # on a 5-column table), and a table that is really wider gets its cells cut.
+        inner = sum(natural[i] for i in keep)
+        return inner + 3 * len(keep) + 1 if heavy else inner + max(0, len(keep) - 1)
+
+    every = list(range(len(cols)))
+    if needs(every, True) <= width:
+        return [build(every, True, head=title, note=caption)]
+    keys = [i for i in every if cols[i].key]
+    parts: list[list[int]] = []
+    for i in (i for i in every if not cols[i].key):
+        if parts and needs(keys + parts[-1] + [i], False) <= width:
+            parts[-1].append(i)
+        else:
+            parts.append([i])
+    if not parts:
+        parts = [[]]
+    tables = []
+    for n, part in enumerate(parts):
+        keep = sorted(keys + part)  # the columns' own order, keys where they stood
+        first, last = n == 0, n == len(parts) - 1
+        note = [caption] if last and caption else []
+        if last and len(parts) > 1:
+            note.append(f"columns wrapped into {len(parts)} blocks to fit {width} columns")
+        names = [cols[i].name for i in part]
+        span = names[0] if len(names) == 1 else f"{names[0]} to {names[-1]}"
+        head = title if first else f"continued: {span}" if names else None
+        tables.append(build(keep, False, fold=needs(keep, False) > width, head=head,
+                            note="; ".join(note) or None))  # fmt: skip
+    return tables
