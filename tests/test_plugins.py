@@ -233,13 +233,40 @@ def test_contract_fields(name):
 @pytest.mark.parametrize("name", METHODS.names())
 def test_every_budget_is_a_valid_config(name):
     m = METHODS.get(name)
+    assert set(BUDGETS) == {"cpu", "paper", "code"}
     assert m.budget_options("cpu") == {}  # the defaults are the cpu budget
+    cpu = m.make_config({})
     for budget in BUDGETS:
         over = m.budget_options(budget)
-        cfg = m.make_config(over)
-        assert all(getattr(cfg, k) == v for k, v in over.items())
+        cfg = m.make_config(over)  # builds, and validates against the declarations
+        for key in m.option_names():  # differs from cpu exactly where the budget says
+            assert getattr(cfg, key) == over.get(key, getattr(cpu, key)), (budget, key)
     with pytest.raises(ConfigError, match="--budget must be one of"):
         m.budget_options("huge")
+
+
+@pytest.mark.parametrize("name", METHODS.names())
+def test_code_budget_is_the_paper_with_the_codes_divergences(name):
+    m = METHODS.get(name)
+    paper, own = m.budget_options("paper"), m.budgets.get("code", {})
+    assert m.budget_options("code") == paper | own
+    defaults = m.make_config({})
+    for key, value in own.items():  # each declared divergence changes the paper's value
+        assert value != paper.get(key, getattr(defaults, key)), key
+    if own:  # what the code budget follows is written where the method is, saying so
+        assert any("--budget code" in d for d in m.divergences), m.divergences
+
+
+@pytest.mark.parametrize("name", ["fedmho", "fedmho-md", "fedmho-sd"])
+def test_fedmho_code_budget_is_its_codes_twenty_epochs(name):
+    """The authors' code trains 20 global epochs on MNIST where Table 7 says 10; nothing else
+    in the budgets differs (their lr, batch, synthetic count and filter ratio are the paper's)."""
+    m = METHODS.get(name)
+    assert m.make_config(m.budget_options("paper")).epochs == 10
+    assert m.budget_options("code") == {"epochs": 20}
+    assert any("Softmax" in d for d in m.divergences)  # the two known, not followed
+    assert any("random 80%" in d for d in m.divergences)
+    assert METHODS.get("fedmho-cw").budget_options("code") == {}  # edgefl's own: no code
 
 
 def test_no_method_name_outside_fusion():

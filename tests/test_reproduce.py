@@ -26,7 +26,11 @@ def test_table_contract(name, tmp_path):
     t = TABLES.get(name)
     info = DATASETS.get(t.dataset)
     profiles = set(parse_mix(t.mix, t.clients))
-    assert {"cpu", "paper"} <= set(t.budgets), "every table runs at the cpu and paper budgets"
+    assert {"cpu", "paper", "code"} <= set(t.budgets), "every table runs at cpu, paper, code"
+    paper, code = t.budgets["paper"], t.budgets["code"]
+    assert code.fusion == "code" and code.fuse_options == paper.fuse_options
+    same = ("partitions", "seeds", "substitutes", "simulate")  # the paper's clients
+    assert all(getattr(code, f) == getattr(paper, f) for f in same)
     assert len(t.methods) == len(set(t.methods)), "a method is judged in one setting"
     for s in t.settings:
         assert set(s.models) == profiles, f"{s.name}: a model for every device class"
@@ -179,7 +183,7 @@ def test_errors_exit_2_before_any_work(cli, tmp_path, monkeypatch):
     a_file.write_text("")
     for args, message in (
         (["fedmho-tabel3"], "did you mean 'fedmho-table3'"),
-        (["fedmho-table3", "--budget", "gpu"], "--budget must be one of cpu, paper"),
+        (["fedmho-table3", "--budget", "gpu"], "--budget must be one of cpu, paper, code"),
         (["fedmho-table3", "--out", str(a_file)], "is a file"),
         (["fedmho-table3", "--out", str(a_file / "sub")], "cannot be written"),
         (["fedmho-table3", "--federation", "fedmo"], "--federation must be own or one of"),
@@ -195,6 +199,7 @@ def test_errors_exit_2_before_any_work(cli, tmp_path, monkeypatch):
 def test_lists_tables(cli):
     r = cli("reproduce")
     assert r.exit_code == 0 and "fedmho-table3" in r.output and "--budget cpu" in r.output
+    assert "--budget code" in r.output
 
 
 def test_simulate_client_model_per_device_class(cli, tmp_path):

@@ -19,8 +19,8 @@ from edgefl.fusion import METHODS
 from exporters import set_metadata
 
 
-def run(*args: str, code: int = 0):
-    result = CliRunner().invoke(app, [str(a) for a in args])
+def run(*args: str, code: int = 0, env: dict[str, str] | None = None):
+    result = CliRunner().invoke(app, [str(a) for a in args], env=env)
     assert "Traceback" not in result.output
     assert result.exception is None or isinstance(result.exception, SystemExit), repr(
         result.exception
@@ -228,9 +228,32 @@ def test_fuse_budget_paper_under_the_users_flags(federation, tmp_path):
     cfg = json.loads(r.stdout)["config"]
     assert cfg["pool_every_step"] is False  # from the paper budget (DENSE pools one batch)
     assert (cfg["epochs"], cfg["gen_steps"], cfg["ngf"]) == (1, 2, 4)  # the user's flags win
-    assert "--budget paper: epochs=200" in flat(run("server", "methods", "dense").output)
+    row = json.loads(run("server", "methods", "dense", "--json").stdout)
+    assert row["budgets"]["paper"]["epochs"] == 200 and row["budgets"]["cpu"] == {}
+    assert row["budgets"]["code"] == row["budgets"]["paper"]  # no known code divergence
     bad = run("server", "fuse", federation, "--method", "dense", "--budget", "huge", code=2)
-    assert "--budget must be one of cpu, paper" in flat(bad.output)
+    assert "--budget must be one of cpu, paper, code, got 'huge'" in flat(bad.output)
+    assert "code: each method as its authors' public code runs it" in flat(bad.output)
+
+
+def test_fuse_budget_code_is_the_authors_code(federation, tmp_path):
+    """FedMHO at --budget code trains the 20 global epochs its authors' code runs on MNIST (the
+    paper says 10); a user's flag still wins; `server methods` shows paper and code apart."""
+    out = tmp_path / "g.onnx"
+    rep = json.loads(run("server", "fuse", federation, "--method", "fedmho", "--budget", "code",
+                         "--out", out, "--json", "--device", "cpu").stdout)  # fmt: skip
+    assert rep["config"]["epochs"] == 20 and len(rep["loss_history"]) == 20
+    rep = json.loads(run("server", "fuse", federation, "--method", "fedmho-md", "--budget",
+                         "code", "--epochs", "2", "--out", out, "--json", "--device",
+                         "cpu").stdout)  # fmt: skip
+    assert rep["config"]["epochs"] == 2
+    out = run("server", "methods", "fedmho", env={"COLUMNS": "200"}).output
+    shown = flat("".join(" " if 0x2500 <= ord(c) <= 0x257F else c for c in out))  # no borders
+    assert "cpu paper code" in shown and "--epochs 10 10 20" in shown
+    assert "code vs paper: the code's CNN prototype ends in a Softmax" in shown
+    assert "keeps a random 80% of each class" in shown
+    plain = flat(run("server", "methods", "fedavg").output)
+    assert "--budget cpu, paper, code: all the defaults" in plain
 
 
 def test_no_usable_upload_lists_every_rejection_in_the_error(tmp_path):

@@ -62,7 +62,7 @@ def test_cli_bad_mix(cli, tmp_path):
     r = cli("simulate", "--methods", "fedmh", "--out", str(tmp_path))
     assert r.exit_code == 2 and "did you mean" in r.output
     r = cli("simulate", "--budget", "huge", "--out", str(tmp_path))
-    assert r.exit_code == 2 and "--budget must be one of cpu, paper" in r.output
+    assert r.exit_code == 2 and "--budget must be one of cpu, paper, code" in r.output
 
 
 def test_cli_budget_under_the_users_options(cli, tmp_path, monkeypatch):
@@ -78,6 +78,12 @@ def test_cli_budget_under_the_users_options(cli, tmp_path, monkeypatch):
     assert opts["dense"]["epochs"] == 3  # the user's
     assert opts["dense"]["gen_steps"] == 30 and opts["dense"]["pool_every_step"] is False
     assert opts.get("fedavg", {}) == {}  # no paper budget: its defaults are the paper's
+    seen.clear()
+    cli("simulate", "--methods", "fedmho,fedmho-sd,dense", "--budget", "code", "--fuse-opt",
+        "fedmho-sd:epochs=4", "--out", str(tmp_path))  # fmt: skip
+    opts = seen["job"].fuse_options
+    assert opts["fedmho"]["epochs"] == 20 and opts["fedmho-sd"]["epochs"] == 4  # code; user's
+    assert opts["dense"]["gen_steps"] == 30  # no code divergence: its paper budget
 
 
 def test_resume_after_interruption(tmp_path, monkeypatch):

@@ -27,7 +27,9 @@ def _ints(text: str | None, flag: str) -> tuple[int, ...] | None:
 def reproduce_cmd(
     table: str | None = typer.Argument(None, help="Table to run; leave out to list them."),
     budget: str = typer.Option(
-        "cpu", help="cpu (2 cores, under an hour, reductions named) | paper (the paper's own)."
+        "cpu",
+        help="cpu (2 cores, under an hour, reductions named) | paper (the paper's own) | code "
+        "(the paper's clients, each method's fusion as its authors' code runs it).",
     ),
     out: str = typer.Option(
         "runs/reproduce", "--out", help="Folder for cells and the table." + MAKES_FOLDERS

@@ -129,7 +129,9 @@ def fuse_cmd(
         "also a flag: --epochs 5 --lam 0.3. `edgefl server methods METHOD` lists them.",
     ),  # fmt: skip
     budget: str = typer.Option(
-        "cpu", help="cpu: defaults 2 cores finish in minutes; paper: the papers' settings (GPU)."
+        "cpu",
+        help="cpu: defaults 2 cores finish in minutes; paper: the papers' settings (GPU); "
+        "code: as the authors' public code runs it (`server methods NAME` compares them).",
     ),
     strict: bool = typer.Option(False, help="Abort if any upload is rejected."),
     max_upload_bytes: int | None = typer.Option(
@@ -291,13 +293,16 @@ def methods_cmd(
     """The fusion methods: description, paper, what each consumes; with NAME, its options."""
     from dataclasses import asdict
 
-    from edgefl.fusion import METHODS
+    from edgefl.fusion import BUDGETS, METHODS
 
     chosen = [METHODS.get(name)] if name else list(METHODS)
+    # "budgets": each named budget's option overrides as `--budget NAME` applies them.
     rows = [{"name": m.name, "description": m.description, "paper": m.paper,
              "consumes": list(m.consumes), "needs_gradients": m.needs_gradients,
              "public_data": m.public_data, "judged": m.judged, "personalize": m.personalize,
-             "options": {o["name"]: o for o in m.options}, "budgets": m.budgets,
+             "options": {o["name"]: o for o in m.options},
+             "budgets": {b: m.budget_options(b) for b in BUDGETS},
+             "divergences": list(m.divergences),
              "references": [asdict(r) for r in m.references]} for m in chosen]  # fmt: skip
     if json_out:
         print_json(rows[0] if name else rows)
@@ -314,6 +319,24 @@ def methods_cmd(
                          title="Fusion methods (`edgefl server methods NAME` for its options)"))  # fmt: skip
 
 
+def _print_budgets(r: dict) -> None:
+    """The named budgets side by side, one row per option any of them sets (cpu = the
+    defaults), then where the authors' code departs from the paper."""
+    from edgefl.fusion.options import flag
+
+    budgets = r["budgets"]
+    changed = [k for k in r["options"] if any(k in over for over in budgets.values())]
+    if changed:
+        cols = [Col("option", right=False)] + [Col(b, right=False, wrap=True) for b in budgets]
+        cells = [["--" + flag(k)] + [escape(repr(over.get(k, r["options"][k]["default"])))
+                                     for over in budgets.values()] for k in changed]  # fmt: skip
+        console.print(fitted(cols, cells, console.width, title="--budget NAME"))
+    else:
+        console.print(f"  --budget {', '.join(budgets)}: all the defaults")
+    for d in r["divergences"]:
+        console.print(f"  code vs paper: {escape(d)}")
+
+
 def _print_method(r: dict) -> None:
     console.print(f"[bold]{r['name']}[/]: {escape(r['description'])}")
     console.print(f"  paper: {escape(r['paper'])}")
@@ -325,11 +348,7 @@ def _print_method(r: dict) -> None:
              for o in r["options"].values()]  # fmt: skip
     console.print(fitted(cols, cells, console.width,
                          title="options (flags of `server fuse`, or --opt key=value)"))  # fmt: skip
-    from edgefl.fusion.options import flag
-
-    for b, over in r["budgets"].items():
-        sets = ", ".join(f"{flag(k)}={v}" for k, v in over.items())
-        console.print(f"  --budget {b}: {escape(sets)}")
+    _print_budgets(r)
     for ref in r["references"]:
         console.print(f"  paper: {ref['accuracy']:.2f}% on {ref['dataset']}, {ref['clients']} "
                       f"clients, {ref['partition']} ({escape(ref['source'])})")  # fmt: skip

@@ -162,7 +162,9 @@ def simulate_cmd(
         [], "--fuse-opt", help="METHOD:key=value, e.g. fedmho-md:epochs=10."
     ),
     budget: str = typer.Option(
-        "cpu", help="Fusion: cpu (defaults 2 cores finish in minutes) | paper (the papers' own)."
+        "cpu",
+        help="Fusion: cpu (defaults 2 cores finish in minutes) | paper (the papers' own) | "
+        "code (as the authors' public code runs it).",
     ),
     data_dir: str | None = typer.Option(None, help="Folder with standard dataset files."),
     json_out: bool = typer.Option(False, "--json", help="Print results JSON."),

@@ -132,4 +132,8 @@ METHOD = Method(
     fuse=fuse,
     judged="per-client",  # FedGH's metric: personalized models on local test splits
     personalize="header",  # each client splices the header into its own model
+    divergences=(
+        "the official server loop steps the wrong optimizer, so its header never changes; "
+        "edgefl trains the header under every budget (a defect, not a setting to copy)",
+    ),
 )

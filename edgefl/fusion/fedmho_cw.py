@@ -15,6 +15,10 @@ federation's label counts, like FedCVAE-ENS's. lam_y is the decoders' share of t
 samples the two sides hold: each side is heard in proportion to the data behind it, so a class
 the classifier clients barely hold is learnt from the decoders' label (a fixed lam = 0.5 cost
 5 points at Dir(0.1), where each classifier holds one or two classes; bench/results/fedmho_cw.md).
+
+Being edgefl's own, it has no paper or authors' code to follow: `--budget paper` and
+`--budget code` run its defaults, which already train the 20 global epochs FedMHO's code runs
+on MNIST (edgefl.fusion.fedmho, `CODE`).
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ registry entry holds its `references`, read through `edgefl.fusion.paper_referen
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from edgefl.fusion.base import PFEDZKD_TABLE2 as PFEDZKD_TABLE2_SOURCE
@@ -60,6 +60,22 @@ class Table:
     # same data whichever setting it trains in (a method with public data needs the carve).
     public_size: int = 0
     notes: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        # Every table with a paper budget runs at "code" too: the paper's clients (no authors'
+        # code says they trained otherwise), each method fused at its `code` budget.
+        if "paper" in self.budgets and "code" not in self.budgets:
+            paper = self.budgets["paper"]
+            code = replace(
+                paper,
+                name="code",
+                description="the paper's clients; each method's fusion as its authors' "
+                "public code runs it (`edgefl server methods NAME`): a GPU job",
+                fusion="code",
+                reductions=(*paper.reductions, "fusion at each method's code budget (its "
+                            "paper budget where the authors' code follows the paper)"),
+            )  # fmt: skip
+            object.__setattr__(self, "budgets", self.budgets | {"code": code})
 
     @property
     def methods(self) -> tuple[str, ...]:
