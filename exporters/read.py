@@ -66,6 +66,9 @@ class Artifact:
     output_names: list[str]
     _data: bytes = field(repr=False, default=b"")
     _sessions: dict[tuple[str, ...], ort.InferenceSession] = field(repr=False, default_factory=dict)
+    # Its name in the upload folder it was ingested from: "phones/client-000.onnx" when read
+    # from a subfolder (ingest_dir(recursive=True)); "" elsewhere (the file name is used).
+    name: str = ""
 
     @property
     def kind(self) -> str | None:

@@ -383,8 +383,81 @@ class IngestResult:
     accepted: list[Artifact] = field(default_factory=list)
     rejected: list[tuple[str, str]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
-    # What ``then`` returned for each validated file, by file name (accepted ones included).
+    # What ``then`` returned for each validated file, by its name (accepted ones included).
     then: dict[str, Any] = field(default_factory=dict)
+    # Subfolders not read (not recursive, or too deep): (name + "/", .onnx files it holds,
+    # counted up to MAX_LISTED_ENTRIES, why it was not read).
+    folders: list[tuple[str, int, str]] = field(default_factory=list)
+
+
+# What one ingest may list, folders included: a directory of millions of entries (or a deep
+# tree of folders) costs the server a bounded walk, whatever the clients put there.
+MAX_LISTED_ENTRIES = 100_000
+MAX_DEPTH = 4  # folder levels read below the upload directory with recursive=True
+
+
+def _list_uploads(root: Path, recursive: bool, result: IngestResult) -> list[str]:
+    """The .onnx names to validate, relative to `root` ("a.onnx", "phones/b.onnx"), sorted;
+    notes for what is left out. Nothing is followed through a symlink: a symlinked folder is
+    named; anything named *.onnx is listed, so that validate_upload rejects a symlink, a
+    folder or a FIFO so named with its reason."""
+    names: list[str] = []
+    listed = 0
+
+    def entries(folder: Path) -> list[os.DirEntry]:
+        nonlocal listed
+        out = []
+        with os.scandir(folder) as it:
+            for entry in it:
+                listed += 1
+                if listed > MAX_LISTED_ENTRIES:
+                    break
+                out.append(entry)
+        return sorted(out, key=lambda e: e.name)
+
+    def walk(folder: Path, prefix: str, depth: int) -> None:
+        for entry in entries(folder):
+            name = prefix + entry.name
+            if entry.name.startswith("."):
+                continue
+            if entry.name.lower().endswith(".onnx"):  # a folder or link so named: rejected
+                names.append(name)
+                continue
+            if entry.is_dir(follow_symlinks=False):
+                if recursive and depth < MAX_DEPTH:
+                    walk(Path(entry.path), name + "/", depth + 1)
+                else:
+                    why = (f"folders deeper than {MAX_DEPTH} levels are not read" if recursive
+                           else "subfolders are not read")  # fmt: skip
+                    result.folders.append((name + "/", _count_onnx(Path(entry.path)), why))
+                continue
+            if entry.is_symlink():
+                result.notes.append(f"ignored '{name}': a symlink, not followed")
+                continue
+            result.notes.append(f"ignored '{name}': not an .onnx file")
+
+    walk(root, "", 0)
+    if listed > MAX_LISTED_ENTRIES:
+        result.notes.append(
+            f"listing stopped at {MAX_LISTED_ENTRIES:,} entries: the rest was not read"
+        )
+    for name, count, why in result.folders:
+        result.notes.append(f"skipped folder '{name}': {why}; it holds {count} .onnx file(s)")
+    return names
+
+
+def _count_onnx(folder: Path) -> int:
+    """.onnx files directly in `folder`, counted over at most MAX_LISTED_ENTRIES entries."""
+    count = 0
+    try:
+        with os.scandir(folder) as it:
+            for i, entry in enumerate(it):
+                if i >= MAX_LISTED_ENTRIES:
+                    break
+                count += entry.name.lower().endswith(".onnx") and not entry.name.startswith(".")
+    except OSError:
+        return 0
+    return count
 
 
 def _size(path: Path) -> int:
@@ -430,9 +503,13 @@ def ingest_dir(
     then: Callable[[Artifact], Any] | None = None,
     inflight_bytes: int | None = None,
     on_file: Callable[[int, int], None] | None = None,
+    recursive: bool = False,
     **validate_kwargs: Any,
 ) -> IngestResult:
-    """Validate every ``*.onnx`` in ``directory`` (not recursive), then cross-check the set.
+    """Validate every ``*.onnx`` in ``directory``, then cross-check the set. Subfolders are
+    read only if ``recursive`` (up to MAX_DEPTH levels, each upload named by its path in the
+    directory: "phones/client-000.onnx"); otherwise each is named in ``folders`` with the
+    number of .onnx files it holds. Symlinked folders are never followed.
     ``jobs`` files are validated at once in threads (the checks run in C++); ``timings``
     accumulates seconds per stage over all files. ``then(artifact)`` runs on each valid file
     in the same worker, right after its checks (its result in ``IngestResult.then``): a caller
@@ -444,14 +521,7 @@ def ingest_dir(
     The directory is only listed and read; nothing in it is created, moved or modified.
     """
     result = IngestResult()
-    names = []
-    for name in sorted(os.listdir(directory)):
-        if name.startswith("."):
-            continue
-        if not name.lower().endswith(".onnx"):
-            result.notes.append(f"ignored '{name}': not an .onnx file")
-            continue
-        names.append(name)
+    names = _list_uploads(Path(directory), recursive, result)
 
     budget = _ByteBudget(inflight_bytes)
 
@@ -462,6 +532,7 @@ def ingest_dir(
                 art = validate_upload(Path(directory, name), timings=own, **validate_kwargs)
             except UploadRejected as exc:
                 return name, None, exc.reason, own, None
+            art.name = name
             return name, art, None, own, then(art) if then else None
 
     candidates: list[Artifact] = []
@@ -493,7 +564,7 @@ def ingest_dir(
     # One client may send one artifact of each kind (e.g. a classifier and its predictions).
     seen_clients: dict[tuple[str, str | None], str] = {}
     for artifact in candidates:
-        name = Path(artifact.path).name
+        name = artifact.name
         own = task(artifact)
         if majority is not None and own is not None and own != majority:
             result.rejected.append(

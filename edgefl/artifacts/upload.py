@@ -32,7 +32,8 @@ class Upload:
 
     @property
     def name(self) -> str:
-        return Path(self.artifact.path).name
+        # its path in the upload folder ("phones/client-000.onnx" when read recursively)
+        return self.artifact.name or Path(self.artifact.path).name
 
     @property
     def meta(self) -> dict:

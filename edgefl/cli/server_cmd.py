@@ -138,6 +138,9 @@ def fuse_cmd(
         None, help="Refuse uploads larger than this (default 512 MiB: VGG-9 is 277 MB)."
     ),
     jobs: int | None = typer.Option(None, help="Uploads ingested at once (default: by the cores)."),
+    recursive: bool = typer.Option(
+        False, help="Read the .onnx uploads in subfolders too (named FOLDER/FILE.onnx)."
+    ),
     report: str | None = typer.Option(
         None, help="Report JSON path (default: <out>.json)." + MAKES_FOLDERS
     ),
@@ -193,7 +196,8 @@ def fuse_cmd(
         watch.message(f"fusing with {', '.join(methods)}")
         reps = fuse_methods(plans, uploads, device=device, eval=eval_ref, data_dir=data_dir,
                             strict=strict, jobs=jobs, keep_going=len(methods) > 1,
-                            log=watch.message, progress=watch, **cap)  # fmt: skip
+                            log=watch.message, progress=watch, recursive=recursive,
+                            **cap)  # fmt: skip
     if json_out:
         print_json(reps[methods[0]] if len(methods) == 1 else reps)
     else:
@@ -213,6 +217,10 @@ def _print_one(rep: dict) -> None:
         console.print(f"  [red]rejected[/] {upload_text(r['file'])}: {upload_text(r['reason'])}")
     for r in rep["skipped"]:
         console.print(f"  [yellow]skipped[/] {upload_text(r['file'])}: {upload_text(r['reason'])}")
+    for r in rep.get("folders_not_read", []):
+        console.print(
+            f"  [yellow]not read[/] folder {upload_text(r['folder'])}: {upload_text(r['reason'])}"
+        )
     for r in rep.get("screened", []):
         console.print(
             f"  [yellow]screened out[/] {upload_text(r['file'])}: {upload_text(r['reason'])}"

@@ -149,13 +149,15 @@ def select(method: Method, found: Ingest) -> tuple[list[Upload], list[tuple[str,
     if not usable:
         raise FusionError(
             f"none of the {len(found.uploads)} accepted uploads can be used by {method.name} "
-            f"(it consumes: {', '.join(method.consumes)})" + _why_not(found.rejected, skipped),
+            f"(it consumes: {', '.join(method.consumes)})"
+            + _why_not(found.rejected, skipped, found.folders),
             hint="`edgefl server methods` lists what each method needs",
         )
     return usable, skipped
 
 
-def _why_not(rejected: list[tuple[str, str]], skipped: list[tuple[str, str]]) -> str:
+def _why_not(rejected: list[tuple[str, str]], skipped: list[tuple[str, str]],
+             folders: list[tuple[str, str]] = ()) -> str:  # fmt: skip
     """Every upload a method went without, and why: a run that fails for want of uploads names
     them (a count alone left users guessing why their own models were refused). One line per
     upload: its name and reason are shown with control characters escaped, newlines included,
@@ -164,6 +166,7 @@ def _why_not(rejected: list[tuple[str, str]], skipped: list[tuple[str, str]]) ->
 
     lines = [f"\n  rejected {printable(n)}: {printable(r)}" for n, r in rejected]
     lines += [f"\n  not used {printable(n)}: {printable(r)}" for n, r in skipped]
+    lines += [f"\n  not read folder {printable(n)}: {printable(r)}" for n, r in folders]
     return "".join(lines)
 
 
@@ -293,6 +296,7 @@ def fuse_methods(
     log=None,
     found: Ingest | None = None,
     progress=None,
+    recursive: bool = False,
 ) -> dict[str, dict[str, Any]]:
     """Fuse every planned method from one ingest of `uploads`. A method that cannot fuse these
     uploads (FusionError) gets {"error": ...} in its report slot when `keep_going`, else raises.
@@ -307,7 +311,9 @@ def fuse_methods(
         if found is None:
             log(f"ingesting {uploads}")
             found = ingest(uploads, max_upload_bytes=max_upload_bytes, strict=strict, jobs=jobs,
-                           progress=progress)  # fmt: skip
+                           progress=progress, recursive=recursive)  # fmt: skip
+            for name, why in found.folders:
+                log(f"not read: folder {name}: {why}")  # the log escapes upload text
             log(f"{len(found.uploads)} upload(s) accepted, {len(found.rejected)} rejected "
                 f"({found.seconds:.1f}s)")  # fmt: skip
         if found.uploads:  # --for: a class no classifier for this task fits, refused now
@@ -456,7 +462,8 @@ def _fuse_planned(p: Planned, found: Ingest, device, eval_ref, data_dir, shared:
     try:
         ctx, result = fuse_one(p, usable, device, log, found.uploads, progress)
     except FusionError as exc:  # e.g. too few of a kind: say what became of the others
-        raise FusionError(exc.message + _why_not(found.rejected, skipped), exc.hint) from None
+        why = _why_not(found.rejected, skipped, found.folders)
+        raise FusionError(exc.message + why, exc.hint) from None
     stages = {"ingest": found.seconds, **ctx.stages}
     if p.config.robust == "screen":
         stages["screen"] = verdict.seconds  # the one judgement all methods of the run share
@@ -579,6 +586,7 @@ def _report(p: Planned, found: Ingest, usable, skipped, screened, notes, device,
         "screened": screened,  # --robust screen: poisoned-looking uploads left out, and why
         "robust_notes": notes,
         "notes": found.notes,
+        "folders_not_read": [{"folder": n, "reason": r} for n, r in found.folders],
         "device": str(device),
         "host": {
             "python": platform.python_version(),

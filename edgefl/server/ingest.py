@@ -28,6 +28,8 @@ class Ingest:
     # The robust screen's verdicts on these uploads, by what they depend on (seed, probe): made
     # once for all methods of a run (edgefl.fusion.robust.Verdict).
     screens: dict = field(default_factory=dict)
+    # Subfolders not read: (name + "/", why, with the fix); a run short of uploads names them.
+    folders: list[tuple[str, str]] = field(default_factory=list)
 
     def of_kind(self, kind: str) -> list[Upload]:
         return [u for u in self.uploads if u.kind == kind]
@@ -42,7 +44,7 @@ def inflight_budget(d: Path) -> int:
     model, onnxruntime session) until its rebuilt module (1 copy) replaces them; a quarter of
     the directory in flight keeps the peak near 2x the uploads' total (bench/results/fuse.md:
     5 VGG-9 uploads, 2.0x one at a time, 2.6x two at a time). Small uploads all run at once."""
-    total = sum(p.stat().st_size for p in d.glob("*.onnx") if p.is_file())
+    total = sum(p.stat().st_size for p in d.glob("*.onnx") if p.is_file() and not p.is_symlink())
     return max(64 * 2**20, total // 4)
 
 
@@ -53,7 +55,11 @@ def ingest(
     strict: bool = False,
     jobs: int | None = None,
     progress=None,
+    recursive: bool = False,
 ) -> Ingest:
+    """Every upload in `directory` checked once; with `recursive`, in its subfolders too (each
+    named by its path there: "phones/client-000.onnx"), else each subfolder is named, with the
+    .onnx files it holds and how to read them."""
     d = Path(directory)
     if not d.is_dir():
         raise ConfigError(
@@ -72,15 +78,15 @@ def ingest(
         try:
             module, why = rebuild(art, timings=times)
         except RebuildRejected as exc:
-            return None, (Path(art.path).name, str(exc)), times
+            return None, (art.name, str(exc)), times
         except Exception as exc:  # a hostile spec must never crash the server
             reason = f"cannot rebuild from its spec: {type(exc).__name__}: {str(exc)[:200]}"
-            return None, (Path(art.path).name, reason), times
+            return None, (art.name, reason), times
         return Upload(art, module, why), None, times
 
     result = exporters.ingest_dir(
         d, max_bytes=max_upload_bytes, jobs=jobs or default_jobs(), timings=stages, then=one,
-        inflight_bytes=inflight_budget(d),
+        inflight_bytes=inflight_budget(d), recursive=recursive,
         on_file=(lambda done, total: progress("ingest upload", done, total)) if progress else None,
     )  # fmt: skip
     # A reason is one line of the server's own words, whatever upload text it quotes (a graph's
@@ -89,8 +95,11 @@ def ingest(
     # names the file on disk); whoever prints one escapes it.
     out = Ingest(rejected=[(n, printable(r)) for n, r in result.rejected],
                  notes=[printable(n) for n in result.notes], stages=stages)  # fmt: skip
+    fix = "give that folder itself" if recursive else "pass --recursive, or give the folder itself"
+    out.folders = [(name, f"{why}; it holds {count} .onnx file(s): {fix} ({Path(d, name)})")
+                   for name, count, why in result.folders]  # fmt: skip
     for art in result.accepted:  # those that also passed the cross-checks of the set
-        upload, rejected, times = result.then[Path(art.path).name]
+        upload, rejected, times = result.then[art.name]
         exporters.add_times(stages, times)
         if upload is not None:
             out.uploads.append(upload)
@@ -104,10 +113,13 @@ def ingest(
             f"--strict: {len(out.rejected)} upload(s) rejected: {listing}",
             hint="remove the rejected files or run without --strict to fuse the accepted ones",
         )
+    folders = "".join(f"; folder {printable(n)} not read ({w})" for n, w in out.folders)
     if not out.uploads and not out.rejected:
         raise FusionError(
-            f"no uploads in {d}: it holds no .onnx files",
-            hint="point at the folder of edgefl uploads (.onnx files written by `edgefl client "
+            f"no uploads in {d}: it holds no .onnx files" + folders,
+            hint="pass --recursive to read its subfolders"
+            if not recursive and any(count for _, count, _ in result.folders)
+            else "point at the folder of edgefl uploads (.onnx files written by `edgefl client "
             "train`)",
         )
     if not out.uploads:
@@ -116,7 +128,7 @@ def ingest(
         more = len(out.rejected) - len(shown)
         listing = "; ".join(shown) + (f"; and {more} more" if more > 0 else "")
         raise FusionError(
-            f"no usable uploads in {d}: {len(out.rejected)} rejected ({listing})",
+            f"no usable uploads in {d}: {len(out.rejected)} rejected ({listing})" + folders,
             hint="fix or remove the rejected files, or point at the folder of edgefl uploads "
             "(.onnx files written by `edgefl client train`)",
         )
