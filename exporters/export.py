@@ -148,6 +148,7 @@ def _torch_to_onnx(
             f"ONNX export of {type(module).__name__} failed: {one_line(exc)}"
         ) from exc
     model = program.model_proto
+    strip_debug_records(model)
     if model.ir_version > MAX_IR_VERSION:
         model.ir_version = MAX_IR_VERSION
     got_in = [v.name for v in model.graph.input]
@@ -159,6 +160,21 @@ def _torch_to_onnx(
             f"expected {list(input_names)} and {list(output_names)}"
         )
     return model
+
+
+def strip_debug_records(model: onnx.ModelProto) -> None:
+    """Drop the exporter's debugging records on nodes and tensors (torch 2.13 writes each node's
+    Python stack trace, module path and FX node). They would leave the device in every upload:
+    the exporting machine's file paths (its user and install folders), about 1 KB a node (a
+    third of a small CNN's file), and a size that depends on where edgefl is installed. Names,
+    shapes and the model's own metadata stay."""
+    graphs = [model.graph, *(f for f in model.functions)]
+    for graph in graphs:
+        for node in graph.node:
+            del node.metadata_props[:]
+    g = model.graph
+    for value in (*g.value_info, *g.input, *g.output, *g.initializer):
+        del value.metadata_props[:]
 
 
 def _parity(

@@ -59,7 +59,12 @@ def test_params_and_weight_bytes():
     c = costs(make_spec("cnn", *MNIST))
     assert c.params == (10 * 25 + 10) + (20 * 10 * 25 + 20) + (320 * 10 + 10) == 8_490
     assert c.weight_bytes == 4 * 8_490 and c.weight_bytes_int8 == 8_490
-    assert c.upload_bytes == c.weight_bytes  # a classifier uploads all of itself
+    assert c.upload_weight_bytes == c.weight_bytes  # a classifier uploads all of itself
+    # The file wraps them in ONNX: 8 layer calls, 6 tensors, the metadata of 10 classes.
+    names = len("features.0.weight") + len("features.0.bias") + len("features.3.weight")
+    names += len("features.3.bias") + len("head.weight") + len("head.bias")
+    dims = 2 * (4 + 1 + 4 + 1 + 2 + 1)
+    assert c.upload_bytes == 4 * 8_490 + names + dims + 6 * 12 + 8 * 240 + 540 + 850 + 10 * 20
 
 
 def test_cvae_uploads_only_the_decoder():
@@ -76,6 +81,17 @@ def test_inference_peak_by_hand():
     c = costs(spec)
     # Steps: Conv1 784 -> 5,760; MaxPool 5,760 -> 1,440 (the largest); ...
     assert c.infer_peak_bytes == 4 * (8_490 + 5_760 + 1_440)
+
+
+def test_tflm_arena_by_hand():
+    c = costs(make_spec("cnn", *MNIST))
+    # Activations: ReLU folds into the pool before it; the largest step is MaxPool 5,760 ->
+    # 1,440 int8 values (16-byte multiples). Persistent: 7 TFLite ops (conv, pool, conv, pool,
+    # transpose + reshape for the flatten, FC), 16 tensors (input, 7 outputs, 3 x weights and
+    # bias, 2 shape constants), 10 + 20 + 10 output channels.
+    assert c.tflm_arena_bytes == (5_760 + 1_440) + (712 + 150 * 7 + 24 * 16 + 8 * 40)
+    # TFLite Micro measured 9,616 bytes for this model (bench/results/deploy_memory.md).
+    assert abs(c.tflm_arena_bytes / 9_616 - 1) < 0.25
 
 
 def test_train_bytes_formula():

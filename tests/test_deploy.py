@@ -140,6 +140,20 @@ def test_every_phone_classifier_deploys(files, tmp_path, target):
                 assert v["supported_nodes"] == v["nodes"] and v["verdict"] == "YES", (name, ep, v)
 
 
+def test_a_file_made_for_the_profile_keeps_its_name(files, tmp_path):
+    # `server fuse --for smartphone` writes fedmho.smartphone.onnx: deploying it for the same
+    # profile gives fedmho.smartphone.onnx, not fedmho.smartphone.smartphone.onnx; another
+    # file gets the profile's name once.
+    src = tmp_path / "fedmho.smartphone.onnx"
+    src.write_bytes(files["cnn"].read_bytes())
+    for model, want in ((src, "fedmho.smartphone.onnx"), (files["cnn"], "phone.smartphone.onnx")):
+        out = tmp_path / f"out-{model.stem}"
+        rep = deploy(DeployRequest(model=str(model), profile="smartphone", target="onnx",
+                                   out=str(out)))  # fmt: skip
+        assert [Path(f["path"]).name for f in rep.files] == [want]
+        assert sorted(os.listdir(out)) == [want]
+
+
 def test_deployed_file_describes_itself(files, tmp_path):
     """Metadata: preprocessing, outputs, shipped costs (int8 as int8), profile; doc_string and
     model_version set; never the client's label_counts."""
@@ -195,6 +209,12 @@ def test_tflite_micro_on_the_wristband(files, cli, tmp_path):
     assert side["preprocessing"]["layout"].startswith("NHWC")
     assert side["quantization"]["input"]["dtype"] == "int8"
     assert side["costs"]["arena_bytes"] == fig["memory_bytes"]
+    # The cost model's runtime-aware estimate is within 25% of the arena TFLite Micro measured,
+    # and the allocator's split adds up to it (less up to one 16-byte alignment of the arena).
+    estimate = side["costs"]["estimated_tflm_arena_bytes"]
+    assert abs(estimate / fig["memory_bytes"] - 1) <= 0.25, (estimate, fig["memory_bytes"])
+    split = fig["arena_split"]
+    assert 0 <= fig["memory_bytes"] - (split["activations"] + split["persistent"]) <= 16
     assert "label_counts" not in json.dumps(side)
     assert rep["accuracy"]["argmax_agreement"] >= 0.8
 

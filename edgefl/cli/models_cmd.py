@@ -8,8 +8,8 @@ from rich.markup import escape
 from edgefl.cli.common import console, fmt_bytes, fmt_count, print_json
 from edgefl.cli.tables import Col, fitted
 from edgefl.data.registry import dataset_info
-from edgefl.models.cost import costs
-from edgefl.models.plan import check_fit, default_samples
+from edgefl.models.cost import ORT_FLOOR_BYTES, costs
+from edgefl.models.plan import check_fit, default_samples, runtimes_that_fit
 from edgefl.models.zoo import ZOO, candidate_specs, input_kind, make_spec
 from edgefl.profiles import get_profile
 
@@ -57,7 +57,10 @@ def models_cmd(
             "weight_bytes": c.weight_bytes,
             "weight_bytes_int8": c.weight_bytes_int8,
             "upload_bytes": c.upload_bytes,
+            "upload_weight_bytes": c.upload_weight_bytes,
             "infer_peak_bytes": c.infer_peak_bytes,
+            "tflm_arena_bytes": c.tflm_arena_bytes,
+            "onnxruntime_bytes": ORT_FLOOR_BYTES + c.infer_peak_bytes,
             "train_bytes": c.train_bytes(batch, optimizer),
             "batch_size": batch,
             "optimizer": optimizer,
@@ -65,7 +68,8 @@ def models_cmd(
         }
         if prof:
             fit = check_fit(spec, prof, samples=n, batch_size=batch)
-            row.update(fits=fit.fits, reasons=list(fit.reasons), epoch_seconds=fit.epoch_seconds)
+            row.update(fits=fit.fits, reasons=list(fit.reasons), epoch_seconds=fit.epoch_seconds,
+                       runs_in=runtimes_that_fit(c, prof))  # fmt: skip
             row["_short"] = ", ".join(fit.short)
         rows.append(row)
     if json_out:
@@ -74,22 +78,29 @@ def models_cmd(
     title = f"Model zoo on {info.name} {info.input_shape}, {info.num_classes} classes"
     title += f" (training: batch {batch}, {optimizer})"
     cols = [Col("model", right=False), Col("role", right=False, drop=3), Col("params"),
-            Col("MACs"), Col("FLOPs", drop=9), Col("weights", drop=7), Col("int8", drop=8),
-            Col("upload", drop=6), Col("infer peak", drop=4), Col("train mem")]  # fmt: skip
-    console.print("[dim]x1.3 = needs 1.3 times the budget; --json gives every reason in full[/]")
+            Col("MACs"), Col("FLOPs", drop=11), Col("weights", drop=9), Col("int8", drop=10),
+            Col("upload", drop=6), Col("infer peak", drop=4), Col("TFLM arena", drop=7),
+            Col("train mem")]  # fmt: skip
+    console.print("[dim]x1.04 = needs 1.04 times the budget; --json gives every reason in full[/]")
     if prof:
-        cols += [Col("epoch", drop=5), Col(f"fits {prof.name}", right=False, wrap=True)]
+        cols += [Col("epoch", drop=5), Col("runs in", right=False, drop=8),
+                 Col(f"fits {prof.name}", right=False, wrap=True)]  # fmt: skip
     cells = []
     for r in rows:
         row = [escape(r["name"]), r["role"], fmt_count(r["params"]), f"{r['macs']:,}",
                fmt_count(r["flops"]), fmt_bytes(r["weight_bytes"]),
                fmt_bytes(r["weight_bytes_int8"]), fmt_bytes(r["upload_bytes"]),
-               fmt_bytes(r["infer_peak_bytes"]), fmt_bytes(r["train_bytes"])]  # fmt: skip
+               fmt_bytes(r["infer_peak_bytes"]), fmt_bytes(r["tflm_arena_bytes"]),
+               fmt_bytes(r["train_bytes"])]  # fmt: skip
         if prof:
             row.append(f"{r['epoch_seconds']:.1f}s")
+            row.append(", ".join(r["runs_in"]) or "[red]none[/]")
             row.append("[green]yes[/]" if r["fits"] else f"[red]no[/] ({escape(r.pop('_short'))})")
         cells.append(row)
     table = fitted(cols, cells, console.width, title=title,
                    caption="MACs: multiply-accumulates per sample (thop convention); "
-                   "FLOPs = 2 x conv/linear MACs")  # fmt: skip
+                   "FLOPs = 2 x conv/linear MACs; upload: the ONNX file `client train` writes; "
+                   "infer peak: fp32 weights + largest step; TFLM arena: TFLite Micro's int8 "
+                   f"arena, weights in flash; runs in: onnxruntime needs "
+                   f"{ORT_FLOOR_BYTES / 2**20:.1f} MiB + infer peak")  # fmt: skip
     console.print(table)

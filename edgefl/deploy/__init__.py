@@ -71,7 +71,11 @@ class Plan:
 
     @property
     def base(self) -> str:
-        return f"{Path(self.request.model).stem}.{self.profile.name}"
+        """Output files' stem: the model's, with the profile's name once (a global model made
+        for the class, `fedmho.wristband.onnx`, gives `fedmho.wristband.tflite`)."""
+        stem = Path(self.request.model).stem
+        suffix = f".{self.profile.name}"
+        return stem if stem.endswith(suffix) else stem + suffix
 
     @property
     def profile_summary(self) -> dict[str, Any]:
@@ -149,7 +153,8 @@ def _estimate(art: exporters.Artifact, int8: bool) -> dict[str, Any]:
             out = {"macs": c.macs, "params": c.upload_params,
                    "estimated_weight_bytes": width * c.upload_params,
                    "estimated_activation_bytes": width * activations,
-                   "estimated_infer_peak_bytes": width * (c.upload_params + activations)}  # fmt: skip
+                   "estimated_infer_peak_bytes": width * (c.upload_params + activations),
+                   "estimated_tflm_arena_bytes": c.tflm_arena_bytes}  # fmt: skip
     if not out:
         params = sum(math.prod(t.dims) for t in art.model.graph.initializer)
         out = {"params": params, "estimated_weight_bytes": (1 if int8 else 4) * params}
@@ -164,8 +169,8 @@ def _check_fit(target: Target, profile: Profile, est: dict[str, Any]) -> None:
             f"{profile.storage_bytes:,} bytes of storage (cost model)",
             hint="deploy a smaller model or choose a larger --profile",
         )
-    if target.always_int8:  # weights stay in flash; the arena holds the activations
-        need = est.get("estimated_activation_bytes")
+    if target.always_int8:  # weights stay in flash; the arena: activations + persistent data
+        need = est.get("estimated_tflm_arena_bytes")
     else:
         need = est.get("estimated_infer_peak_bytes")
         if need is not None and target.runtime_floor_bytes:

@@ -5,6 +5,7 @@ when its arena is far too small, onnx2tf prints to stdout and imports TensorFlow
 memory is only meaningful in a fresh process. Each command prints one JSON line last.
 
     child.py tflm MODEL ARENA [INPUTS.npy OUTPUTS.npy]   create (and run) under an arena
+    child.py tflm-alloc MODEL ARENA                       the arena's head/tail split
     child.py ort-rss MODEL                                onnxruntime resident increase
     child.py onnx2tf MODEL.onnx OUT_DIR CALIB.npy         full-integer int8 .tflite
 """
@@ -65,6 +66,31 @@ def tflm(model: str, arena: int, inputs: str | None = None, outputs: str | None 
             "input_shape": [int(d) for d in din["shape"]]}  # fmt: skip
 
 
+def tflm_alloc(model: str, arena: int) -> dict:
+    """How TFLite Micro's RecordingMicroAllocator split the arena: the head holds the planned
+    activations (reused between ops), the tail what persists (tensor structs, per-op data such
+    as per-channel quantization multipliers). It prints to fd 2 from C: read it back."""
+    import re
+    import tempfile
+
+    from tflite_micro.python.tflite_micro import runtime
+
+    interpreter = runtime.Interpreter.from_file(model, arena_size=arena)
+    with tempfile.TemporaryFile(mode="w+b") as log:
+        saved = os.dup(2)
+        sys.stderr.flush()
+        os.dup2(log.fileno(), 2)
+        try:
+            interpreter.print_allocations()
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+        log.seek(0)
+        text = log.read().decode(errors="replace")
+    found = dict(re.findall(r"Arena allocation (total|head|tail) (\d+) bytes", text))
+    return {"ok": len(found) == 3, **{k: int(v) for k, v in found.items()}}
+
+
 def ort_rss(model: str) -> dict:
     import numpy as np
     import onnxruntime as ort
@@ -115,6 +141,8 @@ def main(argv: list[str]) -> None:
     command, args = argv[0], argv[1:]
     if command == "tflm":
         result = tflm(args[0], int(args[1]), *args[2:4])
+    elif command == "tflm-alloc":
+        result = tflm_alloc(args[0], int(args[1]))
     elif command == "ort-rss":
         result = ort_rss(args[0])
     elif command == "onnx2tf":

@@ -81,6 +81,15 @@ def min_arena(path: Path, limit: int, on_step: Callable[[int], None] | None = No
     return hi
 
 
+def tflm_split(path: Path, arena: int) -> dict[str, int] | None:
+    """The arena's split as TFLite Micro's recording allocator reports it: `head` (activations,
+    planned and reused between ops), `tail` (persistent: tensor structs, per-op data), `total`."""
+    result = run_child("tflm-alloc", str(path), str(arena), timeout=120)
+    if not result or not result.get("ok"):
+        return None
+    return {k: result[k] for k in ("total", "head", "tail")}
+
+
 def tflm_run(path: Path, arena: int, x: np.ndarray) -> tuple[np.ndarray, dict]:
     """Dequantized outputs of the int8 file on float inputs (NHWC), and the child's figures."""
     with tempfile.TemporaryDirectory(prefix="edgefl-tflm-") as tmp:

@@ -36,8 +36,12 @@ class DeployReport:
         if "flash_bytes" in fig:
             out.append(f"  flash: {fig['flash_bytes']:,} bytes; storage "
                        f"{self.profile['storage_bytes']:,}")  # fmt: skip
+        arena = self.cost_estimate.get("estimated_tflm_arena_bytes")
         est = self.cost_estimate.get("estimated_infer_peak_bytes")
-        if est is not None:
+        if "flash_bytes" in fig and arena is not None:
+            out.append(f"  cost model: TFLite Micro arena {arena:,} bytes (int8 activations + "
+                       "persistent data; weights in flash)")  # fmt: skip
+        elif est is not None:
             out.append(
                 f"  cost model: peak inference memory {est:,} bytes (weights + largest step)"
             )

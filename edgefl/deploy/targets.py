@@ -29,14 +29,11 @@ import exporters
 from edgefl.deploy import measure
 from edgefl.deploy.describe import deployed_metadata, doc_string, shipped_weights, version_number
 from edgefl.errors import ArtifactError, BudgetError
+from edgefl.models.cost import ORT_FLOOR_BYTES
 from exporters.plain import plain_graph
 
 if TYPE_CHECKING:
     from edgefl.deploy import Plan
-
-# An empty onnxruntime session costs 16.4 MiB of resident memory above `import onnxruntime`
-# (shared/notes/deploy.md, measured with onnxruntime 1.32): no model runs in less.
-ORT_FLOOR_BYTES = int(16.4 * 2**20)
 
 
 @dataclass
@@ -264,6 +261,9 @@ def build_tflite_micro(plan: Plan, stage: Path, status) -> Built:
     status(f"running {len(x)} samples in TFLite Micro")
     outputs, figures = measure.tflm_run(path, arena, _nhwc(x))
     built.outputs = outputs
+    split = measure.tflm_split(path, arena)
+    if split:  # activations (head) and what persists (tail), as the allocator reports them
+        built.runtime["arena_split"] = {"activations": split["head"], "persistent": split["tail"]}
     built.runtime.update({"memory_bytes": arena, "memory_what": "TFLite Micro arena (minimum, "
                           "found by bisection)", "flash_bytes": flash,
                           "latency_ms_per_sample": 1000 * figures["seconds_per_sample"],

@@ -10,7 +10,10 @@ Counting conventions (so numbers compare with the FedMHO paper's Table 2, which 
   ReLU, Sigmoid, MaxPool, BatchNorm (foldable into the conv), Dropout, Upsample, Flatten: 0.
   A CVAE's MACs are encoder + decoder (its training forward), as in the paper.
 - FLOPs = 2 x the Conv/ConvT/Linear MACs, the convention of torch.utils.flop_counter.FlopCounterMode.
-- Memory is counted in bytes of fp32 tensors unless the name says int8.
+- Memory is counted in bytes of fp32 tensors unless the name says int8 or a runtime:
+  `infer_peak_bytes` is a plain fp32 executor's (weights in RAM + the largest step),
+  `tflm_arena_bytes` TFLite Micro's arena for the full-integer int8 file `edgefl deploy` makes
+  (weights stay in flash; see `tflm_arena`), `ORT_FLOOR_BYTES` what onnxruntime adds to any model.
 """
 
 from __future__ import annotations
@@ -26,6 +29,9 @@ from edgefl.models.spec import ModelSpec
 from edgefl.models.zoo import build_model, role_of
 
 FP32 = 4
+# An empty onnxruntime session costs 16.4 MiB of resident memory above `import onnxruntime`
+# (shared/notes/deploy.md, onnxruntime 1.32 on x86_64): no model runs in onnxruntime in less.
+ORT_FLOOR_BYTES = int(16.4 * 2**20)
 # Optimizer state per parameter, in multiples of the parameter tensor (SGD keeps none,
 # momentum one buffer, Adam two moments).
 OPTIMIZER_STATE = {"sgd": 0, "sgd-momentum": 1, "adam": 2}
@@ -41,6 +47,8 @@ class LayerCall:
     in_elems: int  # per sample, all tensor inputs
     out_elems: int
     macs: int
+    in_rank: int = 0  # dimensions of the first input per sample ((C, H, W) -> 3)
+    channels: int = 0  # output channels of a Conv/ConvT/Linear (its per-channel quantization)
 
     @property
     def allocates(self) -> bool:
@@ -59,8 +67,10 @@ class Costs:
     weight_bytes: int  # fp32
     weight_bytes_int8: int  # int8 weights (dynamic quantization of every weight tensor)
     upload_params: int  # what leaves the device: the classifier, or a CVAE's decoder only
-    upload_bytes: int  # fp32 weights of the uploaded part
+    upload_weight_bytes: int  # fp32 weights of the uploaded part
+    upload_bytes: int  # the ONNX file `client train` writes: those weights + graph + metadata
     infer_peak_bytes: int  # uploaded part at batch 1: weights + the largest (inputs + output) step
+    tflm_arena_bytes: int  # uploaded part as full-integer int8 TFLite: TFLite Micro's arena
     activation_bytes: int  # per sample: every layer output kept for backward, plus the input
     role: str
 
@@ -92,6 +102,14 @@ def _layer_macs(m: nn.Module, inputs: tuple, out: torch.Tensor) -> tuple[int, bo
     return 0, False
 
 
+def _channels(m: nn.Module) -> int:
+    if isinstance(m, (nn.Conv2d, nn.ConvTranspose2d)):
+        return m.out_channels
+    if isinstance(m, nn.Linear):
+        return m.out_features
+    return 0
+
+
 def trace(module: nn.Module, example: tuple[torch.Tensor, ...]) -> tuple[list[LayerCall], int]:
     """Run `module` once at batch 1, recording every leaf module call in execution order.
     Returns the calls and the conv/linear MACs."""
@@ -112,6 +130,8 @@ def trace(module: nn.Module, example: tuple[torch.Tensor, ...]) -> tuple[list[La
                     sum(t[0].numel() for t in tensors),
                     sum(t[0].numel() for t in outs),
                     macs,
+                    tensors[0].dim() - 1 if tensors else 0,
+                    _channels(m),
                 )
             )
 
@@ -132,6 +152,72 @@ def trace(module: nn.Module, example: tuple[torch.Tensor, ...]) -> tuple[list[La
         for h in handles:
             h.remove()
     return calls, dense[0]
+
+
+# TFLite Micro (tflite-micro 0.dev20261023, the files `edgefl deploy --target tflite-micro` makes
+# through onnx2tf). Its arena has a head and a tail (RecordingMicroAllocator's report):
+# - head: activations, planned so that a tensor's bytes are reused once its last reader ran. In a
+#   chain the live tensors at an op are its input and output, so the head is the largest
+#   (input + output) of any op, int8, each tensor rounded up to 16 bytes.
+# - tail (persistent): 24 B per tensor (TfLiteEvalTensor), 64 B per op (NodeAndRegistration) and
+#   ~60 B of op data per op, 8 B per output channel of a Conv/Linear (per-channel requantization
+#   multiplier and shift, int32 each), and ~710 B fixed (the graph, the input and output tensors'
+#   structs and their quantization). Fitted on mnist cnn/lenet5/mlp/scnn and hapt cnn1d within 3%.
+# The converter folds ReLU, BatchNorm and Dropout into the op before them, and makes a Flatten of
+# a feature map a TRANSPOSE (NHWC -> NCHW order) and a RESHAPE, each a copy.
+TFLM_ALIGN = 16
+TFLM_FIXED_BYTES = 712
+TFLM_OP_BYTES = 150  # NodeAndRegistration 64 + op data ~60 + the allocator's per-op records ~26
+TFLM_TENSOR_BYTES = 24
+TFLM_CHANNEL_BYTES = 8
+_FOLDED = {"ReLU", "ReLU6", "LeakyReLU", "BatchNorm1d", "BatchNorm2d", "Dropout", "Identity"}
+_DENSE = {"Conv2d", "ConvTranspose2d", "Linear"}
+
+
+def _aligned(n: int) -> int:
+    return -(-n // TFLM_ALIGN) * TFLM_ALIGN
+
+
+def tflm_arena(calls: list[LayerCall], input_elems: int) -> tuple[int, int]:
+    """(head, tail) bytes of TFLite Micro's arena for the int8 chain of `calls` (see above)."""
+    steps: list[tuple[int, int]] = []  # (input, output) elements of each TFLite op
+    tensors, channels = 1, 0  # the graph input
+    for c in calls:
+        if c.kind in _FOLDED or (c.kind in _VIEWS and c.in_rank <= 2):
+            continue
+        if c.kind in _VIEWS:  # a feature map flattened: TRANSPOSE + RESHAPE, one constant each
+            steps += [(c.in_elems, c.out_elems), (c.out_elems, c.out_elems)]
+            tensors += 4
+            continue
+        steps.append((c.in_elems, c.out_elems))
+        tensors += 1 + (2 if c.kind in _DENSE else 0)  # output, weights and bias
+        channels += c.channels
+    if not steps:
+        return _aligned(input_elems), TFLM_FIXED_BYTES + TFLM_TENSOR_BYTES
+    head = max(_aligned(i) + _aligned(o) for i, o in steps)
+    tail = (TFLM_FIXED_BYTES + TFLM_OP_BYTES * len(steps) + TFLM_TENSOR_BYTES * tensors
+            + TFLM_CHANNEL_BYTES * channels)  # fmt: skip
+    return head, tail
+
+
+# The file a client uploads (torch 2.13's exporter, opset 18, debugging records stripped): the
+# fp32 tensors of the uploaded module's state plus ONNX's wrapping. Fitted on every zoo model's
+# `client train` upload (mnist and hapt; tests/test_upload_size.py holds it to 2%): per tensor
+# its name, dims and ~12 B of fields; per leaf layer call ~240 B of nodes, attributes and value
+# infos; ~540 B of graph, inputs and outputs; the metadata JSON ~850 B + 20 B per class.
+ONNX_TENSOR_BYTES = 12
+ONNX_LAYER_BYTES = 240
+ONNX_GRAPH_BYTES = 540
+METADATA_BYTES = 850
+METADATA_CLASS_BYTES = 20
+
+
+def upload_file_bytes(module: nn.Module, calls: list[LayerCall], num_classes: int) -> int:
+    """Estimated size of `module`'s upload file (see above)."""
+    state = [(k, v) for k, v in module.state_dict().items() if v.is_floating_point()]
+    tensors = sum(FP32 * v.numel() + len(k) + 2 * v.dim() + ONNX_TENSOR_BYTES for k, v in state)
+    return (tensors + ONNX_LAYER_BYTES * len(calls) + ONNX_GRAPH_BYTES + METADATA_BYTES
+            + METADATA_CLASS_BYTES * num_classes)  # fmt: skip
 
 
 def _n_params(m: nn.Module) -> int:
@@ -166,6 +252,7 @@ def _costs_cached(spec_json: str) -> Costs:
     upload_params = _n_params(upload)
     # A chain executor frees each tensor once its consumer ran: the peak is the largest step.
     peak_step = max((c.in_elems + c.out_elems for c in infer_calls if c.allocates), default=0)
+    head, tail = tflm_arena(infer_calls, math.prod(spec.input_shape))
     return Costs(
         params=params,
         macs=sum(c.macs for c in calls),
@@ -173,11 +260,23 @@ def _costs_cached(spec_json: str) -> Costs:
         weight_bytes=FP32 * params,
         weight_bytes_int8=params,
         upload_params=upload_params,
-        upload_bytes=FP32 * upload_params,
+        upload_weight_bytes=FP32 * upload_params,
+        upload_bytes=upload_file_bytes(upload, infer_calls, spec.num_classes),
         infer_peak_bytes=FP32 * (upload_params + peak_step),
+        tflm_arena_bytes=head + tail,
         activation_bytes=act,
         role=role_of(spec),
     )
+
+
+def runtime_needs(c: Costs) -> dict[str, tuple[int, int]]:
+    """(memory, storage) bytes the uploaded part needs in each device runtime `edgefl deploy`
+    targets: onnxruntime (its session floor + the fp32 peak; the fp32 file) and TFLite Micro
+    (the int8 arena; the int8 weights in flash, a lower bound of the .tflite file)."""
+    return {
+        "onnxruntime": (ORT_FLOOR_BYTES + c.infer_peak_bytes, c.upload_bytes),
+        "TFLite Micro": (c.tflm_arena_bytes, c.weight_bytes_int8),
+    }
 
 
 def costs(spec: ModelSpec) -> Costs:

@@ -13,7 +13,7 @@ from typing import Literal
 
 from edgefl.data.registry import DatasetInfo
 from edgefl.errors import BudgetError, ConfigError
-from edgefl.models.cost import Costs, costs
+from edgefl.models.cost import Costs, costs, runtime_needs
 from edgefl.models.spec import ModelSpec
 from edgefl.models.zoo import Role, candidate_specs, make_spec, role_of
 from edgefl.profiles import Profile
@@ -42,10 +42,27 @@ class Fit:
         }
 
 
+def ratio_text(need: float, have: float) -> str:
+    """`need / have` as "x1.04": two decimals, more where two would print a misfit as x1.00
+    (a model that needs 1.004x the budget does not fit, and the text must show it)."""
+    r = need / have
+    digits = 2
+    while digits < 6 and need > have and float(f"{r:.{digits}f}") <= 1:
+        digits += 1
+    return f"x{r:.{digits}f}"
+
+
 def _over(what: str, need: float, have: float, unit: str) -> str:
     if unit == "B":
-        return f"{what} {need / 2**20:.2f} MiB > budget {have / 2**20:.2f} MiB (x{need / have:.1f})"
-    return f"{what} {need:.0f} {unit} > budget {have:.0f} {unit} (x{need / have:.1f})"
+        return (f"{what} {need / 2**20:.3f} MiB > budget {have / 2**20:.3f} MiB "
+                f"({ratio_text(need, have)})")  # fmt: skip
+    return f"{what} {need:.0f} {unit} > budget {have:.0f} {unit} ({ratio_text(need, have)})"
+
+
+def storage_bytes(c: Costs) -> int:
+    """What the device stores: its model's fp32 weights, and the upload file's ONNX graph and
+    metadata around the uploaded weights (a CVAE keeps its encoder too)."""
+    return c.weight_bytes + c.upload_bytes - c.upload_weight_bytes
 
 
 def check_fit(
@@ -67,12 +84,13 @@ def check_fit(
     for tag, what, need, have, unit in (
         ("train", f"training memory (batch {batch}, {opt})", train, budget, "B"),
         ("infer", "inference peak memory", c.infer_peak_bytes, budget, "B"),
-        ("storage", "fp32 weights in storage", c.weight_bytes, profile.storage_bytes, "B"),
+        ("storage", "fp32 weights + upload file in storage", storage_bytes(c),
+         profile.storage_bytes, "B"),
         ("time", "estimated epoch time", seconds, profile.max_epoch_seconds, "s"),
-    ):
+    ):  # fmt: skip
         if need > have:
             reasons.append(_over(what, need, have, unit))
-            short.append(f"{tag} x{need / have:.1f}")
+            short.append(f"{tag} {ratio_text(need, have)}")
     return Fit(not reasons, tuple(reasons), tuple(short), train, seconds, batch, opt, samples)
 
 
@@ -198,9 +216,17 @@ def inference_misfit(spec: ModelSpec, profile: Profile) -> tuple[str, ...]:
     if c.infer_peak_bytes > profile.ram_budget_bytes:
         reasons.append(_over("inference peak memory", c.infer_peak_bytes,
                              profile.ram_budget_bytes, "B"))  # fmt: skip
-    if c.weight_bytes > profile.storage_bytes:
-        reasons.append(_over("fp32 weights in storage", c.weight_bytes, profile.storage_bytes, "B"))
+    if storage_bytes(c) > profile.storage_bytes:
+        reasons.append(_over("fp32 weights + upload file in storage", storage_bytes(c),
+                             profile.storage_bytes, "B"))  # fmt: skip
     return tuple(reasons)
+
+
+def runtimes_that_fit(c: Costs, profile: Profile) -> list[str]:
+    """The device runtimes (see `runtime_needs`) the model runs in within the profile's RAM
+    budget and storage."""
+    return [name for name, (memory, storage) in runtime_needs(c).items()
+            if memory <= profile.ram_budget_bytes and storage <= profile.storage_bytes]  # fmt: skip
 
 
 def plan_inference(
