@@ -240,9 +240,11 @@ def print_results(results: dict) -> None:
              fmt_bytes(c["upload_bytes"])]
             for c in results["clients"]]  # fmt: skip
     console.print(fitted(cols, rows, console.width, title="clients"))
+    from edgefl.simulate.render import reused_text
+
     s = results["seconds"]
-    console.print(f"clients {s['clients']:.0f} s, fusion {s['fusion']:.0f} s, total {s['total']:.0f} s; "
-                  f"results in {j['out']}/results.md")  # fmt: skip
+    console.print(f"clients {s['clients']:.0f} s, fusion {s['fusion']:.0f} s, total {s['total']:.0f} s"
+                  f"{escape(reused_text(s))}; results in {escape(j['out'])}/results.md")  # fmt: skip
     if results.get("pictures"):
         names = ", ".join(Path(p).name for p in results["pictures"])
         console.print(f"pictures in {escape(j['out'])}: {escape(names)}")
@@ -300,3 +302,38 @@ def demo_cmd(
     with reporter() as watch:
         results = simulate(job, log=watch.message, progress=watch)
     print_results(results)
+    print_way_on(results)
+
+
+def print_way_on(results: dict) -> None:
+    """The demo's last words: where its uploads and global models are, and what to run next
+    on them (each command runs as printed)."""
+    out = Path(results["job"]["out"])
+    folders = sorted({str(Path(c["path"]).parent) for c in results["clients"] if c.get("path")})
+    fused = [r for r in results["results"] if r.get("accuracy") is not None]
+    models = [out / "global" / f"{r['method']}.onnx" for r in fused]
+    models = [m for m in models if m.exists()]
+    console.rule("Where everything is, and what to try next")
+    for folder in folders or [str(out / "uploads")]:
+        count = sum(1 for c in results["clients"] if str(Path(c.get("path", "")).parent) == folder)
+        console.print(f"uploads: {escape(folder)}/ ({count} client .onnx files)")
+    if models:
+        console.print(f"global models: {escape(str(out / 'global'))}/*.onnx ({len(models)}: "
+                      f"{escape(', '.join(m.stem for m in models))}; a .json report beside each)")  # fmt: skip
+    console.print(
+        f"results: {escape(str(out / 'results.md'))}, {escape(str(out / 'results.json'))}"
+    )
+    best = max(fused, key=lambda r: r["accuracy"], default=None)
+    model = out / "global" / f"{best['method']}.onnx" if best else out / "global" / "fedmho.onnx"
+    uploads = folders[0] if folders else str(out / "uploads")
+    dataset = results["job"]["dataset"]
+    console.print("next:")
+    for line, why in (
+        (f"edgefl eval {model} --dataset {dataset}", "the global model on the test set"),
+        (f"edgefl server fuse {uploads} --method fedmho-md --out runs/try/fedmho-md.onnx "
+         f"--eval {dataset}", "fuse the same uploads yourself, with another method"),
+        (f"edgefl deploy {model} --profile wristband --target onnx --out runs/try/wristband",
+         "convert it for a device class and prove it fits"),
+    ):  # fmt: skip
+        console.print(f"  {escape(line)}", soft_wrap=True)  # one line, to copy whole
+        console.print(f"    [dim]{why}[/]")

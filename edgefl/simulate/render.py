@@ -43,6 +43,17 @@ def val_acc_text(client: dict, unit: str = "") -> str:
     return f"{100 * claimed:.1f}{unit}" + (" (claimed)" if client.get("attack") else "")
 
 
+def reused_text(seconds: dict) -> str:
+    """On a resumed run: which stages' seconds are the recorded ones, and this run's own."""
+    reused = seconds.get("reused")
+    if not reused:
+        return ""
+    return (
+        f" ({' and '.join(reused)} as recorded by the run that did the work: this rerun "
+        f"reused its outputs, in {seconds.get('this_run', 0):.0f} s)"
+    )
+
+
 def results_markdown(results: dict) -> str:
     j = results["job"]
     lines = [
@@ -50,7 +61,7 @@ def results_markdown(results: dict) -> str:
         f"mix {j['mix']}, seed {j['seed']}" + (" (paper models)" if j["paper_models"] else ""),
         "",
         f"Run {results['date_utc']} UTC; clients {results['seconds']['clients']:.0f} s, "
-        f"fusion {results['seconds']['fusion']:.0f} s.",
+        f"fusion {results['seconds']['fusion']:.0f} s{reused_text(results['seconds'])}.",
         "",
         "| method | accuracy (%) | paper (%) | fuse time (s) | upload bytes |",
         "|---|---:|---:|---:|---:|",

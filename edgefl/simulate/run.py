@@ -357,7 +357,7 @@ def fuse_all(job: SimJob, log, clients: list[dict] | None = None,
         model = out / "global" / f"{name}.onnx"
         report = model.with_suffix(".json")
         if model.exists() and report.exists():
-            reports[name] = reuse_global(name, options, report)
+            reports[name] = reuse_global(name, options, report) | {"reused": True}
             log(f"reusing finished {name}")
             continue
         folder = upload_folder(out, method.consumes)
@@ -386,6 +386,31 @@ def chance_warnings(clients: list[dict], reports: dict[str, dict]) -> list[str]:
     for rep in reports.values():
         out += rep.get("warnings", [])
     return out
+
+
+def kept_timings(out: Path, clients: list[dict], reports: dict[str, dict], t_clients: float,
+                 t_fuse: float, total: float) -> dict:  # fmt: skip
+    """The run's seconds. A stage this run reused whole (every upload, or every global model)
+    keeps the seconds the run that made it recorded (results.json), named in "reused": a
+    resumed run reports what the work took, not the instant it took to find it done."""
+    seconds: dict = {"clients": t_clients, "fusion": t_fuse, "total": total}
+    try:
+        before = json.loads((out / "results.json").read_text())["seconds"]
+        before = {k: float(before[k]) for k in ("clients", "fusion")}
+    except (OSError, ValueError, KeyError, TypeError):
+        return seconds
+    whole = {"clients": bool(clients) and all(c.get("reused") for c in clients),
+             "fusion": bool(reports) and all(r.get("reused") for r in reports.values())}  # fmt: skip
+    reused = [stage for stage, done in whole.items() if done]
+    if not reused:
+        return seconds
+    for stage in reused:
+        seconds[stage] = before[stage]
+    seconds["total"] = total + sum(seconds[s] - now for s, now in
+                                   (("clients", t_clients), ("fusion", t_fuse)))  # fmt: skip
+    seconds["reused"] = reused
+    seconds["this_run"] = total
+    return seconds
 
 
 def simulate(job: SimJob, log=None, progress=None, trainer=None) -> dict:
@@ -423,7 +448,7 @@ def simulate(job: SimJob, log=None, progress=None, trainer=None) -> dict:
         "clients": clients,
         "results": rows,
         "warnings": chance_warnings(clients, reports),
-        "seconds": {"clients": t_clients, "fusion": t_fuse, "total": time.perf_counter() - t0},
+        "seconds": kept_timings(out, clients, reports, t_clients, t_fuse, time.perf_counter() - t0),
         "paper_reference": reference,
         "host": {
             "cpu_count": os.cpu_count(),

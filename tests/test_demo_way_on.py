@@ -1,0 +1,76 @@
+"""Issue 34 item 1: a run ends by saying where its uploads and global models went and what to
+run next (commands that parse as printed); a resumed run keeps the timings the run that did
+the work recorded, and says it reused them, instead of "clients 0 s, fusion 0 s"."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+
+import pytest
+import typer.main
+
+from edgefl.cli import app
+from edgefl.cli.simulate_cmd import print_results, print_way_on
+from edgefl.simulate.run import SimJob, simulate
+
+
+def tiny(out: Path) -> SimJob:
+    return SimJob(dataset="digits", clients=4, mix="smartphone:2,wristband:2",
+                  partition="dirichlet:1.0", out=str(out), paper_models=True,
+                  classifier_epochs=2, generator_epochs=2, methods=("fedavg",))  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    out = tmp_path_factory.mktemp("demo") / "run"
+    first = simulate(tiny(out))
+    recorded = json.loads((out / "results.json").read_text())["seconds"]
+    again = simulate(tiny(out))
+    return out, first, recorded, again
+
+
+def test_a_resumed_run_keeps_the_recorded_timings(runs):
+    out, first, recorded, again = runs
+    assert "reused" not in first["seconds"]
+    s = again["seconds"]
+    assert s["reused"] == ["clients", "fusion"]
+    assert s["clients"] == pytest.approx(recorded["clients"])
+    assert s["fusion"] == pytest.approx(recorded["fusion"])
+    assert s["clients"] > 0.5 and s["this_run"] < s["total"]
+    # what is written keeps them too, and says so
+    assert json.loads((out / "results.json").read_text())["seconds"]["reused"]
+    assert "reused its outputs" in (out / "results.md").read_text()
+
+
+def test_the_summary_says_the_timings_were_reused(runs, capsys):
+    print_results(runs[3])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "clients and fusion as recorded by the run that did the work" in text
+    assert "clients 0 s, fusion 0 s" not in text
+
+
+def parses(line: str) -> None:
+    """`edgefl A B ARGS...` is a real command whose arguments parse (nothing is run)."""
+    words = shlex.split(line)
+    assert words[0] == "edgefl"
+    command, i = typer.main.get_command(app), 1
+    while hasattr(command, "commands") and words[i] in command.commands:
+        command, i = command.commands[words[i]], i + 1
+    ctx = command.make_context(" ".join(words[:i]), words[i:], resilient_parsing=False)
+    ctx.close()
+
+
+def test_the_run_ends_with_where_everything_is_and_what_next(runs, capsys):
+    out, *_, again = runs
+    print_way_on(again)
+    text = capsys.readouterr().out
+    flat = " ".join(text.split())
+    assert f"uploads: {out / 'uploads'}/ (4 client .onnx files)" in flat
+    assert f"global models: {out / 'global'}/*.onnx (1: fedavg" in flat
+    commands = [line.strip() for line in text.splitlines() if line.strip().startswith("edgefl ")]
+    assert len(commands) == 3
+    assert any(f"eval {out / 'global' / 'fedavg.onnx'}" in c for c in commands)
+    for line in commands:
+        parses(line)
