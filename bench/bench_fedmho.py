@@ -6,6 +6,8 @@ table.{json,md,png} beside the cells in --runs. This script adds only the record
     python bench/bench_fedmho.py --budget cpu --jobs 2 --record bench/results/fedmho_table3_cpu
     python bench/bench_fedmho.py --budget paper --train-device cuda --device cuda \\
         --runs runs/bench-fedmho-paper --record bench/results/fedmho_table3_paper
+    python bench/bench_fedmho.py --budget code --train-device cuda --device cuda \\
+        --runs runs/bench-fedmho-code --record bench/results/fedmho_table3_code
     python bench/bench_fedmho.py --federation fedmho ...   # every method on the FedMHO federation
 
 The recorded bench/results/fedmho*.{json,md} were made by this script's earlier version (the
@@ -36,7 +38,7 @@ from edgefl.reproduce.run import ReproduceJob, output_stem, reproduce
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--budget", default="cpu", help="cpu | paper (see `edgefl reproduce`)")
+    ap.add_argument("--budget", default="cpu", help="cpu | paper | code (see `edgefl reproduce`)")
     ap.add_argument("--federation", default="own", help="own | classifiers | fedcvae | fedmho")
     ap.add_argument("--partitions", default=None, help="default: the budget's")
     ap.add_argument("--seeds", default=None, help="default: the budget's")
