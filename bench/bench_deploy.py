@@ -1,10 +1,17 @@
-"""Every zoo classifier that fits a wristband or a phone, deployed: file size, TFLite Micro arena,
-onnxruntime's resident increase, beside the cost model's peak inference memory (issue 31 item 5).
+"""The cost model against the runtimes (issue 31 item 5): every zoo classifier that runs on a
+wristband or a phone (the planner's inference rule, `inference_misfit`), on MNIST and HAPT,
+deployed as full-integer int8 TFLite and measured in TFLite Micro (minimal arena by bisection,
+split into activations and persistent data), and as ORT format measured in onnxruntime
+(resident increase in a fresh process), beside the cost model's `infer_peak_bytes` (fp32
+weights + largest step) and `tflm_arena_bytes` (the runtime-aware estimate).
 
-    python bench/bench_deploy.py [--dataset digits] [--out bench/results]
+    python bench/bench_deploy.py [--datasets mnist,hapt] [--skip vgg9] [--out bench/results]
 
 Models are untrained (sizes and memory do not depend on the weights' values); calibration uses
-the dataset's train split. Writes deploy.json and deploy.md with command, date, machine, commit.
+256 samples of the dataset's train split. The TFLite Micro arena of a model that fits only the
+phone is measured under a bench profile without limits (a phone runs onnxruntime; the arena
+shows what the cost model says of it). Writes deploy_memory.json and deploy_memory.md with
+command, date, machine, commit.
 """
 
 from __future__ import annotations
@@ -21,105 +28,188 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import onnx  # noqa: E402
+from onnx import TensorProto, helper  # noqa: E402
 
 from edgefl.client.run import export_model, model_metadata  # noqa: E402
 from edgefl.data.registry import DATASETS  # noqa: E402
 from edgefl.deploy import DeployRequest, deploy  # noqa: E402
-from edgefl.deploy.targets import TARGETS  # noqa: E402
+from edgefl.deploy.measure import ort_resident_increase  # noqa: E402
 from edgefl.errors import EdgeflError  # noqa: E402
-from edgefl.models.cost import costs  # noqa: E402
+from edgefl.models.cost import ORT_FLOOR_BYTES, costs  # noqa: E402
+from edgefl.models.plan import inference_misfit, plan_inference  # noqa: E402
 from edgefl.models.zoo import ZOO, build_model, input_kind, make_spec  # noqa: E402
 from edgefl.profiles import get_profile  # noqa: E402
 
-# (profile, target): the runtime each device class runs.
-RUNS = (("wristband", "tflite-micro"), ("smartphone", "ort-mobile"))
+PROFILES = ("wristband", "smartphone")
+# Budgets no model meets: the arena of a phone-only model is measured, not refused.
+UNBOUNDED = """name = "bench-unbounded"
+description = "bench only: TFLite Micro measured without a budget"
+ram_bytes = 68_719_476_736
+ram_available_fraction = 1.0
+storage_bytes = 68_719_476_736
+macs_per_second = 1.0e12
+
+[training]
+optimizer = "sgd"
+batch_size = 1
+epochs = 1
+max_epoch_seconds = 1.0
+"""
 
 
-def _models(dataset: str):
+def models(dataset: str, skip: set[str]):
+    """Each zoo classifier's default size, and the largest each profile runs (plan_inference),
+    that runs on at least one of PROFILES: (spec, profiles it fits)."""
     info = DATASETS.get(dataset)
-    for entry in ZOO:
-        if entry.role == "classifier" and input_kind(info.input_shape) in entry.inputs:
-            yield make_spec(entry.name, info.input_shape, info.num_classes)
+    specs = [make_spec(e.name, info.input_shape, info.num_classes) for e in ZOO
+             if e.role == "classifier" and input_kind(info.input_shape) in e.inputs]  # fmt: skip
+    specs += [plan_inference(get_profile(p), info.input_shape, info.num_classes) for p in PROFILES]
+    seen = set()
+    for spec in specs:
+        if spec.label in seen or spec.name in skip:
+            continue
+        seen.add(spec.label)
+        fits = [p for p in PROFILES if not inference_misfit(spec, get_profile(p))]
+        if fits:
+            yield spec, fits
+
+
+def ort_floor(tmp: Path) -> int | None:
+    """onnxruntime's resident increase for an Identity model: the session's own floor."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])
+    graph = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "floor", [x], [y])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 10
+    path = tmp / "identity.onnx"
+    onnx.save(model, path)
+    return ort_resident_increase(path)
+
+
+def measure(spec, fits: list[str], dataset: str, tmp: Path, unbounded: Path) -> dict:
+    c = costs(spec)
+    src = tmp / f"{dataset}-{spec.label}.onnx".replace("/", "_")
+    meta = model_metadata(spec, class_names=[str(i) for i in range(spec.num_classes)],
+                          label_counts=[1] * spec.num_classes, client_id="bench",
+                          profile=None, dataset=dataset)  # fmt: skip
+    export_model(build_model(spec), spec, meta, src)
+    row = {"dataset": dataset, "model": spec.label, "fits": fits, "params": c.params,
+           "cost_infer_peak_bytes": c.infer_peak_bytes,
+           "cost_tflm_arena_bytes": c.tflm_arena_bytes,
+           "cost_ort_bytes": ORT_FLOOR_BYTES + c.infer_peak_bytes}  # fmt: skip
+    band = "wristband" in fits
+    start = time.perf_counter()
+    try:
+        rep = deploy(DeployRequest(model=str(src), profile="wristband" if band else str(unbounded),
+                                   target="tflite-micro", out=str(tmp / f"{src.stem}-tflm"),
+                                   calibrate=f"{dataset}:train", eval=f"{dataset}:test",
+                                   eval_samples=200))  # fmt: skip
+    except EdgeflError as exc:
+        row["tflm_refused"] = exc.message
+    else:
+        fig = rep.runtime_figures
+        row |= {"tflm_profile": "wristband" if band else "bench-unbounded",
+                "tflm_arena_bytes": fig["memory_bytes"], "tflm_flash_bytes": fig["flash_bytes"],
+                "tflm_arena_split": fig.get("arena_split"),
+                "tflm_int8_accuracy": rep.accuracy["accuracy"],
+                "tflm_fp32_accuracy": rep.accuracy["accuracy_fp32"]}  # fmt: skip
+        row["estimate_over_arena"] = c.tflm_arena_bytes / fig["memory_bytes"]
+    row["tflm_seconds"] = time.perf_counter() - start
+    if "smartphone" in fits:
+        try:
+            rep = deploy(DeployRequest(model=str(src), profile="smartphone", target="ort-mobile",
+                                       out=str(tmp / f"{src.stem}-ort"),
+                                       eval=f"{dataset}:test", eval_samples=200))  # fmt: skip
+        except EdgeflError as exc:
+            row["ort_refused"] = exc.message
+        else:
+            row["ort_rss_increase_bytes"] = rep.runtime_figures["memory_bytes"]
+            row["ort_file_bytes"] = rep.files[0]["bytes"]
+    return row
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--dataset", default="digits")
+    ap.add_argument("--datasets", default="mnist,hapt")
+    ap.add_argument("--skip", default="", help="zoo names to leave out (comma-separated)")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results"))
     args = ap.parse_args()
     rows = []
-    with tempfile.TemporaryDirectory(prefix="edgefl-bench-deploy-") as tmp:
-        for spec in _models(args.dataset):
-            c = costs(spec)
-            src = Path(tmp, f"{spec.name}.onnx")
-            meta = model_metadata(spec, class_names=[str(i) for i in range(spec.num_classes)],
-                                  label_counts=[1] * spec.num_classes, client_id="bench",
-                                  profile=None, dataset=args.dataset)  # fmt: skip
-            export_model(build_model(spec), spec, meta, src)
-            for profile, target in RUNS:
-                if TARGETS[target].missing():
-                    continue
-                row = {"model": spec.label, "profile": profile, "target": target,
-                       "cost_model_infer_peak_bytes_fp32": c.infer_peak_bytes,
-                       "cost_model_infer_peak_bytes_int8": c.infer_peak_bytes // 4}  # fmt: skip
-                start = time.perf_counter()
-                try:
-                    rep = deploy(DeployRequest(model=str(src), profile=profile, target=target,
-                                               out=str(Path(tmp, f"{spec.name}-{target}")),
-                                               calibrate=f"{args.dataset}:train",
-                                               eval=f"{args.dataset}:test", eval_samples=200))  # fmt: skip
-                except EdgeflError as exc:
-                    row["refused"] = exc.message
-                else:
-                    fig = rep.runtime_figures
-                    row |= {"file_bytes": rep.files[0]["bytes"],
-                            "memory_bytes": fig.get("memory_bytes"),
-                            "memory_what": fig.get("memory_what"),
-                            "latency_ms_per_sample": fig.get("latency_ms_per_sample"),
-                            "mobile_usability": fig.get("mobile_usability")}  # fmt: skip
-                    if target == "tflite-micro":
-                        est = rep.cost_estimate.get("estimated_activation_bytes")
-                        row["cost_model_int8_activation_bytes"] = est
-                        if est:
-                            row["arena_over_estimate"] = fig["memory_bytes"] / est
-                row["seconds"] = time.perf_counter() - start
+    with tempfile.TemporaryDirectory(prefix="edgefl-bench-deploy-") as name:
+        tmp = Path(name)
+        unbounded = tmp / "bench-unbounded.toml"
+        unbounded.write_text(UNBOUNDED)
+        floor = ort_floor(tmp)
+        print(json.dumps({"ort_identity_rss_increase_bytes": floor}), flush=True)
+        for dataset in args.datasets.split(","):
+            for spec, fits in models(dataset, set(filter(None, args.skip.split(",")))):
+                row = measure(spec, fits, dataset, tmp, unbounded)
                 print(json.dumps(row), flush=True)
                 rows.append(row)
-    _write(rows, args)
+    write(rows, floor, args)
 
 
-def _write(rows: list[dict], args) -> None:
+def write(rows: list[dict], floor: int | None, args) -> None:
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
                             text=True, cwd=ROOT).stdout.strip()  # fmt: skip
+    import onnxruntime
+    import tflite_micro
+
     header = {"command": " ".join(["python", "bench/bench_deploy.py", *sys.argv[1:]]),
               "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-              "machine": f"{platform.machine()} {os.cpu_count()} cores, {platform.platform()}",
-              "commit": commit, "dataset": args.dataset,
-              "profiles": {p: get_profile(p).as_dict() for p, _ in RUNS}}  # fmt: skip
+              "machine": f"{platform.machine()} {os.cpu_count()} CPUs (shared), "
+                         f"{platform.platform()}",
+              "commit": commit, "onnxruntime": onnxruntime.__version__,
+              "tflite_micro": getattr(tflite_micro, "__version__", "installed"),
+              "ort_identity_rss_increase_bytes": floor,
+              "cost_model_ort_floor_bytes": ORT_FLOOR_BYTES}  # fmt: skip
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "deploy.json").write_text(json.dumps({**header, "rows": rows}, indent=2) + "\n")
-    lines = [f"# Deployed zoo models ({args.dataset})", "",
-             f"`{header['command']}` on {header['date']}, {header['machine']}, commit {commit}.", "",
-             "| model | profile | target | file bytes | measured memory | cost model peak (fp32 / int8) | latency ms | note |",
-             "|---|---|---|---:|---:|---:|---:|---|"]  # fmt: skip
+    (out / "deploy_memory.json").write_text(json.dumps({**header, "rows": rows}, indent=2) + "\n")
+    worst = max((abs(r["estimate_over_arena"] - 1) for r in rows if "estimate_over_arena" in r),
+                default=None)  # fmt: skip
+    lines = [
+        "# The cost model against the runtimes (issue 31 item 5)", "",
+        f"`{header['command']}` on {header['date']}, {header['machine']}, commit {commit}, "
+        f"onnxruntime {header['onnxruntime']}.", "",
+        "Every zoo classifier (default size, and the largest each profile runs) that runs on a "
+        "wristband or a phone by the planner's inference rule. TFLite Micro: full-integer int8 "
+        "(onnx2tf, per-channel), minimal arena by bisection (16 B steps), split as TFLite "
+        "Micro's recording allocator reports it (activations / persistent); weights stay in "
+        "flash. onnxruntime: ORT format, resident increase for load + one inference in a fresh "
+        "process after `import onnxruntime`.", "",
+        "| dataset | model | runs on | cost model infer peak (fp32) | cost model TFLM arena | "
+        "TFLM arena measured (activations + persistent) | estimate / measured | TFLM flash | "
+        "ORT resident increase | cost model ORT (floor + peak) |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]  # fmt: skip
     for r in rows:
-        mem = r.get("memory_bytes")
-        note = r.get("refused", "")
-        if "arena_over_estimate" in r:
-            note = f"arena / cost-model int8 activations = {r['arena_over_estimate']:.2f}"
-        if r.get("mobile_usability"):
-            note = ", ".join(f"{ep} {v['supported_nodes']}/{v['nodes']}"
-                             for ep, v in r["mobile_usability"].items())  # fmt: skip
-        lat = r.get("latency_ms_per_sample")
-        lines.append(f"| {r['model']} | {r['profile']} | {r['target']} | {r.get('file_bytes', '')} "
-                     f"| {'' if mem is None else f'{mem:,}'} | {r['cost_model_infer_peak_bytes_fp32']:,}"
-                     f" / {r['cost_model_infer_peak_bytes_int8']:,} | "
-                     f"{'' if lat is None else f'{lat:.3f}'} | {note} |")  # fmt: skip
-    lines += ["", "Memory: TFLite Micro's minimal arena (bisection, weights in flash) for "
-              "tflite-micro; onnxruntime's resident increase (load + one inference, fresh "
-              "process, one thread) for ort-mobile."]  # fmt: skip
-    (out / "deploy.md").write_text("\n".join(lines) + "\n")
+        split = r.get("tflm_arena_split")
+        measured = (f"{r['tflm_arena_bytes']:,}" + (f" ({split['activations']:,} + "
+                    f"{split['persistent']:,})" if split else "")
+                    if "tflm_arena_bytes" in r else f"refused: {r.get('tflm_refused', '')}")  # fmt: skip
+        if r.get("tflm_profile") == "bench-unbounded":
+            measured += " (no budget)"
+        ratio = f"{r['estimate_over_arena']:.3f}" if "estimate_over_arena" in r else ""
+        ort = r.get("ort_rss_increase_bytes")
+        lines.append(
+            f"| {r['dataset']} | {r['model']} | {', '.join(r['fits'])} | "
+            f"{r['cost_infer_peak_bytes']:,} | {r['cost_tflm_arena_bytes']:,} | {measured} | "
+            f"{ratio} | {r.get('tflm_flash_bytes', 0):,} | "
+            f"{'' if ort is None else f'{ort:,}'} | {r['cost_ort_bytes']:,} |"
+        )
+    lines += [
+        "",
+        f"Largest gap between `tflm_arena_bytes` and the measured arena: "
+        f"{'' if worst is None else f'{100 * worst:.1f}%'} (target: within 25%).",
+        f"onnxruntime's floor, an Identity model's resident increase on this machine: "
+        f"{'' if floor is None else f'{floor:,}'} bytes; the cost model's `ORT_FLOOR_BYTES` is "
+        f"{ORT_FLOOR_BYTES:,} (shared/notes/deploy.md).",
+    ]
+    (out / "deploy_memory.md").write_text("\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":
