@@ -312,7 +312,14 @@ def test_quantize_int8_preserves_metadata_and_validates(exported, tmp_path):
     dst = tmp_path / "classifier_int8.onnx"
     result = quantize_int8(path, dst)
     assert path.read_bytes() == before
-    assert result["size_after"] == dst.stat().st_size < result["size_before"]
+    assert result["size_after"] == dst.stat().st_size
+
+    # The weights shrink; on this tiny model the quantize/dequantize nodes can outweigh that in
+    # the file (the exporter no longer pads every node with ~1 KB of stack trace).
+    def weight_bytes(file):
+        return sum(len(t.raw_data) for t in onnx.load(file).graph.initializer)
+
+    assert weight_bytes(dst) < weight_bytes(path)
     assert result["max_abs_diff"] < 0.1
     art = validate_upload(dst)
     original = read_artifact(path).metadata
