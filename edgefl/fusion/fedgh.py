@@ -133,7 +133,8 @@ METHOD = Method(
     judged="per-client",  # FedGH's metric: personalized models on local test splits
     personalize="header",  # each client splices the header into its own model
     divergences=(
-        "the official server loop steps the wrong optimizer, so its header never changes; "
-        "edgefl trains the header under every budget (a defect, not a setting to copy)",
+        "the official server loop (LipingYi/FedGH, FedGH_Codes/experiments/FLHetero/FedGH.py) "
+        "backpropagates into the header but steps the clients' optimizer, so the header never "
+        "changes; edgefl trains it under every budget (a defect, not a setting to copy)",
     ),
 )
