@@ -1,6 +1,7 @@
 """Fusion methods, one file each, registered by name in METHODS (explicit list, no magic)."""
 
 from edgefl.fusion import (
+    coboosting,
     dense,
     ensemble,
     fedavg,
@@ -31,6 +32,7 @@ for _m in (
     *fedmho.METHODS,
     fedmho_cw.METHOD,
     dense.METHOD,
+    coboosting.METHOD,
     fedhydra.METHOD,
     pfedzkd.METHOD,
     feddf.METHOD,

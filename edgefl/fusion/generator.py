@@ -285,27 +285,41 @@ class SyntheticValidation:
 
 
 class ReplayPool:
-    """Up to `capacity` earlier synthetic images with their teacher targets, a uniform sample of
-    all seen so far (reservoir sampling), so a student can rehearse what earlier generators made."""
+    """Up to `capacity` earlier synthetic images with their targets, a uniform sample of all seen
+    so far (reservoir sampling), so a student can rehearse what earlier generators made. The
+    targets are one tensor (`t`) or a tuple of tensors aligned with the images (Co-Boosting
+    keeps each teacher's logits and the generator's target label); `sample` and `contents`
+    return them in the shape they were added in."""
 
     def __init__(self, capacity: int):
         self.capacity = capacity
         self.x: torch.Tensor | None = None
-        self.t: torch.Tensor | None = None
+        self._t: tuple[torch.Tensor, ...] = ()
+        self._single = True
         self.size = 0
         self.seen = 0
 
-    def add(self, x: torch.Tensor, t: torch.Tensor, rng: torch.Generator) -> None:
+    @property
+    def t(self):
+        return self._t[0] if self._single and self._t else (self._t or None)
+
+    def _out(self, ts: tuple[torch.Tensor, ...]):
+        return ts[0] if self._single else ts
+
+    def add(self, x: torch.Tensor, t, rng: torch.Generator) -> None:
         """Algorithm R over a batch: the first `capacity` images fill the pool; image number i
         (1-based, over the whole run) then replaces a uniform slot with probability capacity / i."""
         if self.capacity <= 0 or len(x) == 0:
             return
+        ts = t if isinstance(t, tuple) else (t,)
         if self.x is None:
+            self._single = not isinstance(t, tuple)
             self.x = x.new_empty((self.capacity, *x.shape[1:]))
-            self.t = t.new_empty((self.capacity, *t.shape[1:]))
+            self._t = tuple(v.new_empty((self.capacity, *v.shape[1:])) for v in ts)
         fill = min(len(x), self.capacity - self.size)
         self.x[self.size : self.size + fill] = x[:fill]
-        self.t[self.size : self.size + fill] = t[:fill]
+        for dst, src in zip(self._t, ts, strict=True):
+            dst[self.size : self.size + fill] = src[:fill]
         self.size += fill
         rest = len(x) - fill
         if rest:
@@ -317,9 +331,15 @@ class ReplayPool:
             if chosen:
                 dst = torch.tensor(list(chosen), device=self.x.device)
                 src = torch.tensor(list(chosen.values()), device=x.device)
-                self.x[dst], self.t[dst] = x[src], t[src]
+                self.x[dst] = x[src]
+                for pool_t, new_t in zip(self._t, ts, strict=True):
+                    pool_t[dst] = new_t[src]
         self.seen += len(x)
 
-    def sample(self, n: int, rng: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    def sample(self, n: int, rng: torch.Generator):
         idx = torch.randint(0, self.size, (n,), generator=rng).to(self.x.device)
-        return self.x[idx], self.t[idx]
+        return self.x[idx], self._out(tuple(v[idx] for v in self._t))
+
+    def contents(self):
+        """Everything the pool holds now: (images, targets), views, not copies."""
+        return self.x[: self.size], self._out(tuple(v[: self.size] for v in self._t))

@@ -1,0 +1,291 @@
+"""Co-Boosting (Dai et al., "Enhancing One-Shot Federated Learning Through Data and Ensemble
+Co-Boosting", ICLR 2024, arXiv 2402.15070; a DENSE extension in shared/notes/methods.md).
+
+Data-free one-shot fusion of classifiers of any architectures, in which the synthetic data and
+the ensemble improve each other. The ensemble is a weighted sum of the teachers' logits,
+A_w(x) = sum_k w_k f_k(x), w starting at 1/K. Per epoch t:
+1. hard samples: the generator takes `gen_steps` steps on one (z, y) batch with
+   L_H - adv * KL(A_w(x) || S(x)), where L_H = mean of -(1 - p_y)^gamma log p_y, p = softmax(A_w(x))
+   (cross-entropy that weighs most the samples the ensemble finds hard: focal weighting), and
+   the KL term pushes the samples to where the server model S still disagrees with the
+   ensemble. The batches join the pool with each teacher's logits and their target y.
+2. ensemble enhancement: the weights take sign-gradient steps that lower CE(A_w(x), y) on the
+   pool, one per pool batch, with a step mu * decay^t, and are projected back onto the
+   constraint after each (`weight_constraint`: each w_k in [0, 1], or the simplex).
+   Teachers never change, so A_w on a pooled sample is a weighted sum of stored logits: this
+   step costs no teacher pass.
+3. distillation on the whole pool: each batch is first diversified on the fly (output-
+   diversified sampling: one step of size eps along sign grad_x r . softmax(A_w(x)/T), r drawn
+   uniformly in [-1, 1]^C per sample; the perturbed samples stay hard for the current ensemble
+   and differ every epoch), then S learns KL(A_w(x')/T || S(x')/T) with the current weights.
+
+What edgefl adds or leaves out, each an option: by default every generator step's batch joins
+the pool (DENSE's `pool_every_step`, measured there: more samples for no teacher pass; the
+paper pools each epoch's final batch, the `paper` budget); the pool keeps at most `pool_size`
+samples (a uniform sample of all made, generator.ReplayPool), which bounds memory and each
+epoch's distillation; the generator is trained on, not re-initialised, each epoch (the
+authors' code re-initialises it: `--budget code`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch.nn import functional as F
+
+from edgefl.fusion.base import (
+    AUGMENT,
+    AUGMENT_HELP,
+    FusionContext,
+    FusionResult,
+    Method,
+    Reference,
+    fedmho_table3,
+    jitter,
+)
+from edgefl.fusion.generator import (
+    PAPER_GENERATOR,
+    BNStatLoss,
+    GeneratorConfig,
+    ReplayPool,
+    frozen_teachers,
+    kl_at,
+    make_generator,
+    sample_noise,
+    set_trainable,
+    student_jitter,
+    teacher_forward,
+)
+from edgefl.fusion.options import option
+
+CONSTRAINTS = ("box", "simplex")
+
+
+@dataclass(frozen=True)
+class CoBoostingConfig(GeneratorConfig):
+    """The shared generator defaults, with DENSE's cpu schedule (10 epochs of T_G = 30 steps on
+    one noise batch: fewer steps leave a batch unfinished) and Co-Boosting's own knobs. Values
+    marked (code) are the authors' public code's (rong-dai/Co-Boosting, datafree_kd.py), which
+    the paper's experiments ran: T = 4, gamma = 1, mu = 0.01 decaying by 0.99 an epoch,
+    eps = 8/255, no BatchNorm-statistics term."""
+
+    epochs: int = option(10, "epochs: generator steps, weights, then distillation (paper: 200)",
+                         low=1)  # fmt: skip
+    gen_steps: int = option(30, "generator steps per epoch (T_G; paper: 30)", low=1)
+    temperature: float = option(4.0, "distillation temperature T, also of the diversifying "
+                                "step's softmax (code: 4)", low=0, low_open=True)  # fmt: skip
+    bn_weight: float = option(0.0, "generator loss: weight of the BatchNorm-statistics term "
+                              "(Co-Boosting has none: 0)", low=0)  # fmt: skip
+    # Co-Boosting's own diversification of the pooled samples is `ods_eps`.
+    augment: str = option("none", AUGMENT_HELP, choices=("clients", *AUGMENT))
+    hard_gamma: float = option(1.0, "L_H: focal exponent gamma on (1 - p_y) (0: plain CE; code: 1)",
+                               low=0)  # fmt: skip
+    weight_lr: float = option(0.01, "ensemble weights: sign-gradient step mu (0: plain average)",
+                              low=0)  # fmt: skip
+    weight_decay: float = option(0.99, "ensemble weights: mu shrinks by this factor each epoch",
+                                 low=0, low_open=True, high=1)  # fmt: skip
+    weight_constraint: str = option(
+        "box",
+        "ensemble weights after each step: box (each w_k in [0, 1], the authors' code) or "
+        "simplex (w_k >= 0 summing to 1: only the mixture moves, never the logits' scale)",
+        choices=CONSTRAINTS,
+    )
+    ods_eps: float = option(8 / 255, "diversifying step size on the [0, 1] input scale before "
+                            "distillation (0: off; code: 8/255)", low=0)  # fmt: skip
+    pool_every_step: bool = option(
+        True, "pool every generator step's batch (false: each epoch's final batch, the paper)"
+    )
+    pool_size: int = option(50_000, "most synthetic samples kept (a uniform sample of all made)",
+                            low=1)  # fmt: skip
+    kd_steps: int = option(0, "student steps per epoch; 0 = one pass over the pool", low=0)
+    reset_generator: bool = option(
+        False, "re-initialise the generator each epoch (the authors' code does)"
+    )
+
+
+def weighted_ensemble(logits: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """A_w: (m, b, c) teacher logits and (m,) weights -> (b, c)."""
+    return torch.einsum("mbc,m->bc", logits, w)
+
+
+def hard_ce(logits: torch.Tensor, y: torch.Tensor, gamma: float) -> torch.Tensor:
+    """L_H: mean over the batch of -(1 - p_y)^gamma log p_y, p = softmax(logits)."""
+    logp = F.log_softmax(logits, 1).gather(1, y[:, None]).squeeze(1)
+    return (-((1 - logp.exp()) ** gamma) * logp).mean()
+
+
+def project(w: torch.Tensor, constraint: str) -> torch.Tensor:
+    """The nearest point of the constraint set (Euclidean): the box [0, 1]^m, or the simplex
+    {w >= 0, sum w = 1} (sort-and-threshold, Held et al. 1974 / Duchi et al. 2008)."""
+    if constraint == "box":
+        return w.clamp(0.0, 1.0)
+    u = torch.sort(w, descending=True).values
+    css = u.cumsum(0) - 1
+    k = torch.arange(1, len(w) + 1, dtype=w.dtype, device=w.device)
+    rho = int(torch.nonzero(u - css / k > 0).max())
+    return (w - css[rho] / (rho + 1)).clamp_min(0.0)
+
+
+def enhance_weights(w, logits, y, *, step: float, constraint: str, batch_size: int,
+                    rng: torch.Generator) -> tuple[torch.Tensor, float]:  # fmt: skip
+    """One pass over the pool: per batch, w <- P(w - step * sign(grad_w CE(A_w(x), y))).
+    `logits` are the pool's stored (n, m, c) teacher logits. Returns w and the mean CE."""
+    total, batches = 0.0, 0
+    for idx in torch.randperm(len(y), generator=rng).split(batch_size):
+        idx = idx.to(y.device)
+        w = w.detach().requires_grad_(True)
+        loss = F.cross_entropy(weighted_ensemble(logits[idx].transpose(0, 1), w), y[idx])
+        (grad,) = torch.autograd.grad(loss, [w])
+        w = project(w.detach() - step * grad.sign(), constraint)
+        total += float(loss.detach())
+        batches += 1
+    return w, total / max(1, batches)
+
+
+def diversify(teachers, x, w, eps: float, temperature: float, rng: torch.Generator):
+    """Output-diversified sampling: x + eps * sign(grad_x r . softmax(A_w(x) / T)), r ~ U[-1, 1]
+    per sample and class, kept in [0, 1]. Only x gets a gradient (the teachers are frozen)."""
+    x = x.detach().requires_grad_(True)
+    p = F.softmax(weighted_ensemble(teacher_forward(teachers, x), w) / temperature, 1)
+    r = (torch.rand(p.shape, generator=rng) * 2 - 1).to(p.device)
+    (grad,) = torch.autograd.grad((r * p).sum(), [x])
+    return (x.detach() + eps * grad.sign()).clamp(0.0, 1.0)
+
+
+def fuse(ctx: FusionContext, cfg: CoBoostingConfig) -> FusionResult:
+    uploads = ctx.require("classifier", "coboosting")
+    dev = ctx.device
+    torch.manual_seed(cfg.seed)
+    rng = torch.Generator().manual_seed(cfg.seed)
+    teachers = frozen_teachers(uploads, dev)
+    bn = BNStatLoss(teachers) if cfg.bn_weight else None
+    spec, student = ctx.student(cfg.student)
+    opt_s = torch.optim.SGD(student.parameters(), lr=cfg.lr, momentum=cfg.momentum)
+    w = torch.full((len(teachers),), 1.0 / len(teachers), device=dev)
+    pool = ReplayPool(cfg.pool_size)
+    augment = student_jitter(cfg.augment, ctx.input_shape)
+    hist: dict[str, list] = {k: [] for k in ("generator", "hard_ce", "adv", "weights_ce",
+                                             "distill", "weights")}  # fmt: skip
+    gen = opt_g = None
+
+    ctx.progress("epoch", 0, cfg.epochs)
+    for epoch in range(cfg.epochs):
+        if gen is None or cfg.reset_generator:
+            gen = make_generator(cfg.nz, cfg.ngf, ctx.input_shape, cfg.seed + epoch, dev)
+            opt_g = torch.optim.Adam(gen.parameters(), lr=cfg.gen_lr)
+        z, y = sample_noise(rng, cfg.batch_size, cfg.nz, ctx.num_classes, dev)
+        set_trainable(student, False)
+        with ctx.stage("generator"):  # 1. hard samples for the current ensemble and student
+            for step in range(cfg.gen_steps):
+                x = gen(z)
+                logits = teacher_forward(teachers, x, bn)
+                ens = weighted_ensemble(logits, w)
+                l_h = hard_ce(ens, y, cfg.hard_gamma)
+                l_adv = -kl_at(ens, student(x))
+                loss = cfg.ce_weight * l_h + cfg.adv_weight * l_adv
+                if bn is not None:
+                    loss = loss + cfg.bn_weight * bn.value(dev)
+                if cfg.pool_every_step or step == cfg.gen_steps - 1:
+                    # x and its logits come before this step's update: a pair
+                    pool.add(x.detach(), (logits.detach().transpose(0, 1), y), rng)
+                opt_g.zero_grad(set_to_none=True)
+                loss.backward()
+                opt_g.step()
+        for k, v in zip(("generator", "hard_ce", "adv"), (loss, l_h, l_adv), strict=True):
+            hist[k].append(float(v.detach()))
+
+        with ctx.stage("weights"):  # 2. the ensemble re-weighted on the hard samples
+            _, (pool_logits, pool_y) = pool.contents()
+            w, ce = enhance_weights(
+                w, pool_logits, pool_y, step=cfg.weight_lr * cfg.weight_decay**epoch,
+                constraint=cfg.weight_constraint, batch_size=cfg.batch_size, rng=rng,
+            )  # fmt: skip
+            hist["weights_ce"].append(ce)
+            hist["weights"].append([round(float(v), 6) for v in w])
+
+        set_trainable(student, True)
+        with ctx.stage("distill"):  # 3. the student on the whole pool, diversified
+            hist["distill"].append(_distill(student, opt_s, teachers, pool, w, rng, augment, cfg))
+        ctx.progress(
+            "epoch", epoch + 1, cfg.epochs,
+            f"generator {hist['generator'][-1]:.4f}, weights CE {ce:.4f}, "
+            f"distill {hist['distill'][-1]:.4f}",
+        )  # fmt: skip
+    if bn is not None:
+        bn.remove()
+    student.eval()
+    info = {
+        "teachers": [u.client_id for u in uploads],
+        "ensemble_weights": dict(
+            zip([u.client_id for u in uploads], hist["weights"][-1], strict=True)
+        ),  # fmt: skip
+        "synthetic_pool": pool.size,
+        "synthetic_made": pool.seen,
+        "loss_history": hist,
+    }
+    return FusionResult(student, spec, info)
+
+
+def _distill(student, opt, teachers, pool, w, rng, augment: str, cfg: CoBoostingConfig) -> float:
+    x_all, (logits_all, _) = pool.contents()
+    order = torch.randperm(len(x_all), generator=rng)
+    batches = list(order.split(cfg.batch_size))
+    if cfg.kd_steps:  # a fixed number of steps: fresh permutations as the pool allows
+        while len(batches) < cfg.kd_steps:
+            batches += list(torch.randperm(len(x_all), generator=rng).split(cfg.batch_size))
+        batches = batches[: cfg.kd_steps]
+    total = 0.0
+    for idx in batches:
+        idx = idx.to(x_all.device)
+        x = x_all[idx]
+        if cfg.ods_eps:
+            x = diversify(teachers, x, w, cfg.ods_eps, cfg.temperature, rng)
+            with torch.no_grad():
+                target = weighted_ensemble(teacher_forward(teachers, x), w)
+        else:  # the stored logits: no teacher pass
+            target = weighted_ensemble(logits_all[idx].transpose(0, 1), w)
+        loss = kl_at(target, student(jitter(x, augment, rng)), cfg.temperature)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        total += float(loss.detach())
+    return total / max(1, len(batches))
+
+
+def _fedhydra_tables() -> tuple[Reference, ...]:
+    """FedHydra's Table 1 (MNIST, 5 clients, Dirichlet) and Table 2 (two classes a client)."""
+    table1 = tuple(
+        Reference("mnist", 5, f"dirichlet:{a:g}", acc, "FedHydra paper, Table 1")
+        for a, acc in ((0.5, 86.76), (0.3, 83.47), (0.1, 44.76), (0.01, 29.11))
+    )
+    return (*table1, Reference("mnist", 5, "classes:2", 26.05, "FedHydra paper, Table 2"))
+
+
+METHOD = Method(
+    name="coboosting",
+    description="data-free: hard samples from a generator against the weighted ensemble and "
+    "the student, ensemble weights re-learned on them each epoch, the student distilled on "
+    "the whole diversified pool",
+    paper="Dai et al., Co-Boosting, ICLR 2024 (arXiv 2402.15070)",
+    consumes=("classifier",),
+    needs_gradients=True,  # the generator and the diversifying step backpropagate through them
+    config_cls=CoBoostingConfig,
+    fuse=fuse,
+    references=fedmho_table3((91.42, 89.27, 81.30)) + _fedhydra_tables(),
+    # The experiments' settings as the authors' code runs them (co_boosting.sh): 200 epochs of
+    # T_G = 30 steps on batches of 128, DENSE's 64-channel generator, the final batch pooled.
+    budgets={
+        "paper": PAPER_GENERATOR | {"batch_size": 128, "pool_every_step": False},
+        "code": {"reset_generator": True},
+    },
+    divergences=(
+        "The authors' code (rong-dai/Co-Boosting, datafree/synthesis/coboost.py) re-initialises "
+        "the generator every epoch and optimises the noise z along with it; --budget code "
+        "re-initialises the generator (z stays fixed).",
+        "The code pools the lowest-loss batch of an epoch's T_G steps; edgefl pools the final "
+        "one (paper budget) or every step's (cpu).",
+        "The code's ensemble-weight step clamps each weight to [0, 1] and to within 1 of its "
+        "value before the epoch (never binding in [0, 1]); edgefl's box constraint is [0, 1].",
+    ),
+)
