@@ -3,13 +3,13 @@
 
 from __future__ import annotations
 
-import click
 import pytest
 import typer.main
 from rich.markup import escape
 from typer.testing import CliRunner
 
 from edgefl.cli import app, plain_help
+from edgefl.cli import click_compat as click
 
 
 def command_paths(command: click.Command, path: tuple[str, ...] = ()) -> list[tuple[str, ...]]:

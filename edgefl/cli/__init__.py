@@ -7,11 +7,11 @@ import signal
 import sys
 import threading
 
-import click
 import typer
 from rich.markup import escape
 from typer.core import TyperGroup
 
+from edgefl.cli import click_compat as click  # the click typer is built on, not `click`
 from edgefl.cli.common import err_console, print_json
 from edgefl.errors import EdgeflError
 
