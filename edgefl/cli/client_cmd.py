@@ -33,6 +33,12 @@ CLIENT_ID = typer.Option(None, help="Client id (default client-<index>).")
 JSON_SUMMARY = typer.Option(False, "--json", help="Print a JSON summary.")
 FED_SEED = typer.Option(0, help="Federation seed (initial weights).")
 LR = typer.Option(None, help="Learning rate.")
+OVERWRITE = typer.Option(
+    False,
+    "--overwrite",
+    help="Replace an upload at the output path that another command made (a rerun of the "
+    "same command replaces its own without it).",
+)
 UPLOAD_DIR = typer.Option(
     "uploads", "--out", help="Directory for <client-id>.onnx." + MAKES_FOLDERS
 )
@@ -153,6 +159,7 @@ def train_cmd(
     ),
     force: bool = FORCE,
     client_id: str | None = CLIENT_ID,
+    overwrite: bool = OVERWRITE,
     search: str | None = typer.Option(
         None, help="pso: search the architecture under the budget (pFedZKD's PSO-FedNAS)."
     ),
@@ -180,7 +187,7 @@ def train_cmd(
         num_clients=num_clients, client_index=client_index, partition_seed=partition_seed,
         public_size=public_size, model=model, spec_file=spec, role=role, epochs=epochs, batch_size=batch_size, lr=lr,
         seed=seed, fed_seed=fed_seed, quantize=quantize, force=force, client_id=client_id, search=search,
-        augment=augment,
+        augment=augment, overwrite=overwrite,
         search_options={"particles": particles, "generations": generations,
                         "candidate_epochs": candidate_epochs} if search else None,
     )  # fmt: skip
@@ -303,6 +310,7 @@ def predict_cmd(
     ),
     force: bool = FORCE,
     client_id: str | None = CLIENT_ID,
+    overwrite: bool = OVERWRITE,
     json_out: bool = JSON_SUMMARY,
     quiet: bool = QUIET,
 ) -> None:
@@ -315,6 +323,7 @@ def predict_cmd(
         public_size=public_size, model=model, role="classifier", epochs=epochs,
         batch_size=batch_size, lr=lr, seed=seed, fed_seed=fed_seed, force=force,
         client_id=client_id, kind="predictions", public=public, fp16=fp16, keep_model=keep_model,
+        overwrite=overwrite,
     )  # fmt: skip
     _run_data_client(job, json_out, quiet)
 
@@ -345,6 +354,7 @@ def prototypes_cmd(
     fed_seed: int = FED_SEED,
     force: bool = FORCE,
     client_id: str | None = CLIENT_ID,
+    overwrite: bool = OVERWRITE,
     json_out: bool = JSON_SUMMARY,
     quiet: bool = QUIET,
 ) -> None:
@@ -356,7 +366,7 @@ def prototypes_cmd(
         num_clients=num_clients, client_index=client_index, partition_seed=partition_seed,
         public_size=public_size, model=model, role="classifier", epochs=epochs,
         batch_size=batch_size, lr=lr, seed=seed, fed_seed=fed_seed, force=force,
-        client_id=client_id, kind="prototypes", keep_model=keep_model,
+        client_id=client_id, kind="prototypes", keep_model=keep_model, overwrite=overwrite,
     )  # fmt: skip
     _run_data_client(job, json_out, quiet)
 

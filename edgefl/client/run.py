@@ -21,6 +21,7 @@ import edgefl
 import exporters
 from edgefl.client import public as public_uploads
 from edgefl.client.attacks import ATTACKS, attack_for
+from edgefl.client.rerun import check_upload_target, search_record
 from edgefl.data import (
     ArrayDataset,
     carve_public,
@@ -84,6 +85,10 @@ class ClientJob:
     augment: str | None = None
     # A poisoned client (edgefl.client.attacks): for robustness runs; None = honest.
     attack: str | None = None
+    # Replace an upload (or kept model) at the output path that another command made; without
+    # it such a run stops before training (edgefl.client.rerun). A rerun of the same command
+    # replaces its own upload either way.
+    overwrite: bool = False
 
 
 @dataclass
@@ -255,10 +260,14 @@ def run_client(job: ClientJob, *, on_epoch=None, on_status=None, on_progress=Non
     if job.attack:
         ATTACKS.get(job.attack)  # an unknown name, before the data loads
     profile, data, info, train_idx, val_idx, local = _local_data(job)
+    client_id = job.client_id or f"client-{job.client_index:03d}"
+    if job.search:  # what is at the output path, before the search: its result is not known yet
+        _check_targets(job, client_id, None, info.name)
     spec, fit = choose_model(job, profile, info, len(train_idx), local, status, on_progress)
+    if not job.search:  # the planner's pick or --model/--spec: known without any training
+        _check_targets(job, client_id, spec, info.name)
     role = role_of(spec)
     attack = attack_for(job.attack, role)
-    client_id = job.client_id or f"client-{job.client_index:03d}"
     status(f"{client_id}: {role} {spec.label} on {len(train_idx)} samples ({profile.name})")
 
     public = public_uploads.prepare(job, role)  # before training: fail fast on a bad --public
@@ -306,7 +315,8 @@ def run_client(job: ClientJob, *, on_epoch=None, on_status=None, on_progress=Non
         training=summary.as_dict()
         | {"optimizer": cfg.optimizer, "lr": cfg.lr, "batch_size": cfg.batch_size,
            "device": cfg.device}
-        | ({"windows": windows} if windows else {}),
+        | ({"windows": windows} if windows else {})
+        | ({"search": search_record(job)} if job.search else {}),
         dataset=info.name,
         partition={"scheme": job.partition, "num_clients": job.num_clients,
                    "client_index": job.client_index, "seed": job.partition_seed}
@@ -341,6 +351,15 @@ def run_client(job: ClientJob, *, on_epoch=None, on_status=None, on_progress=Non
         path, client_id, role, spec, fit, profile, summary, counts, path.stat().st_size,
         export_seconds, quant, meta, upload_acc,
     )  # fmt: skip
+
+
+def _check_targets(job: ClientJob, client_id: str, spec: ModelSpec | None, dataset: str) -> None:
+    """Every file this job writes is new or its own (edgefl.client.rerun), before training."""
+    name = f"{client_id}.onnx"
+    check_upload_target(job, Path(job.out_dir) / name, spec, dataset, "--out")
+    if job.keep_model and job.kind != "model":  # the device's own model, kept beside
+        kept = dataclasses.replace(job, kind="model", keep_model=None, quantize=None)
+        check_upload_target(kept, Path(job.keep_model) / name, spec, dataset, "--keep-model")
 
 
 def search_client(

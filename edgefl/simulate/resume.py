@@ -8,11 +8,11 @@ from dataclasses import replace
 from pathlib import Path
 
 import exporters
-from edgefl.client.run import ClientJob, local_schedule, upload_val_accuracy, window_treatment
+from edgefl.client.rerun import training_differs
+from edgefl.client.run import ClientJob, upload_val_accuracy
 from edgefl.errors import ConfigError
 from edgefl.fusion import METHODS
-from edgefl.models.spec import ModelSpec, parse_model_arg
-from edgefl.profiles import get_profile
+from edgefl.models.spec import ModelSpec
 
 
 def upload_path(cjob: ClientJob) -> Path:
@@ -59,28 +59,6 @@ def finished(cjob: ClientJob) -> dict | None:
     if cjob.attack and role == "classifier":  # its header claims its training's; the run tells
         row["upload_val_accuracy"] = upload_val_accuracy(cjob, path)
     return row
-
-
-def training_differs(cjob: ClientJob, made: ModelSpec, role: str, trained: dict) -> str:
-    """What an existing upload (its spec, role and training metadata) has differently from the
-    job ('' if nothing)."""
-    diffs = []
-    if cjob.model is not None:
-        want = parse_model_arg(cjob.model, made.input_shape, made.num_classes)
-        if want.to_dict() != made.to_dict():
-            diffs.append(f"model {made.label} -> {want.label}")
-    profile = get_profile(cjob.profile)
-    samples = trained.get("samples")
-    epochs, lr = local_schedule(cjob, profile, role, samples if isinstance(samples, int) else 0)
-    batch, optimizer = cjob.batch_size or profile.batch_size, cjob.optimizer or profile.optimizer
-    for key, want in (("epochs", epochs), ("lr", lr), ("batch_size", batch),
-                      ("optimizer", optimizer)):  # fmt: skip
-        if trained.get(key) != want:
-            diffs.append(f"{key} {trained.get(key)} -> {want}")
-    windows = window_treatment(made, role)
-    if trained.get("windows") != windows:  # a decoder trained on unaligned windows (older runs)
-        diffs.append(f"windows {trained.get('windows') or 'as recorded'} -> {windows}")
-    return ", ".join(diffs)
 
 
 def reuse_global(method: str, options: dict, report: Path) -> dict:

@@ -1,0 +1,193 @@
+"""Is an existing upload this job's own? A client's upload is OUT/<client-id>.onnx: a rerun of the
+same command may replace it (it writes the same thing), anything else there is refused unless
+the user asks for `--overwrite`, before any training (issue 34: a `--search pso` run silently
+replaced the phone's upload an earlier plain `client train` had made).
+
+"The same command" is read from what the upload records: its profile, dataset, partition and
+client, its kind (model, predictions, prototypes), its model (the spec this job would train:
+`--model`, `--spec`, the planner's pick, or the `--search` and its settings) and its training
+settings (epochs, lr, batch size, optimizer, window treatment). Seeds and jitter are not
+recorded in an upload, so a rerun that changes only those counts as the same command.
+`edgefl simulate` reads the same rule to decide whether a finished upload can be reused.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import exporters
+from edgefl.errors import ConfigError
+from edgefl.models.spec import ModelSpec, parse_model_arg
+from edgefl.profiles import get_profile
+
+if TYPE_CHECKING:
+    from edgefl.client.run import ClientJob
+
+# What a job's `kind` writes, as the upload's metadata names it.
+_KINDS = {"model": ("classifier", "decoder"), "predictions": ("predictions",),
+          "prototypes": ("prototypes",)}  # fmt: skip
+
+
+def search_record(job: ClientJob) -> dict[str, Any] | None:
+    """What an upload made by `--search` records of it (None without a search): the method,
+    its options and the seed, so that a rerun with other settings is told apart."""
+    if not job.search:
+        return None
+    options = {k: v for k, v in sorted((job.search_options or {}).items()) if v is not None}
+    return {"method": job.search, **options, "seed": job.seed * 1000 + job.client_index}
+
+
+def training_differs(cjob: ClientJob, made: ModelSpec, role: str, trained: dict) -> str:
+    """What an existing upload (its spec, role and training metadata) has differently from the
+    job ('' if nothing): the model (when the job names one), the search (when the upload
+    records one), epochs, lr, batch size, optimizer and window treatment."""
+    from edgefl.client.run import local_schedule, window_treatment  # run imports this module
+
+    diffs = []
+    if cjob.model is not None:
+        want = parse_model_arg(cjob.model, made.input_shape, made.num_classes)
+        if want.to_dict() != made.to_dict():
+            diffs.append(f"model {made.label} -> {want.label}")
+    if "search" in trained and trained["search"] != search_record(cjob):
+        diffs.append(f"search {_search_text(trained['search'])} -> "
+                     f"{_search_text(search_record(cjob))}")  # fmt: skip
+    profile = get_profile(cjob.profile)
+    samples = trained.get("samples")
+    epochs, lr = local_schedule(cjob, profile, role, samples if isinstance(samples, int) else 0)
+    batch, optimizer = cjob.batch_size or profile.batch_size, cjob.optimizer or profile.optimizer
+    for key, want in (("epochs", epochs), ("lr", lr), ("batch_size", batch),
+                      ("optimizer", optimizer)):  # fmt: skip
+        if trained.get(key) != want:
+            diffs.append(f"{key} {trained.get(key)} -> {want}")
+    windows = window_treatment(made, role)
+    if trained.get("windows") != windows:  # a decoder trained on unaligned windows (older runs)
+        diffs.append(f"windows {trained.get('windows') or 'as recorded'} -> {windows}")
+    return ", ".join(diffs)
+
+
+def _search_text(record: dict | None) -> str:
+    if not record:
+        return "none"
+    rest = ", ".join(f"{k} {v}" for k, v in record.items() if k != "method")
+    return f"{record.get('method')} ({rest})"
+
+
+def upload_differs(
+    job: ClientJob, meta: dict[str, Any], want: ModelSpec | None, dataset: str
+) -> list[str]:
+    """How the upload described by `meta` differs from what `job` would write ([] if it is
+    this job's own). `want`: the spec the job trains (None for a search, not yet run);
+    `dataset`: the name of the job's dataset, as uploads record it."""
+    diffs = []
+    kind = meta.get("kind")
+    if kind not in _KINDS[job.kind]:
+        diffs.append(f"upload kind {kind} -> {job.kind if job.kind != 'model' else 'model'}")
+    part = meta.get("partition") or {}
+    ours = {"profile": get_profile(job.profile).name, "dataset": dataset,
+            "partition": job.partition, "num_clients": job.num_clients,
+            "client_index": job.client_index, "partition_seed": job.partition_seed}  # fmt: skip
+    theirs = {"profile": meta.get("profile"), "dataset": meta.get("dataset"),
+              "partition": part.get("scheme"), "num_clients": part.get("num_clients"),
+              "client_index": part.get("client_index"), "partition_seed": part.get("seed")}  # fmt: skip
+    diffs += [f"{k} {theirs[k]} -> {ours[k]}" for k in ours if theirs[k] != ours[k]]
+    if diffs:  # another client's or another federation's upload: its model says no more
+        return diffs
+    trained = meta.get("training") or {}
+    made = _spec_of(meta)
+    if want is not None:
+        label = made.label if made is not None else meta.get("model")
+        same = made.to_dict() == want.to_dict() if made is not None else label == want.label
+        if not same:
+            diffs.append(f"model {label} -> {want.label}")
+    elif "search" not in trained:  # not made by a search (or by one too old to say)
+        label = made.label if made is not None else meta.get("model")
+        diffs.append(f"model {label} -> a --search {job.search} result")
+    if job.kind == "predictions":
+        public = {"public": job.public, "dtype": "float16" if job.fp16 else "float32"}
+        diffs += [f"{k} {meta.get(k)} -> {v}" for k, v in public.items() if meta.get(k) != v]
+    if not diffs and made is not None:
+        role = "classifier" if meta.get("kind") == "classifier" else "generator"
+        found = training_differs(_without_model(job), made, role, trained)
+        diffs += [found] if found else []
+    elif not diffs:  # a data upload: its training settings, without the spec it dropped
+        found = _settings_differ(job, trained)
+        diffs += [found] if found else []
+    quantized = bool(meta.get("quantized"))
+    if job.kind == "model" and quantized != (job.quantize == "int8"):
+        diffs.append(f"quantize {'int8' if quantized else 'none'} -> {job.quantize or 'none'}")
+    return diffs
+
+
+def _without_model(job: ClientJob) -> ClientJob:
+    from dataclasses import replace
+
+    return replace(job, model=None)  # the model was compared as a spec already
+
+
+def _settings_differ(job: ClientJob, trained: dict) -> str:
+    from edgefl.client.run import local_schedule
+
+    profile = get_profile(job.profile)
+    samples = trained.get("samples")
+    epochs, lr = local_schedule(
+        job, profile, "classifier", samples if isinstance(samples, int) else 0
+    )
+    want = {"epochs": epochs, "lr": lr, "batch_size": job.batch_size or profile.batch_size,
+            "optimizer": job.optimizer or profile.optimizer}  # fmt: skip
+    return ", ".join(f"{k} {trained.get(k)} -> {v}" for k, v in want.items() if trained.get(k) != v)
+
+
+def _spec_of(meta: dict[str, Any]) -> ModelSpec | None:
+    try:
+        return ModelSpec.from_dict(meta["spec"]) if meta.get("spec") else None
+    except (ConfigError, KeyError, TypeError, ValueError):
+        return None
+
+
+def describe(meta: dict[str, Any]) -> str:
+    """`client-000's classifier upload (cnn, smartphone)`: what an existing file holds."""
+    kind = meta.get("kind")
+    spec = _spec_of(meta)
+    model = spec.label if spec is not None else meta.get("model")
+    who = meta.get("client_id")
+    what = {"classifier": "classifier upload", "decoder": "decoder upload",
+            "predictions": "predictions upload", "prototypes": "prototypes upload",
+            "global": f"{meta.get('method')} global model"}.get(kind, f"{kind} file")  # fmt: skip
+    if meta.get("deployed"):
+        what = f"model deployed for {meta.get('target')}"
+    if meta.get("personalized_from"):
+        what = "personalized model"
+    details = ", ".join(str(x) for x in (model, meta.get("profile")) if isinstance(x, str))
+    owner = f"{who}'s " if isinstance(who, str) and kind not in ("global",) else ""
+    return f"{owner}{what}" + (f" ({details})" if details else "")
+
+
+def read_meta(path: Path) -> dict[str, Any] | None:
+    """An existing edgefl ONNX file's metadata, or None if it is not one."""
+    try:
+        return dict(exporters.read_artifact(path).metadata)
+    except Exception:  # anything unreadable is not this job's own
+        return None
+
+
+def check_upload_target(
+    job: ClientJob, path: Path, want: ModelSpec | None, dataset: str, flag: str = "--out"
+) -> None:
+    """Refuse, before the training, to replace `path` with this job's upload unless it is this
+    job's own (a rerun) or the job says `overwrite`."""
+    if job.overwrite or not path.exists():
+        return
+    meta = read_meta(path)
+    if meta is None:
+        what, diffs = "a file that is not an edgefl upload", []
+    else:
+        what, diffs = describe(meta), upload_differs(job, meta, want, dataset)
+        if not diffs:
+            return  # the same command again: it writes what is there
+    differs = f", made with other settings ({'; '.join(diffs)})" if diffs else ""
+    raise ConfigError(
+        f"{path} already holds {what}{differs}; this run would replace it",
+        hint="keep it by writing this one elsewhere (another "
+        f"{flag}, or --client-id NAME), or pass --overwrite to replace it",
+    )
