@@ -285,20 +285,23 @@ def test_average_classifiers_is_the_plain_average(uploads):
         torch.testing.assert_close(value, (a[key] + b[key]) / 2, rtol=0, atol=1e-7)
 
 
-def test_average_refuses_mixed_architectures(federation, tmp_path_factory, tmp_path):
+def test_mixed_architectures_average_one_and_set_the_other_aside(tmp_path_factory, tmp_path):
+    """Was: fedavg and fedmho-md refused a federation of two architectures. Now each averages
+    one architecture (issue 33: a method uses what it can and names the rest, with the reason);
+    tests/test_one_architecture.py covers the choice, the reports and the CLI."""
     mixed = build_mixed_federation(tmp_path_factory.mktemp("mixed"))
     found = ingest(mixed, max_upload_bytes=exporters.DEFAULT_MAX_UPLOAD_BYTES)
     classifiers = [u for u in found.uploads if u.kind == "classifier"]
-    with pytest.raises(FusionError) as exc:
+    with pytest.raises(FusionError) as exc:  # given both, the plain average still refuses
         average_classifiers(classifiers, "fedavg")
-    message = str(exc.value)
-    assert "cnn: client-000" in message and "scnn(width=4): client-scnn" in message
+    assert "set these aside first" in str(exc.value)
     for name in ("fedavg", "fedmho-md"):
         job = FuseJob(uploads=str(mixed), method=name, out=str(tmp_path / "g.onnx"),
                       options=options(name), device="cpu")  # fmt: skip
-        with pytest.raises(FusionError, match="one architecture"):
-            run_fuse(job)
-    assert os.listdir(tmp_path) == []
+        rep = run_fuse(job)
+        named = rep["set_aside"] + rep["partly_used"]
+        assert len(named) == 1 and "cannot be averaged" in named[0]["reason"], rep
+        assert "1 of 2: " in rep["scope"] and rep["scope"].endswith(" only")
 
 
 # --- the math ------------------------------------------------------------------------------

@@ -298,14 +298,15 @@ def test_out_dir_a_refused_method_keeps_its_previous_pair(tmp_path, tmp_path_fac
     mixed = build_mixed_federation(tmp_path_factory.mktemp("mixed"))
     folder = tmp_path / "d"
     folder.mkdir()
-    (folder / "fedavg.onnx").write_bytes(b"previous fedavg model")
-    (folder / "fedavg.json").write_text('{"previous": true}')
+    (folder / "fedgh.onnx").write_bytes(b"previous fedgh model")
+    (folder / "fedgh.json").write_text('{"previous": true}')
     before = snapshot(folder)
-    cli("server", "fuse", mixed, "--method", "fedavg,ensemble", "--out-dir", folder, "--device",
+    cli("server", "fuse", mixed, "--method", "fedgh,ensemble", "--out-dir", folder, "--device",
         "cpu", "--jobs", "2", code=0)  # fmt: skip
-    # fedavg cannot average two architectures: refused, its previous pair untouched.
-    assert {n: before[n] for n in ("fedavg.onnx", "fedavg.json")} == {
-        n: snapshot(folder)[n] for n in ("fedavg.onnx", "fedavg.json")
+    # fedgh finds no prototypes among these uploads: refused, its previous pair untouched.
+    # (This was fedavg over two architectures; fedavg now averages one and sets the other aside.)
+    assert {n: before[n] for n in ("fedgh.onnx", "fedgh.json")} == {
+        n: snapshot(folder)[n] for n in ("fedgh.onnx", "fedgh.json")
     }
     assert_pair(folder / "ensemble.onnx", folder / "ensemble.json", "ensemble")
     assert sorted(os.listdir(folder)) == sorted(["ensemble.json", "ensemble.onnx", *before])

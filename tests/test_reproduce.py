@@ -177,6 +177,30 @@ def test_table_shows_the_gap_to_the_paper():
     assert "refused | 85.91 | -" in md
 
 
+def test_a_partial_average_says_what_it_averaged_and_has_no_gap():
+    """Table 1's classifier setting: fedavg over VGG-9 and CNN clients averages one architecture
+    (issue 33). Its cell says which, per seed where they differ, and is not set against the
+    paper's FedAvg row (which averaged every client)."""
+    t, b = FEDMHO_TABLE3, FEDMHO_TABLE3.budgets["cpu"]
+    job = ReproduceJob(table=t.name, out="unused")
+
+    def rec(seed, acc, scope):
+        return {"setting": "classifiers", "partition": "dirichlet:0.5", "seed": seed, "dir": "d",
+                "skipped": False, "seconds": {"total": 1.0}, "clients": [],
+                "results": [{"method": "fedavg", "accuracy": acc, "error": None,
+                             "scope": scope}]}  # fmt: skip
+
+    same = [rec(0, 0.5, "5 of 10: vgg9 only"), rec(1, 0.7, "5 of 10: vgg9 only")]
+    cell = {r["method"]: r for r in summarize(job, t, b, same)["rows"]}["fedavg"]
+    cell = cell["partitions"]["dirichlet:0.5"]
+    assert cell["paper"] == 85.91 and cell["gap"] is None
+    md = table_markdown(summarize(job, t, b, same))
+    assert "| fedavg | classifiers | 5 of 10: vgg9 only: 60.00 +- 14.14 (n=2) | 85.91 | - |" in md
+    mixed = [rec(0, 0.5, "5 of 10: vgg9 only"), rec(1, 0.7, "5 of 10: cnn only")]
+    md = table_markdown(summarize(job, t, b, mixed))
+    assert "5 of 10: vgg9 only (seed 0); 5 of 10: cnn only (seed 1): 60.00" in md
+
+
 def test_errors_exit_2_before_any_work(cli, tmp_path, monkeypatch):
     monkeypatch.setattr(rep, "simulate", lambda *a, **k: pytest.fail("work started"))
     a_file = tmp_path / "f"

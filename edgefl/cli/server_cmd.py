@@ -217,6 +217,11 @@ def _print_one(rep: dict) -> None:
         console.print(f"  [red]rejected[/] {upload_text(r['file'])}: {upload_text(r['reason'])}")
     for r in rep["skipped"]:
         console.print(f"  [yellow]skipped[/] {upload_text(r['file'])}: {upload_text(r['reason'])}")
+    for r in rep.get("partly_used", []):
+        console.print(f"  [yellow]partly used[/] {upload_text(r['file'])}: "
+                      f"{upload_text(r['reason'])}")  # fmt: skip
+    if rep.get("scope"):
+        console.print(f"  [yellow]global model from {upload_text(rep['scope'])}[/]")
     for r in rep.get("folders_not_read", []):
         console.print(
             f"  [yellow]not read[/] folder {upload_text(r['folder'])}: {upload_text(r['reason'])}"
@@ -282,6 +287,13 @@ def _print_many(reps: dict[str, dict]) -> None:
         rows.append([name, str(len(r["used"])), acc, f"{own:.1f}s", upload_text(r["global_model"])])
     console.print(fitted(cols, rows, console.width, title="fused"))
     for name, r in reps.items():
+        if r.get("scope"):
+            console.print(f"{upload_text(name)}: [yellow]global model from "
+                          f"{upload_text(r['scope'])}[/]")  # fmt: skip
+        for x in r.get("set_aside", []) + r.get("partly_used", []):
+            what = "partly used" if x in r.get("partly_used", []) else "set aside"
+            console.print(f"{upload_text(name)}: [yellow]{what}[/] {upload_text(x['file'])}: "
+                          f"{upload_text(x['reason'])}")  # fmt: skip
         for x in r.get("screened", []):
             console.print(f"{upload_text(name)}: [yellow]screened out[/] {upload_text(x['file'])}: "
                           f"{upload_text(x['reason'])}")  # fmt: skip

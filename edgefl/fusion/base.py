@@ -88,6 +88,9 @@ class FusionResult:
     # set), when the method has them: the pipeline distils per-device-class students on them
     # (`server fuse --for`). None: the pipeline inverts the global model instead.
     samples: torch.Tensor | None = None
+    # What the global model stands for when a method left some of its uploads out (FedAvg
+    # averaging one architecture of two): "5 of 10: vgg9 only". None: everything it consumes.
+    scope: str | None = None
 
 
 @dataclass(frozen=True)
@@ -246,6 +249,10 @@ class FusionContext:
         self.log = log or (lambda msg: None)
         # progress(task, done, total, note=""): epochs, generator steps (edgefl.progress).
         self.progress = progress or no_progress
+        # Uploads the method went without, and those it used only in part, each with the reason
+        # (`set_aside`): the report names them beside the pipeline's own set-aside uploads.
+        self.aside: list[tuple[Upload, str]] = []
+        self.partly: list[tuple[Upload, str]] = []
 
     @property
     def classifiers(self) -> list[Upload]:
@@ -254,6 +261,17 @@ class FusionContext:
     @property
     def decoders(self) -> list[Upload]:
         return [u for u in self.uploads if u.kind == "decoder"]
+
+    def set_aside(self, left: list[tuple[Upload, str]], used_for: str | None = None) -> None:
+        """Record uploads the method leaves out, each with the reason (logged and reported by
+        name); `used_for`: they still serve the method in that role (teachers), only not in
+        the part the reason names."""
+        for u, why in left:
+            (self.aside if used_for is None else self.partly).append(
+                (u, why if used_for is None else f"{why}; still used as {used_for}")
+            )
+            self.log(f"set aside {u.name}: {why}" + (f" (still used as {used_for})"
+                                                     if used_for else ""))  # fmt: skip
 
     def stage(self, name: str) -> contextlib.AbstractContextManager[None]:
         return exporters.timed(self.stages, name)
@@ -350,28 +368,68 @@ def mean_teacher_logits(teachers: list[Upload], x: torch.Tensor, device) -> torc
     return torch.stack([teacher_logits(t, x, device) for t in teachers]).mean(0)
 
 
-def average_classifiers(classifiers: list[Upload], method: str) -> tuple[ModelSpec, nn.Module]:
-    """One-shot FedAvg: the plain parameter average of same-architecture classifiers."""
-    specs = {u.client_id: u.spec for u in classifiers}
-    if any(s is None for s in specs.values()) or any(u.module is None for u in classifiers):
-        names = [u.name for u in classifiers if u.module is None]
+def one_architecture(
+    classifiers: list[Upload], method: str
+) -> tuple[list[Upload], list[tuple[Upload, str]]]:
+    """(the classifiers a parameter average can take, (upload, why not) for the others).
+
+    Parameters average only within one architecture, so the largest group of classifiers of
+    one architecture is averaged (ties: the group holding the most training samples, then the
+    one whose first upload comes first); every other classifier is set aside with its reason,
+    as is one that cannot be rebuilt (int8, another tool's). Only when none is left to average
+    is the method refused, every classifier named with its reason."""
+    left: list[tuple[Upload, str]] = []
+    groups: dict[str, list[Upload]] = {}
+    for u in classifiers:
+        if u.module is None or u.spec is None:
+            why = u.forward_only or "its metadata names no edgefl architecture"
+            left.append((u, f"{method} averages parameters, which needs a rebuilt edgefl "
+                            f"classifier: {why}"))  # fmt: skip
+        else:
+            groups.setdefault(u.spec.to_json(), []).append(u)
+    if not groups:
         raise FusionError(
-            f"{method} averages parameters, which needs rebuildable edgefl classifiers; "
-            f"{', '.join(names)} can only be run through onnxruntime",
-            hint="remove those uploads or choose a method that only needs forward passes",
+            f"{method} averages parameters, which needs rebuildable edgefl classifiers; none "
+            f"of the {len(classifiers)} is one:"
+            + "".join(f"\n  {u.name}: {why}" for u, why in left),
+            hint="add classifiers trained by `edgefl client train` (not --int8), or choose a "
+            "method that only needs forward passes (fedmho-md, feddf)",
         )
-    distinct = {s.to_json(): s for s in specs.values()}
-    if len(distinct) > 1:
-        by_arch: dict[str, list[str]] = {}
-        for cid, s in specs.items():
-            by_arch.setdefault(s.label, []).append(cid)
-        listing = "; ".join(f"{arch}: {', '.join(ids)}" for arch, ids in by_arch.items())
+    # max keeps the first of equals: groups are in the order of their first upload.
+    kept = max(groups.values(), key=lambda g: (len(g), sum(int(u.label_counts.sum()) for u in g)))
+    label = kept[0].spec.label
+    for group in groups.values():
+        if group is kept:
+            continue
+        other = group[0].spec.label
+        arch = f"architecture {other}" if other != label else f"another {label} configuration"
+        why = (f"{arch} differs from the {len(kept)} {label} classifier(s) {method} averages "
+               f"(the largest group of one architecture; parameters of different "
+               f"architectures cannot be averaged)")  # fmt: skip
+        left += [(u, why) for u in group]
+    order = {id(u): i for i, u in enumerate(classifiers)}
+    return kept, sorted(left, key=lambda item: order[id(item[0])])
+
+
+def average_scope(kept: list[Upload], classifiers: list[Upload]) -> str | None:
+    """What an average stands for when it is not every classifier: "5 of 10: vgg9 only"."""
+    if len(kept) == len(classifiers):
+        return None
+    return f"{len(kept)} of {len(classifiers)}: {kept[0].spec.label} only"
+
+
+def average_classifiers(classifiers: list[Upload], method: str) -> tuple[ModelSpec, nn.Module]:
+    """One-shot FedAvg: the plain parameter average of same-architecture classifiers (pick
+    them with `one_architecture`; given others, it refuses)."""
+    kept, left = one_architecture(classifiers, method)
+    if left:
         raise FusionError(
-            f"{method} needs one architecture for every classifier, got {len(distinct)}: {listing}",
+            f"{method} averages one architecture; set these aside first:"
+            + "".join(f"\n  {u.name}: {why}" for u, why in left),
             hint="use a distillation method (ensemble, fedmho-md) for mixed architectures",
         )
-    spec = next(iter(distinct.values()))
-    states = [u.module.state_dict() for u in classifiers]
+    spec = kept[0].spec
+    states = [u.module.state_dict() for u in kept]
     avg = {k: torch.stack([s[k].float() for s in states]).mean(0).to(states[0][k].dtype)
            for k in states[0]}  # fmt: skip
     model = build_model(spec)

@@ -1,6 +1,8 @@
 """FedAvg, one-shot (McMahan et al., AISTATS 2017): the plain average of the classifiers'
 parameters, once. Meaningful only for one architecture started from one initialisation, which
-edgefl's federation seed guarantees."""
+edgefl's federation seed guarantees. Over several architectures it averages the largest group
+of one (`one_architecture`) and sets the others aside by name; the report's `scope` says what
+the average stands for ("5 of 10: vgg9 only")."""
 
 from __future__ import annotations
 
@@ -12,7 +14,9 @@ from edgefl.fusion.base import (
     FusionResult,
     Method,
     average_classifiers,
+    average_scope,
     fedmho_table3,
+    one_architecture,
     pfedzkd_table2,
 )
 
@@ -24,14 +28,18 @@ class FedAvgConfig(FusionConfig):
 
 def fuse(ctx: FusionContext, cfg: FedAvgConfig) -> FusionResult:
     classifiers = ctx.require("classifier", "fedavg")
+    kept, left = one_architecture(classifiers, "fedavg")
+    ctx.set_aside(left)
     with ctx.stage("average"):
-        spec, model = average_classifiers(classifiers, "fedavg")
-    return FusionResult(model, spec, {"averaged": [u.client_id for u in classifiers]})
+        spec, model = average_classifiers(kept, "fedavg")
+    return FusionResult(model, spec, {"averaged": [u.client_id for u in kept]},
+                        scope=average_scope(kept, classifiers))  # fmt: skip
 
 
 METHOD = Method(
     name="fedavg",
-    description="one-shot parameter average of same-architecture classifiers",
+    description="one-shot parameter average of same-architecture classifiers (the "
+    "largest group of one architecture; the others set aside by name)",
     paper="McMahan et al., AISTATS 2017 (one-shot baseline in FedMHO)",
     consumes=("classifier",),
     needs_gradients=True,  # needs the weights themselves, i.e. rebuildable edgefl classifiers

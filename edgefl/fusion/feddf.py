@@ -29,6 +29,7 @@ from edgefl.fusion.base import (
     average_classifiers,
     fedmho_table3,
     mean_teacher_logits,
+    one_architecture,
     pfedzkd_table2,
 )
 from edgefl.fusion.options import option
@@ -116,7 +117,9 @@ def fuse(ctx: FusionContext, cfg: FedDFConfig) -> FusionResult:
     with ctx.stage("teacher"):
         targets = torch.softmax(mean_teacher_logits(teachers, x, ctx.device) / cfg.temperature, 1)
     if cfg.init == "average":
-        spec, student = average_classifiers(teachers, "feddf --init average")
+        kept, left = one_architecture(teachers, "feddf --init average")
+        ctx.set_aside(left, used_for="teachers")  # the start is one architecture's average
+        spec, student = average_classifiers(kept, "feddf --init average")
         student = student.to(ctx.device)
     else:
         spec, student = ctx.student(cfg.student)

@@ -37,10 +37,12 @@ from edgefl.fusion.base import (
     Method,
     allocate,
     average_classifiers,
+    average_scope,
     class_mean_filter,
     fedmho_table3,
     generate,
     mean_teacher_logits,
+    one_architecture,
     per_class_counts,
     teacher_logits,
     train_student,
@@ -89,8 +91,11 @@ def _fuse(ctx: FusionContext, cfg: FedMHOConfig, variant: str) -> FusionResult:
     classifiers = ctx.require("classifier", name)
     decoders = ctx.require("decoder", name)
     torch.manual_seed(cfg.seed)
+    # w0 averages one architecture; the others still teach in MD, else they go unused.
+    kept, left = one_architecture(classifiers, name)
+    ctx.set_aside(left, used_for="teachers" if variant == "md" else None)
     with ctx.stage("initialise"):
-        spec, model = average_classifiers(classifiers, name)
+        spec, model = average_classifiers(kept, name)
         model = model.to(ctx.device)
         w0 = copy.deepcopy(model).eval() if variant == "sd" else None
     with ctx.stage("generate"):
@@ -111,7 +116,7 @@ def _fuse(ctx: FusionContext, cfg: FedMHOConfig, variant: str) -> FusionResult:
             kd_reduction=cfg.kd_reduction, progress=ctx.progress,
         )  # fmt: skip
     info = {
-        "initialised_from": [u.client_id for u in classifiers],
+        "initialised_from": [u.client_id for u in kept],
         "synthetic_per_decoder": {
             u.client_id: row.tolist() for u, row in zip(decoders, alloc, strict=True)
         },
@@ -119,7 +124,8 @@ def _fuse(ctx: FusionContext, cfg: FedMHOConfig, variant: str) -> FusionResult:
         "synthetic_kept_per_class": per_class_counts(yk, ctx.num_classes),
         "loss_history": history,
     }
-    return FusionResult(model, spec, info, samples=xk)
+    scope = average_scope(kept, classifiers)
+    return FusionResult(model, spec, info, samples=xk, scope=scope and f"w0 from {scope}")
 
 
 # `--budget code`: the authors' code's settings where they differ from the paper's MNIST ones.

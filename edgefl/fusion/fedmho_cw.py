@@ -41,9 +41,11 @@ from edgefl.fusion.base import (
     Method,
     allocate,
     average_classifiers,
+    average_scope,
     class_totals,
     federation_label_counts,
     generate,
+    one_architecture,
     per_class_counts,
     teacher_logits,
     train_student,
@@ -113,7 +115,9 @@ def evidence_share(decoders, classifiers, num_classes: int) -> torch.Tensor:
 def fuse(ctx: FusionContext, cfg: FedMHOCWConfig) -> FusionResult:
     classifiers = ctx.require("classifier", "fedmho-cw")
     decoders = ctx.require("decoder", "fedmho-cw")
-    spec, model = average_classifiers(classifiers, "fedmho-cw")
+    kept, left = one_architecture(classifiers, "fedmho-cw")
+    ctx.set_aside(left, used_for="teachers")  # w0 is one architecture; every classifier teaches
+    spec, model = average_classifiers(kept, "fedmho-cw")
     alloc = allocate(decoders, class_totals(ctx, decoders, cfg.labels), cfg.synthetic)
     with ctx.stage("generate"):
         x, y = generate(decoders, alloc, cfg.seed, ctx.device, pixels=cfg.pixels)
@@ -138,7 +142,7 @@ def fuse(ctx: FusionContext, cfg: FedMHOCWConfig) -> FusionResult:
             kd_reduction="batchmean", augment=cfg.augment, progress=ctx.progress,
         )  # fmt: skip
     info = {
-        "initialised_from": [u.client_id for u in classifiers],
+        "initialised_from": [u.client_id for u in kept],
         "synthetic_per_decoder": {
             u.client_id: row.tolist() for u, row in zip(decoders, alloc, strict=True)
         },
@@ -147,7 +151,8 @@ def fuse(ctx: FusionContext, cfg: FedMHOCWConfig) -> FusionResult:
         "teacher_label_agreement": round(float((teacher.argmax(1) == y).float().mean()), 4),
         "loss_history": history,
     }
-    return FusionResult(model, spec, info, samples=x)
+    scope = average_scope(kept, classifiers)
+    return FusionResult(model, spec, info, samples=x, scope=scope and f"w0 from {scope}")
 
 
 METHOD = Method(

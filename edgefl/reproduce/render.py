@@ -10,7 +10,16 @@ import numpy as np
 def ours_text(cell: dict) -> str:
     if cell["mean"] is None:
         return "refused" if cell.get("error") else "-"
-    return f"{cell['mean']:.2f} +- {cell['std']:.2f} (n={cell['n']})"
+    text = f"{cell['mean']:.2f} +- {cell['std']:.2f} (n={cell['n']})"
+    scopes = cell.get("scope") or {}
+    if not scopes:
+        return text
+    # Part of the federation only: said first, so the number is not read as the paper's row.
+    if len(scopes) == 1 and len(next(iter(scopes.values()))) == cell["n"]:
+        return f"{next(iter(scopes))}: {text}"
+    seeds = "; ".join(f"{s} (seed{'s' * (len(v) > 1)} {', '.join(map(str, v))})"
+                      for s, v in scopes.items())  # fmt: skip
+    return f"{seeds}: {text}"
 
 
 def paper_text(cell: dict) -> str:

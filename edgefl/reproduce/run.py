@@ -151,9 +151,11 @@ def finished_cell(cell: Cell) -> dict | None:
     have, want = done.get("job", {}), _plain(asdict(cell.sim))
     if any(have.get(k) != v for k, v in want.items() if k not in _VOLATILE):
         return None
-    rows = {r["method"] for r in done.get("results", [])}
+    rows = {r["method"]: r for r in done.get("results", [])}
     for m in cell.sim.methods:
         if m not in rows or have["fuse_options"].get(m) != want["fuse_options"].get(m):
+            return None
+        if rows[m].get("error"):  # refused then: fused again (only the method's fusion reruns)
             return None
     return done
 
@@ -202,7 +204,7 @@ def cell_record(cell: Cell, results: dict, skipped: bool) -> dict:
     return {
         "setting": cell.setting, "partition": cell.partition, "seed": cell.seed,
         "dir": cell.sim.out, "skipped": skipped, "seconds": results["seconds"],
-        "results": [{k: r.get(k) for k in ("method", "accuracy", "error", "fuse_seconds")}
+        "results": [{k: r.get(k) for k in ("method", "accuracy", "error", "fuse_seconds", "scope")}
                     for r in results["results"] if r["method"] in cell.sim.methods],
         "clients": [{k: c.get(k) for k in ("client_id", "profile", "role", "model")}
                     for c in results["clients"]],
@@ -222,6 +224,12 @@ def summarize(job: ReproduceJob, table: Table, budget: Budget, records: list[dic
             hits = [(r["seed"], x) for r in records if (r["setting"], r["partition"]) == (setting, p)
                     for x in r["results"] if x["method"] == m]  # fmt: skip
             accs = [(s, 100 * x["accuracy"]) for s, x in hits if x["accuracy"] is not None]
+            # What the numbers stand for where a method fused part of the federation only
+            # (FedAvg over two architectures: "5 of 10: vgg9 only"), with the seeds it held for.
+            scopes: dict[str, list[int]] = {}
+            for seed, x in hits:
+                if x.get("scope") and x["accuracy"] is not None:
+                    scopes.setdefault(x["scope"], []).append(seed)
             values = [a for _, a in accs]
             mean = statistics.mean(values) if values else None
             std = statistics.stdev(values) if len(values) > 1 else (0.0 if values else None)
@@ -229,7 +237,9 @@ def summarize(job: ReproduceJob, table: Table, budget: Budget, records: list[dic
             per[p] = {
                 "seeds": [s for s, _ in accs], "accuracies": values, "n": len(values),
                 "mean": mean, "std": std, "paper": paper,
-                "gap": None if mean is None or paper is None else mean - paper,
+                # Not the paper's row when part of the federation was left out: no gap.
+                "gap": None if mean is None or paper is None or scopes else mean - paper,
+                "scope": scopes,
                 "error": next((x["error"] for _, x in hits if x["accuracy"] is None), None),
             }  # fmt: skip
         rows.append({"method": m, "setting": setting, "partitions": per})

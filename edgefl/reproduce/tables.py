@@ -179,7 +179,10 @@ FEDMHO_TABLE3 = Table(
     },
     notes=(
         "FedAvg averages parameters, which needs one architecture: in Table 1's classifier "
-        "setting the large and small clients differ, so edgefl's fedavg is refused there. "
+        "setting the large and small clients differ, so edgefl's fedavg averages the larger "
+        "group of one architecture (5 and 5: the group holding more training samples) and sets "
+        "the other 5 aside by name; its cell says which ('5 of 10: ... only') and has no gap: "
+        "it is not the paper's FedAvg row. "
         "The paper reports FedAvg and FedDF as 'the voting outcome of model prototypes' "
         "(Sec. 5.1.2); the ensemble row (the logit average of all 10 classifiers) is the "
         "nearest edgefl measures to that vote. With --federation fedmho, fedavg averages the "

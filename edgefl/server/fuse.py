@@ -202,6 +202,7 @@ def export_global(
     more metadata (a device class's model names its profile)."""
     path = p.out if path is None else path
     input_shape = tuple(result.input_shape or ctx.input_shape)
+    aside = {id(u) for u, _ in ctx.aside}  # uploads the method itself left out
     meta = {
         "kind": "global",
         "spec": result.spec.to_dict() if result.spec else None,
@@ -211,7 +212,7 @@ def export_global(
         "client_id": "server",
         "method": p.method.name,
         "config": p.config.as_dict(),
-        "client_ids": [u.client_id for u in ctx.uploads],
+        "client_ids": [u.client_id for u in ctx.uploads if id(u) not in aside],
         "edgefl_version": edgefl.__version__,
         **(extra or {}),
     }
@@ -464,6 +465,10 @@ def _fuse_planned(p: Planned, found: Ingest, device, eval_ref, data_dir, shared:
     except FusionError as exc:  # e.g. too few of a kind: say what became of the others
         why = _why_not(found.rejected, skipped, found.folders)
         raise FusionError(exc.message + why, exc.hint) from None
+    # What the method itself set aside (FedAvg's other architectures) joins the pipeline's.
+    aside = {id(u) for u, _ in ctx.aside}
+    usable = [u for u in usable if id(u) not in aside]
+    skipped = skipped + [(u.name, why) for u, why in ctx.aside]
     stages = {"ingest": found.seconds, **ctx.stages}
     if p.config.robust == "screen":
         stages["screen"] = verdict.seconds  # the one judgement all methods of the run share
@@ -475,7 +480,9 @@ def _fuse_planned(p: Planned, found: Ingest, device, eval_ref, data_dir, shared:
         t = time.perf_counter()
         input_shape = export_global(p, ctx, result, staged)
         stages["export"] = time.perf_counter() - t
-        report = _report(p, found, usable, skipped, screened, notes, device, result, staged, stage)
+        report = _report(
+            p, ctx, found, usable, skipped, screened, notes, device, result, staged, stage
+        )
         if p.classes is not None:
             t = time.perf_counter()
             report["for_classes"] = _for_classes(p, ctx, result, stage, eval_ref, data_dir, log,
@@ -552,8 +559,8 @@ def _for_classes(p: Planned, ctx: FusionContext, result: FusionResult, stage: St
     return out
 
 
-def _report(p: Planned, found: Ingest, usable, skipped, screened, notes, device, result,
-            staged: Path, stage: Staging) -> dict[str, Any]:  # fmt: skip
+def _report(p: Planned, ctx: FusionContext, found: Ingest, usable, skipped, screened, notes,
+            device, result, staged: Path, stage: Staging) -> dict[str, Any]:  # fmt: skip
     """The report's entries known once the model is staged: the method's own first, so that
     the core keys below can never be overwritten by a method."""
     extra = p.method.outputs(result, staged) if p.method.outputs is not None else {}
@@ -583,6 +590,12 @@ def _report(p: Planned, found: Ingest, usable, skipped, screened, notes, device,
         "used": [u.client_id for u in usable],
         "rejected": [{"file": n, "reason": r} for n, r in found.rejected],
         "skipped": [{"file": n, "reason": r} for n, r in skipped],
+        # Of skipped, those the method itself set aside (FedAvg's other architectures); those
+        # it used in part only (FedMHO-MD's other architectures: teachers, not in w0); and what
+        # the global model stands for when the method left uploads out ("5 of 10: vgg9 only").
+        "set_aside": [{"file": u.name, "reason": r} for u, r in ctx.aside],
+        "partly_used": [{"file": u.name, "reason": r} for u, r in ctx.partly],
+        "scope": result.scope,
         "screened": screened,  # --robust screen: poisoned-looking uploads left out, and why
         "robust_notes": notes,
         "notes": found.notes,

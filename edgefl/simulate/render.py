@@ -25,6 +25,8 @@ def accuracy_text(row: dict) -> str:
     if row["accuracy"] is None:
         return f"refused: {row['error']}"
     text = f"{100 * row['accuracy']:.2f}"
+    if row.get("scope"):  # the global model stands for part of the federation only
+        text += f" ({row['scope']})"
     if row.get("standalone_accuracy") is not None:  # FedGH: local test splits, vs alone
         text += f" (local; standalone {100 * row['standalone_accuracy']:.2f})"
     return text

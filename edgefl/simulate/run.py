@@ -436,7 +436,9 @@ def simulate(job: SimJob, log=None, progress=None, trainer=None) -> dict:
         rows.append({
             "method": m, "accuracy": rep.get("accuracy"), "fuse_seconds": rep["total_seconds"],
             "upload_bytes": sum(upload_bytes(m, c, models, pred_bytes, out) for c in rep["used"]),
-            "clients_used": len(rep["used"]), "paper": reference.get(m), "error": rep.get("error"),
+            "clients_used": len(rep["used"]), "error": rep.get("error"),
+            # Part of the federation only ("5 of 10: vgg9 only"): not the paper's row's number.
+            "scope": rep.get("scope"), "paper": None if rep.get("scope") else reference.get(m),
             "standalone_accuracy": rep.get("standalone_accuracy"), "metric": rep.get("metric"),
             # --robust screen: who was left out and why, who was used repaired or tempered
             "screened": [f"{x['client_id']}: {x['reason']}" for x in rep.get("screened", [])],
