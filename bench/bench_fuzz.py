@@ -1,8 +1,9 @@
 """Fuzzing the upload boundary: N mutated uploads through `exporters.validate_upload` and
 `edgefl.artifacts.rebuild`, the two steps `edgefl server fuse` runs on every untrusted file.
 
-Each item is a real upload (a cnn classifier and a CVAE decoder trained briefly on digits, or
-the .onnx files of --uploads) mutated by a seeded mutation engine: byte flips, insertions,
+Each item is a real upload (one of each kind trained briefly on digits: a cnn classifier, a
+CVAE decoder, a cnn's predictions on a 64-sample public set, a FedGH CNN's prototypes; or the
+.onnx files of --uploads) mutated by a seeded mutation engine: byte flips, insertions,
 deletions and truncations of the file; protobuf edits of tensors (dims, data type, data,
 values), initializers (dropped, duplicated, renamed), nodes (op type, inputs, outputs,
 attributes, domain, dropped, duplicated), graph inputs/outputs, value_info, opset and IR
@@ -14,10 +15,13 @@ space (RLIMIT_AS) and in time, and ends as one of:
                     the downstream stage (below) ran without an exception
     rejected        validate_upload raised UploadRejected, or rebuild raised RebuildRejected
     downstream-failed  accepted, but what the server then does with it raised: ingest beside
-                    one honest upload of each kind, each method's selection and tiny fusion
-                    (fedavg, ensemble, fedmho, fedmho-md, fedcvae-ens), the report's reading
-                    of each kept upload, and for a seeded 1 in --pipeline-every the whole
-                    `server fuse` pipeline of one method (export and report included)
+                    one honest upload of each kind, the robust screen's verdict on them all,
+                    each method's selection and tiny fusion (fedavg, ensemble, fedmho,
+                    fedmho-md, fedcvae-ens, feddf and fedol on the tiny public set, fedgh),
+                    again on its share of the screen's verdict where that differs, the
+                    report's reading of each kept upload, and for a seeded 1 in
+                    --pipeline-every the whole `server fuse` pipeline of one method (export
+                    and report included)
     crashed         any other exception (which stage, type and message are recorded), or the
                     worker died from a signal (a segfault, an abort)
     hung            it ran past --timeout
@@ -28,13 +32,13 @@ catch-all turns it into a rejection: the server survives it, but it is not a ref
 code meant. Every crash, hang and memory blow-up is grouped by signature and the first
 --keep items of each are saved (FILE.onnx + FILE.txt) under OUT_examples/.
 
-    python bench/bench_fuzz.py                               # 100,000 items, a few minutes
+    python bench/bench_fuzz.py --jobs 1                      # 100,000 items, ~20-30 min
     python bench/bench_fuzz.py --n 300 --out /tmp/fuzz        # a smoke run
     python bench/bench_fuzz.py --resume                      # go on from OUT.json's checkpoint
 
-A smoke run of 300 items took 0.4 s of fuzzing (~770 items/s with 2 workers on 2 CPUs, most
-items being cheap rejections) and 8 s in all with building the sources, so 100,000 items
-should take ~2-3 min plus --timeout seconds for each hang.
+Most items are cheap rejections; an accepted one (~6%) runs the downstream stage (0.1-0.3 s
+with 1 thread). 600 items took 15 s with 1 worker on 2 shared CPUs, building nothing; the
+sources are built once (~7 s) into OUT_sources and kept. bench/results/fuzz.md has the run.
 
 Items are numbered; item i is the same mutation of the same source for a given --seed and
 sources, so any saved or reported item can be regenerated (`--only I`). OUT.json is rewritten
@@ -55,6 +59,7 @@ import random
 import re
 import resource
 import shlex
+import shutil
 import signal
 import sys
 import tempfile
@@ -262,6 +267,8 @@ def mutate_proto(m: onnx.ModelProto, rng: random.Random) -> str:
         return f"domain:{node.op_type}={node.domain}"
     if kind == "graph_io":
         values = list(g.input) + list(g.output)
+        if not values:  # a constant-output upload (predictions) whose outputs an edit dropped
+            return "graph_io:none"
         v = rng.choice(values)
         op = rng.choice(["name", "dim", "elem_type", "no_shape", "drop"])
         if op == "name":
@@ -406,10 +413,16 @@ def check(path: Path) -> tuple[str, str, str, str]:
 
 # --- downstream: what the fusion methods read from a kept upload -----------------------------
 
+# The tiny public set FedDF distils on and FedOL's predictions answer (carved from digits'
+# train split, as the predictions source's client carved it).
+PUBLIC = {"public": "digits:public", "public_size": 64}
 # Each method's cheapest budget: what it reads from its uploads does not depend on the budget.
 TINY = {"fedavg": {}, "ensemble": {}, "fedmho": {"synthetic": 20, "epochs": 1},
         "fedmho-md": {"synthetic": 20, "epochs": 1},
-        "fedcvae-ens": {"synthetic": 20, "epochs": 1}}  # fmt: skip
+        "fedcvae-ens": {"synthetic": 20, "epochs": 1},
+        "feddf": {"epochs": 1, **PUBLIC},
+        "fedol": {"rounds": 1, "epochs": 1, **PUBLIC},
+        "fedgh": {"epochs": 1}}  # fmt: skip
 ITEM = "item.onnx"
 
 
@@ -440,13 +453,17 @@ def downstream(folder: Path, data: bytes, pipeline: str | None) -> tuple[str, st
     import torch
 
     import exporters
+    from edgefl.data.public import load_public
     from edgefl.fusion import METHODS
     from edgefl.fusion.base import FusionContext
+    from edgefl.fusion.robust import apply as apply_screen
+    from edgefl.fusion.robust import judge as judge_screen
     from edgefl.server.fuse import FuseJob, run_fuse, select
     from edgefl.server.ingest import ingest
 
     stage = "ingest"
     (folder / ITEM).write_bytes(data)
+    cpu = torch.device("cpu")
     try:
         found = ingest(folder, max_upload_bytes=exporters.DEFAULT_MAX_UPLOAD_BYTES, jobs=1)
         kept = any(u.name == ITEM for u in found.uploads)
@@ -457,20 +474,38 @@ def downstream(folder: Path, data: bytes, pipeline: str | None) -> tuple[str, st
         json.dumps([(u.name, u.client_id, u.kind, u.spec.label if u.spec else None,
                      u.label_counts.tolist(), u.meta.get("training")) for u in found.uploads],
                    default=str)  # fmt: skip
+        # The robust screen (--robust screen) judges every upload once for all the methods;
+        # each method then fuses its share of the verdict too where that differs.
+        stage = "robust screen"
+        verdict = judge_screen(found.uploads, cpu, 0, public=lambda: load_public(
+            PUBLIC["public"], public_size=PUBLIC["public_size"], seed=0))  # fmt: skip
+        names = {u.name for u in found.uploads}
+        if not set(verdict.out) | set(verdict.swap) <= names:
+            return "downstream-failed", stage, "the screen names an upload not in the set", ""
         for name, options in TINY.items():
             stage = name
             method = METHODS.get(name)
             usable, skipped = select(method, found)
-            if {u.name for u in found.uploads} != {u.name for u in usable} | {
-                n for n, _ in skipped
-            }:
+            if names != {u.name for u in usable} | {n for n, _ in skipped}:
                 return "downstream-failed", stage, "an upload set aside without its name", ""
-            ctx = FusionContext(usable, device=torch.device("cpu"), seed=0,
-                                federation=found.uploads)  # fmt: skip
-            method.fuse(ctx, method.make_config(options))
+            kept, screened, _ = apply_screen(verdict, usable)
+            same = [id(u) for u in kept] == [id(u) for u in usable]
+            runs = [usable] if same else [usable, kept]
+            for i, share in enumerate(runs):
+                stage = f"{name}{' (screened)' if i else ''}"
+                if not share:  # every upload screened out: the pipeline refuses by name
+                    if not screened:
+                        return "downstream-failed", stage, "uploads lost by the screen", ""
+                    continue
+                ctx = FusionContext(share, device=cpu, seed=0, federation=found.uploads)
+                method.fuse(ctx, method.make_config(options))
+                aside = {u.name for u, _ in ctx.aside + ctx.partly}
+                if not aside <= {u.name for u in share}:
+                    return "downstream-failed", stage, "set aside an upload it was not given", ""
         if pipeline is not None:
             stage = f"pipeline {pipeline}"
-            out = folder.parent / f"{folder.name}-out" / "g.onnx"
+            # A fresh folder per item: the server refuses to write over another method's model.
+            out = folder.parent / f"{folder.name}-out" / f"{pipeline}.onnx"
             report = run_fuse(FuseJob(uploads=str(folder), method=pipeline, out=str(out),
                                       options=TINY[pipeline], device="cpu", jobs=1))  # fmt: skip
             shown = [x["file"] for x in report["rejected"] + report["skipped"]]
@@ -483,6 +518,7 @@ def downstream(folder: Path, data: bytes, pipeline: str | None) -> tuple[str, st
         return outcome, f"downstream {stage}", detail, traceback.format_exc()
     finally:
         (folder / ITEM).unlink(missing_ok=True)
+        shutil.rmtree(folder.parent / f"{folder.name}-out", ignore_errors=True)
     where = "kept" if kept else "rejected in the set"
     return "accepted", f"downstream ({where}{', pipeline' if pipeline else ''})", "", ""
 
@@ -634,14 +670,32 @@ class Pool:
 # --- sources, results ------------------------------------------------------------------------
 
 
+SOURCE_KINDS = ("classifier", "decoder", "predictions", "prototypes")
+
+
 def build_sources(out: Path) -> list[Path]:
-    """A cnn classifier and a CVAE decoder, trained for a few epochs on a digits shard."""
+    """One upload of each kind, trained for a few epochs on a digits shard: a cnn classifier,
+    a CVAE decoder, a cnn's predictions on the tiny public set (FedOL) and a FedGH CNN's
+    prototypes. Only the kinds the folder lacks are built: the others keep their exact bytes
+    (an item is a mutation of its source's bytes)."""
+    import exporters
     from edgefl.client.run import ClientJob, run_client
 
+    have = {exporters.get_metadata(onnx.load(str(p))).get("kind") for p in out.glob("*.onnx")}
     base = dict(dataset="digits", out_dir=str(out), partition="dirichlet:1.0", num_clients=4,
                 batch_size=64, epochs=2)  # fmt: skip
-    run_client(ClientJob(profile="smartphone", model="cnn", client_index=0, **base))
-    run_client(ClientJob(profile="wristband", role="generator", client_index=2, **base))
+    jobs = {
+        "classifier": dict(profile="smartphone", model="cnn", client_index=0),
+        "decoder": dict(profile="wristband", role="generator", client_index=2),
+        "predictions": dict(profile="smartphone", model="cnn", client_index=1,
+                            kind="predictions", public=PUBLIC["public"],
+                            public_size=PUBLIC["public_size"]),
+        "prototypes": dict(profile="smartphone", model="fedgh-cnn1:fc1=64,representation=32",
+                           client_index=3, kind="prototypes"),
+    }  # fmt: skip
+    for kind in SOURCE_KINDS:
+        if kind not in have:
+            run_client(ClientJob(**(base | jobs[kind])))
     return sorted(out.glob("*.onnx"))
 
 
@@ -699,10 +753,23 @@ def markdown(s: dict) -> str:
         *(
             [
                 "Downstream: every accepted item is ingested (`edgefl.server.ingest`) beside one "
-                "honest upload of each kind, then every method of "
+                "honest upload of each kind"
+                + (
+                    ", the robust screen (`edgefl.fusion.robust.judge`) judges them all"
+                    if s.get("screen")
+                    else ""
+                )
+                + ", then every method of "
                 + ", ".join(f"{m} {s['methods'][m] or '(no options)'}" for m in s["methods"])
                 + " selects its uploads (those set aside must be named) and fuses them on that "
-                "budget (the export, which reads only the server's own module, skipped), and "
+                "budget"
+                + (
+                    ", and again on its share of the screen's verdict where that differs "
+                    "(uploads screened out, repaired or tempered)"
+                    if s.get("screen")
+                    else ""
+                )
+                + " (the export, which reads only the server's own module, skipped), and "
                 "the report's reading of each kept upload runs; 1 item in "
                 f"{s['pipeline_every']} (seeded) also runs one method through the whole `server "
                 "fuse` pipeline (`run_fuse`: ingest, fuse, export, report). Any exception there "
@@ -749,8 +816,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--mem-mb", type=int, default=1024, help="address space per worker, MiB")
     ap.add_argument(
         "--uploads",
-        help="folder of .onnx uploads to mutate (default: OUT_sources, "
-        "built there once: a cnn classifier and a CVAE decoder)",
+        help="folder of .onnx uploads to mutate (default: OUT_sources, built there once: a "
+        "cnn classifier, a CVAE decoder, predictions and prototypes)",
     )
     ap.add_argument("--out", default="bench/results/fuzz", help="writes OUT.json, OUT.md")
     ap.add_argument("--every", type=int, default=1000, help="progress line + checkpoint")
@@ -774,8 +841,9 @@ def main(argv: list[str] | None = None) -> None:
         # stamps its own duration into the metadata, so a rebuild would change every item.
         folder = Path(args.uploads or f"{out}_sources")
         paths = sorted(folder.glob("*.onnx"))
-        if not paths and not args.uploads:
-            print(f"building two sources (cnn classifier, CVAE decoder) in {folder}", flush=True)
+        if len(paths) < len(SOURCE_KINDS) and not args.uploads:
+            print(f"building the sources missing in {folder} (one upload of each kind: "
+                  f"{', '.join(SOURCE_KINDS)})", flush=True)  # fmt: skip
             paths = build_sources(folder)
         if not paths:
             sys.exit(f"no .onnx files in {folder}")
@@ -798,13 +866,14 @@ def main(argv: list[str] | None = None) -> None:
                  "n": args.n, "seed": args.seed, "jobs": args.jobs, "timeout": args.timeout,
                  "mem_mb": args.mem_mb, "sources": [f"{n} ({ids[n]})" for n in sorted(ids)],
                  "downstream": not args.no_downstream, "pipeline_every": args.pipeline_every,
-                 "methods": {m: TINY[m] for m in sorted(TINY)},
+                 "methods": {m: TINY[m] for m in sorted(TINY)}, "screen": True,
                  "done": 0, "seconds": 0.0, "counts": {}, "by_family": {}, "signatures": {},
                  "slowest": {"seconds": 0.0, "index": None, "outcome": None},
                  "max_rss_mib": 0}  # fmt: skip
         if args.resume:
             old = json.loads(out.with_suffix(".json").read_text())
-            same = ("seed", "sources", "timeout", "mem_mb", "downstream", "pipeline_every")
+            same = ("seed", "sources", "timeout", "mem_mb", "downstream", "pipeline_every",
+                    "methods")  # fmt: skip
             if any(old.get(k) != state[k] for k in same):
                 sys.exit(f"--resume: {out}.json was made with other {', '.join(same)}")
             state |= {k: old[k] for k in ("done", "seconds", "counts", "by_family",
