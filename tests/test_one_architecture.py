@@ -130,3 +130,11 @@ def test_cli_names_the_set_aside_upload_in_both_outputs(cli, two_archs, tmp_path
     text = " ".join(r.output.split())
     assert f"fedavg: set aside {SCNN}: architecture scnn(width=4) differs" in text
     assert f"fedmho-md: partly used {SCNN}:" in text
+
+
+def test_a_simulate_row_of_a_partial_average_says_so_and_has_no_paper_number():
+    from edgefl.simulate.render import accuracy_text
+
+    row = {"method": "fedavg", "accuracy": 0.61, "scope": "5 of 10: vgg9 only"}
+    assert accuracy_text(row) == "61.00 (5 of 10: vgg9 only)"
+    assert accuracy_text(row | {"scope": None}) == "61.00"
