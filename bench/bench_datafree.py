@@ -1,4 +1,4 @@
-"""Data-free fusion benchmark: DENSE, FedHydra and pFedZKD's Multi-ZSKD on MNIST, each against
+"""Data-free fusion benchmark: DENSE, FedHydra, pFedZKD's Multi-ZSKD and Co-Boosting on MNIST, each against
 the teachers it distils (their logit ensemble) and against FedHydra's Tables 1-2.
 
     python bench/bench_datafree.py [--partitions dirichlet:0.5,dirichlet:0.1] [--seeds 0,1,2]
@@ -6,7 +6,7 @@ the teachers it distils (their logit ensemble) and against FedHydra's Tables 1-2
 
 Per partition (5 clients) and seed: 5 FedMHO `cnn` classifiers trained with run_client (the
 paper's "two-layer CNN"), then `ensemble` (the teachers' logit average: the reference a
-distilled model approaches), `dense`, `fedhydra` and `pfedzkd` through run_fuse with the named
+distilled model approaches), `dense`, `fedhydra`, `pfedzkd` and `coboosting` through run_fuse with the named
 budget's options (`cpu`: the methods' defaults; `paper`: their papers' settings, a GPU job),
 evaluated on the MNIST test split. `--simulate` also times the whole `edgefl simulate` of the
 issue's speed target (5 clients, one partition, the four methods, client training included).
@@ -44,6 +44,8 @@ PAPER = {
               "dirichlet:0.01": 11.17, "classes:2": 15.58},
     "fedhydra": {"dirichlet:0.5": 88.75, "dirichlet:0.3": 85.16, "dirichlet:0.1": 59.97,
                  "dirichlet:0.01": 38.83, "classes:2": 40.81},
+    "coboosting": {"dirichlet:0.5": 86.76, "dirichlet:0.3": 83.47, "dirichlet:0.1": 44.76,
+                   "dirichlet:0.01": 29.11, "classes:2": 26.05},
 }  # fmt: skip
 NUM_CLIENTS = 5
 # Row label -> (method, extra options on top of the budget's).
@@ -52,6 +54,9 @@ VARIANTS = {
     "dense": ("dense", {}),
     "fedhydra": ("fedhydra", {}),
     "pfedzkd": ("pfedzkd", {}),
+    "coboosting": ("coboosting", {}),
+    "coboosting-simplex": ("coboosting", {"weight_constraint": "simplex"}),
+    "coboosting-no-weights": ("coboosting", {"weight_lr": 0.0}),
     "fedhydra-no-replay": ("fedhydra", {"replay": 0, "val_size": 0}),
     "fedhydra-ratio": ("fedhydra", {"guidance_scale": "ratio"}),
 }
@@ -104,6 +109,9 @@ def run(args) -> dict:
                        "accuracy": 100 * rep["accuracy"], "paper": PAPER.get(label, {}).get(partition),
                        "seconds": wall, "stages": rep["seconds"], "device": rep["device"],
                        "options": opts, "clients_seconds": clients_s, "clients": clients}  # fmt: skip
+                row["per_class"] = rep["eval"].get("per_class_accuracy")
+                if "ensemble_weights" in rep:
+                    row["ensemble_weights"] = rep["ensemble_weights"]
                 if "stratification" in rep:
                     row["stratification"] = rep["stratification"]
                 rows.append(row)
@@ -152,7 +160,7 @@ def markdown(result: dict) -> str:
             if method != "ensemble" and ens[p] and accs:
                 g = statistics.mean(accs) - statistics.mean(ens[p])
                 gap = f"{g:+.2f}"
-                if method in ("dense", "fedhydra", "pfedzkd"):
+                if method in ("dense", "fedhydra", "pfedzkd", "coboosting"):
                     ok = g >= -TARGET_GAP
                     verdicts.append(
                         f"{method} {LABELS[p]}: {g:+.2f} ({'met' if ok else 'NOT met'})"
@@ -178,7 +186,7 @@ def markdown(result: dict) -> str:
             "",
         ]
     return "\n".join([
-        "# Data-free fusion on MNIST: DENSE, FedHydra and Multi-ZSKD vs the teachers they distil",
+        "# Data-free fusion on MNIST: DENSE, FedHydra, Multi-ZSKD, Co-Boosting vs the teachers they distil",
         "",
         *[f"Command: `{c}`  " for c in commands],
         f"Date: {result['date']}  ",
@@ -194,6 +202,7 @@ def markdown(result: dict) -> str:
         *([f"Target (issue 16): each data-free method >= the ensemble - {TARGET_GAP:g} points: "
            + "; ".join(verdicts) + ".", ""] if verdicts else []),
         *sim_lines,
+        *coboosting_lines(rows, parts),
         *stratification_lines(rows, parts),
         "",
         f"Budget: {result['budget']}",
@@ -209,6 +218,52 @@ server); ours train 5 local epochs and fuse at the `cpu` budget, so they compare
 behaviour, not the setting. `fedhydra-no-replay` and `fedhydra-ratio` (where run) are ablations:
 without the rehearsal of earlier synthetic batches, and with Eq. 2's linear guidance scale.
 """
+
+
+def coboosting_lines(rows, parts) -> list[str]:
+    """Co-Boosting against DENSE (its paper's claim: above it) and per class against both DENSE
+    and the teachers' ensemble (mean recall over seeds), and its learned ensemble weights."""
+    if not any(r["method"] == "coboosting" for r in rows):
+        return []
+
+    def mean_acc(method, p):
+        accs = [r["accuracy"] for r in rows if r["method"] == method and r["partition"] == p]
+        return statistics.mean(accs) if accs else None
+
+    def per_class(method, p):
+        runs = [r["per_class"] for r in rows
+                if r["method"] == method and r["partition"] == p and r.get("per_class")]  # fmt: skip
+        return [100 * statistics.mean(c) for c in zip(*runs, strict=True)] if runs else None
+
+    out = ["## Co-Boosting against DENSE and the ensemble", ""]
+    verdicts = []
+    for p in parts:
+        cb, de = mean_acc("coboosting", p), mean_acc("dense", p)
+        if cb is not None and de is not None:
+            verdicts.append(f"{LABELS[p]}: {cb - de:+.2f} ({'met' if cb >= de else 'NOT met'})")
+    if verdicts:
+        out += ["Target (issue 37, its paper's claim): Co-Boosting >= DENSE: "
+                + "; ".join(verdicts) + ".", ""]  # fmt: skip
+    for p in parts:
+        table = {m: per_class(m, p) for m in ("ensemble", "dense", "coboosting")}
+        table = {m: v for m, v in table.items() if v}
+        if len(table) < 2:
+            continue
+        n = len(next(iter(table.values())))
+        out += [f"Per-class recall (%), {LABELS[p]}, mean over seeds:", "",
+                "| class | " + " | ".join(table) + " |", "|" + "---|" * (len(table) + 1)]  # fmt: skip
+        out += [f"| {c} | " + " | ".join(f"{v[c]:.1f}" for v in table.values()) + " |"
+                for c in range(n)]  # fmt: skip
+        weights = [r["ensemble_weights"] for r in rows
+                   if r["method"] == "coboosting" and r["partition"] == p and r.get("ensemble_weights")]  # fmt: skip
+        if weights:
+            shown = "; ".join(f"seed {r['seed']}: " + ", ".join(f"{v:.3f}" for v in w.values())
+                              for r, w in zip([r for r in rows if r["method"] == "coboosting"
+                                               and r["partition"] == p and r.get("ensemble_weights")],
+                                              weights, strict=True))  # fmt: skip
+            out += ["", f"Co-Boosting's final ensemble weights (clients 0-4): {shown}"]
+        out.append("")
+    return out
 
 
 def stratification_lines(rows, parts) -> list[str]:

@@ -1,5 +1,5 @@
-"""The data-free methods (DENSE, FedHydra, pFedZKD's Multi-ZSKD) on sensor windows as well as on
-images: each fuses a tiny HAPT federation of phone classifiers through the real pipeline,
+"""The data-free methods (DENSE, FedHydra, pFedZKD's Multi-ZSKD, Co-Boosting) on sensor windows
+as well as on images: each fuses a tiny HAPT federation of phone classifiers through the real pipeline,
 deterministically, and the two mechanisms that broke on windows are checked directly
 (bench/results/datafree_hapt.md)."""
 
@@ -21,6 +21,7 @@ OPTS = {
     "dense": GEN,
     "fedhydra": GEN | {"strat_steps": 3, "strat_batch": 8, "max_gen_steps": 6},
     "pfedzkd": {"synthetic": 48, "inversion_steps": 5, "epochs": 2},
+    "coboosting": GEN,
 }
 SHAPE = (3, 1, 128)
 
@@ -51,7 +52,7 @@ def _weights(path) -> list[np.ndarray]:
     return [numpy_helper.to_array(t) for t in onnx.load(str(path)).graph.initializer]
 
 
-@pytest.mark.parametrize("method", ["dense", "fedhydra", "pfedzkd"])
+@pytest.mark.parametrize("method", list(OPTS))
 def test_fuses_a_window_federation_deterministically(phones, tmp_path, method):
     runs = []
     for run in ("a", "b"):
@@ -99,3 +100,38 @@ def test_inverted_windows_keep_only_the_variation_the_teacher_asks_for(phones):
     assert inversion_defaults((1, 28, 28)) == (1.0, 0.1)
     # Real HAPT windows: mean step between samples 0.001 (still) to 0.02 (walking).
     assert steps(*inversion_defaults(SHAPE)) < 0.06 and steps(1.0, 0.1) > 0.15
+
+
+def test_roughness_counts_neighbours_along_every_spatial_axis_of_more_than_one():
+    from edgefl.fusion.base import roughness
+
+    window = torch.zeros(1, 3, 1, 4)
+    window[0, 0, 0] = torch.tensor([0.0, 1.0, 1.0, 3.0])  # steps 1, 0, 2 along time
+    assert roughness(window).tolist() == [5.0]  # the singleton middle axis adds nothing
+    image = torch.zeros(1, 1, 2, 2)
+    image[0, 0, 0, 0] = 1.0  # one step to the right, one down
+    assert roughness(image).tolist() == [2.0]
+
+
+def test_the_smoothness_prior_leaves_windows_as_smooth_as_real_ones(phones):
+    """With the teacher's loss alone, neighbouring samples of an inverted window sit far apart
+    (white noise); pFedZKD's default prior brings them to a real window's scale (0.001-0.02)
+    while the teacher still reads the targets' classes."""
+    from edgefl.fusion.pfedzkd import PFedZKDConfig
+    from edgefl.server.ingest import ingest
+
+    teacher = ingest(phones, max_upload_bytes=10**8).uploads[0].module
+    targets = torch.eye(6).repeat_interleave(4, 0)
+    init_std, lr = inversion_defaults(SHAPE)
+
+    def invert_with(smooth):
+        gen = torch.Generator().manual_seed(0)
+        return invert(teacher, targets, SHAPE, steps=100, lr=lr, tau=4.0, gen=gen,
+                      device=torch.device("cpu"), init_std=init_std, smooth=smooth)  # fmt: skip
+
+    rough, smooth = invert_with(0.0), invert_with(PFedZKDConfig().smooth)
+    step = lambda x: float(x.diff(dim=-1).abs().mean())  # noqa: E731
+    assert step(smooth) < 0.02 < step(rough)
+    with torch.no_grad():
+        agree = (teacher(smooth).argmax(1) == targets.argmax(1)).float().mean()
+    assert agree >= 0.5

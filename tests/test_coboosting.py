@@ -1,0 +1,133 @@
+"""Co-Boosting: its pieces (hard-sample CE, the weights' constraint and sign steps, the
+diversifying step, the pool's aligned targets) and the whole method against the teachers it
+distils on the tiny digits federation (tests/fed_fixtures.py)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from fed_fixtures import build_federation
+from torch.nn import functional as F
+
+from edgefl.fusion import METHODS
+from edgefl.fusion.coboosting import (
+    diversify,
+    enhance_weights,
+    hard_ce,
+    project,
+    weighted_ensemble,
+)
+from edgefl.fusion.generator import ReplayPool
+from edgefl.server.fuse import FuseJob, run_fuse
+
+
+@pytest.fixture(scope="session")
+def federation(tmp_path_factory):
+    return build_federation(tmp_path_factory.mktemp("fed"))
+
+
+def test_hard_ce_is_ce_at_gamma_zero_and_favours_hard_samples():
+    g = torch.Generator().manual_seed(0)
+    logits = 3 * torch.randn(8, 5, generator=g)
+    y = torch.randint(0, 5, (8,), generator=g)
+    torch.testing.assert_close(hard_ce(logits, y, 0.0), F.cross_entropy(logits, y))
+    # An easy sample (p_y ~ 1) weighs almost nothing at gamma = 1; a hard one keeps its CE.
+    easy = torch.tensor([[10.0, 0.0]])
+    hard = torch.tensor([[0.0, 10.0]])
+    label = torch.tensor([0])
+    assert hard_ce(easy, label, 1.0) < 1e-3 * F.cross_entropy(easy, label)
+    assert hard_ce(hard, label, 1.0) == pytest.approx(float(F.cross_entropy(hard, label)), rel=1e-3)
+
+
+@pytest.mark.parametrize(
+    "w", [[0.3, 0.9, -0.2], [2.0, 0.0, 0.0], [0.2, 0.2, 0.2], [5.0, 4.0, -1.0]]
+)
+def test_simplex_projection(w):
+    w = torch.tensor(w)
+    p = project(w, "simplex")
+    assert (p >= 0).all() and float(p.sum()) == pytest.approx(1.0, abs=1e-6)
+    torch.testing.assert_close(project(p, "simplex"), p)  # a point of the simplex stays
+    # The nearest point: no other point of the simplex (a few random ones) is closer.
+    others = torch.distributions.Dirichlet(torch.ones(3)).sample((200,))
+    assert float((p - w).norm()) <= float((others - w).norm(dim=1).min()) + 1e-6
+
+
+def test_box_projection_clamps():
+    torch.testing.assert_close(
+        project(torch.tensor([-0.5, 0.4, 1.7]), "box"), torch.tensor([0.0, 0.4, 1.0])
+    )
+
+
+def _two_teachers(n=256, c=4, seed=0):
+    """Teacher 0 labels every sample right, teacher 1 confidently wrong on half of them."""
+    g = torch.Generator().manual_seed(seed)
+    y = torch.randint(0, c, (n,), generator=g)
+    good = 4 * F.one_hot(y, c).float()
+    wrong = (y + 1) % c
+    bad = 4 * F.one_hot(torch.where(torch.arange(n) % 2 == 0, wrong, y), c).float()
+    return torch.stack([good, bad], 1), y  # (n, m, c) as the pool stores them
+
+
+@pytest.mark.parametrize("constraint", ["box", "simplex"])
+def test_weights_move_to_the_teacher_that_is_right(constraint):
+    logits, y = _two_teachers()
+    w0 = torch.tensor([0.5, 0.5])
+    w, ce = enhance_weights(w0, logits, y, step=0.05, steps=5, constraint=constraint)
+    assert w[0] > w[1]
+    after = F.cross_entropy(weighted_ensemble(logits.transpose(0, 1), w), y)
+    assert float(after) < ce  # the pool's CE fell
+    if constraint == "simplex":
+        assert float(w.sum()) == pytest.approx(1.0)
+    else:
+        assert ((w >= 0) & (w <= 1)).all()
+    same, _ = enhance_weights(w0, logits, y, step=0.0, steps=5, constraint=constraint)
+    torch.testing.assert_close(same, w0)  # mu = 0: the plain average
+
+
+def test_diversify_stays_within_eps_and_range():
+    torch.manual_seed(0)
+    teachers = [torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(16, 3)) for _ in range(2)]
+    for t in teachers:
+        t.requires_grad_(False)
+    x = torch.rand(6, 1, 4, 4)
+    w = torch.tensor([0.5, 0.5])
+    a = diversify(teachers, x, w, 0.1, 4.0, torch.Generator().manual_seed(1))
+    b = diversify(teachers, x, w, 0.1, 4.0, torch.Generator().manual_seed(1))
+    torch.testing.assert_close(a, b)  # seeded
+    assert (a - x).abs().max() <= 0.1 + 1e-6 and a.min() >= 0 and a.max() <= 1
+    assert not torch.equal(a, x)
+    assert all(p.grad is None for t in teachers for p in t.parameters())
+
+
+def test_pool_keeps_tuple_targets_aligned():
+    rng = torch.Generator().manual_seed(0)
+    pool = ReplayPool(50)
+    for b in range(10):
+        ids = torch.arange(20 * b, 20 * (b + 1))
+        pool.add(ids.float().view(-1, 1), (ids.float().view(-1, 1).repeat(1, 3), ids), rng)
+    x, (t, y) = pool.contents()
+    assert len(x) == 50 and pool.seen == 200
+    assert torch.equal(x[:, 0], t[:, 0]) and torch.equal(x[:, 0].long(), y)
+    xs, (ts, ys) = pool.sample(16, rng)
+    assert torch.equal(xs[:, 0].long(), ys) and torch.equal(xs[:, 0], ts[:, 2])
+
+
+def test_reaches_its_teachers_ensemble_on_a_tiny_federation(federation, tmp_path):
+    """At its cpu defaults Co-Boosting distils the two digits classifiers to within 15 points
+    of their logit ensemble (seen: ensemble 78.6%, Co-Boosting 68-69%; chance 10%); with the
+    ensemble weights collapsed to 0 (box constraint, the per-batch steps of an earlier draft)
+    it fell to 46%."""
+    acc = {}
+    for method in ("ensemble", "coboosting"):
+        rep = run_fuse(FuseJob(uploads=str(federation), method=method,
+                               out=str(tmp_path / f"{method}.onnx"), device="cpu",
+                               eval="digits"))  # fmt: skip
+        acc[method] = rep["accuracy"]
+    assert acc["ensemble"] > 0.7
+    assert acc["coboosting"] >= acc["ensemble"] - 0.15, acc
+    weights = rep["ensemble_weights"]
+    assert set(weights) == {"client-000", "client-001"}
+    assert all(0 < v <= 1 for v in weights.values())
+    hist = rep["loss_history"]
+    assert len(hist["weights"]) == METHODS.get("coboosting").make_config({}).epochs
+    assert rep["synthetic_pool"] == rep["synthetic_made"] == 10 * 30 * 64  # every step pooled
