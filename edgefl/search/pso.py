@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 import numpy as np
+import torch
 
 from edgefl.data.registry import DatasetInfo
 from edgefl.errors import BudgetError, ConfigError, DataError
@@ -40,7 +41,7 @@ from edgefl.models.nas import (
 from edgefl.models.plan import Fit, check_fit
 from edgefl.models.spec import ModelSpec
 from edgefl.profiles import Profile
-from edgefl.progress import no_progress
+from edgefl.progress import fmt_seconds, no_progress
 from edgefl.training import DEFAULT_LR, TrainConfig, init_model, one_thread, train
 
 Genes = list[dict[str, Any]]
@@ -446,6 +447,7 @@ class SearchResult:
     config: PSOConfig
     profile: Profile
     budget: dict[str, Any] = field(default_factory=dict)
+    estimate_seconds: float | None = None  # said before the search (estimate_search_seconds)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -460,11 +462,41 @@ class SearchResult:
             "seconds": self.seconds,
             "config": self.config.as_dict(),
             "profile": self.profile.name,
+            "estimate_seconds": self.estimate_seconds,
         }
 
 
 def _mib(n: float) -> str:
     return f"{n / 2**20:.2f} MiB" if n >= 2**20 else f"{n / 2**10:.1f} KiB"
+
+
+# Flags that shorten a search, as `edgefl search` names them (`client train --search` has the
+# first three).
+SHORTEN_FLAGS = ("--particles", "--generations", "--candidate-epochs")
+
+
+def estimate_search_seconds(budget: Budget, cfg: PSOConfig, train_cfg: TrainConfig, x_tr, y_tr,
+                            num_classes: int, seed: int, probes: int = 3,
+                            batches: int = 2) -> float:  # fmt: skip
+    """Seconds the whole search should take here: `batches` batches of training timed on
+    `probes` feasible candidates drawn with their own generator (the search's draws, weights
+    and results are untouched), times samples x epochs x particles x (generations + 1), plus
+    a third for validation. An upper bound: a repeated architecture is not trained again."""
+    rng = np.random.default_rng([seed, 0x5EA7C4])  # never the search's generator
+    n = min(len(x_tr), batches * train_cfg.batch_size)
+    probe_cfg = TrainConfig(epochs=1, batch_size=train_cfg.batch_size,
+                            optimizer=train_cfg.optimizer, lr=train_cfg.lr, seed=seed)  # fmt: skip
+    per_sample = []
+    with torch.random.fork_rng(devices=[]):
+        for i in range(probes + 1):
+            spec = budget.spec(sample_feasible(rng, budget, cfg))
+            model = init_model(spec, seed)
+            t = time.perf_counter()
+            train(model, "classifier", x_tr[:n], y_tr[:n], num_classes, probe_cfg)
+            if i:  # the first draw warms up (allocators, kernels): not timed
+                per_sample.append((time.perf_counter() - t) / n)
+    per_candidate = float(np.mean(per_sample)) * len(x_tr) * cfg.candidate_epochs * 4 / 3
+    return per_candidate * cfg.particles * (cfg.generations + 1)
 
 
 def search_architecture(
@@ -478,9 +510,12 @@ def search_architecture(
     config: PSOConfig | None = None,
     on_status: Status | None = None,
     on_progress=None,
+    shorten: tuple[str, ...] = SHORTEN_FLAGS,
+    estimate: bool = True,
 ) -> SearchResult:
     """Algorithm 2 of the paper under the device budget. `local` = (x_tr, y_tr, x_val, y_val).
-    `on_progress(task, done, total, note)` follows the candidate evaluations."""
+    `on_progress(task, done, total, note)` follows the candidate evaluations. With `estimate`,
+    the time the search will take is said first (`shorten`: the flags that cut it)."""
     cfg = config or PSOConfig()
     status = on_status or (lambda msg: None)
     progress = on_progress or no_progress
@@ -553,9 +588,18 @@ def search_architecture(
         return cand
 
     status(
-        f"PSO-FedNAS on {profile.name}: {cfg.particles} particles x {cfg.generations} "
-        f"generations, {cfg.candidate_epochs} epoch(s) per candidate on {len(x_tr):,} samples"
+        f"PSO-FedNAS on {profile.name}: {cfg.particles} particles x ({cfg.generations} "
+        f"generations + the first swarm) = {total_evals} candidates, {cfg.candidate_epochs} "
+        f"epoch(s) each on {len(x_tr):,} samples"
     )
+    guess = None
+    if estimate:
+        guess = estimate_search_seconds(budget, cfg, train_cfg, x_tr, y_tr, info.num_classes,
+                                        seed)  # fmt: skip
+        status(
+            f"this will take about {fmt_seconds(guess)} here (at most: a repeated architecture "
+            f"is not trained again); shorter with smaller {', '.join(shorten)}"
+        )
     progress("search candidate", 0, total_evals)
     particles = [sample_feasible(rng, budget, cfg) for _ in range(cfg.particles)]
     scores = [evaluate(p, 0) for p in particles]
@@ -578,7 +622,7 @@ def search_architecture(
     p = profile
     return SearchResult(
         spec=spec, best=gbest_c, candidates=order, history=history, evaluations=evaluations,
-        seconds=time.perf_counter() - start, config=cfg, profile=profile,
+        seconds=time.perf_counter() - start, config=cfg, profile=profile, estimate_seconds=guess,
         budget={"ram_budget_bytes": p.ram_budget_bytes, "storage_bytes": p.storage_bytes,
                 "max_epoch_seconds": p.max_epoch_seconds, "max_macs": cfg.max_macs,
                 "batch_size": batch, "optimizer": p.optimizer, "samples": budget.samples},
