@@ -111,6 +111,8 @@ def _json_value(rng: random.Random, depth: int = 0):
 def mutate_bytes(data: bytes, rng: random.Random) -> tuple[bytes, str]:
     buf = bytearray(data)
     kind = rng.choice(["flip", "insert", "delete", "truncate", "splice", "varint"])
+    if not buf:  # an earlier step truncated it all: only an insertion applies
+        kind = "insert"
     pos = rng.randrange(len(buf)) if buf else 0
     if kind == "flip":
         for _ in range(rng.randint(1, 8)):

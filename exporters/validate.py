@@ -316,13 +316,21 @@ def _check_tensors(model: onnx.ModelProto, max_elements: int) -> None:
             raise UploadRejected(
                 f"{where} has {count} elements, over the {max_elements}-element limit"
             )
-        if tensor.data_type in _FLOAT_TYPES:
-            try:
-                values = numpy_helper.to_array(tensor).astype(np.float32, copy=False)
-            except Exception:
-                raise UploadRejected(f"{where} is malformed (data does not match dims)") from None
-            if not np.isfinite(values).all():
-                raise UploadRejected(f"{where} contains NaN or infinite values")
+        # Every tensor is decoded, whatever its type: the weights hash decodes them all, and a
+        # tensor whose bytes do not fit its type and dims (a predictions tensor re-typed to
+        # uint16, which no operator's type check reaches) broke it with a bare ValueError.
+        try:
+            values = numpy_helper.to_array(tensor)
+        except Exception:
+            raise UploadRejected(
+                f"{where} is malformed (data does not match its type and dims)"
+            ) from None
+        finite = (
+            tensor.data_type not in _FLOAT_TYPES
+            or np.isfinite(values.astype(np.float32, copy=False)).all()
+        )
+        if not finite:
+            raise UploadRejected(f"{where} contains NaN or infinite values")
     for node in iter_nodes(model):
         for attr in node.attribute:
             floats = [attr.f] if attr.type == onnx.AttributeProto.FLOAT else list(attr.floats)
@@ -357,7 +365,10 @@ def _check_metadata(model: onnx.ModelProto, require: bool) -> dict[str, Any]:
     problems = validate_metadata(meta)
     if problems:
         raise UploadRejected("invalid metadata: " + "; ".join(problems))
-    actual = weights_hash(model)
+    try:
+        actual = weights_hash(model)
+    except ValueError as exc:  # _check_tensors decodes every tensor first; kept as a refusal
+        raise UploadRejected(f"weights unreadable: {exc}") from None
     if actual != meta["weights_sha256"]:
         raise UploadRejected(
             f"weights hash mismatch: metadata says {meta['weights_sha256'][:12]}..., "

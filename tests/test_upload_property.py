@@ -428,3 +428,25 @@ def test_intermediate_shapes_are_bounded(sources, scratch):
     # a refusal); an uncapped server would make it. The graph must be refused before it runs.
     assert_safe(m.SerializeToString(), scratch, "Conv pads 2000, no value_info",
                 allowed={"rejected"})  # fmt: skip
+
+
+def test_a_retyped_tensor_that_no_operator_reads_is_refused(tmp_path):
+    """bench_fuzz (2026-11-26, item 12178 of the predictions source): a constant-output upload
+    whose tensor was re-typed to uint16 (its float32 bytes then fit no dims) and whose graph
+    output was dropped passed the checker, and the weights hash raised a bare ValueError
+    ("cannot reshape array of size 1280 into shape (64,10)"): a crash, not a refusal."""
+    import numpy as np
+
+    path = tmp_path / "p.onnx"
+    probs = np.full((64, 10), 0.1, dtype=np.float32)
+    meta = {"kind": "predictions", "client_id": "c", "input_shape": [1, 8, 8], "num_classes": 10,
+            "label_counts": [1] * 10, "public_fingerprint": "0" * 64, "public_size": 64,
+            "class_names": [str(c) for c in range(10)], "edgefl_version": "0", "spec": None}  # fmt: skip
+    exporters.write_constant_artifact(path, {"predictions": probs}, meta)
+    exporters.validate_upload(path)  # the honest file is accepted
+    model = onnx.load(str(path))
+    model.graph.ClearField("output")
+    model.graph.initializer[0].data_type = onnx.TensorProto.UINT16
+    onnx.save(model, str(path))
+    with pytest.raises(exporters.UploadRejected, match="does not match its type and dims"):
+        exporters.validate_upload(path)
