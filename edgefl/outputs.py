@@ -48,6 +48,78 @@ def check_writable(path: str | Path, flag_name: str, example: str, folder_ok: bo
         )
 
 
+# --- results another command made ------------------------------------------------------------
+
+
+def existing_result(path: str | Path) -> dict | None:
+    """What an existing output records of itself: an edgefl ONNX file's metadata or a JSON
+    object (a report, a saved spec); None for anything else (not ours, unreadable)."""
+    path = Path(path)
+    if not path.is_file():
+        return None
+    if path.suffix == ".json":
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, ValueError):
+            return None
+        return data if isinstance(data, dict) else None
+    import exporters  # onnx and onnxruntime: only when an output exists
+
+    try:
+        return dict(exporters.read_artifact(path).metadata)
+    except Exception:  # whatever it is, it is not an edgefl file this run can call its own
+        return None
+
+
+def describe_result(meta: dict | None) -> str:
+    """`client-000's classifier upload (cnn, smartphone)`, `a fedmho global model`: what an
+    existing output holds, from `existing_result`."""
+    if meta is None:
+        return "a file edgefl did not write"
+    kind = meta.get("kind")
+    spec = meta.get("spec") if isinstance(meta.get("spec"), dict) else {}
+    model = meta.get("model") or spec.get("name")
+    what = {"classifier": "classifier upload", "decoder": "decoder upload",
+            "predictions": "predictions upload", "prototypes": "prototypes upload",
+            "global": f"{meta.get('method')} global model"}.get(kind, f"{kind} file")  # fmt: skip
+    if meta.get("deployed"):
+        what = f"{kind} model deployed for {meta.get('target')}"
+    elif meta.get("personalized_from"):
+        what = "personalized model"
+    elif kind is None and "name" in meta and "input_shape" in meta:
+        what = f"model spec ({meta['name']})"
+    elif kind is None and "method" in meta:
+        what = f"{meta['method']} fusion report"
+    who = meta.get("client_id")
+    owner = f"{who}'s " if isinstance(who, str) and kind != "global" and who != "server" else ""
+    profile = meta.get("profile") if isinstance(meta.get("profile"), str) else None
+    details = ", ".join(x for x in (model, profile) if isinstance(x, str))
+    return f"{owner}{what}" + (f" ({details})" if details and "spec" not in what else "")
+
+
+def replacing_error(path: str | Path, flag: str, holds: str, other: str = "") -> ConfigError:
+    """The refusal to replace `path` (named by `flag`), which holds what another command made."""
+    elsewhere = f"another {flag}" + (f", or {other}" if other else "")
+    return ConfigError(
+        f"{path} already holds {holds}; this run would replace it",
+        hint=f"keep it by writing this one elsewhere ({elsewhere}), or pass --overwrite to "
+        "replace it",
+    )
+
+
+def check_replace(path: str | Path, flag: str, overwrite: bool, own) -> None:
+    """Before any work: refuse to replace an existing `path` unless `own(record)` says it is
+    this command's own result (its rerun replaces it) or `overwrite` is given. `own` gets
+    `existing_result(path)` (None for a file edgefl cannot read)."""
+    path = Path(path)
+    if overwrite or not path.exists() or path.is_dir():
+        return
+    meta = existing_result(path)
+    if meta is not None and own(meta):
+        return
+    raise replacing_error(path, flag, describe_result(meta))
+
+
 def check_name_lengths(path: Path, flag_name: str, example: str) -> None:
     """Every name in `path` within the file system's limit (bytes, not characters: 255 on
     ext4, xfs, btrfs) where it will be created. The OS would refuse it only when the file is

@@ -121,7 +121,8 @@ def _spawn(args: list[str], env: dict | None = None, prefix: str = "") -> subpro
 
 def test_a_second_run_on_held_outputs_is_refused_naming_the_holder(federation, out, tmp_path):
     go = tmp_path / "go"
-    fuse = ["server", "fuse", federation, "--out", out / "g.onnx", "--device", "cpu", "--quiet"]
+    fuse = ["server", "fuse", federation, "--out", out / "g.onnx", "--device", "cpu", "--quiet",
+            "--overwrite"]  # another method replaces the previous fedavg pair  # fmt: skip
     first = _spawn([*fuse, "--method", "fedmho", "--epochs", "1"], {"EDGEFL_TEST_GO": str(go)},
                    prefix=HOLD)  # fmt: skip
     try:
@@ -143,7 +144,8 @@ def test_a_second_run_on_held_outputs_is_refused_naming_the_holder(federation, o
 
 
 def test_two_runs_started_together_leave_a_pair_that_belongs_together(federation, out):
-    fuse = ["server", "fuse", federation, "--out", out / "g.onnx", "--device", "cpu", "--quiet"]
+    fuse = ["server", "fuse", federation, "--out", out / "g.onnx", "--device", "cpu", "--quiet",
+            "--overwrite"]  # two methods, one --out: each replaces the other's  # fmt: skip
     runs = {"fedavg": _spawn([*fuse, "--method", "fedavg"]),
             "fedmho": _spawn([*fuse, "--method", "fedmho", "--epochs", "1"])}  # fmt: skip
     done = {m: (p.wait(timeout=180), p.stderr.read()) for m, p in runs.items()}
@@ -274,7 +276,7 @@ def test_ctrl_c_while_publishing_waits_for_the_whole_pair(federation, out, monke
     try:
         with pytest.raises(KeyboardInterrupt):
             run_fuse(FuseJob(uploads=str(federation), method="fedmho", out=str(out / "g.onnx"),
-                             options={"epochs": 1}, device="cpu"))  # fmt: skip
+                             options={"epochs": 1}, device="cpu", overwrite=True))  # fmt: skip
     finally:
         signal.signal(signal.SIGINT, old)
     assert calls == ["g.onnx", "g.json"]  # the report last, once its model is in place
@@ -301,8 +303,10 @@ def test_out_dir_a_refused_method_keeps_its_previous_pair(tmp_path, tmp_path_fac
     (folder / "fedgh.onnx").write_bytes(b"previous fedgh model")
     (folder / "fedgh.json").write_text('{"previous": true}')
     before = snapshot(folder)
+    # --overwrite: the previous pair stands for another run's fedgh (not an edgefl file here);
+    # even when replacing is allowed, a refused method replaces nothing.
     cli("server", "fuse", mixed, "--method", "fedgh,ensemble", "--out-dir", folder, "--device",
-        "cpu", "--jobs", "2", code=0)  # fmt: skip
+        "cpu", "--jobs", "2", "--overwrite", code=0)  # fmt: skip
     # fedgh finds no prototypes among these uploads: refused, its previous pair untouched.
     # (This was fedavg over two architectures; fedavg now averages one and sets the other aside.)
     assert {n: before[n] for n in ("fedgh.onnx", "fedgh.json")} == {

@@ -85,7 +85,7 @@ def test_overwrite_replaces_and_another_client_id_keeps(cli, uploads):
 def test_a_file_edgefl_did_not_write_is_refused(cli, tmp_path):
     (tmp_path / "client-000.onnx").write_bytes(b"my own notes")
     r = cli(*TRAIN, "--model", "mlp", "--out", str(tmp_path))
-    _refused(r, "not an edgefl upload")
+    _refused(r, "a file edgefl did not write")
     assert (tmp_path / "client-000.onnx").read_bytes() == b"my own notes"
 
 
@@ -109,3 +109,94 @@ def test_prototypes_kept_model_is_checked_too(cli, uploads, tmp_path):
     _refused(r, "--keep-model", "model mlp -> fedgh-cnn1")
     assert (out / "client-000.onnx").read_bytes() == before
     assert not (tmp_path / "protos" / "client-000.onnx").exists()
+
+
+# --- the other writers a user points at existing results -------------------------------------
+
+
+@pytest.fixture(scope="module")
+def federation(tmp_path_factory):
+    """Two classifier uploads (digits) and a fedavg global model fused from them."""
+    from edgefl.client.run import ClientJob, run_client
+    from edgefl.server.fuse import FuseJob, run_fuse
+
+    root = tmp_path_factory.mktemp("fed")
+    for i in (0, 1):
+        run_client(ClientJob(profile="smartphone", dataset="digits", out_dir=str(root / "up"),
+                             num_clients=4, client_index=i, epochs=1, model="mlp"))  # fmt: skip
+    run_fuse(FuseJob(uploads=str(root / "up"), method="fedavg", out=str(root / "fedavg.onnx")))
+    return root
+
+
+def _copy(src, dst):
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    dst.write_bytes(src.read_bytes())
+    return dst.read_bytes()
+
+
+def test_fuse_replaces_its_own_result_only(cli, federation, tmp_path):
+    up = str(federation / "up")
+    out = tmp_path / "global.onnx"
+    fuse = ("server", "fuse", up, "--out", str(out), "--quiet")
+    assert cli(*fuse, "--method", "fedavg").exit_code == 0
+    r = cli(*fuse, "--method", "fedavg")  # the same fuse again: its own result, replaced
+    assert r.exit_code == 0, r.output
+    before = out.read_bytes()
+    _refused(cli(*fuse, "--method", "ensemble"), "fedavg global model", "another --out")
+    assert out.read_bytes() == before and "fedavg" in (tmp_path / "global.json").read_text()
+    assert cli(*fuse, "--method", "ensemble", "--overwrite").exit_code == 0
+    assert out.read_bytes() != before
+
+
+def test_fuse_never_replaces_an_upload_or_a_foreign_file(cli, federation, tmp_path):
+    before = _copy(federation / "up" / "client-000.onnx", tmp_path / "g" / "fedavg.onnx")
+    r = cli("server", "fuse", str(federation / "up"), "--method", "fedavg", "--out-dir",
+            str(tmp_path / "g"), "--quiet")  # fmt: skip
+    _refused(r, "client-000's classifier upload", "--out-dir")
+    assert (tmp_path / "g" / "fedavg.onnx").read_bytes() == before
+    (tmp_path / "notes.json").write_text("[1, 2]")
+    r = cli("server", "fuse", str(federation / "up"), "--method", "fedavg", "--out",
+            str(tmp_path / "x.onnx"), "--report", str(tmp_path / "notes.json"), "--quiet")  # fmt: skip
+    _refused(r, "notes.json already holds a file edgefl did not write", "--report")
+
+
+def test_apply_header_keeps_what_is_not_its_own(cli, federation, tmp_path):
+    before = _copy(federation / "fedavg.onnx", tmp_path / "personal.onnx")
+    r = cli("client", "apply-header", str(federation / "up" / "client-000.onnx"),
+            str(federation / "fedavg.onnx"), "--out", str(tmp_path / "personal.onnx"))  # fmt: skip
+    _refused(r, "fedavg global model")
+    assert (tmp_path / "personal.onnx").read_bytes() == before
+
+
+def test_search_save_keeps_a_file_that_is_not_a_saved_spec(cli, tmp_path, monkeypatch):
+    import edgefl.client.run as run
+
+    monkeypatch.setattr(run, "search_architecture", lambda *a, **k: pytest.fail("searched"))
+    (tmp_path / "best.json").write_text('{"my": "settings"}')
+    r = cli("search", "--profile", "wristband", "--dataset", "digits", "--save",
+            str(tmp_path / "best.json"))  # fmt: skip
+    _refused(r, "best.json already holds", "another --save")
+    assert (tmp_path / "best.json").read_text() == '{"my": "settings"}'
+
+
+def test_search_save_rerun_replaces_its_spec(cli, tmp_path):
+    args = ("search", "--profile", "wristband", "--dataset", "digits", "--num-clients", "4",
+            "--particles", "2", "--generations", "0", "--quiet", "--save", str(tmp_path / "s.json"))  # fmt: skip
+    assert cli(*args).exit_code == 0
+    r = cli(*args)
+    assert r.exit_code == 0, r.output
+
+
+def test_deploy_replaces_its_own_deploy_only(cli, federation, tmp_path):
+    out = tmp_path / "band"
+    deploy = ("deploy", "--profile", "smartphone", "--target", "onnx", "--out", str(out), "--quiet")
+    assert cli(*deploy, str(federation / "fedavg.onnx")).exit_code == 0
+    r = cli(*deploy, str(federation / "fedavg.onnx"))  # the same deploy again
+    assert r.exit_code == 0, r.output
+    before = (out / "fedavg.smartphone.onnx").read_bytes()
+    other = _copy(federation / "up" / "client-001.onnx", tmp_path / "other" / "fedavg.onnx")
+    assert other
+    r = cli(*deploy, str(tmp_path / "other" / "fedavg.onnx"))  # same name, another model
+    _refused(r, "fedavg.smartphone.onnx already holds", "deployed for onnx")
+    assert (out / "fedavg.smartphone.onnx").read_bytes() == before
+    assert cli(*deploy, str(tmp_path / "other" / "fedavg.onnx"), "--overwrite").exit_code == 0

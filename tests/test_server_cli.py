@@ -244,8 +244,8 @@ def test_fuse_budget_code_is_the_authors_code(federation, tmp_path):
                          "--out", out, "--json", "--device", "cpu").stdout)  # fmt: skip
     assert rep["config"]["epochs"] == 20 and len(rep["loss_history"]) == 20
     rep = json.loads(run("server", "fuse", federation, "--method", "fedmho-md", "--budget",
-                         "code", "--epochs", "2", "--out", out, "--json", "--device",
-                         "cpu").stdout)  # fmt: skip
+                         "code", "--epochs", "2", "--out", tmp_path / "md.onnx", "--json",
+                         "--device", "cpu").stdout)  # fmt: skip
     assert rep["config"]["epochs"] == 2
     out = run("server", "methods", "fedmho", env={"COLUMNS": "200"}).output
     shown = flat("".join(" " if 0x2500 <= ord(c) <= 0x257F else c for c in out))  # no borders

@@ -378,16 +378,25 @@ def apply_header_cmd(
     out: str = typer.Option(
         "personalized.onnx", "--out", help="Personalized model to write." + MAKES_FOLDERS
     ),
+    overwrite: bool = typer.Option(
+        False,
+        "--overwrite",
+        help="Replace a file at --out that is not this device's personalized model (an upload, "
+        "a global model, ...); a rerun replaces its own without it.",
+    ),
     json_out: bool = JSON_SUMMARY,
 ) -> None:
     """Splice FedGH's global header into this device's model and re-export it."""
     from edgefl.client.public import apply_header
     from edgefl.errors import ConfigError
-    from edgefl.outputs import check_writable
+    from edgefl.outputs import check_replace, check_writable, existing_result
 
     if not out.endswith(".onnx"):
         raise ConfigError(f"--out must end in .onnx, got {out}")
     check_writable(out, "--out", "personalized.onnx")
+    device = (existing_result(model) or {}).get("client_id")
+    check_replace(out, "--out", overwrite,
+                  lambda made: bool(made.get("personalized_from")) and made.get("client_id") == device)  # fmt: skip
     info = apply_header(model, header, out)
     if json_out:
         print_json(info)

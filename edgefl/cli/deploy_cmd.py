@@ -27,6 +27,12 @@ def deploy_cmd(
     quantize: str | None = typer.Option(None, help="int8: static QDQ int8 (onnx, ort-mobile)."),
     data_dir: str | None = typer.Option(None, help="Folder with standard dataset files."),
     eval_samples: int = typer.Option(1000, min=1, help="At most this many --eval samples."),
+    overwrite: bool = typer.Option(
+        False,
+        "--overwrite",
+        help="Replace files of this name in --out that were deployed from another model (or "
+        "that no deploy made); a redeploy of the same model replaces its own without it.",
+    ),
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
     quiet: bool = QUIET,
 ) -> None:
@@ -41,7 +47,7 @@ def deploy_cmd(
 
     req = DeployRequest(model=model, profile=profile, target=target, out=out,
                         calibrate=calibrate, eval=eval_ref, quantize=quantize,
-                        data_dir=data_dir, eval_samples=eval_samples)  # fmt: skip
+                        data_dir=data_dir, eval_samples=eval_samples, overwrite=overwrite)  # fmt: skip
     report = deploy(req, status=status)
     if json_out:
         print_json(report.as_dict())

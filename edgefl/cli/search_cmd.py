@@ -13,6 +13,13 @@ def register(root: typer.Typer) -> None:
     root.command("search")(search_cmd)
 
 
+def _saved_by_search(made: dict) -> bool:
+    """A spec an earlier `edgefl search --save` wrote: a search's result, which a rerun (or
+    another search) replaces; anything else at --save is kept unless --overwrite."""
+    return made.get("name") == "nas-cnn" and set(made) <= {"name", "input_shape", "num_classes",
+                                                            "params"}  # fmt: skip
+
+
 def search_cmd(
     profile: str = typer.Option(..., help="Profile name or TOML path: the hard budget."),
     dataset: str = typer.Option("mnist", help="Dataset name, .npz file or image folder."),
@@ -46,16 +53,23 @@ def search_cmd(
         "--save",
         help="Write the best spec as JSON, for `edgefl client train --spec`." + MAKES_FOLDERS,
     ),
+    overwrite: bool = typer.Option(
+        False,
+        "--overwrite",
+        help="Let --save replace a file that is not a spec an earlier search saved (a rerun "
+        "replaces its own spec without it).",
+    ),
     quiet: bool = QUIET,
 ) -> None:
     """Search a CNN for this device's shard (pFedZKD's PSO-FedNAS); every candidate fits."""
     import exporters
     from edgefl.client.run import ClientJob, search_client
-    from edgefl.outputs import check_writable
+    from edgefl.outputs import check_replace, check_writable
     from edgefl.search import PSOConfig
 
     if save is not None:
         check_writable(save, "--save", "best-spec.json")  # before the search, not after it
+        check_replace(save, "--save", overwrite, _saved_by_search)
 
     job = ClientJob(
         profile=profile, dataset=dataset, data_dir=data_dir, partition=partition,

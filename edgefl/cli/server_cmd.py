@@ -158,6 +158,13 @@ def fuse_cmd(
     for_max_macs: int | None = typer.Option(
         None, help="--for: cap on a class model's MACs (a CPU server trains it)."
     ),
+    overwrite: bool = typer.Option(
+        False,
+        "--overwrite",
+        help="Replace an output another command made (an upload, another method's global model, "
+        "a deployed model, a file edgefl did not write); a rerun of the same method replaces "
+        "its own result without it.",
+    ),
     json_out: bool = typer.Option(False, "--json", help="Print the report(s) as JSON."),
     quiet: bool = QUIET,
 ) -> None:
@@ -184,12 +191,13 @@ def fuse_cmd(
         if out_dir is None:
             raise ConfigError("several methods need --out-dir", hint="e.g. --out-dir global")
         plans = [plan(m, options[m], Path(out_dir) / f"{m}.onnx", uploads, out_flag="--out-dir",
-                      classes=classes) for m in methods]  # fmt: skip
+                      classes=classes, overwrite=overwrite) for m in methods]  # fmt: skip
     else:
         if out_dir is not None and out is not None:
             raise ConfigError("give --out or --out-dir, not both")
         target = out or (str(Path(out_dir) / f"{methods[0]}.onnx") if out_dir else "global.onnx")
-        plans = [plan(methods[0], options[methods[0]], target, uploads, report, classes=classes)]
+        plans = [plan(methods[0], options[methods[0]], target, uploads, report, classes=classes,
+                      out_flag="--out-dir" if out_dir else "--out", overwrite=overwrite)]  # fmt: skip
     resolve_device(device)
     cap = {} if max_upload_bytes is None else {"max_upload_bytes": max_upload_bytes}
     with reporter(quiet) as watch:

@@ -16,9 +16,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import exporters
 from edgefl.errors import ConfigError
 from edgefl.models.spec import ModelSpec, parse_model_arg
+from edgefl.outputs import describe_result, existing_result, replacing_error
 from edgefl.profiles import get_profile
 
 if TYPE_CHECKING:
@@ -145,32 +145,6 @@ def _spec_of(meta: dict[str, Any]) -> ModelSpec | None:
         return None
 
 
-def describe(meta: dict[str, Any]) -> str:
-    """`client-000's classifier upload (cnn, smartphone)`: what an existing file holds."""
-    kind = meta.get("kind")
-    spec = _spec_of(meta)
-    model = spec.label if spec is not None else meta.get("model")
-    who = meta.get("client_id")
-    what = {"classifier": "classifier upload", "decoder": "decoder upload",
-            "predictions": "predictions upload", "prototypes": "prototypes upload",
-            "global": f"{meta.get('method')} global model"}.get(kind, f"{kind} file")  # fmt: skip
-    if meta.get("deployed"):
-        what = f"model deployed for {meta.get('target')}"
-    if meta.get("personalized_from"):
-        what = "personalized model"
-    details = ", ".join(str(x) for x in (model, meta.get("profile")) if isinstance(x, str))
-    owner = f"{who}'s " if isinstance(who, str) and kind not in ("global",) else ""
-    return f"{owner}{what}" + (f" ({details})" if details else "")
-
-
-def read_meta(path: Path) -> dict[str, Any] | None:
-    """An existing edgefl ONNX file's metadata, or None if it is not one."""
-    try:
-        return dict(exporters.read_artifact(path).metadata)
-    except Exception:  # anything unreadable is not this job's own
-        return None
-
-
 def check_upload_target(
     job: ClientJob, path: Path, want: ModelSpec | None, dataset: str, flag: str = "--out"
 ) -> None:
@@ -178,16 +152,10 @@ def check_upload_target(
     job's own (a rerun) or the job says `overwrite`."""
     if job.overwrite or not path.exists():
         return
-    meta = read_meta(path)
-    if meta is None:
-        what, diffs = "a file that is not an edgefl upload", []
-    else:
-        what, diffs = describe(meta), upload_differs(job, meta, want, dataset)
-        if not diffs:
-            return  # the same command again: it writes what is there
+    meta = existing_result(path)
+    diffs = [] if meta is None else upload_differs(job, meta, want, dataset)
+    if meta is not None and not diffs:
+        return  # the same command again: it writes what is there
+    what = describe_result(meta)
     differs = f", made with other settings ({'; '.join(diffs)})" if diffs else ""
-    raise ConfigError(
-        f"{path} already holds {what}{differs}; this run would replace it",
-        hint="keep it by writing this one elsewhere (another "
-        f"{flag}, or --client-id NAME), or pass --overwrite to replace it",
-    )
+    raise replacing_error(path, flag, what + differs, "--client-id NAME")

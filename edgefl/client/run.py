@@ -43,6 +43,7 @@ from edgefl.models.zoo import input_kind, role_of
 from edgefl.outputs import check_writable
 from edgefl.profiles import Profile, get_profile
 from edgefl.search import PSOConfig, SearchResult, run_search, search_architecture
+from edgefl.search.pso import SHORTEN_FLAGS
 from edgefl.training import DEFAULT_LR, TrainConfig, TrainSummary, init_model, train
 
 
@@ -371,6 +372,7 @@ def search_client(
     return search_architecture(
         profile, info, local, samples=len(train_idx), batch_size=job.batch_size, seed=job.seed,
         config=config, on_status=on_status, on_progress=on_progress,
+        shorten=(*SHORTEN_FLAGS, "--fitness-samples", "--max-macs"),
     )  # fmt: skip
 
 

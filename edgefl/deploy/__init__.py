@@ -8,8 +8,10 @@ beside ``--out``, measures them in their runtime, and only then moves them into 
 
 from __future__ import annotations
 
+import glob
 import math
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Callable
@@ -45,6 +47,7 @@ class DeployRequest:
     data_dir: str | None = None
     calibrate_samples: int = 256
     eval_samples: int = 1000
+    overwrite: bool = False  # replace files in `out` another command made (see _check_outputs)
 
 
 @dataclass
@@ -232,8 +235,42 @@ def plan_deploy(req: DeployRequest) -> Plan:
         probe = np.random.default_rng(0).random((_PROBE_SAMPLES, *shape), dtype=np.float32)
     est = _estimate(art, quantize == "int8")
     _check_fit(target, profile, est)
-    return Plan(req, art, profile, target, quantize, dataset, calibration, calibrate_ref,
+    made = Plan(req, art, profile, target, quantize, dataset, calibration, calibrate_ref,
                 eval_x, eval_y, req.eval, probe, est)  # fmt: skip
+    _check_outputs(made)
+    return made
+
+
+def _check_outputs(plan: Plan) -> None:
+    """Files of this deploy's name already in --out (`<model stem>.<profile>.*` and its C
+    sources) are replaced only when they were deployed from the same model (the same weights,
+    read from the file's own metadata or from the record beside it: the .json sidecar or the
+    .onnx); anything else needs --overwrite. Checked before any conversion."""
+    from edgefl.outputs import check_replace, describe_result, existing_result, replacing_error
+
+    out, base = Path(plan.request.out), plan.base
+    if plan.request.overwrite or not out.is_dir():
+        return
+    c_name = re.sub(r"\W", "_", base)
+    names = {p.name for p in out.glob(glob.escape(base) + ".*")}
+    names |= {f"{stem}{ext}" for stem in (c_name, f"model_{c_name}") for ext in (".h", ".cc")
+              if (out / f"{stem}{ext}").exists()}  # fmt: skip
+    records = [existing_result(out / f"{base}{ext}") for ext in (".json", ".onnx")]
+    beside = next((r for r in records if r is not None), None)
+    weights = plan.artifact.metadata.get("weights_sha256")
+
+    def deployed_from_this(made: dict) -> bool:
+        record = made if made.get("deployed") else beside
+        return bool(record and record.get("deployed")) and \
+            (record.get("source") or {}).get("weights_sha256") == weights  # fmt: skip
+
+    for name in sorted(names):
+        path = out / name
+        if path.suffix in (".json", ".onnx"):
+            check_replace(path, "--out", False, deployed_from_this)
+        elif not (beside and deployed_from_this(beside)):  # no record of its own: the one beside
+            what = describe_result(beside) if beside else "a file no deploy record describes"
+            raise replacing_error(path, "--out", what)
 
 
 def _reference(art: exporters.Artifact, x: np.ndarray) -> np.ndarray:

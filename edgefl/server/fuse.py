@@ -42,7 +42,7 @@ from edgefl.fusion import METHODS
 from edgefl.fusion.base import FusionConfig, FusionContext, FusionResult, Method
 from edgefl.fusion.robust import apply as apply_screen
 from edgefl.fusion.robust import judge as judge_screen
-from edgefl.outputs import Staging, check_writable, lock_outputs, sha256_file
+from edgefl.outputs import Staging, check_replace, check_writable, lock_outputs, sha256_file
 from edgefl.progress import no_progress
 from edgefl.server import classes as device_classes
 from edgefl.server.ingest import Ingest, default_jobs, ingest
@@ -64,6 +64,7 @@ class FuseJob:
     report: str | None = None  # default: <out>.json
     jobs: int | None = None  # uploads ingested at once (default: by the cores)
     classes: device_classes.ClassRequest | None = None  # --for: a model per device class
+    overwrite: bool = False  # replace outputs another command made (check_replacing)
 
 
 @dataclass(frozen=True)
@@ -77,6 +78,8 @@ class Planned:
     # --for: what to distil per device class, and where each class's model goes.
     classes: device_classes.ClassRequest | None = None
     class_outs: tuple[tuple[Any, Path], ...] = ()  # (profile, <out stem>.<profile>.onnx)
+    overwrite: bool = False  # replace outputs another command made (check_replacing)
+    flags: tuple[str, ...] = ("--out", "--report")  # the flag naming each of `targets`
 
     @property
     def targets(self) -> list[Path]:
@@ -102,9 +105,12 @@ def resolve_device(name: str, flag: str = "--device") -> torch.device:
 def plan(
     name: str, options: dict[str, Any] | None, out: str | Path, uploads: str | Path,
     report: str | Path | None = None, out_flag: str = "--out",
-    classes: device_classes.ClassRequest | None = None,
+    classes: device_classes.ClassRequest | None = None, overwrite: bool = False,
 ) -> Planned:  # fmt: skip
-    """Everything that can be wrong with a method's request, checked before any upload is read."""
+    """Everything that can be wrong with a method's request, checked before any upload is read.
+    An existing output is replaced only when this method made it (a rerun of the same fuse,
+    whatever its options) or with `overwrite`: never an upload, another method's global model,
+    a deployed or personalized model, or a file edgefl did not write."""
     method = METHODS.get(name)
     cfg = method.make_config(dict(options or {}))
     out = Path(out)
@@ -129,7 +135,22 @@ def plan(
             )
         # The hint's example: the same name in the current folder (a folder for --out-dir).
         check_writable(path, flag_name, path.parent.name if flag_name == "--out-dir" else path.name)
-    return Planned(method, cfg, out, report_path, classes, class_outs)
+    flags = (out_flag, "--report") + ("--for",) * len(class_outs)
+    return Planned(method, cfg, out, report_path, classes, class_outs, overwrite, flags)
+
+
+def check_replacing(p: Planned) -> None:
+    """Each existing output is this method's own result (a rerun of the same fuse, whatever
+    its options, replaces it) unless the run said --overwrite: checked under the run's lock,
+    after every other check and before any upload is read."""
+    for flag_name, path in zip(p.flags, p.targets, strict=True):
+        check_replace(path, flag_name, p.overwrite, lambda made: _fused_by(made, p.method.name))
+
+
+def _fused_by(made: dict[str, Any], method: str) -> bool:
+    """A global model (or its report) this method made: a rerun of it may replace it."""
+    kind = made.get("kind", "global")  # a report records no kind
+    return made.get("method") == method and kind == "global" and not made.get("deployed")
 
 
 # --- stage: select --------------------------------------------------------------------------
@@ -309,6 +330,8 @@ def fuse_methods(
     check_inputs(plans, eval)
     # Held until every method has published or failed; forked workers share it.
     with lock_outputs(t for p in plans for t in p.targets):
+        for p in plans:
+            check_replacing(p)
         if found is None:
             log(f"ingesting {uploads}")
             found = ingest(uploads, max_upload_bytes=max_upload_bytes, strict=strict, jobs=jobs,
@@ -649,7 +672,7 @@ def _val_accuracies(uploads: list[Upload]) -> list[float]:
 
 def run_fuse(job: FuseJob, log=None, progress=None) -> dict[str, Any]:
     """One method over one upload directory (`server fuse --method M --out G.onnx`)."""
-    p = plan(job.method, job.options, job.out, job.uploads, job.report)
+    p = plan(job.method, job.options, job.out, job.uploads, job.report, overwrite=job.overwrite)
     resolve_device(job.device)  # a bad --device fails before the uploads are read
     return fuse_methods(
         [p], job.uploads, device=job.device, eval=job.eval, data_dir=job.data_dir,
