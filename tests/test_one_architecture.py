@@ -123,6 +123,7 @@ def test_cli_names_the_set_aside_upload_in_both_outputs(cli, two_archs, tmp_path
     assert f"skipped {SCNN}: fedavg averages parameters" not in text  # the real reason, not this
     assert f"skipped {SCNN}: architecture scnn(width=4) differs" in text
     assert "global model from 2 of 3: cnn only" in text
+    assert "fedavg: 2 upload(s) used in the end, 1 set aside" in text  # the log, on stderr
     r = cli("server", "fuse", str(two_archs), "--method", "fedavg,fedmho-md", "--out-dir",
             str(tmp_path / "d"), "--device", "cpu", "--opt", "fedmho-md:epochs=1",
             "--opt", "fedmho-md:synthetic=100")  # fmt: skip

@@ -492,6 +492,8 @@ def _fuse_planned(p: Planned, found: Ingest, device, eval_ref, data_dir, shared:
     aside = {id(u) for u, _ in ctx.aside}
     usable = [u for u in usable if id(u) not in aside]
     skipped = skipped + [(u.name, why) for u, why in ctx.aside]
+    if ctx.aside:  # the line above counted them as used
+        log(f"{p.method.name}: {len(usable)} upload(s) used in the end, {len(ctx.aside)} set aside")
     stages = {"ingest": found.seconds, **ctx.stages}
     if p.config.robust == "screen":
         stages["screen"] = verdict.seconds  # the one judgement all methods of the run share
