@@ -78,6 +78,7 @@ TINY = Budget(
         "fedcvae-ens": FAST,
         "feddf": {"epochs": 1},
         "dense": {"epochs": 1, "gen_steps": 2},
+        "coboosting": {"epochs": 1, "gen_steps": 2},
     },  # fmt: skip
     reductions=("everything",),
 )
