@@ -1,15 +1,16 @@
-"""Data-free fusion benchmark: DENSE, FedHydra, pFedZKD's Multi-ZSKD and Co-Boosting on MNIST, each against
-the teachers it distils (their logit ensemble) and against FedHydra's Tables 1-2.
+"""Data-free fusion benchmark: DENSE, FedHydra, pFedZKD's Multi-ZSKD and Co-Boosting on MNIST,
+each against the teachers it distils (their logit ensemble) and against FedHydra's Tables 1-2.
 
     python bench/bench_datafree.py [--partitions dirichlet:0.5,dirichlet:0.1] [--seeds 0,1,2]
                                    [--budget cpu|paper] [--client-epochs 5] [--simulate]
 
 Per partition (5 clients) and seed: 5 FedMHO `cnn` classifiers trained with run_client (the
 paper's "two-layer CNN"), then `ensemble` (the teachers' logit average: the reference a
-distilled model approaches), `dense`, `fedhydra`, `pfedzkd` and `coboosting` through run_fuse with the named
-budget's options (`cpu`: the methods' defaults; `paper`: their papers' settings, a GPU job),
-evaluated on the MNIST test split. `--simulate` also times the whole `edgefl simulate` of the
-issue's speed target (5 clients, one partition, the four methods, client training included).
+distilled model approaches), `dense`, `fedhydra`, `pfedzkd` and `coboosting` through
+run_fuse with the named budget's options (`cpu`: the methods' defaults; `paper`: their papers'
+settings, a GPU job), evaluated on the MNIST test split. `--simulate` also times the whole
+`edgefl simulate` of the issue's speed target (5 clients, one partition, the four methods,
+client training included).
 Writes bench/results/datafree.{json,md}.
 """
 
@@ -186,7 +187,7 @@ def markdown(result: dict) -> str:
             "",
         ]
     return "\n".join([
-        "# Data-free fusion on MNIST: DENSE, FedHydra, Multi-ZSKD, Co-Boosting vs the teachers they distil",
+        "# Data-free fusion on MNIST: DENSE, FedHydra, Multi-ZSKD, Co-Boosting vs their teachers",
         "",
         *[f"Command: `{c}`  " for c in commands],
         f"Date: {result['date']}  ",
@@ -226,13 +227,15 @@ def coboosting_lines(rows, parts) -> list[str]:
     if not any(r["method"] == "coboosting" for r in rows):
         return []
 
+    def of(method, p):
+        return [r for r in rows if r["method"] == method and r["partition"] == p]
+
     def mean_acc(method, p):
         accs = [r["accuracy"] for r in rows if r["method"] == method and r["partition"] == p]
         return statistics.mean(accs) if accs else None
 
     def per_class(method, p):
-        runs = [r["per_class"] for r in rows
-                if r["method"] == method and r["partition"] == p and r.get("per_class")]  # fmt: skip
+        runs = [r["per_class"] for r in of(method, p) if r.get("per_class")]
         return [100 * statistics.mean(c) for c in zip(*runs, strict=True)] if runs else None
 
     out = ["## Co-Boosting against DENSE and the ensemble", ""]
@@ -251,16 +254,14 @@ def coboosting_lines(rows, parts) -> list[str]:
             continue
         n = len(next(iter(table.values())))
         out += [f"Per-class recall (%), {LABELS[p]}, mean over seeds:", "",
-                "| class | " + " | ".join(table) + " |", "|" + "---|" * (len(table) + 1)]  # fmt: skip
+                "| class | " + " | ".join(table) + " |",
+                "|" + "---|" * (len(table) + 1)]  # fmt: skip
         out += [f"| {c} | " + " | ".join(f"{v[c]:.1f}" for v in table.values()) + " |"
                 for c in range(n)]  # fmt: skip
-        weights = [r["ensemble_weights"] for r in rows
-                   if r["method"] == "coboosting" and r["partition"] == p and r.get("ensemble_weights")]  # fmt: skip
-        if weights:
-            shown = "; ".join(f"seed {r['seed']}: " + ", ".join(f"{v:.3f}" for v in w.values())
-                              for r, w in zip([r for r in rows if r["method"] == "coboosting"
-                                               and r["partition"] == p and r.get("ensemble_weights")],
-                                              weights, strict=True))  # fmt: skip
+        learned = [r for r in of("coboosting", p) if r.get("ensemble_weights")]
+        if learned:
+            shown = "; ".join(f"seed {r['seed']}: " + ", ".join(
+                f"{v:.3f}" for v in r["ensemble_weights"].values()) for r in learned)  # fmt: skip
             out += ["", f"Co-Boosting's final ensemble weights (clients 0-4): {shown}"]
         out.append("")
     return out
