@@ -73,6 +73,9 @@ class CoBoostingConfig(GeneratorConfig):
     epochs: int = option(10, "epochs: generator steps, weights, then distillation (paper: 200)",
                          low=1)  # fmt: skip
     gen_steps: int = option(30, "generator steps per epoch (T_G; paper: 30)", low=1)
+    batch_size: int = option(64, "samples synthesised per step, and the distillation batch "
+                             "(paper: 128, the authors' code)", low=1)  # fmt: skip
+    ce_weight: float = option(1.0, "generator loss: weight of L_H, the hard-sample CE", low=0)
     temperature: float = option(4.0, "distillation temperature T, also of the diversifying "
                                 "step's softmax (code: 4)", low=0, low_open=True)  # fmt: skip
     bn_weight: float = option(0.0, "generator loss: weight of the BatchNorm-statistics term "
