@@ -328,9 +328,12 @@ def invert(
     gen: torch.Generator,
     device: torch.device,
     init_std: float = 1.0,
+    smooth: float = 0.0,
 ) -> torch.Tensor:
     """Pseudo-images x with softmax(teacher(x) / tau) ~ targets: Adam on v, x = sigmoid(v),
     v ~ N(0, init_std^2 I). Only v gets gradients: the teacher's parameters are never touched.
+    `smooth` weighs a prior that real inputs satisfy and the teacher's loss does not ask for:
+    the squared differences of neighbouring samples along every spatial axis (`roughness`).
 
     Adam moves every coordinate of v by about `lr` per step whatever its gradient, so what the
     teacher ignores drifts as far as what it reads, and the start's noise stays: x carries
@@ -345,12 +348,26 @@ def invert(
         v = v.to(device).requires_grad_(True)
         opt = torch.optim.Adam([v], lr=lr)
         for _ in range(steps):
-            logp = F.log_softmax(teacher(torch.sigmoid(v)) / tau, dim=1)
+            x = torch.sigmoid(v)
+            logp = F.log_softmax(teacher(x) / tau, dim=1)
             loss = -(y * logp).sum()  # soft-target cross-entropy, summed: images are independent
+            if smooth:
+                loss = loss + smooth * roughness(x).sum()
             (v.grad,) = torch.autograd.grad(loss, [v])
             opt.step()
         out.append(torch.sigmoid(v).detach().cpu())
     return torch.cat(out) if out else torch.zeros(0, *input_shape)
+
+
+def roughness(x: torch.Tensor) -> torch.Tensor:
+    """Per sample, the sum of squared differences between neighbouring values along every spatial
+    axis (dims 2 and up; an axis of size 1, like a window's (C, 1, L) middle one, adds nothing):
+    a window's steps in time, an image's in both directions."""
+    total = torch.zeros(len(x), dtype=x.dtype, device=x.device)
+    for dim in range(2, x.dim()):
+        if x.shape[dim] > 1:
+            total = total + x.diff(dim=dim).pow(2).flatten(1).sum(1)
+    return total
 
 
 def inversion_defaults(input_shape) -> tuple[float, float]:

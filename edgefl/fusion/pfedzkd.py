@@ -41,6 +41,7 @@ from edgefl.fusion.base import (
     pfedzkd_table2,
 )
 from edgefl.fusion.options import option
+from edgefl.models.zoo import input_kind
 from edgefl.progress import no_progress
 
 
@@ -64,6 +65,15 @@ class PFedZKDConfig(FusionConfig):
     init_std: float = option(
         0.0, "std of the inversion's start v (0: by input, 1 images, 0.1 windows)", low=0
     )
+    # Inverted from the teacher's loss alone, windows come out as white noise (neighbouring samples
+    # 0.06-0.1 apart; real ones 0.001-0.02) and the student learns features no real window has
+    # (bench/results/datafree_hapt.md). Real sampled signals are smooth in time: a prior says so.
+    # Digits are strokes: the same prior on images blurs them (MNIST Dir(0.5) seed 0, weight 1: 84.12 -> 56.92).
+    smooth: float | None = option(
+        None, "weight of the smoothness prior on pseudo-images (squared steps between "
+        "neighbouring values; default by input: 1 on windows, 0 on images, the paper's)",
+        low=0, kind="float",
+    )  # fmt: skip
     similarity_floor: float = option(1e-3, "class similarities are clamped to [floor, 1] (ours)",
                                      low=0, low_open=True, high=1)  # fmt: skip
     student: str = option(
@@ -104,6 +114,12 @@ def _parse_betas(value) -> tuple[float, ...]:
             f"--betas must be one or more positive numbers, got {value!r}", hint=BETAS_HINT
         )
     return betas
+
+
+def smoothness_default(input_shape) -> float:
+    """pFedZKD's `smooth` by the kind of input: windows 1 (HAPT, 18 users, seeds 0-2: 70.3 +- 5.5
+    -> 74.1 +- 0.5, bench/results/datafree_hapt_smooth.md), images 0 (the paper's inversion)."""
+    return 1.0 if input_kind(tuple(input_shape)) == "signal" else 0.0
 
 
 def class_similarity(head: nn.Linear, floor: float) -> torch.Tensor:
@@ -165,6 +181,7 @@ def synthesize(teachers: list[Upload], ctx: FusionContext, cfg: PFedZKDConfig):
     xs, ys, stats = [], [], []
     init_std, lr = inversion_defaults(ctx.input_shape)
     init_std, lr = cfg.init_std or init_std, cfg.inversion_lr or lr
+    smooth = smoothness_default(ctx.input_shape) if cfg.smooth is None else cfg.smooth
     ctx.progress("inversion teacher", 0, len(teachers))
     for k, t in enumerate(teachers):
         head = getattr(t.module, "head", None)
@@ -178,7 +195,8 @@ def synthesize(teachers: list[Upload], ctx: FusionContext, cfg: PFedZKDConfig):
         targets = torch.cat([soft_targets(sim, c, b, int(counts[k, c, j]), rng)
                              for c in range(n_cls) for j, b in enumerate(cfg.betas)])  # fmt: skip
         x = invert(t.module, targets, ctx.input_shape, steps=cfg.inversion_steps, lr=lr,
-                   tau=cfg.tau, gen=gen, device=ctx.device, init_std=init_std)  # fmt: skip
+                   tau=cfg.tau, gen=gen, device=ctx.device, init_std=init_std,
+                   smooth=smooth)  # fmt: skip
         with torch.no_grad():
             pred = t.module(x.to(ctx.device)).argmax(1).cpu()
         agree = float((pred == targets.argmax(1)).float().mean()) if len(x) else 0.0
