@@ -126,3 +126,34 @@ def test_several_methods_out_dir(federation, tmp_path):
     # near chance today (inverted samples; FedMHO's class-mean-filtered decoder means).
     for method in ("fedavg", "fedmho-md"):
         assert 0 <= reps[method]["for_classes"]["tiny"]["accuracy"] <= 1
+
+
+def test_simulate_for_gives_each_global_model_its_device_classes(tmp_path):
+    """`simulate --for` goes through the same pipeline as `server fuse --for`: a class model
+    beside every global model, in results.json and results.md; a rerun reuses them; an unknown
+    class is refused before any client trains."""
+    tiny = _profile(tmp_path, "tiny", 40_000)
+    out = tmp_path / "run"
+    args = ["simulate", "--dataset", "digits", "--clients", "4", "--mix",
+            "smartphone:2,wristband:2", "--partition", "dirichlet:1.0", "--paper-models",
+            "--classifier-epochs", "2", "--generator-epochs", "2", "--methods", "fedavg,fedmho",
+            "--fuse-opt", "fedmho:epochs=2", "--fuse-opt", "fedmho:synthetic=300",
+            "--for", f"smartphone,{tiny}", "--for-epochs", "2", "--out", str(out), "--quiet"]  # fmt: skip
+    r = CliRunner().invoke(app, args)
+    assert r.exit_code == 0, r.output
+    rows = {row["method"]: row for row in json.loads((out / "results.json").read_text())["results"]}
+    for method in ("fedavg", "fedmho"):
+        classes = rows[method]["for_classes"]
+        assert set(classes) == {"smartphone", "tiny"}
+        assert classes["smartphone"]["from"].startswith("the global model itself")
+        assert classes["tiny"]["from"] == "distilled"
+        _check_class_file(classes["tiny"], get_profile(str(tiny)))
+        assert (out / "global" / f"{method}.tiny.onnx").exists()
+    assert "| fedmho | tiny |" in (out / "results.md").read_text()
+    again = CliRunner().invoke(app, [*args, "--json"])
+    assert again.exit_code == 0, again.output
+    assert "fusion" in json.loads(again.stdout)["seconds"]["reused"]  # nothing fused again
+    bad = CliRunner().invoke(app, [*args[:-6], "--for", "no-such-band", "--out",
+                                   str(tmp_path / "bad")])  # fmt: skip
+    assert bad.exit_code == 2 and "no-such-band" in bad.output
+    assert not (tmp_path / "bad" / "uploads").exists()

@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 from rich.markup import escape
 
-from edgefl.cli.common import MAKES_FOLDERS, QUIET, console, fmt_bytes, print_json
+from edgefl.cli.common import MAKES_FOLDERS, QUIET, console, fmt_bytes, print_json, upload_text
 from edgefl.cli.progress import reporter
 from edgefl.cli.tables import Col, fitted
 
@@ -166,6 +166,16 @@ def simulate_cmd(
         help="Fusion: cpu (defaults 2 cores finish in minutes) | paper (the papers' own) | "
         "code (as the authors' public code runs it).",
     ),
+    for_classes: str | None = typer.Option(
+        None,
+        "--for",
+        help="Device classes (profile names or TOML paths, comma-separated): each global model "
+        "also distilled into the largest zoo classifier each class runs (as server fuse --for), "
+        "written beside it as global/<method>.<profile>.onnx.",
+    ),
+    for_epochs: int = typer.Option(20, help="--for: distillation epochs per class."),
+    for_samples: int = typer.Option(5000, help="--for: most transfer samples."),
+    for_max_macs: int | None = typer.Option(None, help="--for: cap on a class model's MACs."),
     data_dir: str | None = typer.Option(None, help="Folder with standard dataset files."),
     json_out: bool = typer.Option(False, "--json", help="Print results JSON."),
     quiet: bool = QUIET,
@@ -199,7 +209,8 @@ def simulate_cmd(
         classifier_optimizer=classifier_optimizer, generator_optimizer=generator_optimizer,
         classifier_batch_size=classifier_batch_size, generator_batch_size=generator_batch_size,
         public_size=public_size, search_options=_search_options(search_opt),
-        attacks=parse_attacks(attack) if attack else {},
+        attacks=parse_attacks(attack) if attack else {}, for_classes=for_classes,
+        for_epochs=for_epochs, for_samples=for_samples, for_max_macs=for_max_macs,
     )  # fmt: skip
     with reporter(quiet) as watch:
         results = simulate(job, log=watch.message, progress=watch, trainer=trainer)
@@ -231,6 +242,13 @@ def print_results(results: dict) -> None:
             console.print(f"  {r['method']}: [yellow]screened out[/] {escape(x)}")
         for x in r.get("robust_notes", []):
             console.print(f"  {r['method']}: [cyan]robust[/] {escape(x)}")
+        for name, c in (r.get("for_classes") or {}).items():  # --for
+            if name == "refused":
+                console.print(f"  {r['method']}: [yellow]--for refused[/] {upload_text(c)}")
+                continue
+            acc = f", {100 * c['accuracy']:.2f}%" if c.get("accuracy") is not None else ""
+            console.print(f"  {r['method']} for {upload_text(name)}: {upload_text(c['model'])}"
+                          f" ({c['costs']['macs']:,} MACs{acc}; {upload_text(c['from'])})")  # fmt: skip
     for w in results.get("warnings", []):
         console.print(f"[yellow]warning[/] {escape(w)}")
     cols = [Col("client", right=False), Col("profile", right=False), Col("role", right=False,

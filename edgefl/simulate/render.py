@@ -56,6 +56,25 @@ def reused_text(seconds: dict) -> str:
     )
 
 
+def classes_markdown(rows: list[dict]) -> list[str]:
+    """--for: each method's model per device class, with its accuracy beside the global one."""
+    out = []
+    for r in rows:
+        classes = r.get("for_classes") or {}
+        if "refused" in classes:
+            out.append(f"| {r['method']} | - | refused: {printable(classes['refused'])} | - | - |")
+            continue
+        for name, c in classes.items():
+            acc = f"{100 * c['accuracy']:.2f}" if c.get("accuracy") is not None else "-"
+            out.append(f"| {r['method']} | {printable(name)} | {printable(c['model'])} | "
+                       f"{c['costs']['macs']:,} | {acc} |")  # fmt: skip
+    if not out:
+        return []
+    return ["", "A model for each device class (`--for`):", "",
+            "| method | device class | model | MACs | accuracy (%) |",
+            "|---|---|---|---:|---:|", *out]  # fmt: skip
+
+
 def results_markdown(results: dict) -> str:
     j = results["job"]
     lines = [
@@ -73,6 +92,7 @@ def results_markdown(results: dict) -> str:
         paper = f"{r['paper']:.2f}" if r.get("paper") is not None else "-"
         lines.append(f"| {r['method']} | {acc} | {paper} | {r['fuse_seconds']:.1f} | "
                      f"{r['upload_bytes']:,} |")  # fmt: skip
+    lines += classes_markdown(results["results"])
     verdicts = [(r["method"], what, x) for r in results["results"]
                 for what, key in (("screened out", "screened"), ("robust", "robust_notes"))
                 for x in r.get(key, [])]  # fmt: skip

@@ -36,6 +36,7 @@ from edgefl.profiles import get_profile
 from edgefl.progress import no_progress
 from edgefl.search import METHODS as SEARCHES
 from edgefl.search import PSOConfig
+from edgefl.server.classes import ClassRequest, parse_request
 from edgefl.server.fuse import fuse_methods, resolve_device
 from edgefl.server.fuse import plan as plan_fuse
 from edgefl.server.ingest import Ingest, ingest
@@ -87,9 +88,19 @@ class SimJob:
     generator_optimizer: str | None = None
     classifier_batch_size: int | None = None  # default: the profile's
     generator_batch_size: int | None = None
+    # --for: every global model distilled into one model per device class (server fuse --for).
+    for_classes: str | None = None
+    for_epochs: int = 20
+    for_samples: int = 5000
+    for_max_macs: int | None = None
+
+    def classes(self) -> ClassRequest | None:
+        return parse_request(self.for_classes, epochs=self.for_epochs, samples=self.for_samples,
+                             max_macs=self.for_max_macs, eval_ref=f"{self.dataset}:test")  # fmt: skip
 
     def validate(self) -> None:
         check_writable(self.out, "--out", "runs/sim", folder_ok=True)
+        self.classes()  # an unknown profile or one no classifier fits: before any training
         if self.clients < 1:
             raise ConfigError(f"--clients must be >= 1, got {self.clients}")
         if self.jobs < 1:
@@ -342,6 +353,7 @@ def fuse_all(job: SimJob, log, clients: list[dict] | None = None,
     out = Path(job.out)
     reports: dict[str, dict] = {}
     ingested: dict[Path, Ingest] = {}
+    classes = job.classes()
     for name in job.methods:
         progress("methods fused", len(reports), len(job.methods), f"next: {name}")
         method = METHODS.get(name)
@@ -356,12 +368,13 @@ def fuse_all(job: SimJob, log, clients: list[dict] | None = None,
             continue
         model = out / "global" / f"{name}.onnx"
         report = model.with_suffix(".json")
-        if model.exists() and report.exists():
+        done = [model, report] + [path for _, path in (classes.targets(model) if classes else [])]
+        if all(path.exists() for path in done):
             reports[name] = reuse_global(name, options, report) | {"reused": True}
             log(f"reusing finished {name}")
             continue
         folder = upload_folder(out, method.consumes)
-        planned = plan_fuse(name, options, model, folder)
+        planned = plan_fuse(name, options, model, folder, classes=classes)
         try:
             if folder not in ingested:
                 log(f"ingesting {folder.name}/ (once for every method that reads it)")
@@ -443,6 +456,7 @@ def simulate(job: SimJob, log=None, progress=None, trainer=None) -> dict:
             # --robust screen: who was left out and why, who was used repaired or tempered
             "screened": [f"{x['client_id']}: {x['reason']}" for x in rep.get("screened", [])],
             "robust_notes": rep.get("robust_notes", []),
+            "for_classes": rep.get("for_classes"),  # --for: a model per device class
         })  # fmt: skip
     results = {
         "job": {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(job).items()},
