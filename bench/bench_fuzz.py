@@ -709,6 +709,21 @@ def signature(outcome: str, stage: str, detail: str) -> str:
     )
 
 
+def _commit() -> str | None:
+    """The checkout's commit (and "+ uncommitted edits" where it has some), None outside git."""
+    import subprocess
+
+    here = Path(__file__).resolve().parent
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=here, text=True,
+                              capture_output=True, check=True).stdout.strip()  # fmt: skip
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
+                               cwd=here, text=True, capture_output=True).stdout.strip()  # fmt: skip
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return head + (" + uncommitted edits" if dirty else "")
+
+
 def machine() -> dict:
     import numpy
     import onnxruntime
@@ -742,6 +757,11 @@ def markdown(s: dict) -> str:
         "",
         f"`{s['command']}`",
         "",
+        *(
+            [f"Code: commit {s['commit']}" + (f", {s['code']}" if s.get("code") else "") + ".", ""]
+            if s.get("commit")
+            else []
+        ),
         f"{s['date_utc']} UTC, {s['machine']['platform']}, {s['machine']['cpus']} CPUs, "
         f"Python {s['machine']['python']}, torch {s['machine']['torch']}, onnx "
         f"{s['machine']['onnx']}, onnxruntime {s['machine']['onnxruntime']}; load average at "
@@ -800,6 +820,8 @@ def markdown(s: dict) -> str:
         for sig, v in sorted(bad.items(), key=lambda kv: -kv[1]["count"]):
             shown = sig.replace("|", "\\|")
             lines.append(f"| {shown} | {v['count']:,} | {', '.join(v['examples'][:3])} |")
+    if s.get("notes"):  # added by hand after a run: what else was measured about it
+        lines += ["", "## Notes", ""] + [f"- {n}" for n in s["notes"]]
     slow = s["slowest"]
     lines += ["", f"Slowest item: {slow['seconds']:.2f} s (item {slow['index']}, "
               f"{slow['outcome']}); largest worker peak RSS: {s['max_rss_mib']} MiB.", ""]  # fmt: skip
@@ -869,6 +891,7 @@ def main(argv: list[str] | None = None) -> None:
                  "mem_mb": args.mem_mb, "sources": [f"{n} ({ids[n]})" for n in sorted(ids)],
                  "downstream": not args.no_downstream, "pipeline_every": args.pipeline_every,
                  "methods": {m: TINY[m] for m in sorted(TINY)}, "screen": True,
+                 "commit": _commit(),
                  "done": 0, "seconds": 0.0, "counts": {}, "by_family": {}, "signatures": {},
                  "slowest": {"seconds": 0.0, "index": None, "outcome": None},
                  "max_rss_mib": 0}  # fmt: skip
