@@ -94,7 +94,7 @@ def test_fedavg_over_two_architectures_averages_the_larger_group(two_archs, tmp_
     np.testing.assert_allclose(art.run(x.numpy()), want.eval()(x).detach().numpy(), atol=1e-5)
 
 
-@pytest.mark.parametrize("name", ["fedmho", "fedmho-md"])
+@pytest.mark.parametrize("name", ["fedmho", "fedmho-md", "fedmho-cw"])
 def test_fedmho_w0_averages_the_larger_group(two_archs, tmp_path, name):
     rep = run_fuse(FuseJob(uploads=str(two_archs), method=name, out=str(tmp_path / "g.onnx"),
                            device="cpu", options=SMALL))  # fmt: skip
@@ -103,7 +103,7 @@ def test_fedmho_w0_averages_the_larger_group(two_archs, tmp_path, name):
     if name == "fedmho":  # no teacher: the scnn upload is not used at all
         assert "client-scnn" not in rep["used"]
         assert [x["file"] for x in rep["set_aside"]] == [SCNN] and rep["partly_used"] == []
-    else:  # MD: it still teaches, only not in w0
+    else:  # MD and CW: it still teaches, only not in w0
         assert "client-scnn" in rep["used"] and rep["set_aside"] == []
         [part] = rep["partly_used"]
         assert part["file"] == SCNN and "still used as teachers" in part["reason"]
