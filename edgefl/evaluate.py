@@ -19,6 +19,7 @@ class EvalResult:
     accuracy: float
     per_class: list[float]
     confusion: np.ndarray
+    class_names: tuple[str, ...] = ()  # the dataset's (the model may name none)
 
     def as_dict(self) -> dict:
         return {
@@ -70,9 +71,9 @@ def evaluate_artifact(
     per_class = [
         float(confusion[i, i] / support[i]) if support[i] else float("nan") for i in range(c)
     ]
-    return EvalResult(
-        data.name, split, len(data), float((preds == data.y).mean()), per_class, confusion
-    )
+    accuracy = float((preds == data.y).mean())
+    names = tuple(data.class_names)
+    return EvalResult(data.name, split, len(data), accuracy, per_class, confusion, names)
 
 
 def parse_eval_ref(ref: str) -> tuple[str, str]:

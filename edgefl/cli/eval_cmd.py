@@ -42,11 +42,14 @@ def eval_cmd(
         ) from None
     name, ref_split = parse_dataset_ref(dataset)
     res = evaluate_artifact(art, name, ref_split or split, data_dir=data_dir)
+    names = (art.metadata.get("class_names") or res.class_names
+             or [str(i) for i in range(len(res.per_class))])  # fmt: skip
     if plot:
         from edgefl.plots import plot_confusion
 
         plot = str(plot_confusion(
-            res.confusion, plot, title=f"{Path(model).name} on {res.dataset}:{res.split}"
+            res.confusion, plot, title=f"{Path(model).name} on {res.dataset}:{res.split}",
+            class_names=names,
         ))  # fmt: skip
     if json_out:
         print_json(res.as_dict() | ({"plot": plot} if plot else {}))
@@ -56,7 +59,6 @@ def eval_cmd(
     table = Table(show_header=True)
     table.add_column("class")
     table.add_column("accuracy", justify="right")
-    names = art.metadata.get("class_names") or [str(i) for i in range(len(res.per_class))]
     for n, a in zip(names, res.per_class, strict=False):
         table.add_row(str(n), f"{100 * a:.2f}%")
     console.print(table)

@@ -18,22 +18,41 @@ def decode(artifact, labels: np.ndarray, rng: np.random.Generator) -> np.ndarray
     return artifact.run(z, onehot)
 
 
+def held_classes(meta: dict) -> list[bool] | None:
+    """Per class, whether the client trained on any sample of it (its upload's `label_counts`);
+    None when the upload does not say (then no row is marked)."""
+    counts = meta.get("label_counts")
+    if not counts or len(counts) != meta.get("num_classes"):
+        return None
+    return [int(n) > 0 for n in counts]
+
+
 def sample_grid(path: str, *, per_class: int, out: str, seed: int = 0) -> Path:
+    """Save a picture of `per_class` draws per class from a decoder; rows of classes the client
+    never held are greyed and labelled "not held" (the decoder was never taught them)."""
+    from edgefl.plots import save_figure
+
+    return save_figure(sample_figure(path, per_class=per_class, seed=seed), out)
+
+
+def sample_figure(path: str, *, per_class: int, seed: int = 0):
+    """The Figure `sample_grid` saves (tests read its axes)."""
     art = read_artifact(path)
     if art.metadata.get("kind") != "decoder":
         raise ArtifactError(
             f"{path} is a {art.metadata.get('kind')!r} artifact, not a decoder",
             hint="pass the .onnx of a client that trained a CVAE",
         )
-    from edgefl.data.plots import plot_image_grid, plot_signal_grid
+    from edgefl.data.plots import image_grid_figure, signal_grid_figure
 
     c = art.metadata["num_classes"]
     rng = np.random.default_rng(seed)
     labels = np.repeat(np.arange(c), per_class)
     shape = art.metadata["input_shape"]
-    images = decode(art, labels, rng).reshape(c, per_class, *shape)
+    images = np.clip(decode(art, labels, rng).reshape(c, per_class, *shape), 0, 1)
     names = art.metadata.get("class_names") or [str(i) for i in range(c)]
     title = f"{art.metadata.get('client_id')}: samples per class"
+    held = held_classes(art.metadata)
     if input_kind(shape) == "signal":  # windows of sensor channels: lines, not pixels
-        return plot_signal_grid(np.clip(images, 0, 1), out, row_labels=names, title=title)
-    return plot_image_grid(np.clip(images, 0, 1), out, row_labels=names, title=title)
+        return signal_grid_figure(images, row_labels=names, title=title, held=held)
+    return image_grid_figure(images, row_labels=names, title=title, held=held)

@@ -13,18 +13,12 @@ from pathlib import Path
 import numpy as np
 
 from edgefl.errors import DataError
-from edgefl.plots import save_figure
+from edgefl.plots import label_text, save_figure
+from edgefl.plots import new_figure as _new_figure
 
 ANNOTATE_MAX_CELLS = 400  # beyond this many cells the numbers are unreadable anyway
-
-
-def _new_figure(width: float, height: float):
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(width, height), dpi=100)
-    FigureCanvasAgg(fig)
-    return fig
+NOT_HELD = "not held"  # the mark on a sample row whose class the client never trained on
+NOT_HELD_GREY = "0.55"
 
 
 def plot_label_heatmap(
@@ -74,20 +68,56 @@ def plot_image_grid(
     path: str | Path,
     row_labels: Sequence[str] | None = None,
     title: str | None = None,
+    held: Sequence[bool] | None = None,
 ) -> Path:
-    """Save a (rows, cols, C, H, W) array of [0, 1] images as one grid PNG; returns the path."""
+    """Save a (rows, cols, C, H, W) array of [0, 1] images as one grid PNG; returns the path.
+    Rows whose `held` is False are greyed and labelled "not held"."""
+    return save_figure(image_grid_figure(images, row_labels, title, held), path)
+
+
+def _check_rows(rows: int, row_labels, held) -> None:
+    for what, given in (("row labels", row_labels), ("held flags", held)):
+        if given is not None and len(given) != rows:
+            raise DataError(f"{len(given)} {what} for {rows} rows", hint="pass one per row")
+
+
+def _row_names(rows: int, row_labels, held) -> list[str] | None:
+    """Row labels with the "not held" mark added (labels default to the row's index then)."""
+    if row_labels is not None:
+        names = [label_text(s) for s in row_labels]
+    elif held is not None and not all(held):
+        names = [str(r) for r in range(rows)]
+    else:
+        return None
+    if held is None:
+        return names
+    return [n if h else f"{n} ({NOT_HELD})" for n, h in zip(names, held, strict=True)]
+
+
+def _not_held_note(held) -> str | None:
+    """The caption that says what a grey row means, when there is one."""
+    if held is None or all(held):
+        return None
+    return f"grey rows ({NOT_HELD}): classes this client had no sample of, so never learnt"
+
+
+def image_grid_figure(
+    images: np.ndarray,
+    row_labels: Sequence[str] | None = None,
+    title: str | None = None,
+    held: Sequence[bool] | None = None,
+):
+    """The Figure `plot_image_grid` saves (tests read its axes)."""
+    from matplotlib.patches import Rectangle
+
     images = np.asarray(images, dtype=np.float32)
     if images.ndim != 5 or images.shape[2] not in (1, 3):
         raise DataError(
             f"expected images (rows, cols, C, H, W) with C in {{1, 3}}, got shape {images.shape}",
             hint="reshape the samples to (rows, cols, C, H, W)",
         )
-    if row_labels is not None and len(row_labels) != images.shape[0]:
-        raise DataError(
-            f"{len(row_labels)} row labels for {images.shape[0]} rows",
-            hint="pass one label per row",
-        )
     rows, cols, ch, h, w = images.shape
+    _check_rows(rows, row_labels, held)
     # One mosaic image with a 1-pixel white gutter draws far faster than rows x cols axes.
     pad = 1
     mosaic = np.ones((rows * (h + pad) - pad, cols * (w + pad) - pad, ch), dtype=np.float32)
@@ -107,15 +137,25 @@ def plot_image_grid(
     else:
         ax.imshow(mosaic, interpolation="nearest")
     ax.set_xticks([])
-    if row_labels is not None:
-        ax.set_yticks([r * (h + pad) + (h - 1) / 2 for r in range(rows)], list(row_labels))
+    names = _row_names(rows, row_labels, held)
+    if names is not None:
+        ax.set_yticks([r * (h + pad) + (h - 1) / 2 for r in range(rows)], names)
     else:
         ax.set_yticks([])
+    for r, tick in enumerate(ax.get_yticklabels()):
+        if held is not None and not held[r]:
+            tick.set_color(NOT_HELD_GREY)
+    for r in range(rows):
+        if held is not None and not held[r]:  # a grey veil over the row: drawn, but not learnt
+            ax.add_patch(Rectangle((-0.5, r * (h + pad) - 0.5), mosaic.shape[1], h,
+                                   facecolor=NOT_HELD_GREY, alpha=0.7, gid=NOT_HELD))  # fmt: skip
     for spine in ax.spines.values():
         spine.set_visible(False)
     if title:
         ax.set_title(title)
-    return save_figure(fig, path)
+    if note := _not_held_note(held):
+        ax.set_xlabel(note, fontsize=8, color=NOT_HELD_GREY)
+    return fig
 
 
 def plot_signal_grid(
@@ -124,9 +164,22 @@ def plot_signal_grid(
     row_labels: Sequence[str] | None = None,
     title: str | None = None,
     channel_names: Sequence[str] | None = None,
+    held: Sequence[bool] | None = None,
 ) -> Path:
     """Save a (rows, cols, C, 1, L) array of sensor windows in [0, 1] as a grid of small line
-    plots, one line per channel (an image grid of a 1-pixel-high window shows nothing)."""
+    plots, one line per channel (an image grid of a 1-pixel-high window shows nothing). Rows
+    whose `held` is False are greyed and labelled "not held"."""
+    return save_figure(signal_grid_figure(windows, row_labels, title, channel_names, held), path)
+
+
+def signal_grid_figure(
+    windows: np.ndarray,
+    row_labels: Sequence[str] | None = None,
+    title: str | None = None,
+    channel_names: Sequence[str] | None = None,
+    held: Sequence[bool] | None = None,
+):
+    """The Figure `plot_signal_grid` saves (tests read its axes)."""
     windows = np.asarray(windows, dtype=np.float32)
     if windows.ndim != 5 or windows.shape[3] != 1:
         raise DataError(
@@ -134,24 +187,32 @@ def plot_signal_grid(
             hint="reshape the samples to (rows, cols, C, 1, L)",
         )
     rows, cols, ch, _, length = windows.shape
-    if row_labels is not None and len(row_labels) != rows:
-        raise DataError(f"{len(row_labels)} row labels for {rows} rows", hint="one per row")
+    _check_rows(rows, row_labels, held)
+    names = _row_names(rows, row_labels, held)
     fig = _new_figure(min(1.5 + 1.6 * cols, 30.0), min(0.6 + 0.9 * rows, 30.0))
     axes = fig.subplots(rows, cols, squeeze=False, sharex=True, sharey=True)
     t = np.arange(length)
     for r in range(rows):
+        greyed = held is not None and not held[r]
         for c in range(cols):
             ax = axes[r, c]
             for k in range(ch):
                 ax.plot(t, np.nan_to_num(windows[r, c, k, 0]), linewidth=0.7,
+                        alpha=0.4 if greyed else 1.0,
                         label=channel_names[k] if channel_names else None)  # fmt: skip
+            if greyed:
+                ax.set_facecolor("0.85")
+                ax.set_gid(NOT_HELD)
             ax.set_ylim(0.0, 1.0)
             ax.set_xticks([])
             ax.set_yticks([])
-        if row_labels is not None:
-            axes[r, 0].set_ylabel(row_labels[r], rotation=0, ha="right", va="center", fontsize=8)
+        if names is not None:
+            axes[r, 0].set_ylabel(names[r], rotation=0, ha="right", va="center", fontsize=8,
+                                  color=NOT_HELD_GREY if greyed else "black")  # fmt: skip
     if channel_names:
         axes[0, -1].legend(fontsize=6, loc="upper right")
     if title:
         fig.suptitle(title)
-    return save_figure(fig, path)
+    if note := _not_held_note(held):
+        fig.supxlabel(note, fontsize=8, color=NOT_HELD_GREY)
+    return fig

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
-
 
 def ours_text(cell: dict) -> str:
     if cell["mean"] is None:
@@ -75,32 +73,28 @@ def table_markdown(summary: dict) -> str:
 
 
 def plot_table(summary: dict, path: Path) -> Path:
-    """One panel per partition: our mean +- std per method beside the paper's number."""
-    from edgefl.plots import _plt, save_figure
+    """One panel per partition: our mean +- std per method, the paper's number marked on it."""
+    from edgefl.plots import save_figure
 
-    plt = _plt()
+    return save_figure(table_figure(summary), path)
+
+
+def table_figure(summary: dict):
+    """The Figure `plot_table` saves (tests read its axes)."""
+    from edgefl.plots import accuracy_legend, draw_accuracy_bars, new_figure
+
     parts, rows = summary["partitions"], summary["rows"]
     names = [r["method"] for r in rows]
-    fig, axes = plt.subplots(1, len(parts), figsize=(max(5, 0.8 * len(names)) * len(parts), 3.8),
-                             squeeze=False)  # fmt: skip
-    xs = np.arange(len(names))
-    for ax, p in zip(axes[0], parts, strict=True):
+    fig = new_figure(max(5, 0.8 * len(names)) * len(parts), 3.8)
+    axes = fig.subplots(1, len(parts), squeeze=False)[0]
+    for ax, p in zip(axes, parts, strict=True):
         cells = [r["partitions"][p] for r in rows]
-        ours = [np.nan if c["mean"] is None else c["mean"] for c in cells]
-        err = [0.0 if c["std"] is None else c["std"] for c in cells]
-        paper = [np.nan if c["paper"] is None else c["paper"] for c in cells]
-        ax.bar(xs - 0.2, ours, 0.4, yerr=err, capsize=3, label="edgefl (mean +- std)")
-        ax.bar(xs + 0.2, paper, 0.4, label="paper")
-        for x, c in zip(xs, cells, strict=True):
+        draw_accuracy_bars(ax, names, [c["mean"] for c in cells], [c["paper"] for c in cells],
+                           err=[c["std"] for c in cells], label="edgefl (mean +- std)")  # fmt: skip
+        for x, c in enumerate(cells):
             if c["mean"] is None and c.get("error"):
-                ax.text(x - 0.2, 1, "refused", rotation=90, ha="center", va="bottom", fontsize=7)
-        ax.set_xticks(xs, names, rotation=30, ha="right")
-        ax.set_ylim(0, 112)
-        ax.set_title(p)
-        ax.set_ylabel("top-1 accuracy (%)")
-    axes[0][0].legend(loc="upper left", ncol=2, fontsize=8)
+                ax.text(x, 1, "refused", rotation=90, ha="center", va="bottom", fontsize=7)
+        ax.set_title(p, loc="left")
+    accuracy_legend(axes[-1], panels=axes)
     fig.suptitle(f"{summary['title']} (budget {summary['budget']['name']})", fontsize=10)
-    try:
-        return save_figure(fig, path)
-    finally:
-        plt.close(fig)
+    return fig
