@@ -223,7 +223,9 @@ def test_interrupted_writes_keep_old_outputs_whole(federation, tmp_path, monkeyp
     out, report = tmp_path / "global.onnx", tmp_path / "global.json"
     out.write_bytes(b"previous model")
     report.write_text('{"previous": true}')
-    job = FuseJob(uploads=str(federation), method="fedavg", out=str(out), device="cpu")
+    job = FuseJob(
+        uploads=str(federation), method="fedavg", out=str(out), device="cpu", overwrite=True
+    )  # the stand-ins are not edgefl outputs
 
     # Ctrl-C while the new global model (1st rename) or its report (2nd) is being written:
     # both are staged beside the targets and published only together, so the previous pair
@@ -296,7 +298,7 @@ def test_mixed_architectures_average_one_and_set_the_other_aside(tmp_path_factor
         average_classifiers(classifiers, "fedavg")
     assert "set these aside first" in str(exc.value)
     for name in ("fedavg", "fedmho-md"):
-        job = FuseJob(uploads=str(mixed), method=name, out=str(tmp_path / "g.onnx"),
+        job = FuseJob(uploads=str(mixed), method=name, out=str(tmp_path / f"{name}.onnx"),
                       options=options(name), device="cpu")  # fmt: skip
         rep = run_fuse(job)
         named = rep["set_aside"] + rep["partly_used"]

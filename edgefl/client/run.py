@@ -265,13 +265,13 @@ def run_client(job: ClientJob, *, on_epoch=None, on_status=None, on_progress=Non
     if job.search:  # what is at the output path, before the search: its result is not known yet
         _check_targets(job, client_id, None, info.name)
     spec, fit = choose_model(job, profile, info, len(train_idx), local, status, on_progress)
-    if not job.search:  # the planner's pick or --model/--spec: known without any training
-        _check_targets(job, client_id, spec, info.name)
     role = role_of(spec)
     attack = attack_for(job.attack, role)
     status(f"{client_id}: {role} {spec.label} on {len(train_idx)} samples ({profile.name})")
 
     public = public_uploads.prepare(job, role)  # before training: fail fast on a bad --public
+    if not job.search:  # what this run's inputs allow, then what is at the output path
+        _check_targets(job, client_id, spec, info.name)
     # An image jitter on sensor windows (or the reverse) is said here, before training.
     augment = resolve_augment(job.augment, spec.input_shape) if job.augment else \
         _default_augment(spec, role)  # fmt: skip
