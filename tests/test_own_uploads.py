@@ -45,10 +45,13 @@ def own_uploads(tmp_path_factory) -> dict[str, dict[str, str]]:
     """input kind -> {client id: role}, the uploads under <root>/<kind>."""
     root = tmp_path_factory.mktemp("own")
     made: dict[str, dict[str, str]] = {"image": {}, "signal": {}}
+    files = []  # fp32 uploads: (path, spec), for the planner's size
     for name, kind, int8 in _cases():
         result = _train(root / kind, name, kind, int8)
         made[kind][result.client_id] = result.role
-    return {"root": str(root), **made}
+        if not int8:
+            files.append((result.path, result.spec))
+    return {"root": str(root), "files": files, **made}
 
 
 def test_every_zoo_model_is_covered():
@@ -89,3 +92,19 @@ def test_each_upload_is_used_by_a_method_that_consumes_it(own_uploads, kind, cli
     skipped = {s["file"]: s["reason"] for s in reports["ensemble"]["skipped"]}
     assert {f"{c}.onnx" for c in int8} <= set(skipped)
     assert set(reports["fedcvae-ens"]["used"]) == {c for c, r in made.items() if r == "generator"}
+
+
+def test_planned_upload_is_the_file(own_uploads):
+    """The planner's upload size is the file `client train` writes (issue 34 item 6), within
+    2% for every zoo model, and the upload carries none of the exporter's debugging records
+    (stack traces with the machine's paths)."""
+    import onnx
+
+    from edgefl.models.cost import costs
+
+    assert len(own_uploads["files"]) == sum(len(e.inputs) for e in ZOO)
+    for path, spec in own_uploads["files"]:
+        actual, planned = path.stat().st_size, costs(spec).upload_bytes
+        assert abs(planned / actual - 1) <= 0.02, (spec.label, planned, actual)
+        model = onnx.load(path)
+        assert [p.key for n in model.graph.node for p in n.metadata_props] == [], spec.label
