@@ -136,13 +136,13 @@ def test_simulate_for_gives_each_global_model_its_device_classes(tmp_path):
     out = tmp_path / "run"
     args = ["simulate", "--dataset", "digits", "--clients", "4", "--mix",
             "smartphone:2,wristband:2", "--partition", "dirichlet:1.0", "--paper-models",
-            "--classifier-epochs", "2", "--generator-epochs", "2", "--methods", "fedavg,fedmho",
+            "--classifier-epochs", "2", "--generator-epochs", "2", "--methods", "fedmho",
             "--fuse-opt", "fedmho:epochs=2", "--fuse-opt", "fedmho:synthetic=300",
             "--for", f"smartphone,{tiny}", "--for-epochs", "2", "--out", str(out), "--quiet"]  # fmt: skip
     r = CliRunner().invoke(app, args)
     assert r.exit_code == 0, r.output
     rows = {row["method"]: row for row in json.loads((out / "results.json").read_text())["results"]}
-    for method in ("fedavg", "fedmho"):
+    for method in ("fedmho",):
         classes = rows[method]["for_classes"]
         assert set(classes) == {"smartphone", "tiny"}
         assert classes["smartphone"]["from"].startswith("the global model itself")
