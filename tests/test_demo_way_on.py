@@ -5,13 +5,11 @@ the work recorded, and says it reused them, instead of "clients 0 s, fusion 0 s"
 from __future__ import annotations
 
 import json
-import shlex
 from pathlib import Path
 
 import pytest
-import typer.main
+from cli_lines import parses
 
-from edgefl.cli import app
 from edgefl.cli.simulate_cmd import print_results, print_way_on
 from edgefl.simulate.run import SimJob, simulate
 
@@ -49,17 +47,6 @@ def test_the_summary_says_the_timings_were_reused(runs, capsys):
     text = " ".join(capsys.readouterr().out.split())
     assert "clients and fusion as recorded by the run that did the work" in text
     assert "clients 0 s, fusion 0 s" not in text
-
-
-def parses(line: str) -> None:
-    """`edgefl A B ARGS...` is a real command whose arguments parse (nothing is run)."""
-    words = shlex.split(line)
-    assert words[0] == "edgefl"
-    command, i = typer.main.get_command(app), 1
-    while hasattr(command, "commands") and words[i] in command.commands:
-        command, i = command.commands[words[i]], i + 1
-    ctx = command.make_context(" ".join(words[:i]), words[i:], resilient_parsing=False)
-    ctx.close()
 
 
 def test_the_run_ends_with_where_everything_is_and_what_next(runs, capsys):

@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 
 import pytest
+from cli_lines import edgefl_lines, parses
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -38,3 +39,14 @@ def test_every_docs_page_is_linked_from_the_readme():
 
 def test_readme_is_short():
     assert len((ROOT / "README.md").read_text()) < 12_000, "move detail into a docs/ page"
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+def test_every_command_on_the_page_parses(page):
+    """Every `edgefl ...` line of a page's bash blocks names a real command with options it
+    takes (the README's tour also runs, tests/test_tour.py; the benches run the rest)."""
+    lines = edgefl_lines(page.read_text())
+    for line in lines:
+        parses(line)
+    if page.name in ("README.md", "deploy.md", "methods.md", "har.md"):
+        assert lines, f"{page.name} shows no edgefl command any more"
