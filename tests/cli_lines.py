@@ -13,12 +13,15 @@ BASH = re.compile(r"```bash\n(.*?)```", re.S)
 
 
 def parses(line: str) -> None:
-    """`edgefl A B ARGS...` is a real command whose arguments parse (nothing is run)."""
+    """`edgefl A B ARGS...` is a real command whose arguments parse (nothing is run). A
+    method's own flags on `server fuse`/`simulate` are checked when the command runs, not here."""
     words = shlex.split(line)
     assert words[0] == "edgefl"
     command, i = typer.main.get_command(app), 1
-    while hasattr(command, "commands") and words[i] in command.commands:
+    while hasattr(command, "commands") and i < len(words) and words[i] in command.commands:
         command, i = command.commands[words[i]], i + 1
+    # A group left with words: the next one names no command of it (a typo like `servr`).
+    assert not hasattr(command, "commands"), f"no such command in {line!r}: {words[i : i + 1]}"
     ctx = command.make_context(" ".join(words[:i]), words[i:], resilient_parsing=False)
     ctx.close()
 
