@@ -48,6 +48,14 @@ err_console = SafeConsole(stderr=True, highlight=False)
 
 # Progress goes to stderr (bars on a terminal, a plain line every few seconds elsewhere).
 QUIET = typer.Option(False, "--quiet", "-q", help="No progress on stderr (errors still print).")
+# --for's bounds, the same on `server fuse` and `simulate` (their --for texts name their outputs).
+FOR_EPOCHS = typer.Option(20, help="--for: distillation epochs per class.")
+FOR_SAMPLES = typer.Option(
+    5000, help="--for: most transfer samples (the method's own, else inverted)."
+)
+FOR_MAX_MACS = typer.Option(
+    None, help="--for: cap on a class model's MACs (a CPU server trains it)."
+)
 
 
 def print_json(obj: Any) -> None:

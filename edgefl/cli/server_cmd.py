@@ -9,6 +9,9 @@ import typer
 from rich.markup import escape
 
 from edgefl.cli.common import (
+    FOR_EPOCHS,
+    FOR_MAX_MACS,
+    FOR_SAMPLES,
     MAKES_FOLDERS,
     QUIET,
     console,
@@ -151,13 +154,9 @@ def fuse_cmd(
         "method's global model into the largest zoo classifier that runs within each class's "
         "inference budget, written beside it as <out stem>.<profile>.onnx.",
     ),
-    for_epochs: int = typer.Option(20, help="--for: distillation epochs per class."),
-    for_samples: int = typer.Option(
-        5000, help="--for: most transfer samples (the method's own, else inverted)."
-    ),
-    for_max_macs: int | None = typer.Option(
-        None, help="--for: cap on a class model's MACs (a CPU server trains it)."
-    ),
+    for_epochs: int = FOR_EPOCHS,
+    for_samples: int = FOR_SAMPLES,
+    for_max_macs: int | None = FOR_MAX_MACS,
     overwrite: bool = typer.Option(
         False,
         "--overwrite",

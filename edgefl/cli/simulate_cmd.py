@@ -7,7 +7,17 @@ from pathlib import Path
 import typer
 from rich.markup import escape
 
-from edgefl.cli.common import MAKES_FOLDERS, QUIET, console, fmt_bytes, print_json, upload_text
+from edgefl.cli.common import (
+    FOR_EPOCHS,
+    FOR_MAX_MACS,
+    FOR_SAMPLES,
+    MAKES_FOLDERS,
+    QUIET,
+    console,
+    fmt_bytes,
+    print_json,
+    upload_text,
+)
 from edgefl.cli.progress import reporter
 from edgefl.cli.tables import Col, fitted
 
@@ -173,9 +183,9 @@ def simulate_cmd(
         "also distilled into the largest zoo classifier each class runs (as server fuse --for), "
         "written beside it as global/<method>.<profile>.onnx.",
     ),
-    for_epochs: int = typer.Option(20, help="--for: distillation epochs per class."),
-    for_samples: int = typer.Option(5000, help="--for: most transfer samples."),
-    for_max_macs: int | None = typer.Option(None, help="--for: cap on a class model's MACs."),
+    for_epochs: int = FOR_EPOCHS,
+    for_samples: int = FOR_SAMPLES,
+    for_max_macs: int | None = FOR_MAX_MACS,
     data_dir: str | None = typer.Option(None, help="Folder with standard dataset files."),
     json_out: bool = typer.Option(False, "--json", help="Print results JSON."),
     quiet: bool = QUIET,
