@@ -56,15 +56,13 @@ def parse(opt: list[str]) -> dict[str, dict[str, str]]:
 
 
 def fuse(method: str, folder: Path, overrides: dict[str, str], test) -> dict:
-    import dataclasses
-
     from edgefl.fusion import METHODS
     from edgefl.fusion.base import FusionContext
+    from edgefl.models.spec import parse_value
     from edgefl.server.ingest import ingest
 
-    m = METHODS.get(method)
-    kinds = {f.name: type(f.default) for f in dataclasses.fields(m.config_cls)}
-    cfg = m.make_config({k: kinds[k](v) for k, v in overrides.items()})
+    m = METHODS.get(method)  # options typed as `server fuse --opt` types them
+    cfg = m.make_config({k: parse_value(v) for k, v in overrides.items()})
     teachers = [u for u in ingest(folder, max_upload_bytes=10**8).uploads if u.kind == "classifier"]
     x, y = torch.from_numpy(test.x), torch.from_numpy(test.y)
     with torch.no_grad():
