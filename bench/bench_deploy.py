@@ -5,7 +5,8 @@ split into activations and persistent data), and as ORT format measured in onnxr
 (resident increase in a fresh process), beside the cost model's `infer_peak_bytes` (fp32
 weights + largest step) and `tflm_arena_bytes` (the runtime-aware estimate).
 
-    python bench/bench_deploy.py [--datasets mnist,hapt] [--skip vgg9] [--out bench/results]
+    python bench/bench_deploy.py [--datasets mnist,hapt] [--skip vgg9] [--ort-only vgg9]
+                                 [--out bench/results]
 
 Models are untrained (sizes and memory do not depend on the weights' values); calibration uses
 256 samples of the dataset's train split. The TFLite Micro arena of a model that fits only the
@@ -89,7 +90,7 @@ def ort_floor(tmp: Path) -> int | None:
     return ort_resident_increase(path)
 
 
-def measure(spec, fits: list[str], dataset: str, tmp: Path, unbounded: Path) -> dict:
+def measure(spec, fits, dataset: str, tmp: Path, unbounded: Path, tflm: bool = True) -> dict:
     c = costs(spec)
     src = tmp / f"{dataset}-{spec.label}.onnx".replace("/", "_")
     meta = model_metadata(spec, class_names=[str(i) for i in range(spec.num_classes)],
@@ -103,6 +104,8 @@ def measure(spec, fits: list[str], dataset: str, tmp: Path, unbounded: Path) -> 
     band = "wristband" in fits
     start = time.perf_counter()
     try:
+        if not tflm:
+            raise EdgeflError("not measured (--ort-only)")
         rep = deploy(DeployRequest(model=str(src), profile="wristband" if band else str(unbounded),
                                    target="tflite-micro", out=str(tmp / f"{src.stem}-tflm"),
                                    calibrate=f"{dataset}:train", eval=f"{dataset}:test",
@@ -128,6 +131,7 @@ def measure(spec, fits: list[str], dataset: str, tmp: Path, unbounded: Path) -> 
         else:
             row["ort_rss_increase_bytes"] = rep.runtime_figures["memory_bytes"]
             row["ort_file_bytes"] = rep.files[0]["bytes"]
+            row["ort_mobile_usability"] = rep.runtime_figures["mobile_usability"]
     return row
 
 
@@ -135,6 +139,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--datasets", default="mnist,hapt")
     ap.add_argument("--skip", default="", help="zoo names to leave out (comma-separated)")
+    ap.add_argument("--ort-only", default="", help="zoo names measured in onnxruntime only")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results"))
     args = ap.parse_args()
     rows = []
@@ -146,7 +151,8 @@ def main() -> None:
         print(json.dumps({"ort_identity_rss_increase_bytes": floor}), flush=True)
         for dataset in args.datasets.split(","):
             for spec, fits in models(dataset, set(filter(None, args.skip.split(",")))):
-                row = measure(spec, fits, dataset, tmp, unbounded)
+                tflm = spec.name not in args.ort_only.split(",")
+                row = measure(spec, fits, dataset, tmp, unbounded, tflm)
                 print(json.dumps(row), flush=True)
                 rows.append(row)
     write(rows, floor, args)
@@ -183,8 +189,9 @@ def write(rows: list[dict], floor: int | None, args) -> None:
         "process after `import onnxruntime`.", "",
         "| dataset | model | runs on | cost model infer peak (fp32) | cost model TFLM arena | "
         "TFLM arena measured (activations + persistent) | estimate / measured | TFLM flash | "
-        "ORT resident increase | cost model ORT (floor + peak) |",
-        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|",
+        "ORT resident increase | cost model ORT (floor + peak) | mobile checker: supported "
+        "nodes NNAPI, CoreML |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|",
     ]  # fmt: skip
     for r in rows:
         split = r.get("tflm_arena_split")
@@ -199,7 +206,7 @@ def write(rows: list[dict], floor: int | None, args) -> None:
             f"| {r['dataset']} | {r['model']} | {', '.join(r['fits'])} | "
             f"{r['cost_infer_peak_bytes']:,} | {r['cost_tflm_arena_bytes']:,} | {measured} | "
             f"{ratio} | {r.get('tflm_flash_bytes', 0):,} | "
-            f"{'' if ort is None else f'{ort:,}'} | {r['cost_ort_bytes']:,} |"
+            f"{'' if ort is None else f'{ort:,}'} | {r['cost_ort_bytes']:,} | {_eps(r)} |"
         )
     lines += [
         "",
@@ -210,6 +217,11 @@ def write(rows: list[dict], floor: int | None, args) -> None:
         f"{ORT_FLOOR_BYTES:,} (shared/notes/deploy.md).",
     ]
     (out / "deploy_memory.md").write_text("\n".join(lines) + "\n")
+
+
+def _eps(row: dict) -> str:
+    usability = row.get("ort_mobile_usability") or {}
+    return ", ".join(f"{v['supported_nodes']}/{v['nodes']}" for v in usability.values())
 
 
 if __name__ == "__main__":

@@ -244,3 +244,57 @@ def _infer_outputs(model: onnx.ModelProto) -> None:
         new = by_name.get(output.name)
         if new is not None and new.type.tensor_type.HasField("shape"):
             output.type.CopyFrom(new.type)
+
+
+def fold_batchnorm(model: onnx.ModelProto) -> int:
+    """Fold each inference-mode BatchNormalization into the Conv that alone feeds it (changes
+    `model`; -> how many). For the deployment form only: it rewrites the conv's weights, which the
+    plain pass never does. CoreML's ML Program takes no BatchNormalization node, and a phone's
+    runtime would fold it anyway."""
+    graph = model.graph
+    inits = {t.name: t for t in graph.initializer}
+    readers: dict[str, int] = {}
+    for node in graph.node:
+        for name in node.input:
+            readers[name] = readers.get(name, 0) + 1
+    producer = {o: n for n in graph.node for o in n.output}
+    drop, folded = set(), 0
+    for bn in graph.node:
+        conv = producer.get(bn.input[0]) if bn.op_type == "BatchNormalization" else None
+        if conv is None or conv.op_type != "Conv" or len(bn.output) != 1:
+            continue
+        params = [inits.get(n) for n in (*bn.input[1:5], *conv.input[1:3])]
+        if readers.get(bn.input[0]) != 1 or any(p is None for p in params[:5]):
+            continue
+        if any(readers.get(n) != 1 for n in conv.input[1:3]):
+            continue  # a weight shared with another node keeps its values
+        scale, shift, mean, var, weight = (numpy_helper.to_array(p) for p in params[:5])
+        eps = next((a.f for a in bn.attribute if a.name == "epsilon"), 1e-5)
+        factor = scale / np.sqrt(var + eps)
+        bias = numpy_helper.to_array(params[5]) if params[5] is not None else np.zeros_like(mean)
+        new_w = weight * factor.reshape(-1, *[1] * (weight.ndim - 1))
+        new_b = (bias - mean) * factor + shift
+        inits[conv.input[1]].CopyFrom(
+            numpy_helper.from_array(new_w.astype(weight.dtype), conv.input[1])
+        )
+        bias_name = (
+            conv.input[2] if len(conv.input) > 2 and conv.input[2] else conv.output[0] + "_bias"
+        )
+        tensor = numpy_helper.from_array(new_b.astype(weight.dtype), bias_name)
+        if bias_name in inits:
+            inits[bias_name].CopyFrom(tensor)
+        else:
+            graph.initializer.append(tensor)
+            inits[bias_name] = graph.initializer[-1]
+            del conv.input[2:]
+            conv.input.append(bias_name)
+        conv.output[0] = bn.output[0]
+        drop.add(bn.output[0])
+        folded += 1
+    keep = [
+        n for n in graph.node if not (n.op_type == "BatchNormalization" and n.output[0] in drop)
+    ]
+    del graph.node[:]
+    graph.node.extend(keep)
+    _prune(graph)
+    return folded

@@ -62,6 +62,8 @@ DEFAULT_ALLOWED_OPS: frozenset[str] = frozenset(
         # AdaptiveAvgPool2d to an output size that does not divide the input size
         "Abs", "Cast", "CastLike", "Div", "Expand", "Floor", "Gather", "GatherND",
         "GreaterOrEqual", "Max", "Min", "Mul", "Range", "Sign", "Sub", "Where",
+        # ... and the sliced form edgefl exports it as (models.nets.SlicedAdaptiveAvgPool2d)
+        "Slice",
         # legacy TorchScript exporter (dynamo=False), models from other tools
         "Flatten", "GlobalAveragePool",
         # onnxruntime.quantization.quantize_dynamic (int8)

@@ -8,6 +8,7 @@ import torch
 import exporters
 from edgefl.errors import ConfigError, UnknownNameError
 from edgefl.models.cost import costs
+from edgefl.models.nets import SlicedAdaptiveAvgPool2d
 from edgefl.models.spec import ModelSpec
 from edgefl.models.zoo import ZOO, build_model, candidate_specs, input_kind, make_spec
 
@@ -77,3 +78,12 @@ def test_families_scale_monotonically():
         ladder = [s for s in candidate_specs((1, 28, 28), 10, role) if s.name == name]
         params = [costs(s).params for s in ladder]
         assert params == sorted(params) and len(set(params)) == len(params)
+
+
+@pytest.mark.parametrize("hw", [(3, 3), (1, 1), (14, 14), (7, 7), (10, 9), (5, 12)])
+def test_sliced_adaptive_pool_has_adaptive_pools_windows(hw):
+    """VGG-9's pool (sliced for phones' accelerators) computes torch's adaptive average pooling:
+    uneven windows up (3 -> 7, MNIST), down (10 -> 7) and even ones."""
+    x = torch.randn(2, 3, *hw)
+    want = torch.nn.AdaptiveAvgPool2d((7, 7))(x)
+    torch.testing.assert_close(SlicedAdaptiveAvgPool2d((7, 7))(x), want, atol=1e-6, rtol=0)

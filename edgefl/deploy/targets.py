@@ -30,7 +30,7 @@ from edgefl.deploy import measure
 from edgefl.deploy.describe import deployed_metadata, doc_string, shipped_weights, version_number
 from edgefl.errors import ArtifactError, BudgetError
 from edgefl.models.cost import ORT_FLOOR_BYTES
-from exporters.plain import plain_graph
+from exporters.plain import fold_batchnorm, plain_graph
 
 if TYPE_CHECKING:
     from edgefl.deploy import Plan
@@ -65,6 +65,7 @@ class Target:
 def _plain(plan: Plan) -> onnx.ModelProto:
     try:
         model, _ = plain_graph(plan.artifact.model, batch=1)
+        fold_batchnorm(model)
     except exporters.ExportError as exc:
         raise ArtifactError(f"{plan.source_name}: cannot make a plain graph: {exc}") from None
     return model

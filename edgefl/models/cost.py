@@ -110,6 +110,11 @@ def _channels(m: nn.Module) -> int:
     return 0
 
 
+def _torch_kind(m: nn.Module) -> str:
+    """The torch layer a module is or extends (SlicedAdaptiveAvgPool2d counts as its base)."""
+    return next(c for c in type(m).__mro__ if c.__module__.startswith("torch.nn")).__name__
+
+
 def trace(module: nn.Module, example: tuple[torch.Tensor, ...]) -> tuple[list[LayerCall], int]:
     """Run `module` once at batch 1, recording every leaf module call in execution order.
     Returns the calls and the conv/linear MACs."""
@@ -126,7 +131,7 @@ def trace(module: nn.Module, example: tuple[torch.Tensor, ...]) -> tuple[list[La
             calls.append(
                 LayerCall(
                     name,
-                    type(m).__name__,
+                    _torch_kind(m),
                     sum(t[0].numel() for t in tensors),
                     sum(t[0].numel() for t in outs),
                     macs,

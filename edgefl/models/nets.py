@@ -26,6 +26,32 @@ class Classifier(nn.Module):
         return self.head(self.features(x))
 
 
+class SlicedAdaptiveAvgPool2d(nn.AdaptiveAvgPool2d):
+    """nn.AdaptiveAvgPool2d with the same windows, computed from slices where the output size
+    does not divide the input size. torch exports that case as Gather/GatherND/Where arithmetic
+    that phones' NNAPI and CoreML cannot run (VGG-9: 3x3 -> 7x7 on MNIST); slices, sums and
+    concatenation they can. No weights, so state dicts and the cost model are unchanged."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        size = self.output_size if isinstance(self.output_size, tuple) else (self.output_size,) * 2
+        pairs = [(a, x.shape[a], w) for a, w in zip((-2, -1), size, strict=True) if w is not None]
+        if all(have % want == 0 for _, have, want in pairs):
+            return super().forward(x)  # even windows: exported as plain pooling
+        for axis, have, want in pairs:
+            if want != have:
+                x = torch.cat([_window_mean(x, axis, have, want, i) for i in range(want)], axis)
+        return x
+
+
+def _window_mean(x: torch.Tensor, axis: int, have: int, want: int, i: int) -> torch.Tensor:
+    """Mean over adaptive pooling's window i: [floor(i*have/want), ceil((i+1)*have/want))."""
+    start, end = (i * have) // want, -((-(i + 1) * have) // want)
+    total = x.narrow(axis, start, 1)
+    for j in range(start + 1, end):
+        total = total + x.narrow(axis, j, 1)
+    return total if end - start == 1 else total * (1.0 / (end - start))
+
+
 def flat_size(features: nn.Module, input_shape: tuple[int, ...]) -> int:
     """Size of `features`' output for one sample, found by running it once on zeros."""
     with torch.no_grad():

@@ -25,6 +25,7 @@ from edgefl.models.nets import (
     MLPEncoder,
     SignalDecoder,
     SignalEncoder,
+    SlicedAdaptiveAvgPool2d,
     flat_size,
 )
 from edgefl.models.spec import ModelSpec
@@ -74,7 +75,7 @@ def build_vgg9(spec: ModelSpec) -> nn.Module:
         nn.Conv2d(64, 128, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
         nn.Conv2d(128, 256, 3, padding=1), nn.ReLU(),
         nn.Conv2d(256, 256, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-        nn.AdaptiveAvgPool2d((7, 7)), nn.Flatten(),
+        SlicedAdaptiveAvgPool2d((7, 7)), nn.Flatten(),
         nn.Linear(256 * 7 * 7, 4096), nn.ReLU(), nn.Dropout(drop),
         nn.Linear(4096, 4096), nn.ReLU(), nn.Dropout(drop),
     )  # fmt: skip
