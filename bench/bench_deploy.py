@@ -61,6 +61,10 @@ max_epoch_seconds = 1.0
 """
 
 
+class _Skipped(Exception):
+    pass
+
+
 def models(dataset: str, skip: set[str]):
     """Each zoo classifier's default size, and the largest each profile runs (plan_inference),
     that runs on at least one of PROFILES: (spec, profiles it fits)."""
@@ -105,11 +109,13 @@ def measure(spec, fits, dataset: str, tmp: Path, unbounded: Path, tflm: bool = T
     start = time.perf_counter()
     try:
         if not tflm:
-            raise EdgeflError("not measured (--ort-only)")
+            raise _Skipped("not measured (--ort-only)")
         rep = deploy(DeployRequest(model=str(src), profile="wristband" if band else str(unbounded),
                                    target="tflite-micro", out=str(tmp / f"{src.stem}-tflm"),
                                    calibrate=f"{dataset}:train", eval=f"{dataset}:test",
                                    eval_samples=200))  # fmt: skip
+    except _Skipped as exc:
+        row["tflm_skipped"] = str(exc)
     except EdgeflError as exc:
         row["tflm_refused"] = exc.message
     else:
@@ -197,7 +203,8 @@ def write(rows: list[dict], floor: int | None, args) -> None:
         split = r.get("tflm_arena_split")
         measured = (f"{r['tflm_arena_bytes']:,}" + (f" ({split['activations']:,} + "
                     f"{split['persistent']:,})" if split else "")
-                    if "tflm_arena_bytes" in r else f"refused: {r.get('tflm_refused', '')}")  # fmt: skip
+                    if "tflm_arena_bytes" in r else r.get("tflm_skipped")
+                    or f"refused: {r.get('tflm_refused', '')}")  # fmt: skip
         if r.get("tflm_profile") == "bench-unbounded":
             measured += " (no budget)"
         ratio = f"{r['estimate_over_arena']:.3f}" if "estimate_over_arena" in r else ""
