@@ -37,17 +37,37 @@ from edgefl.server.fuse import FuseJob, run_fuse
 
 ROOT = Path(__file__).resolve().parents[1]
 PARTITIONS = ("dirichlet:0.5", "dirichlet:0.3", "dirichlet:0.1", "dirichlet:0.01", "classes:2")
-LABELS = {"dirichlet:0.5": "Dir(0.5)", "dirichlet:0.3": "Dir(0.3)", "dirichlet:0.1": "Dir(0.1)",
-          "dirichlet:0.01": "Dir(0.01)", "classes:2": "2c/c"}  # fmt: skip
+LABELS = {
+    "dirichlet:0.5": "Dir(0.5)",
+    "dirichlet:0.3": "Dir(0.3)",
+    "dirichlet:0.1": "Dir(0.1)",
+    "dirichlet:0.01": "Dir(0.01)",
+    "classes:2": "2c/c",
+}
 # FedHydra paper, MNIST: Table 1 (Dirichlet) and Table 2 (2c/c = two classes per client).
 PAPER = {
-    "dense": {"dirichlet:0.5": 77.86, "dirichlet:0.3": 76.78, "dirichlet:0.1": 36.73,
-              "dirichlet:0.01": 11.17, "classes:2": 15.58},
-    "fedhydra": {"dirichlet:0.5": 88.75, "dirichlet:0.3": 85.16, "dirichlet:0.1": 59.97,
-                 "dirichlet:0.01": 38.83, "classes:2": 40.81},
-    "coboosting": {"dirichlet:0.5": 86.76, "dirichlet:0.3": 83.47, "dirichlet:0.1": 44.76,
-                   "dirichlet:0.01": 29.11, "classes:2": 26.05},
-}  # fmt: skip
+    "dense": {
+        "dirichlet:0.5": 77.86,
+        "dirichlet:0.3": 76.78,
+        "dirichlet:0.1": 36.73,
+        "dirichlet:0.01": 11.17,
+        "classes:2": 15.58,
+    },
+    "fedhydra": {
+        "dirichlet:0.5": 88.75,
+        "dirichlet:0.3": 85.16,
+        "dirichlet:0.1": 59.97,
+        "dirichlet:0.01": 38.83,
+        "classes:2": 40.81,
+    },
+    "coboosting": {
+        "dirichlet:0.5": 86.76,
+        "dirichlet:0.3": 83.47,
+        "dirichlet:0.1": 44.76,
+        "dirichlet:0.01": 29.11,
+        "classes:2": 26.05,
+    },
+}
 NUM_CLIENTS = 5
 # Row label -> (method, extra options on top of the budget's).
 VARIANTS = {
@@ -64,20 +84,40 @@ VARIANTS = {
 TARGET_GAP = 3.0  # issue 16: each >= the teachers' ensemble - 3 points (mean over seeds)
 
 
-def train_clients(out: Path, partition: str, seed: int, epochs: int, log,
-                  device: str = "cpu") -> list[dict]:  # fmt: skip
+def train_clients(
+    out: Path, partition: str, seed: int, epochs: int, log, device: str = "cpu"
+) -> list[dict]:
     clients = []
     for i in range(NUM_CLIENTS):
         t = time.perf_counter()
-        res = run_client(ClientJob(profile="smartphone", dataset="mnist", out_dir=str(out),
-                                   partition=partition, num_clients=NUM_CLIENTS, client_index=i,
-                                   partition_seed=seed, model="cnn", epochs=epochs, seed=seed,
-                                   fed_seed=seed, train_device=device))  # fmt: skip
-        clients.append({"client_id": res.client_id, "label_counts": res.label_counts,
-                        "val_accuracy": res.summary.as_dict().get("val_accuracy"),
-                        "seconds": time.perf_counter() - t})  # fmt: skip
-        log(f"  {res.client_id}: {sum(res.label_counts)} samples, "
-            f"classes {[c for c, n in enumerate(res.label_counts) if n]}")  # fmt: skip
+        res = run_client(
+            ClientJob(
+                profile="smartphone",
+                dataset="mnist",
+                out_dir=str(out),
+                partition=partition,
+                num_clients=NUM_CLIENTS,
+                client_index=i,
+                partition_seed=seed,
+                model="cnn",
+                epochs=epochs,
+                seed=seed,
+                fed_seed=seed,
+                train_device=device,
+            )
+        )
+        clients.append(
+            {
+                "client_id": res.client_id,
+                "label_counts": res.label_counts,
+                "val_accuracy": res.summary.as_dict().get("val_accuracy"),
+                "seconds": time.perf_counter() - t,
+            }
+        )
+        log(
+            f"  {res.client_id}: {sum(res.label_counts)} samples, "
+            f"classes {[c for c, n in enumerate(res.label_counts) if n]}"
+        )
     return clients
 
 
@@ -95,29 +135,49 @@ def run(args) -> dict:
                 clients = None
             else:
                 log(f"[{tag}] training {NUM_CLIENTS} clients ({args.client_epochs} epochs)")
-                clients = train_clients(uploads, partition, seed, args.client_epochs, log,
-                                        args.train_device)  # fmt: skip
+                clients = train_clients(
+                    uploads, partition, seed, args.client_epochs, log, args.train_device
+                )
             clients_s = time.perf_counter() - t
             for label in args.methods:
                 method, extra = VARIANTS[label]
                 opts = {"seed": seed} | METHODS.get(method).budget_options(args.budget) | extra
                 out = work / tag / f"{label}.onnx"
                 t = time.perf_counter()
-                rep = run_fuse(FuseJob(uploads=str(uploads), method=method, out=str(out),
-                                       options=opts, device=args.device, eval="mnist:test"))  # fmt: skip
+                rep = run_fuse(
+                    FuseJob(
+                        uploads=str(uploads),
+                        method=method,
+                        out=str(out),
+                        options=opts,
+                        device=args.device,
+                        eval="mnist:test",
+                    )
+                )
                 wall = time.perf_counter() - t
-                row = {"partition": partition, "seed": seed, "method": label,
-                       "accuracy": 100 * rep["accuracy"], "paper": PAPER.get(label, {}).get(partition),
-                       "seconds": wall, "stages": rep["seconds"], "device": rep["device"],
-                       "options": opts, "clients_seconds": clients_s, "clients": clients}  # fmt: skip
+                row = {
+                    "partition": partition,
+                    "seed": seed,
+                    "method": label,
+                    "accuracy": 100 * rep["accuracy"],
+                    "paper": PAPER.get(label, {}).get(partition),
+                    "seconds": wall,
+                    "stages": rep["seconds"],
+                    "device": rep["device"],
+                    "options": opts,
+                    "clients_seconds": clients_s,
+                    "clients": clients,
+                }
                 row["per_class"] = rep["eval"].get("per_class_accuracy")
                 if "ensemble_weights" in rep:
                     row["ensemble_weights"] = rep["ensemble_weights"]
                 if "stratification" in rep:
                     row["stratification"] = rep["stratification"]
                 rows.append(row)
-                log(f"[{tag}] {label}: {row['accuracy']:.2f}% in {wall:.0f}s"
-                    + (f" (paper {row['paper']})" if row["paper"] is not None else ""))  # fmt: skip
+                log(
+                    f"[{tag}] {label}: {row['accuracy']:.2f}% in {wall:.0f}s"
+                    + (f" (paper {row['paper']})" if row["paper"] is not None else "")
+                )
     return {"rows": rows, "work": str(work)}
 
 
@@ -144,11 +204,16 @@ def markdown(result: dict) -> str:
     rows = result["rows"]
     seeds = sorted({r["seed"] for r in rows})
     parts = [p for p in PARTITIONS if any(r["partition"] == p for r in rows)]
-    head = ("| method | " + " | ".join(f"{LABELS[p]} | gap to ensemble" for p in parts)
-            + " | fuse seconds (mean) |")  # fmt: skip
+    head = (
+        "| method | "
+        + " | ".join(f"{LABELS[p]} | gap to ensemble" for p in parts)
+        + " | fuse seconds (mean) |"
+    )
     lines = [head, "|" + "---|" * (2 * len(parts) + 2)]
-    ens = {p: [r["accuracy"] for r in rows if r["method"] == "ensemble" and r["partition"] == p]
-           for p in parts}  # fmt: skip
+    ens = {
+        p: [r["accuracy"] for r in rows if r["method"] == "ensemble" and r["partition"] == p]
+        for p in parts
+    }
     verdicts = []
     for method in [m for m in VARIANTS if any(r["method"] == m for r in rows)]:
         cells, secs = [], []
@@ -186,30 +251,40 @@ def markdown(result: dict) -> str:
             f"included (exit {sim['returncode']}); top-1 %: {accs}.",
             "",
         ]
-    return "\n".join([
-        "# Data-free fusion on MNIST: DENSE, FedHydra, Multi-ZSKD, Co-Boosting vs their teachers",
-        "",
-        *[f"Command: `{c}`  " for c in commands],
-        f"Date: {result['date']}  ",
-        f"Machine: {m['platform']}, {m['cpu_count']} CPUs, torch {m['torch']} "
-        f"({m['torch_threads']} threads), device {rows[0]['device']}; load average at start "
-        f"{', '.join(f'{x:.1f}' for x in m['load_average_at_start'])}  ",
-        f"Seeds: {', '.join(map(str, seeds))} (mean ± std over seeds, top-1 % on the 10,000 "
-        "MNIST test images; fuse seconds include ingest, export and evaluation). Client "
-        f"training: {client_s:.0f} s in all.",
-        "",
-        *lines,
-        "",
-        *([f"Target (issue 16): each data-free method >= the ensemble - {TARGET_GAP:g} points: "
-           + "; ".join(verdicts) + ".", ""] if verdicts else []),
-        *sim_lines,
-        *coboosting_lines(rows, parts),
-        *stratification_lines(rows, parts),
-        "",
-        f"Budget: {result['budget']}",
-        "",
-        NOTES,
-    ])  # fmt: skip
+    return "\n".join(
+        [
+            "# Data-free fusion on MNIST: DENSE, FedHydra, Multi-ZSKD, Co-Boosting vs their teachers",
+            "",
+            *[f"Command: `{c}`  " for c in commands],
+            f"Date: {result['date']}  ",
+            f"Machine: {m['platform']}, {m['cpu_count']} CPUs, torch {m['torch']} "
+            f"({m['torch_threads']} threads), device {rows[0]['device']}; load average at start "
+            f"{', '.join(f'{x:.1f}' for x in m['load_average_at_start'])}  ",
+            f"Seeds: {', '.join(map(str, seeds))} (mean ± std over seeds, top-1 % on the 10,000 "
+            "MNIST test images; fuse seconds include ingest, export and evaluation). Client "
+            f"training: {client_s:.0f} s in all.",
+            "",
+            *lines,
+            "",
+            *(
+                [
+                    f"Target (issue 16): each data-free method >= the ensemble - {TARGET_GAP:g} points: "
+                    + "; ".join(verdicts)
+                    + ".",
+                    "",
+                ]
+                if verdicts
+                else []
+            ),
+            *sim_lines,
+            *coboosting_lines(rows, parts),
+            *stratification_lines(rows, parts),
+            "",
+            f"Budget: {result['budget']}",
+            "",
+            NOTES,
+        ]
+    )
 
 
 NOTES = """\
@@ -245,23 +320,34 @@ def coboosting_lines(rows, parts) -> list[str]:
         if cb is not None and de is not None:
             verdicts.append(f"{LABELS[p]}: {cb - de:+.2f} ({'met' if cb >= de else 'NOT met'})")
     if verdicts:
-        out += ["Target (issue 37, its paper's claim): Co-Boosting >= DENSE: "
-                + "; ".join(verdicts) + ".", ""]  # fmt: skip
+        out += [
+            "Target (issue 37, its paper's claim): Co-Boosting >= DENSE: "
+            + "; ".join(verdicts)
+            + ".",
+            "",
+        ]
     for p in parts:
         table = {m: per_class(m, p) for m in ("ensemble", "dense", "coboosting")}
         table = {m: v for m, v in table.items() if v}
         if len(table) < 2:
             continue
         n = len(next(iter(table.values())))
-        out += [f"Per-class recall (%), {LABELS[p]}, mean over seeds:", "",
-                "| class | " + " | ".join(table) + " |",
-                "|" + "---|" * (len(table) + 1)]  # fmt: skip
-        out += [f"| {c} | " + " | ".join(f"{v[c]:.1f}" for v in table.values()) + " |"
-                for c in range(n)]  # fmt: skip
+        out += [
+            f"Per-class recall (%), {LABELS[p]}, mean over seeds:",
+            "",
+            "| class | " + " | ".join(table) + " |",
+            "|" + "---|" * (len(table) + 1),
+        ]
+        out += [
+            f"| {c} | " + " | ".join(f"{v[c]:.1f}" for v in table.values()) + " |" for c in range(n)
+        ]
         learned = [r for r in of("coboosting", p) if r.get("ensemble_weights")]
         if learned:
-            shown = "; ".join(f"seed {r['seed']}: " + ", ".join(
-                f"{v:.3f}" for v in r["ensemble_weights"].values()) for r in learned)  # fmt: skip
+            shown = "; ".join(
+                f"seed {r['seed']}: "
+                + ", ".join(f"{v:.3f}" for v in r["ensemble_weights"].values())
+                for r in learned
+            )
             out += ["", f"Co-Boosting's final ensemble weights (clients 0-4): {shown}"]
         out.append("")
     return out
@@ -303,12 +389,34 @@ def time_simulate(args) -> dict:
     """The issue's speed target as a user runs it: one `edgefl simulate` process, 5 clients of
     the first partition, the four methods at the chosen budget, client training included."""
     work = Path(args.work or tempfile.mkdtemp(prefix="edgefl-datafree-")) / "simulate"
-    cmd = ["edgefl", "simulate", "--dataset", "mnist", "--clients", str(NUM_CLIENTS),
-           "--partition", args.partitions[0], "--mix", f"smartphone:{NUM_CLIENTS}",
-           "--paper-models", "--classifier-epochs", str(args.client_epochs),
-           "--methods", "ensemble,dense,fedhydra,pfedzkd", "--seed", str(args.seeds[0]),
-           "--jobs", "2", "--budget", args.budget, "--device", args.device, "--out", str(work),
-           "--json"]  # fmt: skip
+    cmd = [
+        "edgefl",
+        "simulate",
+        "--dataset",
+        "mnist",
+        "--clients",
+        str(NUM_CLIENTS),
+        "--partition",
+        args.partitions[0],
+        "--mix",
+        f"smartphone:{NUM_CLIENTS}",
+        "--paper-models",
+        "--classifier-epochs",
+        str(args.client_epochs),
+        "--methods",
+        "ensemble,dense,fedhydra,pfedzkd",
+        "--seed",
+        str(args.seeds[0]),
+        "--jobs",
+        "2",
+        "--budget",
+        args.budget,
+        "--device",
+        args.device,
+        "--out",
+        str(work),
+        "--json",
+    ]
     exe = [str(Path(sys.executable).parent / "edgefl"), *cmd[1:]]
     t = time.perf_counter()
     proc = subprocess.run(exe, capture_output=True, text=True)
@@ -319,9 +427,13 @@ def time_simulate(args) -> dict:
         for r in res["results"]:
             if r.get("accuracy") is not None:
                 acc[r["method"]] = 100 * r["accuracy"]
-    return {"command": " ".join(cmd[:-3] + ["--out", "DIR"]), "seconds": seconds,
-            "returncode": proc.returncode, "accuracy": acc,
-            "stderr_tail": proc.stderr[-2000:]}  # fmt: skip
+    return {
+        "command": " ".join(cmd[:-3] + ["--out", "DIR"]),
+        "seconds": seconds,
+        "returncode": proc.returncode,
+        "accuracy": acc,
+        "stderr_tail": proc.stderr[-2000:],
+    }
 
 
 def main(argv=None) -> None:
@@ -329,9 +441,10 @@ def main(argv=None) -> None:
     ap.add_argument("--partitions", default="dirichlet:0.5,dirichlet:0.1")
     ap.add_argument("--seeds", default="0,1,2")
     ap.add_argument(
-        "--methods", default="ensemble,dense,fedhydra,pfedzkd",
+        "--methods",
+        default="ensemble,dense,fedhydra,pfedzkd",
         help=f"rows, from {', '.join(VARIANTS)}",
-    )  # fmt: skip
+    )
     ap.add_argument("--budget", choices=["cpu", "paper"], default="cpu")
     ap.add_argument("--client-epochs", type=int, default=5)
     ap.add_argument("--simulate", action="store_true", help="also time the whole simulate")
@@ -374,7 +487,7 @@ def main(argv=None) -> None:
             .make_config(METHODS.get(VARIANTS[m][0]).budget_options(args.budget) | VARIANTS[m][1])
             .as_dict()
             for m in args.methods
-        },  # fmt: skip
+        },
     }
     if args.simulate:
         result["simulate"] = time_simulate(args)

@@ -37,10 +37,31 @@ EDGEFL = Path(sys.executable).parent / "edgefl"
 def uploads(work: Path, seed: int, jobs: int) -> Path:
     out = work / f"s{seed}"
     if not (out / "uploads").is_dir():
-        argv = [str(EDGEFL), "simulate", "--dataset", "hapt", "--partition", "user", "--clients",
-                "18", "--mix", "wristband:12,smartphone:6", "--classifier-epochs", "50",
-                "--public-size", "1000", "--methods", "ensemble", "--seed", str(seed), "--jobs",
-                str(jobs), "--out", str(out), "--quiet"]  # fmt: skip
+        argv = [
+            str(EDGEFL),
+            "simulate",
+            "--dataset",
+            "hapt",
+            "--partition",
+            "user",
+            "--clients",
+            "18",
+            "--mix",
+            "wristband:12,smartphone:6",
+            "--classifier-epochs",
+            "50",
+            "--public-size",
+            "1000",
+            "--methods",
+            "ensemble",
+            "--seed",
+            str(seed),
+            "--jobs",
+            str(jobs),
+            "--out",
+            str(out),
+            "--quiet",
+        ]
         subprocess.run(argv, check=True)
     return out / "uploads"
 
@@ -76,28 +97,42 @@ def fuse(method: str, folder: Path, overrides: dict[str, str], test) -> dict:
     def recall(p):
         return [round(float((p[y == c] == c).float().mean()), 3) for c in range(int(y.max()) + 1)]
 
-    return {"method": method, "options": overrides, "accuracy": float((pred == y).float().mean()),
-            "ensemble": float((ens == y).float().mean()), "seconds": round(seconds, 1),
-            "recall": recall(pred), "ensemble_recall": recall(ens)}  # fmt: skip
+    return {
+        "method": method,
+        "options": overrides,
+        "accuracy": float((pred == y).float().mean()),
+        "ensemble": float((ens == y).float().mean()),
+        "seconds": round(seconds, 1),
+        "recall": recall(pred),
+        "ensemble_recall": recall(ens),
+    }
 
 
 def markdown(res: dict) -> str:
     lines = [
-        "# Data-free fusion on HAPT windows (bench/bench_datafree_hapt.py)", "",
+        "# Data-free fusion on HAPT windows (bench/bench_datafree_hapt.py)",
+        "",
         f"Command: `{res['command']}`  ",
-        f"Date: {res['date']}  ", f"Machine: {res['machine']}  ", f"Commit: {res['commit']}", "",
-        "| method | options | " + " | ".join(f"seed {s}" for s in res["seeds"])
+        f"Date: {res['date']}  ",
+        f"Machine: {res['machine']}  ",
+        f"Commit: {res['commit']}",
+        "",
+        "| method | options | "
+        + " | ".join(f"seed {s}" for s in res["seeds"])
         + " | mean | std | ensemble mean | gap | seconds |",
         "|---|---|" + "---:|" * (len(res["seeds"]) + 5),
-    ]  # fmt: skip
+    ]
     for key, rows in res["rows"].items():
         acc = [100 * r["accuracy"] for r in rows]
         ens = [100 * r["ensemble"] for r in rows]
         opts = ", ".join(f"{k}={v}" for k, v in rows[0]["options"].items()) or "defaults"
         std = float(np.std(acc, ddof=1)) if len(acc) > 1 else 0.0
-        lines.append(f"| {key} | {opts} | " + " | ".join(f"{a:.2f}" for a in acc)
-                     + f" | {np.mean(acc):.2f} | {std:.2f} | {np.mean(ens):.2f} | "
-                     f"{np.mean(acc) - np.mean(ens):+.2f} | {np.mean([r['seconds'] for r in rows]):.0f} |")  # fmt: skip
+        lines.append(
+            f"| {key} | {opts} | "
+            + " | ".join(f"{a:.2f}" for a in acc)
+            + f" | {np.mean(acc):.2f} | {std:.2f} | {np.mean(ens):.2f} | "
+            f"{np.mean(acc) - np.mean(ens):+.2f} | {np.mean([r['seconds'] for r in rows]):.0f} |"
+        )
     lines += ["", "Per-class recall (walking, upstairs, downstairs, sitting, standing, lying):", ""]
     for key, rows in res["rows"].items():
         for s, r in zip(res["seeds"], rows, strict=True):
@@ -127,12 +162,18 @@ def main() -> None:
             r = fuse(method, uploads(Path(args.work), seed, args.jobs), opts.get(method, {}), test)
             rows.setdefault(method, []).append(r)
             print(json.dumps({"seed": seed} | r), flush=True)
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
-                            capture_output=True, text=True).stdout.strip()  # fmt: skip
-    res = {"command": "python " + " ".join(sys.argv), "date": datetime.now(UTC).isoformat(timespec="seconds"),
-           "machine": f"{platform.platform()}, {os.cpu_count()} CPUs, torch {torch.__version__} "
-           f"({args.threads} thread(s)), load average at end {os.getloadavg()}",
-           "commit": commit, "seeds": seeds, "rows": rows}  # fmt: skip
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
+    ).stdout.strip()
+    res = {
+        "command": "python " + " ".join(sys.argv),
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "machine": f"{platform.platform()}, {os.cpu_count()} CPUs, torch {torch.__version__} "
+        f"({args.threads} thread(s)), load average at end {os.getloadavg()}",
+        "commit": commit,
+        "seeds": seeds,
+        "rows": rows,
+    }
     Path(args.out).with_suffix(".json").write_text(json.dumps(res, indent=1))
     Path(args.out).with_suffix(".md").write_text(markdown(res))
     print(markdown(res))

@@ -69,8 +69,11 @@ def models(dataset: str, skip: set[str]):
     """Each zoo classifier's default size, and the largest each profile runs (plan_inference),
     that runs on at least one of PROFILES: (spec, profiles it fits)."""
     info = DATASETS.get(dataset)
-    specs = [make_spec(e.name, info.input_shape, info.num_classes) for e in ZOO
-             if e.role == "classifier" and input_kind(info.input_shape) in e.inputs]  # fmt: skip
+    specs = [
+        make_spec(e.name, info.input_shape, info.num_classes)
+        for e in ZOO
+        if e.role == "classifier" and input_kind(info.input_shape) in e.inputs
+    ]
     specs += [plan_inference(get_profile(p), info.input_shape, info.num_classes) for p in PROFILES]
     seen = set()
     for spec in specs:
@@ -97,41 +100,68 @@ def ort_floor(tmp: Path) -> int | None:
 def measure(spec, fits, dataset: str, tmp: Path, unbounded: Path, tflm: bool = True) -> dict:
     c = costs(spec)
     src = tmp / f"{dataset}-{spec.label}.onnx".replace("/", "_")
-    meta = model_metadata(spec, class_names=[str(i) for i in range(spec.num_classes)],
-                          label_counts=[1] * spec.num_classes, client_id="bench",
-                          profile=None, dataset=dataset)  # fmt: skip
+    meta = model_metadata(
+        spec,
+        class_names=[str(i) for i in range(spec.num_classes)],
+        label_counts=[1] * spec.num_classes,
+        client_id="bench",
+        profile=None,
+        dataset=dataset,
+    )
     export_model(build_model(spec), spec, meta, src)
-    row = {"dataset": dataset, "model": spec.label, "fits": fits, "params": c.params,
-           "cost_infer_peak_bytes": c.infer_peak_bytes,
-           "cost_tflm_arena_bytes": c.tflm_arena_bytes,
-           "cost_ort_bytes": ORT_FLOOR_BYTES + c.infer_peak_bytes}  # fmt: skip
+    row = {
+        "dataset": dataset,
+        "model": spec.label,
+        "fits": fits,
+        "params": c.params,
+        "cost_infer_peak_bytes": c.infer_peak_bytes,
+        "cost_tflm_arena_bytes": c.tflm_arena_bytes,
+        "cost_ort_bytes": ORT_FLOOR_BYTES + c.infer_peak_bytes,
+    }
     band = "wristband" in fits
     start = time.perf_counter()
     try:
         if not tflm:
             raise _Skipped("not measured (--ort-only)")
-        rep = deploy(DeployRequest(model=str(src), profile="wristband" if band else str(unbounded),
-                                   target="tflite-micro", out=str(tmp / f"{src.stem}-tflm"),
-                                   calibrate=f"{dataset}:train", eval=f"{dataset}:test",
-                                   eval_samples=200))  # fmt: skip
+        rep = deploy(
+            DeployRequest(
+                model=str(src),
+                profile="wristband" if band else str(unbounded),
+                target="tflite-micro",
+                out=str(tmp / f"{src.stem}-tflm"),
+                calibrate=f"{dataset}:train",
+                eval=f"{dataset}:test",
+                eval_samples=200,
+            )
+        )
     except _Skipped as exc:
         row["tflm_skipped"] = str(exc)
     except EdgeflError as exc:
         row["tflm_refused"] = exc.message
     else:
         fig = rep.runtime_figures
-        row |= {"tflm_profile": "wristband" if band else "bench-unbounded",
-                "tflm_arena_bytes": fig["memory_bytes"], "tflm_flash_bytes": fig["flash_bytes"],
-                "tflm_arena_split": fig.get("arena_split"),
-                "tflm_int8_accuracy": rep.accuracy["accuracy"],
-                "tflm_fp32_accuracy": rep.accuracy["accuracy_fp32"]}  # fmt: skip
+        row |= {
+            "tflm_profile": "wristband" if band else "bench-unbounded",
+            "tflm_arena_bytes": fig["memory_bytes"],
+            "tflm_flash_bytes": fig["flash_bytes"],
+            "tflm_arena_split": fig.get("arena_split"),
+            "tflm_int8_accuracy": rep.accuracy["accuracy"],
+            "tflm_fp32_accuracy": rep.accuracy["accuracy_fp32"],
+        }
         row["estimate_over_arena"] = c.tflm_arena_bytes / fig["memory_bytes"]
     row["tflm_seconds"] = time.perf_counter() - start
     if "smartphone" in fits:
         try:
-            rep = deploy(DeployRequest(model=str(src), profile="smartphone", target="ort-mobile",
-                                       out=str(tmp / f"{src.stem}-ort"),
-                                       eval=f"{dataset}:test", eval_samples=200))  # fmt: skip
+            rep = deploy(
+                DeployRequest(
+                    model=str(src),
+                    profile="smartphone",
+                    target="ort-mobile",
+                    out=str(tmp / f"{src.stem}-ort"),
+                    eval=f"{dataset}:test",
+                    eval_samples=200,
+                )
+            )
         except EdgeflError as exc:
             row["ort_refused"] = exc.message
         else:
@@ -165,46 +195,56 @@ def main() -> None:
 
 
 def write(rows: list[dict], floor: int | None, args) -> None:
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                            text=True, cwd=ROOT).stdout.strip()  # fmt: skip
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT
+    ).stdout.strip()
     import onnxruntime
     import tflite_micro
 
-    header = {"command": " ".join(["python", "bench/bench_deploy.py", *sys.argv[1:]]),
-              "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-              "machine": f"{platform.machine()} {os.cpu_count()} CPUs (shared), "
-                         f"{platform.platform()}",
-              "commit": commit, "onnxruntime": onnxruntime.__version__,
-              "tflite_micro": getattr(tflite_micro, "__version__", "installed"),
-              "ort_identity_rss_increase_bytes": floor,
-              "cost_model_ort_floor_bytes": ORT_FLOOR_BYTES}  # fmt: skip
+    header = {
+        "command": " ".join(["python", "bench/bench_deploy.py", *sys.argv[1:]]),
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "machine": f"{platform.machine()} {os.cpu_count()} CPUs (shared), {platform.platform()}",
+        "commit": commit,
+        "onnxruntime": onnxruntime.__version__,
+        "tflite_micro": getattr(tflite_micro, "__version__", "installed"),
+        "ort_identity_rss_increase_bytes": floor,
+        "cost_model_ort_floor_bytes": ORT_FLOOR_BYTES,
+    }
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "deploy_memory.json").write_text(json.dumps({**header, "rows": rows}, indent=2) + "\n")
-    worst = max((abs(r["estimate_over_arena"] - 1) for r in rows if "estimate_over_arena" in r),
-                default=None)  # fmt: skip
+    worst = max(
+        (abs(r["estimate_over_arena"] - 1) for r in rows if "estimate_over_arena" in r),
+        default=None,
+    )
     lines = [
-        "# The cost model against the runtimes (issue 31 item 5)", "",
+        "# The cost model against the runtimes (issue 31 item 5)",
+        "",
         f"`{header['command']}` on {header['date']}, {header['machine']}, commit {commit}, "
-        f"onnxruntime {header['onnxruntime']}.", "",
+        f"onnxruntime {header['onnxruntime']}.",
+        "",
         "Every zoo classifier (default size, and the largest each profile runs) that runs on a "
         "wristband or a phone by the planner's inference rule. TFLite Micro: full-integer int8 "
         "(onnx2tf, per-channel), minimal arena by bisection (16 B steps), split as TFLite "
         "Micro's recording allocator reports it (activations / persistent); weights stay in "
         "flash. onnxruntime: ORT format, resident increase for load + one inference in a fresh "
-        "process after `import onnxruntime`.", "",
+        "process after `import onnxruntime`.",
+        "",
         "| dataset | model | runs on | cost model infer peak (fp32) | cost model TFLM arena | "
         "TFLM arena measured (activations + persistent) | estimate / measured | TFLM flash | "
         "ORT resident increase | cost model ORT (floor + peak) | mobile checker: supported "
         "nodes NNAPI, CoreML |",
         "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|",
-    ]  # fmt: skip
+    ]
     for r in rows:
         split = r.get("tflm_arena_split")
-        measured = (f"{r['tflm_arena_bytes']:,}" + (f" ({split['activations']:,} + "
-                    f"{split['persistent']:,})" if split else "")
-                    if "tflm_arena_bytes" in r else r.get("tflm_skipped")
-                    or f"refused: {r.get('tflm_refused', '')}")  # fmt: skip
+        measured = (
+            f"{r['tflm_arena_bytes']:,}"
+            + (f" ({split['activations']:,} + {split['persistent']:,})" if split else "")
+            if "tflm_arena_bytes" in r
+            else r.get("tflm_skipped") or f"refused: {r.get('tflm_refused', '')}"
+        )
         if r.get("tflm_profile") == "bench-unbounded":
             measured += " (no budget)"
         ratio = f"{r['estimate_over_arena']:.3f}" if "estimate_over_arena" in r else ""

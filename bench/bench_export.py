@@ -42,9 +42,13 @@ BATCHES = (1, 64)
 
 def metadata(spec) -> dict:
     """The keys run_client stamps (placeholder training values: the weights are untrained)."""
-    return model_metadata(spec, class_names=[str(i) for i in range(spec.num_classes)],
-                          label_counts=[1] * spec.num_classes, client_id=f"bench-{spec.name}",
-                          profile=None)  # fmt: skip
+    return model_metadata(
+        spec,
+        class_names=[str(i) for i in range(spec.num_classes)],
+        label_counts=[1] * spec.num_classes,
+        client_id=f"bench-{spec.name}",
+        profile=None,
+    )
 
 
 def inputs(spec, batch: int, latent: int | None, rng: np.random.Generator) -> list[np.ndarray]:

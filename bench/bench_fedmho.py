@@ -49,15 +49,22 @@ def main() -> None:
     ap.add_argument("--record", default=None, help="STEM: copy the table to STEM.{json,md,png}")
     args = ap.parse_args()
     if args.record and any(Path(args.record).with_suffix(s).exists() for s in (".json", ".md")):
-        sys.exit(f"{args.record}.json/.md exists: recorded results are never overwritten; "
-                 "name a new --record")  # fmt: skip
+        sys.exit(
+            f"{args.record}.json/.md exists: recorded results are never overwritten; "
+            "name a new --record"
+        )
 
     job = ReproduceJob(
-        table="fedmho-table3", budget=args.budget, out=args.runs, federation=args.federation,
+        table="fedmho-table3",
+        budget=args.budget,
+        out=args.runs,
+        federation=args.federation,
         seeds=tuple(int(s) for s in args.seeds.split(",")) if args.seeds else None,
         partitions=tuple(args.partitions.split(",")) if args.partitions else None,
-        jobs=args.jobs, device=args.device, train_device=args.train_device,
-    )  # fmt: skip
+        jobs=args.jobs,
+        device=args.device,
+        train_device=args.train_device,
+    )
     t0 = time.perf_counter()
     try:
         reproduce(job, log=print)
@@ -73,14 +80,17 @@ def record(job: ReproduceJob, stem: Path, seconds: float) -> None:
         "command": "python " + " ".join(sys.argv),
         "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
         "machine": f"{platform.machine()} {os.cpu_count()} cores, {platform.system()}",
-        "torch": torch.__version__, "onnxruntime": onnxruntime.__version__,
+        "torch": torch.__version__,
+        "onnxruntime": onnxruntime.__version__,
         "seconds": round(seconds),
-    }  # fmt: skip
+    }
     stem.parent.mkdir(parents=True, exist_ok=True)
     summary = json.loads(table.with_suffix(".json").read_text())
     stem.with_suffix(".json").write_text(json.dumps({"meta": meta} | summary, indent=2))
-    head = (f"Command: `{meta['command']}`  \nMachine: {meta['machine']}, torch {meta['torch']}, "
-            f"onnxruntime {meta['onnxruntime']}; this command took {seconds / 60:.0f} min.\n\n")  # fmt: skip
+    head = (
+        f"Command: `{meta['command']}`  \nMachine: {meta['machine']}, torch {meta['torch']}, "
+        f"onnxruntime {meta['onnxruntime']}; this command took {seconds / 60:.0f} min.\n\n"
+    )
     stem.with_suffix(".md").write_text(head + table.with_suffix(".md").read_text())
     shutil.copyfile(table.with_suffix(".png"), stem.with_suffix(".png"))
     print(f"recorded {stem}.json, .md and .png")

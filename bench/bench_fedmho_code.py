@@ -36,17 +36,40 @@ EDGEFL = Path(sys.executable).with_name("edgefl")
 
 def fuse(run: Path, method: str, budget: str, seed: int) -> dict:
     out = run / "global-budgets" / f"{method}-{budget}-s{seed}.onnx"
-    cmd = [str(EDGEFL), "server", "fuse", str(run / "uploads"), "--method", method,
-           "--budget", budget, "--seed", str(seed), "--eval", "mnist:test", "--device", "cpu",
-           "--out", str(out), "--json", "--quiet"]  # fmt: skip
+    cmd = [
+        str(EDGEFL),
+        "server",
+        "fuse",
+        str(run / "uploads"),
+        "--method",
+        method,
+        "--budget",
+        budget,
+        "--seed",
+        str(seed),
+        "--eval",
+        "mnist:test",
+        "--device",
+        "cpu",
+        "--out",
+        str(out),
+        "--json",
+        "--quiet",
+    ]
     env = os.environ | {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     start = time.perf_counter()
     done = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
     if done.returncode != 0:
         sys.exit(f"{' '.join(cmd)} failed ({done.returncode}):\n{done.stderr}")
     rep = json.loads(done.stdout)
-    return {"method": method, "budget": budget, "seed": seed, "accuracy": round(100 * rep["accuracy"], 2),
-            "epochs": rep["config"]["epochs"], "seconds": round(time.perf_counter() - start, 1)}  # fmt: skip
+    return {
+        "method": method,
+        "budget": budget,
+        "seed": seed,
+        "accuracy": round(100 * rep["accuracy"], 2),
+        "epochs": rep["config"]["epochs"],
+        "seconds": round(time.perf_counter() - start, 1),
+    }
 
 
 def render(rows: list[dict], args, meta: dict) -> str:
@@ -86,9 +109,11 @@ def render(rows: list[dict], args, meta: dict) -> str:
             accs = [r["accuracy"] for r in cell]
             sd = statistics.stdev(accs) if len(accs) > 1 else 0.0
             secs = statistics.mean(r["seconds"] for r in cell)
-            lines.append(f"| {m} | {b} | {cell[0]['epochs']} | "
-                         + " | ".join(f"{a:.2f}" for a in accs)
-                         + f" | {statistics.mean(accs):.2f} +- {sd:.2f} | {secs:.0f} |")  # fmt: skip
+            lines.append(
+                f"| {m} | {b} | {cell[0]['epochs']} | "
+                + " | ".join(f"{a:.2f}" for a in accs)
+                + f" | {statistics.mean(accs):.2f} +- {sd:.2f} | {secs:.0f} |"
+            )
     return "\n".join(lines + notes) + "\n"
 
 
@@ -112,8 +137,9 @@ def main() -> None:
             for s in args.seeds:
                 rows.append(fuse(args.run, m, b, s))
                 print(json.dumps(rows[-1]), flush=True)
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                            text=True, check=False).stdout.strip()  # fmt: skip
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
+    ).stdout.strip()
     sim = (
         json.loads((args.run / "results.json").read_text())
         if (args.run / "results.json").exists()

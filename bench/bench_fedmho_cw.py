@@ -55,17 +55,46 @@ ROWS = (
 def simulate(run: Path, partition: str, seed: int, jobs: int) -> None:
     if (run / "results.json").exists():
         return
-    cmd = [sys.executable, "-c", "from edgefl.cli import main; main()", "simulate",
-           "--dataset", "mnist", "--clients", "10", "--partition", partition,
-           "--mix", "smartphone:5,wristband:5", "--paper-models", "--methods", "fedcvae-ens",
-           "--seed", str(seed), "--jobs", str(jobs), "--device", "cpu", "--out", str(run)]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-c",
+        "from edgefl.cli import main; main()",
+        "simulate",
+        "--dataset",
+        "mnist",
+        "--clients",
+        "10",
+        "--partition",
+        partition,
+        "--mix",
+        "smartphone:5,wristband:5",
+        "--paper-models",
+        "--methods",
+        "fedcvae-ens",
+        "--seed",
+        str(seed),
+        "--jobs",
+        str(jobs),
+        "--device",
+        "cpu",
+        "--out",
+        str(run),
+    ]
     print("$", shlex.join(cmd[3:]), flush=True)
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
 
 
 def fuse_row(uploads: Path, method: str, opts: dict, work: Path) -> float:
-    rep = run_fuse(FuseJob(uploads=str(uploads), method=method, out=str(work / "g.onnx"),
-                           options=opts, device="cpu", eval="mnist:test"))  # fmt: skip
+    rep = run_fuse(
+        FuseJob(
+            uploads=str(uploads),
+            method=method,
+            out=str(work / "g.onnx"),
+            options=opts,
+            device="cpu",
+            eval="mnist:test",
+        )
+    )
     return 100 * rep["accuracy"]
 
 
@@ -92,9 +121,19 @@ def main() -> None:
                     print(f"{p} seed {s} {label}: {acc[label][p][-1]}", flush=True)
     machine = f"{platform.machine()} {os.cpu_count()} cores, torch {torch.__version__}"
     command = "python bench/bench_fedmho_cw.py " + shlex.join(sys.argv[1:])
-    Path(args.out + ".json").write_text(json.dumps(
-        {"command": command, "date_utc": started.isoformat(timespec="minutes"), "machine": machine,
-         "seeds": seeds, "accuracy": acc}, indent=1) + "\n")  # fmt: skip
+    Path(args.out + ".json").write_text(
+        json.dumps(
+            {
+                "command": command,
+                "date_utc": started.isoformat(timespec="minutes"),
+                "machine": machine,
+                "seeds": seeds,
+                "accuracy": acc,
+            },
+            indent=1,
+        )
+        + "\n"
+    )
 
     def cell(v: list[float]) -> str:
         sd = statistics.stdev(v) if len(v) > 1 else 0.0
@@ -102,16 +141,23 @@ def main() -> None:
 
     lines = [
         f"# FedMHO's federation on CPU: FedCVAE-ENS, the FedMHO family and fedmho-cw "
-        f"({started:%Y-%m-%d %H:%M} UTC)", "",
-        f"Command: `{command}`  ", f"Machine: {machine}", "",
+        f"({started:%Y-%m-%d %H:%M} UTC)",
+        "",
+        f"Command: `{command}`  ",
+        f"Machine: {machine}",
+        "",
         "MNIST, 10 clients (5 `cnn` classifiers, 5 `cvae-small` CVAEs, the paper prototypes at "
         "simulate's defaults), one federation per partition and seed, every row fused from the "
         "same uploads. Top-1 % on the MNIST test split, mean +- std (seeds "
-        f"{', '.join(map(str, seeds))}).", "",
-        "| method | " + " | ".join(parts) + " |", "|---|" + "---:|" * len(parts),
-    ]  # fmt: skip
-    lines += [f"| {label} | " + " | ".join(cell(acc[label][p]) for p in parts) + " |"
-              for label, *_ in ROWS]  # fmt: skip
+        f"{', '.join(map(str, seeds))}).",
+        "",
+        "| method | " + " | ".join(parts) + " |",
+        "|---|" + "---:|" * len(parts),
+    ]
+    lines += [
+        f"| {label} | " + " | ".join(cell(acc[label][p]) for p in parts) + " |"
+        for label, *_ in ROWS
+    ]
     Path(args.out + ".md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 

@@ -56,10 +56,30 @@ def tree_rss(pid: int) -> int:
 def run(clients: int, engine: str, work: Path, jobs: int, model: str, subset: int | None) -> dict:
     out = work / f"{engine}-{clients}-{model}"
     shutil.rmtree(out, ignore_errors=True)
-    argv = [str(EDGEFL), "simulate", "--engine", engine, "--dataset", "mnist", "--clients",
-            str(clients), "--mix", f"smartphone:{clients}", "--client-model", f"smartphone={model}",
-            "--classifier-epochs", "1", "--methods", "fedavg", "--jobs", str(jobs), "--out",
-            str(out), "--json", "--quiet"] + (["--subset", str(subset)] if subset else [])  # fmt: skip
+    argv = [
+        str(EDGEFL),
+        "simulate",
+        "--engine",
+        engine,
+        "--dataset",
+        "mnist",
+        "--clients",
+        str(clients),
+        "--mix",
+        f"smartphone:{clients}",
+        "--client-model",
+        f"smartphone={model}",
+        "--classifier-epochs",
+        "1",
+        "--methods",
+        "fedavg",
+        "--jobs",
+        str(jobs),
+        "--out",
+        str(out),
+        "--json",
+        "--quiet",
+    ] + (["--subset", str(subset)] if subset else [])
     start = time.perf_counter()
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     peak = [0]
@@ -78,10 +98,19 @@ def run(clients: int, engine: str, work: Path, jobs: int, model: str, subset: in
         raise SystemExit(f"{engine} x {clients} failed ({proc.returncode}):\n{stderr[-3000:]}")
     res = json.loads(stdout)
     s = res["seconds"]
-    return {"clients": clients, "engine": engine, "wall_s": wall, "clients_s": s["clients"],
-            "fusion_s": s["fusion"], "startup_s": wall - s["total"], "peak_rss_bytes": peak[0],
-            "accuracy": res["results"][0]["accuracy"], "model": model, "subset": subset,
-            "upload_bytes": max(c["upload_bytes"] for c in res["clients"])}  # fmt: skip
+    return {
+        "clients": clients,
+        "engine": engine,
+        "wall_s": wall,
+        "clients_s": s["clients"],
+        "fusion_s": s["fusion"],
+        "startup_s": wall - s["total"],
+        "peak_rss_bytes": peak[0],
+        "accuracy": res["results"][0]["accuracy"],
+        "model": model,
+        "subset": subset,
+        "upload_bytes": max(c["upload_bytes"] for c in res["clients"]),
+    }
 
 
 def markdown(rows: list[dict], meta: dict) -> str:
@@ -105,9 +134,13 @@ def markdown(rows: list[dict], meta: dict) -> str:
             f"{r['clients_s'] / r['clients']:.2f} | {r['fusion_s']:.1f} | {r['startup_s']:.1f} | "
             f"{r['peak_rss_bytes'] / 2**30:.2f} GiB | {100 * r['accuracy']:.2f}% |"
         )
-    lines += ["", "clients s: training every client and landing its upload (for Flower: the "
-              "engine's start, one ClientApp run per client, the replies' checks); process "
-              "start: the command's imports and setup before the run's own clock starts.", ""]  # fmt: skip
+    lines += [
+        "",
+        "clients s: training every client and landing its upload (for Flower: the "
+        "engine's start, one ClientApp run per client, the replies' checks); process "
+        "start: the command's imports and setup before the run's own clock starts.",
+        "",
+    ]
     return "\n".join(lines)
 
 
@@ -129,12 +162,16 @@ def main() -> None:
             r = run(n, engine, work, args.jobs, args.model, args.subset)
             print(json.dumps(r), flush=True)
             rows.append(r)
-    meta = {"date_utc": datetime.now(UTC).strftime("%Y-%m-%d %H:%M"),
-            "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, {platform.platform()}",
-            "command": "python bench/bench_flower.py " + " ".join(sys.argv[1:]),
-            "jobs": args.jobs, "flwr": metadata.version("flwr"), "model": args.model,
-            "subset": args.subset,
-            "ray": metadata.version("ray")}  # fmt: skip
+    meta = {
+        "date_utc": datetime.now(UTC).strftime("%Y-%m-%d %H:%M"),
+        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, {platform.platform()}",
+        "command": "python bench/bench_flower.py " + " ".join(sys.argv[1:]),
+        "jobs": args.jobs,
+        "flwr": metadata.version("flwr"),
+        "model": args.model,
+        "subset": args.subset,
+        "ray": metadata.version("ray"),
+    }
     out = Path(args.out)
     out.with_suffix(".json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=2))
     out.with_suffix(".md").write_text(markdown(rows, meta))

@@ -64,24 +64,54 @@ def main() -> None:
         names = [f"phone-{i}" for i in range(args.nodes)]
         for name in names:
             h._node_key(d / f"{name}.key")
-            subprocess.run([str(BIN / "flwr"), "supernode", "register", f"{d / name}.key.pub",
-                            "tls"], env=env, check=True, capture_output=True, timeout=120)  # fmt: skip
+            subprocess.run(
+                [str(BIN / "flwr"), "supernode", "register", f"{d / name}.key.pub", "tls"],
+                env=env,
+                check=True,
+                capture_output=True,
+                timeout=120,
+            )
         for i, name in enumerate(names):
-            procs.start(name, [
-                "flower-supernode", "--superlink", f"127.0.0.1:{port}", "--root-certificates",
-                "ca.crt", "--auth-supernode-private-key", f"{name}.key", "--port", str(h._port()),
-                "--node-config", f'profile="smartphone" partition-id={i} '
-                f'num-partitions={args.nodes} client-id="{name}" model="{args.model}"',
-            ])  # fmt: skip
+            procs.start(
+                name,
+                [
+                    "flower-supernode",
+                    "--superlink",
+                    f"127.0.0.1:{port}",
+                    "--root-certificates",
+                    "ca.crt",
+                    "--auth-supernode-private-key",
+                    f"{name}.key",
+                    "--port",
+                    str(h._port()),
+                    "--node-config",
+                    f'profile="smartphone" partition-id={i} '
+                    f'num-partitions={args.nodes} client-id="{name}" model="{args.model}"',
+                ],
+            )
         threading.Thread(target=sample, daemon=True).start()
         out = d / "global"
-        config = (f'methods="fedavg" out-dir="{out}" dataset="mnist" subset={args.subset} '
-                  f'epochs=1 min-nodes={args.nodes} wait-nodes-s=120.0 deadline-s=1200.0 '
-                  'eval="mnist:test"')  # fmt: skip
+        config = (
+            f'methods="fedavg" out-dir="{out}" dataset="mnist" subset={args.subset} '
+            f"epochs=1 min-nodes={args.nodes} wait-nodes-s=120.0 deadline-s=1200.0 "
+            'eval="mnist:test"'
+        )
         start = time.monotonic()
-        run = subprocess.run([str(BIN / "flwr"), "run", str(ROOT / "flower_app"), "tls",
-                              "--stream", "--run-config", config], env=env, capture_output=True,
-                             text=True, timeout=1800)  # fmt: skip
+        run = subprocess.run(
+            [
+                str(BIN / "flwr"),
+                "run",
+                str(ROOT / "flower_app"),
+                "tls",
+                "--stream",
+                "--run-config",
+                config,
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=1800,
+        )
         wall = time.monotonic() - start
         fed = out / "federation.json"
         if not fed.exists():

@@ -44,17 +44,35 @@ TABLE = ["fedavg", "ensemble", "fedcvae-ens", "fedmho", "fedmho-md", "fedmho-sd"
 
 def run(args: list[str], **kw) -> float:
     start = time.perf_counter()
-    subprocess.run(EDGEFL + [str(a) for a in args], check=True, cwd=ROOT,
-                   stdout=subprocess.DEVNULL, **kw)  # fmt: skip
+    subprocess.run(
+        EDGEFL + [str(a) for a in args], check=True, cwd=ROOT, stdout=subprocess.DEVNULL, **kw
+    )
     return time.perf_counter() - start
 
 
 def federation(work: Path) -> Path:
     sim = work / "sim"
     if not (sim / "uploads").is_dir() or len(list((sim / "uploads").glob("*.onnx"))) < 10:
-        run(["simulate", "--dataset", "mnist", "--clients", "10", "--paper-models",
-             "--classifier-epochs", "2", "--generator-epochs", "2", "--methods", "fedavg",
-             "--jobs", "2", "--out", sim])  # fmt: skip
+        run(
+            [
+                "simulate",
+                "--dataset",
+                "mnist",
+                "--clients",
+                "10",
+                "--paper-models",
+                "--classifier-epochs",
+                "2",
+                "--generator-epochs",
+                "2",
+                "--methods",
+                "fedavg",
+                "--jobs",
+                "2",
+                "--out",
+                sim,
+            ]
+        )
     return sim / "uploads"
 
 
@@ -75,16 +93,49 @@ def bench_methods(uploads: Path, work: Path, repeats: int, opts: list[str]) -> d
         shutil.rmtree(out, ignore_errors=True)
         alone = {}
         for m in TABLE:
-            alone[m] = run(["server", "fuse", uploads, "--method", m, "--out",
-                            out / "alone" / f"{m}.onnx", "--device", "cpu", *extra([m])])  # fmt: skip
-        together = run(["server", "fuse", uploads, "--method", ",".join(TABLE), "--out-dir",
-                        out / "together", "--device", "cpu", *extra(TABLE)])  # fmt: skip
+            alone[m] = run(
+                [
+                    "server",
+                    "fuse",
+                    uploads,
+                    "--method",
+                    m,
+                    "--out",
+                    out / "alone" / f"{m}.onnx",
+                    "--device",
+                    "cpu",
+                    *extra([m]),
+                ]
+            )
+        together = run(
+            [
+                "server",
+                "fuse",
+                uploads,
+                "--method",
+                ",".join(TABLE),
+                "--out-dir",
+                out / "together",
+                "--device",
+                "cpu",
+                *extra(TABLE),
+            ]
+        )
         slowest = max(alone.values())
-        rounds.append({"alone_seconds": alone, "together_seconds": together,
-                       "slowest_alone_seconds": slowest, "ratio": together / slowest})  # fmt: skip
-        print(f"  round {r + 1}: alone " + ", ".join(f"{m} {t:.1f}" for m, t in alone.items())
-              + f"; all six {together:.1f} s = {together / slowest:.2f} x the slowest",
-              flush=True)  # fmt: skip
+        rounds.append(
+            {
+                "alone_seconds": alone,
+                "together_seconds": together,
+                "slowest_alone_seconds": slowest,
+                "ratio": together / slowest,
+            }
+        )
+        print(
+            f"  round {r + 1}: alone "
+            + ", ".join(f"{m} {t:.1f}" for m, t in alone.items())
+            + f"; all six {together:.1f} s = {together / slowest:.2f} x the slowest",
+            flush=True,
+        )
     reports = {m: json.loads((out / "together" / f"{m}.json").read_text()) for m in TABLE}
     alone_median = {m: statistics.median(x["alone_seconds"][m] for x in rounds) for m in TABLE}
     together = statistics.median(x["together_seconds"] for x in rounds)
@@ -108,9 +159,29 @@ def vgg9_upload(work: Path) -> Path:
     d = work / "vgg9"
     path = d / "client-000.onnx"
     if not path.exists():
-        run(["client", "train", "--profile", "smartphone", "--dataset", "mnist", "--model", "vgg9",
-             "--force", "--num-clients", "500", "--partition", "iid", "--client-index", "0",
-             "--epochs", "1", "--out", d])  # fmt: skip
+        run(
+            [
+                "client",
+                "train",
+                "--profile",
+                "smartphone",
+                "--dataset",
+                "mnist",
+                "--model",
+                "vgg9",
+                "--force",
+                "--num-clients",
+                "500",
+                "--partition",
+                "iid",
+                "--client-index",
+                "0",
+                "--epochs",
+                "1",
+                "--out",
+                d,
+            ]
+        )
     return path
 
 
@@ -147,8 +218,13 @@ print(json.dumps({"uploads": len(found.uploads), "rejected": found.rejected, "to
 
 
 def python(code: str, *args) -> dict:
-    out = subprocess.run([sys.executable, "-c", code, *map(str, args)], check=True, cwd=ROOT,
-                         capture_output=True, text=True)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-c", code, *map(str, args)],
+        check=True,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -158,8 +234,11 @@ def bench_vgg9(work: Path) -> dict:
     one = vgg9_upload(work)
     runs = [python(STAGES, one) for _ in range(2)]
     best = min(runs, key=lambda r: r["total"])
-    print(f"  one VGG-9 upload ({one.stat().st_size / 2**20:.0f} MiB), best of 2: "
-          + ", ".join(f"{k} {v:.2f}s" for k, v in best.items()), flush=True)  # fmt: skip
+    print(
+        f"  one VGG-9 upload ({one.stat().st_size / 2**20:.0f} MiB), best of 2: "
+        + ", ".join(f"{k} {v:.2f}s" for k, v in best.items()),
+        flush=True,
+    )
     five = work / "vgg9x5"
     if len(list(five.glob("*.onnx"))) != 5:
         five.mkdir(parents=True, exist_ok=True)
@@ -169,12 +248,20 @@ def bench_vgg9(work: Path) -> dict:
             exporters.set_metadata(model, meta | {"client_id": f"client-{i:03d}"})
             exporters.atomic_write_bytes(five / f"client-{i:03d}.onnx", model.SerializeToString())
     rss = python(RSS, five)
-    print(f"  5 VGG-9 uploads ({rss['total_bytes'] / 2**20:.0f} MiB): peak RSS over baseline "
-          f"{(rss['peak_rss'] - rss['baseline_rss']) / 2**20:.0f} MiB = {rss['ratio']:.2f} x, "
-          f"ingest {rss['seconds']:.1f} s")  # fmt: skip
-    return {"upload_bytes": one.stat().st_size, "stages_runs": runs, "stages_best": best,
-            "target_seconds_gpu_host": 3.0, "rss_five": rss, "target_rss_ratio": 2.5,
-            "rss_meets": rss["ratio"] <= 2.5}  # fmt: skip
+    print(
+        f"  5 VGG-9 uploads ({rss['total_bytes'] / 2**20:.0f} MiB): peak RSS over baseline "
+        f"{(rss['peak_rss'] - rss['baseline_rss']) / 2**20:.0f} MiB = {rss['ratio']:.2f} x, "
+        f"ingest {rss['seconds']:.1f} s"
+    )
+    return {
+        "upload_bytes": one.stat().st_size,
+        "stages_runs": runs,
+        "stages_best": best,
+        "target_seconds_gpu_host": 3.0,
+        "rss_five": rss,
+        "target_rss_ratio": 2.5,
+        "rss_meets": rss["ratio"] <= 2.5,
+    }
 
 
 def main() -> None:
@@ -183,9 +270,14 @@ def main() -> None:
     ap.add_argument("--work", default="runs/bench-fuse")
     ap.add_argument("--skip-vgg9", action="store_true")
     ap.add_argument("--repeats", type=int, default=3, help="rounds of the six-method comparison")
-    ap.add_argument("--opt", action="append", default=[], metavar="[METHOD:]KEY=VALUE",
-                    help="a method option for every fuse (repeatable), e.g. fedcvae-ens:epochs=20 "
-                    "to compare methods of more equal length")  # fmt: skip
+    ap.add_argument(
+        "--opt",
+        action="append",
+        default=[],
+        metavar="[METHOD:]KEY=VALUE",
+        help="a method option for every fuse (repeatable), e.g. fedcvae-ens:epochs=20 "
+        "to compare methods of more equal length",
+    )
     args = ap.parse_args()
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
@@ -197,7 +289,7 @@ def main() -> None:
             "cpu": _cpu(),
             "python": platform.python_version(),
             "load_before": os.getloadavg(),
-        },  # fmt: skip
+        },
     }
     print("1. six methods: alone vs one command", flush=True)
     result["methods"] = bench_methods(federation(work), work, args.repeats, args.opt)

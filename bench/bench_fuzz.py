@@ -78,14 +78,68 @@ OUTCOMES = ("accepted", "rejected", "downstream-failed", "crashed", "hung", "mem
 # --- the mutation engine ---------------------------------------------------------------------
 
 # Values at the edges of what parsers, shape arithmetic and allocators handle.
-INTS = [0, 1, -1, 2, 3, 7, 8, 64, 255, 256, 1000, 65536, 2**31 - 1, 2**31, 2**32, 2**62,
-        -(2**63), 2**63 - 1, 10**6, 10**9]  # fmt: skip
-FLOATS = [0.0, -0.0, 1.0, -1.0, 1e-45, 1e38, 3.4e38, -3.4e38, float("nan"), float("inf"),
-          float("-inf"), 1e300]  # fmt: skip
+INTS = [
+    0,
+    1,
+    -1,
+    2,
+    3,
+    7,
+    8,
+    64,
+    255,
+    256,
+    1000,
+    65536,
+    2**31 - 1,
+    2**31,
+    2**32,
+    2**62,
+    -(2**63),
+    2**63 - 1,
+    10**6,
+    10**9,
+]
+FLOATS = [
+    0.0,
+    -0.0,
+    1.0,
+    -1.0,
+    1e-45,
+    1e38,
+    3.4e38,
+    -3.4e38,
+    float("nan"),
+    float("inf"),
+    float("-inf"),
+    1e300,
+]
 # Ops the validator allows (a renamed node then reaches the checker) and a few it must refuse.
-OPS = ["Conv", "Gemm", "MatMul", "Relu", "Sigmoid", "Reshape", "Concat", "Expand", "Resize",
-       "Range", "Gather", "MaxPool", "Softmax", "Identity", "Constant", "Add", "Transpose",
-       "Loop", "If", "Einsum", "RandomNormal", "Bogus", ""]  # fmt: skip
+OPS = [
+    "Conv",
+    "Gemm",
+    "MatMul",
+    "Relu",
+    "Sigmoid",
+    "Reshape",
+    "Concat",
+    "Expand",
+    "Resize",
+    "Range",
+    "Gather",
+    "MaxPool",
+    "Softmax",
+    "Identity",
+    "Constant",
+    "Add",
+    "Transpose",
+    "Loop",
+    "If",
+    "Einsum",
+    "RandomNormal",
+    "Bogus",
+    "",
+]
 
 
 def _pick_int(rng: random.Random) -> int:
@@ -101,11 +155,27 @@ def _json_value(rng: random.Random, depth: int = 0):
     if depth < 2 and roll < 0.15:
         return [_json_value(rng, depth + 1) for _ in range(rng.randint(0, 4))]
     if depth < 2 and roll < 0.25:
-        return {rng.choice(["name", "params", "kind", "x", ""]): _json_value(rng, depth + 1)
-                for _ in range(rng.randint(0, 3))}  # fmt: skip
-    return rng.choice([None, True, False, _pick_int(rng), _pick_float(rng), "", "cnn", "mlp",
-                       "decoder", "classifier", "x" * rng.randint(1, 5000),
-                       [1, 8, 8], [_pick_int(rng)] * rng.randint(1, 4)])  # fmt: skip
+        return {
+            rng.choice(["name", "params", "kind", "x", ""]): _json_value(rng, depth + 1)
+            for _ in range(rng.randint(0, 3))
+        }
+    return rng.choice(
+        [
+            None,
+            True,
+            False,
+            _pick_int(rng),
+            _pick_float(rng),
+            "",
+            "cnn",
+            "mlp",
+            "decoder",
+            "classifier",
+            "x" * rng.randint(1, 5000),
+            [1, 8, 8],
+            [_pick_int(rng)] * rng.randint(1, 4),
+        ]
+    )
 
 
 def mutate_bytes(data: bytes, rng: random.Random) -> tuple[bytes, str]:
@@ -215,10 +285,28 @@ def _value_names(g: onnx.GraphProto) -> list[str]:
 def mutate_proto(m: onnx.ModelProto, rng: random.Random) -> str:
     """One edit of the parsed model, in place; returns what it did."""
     g = m.graph
-    kind = rng.choice(["tensor", "tensor", "drop_init", "dup_init", "rename_init", "op_type",
-                       "node_input", "node_output", "attribute", "attribute", "drop_node",
-                       "dup_node", "swap_nodes", "domain", "graph_io", "value_info", "opset",
-                       "ir"])  # fmt: skip
+    kind = rng.choice(
+        [
+            "tensor",
+            "tensor",
+            "drop_init",
+            "dup_init",
+            "rename_init",
+            "op_type",
+            "node_input",
+            "node_output",
+            "attribute",
+            "attribute",
+            "drop_node",
+            "dup_node",
+            "swap_nodes",
+            "domain",
+            "graph_io",
+            "value_info",
+            "opset",
+            "ir",
+        ]
+    )
     init, node = _some(rng, g.initializer), _some(rng, g.node)
     if kind == "tensor" and init is not None:
         return f"{init.name}:{_edit_tensor(init, rng)}"
@@ -326,8 +414,18 @@ def mutate_metadata(m: onnx.ModelProto, rng: random.Random) -> str:
         kind = "raw"
     if kind == "raw":  # the JSON text itself
         text, at = entry.value, rng.randrange(len(entry.value) + 1)
-        entry.value = rng.choice([text[:at], text[:at] + rng.choice('{}[]",:\\0') + text[at:],
-                                  "", "null", "[]", "{" * 100_000, "NaN", text + text])  # fmt: skip
+        entry.value = rng.choice(
+            [
+                text[:at],
+                text[:at] + rng.choice('{}[]",:\\0') + text[at:],
+                "",
+                "null",
+                "[]",
+                "{" * 100_000,
+                "NaN",
+                text + text,
+            ]
+        )
         return "meta:raw"
     if kind == "duplicate":
         m.metadata_props.add(key="edgefl", value=entry.value)
@@ -419,12 +517,16 @@ def check(path: Path) -> tuple[str, str, str, str]:
 # train split, as the predictions source's client carved it).
 PUBLIC = {"public": "digits:public", "public_size": 64}
 # Each method's cheapest budget: what it reads from its uploads does not depend on the budget.
-TINY = {"fedavg": {}, "ensemble": {}, "fedmho": {"synthetic": 20, "epochs": 1},
-        "fedmho-md": {"synthetic": 20, "epochs": 1},
-        "fedcvae-ens": {"synthetic": 20, "epochs": 1},
-        "feddf": {"epochs": 1, **PUBLIC},
-        "fedol": {"rounds": 1, "epochs": 1, **PUBLIC},
-        "fedgh": {"epochs": 1}}  # fmt: skip
+TINY = {
+    "fedavg": {},
+    "ensemble": {},
+    "fedmho": {"synthetic": 20, "epochs": 1},
+    "fedmho-md": {"synthetic": 20, "epochs": 1},
+    "fedcvae-ens": {"synthetic": 20, "epochs": 1},
+    "feddf": {"epochs": 1, **PUBLIC},
+    "fedol": {"rounds": 1, "epochs": 1, **PUBLIC},
+    "fedgh": {"epochs": 1},
+}
 ITEM = "item.onnx"
 
 
@@ -473,14 +575,29 @@ def downstream(folder: Path, data: bytes, pipeline: str | None) -> tuple[str, st
         if not named:
             return "downstream-failed", stage, "the item is neither kept nor rejected", ""
         stage = "report"
-        json.dumps([(u.name, u.client_id, u.kind, u.spec.label if u.spec else None,
-                     u.label_counts.tolist(), u.meta.get("training")) for u in found.uploads],
-                   default=str)  # fmt: skip
+        json.dumps(
+            [
+                (
+                    u.name,
+                    u.client_id,
+                    u.kind,
+                    u.spec.label if u.spec else None,
+                    u.label_counts.tolist(),
+                    u.meta.get("training"),
+                )
+                for u in found.uploads
+            ],
+            default=str,
+        )
         # The robust screen (--robust screen) judges every upload once for all the methods;
         # each method then fuses its share of the verdict too where that differs.
         stage = "robust screen"
-        verdict = judge_screen(found.uploads, cpu, 0, public=lambda: load_public(
-            PUBLIC["public"], public_size=PUBLIC["public_size"], seed=0))  # fmt: skip
+        verdict = judge_screen(
+            found.uploads,
+            cpu,
+            0,
+            public=lambda: load_public(PUBLIC["public"], public_size=PUBLIC["public_size"], seed=0),
+        )
         names = {u.name for u in found.uploads}
         if not set(verdict.out) | set(verdict.swap) <= names:
             return "downstream-failed", stage, "the screen names an upload not in the set", ""
@@ -508,8 +625,16 @@ def downstream(folder: Path, data: bytes, pipeline: str | None) -> tuple[str, st
             stage = f"pipeline {pipeline}"
             # A fresh folder per item: the server refuses to write over another method's model.
             out = folder.parent / f"{folder.name}-out" / f"{pipeline}.onnx"
-            report = run_fuse(FuseJob(uploads=str(folder), method=pipeline, out=str(out),
-                                      options=TINY[pipeline], device="cpu", jobs=1))  # fmt: skip
+            report = run_fuse(
+                FuseJob(
+                    uploads=str(folder),
+                    method=pipeline,
+                    out=str(out),
+                    options=TINY[pipeline],
+                    device="cpu",
+                    jobs=1,
+                )
+            )
             shown = [x["file"] for x in report["rejected"] + report["skipped"]]
             if ITEM not in shown and not kept:
                 return "downstream-failed", stage, "the report does not name the item", ""
@@ -528,8 +653,9 @@ def downstream(folder: Path, data: bytes, pipeline: str | None) -> tuple[str, st
 _MEMORY = re.compile(r"bad_alloc|Failed to allocate|Cannot allocate memory|out of memory", re.I)
 
 
-def _worker(conn, sources: dict[str, bytes], seed: int, mem_mb: int, scratch: str,
-            sample: int) -> None:  # fmt: skip
+def _worker(
+    conn, sources: dict[str, bytes], seed: int, mem_mb: int, scratch: str, sample: int
+) -> None:
     # The cap is on top of what the worker has mapped already (torch and onnxruntime's
     # libraries reserve GBs of address space that they never touch).
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and ends us
@@ -591,8 +717,17 @@ class Pool:
     """Workers that each run one item at a time; a worker that hangs, dies or runs out of
     memory is replaced, and its item is recorded as such."""
 
-    def __init__(self, jobs: int, sources, seed: int, mem_mb: int, timeout: float, scratch,
-                 sample: int, recycle: int = 2000):  # fmt: skip
+    def __init__(
+        self,
+        jobs: int,
+        sources,
+        seed: int,
+        mem_mb: int,
+        timeout: float,
+        scratch,
+        sample: int,
+        recycle: int = 2000,
+    ):
         self.ctx = multiprocessing.get_context("fork")  # the parent has imported everything
         self.args = (sources, seed, mem_mb, scratch, sample)
         self.timeout, self.recycle = timeout, recycle
@@ -632,12 +767,28 @@ class Pool:
                         w["proc"].join()
                         code = w["proc"].exitcode
                         why = f"signal {signal.Signals(-code).name}" if code and code < 0 else code
-                        result = (w["index"], None, "crashed", "worker", f"worker died: {why}",
-                                  "", now - w["since"], 0)  # fmt: skip
+                        result = (
+                            w["index"],
+                            None,
+                            "crashed",
+                            "worker",
+                            f"worker died: {why}",
+                            "",
+                            now - w["since"],
+                            0,
+                        )
                         self._replace(w)
                 elif now - w["since"] > self.timeout:
-                    result = (w["index"], None, "hung", "?", f"over {self.timeout:g} s", "",
-                              now - w["since"], 0)  # fmt: skip
+                    result = (
+                        w["index"],
+                        None,
+                        "hung",
+                        "?",
+                        f"over {self.timeout:g} s",
+                        "",
+                        now - w["since"],
+                        0,
+                    )
                     self._replace(w)
                 if result is None:
                     continue
@@ -684,17 +835,32 @@ def build_sources(out: Path) -> list[Path]:
     from edgefl.client.run import ClientJob, run_client
 
     have = {exporters.get_metadata(onnx.load(str(p))).get("kind") for p in out.glob("*.onnx")}
-    base = dict(dataset="digits", out_dir=str(out), partition="dirichlet:1.0", num_clients=4,
-                batch_size=64, epochs=2)  # fmt: skip
+    base = dict(
+        dataset="digits",
+        out_dir=str(out),
+        partition="dirichlet:1.0",
+        num_clients=4,
+        batch_size=64,
+        epochs=2,
+    )
     jobs = {
         "classifier": dict(profile="smartphone", model="cnn", client_index=0),
         "decoder": dict(profile="wristband", role="generator", client_index=2),
-        "predictions": dict(profile="smartphone", model="cnn", client_index=1,
-                            kind="predictions", public=PUBLIC["public"],
-                            public_size=PUBLIC["public_size"]),
-        "prototypes": dict(profile="smartphone", model="fedgh-cnn1:fc1=64,representation=32",
-                           client_index=3, kind="prototypes"),
-    }  # fmt: skip
+        "predictions": dict(
+            profile="smartphone",
+            model="cnn",
+            client_index=1,
+            kind="predictions",
+            public=PUBLIC["public"],
+            public_size=PUBLIC["public_size"],
+        ),
+        "prototypes": dict(
+            profile="smartphone",
+            model="fedgh-cnn1:fc1=64,representation=32",
+            client_index=3,
+            kind="prototypes",
+        ),
+    }
     for kind in SOURCE_KINDS:
         if kind not in have:
             run_client(ClientJob(**(base | jobs[kind])))
@@ -715,10 +881,19 @@ def _commit() -> str | None:
 
     here = Path(__file__).resolve().parent
     try:
-        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=here, text=True,
-                              capture_output=True, check=True).stdout.strip()  # fmt: skip
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
-                               cwd=here, text=True, capture_output=True).stdout.strip()  # fmt: skip
+        head = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            cwd=here,
+            text=True,
+            capture_output=True,
+            check=True,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=here,
+            text=True,
+            capture_output=True,
+        ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return None
     return head + (" + uncommitted edits" if dirty else "")
@@ -729,11 +904,16 @@ def machine() -> dict:
     import onnxruntime
     import torch
 
-    return {"cpus": os.cpu_count(), "platform": platform.platform(),
-            "python": platform.python_version(), "torch": torch.__version__,
-            "onnx": onnx.__version__, "onnxruntime": onnxruntime.__version__,
-            "numpy": numpy.__version__,
-            "load_avg_at_start": list(os.getloadavg())}  # fmt: skip
+    return {
+        "cpus": os.cpu_count(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "onnx": onnx.__version__,
+        "onnxruntime": onnxruntime.__version__,
+        "numpy": numpy.__version__,
+        "load_avg_at_start": list(os.getloadavg()),
+    }
 
 
 def write_results(out: Path, state: dict) -> None:
@@ -804,13 +984,20 @@ def markdown(s: dict) -> str:
         "| outcome | items | share |",
         "|---|--:|--:|",
     ]
-    lines += [f"| {o} | {counts.get(o, 0):,} | {100 * counts.get(o, 0) / max(done, 1):.1f}% |"
-              for o in OUTCOMES]  # fmt: skip
+    lines += [
+        f"| {o} | {counts.get(o, 0):,} | {100 * counts.get(o, 0) / max(done, 1):.1f}% |"
+        for o in OUTCOMES
+    ]
     families = sorted(s["by_family"])
-    lines += ["", "| mutation family | " + " | ".join(OUTCOMES) + " |",
-              "|---|" + "--:|" * len(OUTCOMES)]  # fmt: skip
-    lines += [f"| {f} | " + " | ".join(f"{s['by_family'][f].get(o, 0):,}" for o in OUTCOMES)
-              + " |" for f in families]  # fmt: skip
+    lines += [
+        "",
+        "| mutation family | " + " | ".join(OUTCOMES) + " |",
+        "|---|" + "--:|" * len(OUTCOMES),
+    ]
+    lines += [
+        f"| {f} | " + " | ".join(f"{s['by_family'][f].get(o, 0):,}" for o in OUTCOMES) + " |"
+        for f in families
+    ]
     bad = {k: v for k, v in s["signatures"].items() if not k.startswith(("accepted", "rejected"))}
     lines += ["", "## Crashes, hangs and memory blow-ups by signature", ""]
     if not bad:
@@ -823,8 +1010,12 @@ def markdown(s: dict) -> str:
     if s.get("notes"):  # added by hand after a run: what else was measured about it
         lines += ["", "## Notes", ""] + [f"- {n}" for n in s["notes"]]
     slow = s["slowest"]
-    lines += ["", f"Slowest item: {slow['seconds']:.2f} s (item {slow['index']}, "
-              f"{slow['outcome']}); largest worker peak RSS: {s['max_rss_mib']} MiB.", ""]  # fmt: skip
+    lines += [
+        "",
+        f"Slowest item: {slow['seconds']:.2f} s (item {slow['index']}, "
+        f"{slow['outcome']}); largest worker peak RSS: {s['max_rss_mib']} MiB.",
+        "",
+    ]
     return "\n".join(lines)
 
 
@@ -853,9 +1044,13 @@ def main(argv: list[str] | None = None) -> None:
         action="store_true",
         help="stop at validate + rebuild (no ingest beside honest uploads, no methods)",
     )
-    ap.add_argument("--pipeline-every", type=int, default=100,
-                    help="1 accepted item in N (seeded) also runs one method's whole `server "
-                    "fuse` pipeline, export and report included (0: none)")  # fmt: skip
+    ap.add_argument(
+        "--pipeline-every",
+        type=int,
+        default=100,
+        help="1 accepted item in N (seeded) also runs one method's whole `server "
+        "fuse` pipeline, export and report included (0: none)",
+    )
     args = ap.parse_args(argv)
     out = Path(args.out)
     examples = Path(f"{out}_examples")
@@ -866,8 +1061,11 @@ def main(argv: list[str] | None = None) -> None:
         folder = Path(args.uploads or f"{out}_sources")
         paths = sorted(folder.glob("*.onnx"))
         if len(paths) < len(SOURCE_KINDS) and not args.uploads:
-            print(f"building the sources missing in {folder} (one upload of each kind: "
-                  f"{', '.join(SOURCE_KINDS)})", flush=True)  # fmt: skip
+            print(
+                f"building the sources missing in {folder} (one upload of each kind: "
+                f"{', '.join(SOURCE_KINDS)})",
+                flush=True,
+            )
             paths = build_sources(folder)
         if not paths:
             sys.exit(f"no .onnx files in {folder}")
@@ -885,24 +1083,54 @@ def main(argv: list[str] | None = None) -> None:
                 print(downstream(folder, data, _pipeline(args.seed, args.only, 1)))
             return
 
-        state = {"command": shlex.join([Path(sys.executable).name, *sys.argv]),
-                 "date_utc": datetime.now(UTC).strftime("%Y-%m-%d %H:%M"), "machine": machine(),
-                 "n": args.n, "seed": args.seed, "jobs": args.jobs, "timeout": args.timeout,
-                 "mem_mb": args.mem_mb, "sources": [f"{n} ({ids[n]})" for n in sorted(ids)],
-                 "downstream": not args.no_downstream, "pipeline_every": args.pipeline_every,
-                 "methods": {m: TINY[m] for m in sorted(TINY)}, "screen": True,
-                 "commit": _commit(),
-                 "done": 0, "seconds": 0.0, "counts": {}, "by_family": {}, "signatures": {},
-                 "slowest": {"seconds": 0.0, "index": None, "outcome": None},
-                 "max_rss_mib": 0}  # fmt: skip
+        state = {
+            "command": shlex.join([Path(sys.executable).name, *sys.argv]),
+            "date_utc": datetime.now(UTC).strftime("%Y-%m-%d %H:%M"),
+            "machine": machine(),
+            "n": args.n,
+            "seed": args.seed,
+            "jobs": args.jobs,
+            "timeout": args.timeout,
+            "mem_mb": args.mem_mb,
+            "sources": [f"{n} ({ids[n]})" for n in sorted(ids)],
+            "downstream": not args.no_downstream,
+            "pipeline_every": args.pipeline_every,
+            "methods": {m: TINY[m] for m in sorted(TINY)},
+            "screen": True,
+            "commit": _commit(),
+            "done": 0,
+            "seconds": 0.0,
+            "counts": {},
+            "by_family": {},
+            "signatures": {},
+            "slowest": {"seconds": 0.0, "index": None, "outcome": None},
+            "max_rss_mib": 0,
+        }
         if args.resume:
             old = json.loads(out.with_suffix(".json").read_text())
-            same = ("seed", "sources", "timeout", "mem_mb", "downstream", "pipeline_every",
-                    "methods")  # fmt: skip
+            same = (
+                "seed",
+                "sources",
+                "timeout",
+                "mem_mb",
+                "downstream",
+                "pipeline_every",
+                "methods",
+            )
             if any(old.get(k) != state[k] for k in same):
                 sys.exit(f"--resume: {out}.json was made with other {', '.join(same)}")
-            state |= {k: old[k] for k in ("done", "seconds", "counts", "by_family",
-                                          "signatures", "slowest", "max_rss_mib")}  # fmt: skip
+            state |= {
+                k: old[k]
+                for k in (
+                    "done",
+                    "seconds",
+                    "counts",
+                    "by_family",
+                    "signatures",
+                    "slowest",
+                    "max_rss_mib",
+                )
+            }
             print(f"resuming at item {state['done']:,}", flush=True)
         run(state, sources, args, out, examples, scratch)
 
@@ -922,8 +1150,15 @@ def run(state: dict, sources, args, out: Path, examples: Path, scratch: str) -> 
         if result[0] != "accepted":
             sys.exit(f"the downstream stage fails on an unmutated source: {result}")
     counts, by_family = Counter(state["counts"]), state["by_family"]
-    pool = Pool(args.jobs, sources, args.seed, args.mem_mb, args.timeout, scratch,
-                -1 if args.no_downstream else args.pipeline_every)  # fmt: skip
+    pool = Pool(
+        args.jobs,
+        sources,
+        args.seed,
+        args.mem_mb,
+        args.timeout,
+        scratch,
+        -1 if args.no_downstream else args.pipeline_every,
+    )
     start, first = time.monotonic() - state["seconds"], state["done"]
     held: dict[int, tuple] = {}  # results ahead of the first unfinished item
 
@@ -978,8 +1213,11 @@ def _progress(s: dict) -> None:
     rate = done / max(s["seconds"], 1e-9)  # seconds add up over resumed runs, like done
     eta = (n - done) / rate if rate else math.inf
     c = s["counts"]
-    print(f"fuzz {done:,}/{n:,} ({rate:.1f}/s, about {eta / 60:.0f} min left): "
-          + ", ".join(f"{o} {c.get(o, 0):,}" for o in OUTCOMES), flush=True)  # fmt: skip
+    print(
+        f"fuzz {done:,}/{n:,} ({rate:.1f}/s, about {eta / 60:.0f} min left): "
+        + ", ".join(f"{o} {c.get(o, 0):,}" for o in OUTCOMES),
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

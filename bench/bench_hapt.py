@@ -34,8 +34,10 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 EDGEFL = Path(sys.executable).parent / "edgefl"
-METHODS = ("fedavg,ensemble,fedcvae-ens,fedmho,fedmho-md,fedmho-sd,fedmho-cw,feddf,fedol,dense,"
-           "fedhydra,pfedzkd")  # fmt: skip
+METHODS = (
+    "fedavg,ensemble,fedcvae-ens,fedmho,fedmho-md,fedmho-sd,fedmho-cw,feddf,fedol,dense,"
+    "fedhydra,pfedzkd"
+)
 PUBLIC = 1_000  # windows; whole users
 
 
@@ -65,10 +67,32 @@ def one_seed(seed: int, work: Path, jobs: int, methods: str, epochs: int) -> dic
     out = work / f"seed{seed}"
     shutil.rmtree(out, ignore_errors=True)
     clients, mix, public = federation(seed)
-    argv = [str(EDGEFL), "simulate", "--dataset", "hapt", "--partition", "user", "--clients",
-            str(clients), "--mix", mix, "--methods", methods, "--public-size", str(PUBLIC),
-            "--classifier-epochs", str(epochs), "--seed", str(seed), "--jobs", str(jobs),
-            "--out", str(out), "--json", "--quiet"]  # fmt: skip
+    argv = [
+        str(EDGEFL),
+        "simulate",
+        "--dataset",
+        "hapt",
+        "--partition",
+        "user",
+        "--clients",
+        str(clients),
+        "--mix",
+        mix,
+        "--methods",
+        methods,
+        "--public-size",
+        str(PUBLIC),
+        "--classifier-epochs",
+        str(epochs),
+        "--seed",
+        str(seed),
+        "--jobs",
+        str(jobs),
+        "--out",
+        str(out),
+        "--json",
+        "--quiet",
+    ]
     start = time.monotonic()
     r = subprocess.run(argv, capture_output=True, text=True)
     wall = time.monotonic() - start
@@ -80,11 +104,33 @@ def one_seed(seed: int, work: Path, jobs: int, methods: str, epochs: int) -> dic
     model_dir = out / "uploads"
     local = [accuracy(model_dir / Path(c["path"]).name, test.x, test.y) for c in phones]
     central = out / "central"
-    argv = [str(EDGEFL), "client", "train", "--profile", "smartphone", "--dataset", "hapt",
-            "--partition", "iid", "--num-clients", "1", "--client-index", "0", "--seed",
-            str(seed), "--partition-seed", str(seed), "--public-size", str(PUBLIC),
-            "--out", str(central), "--model", _model_arg(phones[0]["model"]),
-            "--epochs", str(epochs)]  # fmt: skip
+    argv = [
+        str(EDGEFL),
+        "client",
+        "train",
+        "--profile",
+        "smartphone",
+        "--dataset",
+        "hapt",
+        "--partition",
+        "iid",
+        "--num-clients",
+        "1",
+        "--client-index",
+        "0",
+        "--seed",
+        str(seed),
+        "--partition-seed",
+        str(seed),
+        "--public-size",
+        str(PUBLIC),
+        "--out",
+        str(central),
+        "--model",
+        _model_arg(phones[0]["model"]),
+        "--epochs",
+        str(epochs),
+    ]
     c = subprocess.run(argv, capture_output=True, text=True)
     if c.returncode != 0:
         sys.exit(f"central training failed:\n{c.stdout[-2000:]}\n{c.stderr[-2000:]}")
@@ -105,7 +151,7 @@ def one_seed(seed: int, work: Path, jobs: int, methods: str, epochs: int) -> dic
         "clients": [
             {k: c.get(k) for k in ("client_id", "profile", "role", "model", "upload_bytes")}
             for c in report["clients"]
-        ],  # fmt: skip
+        ],
     }
 
 
@@ -122,8 +168,12 @@ def main() -> None:
     ap.add_argument("--seeds", default="0,1,2")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
     ap.add_argument("--methods", default=METHODS)
-    ap.add_argument("--classifier-epochs", type=int, default=50,
-                    help="the phones' local epochs (and the central model's)")  # fmt: skip
+    ap.add_argument(
+        "--classifier-epochs",
+        type=int,
+        default=50,
+        help="the phones' local epochs (and the central model's)",
+    )
     ap.add_argument("--work", default="/tmp/bench-hapt")
     ap.add_argument("--out", default=str(ROOT / "bench/results/hapt"))
     ap.add_argument("--render", action="store_true", help="only rewrite OUT.md from OUT.json")
@@ -136,8 +186,15 @@ def main() -> None:
     rows = []
     for seed in (int(s) for s in args.seeds.split(",")):
         rows.append(one_seed(seed, work, args.jobs, args.methods, args.classifier_epochs))
-        print(json.dumps({k: rows[-1][k] for k in ("seed", "simulate_wall_s", "accuracy",
-                                                    "central", "local_mean")}), flush=True)  # fmt: skip
+        print(
+            json.dumps(
+                {
+                    k: rows[-1][k]
+                    for k in ("seed", "simulate_wall_s", "accuracy", "central", "local_mean")
+                }
+            ),
+            flush=True,
+        )
     meta = {
         "date_utc": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, {platform.platform()}",
@@ -186,7 +243,7 @@ def markdown(rows: list[dict], meta: dict) -> str:
         *[
             f"| {r['seed']} | {r['simulate_wall_s']} | {r['clients_s']:.1f} | {r['fusion_s']:.1f} |"
             for r in rows
-        ],  # fmt: skip
+        ],
         "",
         "Upload per client (seed 0):",
         "",

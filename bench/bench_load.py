@@ -49,26 +49,83 @@ DATA = ["--dataset", "digits", "--num-clients", "4", "--partition-seed", "0"]
 def commands(edgefl: str, uploads: Path) -> dict[str, Callable[[Path], list[str]]]:
     """Command name -> function(run_dir) -> argv. Each is small (~10-30 s quiet on 2 CPUs)."""
     return {
-        "server fuse": lambda d: [edgefl, "server", "fuse", str(uploads), "--method", "fedmho",
-                                  "--out", str(d / "global.onnx")],
-        "client train": lambda d: [edgefl, "client", "train", "--profile", "smartphone", *DATA,
-                                   "--client-index", "0", "--model", "cnn", "--epochs", "5",
-                                   "--out", str(d)],
-        "simulate": lambda d: [edgefl, "simulate", "--dataset", "digits", "--clients", "4",
-                               "--mix", "smartphone:2,wristband:2", "--methods", "fedavg,fedmho",
-                               "--classifier-epochs", "2", "--generator-epochs", "2",
-                               "--fuse-opt", "all:epochs=2", "--fuse-opt", "all:synthetic=500",
-                               "--out", str(d / "sim")],
-    }  # fmt: skip
+        "server fuse": lambda d: [
+            edgefl,
+            "server",
+            "fuse",
+            str(uploads),
+            "--method",
+            "fedmho",
+            "--out",
+            str(d / "global.onnx"),
+        ],
+        "client train": lambda d: [
+            edgefl,
+            "client",
+            "train",
+            "--profile",
+            "smartphone",
+            *DATA,
+            "--client-index",
+            "0",
+            "--model",
+            "cnn",
+            "--epochs",
+            "5",
+            "--out",
+            str(d),
+        ],
+        "simulate": lambda d: [
+            edgefl,
+            "simulate",
+            "--dataset",
+            "digits",
+            "--clients",
+            "4",
+            "--mix",
+            "smartphone:2,wristband:2",
+            "--methods",
+            "fedavg,fedmho",
+            "--classifier-epochs",
+            "2",
+            "--generator-epochs",
+            "2",
+            "--fuse-opt",
+            "all:epochs=2",
+            "--fuse-opt",
+            "all:synthetic=500",
+            "--out",
+            str(d / "sim"),
+        ],
+    }
 
 
 def prepare_uploads(edgefl: str, out: Path, env: dict[str, str]) -> None:
     """2 cnn classifiers + 2 cvae-small generators on a 4-client digits partition."""
-    for index, model, role in ((0, "cnn", "classifier"), (1, "cnn", "classifier"),
-                               (2, "cvae-small", "generator"), (3, "cvae-small", "generator")):  # fmt: skip
-        argv = [edgefl, "client", "train", "--profile", "smartphone", *DATA,
-                "--client-index", str(index), "--model", model, "--role", role,
-                "--epochs", "2", "--out", str(out)]  # fmt: skip
+    for index, model, role in (
+        (0, "cnn", "classifier"),
+        (1, "cnn", "classifier"),
+        (2, "cvae-small", "generator"),
+        (3, "cvae-small", "generator"),
+    ):
+        argv = [
+            edgefl,
+            "client",
+            "train",
+            "--profile",
+            "smartphone",
+            *DATA,
+            "--client-index",
+            str(index),
+            "--model",
+            model,
+            "--role",
+            role,
+            "--epochs",
+            "2",
+            "--out",
+            str(out),
+        ]
         proc = subprocess.run(argv, env=env, capture_output=True, text=True)
         if proc.returncode:
             sys.exit(f"preparing uploads failed: {' '.join(argv)}\n{proc.stderr[-2000:]}")
@@ -207,13 +264,21 @@ def _s(run: dict) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--commands", default="server fuse,client train,simulate",
-                    help="comma list of: server fuse, client train, simulate")  # fmt: skip
+    ap.add_argument(
+        "--commands",
+        default="server fuse,client train,simulate",
+        help="comma list of: server fuse, client train, simulate",
+    )
     ap.add_argument("--quiet-runs", type=int, default=2)
     ap.add_argument("--loaded-runs", type=int, default=3)
     ap.add_argument("--busy", type=int, default=2, help="busy processes during loaded runs")
-    ap.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
-                    help="set in the measured commands' environment (repeatable)")  # fmt: skip
+    ap.add_argument(
+        "--env",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="set in the measured commands' environment (repeatable)",
+    )
     ap.add_argument("--timeout", type=float, default=300, help="per run, seconds")
     ap.add_argument("--edgefl", default=None, help="edgefl executable (default: this venv's)")
     ap.add_argument("--out", default="bench/results/load", help="writes OUT.md and OUT.json")

@@ -34,8 +34,10 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 # Paper Table 2 (pFedZKD) and Table 4 (pFedZKD-Hom), MNIST, Top-1 %.
-PAPER = {"pfedzkd": {0.1: 87.58, 0.3: 94.54, 0.5: 95.82},
-         "hom": {0.1: 75.09, 0.3: 80.29, 0.5: 86.91}}  # fmt: skip
+PAPER = {
+    "pfedzkd": {0.1: 87.58, 0.3: 94.54, 0.5: 95.82},
+    "hom": {0.1: 75.09, 0.3: 80.29, 0.5: 86.91},
+}
 
 
 def _init_worker() -> None:
@@ -72,8 +74,15 @@ def _arch(spec) -> str:
 
 
 def federation(pool, out: Path, alpha: float, args, search: bool) -> list[dict]:
-    base = dict(profile=args.profile, dataset="mnist", out_dir=str(out), num_clients=args.clients,
-                partition=f"dirichlet:{alpha}", epochs=args.local_epochs, fed_seed=0)  # fmt: skip
+    base = dict(
+        profile=args.profile,
+        dataset="mnist",
+        out_dir=str(out),
+        num_clients=args.clients,
+        partition=f"dirichlet:{alpha}",
+        epochs=args.local_epochs,
+        fed_seed=0,
+    )
     if search:
         base |= dict(search="pso", search_options=search_options(args))
     else:
@@ -85,9 +94,13 @@ def federation(pool, out: Path, alpha: float, args, search: bool) -> list[dict]:
 
 
 def search_options(args) -> dict:
-    return {"particles": args.particles, "generations": args.generations,
-            "candidate_epochs": args.candidate_epochs, "fitness_samples": args.fitness_samples,
-            "max_macs": args.max_macs}  # fmt: skip
+    return {
+        "particles": args.particles,
+        "generations": args.generations,
+        "candidate_epochs": args.candidate_epochs,
+        "fitness_samples": args.fitness_samples,
+        "max_macs": args.max_macs,
+    }
 
 
 def fuse(uploads: Path, method: str, args, out: Path) -> dict:
@@ -95,13 +108,28 @@ def fuse(uploads: Path, method: str, args, out: Path) -> dict:
 
     options = {}
     if method == "pfedzkd":
-        options = {"synthetic": args.synthetic, "inversion_steps": args.inversion_steps,
-                   "inversion_lr": args.inversion_lr, "epochs": args.distill_epochs}  # fmt: skip
+        options = {
+            "synthetic": args.synthetic,
+            "inversion_steps": args.inversion_steps,
+            "inversion_lr": args.inversion_lr,
+            "epochs": args.distill_epochs,
+        }
     t = time.perf_counter()
-    rep = run_fuse(FuseJob(uploads=str(uploads), method=method, out=str(out / f"{method}.onnx"),
-                           options=options, device=args.device, eval="mnist:test"))  # fmt: skip
-    row = {"accuracy": 100 * rep["accuracy"], "seconds": time.perf_counter() - t,
-           "stages": rep["seconds"]}  # fmt: skip
+    rep = run_fuse(
+        FuseJob(
+            uploads=str(uploads),
+            method=method,
+            out=str(out / f"{method}.onnx"),
+            options=options,
+            device=args.device,
+            eval="mnist:test",
+        )
+    )
+    row = {
+        "accuracy": 100 * rep["accuracy"],
+        "seconds": time.perf_counter() - t,
+        "stages": rep["seconds"],
+    }
     if method == "pfedzkd":
         row["target_agreement"] = [t["target_agreement"] for t in rep["teachers"]]
     return row
@@ -112,11 +140,20 @@ def search_time(profile: str, args) -> dict:
     from edgefl.models.cost import costs
     from edgefl.search import PSOConfig
 
-    cfg = PSOConfig(particles=args.time_particles, generations=args.time_generations,
-                    candidate_epochs=args.candidate_epochs,
-                    fitness_samples=args.time_fitness_samples, max_macs=args.max_macs)  # fmt: skip
-    job = ClientJob(profile=profile, dataset="mnist", num_clients=args.clients,
-                    partition="dirichlet:0.5", client_index=0)  # fmt: skip
+    cfg = PSOConfig(
+        particles=args.time_particles,
+        generations=args.time_generations,
+        candidate_epochs=args.candidate_epochs,
+        fitness_samples=args.time_fitness_samples,
+        max_macs=args.max_macs,
+    )
+    job = ClientJob(
+        profile=profile,
+        dataset="mnist",
+        num_clients=args.clients,
+        partition="dirichlet:0.5",
+        client_index=0,
+    )
     t = time.perf_counter()
     res = search_client(job, cfg)
     b, best = res.budget, res.best
@@ -126,16 +163,27 @@ def search_time(profile: str, args) -> dict:
     spent = sum(c.seconds for c in res.candidates)
     per = spent / (len(res.candidates) * fit_n * cfg.candidate_epochs)
     return {
-        "profile": profile, "seconds": time.perf_counter() - t, "search_seconds": res.seconds,
+        "profile": profile,
+        "seconds": time.perf_counter() - t,
+        "search_seconds": res.seconds,
         "paper_budget_hours": per * b["samples"] * 20 * 11 * 10 * 10 / 3600,
-        "arch": best.arch, "macs": best.macs, "params": costs(res.spec).params,
-        "val_accuracy": best.val_accuracy, "train_bytes": best.train_bytes,
-        "infer_bytes": best.infer_bytes, "ram_budget_bytes": b["ram_budget_bytes"],
-        "batch_size": b["batch_size"], "optimizer": b["optimizer"], "samples": b["samples"],
-        "candidates": len(res.candidates), "evaluations": res.evaluations,
-        "table": [{"arch": c.arch, "macs": c.macs, "val_accuracy": c.val_accuracy,
-                   "fitness": c.fitness} for c in sorted(res.candidates, key=lambda c: c.fitness)],
-    }  # fmt: skip
+        "arch": best.arch,
+        "macs": best.macs,
+        "params": costs(res.spec).params,
+        "val_accuracy": best.val_accuracy,
+        "train_bytes": best.train_bytes,
+        "infer_bytes": best.infer_bytes,
+        "ram_budget_bytes": b["ram_budget_bytes"],
+        "batch_size": b["batch_size"],
+        "optimizer": b["optimizer"],
+        "samples": b["samples"],
+        "candidates": len(res.candidates),
+        "evaluations": res.evaluations,
+        "table": [
+            {"arch": c.arch, "macs": c.macs, "val_accuracy": c.val_accuracy, "fitness": c.fitness}
+            for c in sorted(res.candidates, key=lambda c: c.fitness)
+        ],
+    }
 
 
 def _training(profile: str) -> str:
@@ -183,8 +231,10 @@ def markdown(res: dict) -> str:
         )
     lines += ["", "Client architectures found (alpha: client -> arch, MACs, local val acc):", ""]
     for r in res["rows"]:
-        archs = "; ".join(f"{c['arch']} ({c['macs'] / 1e3:.0f}k, {100 * c['local_val_accuracy']:.0f}%)"
-                          for c in r["pso_clients"])  # fmt: skip
+        archs = "; ".join(
+            f"{c['arch']} ({c['macs'] / 1e3:.0f}k, {100 * c['local_val_accuracy']:.0f}%)"
+            for c in r["pso_clients"]
+        )
         lines.append(f"- {r['alpha']}: {archs}")
     lines += [
         "",
@@ -216,9 +266,11 @@ def markdown(res: dict) -> str:
         "",
     ]
     for r in res["rows"]:
-        lines.append(f"- {r['alpha']}: {r['pso_clients_seconds']:.0f} / "
-                     f"{r['hom_clients_seconds']:.0f}, {r['pso']['seconds']:.0f} / "
-                     f"{r['hom']['seconds']:.0f}")  # fmt: skip
+        lines.append(
+            f"- {r['alpha']}: {r['pso_clients_seconds']:.0f} / "
+            f"{r['hom_clients_seconds']:.0f}, {r['pso']['seconds']:.0f} / "
+            f"{r['hom']['seconds']:.0f}"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -262,9 +314,12 @@ def main(argv: list[str] | None = None) -> None:
                     row[f"{tag}_clients_seconds"] = time.perf_counter() - t
                     row[tag] = fuse(d, "pfedzkd", args, work / f"g-{tag}-{alpha}")
                     row[f"ensemble_{tag}"] = fuse(d, "ensemble", args, work / f"e-{tag}-{alpha}")
-                    print(f"alpha {alpha} {tag}: pfedzkd {row[tag]['accuracy']:.2f}%, ensemble "
-                          f"{row[f'ensemble_{tag}']['accuracy']:.2f}% "
-                          f"({time.perf_counter() - start:.0f} s)", flush=True)  # fmt: skip
+                    print(
+                        f"alpha {alpha} {tag}: pfedzkd {row[tag]['accuracy']:.2f}%, ensemble "
+                        f"{row[f'ensemble_{tag}']['accuracy']:.2f}% "
+                        f"({time.perf_counter() - start:.0f} s)",
+                        flush=True,
+                    )
                 rows.append(row)
         searches = [search_time(prof, args) for prof in args.search_profiles.split(",") if prof]
     finally:

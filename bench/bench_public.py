@@ -46,19 +46,34 @@ def part_a(partition: str, args, log) -> dict:
     clients, t = [], time.perf_counter()
     for i in range(10):
         if not (pred / f"client-{i:03d}.onnx").exists():  # resumable
-            run_client(ClientJob(
-                profile="smartphone", dataset="mnist", partition=partition, num_clients=10,
-                client_index=i, public_size=5000, model="cnn", epochs=args.client_epochs,
-                kind="predictions", public="mnist:public", out_dir=str(pred), keep_model=str(cls),
-            ), on_status=log)  # fmt: skip
+            run_client(
+                ClientJob(
+                    profile="smartphone",
+                    dataset="mnist",
+                    partition=partition,
+                    num_clients=10,
+                    client_index=i,
+                    public_size=5000,
+                    model="cnn",
+                    epochs=args.client_epochs,
+                    kind="predictions",
+                    public="mnist:public",
+                    out_dir=str(pred),
+                    keep_model=str(cls),
+                ),
+                on_status=log,
+            )
         art = exporters.read_artifact(cls / f"client-{i:03d}.onnx")
-        clients.append({
-            "client_id": art.client_id, "samples": int(sum(art.metadata["label_counts"])),
-            "classes_held": int(sum(c > 0 for c in art.metadata["label_counts"])),
-            "local_test_accuracy": evaluate_artifact(art, "mnist", "test").accuracy,
-            "classifier_bytes": art.size_bytes,
-            "predictions_bytes": (pred / f"client-{i:03d}.onnx").stat().st_size,
-        })  # fmt: skip
+        clients.append(
+            {
+                "client_id": art.client_id,
+                "samples": int(sum(art.metadata["label_counts"])),
+                "classes_held": int(sum(c > 0 for c in art.metadata["label_counts"])),
+                "local_test_accuracy": evaluate_artifact(art, "mnist", "test").accuracy,
+                "classifier_bytes": art.size_bytes,
+                "predictions_bytes": (pred / f"client-{i:03d}.onnx").stat().st_size,
+            }
+        )
     client_seconds = time.perf_counter() - t
     # The predictions are the kept model's softmax on the public set (one training, two uploads).
     x = load_public("mnist:public", public_size=5000, seed=0)
@@ -67,8 +82,11 @@ def part_a(partition: str, args, log) -> dict:
     soft = np.exp(logits - logits.max(1, keepdims=True))
     parity = float(np.abs(soft / soft.sum(1, keepdims=True) - p["predictions"]).max())
     with tempfile.TemporaryDirectory() as tmp:  # what --fp16 would upload
-        meta = {k: v for k, v in exporters.read_artifact(pred / "client-000.onnx").metadata.items()
-                if k not in ("schema_version", "weights_sha256")}  # fmt: skip
+        meta = {
+            k: v
+            for k, v in exporters.read_artifact(pred / "client-000.onnx").metadata.items()
+            if k not in ("schema_version", "weights_sha256")
+        }
         fp16 = exporters.write_constant_artifact(
             Path(tmp) / "h.onnx", {"predictions": p["predictions"].astype(np.float16)}, meta
         ).size_bytes
@@ -82,34 +100,63 @@ def part_a(partition: str, args, log) -> dict:
     results = []
     for method, (uploads, opts) in runs.items():
         t = time.perf_counter()
-        rep = run_fuse(FuseJob(uploads=str(uploads), method=method, out=str(root / f"{method}.onnx"),
-                               options=opts, eval="mnist:test"), log=log)  # fmt: skip
+        rep = run_fuse(
+            FuseJob(
+                uploads=str(uploads),
+                method=method,
+                out=str(root / f"{method}.onnx"),
+                options=opts,
+                eval="mnist:test",
+            ),
+            log=log,
+        )
         kind = "predictions_bytes" if method == "fedol" else "classifier_bytes"
-        results.append({
-            "method": method, "accuracy": rep["accuracy"], "config": rep["config"],
-            "upload_bytes_per_client": statistics.mean(c[kind] for c in clients),
-            "fuse_seconds": time.perf_counter() - t,
-        })  # fmt: skip
+        results.append(
+            {
+                "method": method,
+                "accuracy": rep["accuracy"],
+                "config": rep["config"],
+                "upload_bytes_per_client": statistics.mean(c[kind] for c in clients),
+                "fuse_seconds": time.perf_counter() - t,
+            }
+        )
         log(f"{partition} {method}: {100 * rep['accuracy']:.2f}%")
     return {
-        "partition": partition, "clients": clients, "client_seconds": client_seconds,
+        "partition": partition,
+        "clients": clients,
+        "client_seconds": client_seconds,
         "local_mean_accuracy": statistics.mean(c["local_test_accuracy"] for c in clients),
-        "predictions_vs_kept_model_max_abs_diff": parity, "predictions_fp16_bytes": fp16,
+        "predictions_vs_kept_model_max_abs_diff": parity,
+        "predictions_fp16_bytes": fp16,
         "results": results,
-    }  # fmt: skip
+    }
 
 
 def part_b(partition: str, args, log) -> dict:
     root = Path(args.runs) / f"b-{partition.replace(':', '')}"
     up, local = root / "proto", root / "local"
-    base = dict(profile="smartphone", dataset="mnist", partition=partition, num_clients=5,
-                subset=args.fedgh_subset, epochs=args.fedgh_epochs)  # fmt: skip
+    base = dict(
+        profile="smartphone",
+        dataset="mnist",
+        partition=partition,
+        num_clients=5,
+        subset=args.fedgh_subset,
+        epochs=args.fedgh_epochs,
+    )
     t = time.perf_counter()
     for i in range(5):
         if not (up / f"client-{i:03d}.onnx").exists():
-            run_client(ClientJob(**base, client_index=i, model=f"fedgh-cnn{i + 1}",
-                                 kind="prototypes", out_dir=str(up), keep_model=str(local)),
-                       on_status=log)  # fmt: skip
+            run_client(
+                ClientJob(
+                    **base,
+                    client_index=i,
+                    model=f"fedgh-cnn{i + 1}",
+                    kind="prototypes",
+                    out_dir=str(up),
+                    keep_model=str(local),
+                ),
+                on_status=log,
+            )
     client_seconds = time.perf_counter() - t
     t = time.perf_counter()
     rep = run_fuse(FuseJob(uploads=str(up), method="fedgh", out=str(root / "header.onnx")), log=log)
@@ -125,57 +172,90 @@ def part_b(partition: str, args, log) -> dict:
         out = root / f"personalized-{i}.onnx"
         apply_header(str(own.path), str(root / "header.onnx"), str(out))
         personal = exporters.read_artifact(out)
-        clients.append({
-            "client_id": own.client_id, "model": f"fedgh-cnn{i + 1}", "test_samples": len(y),
-            "standalone": float((own.run(x).argmax(1) == y).mean()),
-            "personalized": float((personal.run(x).argmax(1) == y).mean()),
-            "model_bytes": own.size_bytes,
-            "prototypes_bytes": (up / f"client-{i:03d}.onnx").stat().st_size,
-        })  # fmt: skip
+        clients.append(
+            {
+                "client_id": own.client_id,
+                "model": f"fedgh-cnn{i + 1}",
+                "test_samples": len(y),
+                "standalone": float((own.run(x).argmax(1) == y).mean()),
+                "personalized": float((personal.run(x).argmax(1) == y).mean()),
+                "model_bytes": own.size_bytes,
+                "prototypes_bytes": (up / f"client-{i:03d}.onnx").stat().st_size,
+            }
+        )
     return {
-        "partition": partition, "clients": clients, "client_seconds": client_seconds,
-        "fuse_seconds": fuse_seconds, "header_prototype_accuracy": rep["prototype_accuracy"],
+        "partition": partition,
+        "clients": clients,
+        "client_seconds": client_seconds,
+        "fuse_seconds": fuse_seconds,
+        "header_prototype_accuracy": rep["prototype_accuracy"],
         "header_config": rep["config"],
         "standalone_mean": statistics.mean(c["standalone"] for c in clients),
         "personalized_mean": statistics.mean(c["personalized"] for c in clients),
-    }  # fmt: skip
+    }
 
 
 def markdown(meta: dict, a_rows: list[dict], b_rows: list[dict]) -> str:
-    lines = [f"# Public-data and weightless uploads on MNIST ({meta['date_utc']} UTC)", "",
-             f"Command: `{meta['command']}`  ", f"Machine: {meta['machine']}, torch "
-             f"{meta['torch']} ({meta['torch_threads']} thread), onnxruntime "
-             f"{meta['onnxruntime']}. Total {meta['total_seconds'] / 60:.1f} min.", "",
-             "Reduced to fit ~20 min on a shared 2-core CPU: " + meta["reduction"], "",
-             "## FedOL vs FedDF vs ensemble (10 clients, FedMHO CNN, global accuracy on MNIST test)",
-             "", "| partition | method | accuracy % | upload bytes / client | fuse s |",
-             "|---|---|---:|---:|---:|"]  # fmt: skip
+    lines = [
+        f"# Public-data and weightless uploads on MNIST ({meta['date_utc']} UTC)",
+        "",
+        f"Command: `{meta['command']}`  ",
+        f"Machine: {meta['machine']}, torch "
+        f"{meta['torch']} ({meta['torch_threads']} thread), onnxruntime "
+        f"{meta['onnxruntime']}. Total {meta['total_seconds'] / 60:.1f} min.",
+        "",
+        "Reduced to fit ~20 min on a shared 2-core CPU: " + meta["reduction"],
+        "",
+        "## FedOL vs FedDF vs ensemble (10 clients, FedMHO CNN, global accuracy on MNIST test)",
+        "",
+        "| partition | method | accuracy % | upload bytes / client | fuse s |",
+        "|---|---|---:|---:|---:|",
+    ]
     for r in a_rows:
-        lines.append(f"| {r['partition']} | local (mean of clients alone) | "
-                     f"{100 * r['local_mean_accuracy']:.2f} | - | - |")  # fmt: skip
+        lines.append(
+            f"| {r['partition']} | local (mean of clients alone) | "
+            f"{100 * r['local_mean_accuracy']:.2f} | - | - |"
+        )
         for x in r["results"]:
-            lines.append(f"| {r['partition']} | {x['method']} | {100 * x['accuracy']:.2f} | "
-                         f"{x['upload_bytes_per_client']:,.0f} | {x['fuse_seconds']:.0f} |")  # fmt: skip
-    lines += ["", "FedOL predictions are float32 (5000 x 10); with `--fp16` the upload is "
-              + ", ".join(f"{r['predictions_fp16_bytes']:,} B" for r in a_rows[:1])
-              + ". Client training: "
-              + ", ".join(f"{r['partition']} {r['client_seconds']:.0f} s" for r in a_rows)
-              + ". Predictions vs the kept model's softmax, max |diff|: "
-              + ", ".join(f"{r['predictions_vs_kept_model_max_abs_diff']:.1e}" for r in a_rows),
-              "", "## FedGH vs standalone (5 clients, fedgh-cnn1..5, local test split accuracy)", "",
-              "| partition | client | model | test n | standalone % | FedGH personalized % | "
-              "model bytes | prototypes bytes |", "|---|---|---|---:|---:|---:|---:|---:|"]  # fmt: skip
+            lines.append(
+                f"| {r['partition']} | {x['method']} | {100 * x['accuracy']:.2f} | "
+                f"{x['upload_bytes_per_client']:,.0f} | {x['fuse_seconds']:.0f} |"
+            )
+    lines += [
+        "",
+        "FedOL predictions are float32 (5000 x 10); with `--fp16` the upload is "
+        + ", ".join(f"{r['predictions_fp16_bytes']:,} B" for r in a_rows[:1])
+        + ". Client training: "
+        + ", ".join(f"{r['partition']} {r['client_seconds']:.0f} s" for r in a_rows)
+        + ". Predictions vs the kept model's softmax, max |diff|: "
+        + ", ".join(f"{r['predictions_vs_kept_model_max_abs_diff']:.1e}" for r in a_rows),
+        "",
+        "## FedGH vs standalone (5 clients, fedgh-cnn1..5, local test split accuracy)",
+        "",
+        "| partition | client | model | test n | standalone % | FedGH personalized % | "
+        "model bytes | prototypes bytes |",
+        "|---|---|---|---:|---:|---:|---:|---:|",
+    ]
     for r in b_rows:
         for c in r["clients"]:
-            lines.append(f"| {r['partition']} | {c['client_id']} | {c['model']} | "
-                         f"{c['test_samples']} | {100 * c['standalone']:.2f} | "
-                         f"{100 * c['personalized']:.2f} | {c['model_bytes']:,} | "
-                         f"{c['prototypes_bytes']:,} |")  # fmt: skip
-        lines.append(f"| {r['partition']} | **mean** | | | {100 * r['standalone_mean']:.2f} | "
-                     f"{100 * r['personalized_mean']:.2f} | | |")  # fmt: skip
-    lines += ["", "Header fit on the uploaded class means (accuracy): "
-              + ", ".join(f"{r['partition']} {100 * r['header_prototype_accuracy']:.0f}%"
-                          for r in b_rows), ""]  # fmt: skip
+            lines.append(
+                f"| {r['partition']} | {c['client_id']} | {c['model']} | "
+                f"{c['test_samples']} | {100 * c['standalone']:.2f} | "
+                f"{100 * c['personalized']:.2f} | {c['model_bytes']:,} | "
+                f"{c['prototypes_bytes']:,} |"
+            )
+        lines.append(
+            f"| {r['partition']} | **mean** | | | {100 * r['standalone_mean']:.2f} | "
+            f"{100 * r['personalized_mean']:.2f} | | |"
+        )
+    lines += [
+        "",
+        "Header fit on the uploaded class means (accuracy): "
+        + ", ".join(
+            f"{r['partition']} {100 * r['header_prototype_accuracy']:.0f}%" for r in b_rows
+        ),
+        "",
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -203,8 +283,10 @@ def main() -> None:
         "command": "python " + " ".join(sys.argv),
         "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
         "machine": f"{platform.machine()} {os.cpu_count()} cores (shared), {platform.system()}",
-        "torch": torch.__version__, "torch_threads": torch.get_num_threads(),
-        "onnxruntime": onnxruntime.__version__, "args": vars(args),
+        "torch": torch.__version__,
+        "torch_threads": torch.get_num_threads(),
+        "onnxruntime": onnxruntime.__version__,
+        "args": vars(args),
         "reduction": (
             f"clients train {args.client_epochs} epochs (profile: 10; FedOL paper: 50); FedOL "
             f"10 rounds x {args.fedol_epochs} epoch (paper: 50 per round); FedDF "
@@ -213,7 +295,7 @@ def main() -> None:
             "one seed (0), one-shot (FedGH's paper runs many rounds)."
         ),
         "total_seconds": time.perf_counter() - start,
-    }  # fmt: skip
+    }
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     doc = {"meta": meta, "part_a": a_rows, "part_b": b_rows}

@@ -34,11 +34,33 @@ MIX = "smartphone:5,wristband:5"
 
 
 def simulate(out: Path, seed: int, attack: str, robust: bool, args) -> dict:
-    argv = [str(EDGEFL), "simulate", "--dataset", "mnist", "--clients", "10", "--mix", MIX,
-            "--paper-models", "--partition", "dirichlet:0.5", "--methods", METHODS, "--seed",
-            str(seed), "--classifier-epochs", str(args.classifier_epochs), "--generator-epochs",
-            str(args.generator_epochs), "--jobs", str(args.jobs), "--out", str(out), "--json",
-            "--quiet"]  # fmt: skip
+    argv = [
+        str(EDGEFL),
+        "simulate",
+        "--dataset",
+        "mnist",
+        "--clients",
+        "10",
+        "--mix",
+        MIX,
+        "--paper-models",
+        "--partition",
+        "dirichlet:0.5",
+        "--methods",
+        METHODS,
+        "--seed",
+        str(seed),
+        "--classifier-epochs",
+        str(args.classifier_epochs),
+        "--generator-epochs",
+        str(args.generator_epochs),
+        "--jobs",
+        str(args.jobs),
+        "--out",
+        str(out),
+        "--json",
+        "--quiet",
+    ]
     if attack:
         argv += ["--attack", attack]
     if robust:
@@ -82,19 +104,41 @@ def honest_only(seed: int, kind: str, n: int, work: Path) -> dict:
     honest = work / f"s{seed}" / f"honest-{_attacked(work, seed, kind, n).name}"
     shutil.rmtree(honest, ignore_errors=True)
     seed_uploads(run, honest, attackers)
-    argv = [str(EDGEFL), "server", "fuse", str(honest / "uploads"), "--method", METHODS,
-            "--out-dir", str(honest / "global"), "--eval", "mnist", "--json", "--quiet"]  # fmt: skip
+    argv = [
+        str(EDGEFL),
+        "server",
+        "fuse",
+        str(honest / "uploads"),
+        "--method",
+        METHODS,
+        "--out-dir",
+        str(honest / "global"),
+        "--eval",
+        "mnist",
+        "--json",
+        "--quiet",
+    ]
     for m in METHODS.split(","):
         cfg = json.loads((run / "global" / f"{m}.json").read_text())["config"]
-        argv += [a for k, v in cfg.items() if v is not None and k != "robust"
-                 for a in ("--opt", f"{m}:{k}={v}")]  # fmt: skip
+        argv += [
+            a
+            for k, v in cfg.items()
+            if v is not None and k != "robust"
+            for a in ("--opt", f"{m}:{k}={v}")
+        ]
     r = subprocess.run(argv, capture_output=True, text=True)
     if r.returncode != 0:
         sys.exit(f"server fuse failed ({honest}):\n{r.stdout[-2000:]}\n{r.stderr[-3000:]}")
     reports = json.loads(r.stdout)
-    return {"seed": seed, "kind": kind, "count": n, "robust": "honest",
-            "accuracy": {m: rep.get("accuracy") for m, rep in reports.items()},
-            "attackers": attackers, "screened": {}}  # fmt: skip
+    return {
+        "seed": seed,
+        "kind": kind,
+        "count": n,
+        "robust": "honest",
+        "accuracy": {m: rep.get("accuracy") for m, rep in reports.items()},
+        "attackers": attackers,
+        "screened": {},
+    }
 
 
 def robust_again(seed: int, kind: str, n: int, work: Path, args) -> dict:
@@ -114,8 +158,14 @@ def attackers_of(attack: str, seed: int) -> dict[str, str]:
     from edgefl.client.attacks import parse_attacks
     from edgefl.simulate.run import SimJob, client_jobs
 
-    job = SimJob(dataset="mnist", clients=10, mix=MIX, paper_models=True, seed=seed,
-                 attacks=parse_attacks(attack) if attack else {})  # fmt: skip
+    job = SimJob(
+        dataset="mnist",
+        clients=10,
+        mix=MIX,
+        paper_models=True,
+        seed=seed,
+        attacks=parse_attacks(attack) if attack else {},
+    )
     return {f"client-{c.client_index:03d}": c.attack for c in client_jobs(job) if c.attack}
 
 
@@ -148,8 +198,15 @@ def run_seed(seed: int, work: Path, kinds: list[str], counts: list[int], args) -
                 t = time.monotonic()
                 rep = simulate(out, seed, attack, robust, args)
                 rows.append(_row(seed, kind, n, robust, rep) | {"wall_s": time.monotonic() - t})
-                print(json.dumps({k: rows[-1][k] for k in ("seed", "kind", "count", "robust",
-                                                            "accuracy", "screened")}), flush=True)  # fmt: skip
+                print(
+                    json.dumps(
+                        {
+                            k: rows[-1][k]
+                            for k in ("seed", "kind", "count", "robust", "accuracy", "screened")
+                        }
+                    ),
+                    flush=True,
+                )
             prev = out.parent / "plain"
     return rows
 
@@ -163,15 +220,21 @@ def _row(seed, kind, n, robust, rep) -> dict:
             fused = json.loads(path.read_text())
             screened[m] = [s["client_id"] for s in fused.get("screened", [])]
             # robust_notes: "<client>: outputs repaired (...)" / "<client>: logits divided by"
-            repaired[m] = [n.split(":")[0] for n in fused.get("robust_notes", [])
-                           if ": outputs repaired" in n or ": logits divided" in n]  # fmt: skip
+            repaired[m] = [
+                n.split(":")[0]
+                for n in fused.get("robust_notes", [])
+                if ": outputs repaired" in n or ": logits divided" in n
+            ]
     return {
-        "seed": seed, "kind": kind, "count": n, "robust": robust,
+        "seed": seed,
+        "kind": kind,
+        "count": n,
+        "robust": robust,
         "accuracy": {r["method"]: r["accuracy"] for r in rep["results"]},
         "attackers": {c["client_id"]: c["attack"] for c in rep["clients"] if c.get("attack")},
         "screened": screened,
         "repaired": repaired,  # used changed: relabelled, negated or tempered
-    }  # fmt: skip
+    }
 
 
 def markdown(rows: list[dict], meta: dict) -> str:
@@ -179,20 +242,26 @@ def markdown(rows: list[dict], meta: dict) -> str:
     seeds = sorted({r["seed"] for r in rows})
 
     def mean(kind, n, robust, m):
-        v = [r["accuracy"].get(m) for r in rows
-             if (r["kind"], r["count"], r["robust"]) == (kind, n, robust)]  # fmt: skip
+        v = [
+            r["accuracy"].get(m)
+            for r in rows
+            if (r["kind"], r["count"], r["robust"]) == (kind, n, robust)
+        ]
         v = [x for x in v if x is not None]
         return (100 * float(np.mean(v)), len(v)) if v else (None, 0)
 
     said = [f"{meta['date_utc']}, {meta['machine']}; `{meta['command']}`"]
     if "robust_again" in meta:
         again = meta["robust_again"]
-        said.append(f"robust runs fused again with the screen as it landed {again['date_utc']}: "
-                    f"`{again['command']}`"
-                    + (f" (code at {again['code']})" if "code" in again else ""))  # fmt: skip
+        said.append(
+            f"robust runs fused again with the screen as it landed {again['date_utc']}: "
+            f"`{again['command']}`" + (f" (code at {again['code']})" if "code" in again else "")
+        )
     if "honest_only" in meta:
-        said.append(f"honest-only bound {meta['honest_only']['date_utc']}: "
-                    f"`{meta['honest_only']['command']}`")  # fmt: skip
+        said.append(
+            f"honest-only bound {meta['honest_only']['date_utc']}: "
+            f"`{meta['honest_only']['command']}`"
+        )
     lines = [
         "# Poisoned clients and robust fusion (bench/bench_robust.py)",
         "",
@@ -225,14 +294,18 @@ def markdown(rows: list[dict], meta: dict) -> str:
     lines += ["", "Screened out / used repaired or tempered (robust runs), per seed:"]
 
     def verdicts(r):
-        return "; ".join(f"{m}: {', '.join(v) or 'none'} / "
-                         f"{', '.join(r.get('repaired', {}).get(m, [])) or 'none'}"
-                         for m, v in r["screened"].items())  # fmt: skip
+        return "; ".join(
+            f"{m}: {', '.join(v) or 'none'} / "
+            f"{', '.join(r.get('repaired', {}).get(m, [])) or 'none'}"
+            for m, v in r["screened"].items()
+        )
 
     for r in rows:
         if r["robust"] is True and r["kind"] != "none":
-            lines.append(f"- seed {r['seed']} {r['kind']}:{r['count']} (attackers "
-                         f"{', '.join(sorted(r['attackers']))}): {verdicts(r)}")  # fmt: skip
+            lines.append(
+                f"- seed {r['seed']} {r['kind']}:{r['count']} (attackers "
+                f"{', '.join(sorted(r['attackers']))}): {verdicts(r)}"
+            )
     for r in rows:
         if r["robust"] is True and r["kind"] == "none":
             lines.append(f"- seed {r['seed']} clean run: {verdicts(r)}")
@@ -249,8 +322,9 @@ def _commit() -> str:
     head = git("rev-parse", "--short", "HEAD")
     if head.returncode != 0:
         return "unknown"
-    changed = git("status", "--porcelain", "--untracked-files=no", "--", ".",
-                  ":(exclude)bench/results")  # fmt: skip
+    changed = git(
+        "status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)bench/results"
+    )
     return head.stdout.strip() + ("-dirty" if changed.stdout.strip() else "")
 
 
@@ -260,7 +334,7 @@ def _save(saved: dict, what: str, out: str) -> None:
         "date_utc": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "command": "python bench/bench_robust.py " + " ".join(sys.argv[1:]),
         "code": _commit(),
-    }  # fmt: skip
+    }
     Path(f"{out}.json").write_text(json.dumps(saved, indent=2))
     Path(f"{out}.md").write_text(markdown(saved["rows"], saved["meta"]))
 
@@ -276,20 +350,31 @@ def main() -> None:
     ap.add_argument("--work", default="/tmp/bench-robust")
     ap.add_argument("--out", default=str(ROOT / "bench/results/robust"))
     ap.add_argument("--render", action="store_true", help="only rewrite OUT.md from OUT.json")
-    ap.add_argument("--honest-only", action="store_true",
-                    help="only add the honest-only bound (2 attackers) to OUT.json's runs")  # fmt: skip
-    ap.add_argument("--robust-only", action="store_true",
-                    help="only fuse OUT.json's robust runs again, on their plain runs' uploads")  # fmt: skip
+    ap.add_argument(
+        "--honest-only",
+        action="store_true",
+        help="only add the honest-only bound (2 attackers) to OUT.json's runs",
+    )
+    ap.add_argument(
+        "--robust-only",
+        action="store_true",
+        help="only fuse OUT.json's robust runs again, on their plain runs' uploads",
+    )
     args = ap.parse_args()
     if args.robust_only:
         saved = json.loads(Path(f"{args.out}.json").read_text())
         counts = {0, *(int(c) for c in args.counts.split(","))}  # the clean run always
         for i, r in enumerate(saved["rows"]):
             if r["robust"] is True and r["count"] in counts:
-                saved["rows"][i] = robust_again(r["seed"], r["kind"], r["count"],
-                                                Path(args.work), args)  # fmt: skip
-                print(json.dumps({k: saved["rows"][i][k] for k in ("seed", "kind", "count",
-                                                                    "accuracy")}), flush=True)  # fmt: skip
+                saved["rows"][i] = robust_again(
+                    r["seed"], r["kind"], r["count"], Path(args.work), args
+                )
+                print(
+                    json.dumps(
+                        {k: saved["rows"][i][k] for k in ("seed", "kind", "count", "accuracy")}
+                    ),
+                    flush=True,
+                )
                 Path(f"{args.out}.json").write_text(json.dumps(saved, indent=2))
         _save(saved, "robust_again", args.out)
         return
@@ -297,8 +382,9 @@ def main() -> None:
         saved = json.loads(Path(f"{args.out}.json").read_text())
         if args.honest_only:
             saved["rows"] = [r for r in saved["rows"] if r["robust"] != "honest"]
-            keys = sorted({(r["seed"], r["kind"], r["count"]) for r in saved["rows"]
-                           if r["count"] in (0, 2)})  # fmt: skip
+            keys = sorted(
+                {(r["seed"], r["kind"], r["count"]) for r in saved["rows"] if r["count"] in (0, 2)}
+            )
             for seed, kind, n in keys:
                 saved["rows"].append(honest_only(seed, kind, n, Path(args.work)))
                 print(json.dumps(saved["rows"][-1]["accuracy"] | {"seed": seed, "kind": kind}))
@@ -313,8 +399,13 @@ def main() -> None:
     }
     rows: list[dict] = []
     for seed in (int(s) for s in args.seeds.split(",")):
-        rows += run_seed(seed, Path(args.work), args.kinds.split(","),
-                         [int(c) for c in args.counts.split(",")], args)  # fmt: skip
+        rows += run_seed(
+            seed,
+            Path(args.work),
+            args.kinds.split(","),
+            [int(c) for c in args.counts.split(",")],
+            args,
+        )
         Path(f"{args.out}.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=2))
         Path(f"{args.out}.md").write_text(markdown(rows, meta))
     print(markdown(rows, meta))

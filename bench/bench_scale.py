@@ -57,7 +57,7 @@ SHAPE, CLASSES = (1, 28, 28), 10
 BAND = ("wristband", "cvae-mlp", {"hidden": 24})
 PHONES = (("smartphone", "cnn", {}), ("smartphone", "scnn", {}))
 STEPS = 100  # local optimiser steps per client
-METHODS = "fedavg,ensemble,fedmho,fedmho-md,fedmho-cw,fedcvae-ens,dense,fedhydra,pfedzkd"
+METHODS = "fedavg,ensemble,ensemble:robust=screen,fedmho,fedmho-md,fedmho-cw,fedcvae-ens,dense,fedhydra,pfedzkd"
 
 
 def client_kind(i: int, n: int):
@@ -104,16 +104,30 @@ def make_federation(n: int, out: Path, seed: int = 0) -> dict:
         model = init_model(spec, seed)
         # STEPS optimiser steps, whatever the shard's size (1 epoch of 6 samples teaches nothing)
         epochs = max(1, math.ceil(STEPS / math.ceil(len(idx) / profile.batch_size)))
-        cfg = TrainConfig(epochs=epochs, batch_size=profile.batch_size, optimizer=profile.optimizer,
-                          lr=DEFAULT_LR[(role, profile.optimizer)], seed=seed * 100_000 + i)  # fmt: skip
+        cfg = TrainConfig(
+            epochs=epochs,
+            batch_size=profile.batch_size,
+            optimizer=profile.optimizer,
+            lr=DEFAULT_LR[(role, profile.optimizer)],
+            seed=seed * 100_000 + i,
+        )
         summary = train(model, role, data.x[idx], data.y[idx], CLASSES, cfg)
         counts = np.bincount(data.y[idx], minlength=CLASSES).astype(int).tolist()
         meta = model_metadata(
-            spec, class_names=list(data.class_names), label_counts=counts,
-            client_id=f"client-{i:05d}", profile=profile.name, training=summary.as_dict(),
-            dataset="mnist", partition={"scheme": "dirichlet:0.5", "num_clients": n,
-                                        "client_index": i, "seed": seed},
-        )  # fmt: skip
+            spec,
+            class_names=list(data.class_names),
+            label_counts=counts,
+            client_id=f"client-{i:05d}",
+            profile=profile.name,
+            training=summary.as_dict(),
+            dataset="mnist",
+            partition={
+                "scheme": "dirichlet:0.5",
+                "num_clients": n,
+                "client_index": i,
+                "seed": seed,
+            },
+        )
         path = uploads / f"client-{i:05d}.onnx"
         if role == "classifier":
             with torch.no_grad():
@@ -125,20 +139,25 @@ def make_federation(n: int, out: Path, seed: int = 0) -> dict:
         module = model if role == "classifier" else model.decoder
         if role != "classifier":
             meta["latent_dim"] = model.decoder.latent_dim  # as export_model stamps a decoder
-        state = {k: v.detach().numpy() for k, v in module.state_dict().items()
-                 if not k.endswith("num_batches_tracked")}  # fmt: skip
+        state = {
+            k: v.detach().numpy()
+            for k, v in module.state_dict().items()
+            if not k.endswith("num_batches_tracked")
+        }
         _upload(templates[spec.label], state, meta, path)
         if (i + 1) % max(1, n // 10) == 0:
             el = time.perf_counter() - start
             print(f"  made {i + 1:,}/{n:,} uploads in {el:.0f}s", flush=True)
     sizes = [p.stat().st_size for p in uploads.glob("*.onnx")]
     manifest = {
-        "uploads": n, "bands": sum(client_kind(i, n) == BAND for i in range(n)),
+        "uploads": n,
+        "bands": sum(client_kind(i, n) == BAND for i in range(n)),
         "phones": sum(client_kind(i, n) != BAND for i in range(n)),
-        "bytes": sum(sizes), "samples_per_client_mean": 60_000 / n,
+        "bytes": sum(sizes),
+        "samples_per_client_mean": 60_000 / n,
         "mean_phone_accuracy_1000_test": 100 * float(np.mean(phone_acc)),
         "seconds": time.perf_counter() - start,
-    }  # fmt: skip
+    }
     manifest_path.write_text(json.dumps(manifest, indent=1))
     return manifest
 
@@ -152,10 +171,33 @@ _RSS = (
 
 
 def fuse(uploads: Path, method: str, out: Path, timeout: float, jobs: int) -> dict:
+    """One `server fuse` of `method` ("NAME" or "NAME:key=value", e.g. the robust screen)."""
     edgefl = Path(sys.executable).parent / "edgefl"
-    cmd = [sys.executable, "-c", _RSS, str(edgefl), "server", "fuse", str(uploads),
-           "--method", method, "--out", str(out / f"{method}.onnx"), "--eval", "mnist:test",
-           "--device", "cpu", "--jobs", str(jobs), "--json", "-q", "--overwrite"]  # fmt: skip
+    name, _, opt = method.partition(":")
+    extra = ["--opt", opt] if opt else []
+    cmd = [
+        sys.executable,
+        "-c",
+        _RSS,
+        str(edgefl),
+        "server",
+        "fuse",
+        str(uploads),
+        *extra,
+        "--method",
+        name,
+        "--out",
+        str(out / f"{method.replace(':', '.')}.onnx"),
+        "--eval",
+        "mnist:test",
+        "--device",
+        "cpu",
+        "--jobs",
+        str(jobs),
+        "--json",
+        "-q",
+        "--overwrite",
+    ]
     start = time.perf_counter()
     try:
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
@@ -163,15 +205,24 @@ def fuse(uploads: Path, method: str, out: Path, timeout: float, jobs: int) -> di
         return {"method": method, "timeout_s": timeout}
     wall = time.perf_counter() - start
     rss = [int(line.split()[1]) for line in p.stderr.splitlines() if line.startswith("MAXRSS_KB")]
-    row = {"method": method, "wall_s": wall, "peak_rss_bytes": 1024 * rss[-1] if rss else None,
-           "rc": p.returncode}  # fmt: skip
+    row = {
+        "method": method,
+        "wall_s": wall,
+        "peak_rss_bytes": 1024 * rss[-1] if rss else None,
+        "rc": p.returncode,
+    }
     if p.returncode != 0:
         row["error"] = (p.stderr.strip().splitlines() or [""])[-2 if rss else -1][:300]
         return row
     rep = json.loads(p.stdout)
-    row |= {"accuracy": 100 * rep["accuracy"], "stages": rep.get("seconds", {}),
-            "ingest_stages": rep.get("ingest_stages", {}), "used": len(rep.get("used") or []),
-            "rejected": len(rep.get("rejected") or []), "total_s": rep.get("total_seconds")}  # fmt: skip
+    row |= {
+        "accuracy": 100 * rep["accuracy"],
+        "stages": rep.get("seconds", {}),
+        "ingest_stages": rep.get("ingest_stages", {}),
+        "used": len(rep.get("used") or []),
+        "rejected": len(rep.get("rejected") or []),
+        "total_s": rep.get("total_seconds"),
+    }
     return row
 
 
@@ -186,10 +237,16 @@ def growth(rows: list[dict]) -> dict:
         rs.sort(key=lambda r: r["n"])
         for a, b in zip(rs, rs[1:], strict=False):
             span = f"{a['n']}->{b['n']}"
-            stages = {**a["stages"], **{f"ingest.{k}": v for k, v in a["ingest_stages"].items()},
-                      "wall": a["wall_s"]}  # fmt: skip
-            later = {**b["stages"], **{f"ingest.{k}": v for k, v in b["ingest_stages"].items()},
-                     "wall": b["wall_s"]}  # fmt: skip
+            stages = {
+                **a["stages"],
+                **{f"ingest.{k}": v for k, v in a["ingest_stages"].items()},
+                "wall": a["wall_s"],
+            }
+            later = {
+                **b["stages"],
+                **{f"ingest.{k}": v for k, v in b["ingest_stages"].items()},
+                "wall": b["wall_s"],
+            }
             ks = {}
             for s, t1 in stages.items():
                 t2 = later.get(s)
@@ -216,20 +273,22 @@ def main() -> None:
         federations[n] = make_federation(n, fed)
         print(f"[{n}] {json.dumps(federations[n])}", flush=True)
         for method in args.methods.split(","):
-            row = {"n": n} | fuse(fed / "uploads", method, fed / "global", args.timeout,
-                                  args.jobs)  # fmt: skip
+            row = {"n": n} | fuse(fed / "uploads", method, fed / "global", args.timeout, args.jobs)
             print(f"[{n}] {json.dumps(row)}", flush=True)
             rows.append(row)
             write(args, rows, federations)
 
 
 def write(args, rows: list[dict], federations: dict) -> None:
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                            text=True, cwd=ROOT).stdout.strip()  # fmt: skip
-    header = {"command": " ".join(["python", "bench/bench_scale.py", *sys.argv[1:]]),
-              "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-              "machine": f"{platform.machine()} {os.cpu_count()} CPUs (shared), "
-                         f"{platform.platform()}", "commit": commit}  # fmt: skip
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT
+    ).stdout.strip()
+    header = {
+        "command": " ".join(["python", "bench/bench_scale.py", *sys.argv[1:]]),
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "machine": f"{platform.machine()} {os.cpu_count()} CPUs (shared), {platform.platform()}",
+        "commit": commit,
+    }
     g = growth(rows)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -237,32 +296,49 @@ def write(args, rows: list[dict], federations: dict) -> None:
         json.dumps({**header, "federations": federations, "rows": rows, "growth": g}, indent=1)
         + "\n"
     )
-    lines = ["# The server from 100 to 10,000 uploads (issue 36)", "",
-             f"`{header['command']}` on {header['date']}, {header['machine']}, commit {commit}.",
-             "", "| uploads | bands / phones | MB | mean phone model % | made in s |",
-             "|---:|---|---:|---:|---:|"]  # fmt: skip
+    lines = [
+        "# The server from 100 to 10,000 uploads (issue 36)",
+        "",
+        f"`{header['command']}` on {header['date']}, {header['machine']}, commit {commit}.",
+        "",
+        "| uploads | bands / phones | MB | mean phone model % | made in s |",
+        "|---:|---|---:|---:|---:|",
+    ]
     for n, f in federations.items():
-        lines.append(f"| {n:,} | {f['bands']:,} / {f['phones']:,} | {f['bytes'] / 1e6:,.1f} | "
-                     f"{f['mean_phone_accuracy_1000_test']:.2f} | {f['seconds']:.0f} |")  # fmt: skip
-    lines += ["", "| uploads | method | wall s | ingest s | fusion s (stages) | peak RSS MiB | "
-              "accuracy % | used / rejected |", "|---:|---|---:|---:|---|---:|---:|---|"]  # fmt: skip
+        lines.append(
+            f"| {n:,} | {f['bands']:,} / {f['phones']:,} | {f['bytes'] / 1e6:,.1f} | "
+            f"{f['mean_phone_accuracy_1000_test']:.2f} | {f['seconds']:.0f} |"
+        )
+    lines += [
+        "",
+        "| uploads | method | wall s | ingest s | fusion s (stages) | peak RSS MiB | "
+        "accuracy % | used / rejected |",
+        "|---:|---|---:|---:|---|---:|---:|---|",
+    ]
     for r in rows:
         if "timeout_s" in r:
-            lines.append(f"| {r['n']:,} | {r['method']} | > {r['timeout_s']:.0f} (timeout) "
-                         "| | | | | |")  # fmt: skip
+            lines.append(
+                f"| {r['n']:,} | {r['method']} | > {r['timeout_s']:.0f} (timeout) | | | | | |"
+            )
             continue
         if "error" in r:
-            lines.append(f"| {r['n']:,} | {r['method']} | {r['wall_s']:.0f} | | error: "
-                         f"{r['error']} | | | |")  # fmt: skip
+            lines.append(
+                f"| {r['n']:,} | {r['method']} | {r['wall_s']:.0f} | | error: {r['error']} | | | |"
+            )
             continue
         st = r["stages"]
         rest = ", ".join(f"{k} {v:.1f}" for k, v in st.items() if k != "ingest" and v >= 0.05)
         rss = r["peak_rss_bytes"] / 2**20 if r["peak_rss_bytes"] else float("nan")
-        lines.append(f"| {r['n']:,} | {r['method']} | {r['wall_s']:.1f} | "
-                     f"{st.get('ingest', 0):.1f} | {rest} | {rss:,.0f} | {r['accuracy']:.2f} | "
-                     f"{r['used']} / {r['rejected']} |")  # fmt: skip
-    lines += ["", "Growth exponents (time ~ uploads^k; 1 is linear; stages under 50 ms left out):",
-              ""]  # fmt: skip
+        lines.append(
+            f"| {r['n']:,} | {r['method']} | {r['wall_s']:.1f} | "
+            f"{st.get('ingest', 0):.1f} | {rest} | {rss:,.0f} | {r['accuracy']:.2f} | "
+            f"{r['used']} / {r['rejected']} |"
+        )
+    lines += [
+        "",
+        "Growth exponents (time ~ uploads^k; 1 is linear; stages under 50 ms left out):",
+        "",
+    ]
     for method, spans in g.items():
         for span, ks in spans.items():
             shown = ", ".join(f"{k} {v:+.2f}" for k, v in ks.items())

@@ -68,25 +68,45 @@ def main() -> None:
     fed = federation_label_counts(ups, 10)
     train, test = load_dataset("mnist", "train"), load_dataset("mnist", "test")
     xt, yt = torch.from_numpy(test.x), torch.from_numpy(test.y).long()
-    out = [f"# FedCVAE diagnosis: {args.run} ({dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} "
-           "UTC)", "", f"Command: `python bench/diagnose_fedcvae.py {' '.join(sys.argv[1:])}`", "",
-           "## Label counts", "", "| client | kind | " + " | ".join(map(str, range(10))) + " |",
-           "|---|---|" + "---:|" * 10]  # fmt: skip
+    out = [
+        f"# FedCVAE diagnosis: {args.run} ({dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC)",
+        "",
+        f"Command: `python bench/diagnose_fedcvae.py {' '.join(sys.argv[1:])}`",
+        "",
+        "## Label counts",
+        "",
+        "| client | kind | " + " | ".join(map(str, range(10))) + " |",
+        "|---|---|" + "---:|" * 10,
+    ]
     for u in ups:
         out.append(f"| {u.client_id} | {u.kind} | " + " | ".join(map(str, u.label_counts)) + " |")
     out.append("| CVAE clients | | " + " | ".join(map(str, held)) + " |")
     out.append("| federation | | " + " | ".join(map(str, fed)) + " |")
 
     judge = fresh_cnn(0)
-    train_student(judge, torch.from_numpy(train.x), torch.from_numpy(train.y).long(), epochs=3,
-                  lr=1e-3, batch_size=64, seed=0, device=CPU)  # fmt: skip
+    train_student(
+        judge,
+        torch.from_numpy(train.x),
+        torch.from_numpy(train.y).long(),
+        epochs=3,
+        lr=1e-3,
+        batch_size=64,
+        seed=0,
+        device=CPU,
+    )
     j_acc, _ = accuracy(judge, xt, yt)
     gen = torch.Generator().manual_seed(0)
     for pixels in ("mean", "bernoulli"):
-        out += ["", f"## Label fidelity, {pixels} pixels (judge: {j_acc}% on the test split)", "",
-                "Share of 300 samples per class that the judge labels as drawn; - where the "
-                "client holds none of the class.", "",
-                "| decoder | " + " | ".join(map(str, range(10))) + " |", "|---|" + "---:|" * 10]  # fmt: skip
+        out += [
+            "",
+            f"## Label fidelity, {pixels} pixels (judge: {j_acc}% on the test split)",
+            "",
+            "Share of 300 samples per class that the judge labels as drawn; - where the "
+            "client holds none of the class.",
+            "",
+            "| decoder | " + " | ".join(map(str, range(10))) + " |",
+            "|---|" + "---:|" * 10,
+        ]
         for u in dec:
             row = []
             for c in range(10):
@@ -98,8 +118,13 @@ def main() -> None:
                     row.append(f"{100 * float((judge(x).argmax(1) == c).float().mean()):.0f}")
             out.append(f"| {u.client_id} | " + " | ".join(row) + " |")
 
-    out += ["", "## A cnn from scratch on 5,000 samples (20 epochs, Adam 1e-3), seed 0", "",
-            "| training data | top-1 % | per class |", "|---|---:|---|"]  # fmt: skip
+    out += [
+        "",
+        "## A cnn from scratch on 5,000 samples (20 epochs, Adam 1e-3), seed 0",
+        "",
+        "| training data | top-1 % | per class |",
+        "|---|---:|---|",
+    ]
     for name, weights in (("decoders", held), ("federation", fed * (held > 0))):
         x, y = generate(dec, allocate(dec, weights, 5000), 0, CPU, pixels="bernoulli")
         m = fresh_cnn(0)
@@ -112,12 +137,24 @@ def main() -> None:
     per_class = largest_remainder(5000, fed * (held > 0))
     for name, sel in (
         ("decoders", rng.choice(idx, 5000, replace=False)),
-        ("federation", np.concatenate([rng.choice(idx[y_all == c], per_class[c]) for c in range(10)
-                                       if per_class[c]])),
-    ):  # fmt: skip
+        (
+            "federation",
+            np.concatenate(
+                [rng.choice(idx[y_all == c], per_class[c]) for c in range(10) if per_class[c]]
+            ),
+        ),
+    ):
         m = fresh_cnn(0)
-        train_student(m, torch.from_numpy(train.x[sel]), torch.from_numpy(train.y[sel]).long(),
-                      epochs=20, lr=1e-3, batch_size=64, seed=0, device=CPU)  # fmt: skip
+        train_student(
+            m,
+            torch.from_numpy(train.x[sel]),
+            torch.from_numpy(train.y[sel]).long(),
+            epochs=20,
+            lr=1e-3,
+            batch_size=64,
+            seed=0,
+            device=CPU,
+        )
         a, per = accuracy(m, xt, yt)
         out.append(f"| the CVAE clients' real digits, class totals by the {name} | {a} | {per} |")
 
@@ -127,15 +164,19 @@ def main() -> None:
     rows = shares.t()[y]
     teachers = {
         "mean of the classifiers' logits (FedMHO-MD)": logits.mean(0),
-        "class-weighted (fedmho-cw --opt teacher=class-weighted)":
-            fedmho_cw.weighted_mixture(logits, shares),
-        "label-weighted (teacher=label-weighted)":
-            fedmho_cw.weighted_mixture(logits, torch.ones_like(shares), rows),
+        "class-weighted (fedmho-cw --opt teacher=class-weighted)": fedmho_cw.weighted_mixture(
+            logits, shares
+        ),
+        "label-weighted (teacher=label-weighted)": fedmho_cw.weighted_mixture(
+            logits, torch.ones_like(shares), rows
+        ),
         "both (fedmho-cw's default)": fedmho_cw.weighted_mixture(logits, shares, rows),
-    }  # fmt: skip
+    }
     out += ["", "## Teachers on 6,000 synthetic samples: agreement with the decoders' labels", ""]
-    out += [f"- {name}: {100 * float((t.argmax(1) == y).float().mean()):.1f}%"
-            for name, t in teachers.items()]  # fmt: skip
+    out += [
+        f"- {name}: {100 * float((t.argmax(1) == y).float().mean()):.1f}%"
+        for name, t in teachers.items()
+    ]
     Path(args.out + ".md").write_text("\n".join(out) + "\n")
     print("\n".join(out))
 

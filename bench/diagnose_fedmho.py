@@ -29,14 +29,19 @@ from edgefl.server.fuse import FuseJob, run_fuse
 from edgefl.server.ingest import ingest
 
 SWEEP = (  # (method, options): the paper's config first, then what bench/README discusses
-    ("fedmho", {}), ("fedmho-md", {}), ("fedmho-sd", {}),
-    ("fedmho", {"lr": 1e-4, "epochs": 20}), ("fedmho-md", {"lr": 1e-4, "epochs": 20}),
+    ("fedmho", {}),
+    ("fedmho-md", {}),
+    ("fedmho-sd", {}),
+    ("fedmho", {"lr": 1e-4, "epochs": 20}),
+    ("fedmho-md", {"lr": 1e-4, "epochs": 20}),
     ("fedmho-sd", {"lr": 1e-4, "epochs": 20}),
-    ("fedmho", {"lr": 1e-4, "epochs": 5}), ("fedmho-md", {"lr": 1e-4, "epochs": 5}),
-    ("fedmho-md", {"kd_reduction": "batchmean"}), ("fedmho-sd", {"kd_reduction": "batchmean"}),
+    ("fedmho", {"lr": 1e-4, "epochs": 5}),
+    ("fedmho-md", {"lr": 1e-4, "epochs": 5}),
+    ("fedmho-md", {"kd_reduction": "batchmean"}),
+    ("fedmho-sd", {"kd_reduction": "batchmean"}),
     ("fedmho-md", {"lr": 1e-4, "epochs": 20, "kd_reduction": "batchmean"}),
     ("fedmho-md", {"lam": 0.8}),
-)  # fmt: skip
+)
 
 
 def per_class(pred: torch.Tensor, y: torch.Tensor, c: int) -> list[float]:
@@ -58,42 +63,63 @@ def main() -> None:
     x, y = torch.from_numpy(test.x), torch.from_numpy(test.y).long()
     _, w0 = average_classifiers(cls, "fedmho")
     with torch.no_grad():
-        rows = {"w0 (classifier average)": per_class(w0.eval()(x).argmax(1), y, c),
-                "MD teacher (mean logits)": per_class(
-                    mean_teacher_logits(cls, x, ctx.device).argmax(1), y, c)}  # fmt: skip
+        rows = {
+            "w0 (classifier average)": per_class(w0.eval()(x).argmax(1), y, c),
+            "MD teacher (mean logits)": per_class(
+                mean_teacher_logits(cls, x, ctx.device).argmax(1), y, c
+            ),
+        }
     sweep = []
     for method, opts in SWEEP:
-        rep = run_fuse(FuseJob(
-            uploads=str(uploads), method=method, out=f"{args.run}/diagnosis/{method}.onnx",
-            options=opts | {"seed": args.seed}, eval="mnist:test", device="cpu",
-        ))  # fmt: skip
+        rep = run_fuse(
+            FuseJob(
+                uploads=str(uploads),
+                method=method,
+                out=f"{args.run}/diagnosis/{method}.onnx",
+                options=opts | {"seed": args.seed},
+                eval="mnist:test",
+                device="cpu",
+            )
+        )
         label = method + (" " + ",".join(f"{k}={v}" for k, v in opts.items()) if opts else "")
         sweep.append((label, 100 * rep["accuracy"], rep["total_seconds"]))
         if not opts:
             rows[method] = [100 * a for a in rep["eval"]["per_class_accuracy"]]
         print(f"{label}: {sweep[-1][1]:.2f}", flush=True)
 
-    lines = [f"# FedMHO diagnosis: {args.run} ({time.strftime('%Y-%m-%d %H:%M', time.gmtime())} "
-             "UTC)", "", f"Command: `python {' '.join(sys.argv)}`  ",
-             f"Machine: {platform.machine()} {os.cpu_count()} cores, torch {torch.__version__}",
-             "", "| | " + " | ".join(str(k) for k in range(c)) + " | all |",
-             "|---|" + "---:|" * (c + 1)]  # fmt: skip
+    lines = [
+        f"# FedMHO diagnosis: {args.run} ({time.strftime('%Y-%m-%d %H:%M', time.gmtime())} UTC)",
+        "",
+        f"Command: `python {' '.join(sys.argv)}`  ",
+        f"Machine: {platform.machine()} {os.cpu_count()} cores, torch {torch.__version__}",
+        "",
+        "| | " + " | ".join(str(k) for k in range(c)) + " | all |",
+        "|---|" + "---:|" * (c + 1),
+    ]
     for name, ups in (("samples held by classifier clients", cls), ("... by CVAE clients", dec)):
         counts = np.stack([u.label_counts for u in ups]).sum(0)
-        lines.append(f"| {name} | " + " | ".join(str(int(n)) for n in counts)
-                     + f" | {int(counts.sum())} |")  # fmt: skip
+        lines.append(
+            f"| {name} | " + " | ".join(str(int(n)) for n in counts) + f" | {int(counts.sum())} |"
+        )
     for name, accs in rows.items():
         overall = float(np.dot(accs, np.bincount(y.numpy(), minlength=c)) / len(y))
-        lines.append(f"| {name} test acc % | " + " | ".join(f"{a:.1f}" for a in accs)
-                     + f" | {overall:.2f} |")  # fmt: skip
-    lines += ["", "Global-training configuration sweep on the same uploads (default = the "
-              "paper's: Adam lr 1e-5, 10 epochs, lambda 0.5, KL reduction 'mean'):", "",
-              "| configuration | test acc % | fuse s |", "|---|---:|---:|"]  # fmt: skip
+        lines.append(
+            f"| {name} test acc % | " + " | ".join(f"{a:.1f}" for a in accs) + f" | {overall:.2f} |"
+        )
+    lines += [
+        "",
+        "Global-training configuration sweep on the same uploads (default = the "
+        "paper's: Adam lr 1e-5, 10 epochs, lambda 0.5, KL reduction 'mean'):",
+        "",
+        "| configuration | test acc % | fuse s |",
+        "|---|---:|---:|",
+    ]
     lines += [f"| {label} | {acc:.2f} | {sec:.0f} |" for label, acc, sec in sweep]
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text("\n".join(lines) + "\n")
-    Path(args.out).with_suffix(".json").write_text(json.dumps(
-        {"run": args.run, "per_class": rows, "sweep": sweep}, indent=2))  # fmt: skip
+    Path(args.out).with_suffix(".json").write_text(
+        json.dumps({"run": args.run, "per_class": rows, "sweep": sweep}, indent=2)
+    )
     print("\n".join(lines))
 
 

@@ -94,18 +94,27 @@ def main(argv: list[str] | None = None) -> None:
         real = data.x[real_idx]
         holders = [a for a in bands if a.metadata["label_counts"][c] > 0]
         per = max(1, args.per_class // max(1, len(holders)))
-        drawn = np.concatenate([decode(a, np.full(per, c), rng) for a in holders]) if holders \
-            else np.zeros((0, *real.shape[1:]), np.float32)  # fmt: skip
-        row = {"class": name, "real_windows": len(real), "drawn": len(drawn),
-               "real": stats(real), "drawn_stats": stats(drawn) if len(drawn) else None}  # fmt: skip
+        drawn = (
+            np.concatenate([decode(a, np.full(per, c), rng) for a in holders])
+            if holders
+            else np.zeros((0, *real.shape[1:]), np.float32)
+        )
+        row = {
+            "class": name,
+            "real_windows": len(real),
+            "drawn": len(drawn),
+            "real": stats(real),
+            "drawn_stats": stats(drawn) if len(drawn) else None,
+        }
         for tag, x in (("real", real), ("drawn", drawn)):
             if len(x):
                 pred = ensemble_logits(phones, x.astype(np.float32)).argmax(1)
                 confusion[tag][c] += np.bincount(pred, minlength=classes)
                 row[f"{tag}_labelled_as_class"] = round(float((pred == c).mean()), 3)
         rows.append(row)
-    commit = subprocess.run(["git", "describe", "--always", "--dirty"], capture_output=True,
-                            text=True).stdout.strip()  # fmt: skip
+    commit = subprocess.run(
+        ["git", "describe", "--always", "--dirty"], capture_output=True, text=True
+    ).stdout.strip()
     out = {
         "command": "python " + " ".join([sys.argv[0], *(argv or sys.argv[1:])]),
         "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
@@ -124,12 +133,16 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def render(out: dict) -> str:
-    lines = [f"# Wristband decoders' samples against real windows ({out['date']})", "",
-             f"`{out['command']}`, {out['machine']}, code {out['commit']}; band users "
-             f"{out['band_users']}, phones {', '.join(out['phones'])}.", "",
-             "| class | gravity x,y,z (g) real / drawn | energy x,y,z (g) real / drawn | "
-             "1-3 Hz share (x) real / drawn | phones label it right: real / drawn |",
-             "|---|---|---|---|---|"]  # fmt: skip
+    lines = [
+        f"# Wristband decoders' samples against real windows ({out['date']})",
+        "",
+        f"`{out['command']}`, {out['machine']}, code {out['commit']}; band users "
+        f"{out['band_users']}, phones {', '.join(out['phones'])}.",
+        "",
+        "| class | gravity x,y,z (g) real / drawn | energy x,y,z (g) real / drawn | "
+        "1-3 Hz share (x) real / drawn | phones label it right: real / drawn |",
+        "|---|---|---|---|---|",
+    ]
     for r in out["classes"]:
         d = r["drawn_stats"] or {}
 

@@ -46,9 +46,11 @@ def main(n: int, seed: int = 0) -> None:
             outcome = bench_fuzz.downstream(companions, data, None)[0]
             accepted[name, outcome] += 1
             changed["items"] += changed["shares"] > before
-    print(f"items 0-{n - 1}, seed {seed}: accepted by source and downstream outcome "
-          f"{dict(accepted)}; method shares changed by the screen {changed['shares']} times, "
-          f"on {changed['items']} items")  # fmt: skip
+    print(
+        f"items 0-{n - 1}, seed {seed}: accepted by source and downstream outcome "
+        f"{dict(accepted)}; method shares changed by the screen {changed['shares']} times, "
+        f"on {changed['items']} items"
+    )
 
 
 if __name__ == "__main__":

@@ -24,12 +24,19 @@ def main(out: str) -> None:
     from edgefl.reproduce.render import table_markdown
 
     torch.set_num_threads(1)
-    job = rep.ReproduceJob(table="fedmho-table3", out=out, budget="cpu", seeds=(0,),
-                           partitions=("dirichlet:0.5",), federation="classifiers")  # fmt: skip
+    job = rep.ReproduceJob(
+        table="fedmho-table3",
+        out=out,
+        budget="cpu",
+        seeds=(0,),
+        partitions=("dirichlet:0.5",),
+        federation="classifiers",
+    )
     table, budget = rep.resolve(job)
     cell = rep.cells(job, table, budget)[0]
-    sim = dataclasses.replace(cell.sim, methods=METHODS,
-                              fuse_options={m: cell.sim.fuse_options[m] for m in METHODS})  # fmt: skip
+    sim = dataclasses.replace(
+        cell.sim, methods=METHODS, fuse_options={m: cell.sim.fuse_options[m] for m in METHODS}
+    )
     cell = rep.Cell(cell.setting, cell.partition, cell.seed, sim)
     start = time.time()
     done = rep.simulate(sim, log=lambda m: print(m, flush=True))

@@ -112,8 +112,9 @@ class Profile:
         }
 
 
-def _check_table(table: dict, spec: dict, prefix: str, problems: list[str],
-                 optional: dict | None = None) -> None:  # fmt: skip
+def _check_table(
+    table: dict, spec: dict, prefix: str, problems: list[str], optional: dict | None = None
+) -> None:
     optional = optional or {}
     for key, (typ, desc) in (spec | optional).items():
         where = f"{prefix}{key}"

@@ -10,32 +10,43 @@ NEAR = 1.5  # "near chance": below 1.5 x the accuracy of guessing one class
 
 
 def near_chance(accuracy: float | None, num_classes: int) -> bool:
-    return (accuracy is not None and num_classes > 1 and math.isfinite(accuracy)
-            and accuracy < NEAR / num_classes)  # fmt: skip
+    return (
+        accuracy is not None
+        and num_classes > 1
+        and math.isfinite(accuracy)
+        and accuracy < NEAR / num_classes
+    )
 
 
 def _level(accuracy: float, num_classes: int) -> str:
     return f"{100 * accuracy:.2f}% is at or near chance ({100 / num_classes:.0f}% for {num_classes} classes)"
 
 
-def global_warning(method: str, accuracy: float, num_classes: int,
-                   classifier_val: list[float]) -> str:  # fmt: skip
+def global_warning(
+    method: str, accuracy: float, num_classes: int, classifier_val: list[float]
+) -> str:
     """A fused model near chance: weak classifiers in, or a fusion that did not learn."""
     weak = [a for a in classifier_val if math.isfinite(a)]
     if weak and max(weak) < 0.6:
-        cause = (f"the classifiers it used are weak themselves ({100 * min(weak):.1f}-"
-                 f"{100 * max(weak):.1f}% on their own validation data): train them longer "
-                 "(client train --epochs, simulate --classifier-epochs) or on more data")  # fmt: skip
+        cause = (
+            f"the classifiers it used are weak themselves ({100 * min(weak):.1f}-"
+            f"{100 * max(weak):.1f}% on their own validation data): train them longer "
+            "(client train --epochs, simulate --classifier-epochs) or on more data"
+        )
     else:
-        cause = (f"{method} itself did not learn from these uploads: see its loss history in the "
-                 "report and try more global epochs or another method")  # fmt: skip
+        cause = (
+            f"{method} itself did not learn from these uploads: see its loss history in the "
+            "report and try more global epochs or another method"
+        )
     return f"{method}: {_level(accuracy, num_classes)}; likely cause: {cause}"
 
 
 def client_warning(client: str, accuracy: float, num_classes: int, samples: int) -> str:
     """A client classifier near chance on its own validation data."""
-    cause = ("too few epochs for this model and learning rate, or too little data "
-             f"({samples:,} training samples): try more --epochs, a smaller model, or more data")  # fmt: skip
+    cause = (
+        "too few epochs for this model and learning rate, or too little data "
+        f"({samples:,} training samples): try more --epochs, a smaller model, or more data"
+    )
     return f"{client}: validation {_level(accuracy, num_classes)}; likely cause: {cause}"
 
 

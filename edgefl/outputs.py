@@ -79,9 +79,13 @@ def describe_result(meta: dict | None) -> str:
     kind = meta.get("kind")
     spec = meta.get("spec") if isinstance(meta.get("spec"), dict) else {}
     model = meta.get("model") or spec.get("name")
-    what = {"classifier": "classifier upload", "decoder": "decoder upload",
-            "predictions": "predictions upload", "prototypes": "prototypes upload",
-            "global": f"{meta.get('method')} global model"}.get(kind, f"{kind} file")  # fmt: skip
+    what = {
+        "classifier": "classifier upload",
+        "decoder": "decoder upload",
+        "predictions": "predictions upload",
+        "prototypes": "prototypes upload",
+        "global": f"{meta.get('method')} global model",
+    }.get(kind, f"{kind} file")
     if meta.get("deployed"):
         what = f"{kind} model deployed for {meta.get('target')}"
     elif meta.get("personalized_from"):
@@ -302,8 +306,12 @@ class Staging:
         power cut or SIGKILL in between can leave it beside outputs it does not describe; Ctrl-C
         and SIGTERM wait until the moves are done."""
         last = Path(last)
-        moves = [(tmp / name, folder / name) for folder, tmp in self._dirs.items()
-                 for name in sorted(os.listdir(tmp)) if not is_temp_name(name)]  # fmt: skip
+        moves = [
+            (tmp / name, folder / name)
+            for folder, tmp in self._dirs.items()
+            for name in sorted(os.listdir(tmp))
+            if not is_temp_name(name)
+        ]
         moves.sort(key=lambda move: move[1] == last)
         with deferred_signals():
             last.unlink(missing_ok=True)

@@ -74,12 +74,24 @@ def draw_accuracy_bars(
     heights = [np.nan if v is None else float(v) for v in ours]
     yerr = None if err is None else [0.0 if e is None else float(e) for e in err]
     bars = ax.bar(xs, heights, 0.6, yerr=yerr, capsize=3 if yerr else 0, label=label)
-    ax.bar_label(bars, labels=["" if np.isnan(h) else f"{h:.1f}" for h in heights],
-                 label_type="center", fontsize=7, color="white")  # fmt: skip
+    ax.bar_label(
+        bars,
+        labels=["" if np.isnan(h) else f"{h:.1f}" for h in heights],
+        label_type="center",
+        fontsize=7,
+        color="white",
+    )
     marks = [(x, float(p)) for x, p in zip(xs, paper or [], strict=False) if p is not None]
     if marks:
-        ax.hlines([p for _, p in marks], [x - 0.4 for x, _ in marks], [x + 0.4 for x, _ in marks],
-                  colors="black", linewidth=2.5, label=PAPER_LABEL, zorder=3)  # fmt: skip
+        ax.hlines(
+            [p for _, p in marks],
+            [x - 0.4 for x, _ in marks],
+            [x + 0.4 for x, _ in marks],
+            colors="black",
+            linewidth=2.5,
+            label=PAPER_LABEL,
+            zorder=3,
+        )
     ax.set_xticks(xs, list(names), rotation=30, ha="right")
     ax.set_xlim(-0.6, len(names) - 0.4)
     ax.set_ylim(*ACCURACY_LIMITS)
@@ -94,8 +106,15 @@ def accuracy_legend(ax, panels: Sequence = ()) -> None:
     for a in list(panels) or [ax]:
         for handle, text in zip(*a.get_legend_handles_labels(), strict=True):
             seen.setdefault(text, handle)
-    ax.legend(list(seen.values()), list(seen), loc="lower right", bbox_to_anchor=(1.0, 1.0),
-              ncol=2, fontsize=8, frameon=False)  # fmt: skip
+    ax.legend(
+        list(seen.values()),
+        list(seen),
+        loc="lower right",
+        bbox_to_anchor=(1.0, 1.0),
+        ncol=2,
+        fontsize=8,
+        frameon=False,
+    )
 
 
 def accuracy_figure(
@@ -116,8 +135,13 @@ def accuracy_figure(
     return fig
 
 
-def plot_accuracy_bars(names: list[str], values: list[float | None], path, title: str = "",
-                       reference: dict[str, float] | None = None) -> Path:  # fmt: skip
+def plot_accuracy_bars(
+    names: list[str],
+    values: list[float | None],
+    path,
+    title: str = "",
+    reference: dict[str, float] | None = None,
+) -> Path:
     return save_figure(accuracy_figure(names, values, title, reference), path)
 
 

@@ -69,8 +69,9 @@ class _Clock:
         self.started.pop(task, None)
 
 
-def describe(task: str, done: int, total: int, rate: float | None, eta: float | None,
-             note: str = "") -> str:  # fmt: skip
+def describe(
+    task: str, done: int, total: int, rate: float | None, eta: float | None, note: str = ""
+) -> str:
     """`fedmho epoch 3/10 (0.8/s, about 9 s left): loss 0.2345`."""
     text = f"{task} {done}/{total}"
     if done >= total:
@@ -85,8 +86,12 @@ class LineReporter:
     """Plain progress lines on a stream: at most one per `every` seconds (whatever the task),
     plus the last step of every task, so a log is neither silent nor flooded."""
 
-    def __init__(self, stream: TextIO | None = None, every: float = 5.0,
-                 clock: Callable[[], float] = time.monotonic):  # fmt: skip
+    def __init__(
+        self,
+        stream: TextIO | None = None,
+        every: float = 5.0,
+        clock: Callable[[], float] = time.monotonic,
+    ):
         self.stream = stream
         self.every = every
         self.clock = _Clock(clock)

@@ -51,8 +51,10 @@ def main() -> None:
     except (OSError, ValueError) as exc:
         sys.exit(f"error: cannot read {args.window} as numbers: {exc}")
     if window.shape != (length, channels):
-        sys.exit(f"error: the model wants {length} rows of {channels} columns, "
-                 f"{args.window} has shape {window.shape}")  # fmt: skip
+        sys.exit(
+            f"error: the model wants {length} rows of {channels} columns, "
+            f"{args.window} has shape {window.shape}"
+        )
     logits = session.run(None, {session.get_inputs()[0].name: scale(window)})[0][0]
     p = np.exp(logits - logits.max())
     p /= p.sum()

@@ -62,8 +62,9 @@ def without_weights(model: onnx.ModelProto, *, keep_shapes: bool) -> onnx.ModelP
                 graph.initializer.append(t)
             else:
                 graph.initializer.add(name=t.name, data_type=t.data_type, dims=t.dims)
-    light = onnx.ModelProto(ir_version=model.ir_version, producer_name=model.producer_name,
-                            graph=graph)  # fmt: skip
+    light = onnx.ModelProto(
+        ir_version=model.ir_version, producer_name=model.producer_name, graph=graph
+    )
     light.opset_import.extend(model.opset_import)
     light.functions.extend(model.functions)
     light.metadata_props.extend(model.metadata_props)

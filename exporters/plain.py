@@ -32,8 +32,15 @@ from onnx import helper, numpy_helper, shape_inference
 from .errors import ExportError
 from .graph import SMALL_TENSOR, without_weights
 
-_CONSTANT_ATTRS = ("value", "value_float", "value_floats", "value_int", "value_ints",
-                   "value_string", "value_strings")  # fmt: skip
+_CONSTANT_ATTRS = (
+    "value",
+    "value_float",
+    "value_floats",
+    "value_int",
+    "value_ints",
+    "value_string",
+    "value_strings",
+)
 # Ops evaluated even when their result is only known with a fixed shape; never ops with weights.
 _NOT_FOLDED = {"Conv", "ConvTranspose", "Gemm", "MatMul", "QLinearConv", "QLinearMatMul"}
 
@@ -158,8 +165,9 @@ def _fold(model: onnx.ModelProto, weights: set[str]) -> int:
     while True:
         known = {t.name: t for t in graph.initializer}
         # The weights are never inputs of a folded node, however small: they keep their names.
-        small = {n for n, t in known.items()
-                 if math.prod(t.dims) <= SMALL_TENSOR and n not in weights}  # fmt: skip
+        small = {
+            n for n, t in known.items() if math.prod(t.dims) <= SMALL_TENSOR and n not in weights
+        }
         shapes = _static_shapes(model)
         changed = False
         keep = []
@@ -200,14 +208,16 @@ def _evaluate(node, known, small, shapes, opset, evaluator) -> list[np.ndarray] 
         return None
     feeds = {i: numpy_helper.to_array(known[i]) for i in inputs}
     single = helper.make_graph(
-        [node], "fold",
+        [node],
+        "fold",
         [helper.make_tensor_value_info(i, known[i].data_type, list(known[i].dims)) for i in inputs],
         [helper.make_empty_tensor_value_info(o) for o in node.output if o],
-    )  # fmt: skip
+    )
     probe = helper.make_model(
-        single, opset_imports=[helper.make_opsetid(d, v) for d, v in opset.items()],
+        single,
+        opset_imports=[helper.make_opsetid(d, v) for d, v in opset.items()],
         ir_version=10,
-    )  # fmt: skip
+    )
     try:
         results = evaluator(probe).run(None, feeds)
     except Exception:  # an op the reference evaluator lacks: leave it to the runtime

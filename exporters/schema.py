@@ -192,10 +192,13 @@ def _check_prototypes(meta: dict[str, Any], missing, wrong, problems, num_classe
             classes_valid = True
     if not missing("counts"):
         counts = meta["counts"]
-        if not (isinstance(counts, list)
-                and all(_is_int(c) and 1 <= c <= MAX_SAMPLES for c in counts)):  # fmt: skip
-            wrong("counts", f"a list of ints from 1 to {MAX_SAMPLES:,} (samples behind each "
-                  "class mean)")  # fmt: skip
+        if not (
+            isinstance(counts, list) and all(_is_int(c) and 1 <= c <= MAX_SAMPLES for c in counts)
+        ):
+            wrong(
+                "counts",
+                f"a list of ints from 1 to {MAX_SAMPLES:,} (samples behind each class mean)",
+            )
         elif classes_valid and len(counts) != len(meta["classes"]):
             problems.append(
                 f"'counts' has {len(counts)} entries but 'classes' has {len(meta['classes'])}"

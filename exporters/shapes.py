@@ -60,9 +60,11 @@ def _pin_values(light: onnx.ModelProto, inferred: onnx.ModelProto) -> int:
     g = inferred.graph
     dims = {v.name: _dims(v) for v in (*g.input, *g.value_info, *g.output)}
     constant = {t.name for t in light.graph.initializer}
-    values = {t.name: numpy_helper.to_array(t) for t in light.graph.initializer
-              if t.data_type in _DTYPES and math.prod(t.dims) <= MAX_VALUE
-              and _has_data(t)}  # fmt: skip
+    values = {
+        t.name: numpy_helper.to_array(t)
+        for t in light.graph.initializer
+        if t.data_type in _DTYPES and math.prod(t.dims) <= MAX_VALUE and _has_data(t)
+    }
     pinned = 0
     for node in light.graph.node:
         for i, name in enumerate(node.input):
@@ -121,8 +123,14 @@ def _evaluate(node: onnx.NodeProto, values: dict, dims: dict) -> np.ndarray | No
         else:
             rule = _RULES.get(op)
             got = rule(node, [values.get(i) if i else None for i in ins]) if rule else None
-    except (ValueError, IndexError, TypeError, OverflowError, ArithmeticError,
-            np.exceptions.AxisError):  # fmt: skip
+    except (
+        ValueError,
+        IndexError,
+        TypeError,
+        OverflowError,
+        ArithmeticError,
+        np.exceptions.AxisError,
+    ):
         return None  # not evaluable: its size stays unknown, and is refused as such
     return got if got is not None and _bounded(got) else None
 
@@ -139,8 +147,12 @@ def _constant(node: onnx.NodeProto) -> np.ndarray | None:
     t = _attr(node, "value", None)
     if isinstance(t, onnx.TensorProto):
         return numpy_helper.to_array(t) if math.prod(t.dims) <= MAX_VALUE else None
-    for name, dtype in (("value_ints", np.int64), ("value_floats", np.float32),
-                        ("value_int", np.int64), ("value_float", np.float32)):  # fmt: skip
+    for name, dtype in (
+        ("value_ints", np.int64),
+        ("value_floats", np.float32),
+        ("value_int", np.int64),
+        ("value_float", np.float32),
+    ):
         v = _attr(node, name, None)
         if v is not None:
             return np.array(v, dtype=dtype)
@@ -183,8 +195,9 @@ def _unsqueeze(node, args):
 def _concat(node, args):
     if not _known(args, len(args)):
         return None
-    return np.concatenate([a.reshape(-1) if a.ndim == 0 else a for a in args],
-                          axis=_attr(node, "axis", 0))  # fmt: skip
+    return np.concatenate(
+        [a.reshape(-1) if a.ndim == 0 else a for a in args], axis=_attr(node, "axis", 0)
+    )
 
 
 def _gather(node, args):
@@ -303,8 +316,9 @@ _RULES = {
 def _reshaped(data: list[int], target: list[int], allowzero: int) -> list[int] | None:
     """Reshape's output dims (ONNX semantics: 0 copies the input's dim unless allowzero, one
     -1 takes what is left), or None when the target is not a valid one for this input."""
-    out = [data[i] if s == 0 and not allowzero and i < len(data) else s
-           for i, s in enumerate(target)]  # fmt: skip
+    out = [
+        data[i] if s == 0 and not allowzero and i < len(data) else s for i, s in enumerate(target)
+    ]
     if any(s < -1 for s in out) or out.count(-1) > 1:
         return None
     total, rest = math.prod(data), math.prod(s for s in out if s != -1)

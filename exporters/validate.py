@@ -440,8 +440,11 @@ def _list_uploads(root: Path, recursive: bool, result: IngestResult) -> list[str
                 if recursive and depth < MAX_DEPTH:
                     walk(Path(entry.path), name + "/", depth + 1)
                 else:
-                    why = (f"folders deeper than {MAX_DEPTH} levels are not read" if recursive
-                           else "subfolders are not read")  # fmt: skip
+                    why = (
+                        f"folders deeper than {MAX_DEPTH} levels are not read"
+                        if recursive
+                        else "subfolders are not read"
+                    )
                     result.folders.append((name + "/", _count_onnx(Path(entry.path)), why))
                 continue
             if entry.is_symlink():

@@ -34,8 +34,14 @@ _cache: dict[str, Path] = {}
 
 
 def _job(out: Path, index: int, **kw) -> ClientJob:
-    base = dict(dataset=DATASET, out_dir=str(out), partition=PARTITION, num_clients=NUM_CLIENTS,
-                client_index=index, batch_size=64)  # fmt: skip
+    base = dict(
+        dataset=DATASET,
+        out_dir=str(out),
+        partition=PARTITION,
+        num_clients=NUM_CLIENTS,
+        client_index=index,
+        batch_size=64,
+    )
     return ClientJob(**(base | kw))
 
 

@@ -27,7 +27,12 @@ def test_attack_kinds_parse_and_go_to_the_first_clients_they_apply_to():
             parse_attacks(bad)
     roles = ["classifier", "classifier", "generator", "generator", "classifier"]
     assert assign({"noise": 1, "flip": 2, "scale": 1}, roles) == [
-        "flip", "flip", "noise", None, "scale"]  # fmt: skip
+        "flip",
+        "flip",
+        "noise",
+        None,
+        "scale",
+    ]
     with pytest.raises(ConfigError, match="needs 3 clients"):
         assign({"invert": 3}, ["classifier", "classifier", "generator"])
     # A kind that fits both roles can be aimed at one.
@@ -47,8 +52,17 @@ def test_label_attacks_move_labels_as_named():
 
 
 def _job(tmp_path, **kw) -> ClientJob:
-    base = ClientJob(profile="smartphone", dataset="digits", out_dir=str(tmp_path), num_clients=4,
-                     partition="iid", model="cnn", epochs=30, optimizer="adam", force=True)  # fmt: skip
+    base = ClientJob(
+        profile="smartphone",
+        dataset="digits",
+        out_dir=str(tmp_path),
+        num_clients=4,
+        partition="iid",
+        model="cnn",
+        epochs=30,
+        optimizer="adam",
+        force=True,
+    )
     return replace(base, **kw)
 
 
@@ -85,18 +99,48 @@ def test_attacked_uploads_are_valid_and_poisoned_as_named(tmp_path):
 
 def test_the_run_names_its_attackers_and_the_screen_leaves_them_out(cli, tmp_path):
     out = tmp_path / "sim"
-    args = ["simulate", "--dataset", "digits", "--clients", "9", "--mix",
-            "smartphone:6,wristband:3", "--partition", "iid", "--classifier-epochs", "30",
-            "--classifier-optimizer", "adam", "--generator-epochs", "30",
-            "--generator-optimizer", "adam", "--methods", "ensemble,fedmho", "--fuse-opt",
-            "fedmho:epochs=1", "--fuse-opt", "fedmho:synthetic=300", "--fuse-opt",
-            "all:robust=screen", "--out", str(out), "--json", "--quiet"]  # fmt: skip
+    args = [
+        "simulate",
+        "--dataset",
+        "digits",
+        "--clients",
+        "9",
+        "--mix",
+        "smartphone:6,wristband:3",
+        "--partition",
+        "iid",
+        "--classifier-epochs",
+        "30",
+        "--classifier-optimizer",
+        "adam",
+        "--generator-epochs",
+        "30",
+        "--generator-optimizer",
+        "adam",
+        "--methods",
+        "ensemble,fedmho",
+        "--fuse-opt",
+        "fedmho:epochs=1",
+        "--fuse-opt",
+        "fedmho:synthetic=300",
+        "--fuse-opt",
+        "all:robust=screen",
+        "--out",
+        str(out),
+        "--json",
+        "--quiet",
+    ]
     r = cli(*args, "--attack", "random:1,invert:1,flip:1,scale:1,noise:1")
     assert r.exit_code == 0, r.output
     report = json.loads(r.stdout)
     attack = {c["client_id"]: c["attack"] for c in report["clients"]}
-    named = {"client-000": "random", "client-001": "invert", "client-002": "flip",
-             "client-003": "scale", "client-006": "noise"}  # fmt: skip
+    named = {
+        "client-000": "random",
+        "client-001": "invert",
+        "client-002": "flip",
+        "client-003": "scale",
+        "client-006": "noise",
+    }
     assert attack == named | {f"client-{i:03d}": None for i in (4, 5, 7, 8)}
     assert json.loads((out / "attackers.json").read_text()) == named
     real = {c["client_id"]: c.get("upload_val_accuracy") for c in report["clients"]}
@@ -123,8 +167,16 @@ def test_the_run_names_its_attackers_and_the_screen_leaves_them_out(cli, tmp_pat
         assert any(n.startswith("client-003: logits divided by") for n in notes)
         assert not any(n.startswith(("client-000", "client-004", "client-005")) for n in notes)
     # The same uploads without the screen: everyone is used.
-    r = cli("server", "fuse", str(out / "uploads"), "--method", "ensemble", "--out",
-            str(tmp_path / "plain.onnx"), "--json")  # fmt: skip
+    r = cli(
+        "server",
+        "fuse",
+        str(out / "uploads"),
+        "--method",
+        "ensemble",
+        "--out",
+        str(tmp_path / "plain.onnx"),
+        "--json",
+    )
     assert r.exit_code == 0, r.output
     plain = json.loads(r.stdout)
     assert plain["screened"] == [] and plain["robust_notes"] == [] and len(plain["used"]) == 6
@@ -133,16 +185,34 @@ def test_the_run_names_its_attackers_and_the_screen_leaves_them_out(cli, tmp_pat
     only.mkdir()
     for i in range(6):
         shutil.copyfile(out / "uploads" / f"client-{i:03d}.onnx", only / f"client-{i:03d}.onnx")
-    r = cli("server", "fuse", str(only), "--method", "feddf", "--robust", "screen", "--epochs",
-            "1", "--public", "digits:public", "--public-size", "300", "--out",
-            str(tmp_path / "df.onnx"), "--json")  # fmt: skip
+    r = cli(
+        "server",
+        "fuse",
+        str(only),
+        "--method",
+        "feddf",
+        "--robust",
+        "screen",
+        "--epochs",
+        "1",
+        "--public",
+        "digits:public",
+        "--public-size",
+        "300",
+        "--out",
+        str(tmp_path / "df.onnx"),
+        "--json",
+    )
     assert r.exit_code == 0, r.output
     rep = json.loads(r.stdout)
     assert {s["client_id"] for s in rep["screened"]} == {"client-000"}
-    assert {n.split(":")[0] for n in rep["robust_notes"]} == {"client-001", "client-002",
-                                                                "client-003"}  # fmt: skip
+    assert {n.split(":")[0] for n in rep["robust_notes"]} == {
+        "client-001",
+        "client-002",
+        "client-003",
+    }
     # A rerun in the same folder must ask for the same attackers (uploads carry no mark).
-    r = cli(*args, "--attack", "invert:2")  # fmt: skip
+    r = cli(*args, "--attack", "invert:2")
     assert r.exit_code == 2 and "other attackers" in r.output
 
 

@@ -27,8 +27,18 @@ def test_models_json(cli):
     r = cli("models", "--dataset", "mnist", "--profile", "wristband", "--json")
     assert r.exit_code == 0
     rows = {row["name"]: row for row in json.loads(r.output)}
-    for key in ("name", "role", "params", "macs", "flops", "weight_bytes", "infer_peak_bytes",
-                "train_bytes", "fits", "reasons"):  # fmt: skip
+    for key in (
+        "name",
+        "role",
+        "params",
+        "macs",
+        "flops",
+        "weight_bytes",
+        "infer_peak_bytes",
+        "train_bytes",
+        "fits",
+        "reasons",
+    ):
         assert key in rows["cnn"]
     assert rows["vgg9"]["macs"] == 126_467_584 and rows["vgg9"]["fits"] is False
     assert any("training memory" in reason for reason in rows["cvae-small"]["reasons"])

@@ -27,16 +27,21 @@ EXPORT_MODELS = [e.name for e in ZOO if e.name != "vgg9"]
 
 
 def _job(tmp_path, **kw) -> ClientJob:
-    base = dict(profile="wristband", dataset="digits", out_dir=str(tmp_path), num_clients=4,
-                epochs=2)  # fmt: skip
+    base = dict(
+        profile="wristband", dataset="digits", out_dir=str(tmp_path), num_clients=4, epochs=2
+    )
     return ClientJob(**(base | kw))
 
 
 def _meta(spec: ModelSpec) -> dict:
     """The keys run_client stamps, with placeholder values."""
-    return model_metadata(spec, class_names=[str(i) for i in range(spec.num_classes)],
-                          label_counts=[1] * spec.num_classes, client_id="test",
-                          profile="wristband")  # fmt: skip
+    return model_metadata(
+        spec,
+        class_names=[str(i) for i in range(spec.num_classes)],
+        label_counts=[1] * spec.num_classes,
+        client_id="test",
+        profile="wristband",
+    )
 
 
 def _weights(path) -> dict[str, np.ndarray]:
@@ -78,8 +83,11 @@ def test_export_round_trip(name, tmp_path):
     assert np.abs(got - want.numpy()).max() <= 1e-4
     # Load-by-name on the server needs the torch names and values, untouched by the exporter.
     theirs = art.state_dict()
-    ours = {k: v.numpy() for k, v in module.state_dict().items()
-            if not k.endswith("num_batches_tracked")}  # fmt: skip
+    ours = {
+        k: v.numpy()
+        for k, v in module.state_dict().items()
+        if not k.endswith("num_batches_tracked")
+    }
     assert _same(theirs, ours)
 
 
@@ -142,8 +150,13 @@ def _capture_train(monkeypatch) -> list:
     seen = []
 
     def fake_train(model, role, x, y, num_classes, cfg, **kw):
-        seen.append({"cfg": cfg, "samples": len(x),
-                     "weights": {k: v.clone() for k, v in model.state_dict().items()}})  # fmt: skip
+        seen.append(
+            {
+                "cfg": cfg,
+                "samples": len(x),
+                "weights": {k: v.clone() for k, v in model.state_dict().items()},
+            }
+        )
         raise _Stop
 
     monkeypatch.setattr(client_run, "train", fake_train)
@@ -158,8 +171,9 @@ def test_same_architecture_starts_identical(monkeypatch, tmp_path):
 
     calls = []
     real = client_run.init_model
-    monkeypatch.setattr(client_run, "init_model",
-                        lambda s, seed: calls.append((s, seed)) or real(s, seed))  # fmt: skip
+    monkeypatch.setattr(
+        client_run, "init_model", lambda s, seed: calls.append((s, seed)) or real(s, seed)
+    )
     seen = _capture_train(monkeypatch)
     for index in (0, 1):  # two clients, different shards and local seeds, one federation seed
         with pytest.raises(_Stop):
@@ -179,8 +193,10 @@ def test_train_config_comes_from_profile(profile, monkeypatch, tmp_path):
     epochs = prof.local_epochs(seen[0]["samples"])
     assert epochs >= prof.epochs
     assert (cfg.optimizer, cfg.batch_size, cfg.epochs) == (
-        prof.optimizer, prof.batch_size, epochs,
-    )  # fmt: skip
+        prof.optimizer,
+        prof.batch_size,
+        epochs,
+    )
 
 
 def test_model_over_budget_refused_unless_forced(monkeypatch, tmp_path):

@@ -14,16 +14,25 @@ from edgefl.client.run import ClientJob, run_client
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "on_device_infer.py"
-TRAIN = ("client", "train", "--profile", "wristband", "--dataset", "digits", "--num-clients", "4",
-         "--epochs", "2")  # fmt: skip
+TRAIN = (
+    "client",
+    "train",
+    "--profile",
+    "wristband",
+    "--dataset",
+    "digits",
+    "--num-clients",
+    "4",
+    "--epochs",
+    "2",
+)
 
 
 @pytest.fixture(scope="module")
 def artifacts(tmp_path_factory):
     """A small classifier and a small decoder artifact, trained on digits through the library."""
     out = tmp_path_factory.mktemp("uploads")
-    common = dict(profile="wristband", dataset="digits", out_dir=str(out), num_clients=4,
-                  epochs=1)  # fmt: skip
+    common = dict(profile="wristband", dataset="digits", out_dir=str(out), num_clients=4, epochs=1)
     clf = run_client(ClientJob(**common, model="scnn:width=8", client_id="clf"))
     dec = run_client(ClientJob(**common, model="cvae-mlp:hidden=16", client_id="dec"))
     return clf.path, dec.path
@@ -38,8 +47,12 @@ def test_train_end_to_end_with_clean_output(tmp_path):
     # A subprocess, not CliRunner: torch's exporter logs through handlers bound to the real
     # stderr, which only a separate process shows faithfully (and only on its first export).
     code = "import sys; from edgefl.cli import main; main(sys.argv[1:])"
-    proc = subprocess.run([sys.executable, "-c", code, *TRAIN, "--out", str(tmp_path)],
-                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-c", code, *TRAIN, "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     output = proc.stdout + proc.stderr
     assert proc.returncode == 0, output
     assert (tmp_path / "client-000.onnx").is_file()
@@ -148,8 +161,12 @@ def test_on_device_script_needs_only_onnxruntime(artifacts):
     assert "import torch" not in source and "import edgefl" not in source
     assert "from edgefl" not in source and "from torch" not in source
     for path in artifacts:
-        proc = subprocess.run([sys.executable, str(EXAMPLE), str(path), "--batch", "4", "--runs", "5"],
-                              capture_output=True, text=True, timeout=120)  # fmt: skip
+        proc = subprocess.run(
+            [sys.executable, str(EXAMPLE), str(path), "--batch", "4", "--runs", "5"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert proc.returncode == 0, proc.stderr
         assert "latency: median" in proc.stdout and "peak RSS:" in proc.stdout
     assert "output: float32 [4, 1, 8, 8]" in proc.stdout  # the decoder's images
@@ -166,21 +183,44 @@ def test_on_device_script_classifies_real_digits_from_npy_and_png(artifacts, tmp
     x = np.asarray(test.x[:6], dtype=np.float32)  # (6, 1, 8, 8) in [0, 1]
     np.save(tmp_path / "six.npy", x)
     want = ort.InferenceSession(str(clf)).run(None, {"input": x})[0].argmax(1)
-    proc = subprocess.run([sys.executable, str(EXAMPLE), str(clf), str(tmp_path / "six.npy"),
-                           "--runs", "2"], capture_output=True, text=True, timeout=120)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, str(EXAMPLE), str(clf), str(tmp_path / "six.npy"), "--runs", "2"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
-    got = [int(line.split("class ")[1].split()[0]) for line in proc.stdout.splitlines()
-           if line.startswith("sample ")]  # fmt: skip
+    got = [
+        int(line.split("class ")[1].split()[0])
+        for line in proc.stdout.splitlines()
+        if line.startswith("sample ")
+    ]
     assert got == want.tolist()
     # The same first digit as a picture, 4x larger, dark on white: resized and --invert-ed back.
     big = (255 * (1 - x[0, 0])).astype(np.uint8).repeat(4, 0).repeat(4, 1)
     Image.fromarray(big).save(tmp_path / "digit.png")
-    proc = subprocess.run([sys.executable, str(EXAMPLE), str(clf), str(tmp_path / "digit.png"),
-                           "--invert", "--runs", "2"], capture_output=True, text=True, timeout=120)  # fmt: skip
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(EXAMPLE),
+            str(clf),
+            str(tmp_path / "digit.png"),
+            "--invert",
+            "--runs",
+            "2",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     assert f"sample 0: class {want[0]} (" in proc.stdout
     np.save(tmp_path / "bad.npy", np.zeros((3, 5, 5), np.float32))
-    proc = subprocess.run([sys.executable, str(EXAMPLE), str(clf), str(tmp_path / "bad.npy")],
-                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, str(EXAMPLE), str(clf), str(tmp_path / "bad.npy")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode != 0 and "this model takes N x 1 x 8 x 8" in proc.stderr
     assert "Traceback" not in proc.stderr

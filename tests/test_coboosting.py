@@ -120,9 +120,16 @@ def test_reaches_its_teachers_ensemble_on_a_tiny_federation(federation, tmp_path
     it fell to 46%."""
     acc = {}
     for method, opts in (("ensemble", {}), ("coboosting", {"kd_steps": 0})):
-        rep = run_fuse(FuseJob(uploads=str(federation), method=method, options=opts,
-                               out=str(tmp_path / f"{method}.onnx"), device="cpu",
-                               eval="digits"))  # fmt: skip
+        rep = run_fuse(
+            FuseJob(
+                uploads=str(federation),
+                method=method,
+                options=opts,
+                out=str(tmp_path / f"{method}.onnx"),
+                device="cpu",
+                eval="digits",
+            )
+        )
         acc[method] = rep["accuracy"]
     assert acc["ensemble"] > 0.7
     assert acc["coboosting"] >= acc["ensemble"] - 0.15, acc

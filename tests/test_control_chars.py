@@ -104,10 +104,13 @@ def test_messages_of_ingest_and_select(tmp_path, federation):
 
 
 def _fuse(up: Path, out: Path, *extra: str) -> subprocess.CompletedProcess:
-    return subprocess.run([EDGEFL, "server", "fuse", str(up), "--out", str(out), *extra],
-                          capture_output=True, text=True, timeout=300,
-                          env={"COLUMNS": "200", "PATH": "/usr/bin:/bin",
-                               "OMP_NUM_THREADS": "1"})  # fmt: skip
+    return subprocess.run(
+        [EDGEFL, "server", "fuse", str(up), "--out", str(out), *extra],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={"COLUMNS": "200", "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"},
+    )
 
 
 @pytest.fixture(scope="module")

@@ -42,9 +42,18 @@ def federation(tmp_path_factory):
     scnn with BatchNorm."""
     out = tmp_path_factory.mktemp("datafree") / "uploads"
     for i, model in enumerate(("cnn", "scnn:width=4,bn=true")):
-        run_client(ClientJob(profile="smartphone", dataset="digits", num_clients=4,
-                             client_index=i, model=model, epochs=3, lr=0.05,
-                             out_dir=str(out)))  # fmt: skip
+        run_client(
+            ClientJob(
+                profile="smartphone",
+                dataset="digits",
+                num_clients=4,
+                client_index=i,
+                model=model,
+                epochs=3,
+                lr=0.05,
+                out_dir=str(out),
+            )
+        )
     return out
 
 
@@ -57,8 +66,14 @@ def test_fuses_heterogeneous_federation_deterministically(federation, tmp_path, 
     reports, weights = [], []
     for run in ("a", "b"):
         out = tmp_path / run / "g.onnx"
-        job = FuseJob(uploads=str(federation), method=method, out=str(out),
-                      options=TINY_OPTS[method], device="cpu", eval="digits")  # fmt: skip
+        job = FuseJob(
+            uploads=str(federation),
+            method=method,
+            out=str(out),
+            options=TINY_OPTS[method],
+            device="cpu",
+            eval="digits",
+        )
         reports.append(run_fuse(job))
         weights.append(_initializers(out))
     a, b = weights
@@ -96,9 +111,15 @@ def test_reaches_its_teachers_ensemble_on_a_tiny_federation(two_cnns, tmp_path, 
     classifiers it distils (tests/fed_fixtures.py), not merely a number."""
     acc = {}
     for name in ("ensemble", method):
-        rep = run_fuse(FuseJob(uploads=str(two_cnns), method=name,
-                               out=str(tmp_path / f"{name}.onnx"), device="cpu",
-                               eval="digits"))  # fmt: skip
+        rep = run_fuse(
+            FuseJob(
+                uploads=str(two_cnns),
+                method=name,
+                out=str(tmp_path / f"{name}.onnx"),
+                device="cpu",
+                eval="digits",
+            )
+        )
         acc[name] = rep["accuracy"]
     assert acc["ensemble"] > 0.7
     assert acc[method] >= acc["ensemble"] - MARGIN[method], acc
@@ -108,8 +129,15 @@ def test_bn_loss_inactive_without_batchnorm_teachers(federation, tmp_path):
     only_cnn = tmp_path / "cnn"
     only_cnn.mkdir()
     (only_cnn / "client-000.onnx").write_bytes((federation / "client-000.onnx").read_bytes())
-    rep = run_fuse(FuseJob(uploads=str(only_cnn), method="dense", out=str(tmp_path / "g.onnx"),
-                           options=TINY_OPTS["dense"], device="cpu"))  # fmt: skip
+    rep = run_fuse(
+        FuseJob(
+            uploads=str(only_cnn),
+            method="dense",
+            out=str(tmp_path / "g.onnx"),
+            options=TINY_OPTS["dense"],
+            device="cpu",
+        )
+    )
     assert rep["bn_teachers"] == []
     assert rep["loss_history"]["bn"] == [0.0, 0.0]
 
@@ -117,8 +145,15 @@ def test_bn_loss_inactive_without_batchnorm_teachers(federation, tmp_path):
 def test_heatmap_option_writes_png(federation, tmp_path):
     png = tmp_path / "sub" / "strat.png"
     opts = TINY_OPTS["fedhydra"] | {"epochs": 1, "heatmap": str(png)}
-    rep = run_fuse(FuseJob(uploads=str(federation), method="fedhydra",
-                           out=str(tmp_path / "g.onnx"), options=opts, device="cpu"))  # fmt: skip
+    rep = run_fuse(
+        FuseJob(
+            uploads=str(federation),
+            method="fedhydra",
+            out=str(tmp_path / "g.onnx"),
+            options=opts,
+            device="cpu",
+        )
+    )
     assert rep["stratification_heatmap"] == str(png)
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert [p.name for p in png.parent.iterdir()] == ["strat.png"]  # no temporary file left
@@ -126,8 +161,10 @@ def test_heatmap_option_writes_png(federation, tmp_path):
     beside = tmp_path / "g.stratification.png"
     assert rep["stratification_png"] == str(beside) and beside.read_bytes()[:4] == b"\x89PNG"
     # Every file written is named in one place, which the CLI prints.
-    assert rep["extra_outputs"] == {"stratification_png": str(beside),
-                                    "stratification_heatmap": str(png)}  # fmt: skip
+    assert rep["extra_outputs"] == {
+        "stratification_png": str(beside),
+        "stratification_heatmap": str(png),
+    }
 
 
 def _two_class_teachers() -> list[torch.nn.Module]:
@@ -156,8 +193,19 @@ def two_class_teachers():
 
 @pytest.mark.parametrize("scale,holder_weight", [("log", 0.5), ("ratio", 0.7)])
 def test_stratification_recovers_known_strengths(two_class_teachers, scale, holder_weight):
-    u, losses = stratify(two_class_teachers, 10, image_shape=(1, 8, 8), steps=20, batch_size=16,
-                         lr=1e-3, nz=32, ngf=8, seed=0, device="cpu", scale=scale)  # fmt: skip
+    u, losses = stratify(
+        two_class_teachers,
+        10,
+        image_shape=(1, 8, 8),
+        steps=20,
+        batch_size=16,
+        lr=1e-3,
+        nz=32,
+        ngf=8,
+        seed=0,
+        device="cpu",
+        scale=scale,
+    )
     assert u.shape == (10, 5) and losses.shape == (5, 10, 20)
     u_r, u_c = stratification_weights(u)
     # Each class trusts the one teacher that saw it (the paper's Fig. 5b: ~0.96 on MNIST 2c/c,
@@ -177,8 +225,19 @@ def test_stratified_labels_follow_the_class_holders(two_class_teachers):
     with torch.no_grad():
         logits = torch.stack([t(x) for t in two_class_teachers])
     for scale in ("log", "ratio"):
-        u, _ = stratify(two_class_teachers, 10, image_shape=(1, 8, 8), steps=20, batch_size=16,
-                        lr=1e-3, nz=32, ngf=8, seed=0, device="cpu", scale=scale)  # fmt: skip
+        u, _ = stratify(
+            two_class_teachers,
+            10,
+            image_shape=(1, 8, 8),
+            steps=20,
+            batch_size=16,
+            lr=1e-3,
+            nz=32,
+            ngf=8,
+            seed=0,
+            device="cpu",
+            scale=scale,
+        )
         u_r, u_c = (torch.tensor(w, dtype=torch.float32) for w in stratification_weights(u))
         p = stratified_aggregate(logits, y, u_r, u_c)
         assert (p.argmax(1) == y).float().mean() > 0.9, scale
@@ -203,14 +262,19 @@ def test_stratified_aggregation_by_hand():
     # 2 clients, 3 classes; rows of U_r / U_c are classes, columns clients.
     u_r = torch.tensor([[0.9, 0.1], [0.5, 0.5], [0.2, 0.8]])
     u_c = torch.tensor([[0.6, 0.1], [0.3, 0.2], [0.1, 0.7]])
-    probs = torch.tensor([[[0.5, 0.3, 0.2], [0.1, 0.1, 0.8]],  # client 0, samples 0 and 1
-                          [[0.2, 0.2, 0.6], [1 / 3, 1 / 3, 1 / 3]]])  # client 1  # fmt: skip
+    probs = torch.tensor(
+        [
+            [[0.5, 0.3, 0.2], [0.1, 0.1, 0.8]],  # client 0, samples 0 and 1
+            [[0.2, 0.2, 0.6], [1 / 3, 1 / 3, 1 / 3]],
+        ]
+    )  # client 1
     y = torch.tensor([0, 2])
     # Sample 0 (target 0): 0.9 * [.5*.6, .3*.3, .2*.1] + 0.1 * [.2*.1, .2*.2, .6*.7]
     m0 = torch.tensor([0.9 * 0.30 + 0.1 * 0.02, 0.9 * 0.09 + 0.1 * 0.04, 0.9 * 0.02 + 0.1 * 0.42])
     # Sample 1 (target 2): 0.2 * [.1*.6, .1*.3, .8*.1] + 0.8 * [.1, .2, .7] / 3
-    m1 = torch.tensor([0.2 * 0.06 + 0.8 * 0.1 / 3, 0.2 * 0.03 + 0.8 * 0.2 / 3,
-                       0.2 * 0.08 + 0.8 * 0.7 / 3])  # fmt: skip
+    m1 = torch.tensor(
+        [0.2 * 0.06 + 0.8 * 0.1 / 3, 0.2 * 0.03 + 0.8 * 0.2 / 3, 0.2 * 0.08 + 0.8 * 0.7 / 3]
+    )
     p = stratified_aggregate(probs.log(), y, u_r, u_c)
     torch.testing.assert_close(p.exp(), torch.stack([m0 / m0.sum(), m1 / m1.sum()]))
 
@@ -291,8 +355,9 @@ def test_bn_stat_loss_is_zero_at_matching_statistics():
 
 
 @pytest.mark.parametrize("method", ["dense", "fedhydra"])
-@pytest.mark.parametrize("bad", [{"ngf": 0}, {"gen_lr": 0.0}, {"temperature": -1.0},
-                                 {"momentum": 1.0}, {"epochs": 0}])  # fmt: skip
+@pytest.mark.parametrize(
+    "bad", [{"ngf": 0}, {"gen_lr": 0.0}, {"temperature": -1.0}, {"momentum": 1.0}, {"epochs": 0}]
+)
 def test_config_validation(method, bad):
     with pytest.raises(ConfigError):
         METHODS.get(method).make_config(bad)
@@ -343,9 +408,16 @@ def test_fedhydra_rehearses_earlier_batches(federation, tmp_path):
     reps = {}
     for replay in (0, 20_000):
         out = tmp_path / f"r{replay}.onnx"
-        reps[replay] = run_fuse(FuseJob(uploads=str(federation), method="fedhydra", out=str(out),
-                                        options=TINY_OPTS["fedhydra"] | {"replay": replay},
-                                        device="cpu", eval="digits"))  # fmt: skip
+        reps[replay] = run_fuse(
+            FuseJob(
+                uploads=str(federation),
+                method="fedhydra",
+                out=str(out),
+                options=TINY_OPTS["fedhydra"] | {"replay": replay},
+                device="cpu",
+                eval="digits",
+            )
+        )
         assert reps[replay]["config"]["replay"] == replay
     hist = [reps[r]["loss_history"]["global"] for r in (0, 20_000)]
     assert hist[0][0] == pytest.approx(hist[1][0])  # epoch 1: nothing to rehearse yet
@@ -353,10 +425,20 @@ def test_fedhydra_rehearses_earlier_batches(federation, tmp_path):
 
 
 def test_the_cli_names_every_file_a_method_writes(federation, tmp_path, cli):
-    opts = [x for k, v in (TINY_OPTS["fedhydra"] | {"epochs": 1}).items()
-            for x in ("--opt", f"{k}={v}")]  # fmt: skip
-    r = cli("server", "fuse", str(federation), "--method", "fedhydra", "--out",
-            str(tmp_path / "g.onnx"), "--quiet", *opts)  # fmt: skip
+    opts = [
+        x for k, v in (TINY_OPTS["fedhydra"] | {"epochs": 1}).items() for x in ("--opt", f"{k}={v}")
+    ]
+    r = cli(
+        "server",
+        "fuse",
+        str(federation),
+        "--method",
+        "fedhydra",
+        "--out",
+        str(tmp_path / "g.onnx"),
+        "--quiet",
+        *opts,
+    )
     assert r.exit_code == 0, r.output
     text = " ".join(r.output.split())
     assert f"also wrote stratification_png: {tmp_path / 'g.stratification.png'}" in text, text

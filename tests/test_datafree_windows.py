@@ -39,9 +39,19 @@ def phones(tmp_path_factory):
     """Two HAPT users' phones (a small cnn1d each, a few epochs on a subset: ~2 s)."""
     out = tmp_path_factory.mktemp("windows") / "uploads"
     for i in (0, 1):
-        run_client(ClientJob(profile="smartphone", dataset="hapt", partition="user",
-                             num_clients=21, client_index=i, model="cnn1d:width=4", epochs=3,
-                             subset=2000, out_dir=str(out)))  # fmt: skip
+        run_client(
+            ClientJob(
+                profile="smartphone",
+                dataset="hapt",
+                partition="user",
+                num_clients=21,
+                client_index=i,
+                model="cnn1d:width=4",
+                epochs=3,
+                subset=2000,
+                out_dir=str(out),
+            )
+        )
     return out
 
 
@@ -57,8 +67,9 @@ def test_fuses_a_window_federation_deterministically(phones, tmp_path, method):
     runs = []
     for run in ("a", "b"):
         out = tmp_path / run / "g.onnx"
-        job = FuseJob(uploads=str(phones), method=method, out=str(out), options=OPTS[method],
-                      device="cpu")  # fmt: skip
+        job = FuseJob(
+            uploads=str(phones), method=method, out=str(out), options=OPTS[method], device="cpu"
+        )
         run_fuse(job)
         runs.append(_weights(out))
     assert runs[0] and all(np.array_equal(a, b) for a, b in zip(*runs, strict=True))
@@ -93,8 +104,17 @@ def test_inverted_windows_keep_only_the_variation_the_teacher_asks_for(phones):
     gen = torch.Generator().manual_seed(0)
 
     def steps(init_std, lr):
-        x = invert(teacher, targets, SHAPE, steps=30, lr=lr, tau=4.0, gen=gen,
-                   device=torch.device("cpu"), init_std=init_std)  # fmt: skip
+        x = invert(
+            teacher,
+            targets,
+            SHAPE,
+            steps=30,
+            lr=lr,
+            tau=4.0,
+            gen=gen,
+            device=torch.device("cpu"),
+            init_std=init_std,
+        )
         return float(x.diff(dim=-1).abs().mean())
 
     assert inversion_defaults((1, 28, 28)) == (1.0, 0.1)
@@ -128,8 +148,18 @@ def test_the_smoothness_prior_leaves_windows_as_smooth_as_real_ones(phones):
 
     def invert_with(smooth, steps=100):
         gen = torch.Generator().manual_seed(0)
-        return invert(teacher, targets, SHAPE, steps=steps, lr=lr, tau=4.0, gen=gen,
-                      device=torch.device("cpu"), init_std=init_std, smooth=smooth)  # fmt: skip
+        return invert(
+            teacher,
+            targets,
+            SHAPE,
+            steps=steps,
+            lr=lr,
+            tau=4.0,
+            gen=gen,
+            device=torch.device("cpu"),
+            init_std=init_std,
+            smooth=smooth,
+        )
 
     def ce(x):
         with torch.no_grad():

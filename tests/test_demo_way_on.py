@@ -15,9 +15,17 @@ from edgefl.simulate.run import SimJob, simulate
 
 
 def tiny(out: Path) -> SimJob:
-    return SimJob(dataset="digits", clients=4, mix="smartphone:2,wristband:2",
-                  partition="dirichlet:1.0", out=str(out), paper_models=True,
-                  classifier_epochs=2, generator_epochs=2, methods=("fedavg",))  # fmt: skip
+    return SimJob(
+        dataset="digits",
+        clients=4,
+        mix="smartphone:2,wristband:2",
+        partition="dirichlet:1.0",
+        out=str(out),
+        paper_models=True,
+        classifier_epochs=2,
+        generator_epochs=2,
+        methods=("fedavg",),
+    )
 
 
 @pytest.fixture(scope="module")

@@ -45,9 +45,14 @@ def _zoo_classifiers() -> list[str]:
 
 def _export(spec, path: Path) -> Path:
     torch.manual_seed(0)
-    meta = model_metadata(spec, class_names=[str(i) for i in range(10)],
-                          label_counts=[3] * 10, client_id="test", profile="smartphone",
-                          dataset="digits")  # fmt: skip
+    meta = model_metadata(
+        spec,
+        class_names=[str(i) for i in range(10)],
+        label_counts=[3] * 10,
+        client_id="test",
+        profile="smartphone",
+        dataset="digits",
+    )
     export_model(build_model(spec), spec, meta, path)
     return path
 
@@ -57,10 +62,12 @@ def files(tmp_path_factory):
     """A trained phone cnn (1 epoch), a wristband decoder, and every zoo classifier untrained."""
     root = tmp_path_factory.mktemp("deploy-src")
     job = dict(dataset="digits", out_dir=str(root), num_clients=2, epochs=1, batch_size=64)
-    cnn = run_client(ClientJob(profile="smartphone", model="cnn", client_index=0,
-                               client_id="phone", **job)).path  # fmt: skip
-    dec = run_client(ClientJob(profile="wristband", role="generator", client_index=1,
-                               client_id="band", **job)).path  # fmt: skip
+    cnn = run_client(
+        ClientJob(profile="smartphone", model="cnn", client_index=0, client_id="phone", **job)
+    ).path
+    dec = run_client(
+        ClientJob(profile="wristband", role="generator", client_index=1, client_id="band", **job)
+    ).path
     zoo = {n: _export(make_spec(n, DIGITS, 10), root / f"zoo-{n}.onnx") for n in _zoo_classifiers()}
     return {"cnn": cnn, "decoder": dec, "zoo": zoo, "root": root}
 
@@ -93,8 +100,10 @@ def test_plain_graph_keeps_weights_and_outputs(files):
         np.testing.assert_allclose(s1.run(None, feed)[0], s0.run(None, feed)[0], atol=1e-6)
 
 
-@pytest.mark.skipif(importlib.util.find_spec("onnxsim") is None, reason="onnxsim not installed "
-                    '(pip install "edgefl[deploy]")')  # fmt: skip
+@pytest.mark.skipif(
+    importlib.util.find_spec("onnxsim") is None,
+    reason='onnxsim not installed (pip install "edgefl[deploy]")',
+)
 def test_onnxsim_accepts_every_plain_graph(files):
     """A second consumer besides onnxruntime (onnxsim 0.4 failed on the raw exports)."""
     import onnxsim
@@ -115,8 +124,16 @@ def test_every_phone_classifier_deploys(files, tmp_path, target):
         if target == "onnx" and name == "vgg9":
             continue  # its 264 MiB plain graph is the one ort-mobile converts: checked there
         out = tmp_path / name
-        rep = deploy(DeployRequest(model=str(path), profile="smartphone", target=target,
-                                   out=str(out), eval="digits:test", eval_samples=64))  # fmt: skip
+        rep = deploy(
+            DeployRequest(
+                model=str(path),
+                profile="smartphone",
+                target=target,
+                out=str(out),
+                eval="digits:test",
+                eval_samples=64,
+            )
+        )
         (deployed,) = [Path(f["path"]) for f in rep.files]
         assert deployed.parent == out and deployed.stat().st_size == rep.files[0]["bytes"]
         assert deployed.suffix == (".onnx" if target == "onnx" else ".ort")
@@ -147,8 +164,14 @@ def test_batchnorm_folds_into_its_conv_with_the_same_outputs(tmp_path):
         bn.running_var.uniform_(0.5, 2)
         bn.weight.data.uniform_(0.5, 1.5)
         bn.bias.data.uniform_(-0.5, 0.5)
-    meta = model_metadata(spec, class_names=[str(i) for i in range(10)], label_counts=[3] * 10,
-                          client_id="t", profile="smartphone", dataset="mnist")  # fmt: skip
+    meta = model_metadata(
+        spec,
+        class_names=[str(i) for i in range(10)],
+        label_counts=[3] * 10,
+        client_id="t",
+        profile="smartphone",
+        dataset="mnist",
+    )
     export_model(model, spec, meta, tmp_path / "m.onnx")
     plain, _ = plain_graph(onnx.load(tmp_path / "m.onnx"), batch=1)
     folded = onnx.ModelProto()
@@ -170,8 +193,9 @@ def test_a_file_made_for_the_profile_keeps_its_name(files, tmp_path):
     src.write_bytes(files["cnn"].read_bytes())
     for model, want in ((src, "fedmho.smartphone.onnx"), (files["cnn"], "phone.smartphone.onnx")):
         out = tmp_path / f"out-{model.stem}"
-        rep = deploy(DeployRequest(model=str(model), profile="smartphone", target="onnx",
-                                   out=str(out)))  # fmt: skip
+        rep = deploy(
+            DeployRequest(model=str(model), profile="smartphone", target="onnx", out=str(out))
+        )
         assert [Path(f["path"]).name for f in rep.files] == [want]
         assert sorted(os.listdir(out)) == [want]
 
@@ -179,9 +203,18 @@ def test_a_file_made_for_the_profile_keeps_its_name(files, tmp_path):
 def test_deployed_file_describes_itself(files, tmp_path):
     """Metadata: preprocessing, outputs, shipped costs (int8 as int8), profile; doc_string and
     model_version set; never the client's label_counts."""
-    rep = deploy(DeployRequest(model=str(files["cnn"]), profile="smartphone", target="onnx",
-                               out=str(tmp_path), quantize="int8", calibrate="digits:train",
-                               eval="digits:test", eval_samples=200))  # fmt: skip
+    rep = deploy(
+        DeployRequest(
+            model=str(files["cnn"]),
+            profile="smartphone",
+            target="onnx",
+            out=str(tmp_path),
+            quantize="int8",
+            calibrate="digits:train",
+            eval="digits:test",
+            eval_samples=200,
+        )
+    )
     model = onnx.load(rep.files[0]["path"])
     meta = exporters.get_metadata(model)
     assert "label_counts" not in json.dumps(meta)
@@ -201,13 +234,31 @@ def test_deployed_file_describes_itself(files, tmp_path):
 # ---- tflite-micro ----------------------------------------------------------------------------
 
 
-@pytest.mark.skipif(bool(TFLITE_MISSING), reason=f"tflite-micro target needs {TFLITE_MISSING} "
-                    '(pip install "edgefl[deploy]"; `make test` installs it)')  # fmt: skip
+@pytest.mark.skipif(
+    bool(TFLITE_MISSING),
+    reason=f"tflite-micro target needs {TFLITE_MISSING} "
+    '(pip install "edgefl[deploy]"; `make test` installs it)',
+)
 def test_tflite_micro_on_the_wristband(files, cli, tmp_path):
     out = tmp_path / "band"
-    r = cli("deploy", str(files["cnn"]), "--profile", "wristband", "--target", "tflite-micro",
-            "--out", str(out), "--calibrate", "digits:train", "--eval", "digits:test",
-            "--eval-samples", "100", "--json", "-q")  # fmt: skip
+    r = cli(
+        "deploy",
+        str(files["cnn"]),
+        "--profile",
+        "wristband",
+        "--target",
+        "tflite-micro",
+        "--out",
+        str(out),
+        "--calibrate",
+        "digits:train",
+        "--eval",
+        "digits:test",
+        "--eval-samples",
+        "100",
+        "--json",
+        "-q",
+    )
     assert r.exit_code == 0, r.output
     rep = json.loads(r.stdout)
     names = sorted(Path(f["path"]).name for f in rep["files"])
@@ -245,11 +296,26 @@ def test_tflite_micro_on_the_wristband(files, cli, tmp_path):
 
 
 def _header(path: Path) -> Path:
-    meta = {"kind": "global", "spec": None, "input_shape": [16], "num_classes": 10,
-            "class_names": [str(i) for i in range(10)], "client_id": "server", "method": "fedgh",
-            "config": {}, "client_ids": [], "edgefl_version": "0"}  # fmt: skip
-    exporters.export_onnx(torch.nn.Linear(16, 10), (torch.zeros(2, 16),), path,
-                          input_names=["representation"], output_names=["logits"], metadata=meta)  # fmt: skip
+    meta = {
+        "kind": "global",
+        "spec": None,
+        "input_shape": [16],
+        "num_classes": 10,
+        "class_names": [str(i) for i in range(10)],
+        "client_id": "server",
+        "method": "fedgh",
+        "config": {},
+        "client_ids": [],
+        "edgefl_version": "0",
+    }
+    exporters.export_onnx(
+        torch.nn.Linear(16, 10),
+        (torch.zeros(2, 16),),
+        path,
+        input_names=["representation"],
+        output_names=["logits"],
+        metadata=meta,
+    )
     return path
 
 
@@ -267,16 +333,20 @@ def test_bad_inputs_exit_2_with_nothing_written(files, cli, tmp_path):
     vgg = str(files["zoo"]["vgg9"])
     cases = {
         "decoder": ([str(files["decoder"]), "--target", "onnx"], "decoder"),
-        "predictions": ([str(_predictions(files["cnn"], tmp_path / "p.onnx")), "--target", "onnx"],
-                        "predictions"),
+        "predictions": (
+            [str(_predictions(files["cnn"], tmp_path / "p.onnx")), "--target", "onnx"],
+            "predictions",
+        ),
         "header": ([str(_header(tmp_path / "h.onnx")), "--target", "onnx"], "header"),
         "target": ([cnn, "--target", "tflite"], "unknown target"),
-        "calibration": ([cnn, "--target", "onnx", "--quantize", "int8", "--calibrate",
-                         str(wrong)], "classes"),
+        "calibration": (
+            [cnn, "--target", "onnx", "--quantize", "int8", "--calibrate", str(wrong)],
+            "classes",
+        ),
         "no calibration": ([cnn, "--target", "onnx", "--quantize", "int8"], "calibration"),
         "fit": ([vgg, "--target", "onnx", "--profile", "wristband"], "wristband"),
         "ort on a band": ([cnn, "--target", "ort-mobile", "--profile", "wristband"], "MiB"),
-    }  # fmt: skip
+    }
     for case, (args, said) in cases.items():
         out = tmp_path / f"out-{case.replace(' ', '-')}"
         if "--profile" not in args:

@@ -57,8 +57,11 @@ def _folder(tmp_path, federation, *extra):
 def test_an_int8_upload_with_a_malformed_spec_is_refused_at_ingest(
     tmp_path, federation, int8, quantized
 ):
-    up = _folder(tmp_path / "up", federation,
-                 (int8, "bad.onnx", {"spec_input_shape": [1, 28], "quantized": quantized}))  # fmt: skip
+    up = _folder(
+        tmp_path / "up",
+        federation,
+        (int8, "bad.onnx", {"spec_input_shape": [1, 28], "quantized": quantized}),
+    )
     found = ingest(up, max_upload_bytes=MAX, jobs=1)
     assert [u.name for u in found.uploads] == ["client-000.onnx"]
     [(name, reason)] = found.rejected
@@ -72,8 +75,22 @@ def test_ensemble_sets_an_int8_upload_aside_by_name(tmp_path, federation, int8):
     copy_uploads(federation, up, ["client-000.onnx"])
     (up / "client-001.onnx").write_bytes(int8.read_bytes())
     out = tmp_path / "g.onnx"
-    r = CliRunner().invoke(app, ["server", "fuse", str(up), "--method", "ensemble", "--out",
-                                 str(out), "--device", "cpu", "--json", "--quiet"])  # fmt: skip
+    r = CliRunner().invoke(
+        app,
+        [
+            "server",
+            "fuse",
+            str(up),
+            "--method",
+            "ensemble",
+            "--out",
+            str(out),
+            "--device",
+            "cpu",
+            "--json",
+            "--quiet",
+        ],
+    )
     assert r.exit_code == 0, r.output
     report = json.loads(r.stdout)
     assert report["used"] == ["client-000"]
@@ -91,8 +108,9 @@ def test_a_run_with_nothing_usable_names_every_upload_and_why(tmp_path, int8):
         run_fuse(FuseJob(str(up), "ensemble", out=str(tmp_path / "g.onnx"), device="cpu"))
     lines = err.value.message.splitlines()
     assert any(ln.startswith("  rejected junk.onnx: not a valid ONNX file") for ln in lines)
-    assert any(ln.startswith("  not used client-001.onnx: ") and "onnxruntime only" in ln
-               for ln in lines), lines  # fmt: skip
+    assert any(
+        ln.startswith("  not used client-001.onnx: ") and "onnxruntime only" in ln for ln in lines
+    ), lines
 
 
 def _reshaped_decoder(src, dest) -> None:

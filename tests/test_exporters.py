@@ -240,10 +240,15 @@ def test_export_keeps_stdout_and_stderr_clean(cnn, tmp_path, capfd):
     assert cnn.training is False  # mode restored to what it was
 
 
-@pytest.mark.parametrize(("key", "value"), [
-    ("input_shape", [1, 65536, 65536]), ("num_classes", 10**9), ("latent_dim", 10**8),
-    ("label_counts", [10**13] + [1] * 9),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("input_shape", [1, 65536, 65536]),
+        ("num_classes", 10**9),
+        ("latent_dim", 10**8),
+        ("label_counts", [10**13] + [1] * 9),
+    ],
+)
 def test_every_count_and_dimension_in_metadata_is_bounded(key, value):
     # The server sizes memory and work by these numbers before it runs anything: a client's word
     # for them is capped (issue 18: "every number in metadata is bounded before use").

@@ -62,25 +62,38 @@ def _certs(d: Path) -> None:
     now = datetime.datetime.now(datetime.timezone.utc)
     ca_key, key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
     ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "edgefl test CA")])
-    ca = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name)
-          .public_key(ca_key.public_key()).serial_number(x509.random_serial_number())
-          .not_valid_before(now).not_valid_after(now + datetime.timedelta(days=1))
-          .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-          .sign(ca_key, hashes.SHA256()))  # fmt: skip
-    san = x509.SubjectAlternativeName([x509.DNSName("localhost"),
-                                       x509.IPAddress(ipaddress.ip_address("127.0.0.1"))])  # fmt: skip
-    cert = (x509.CertificateBuilder()
-            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")]))
-            .issuer_name(ca_name).public_key(key.public_key())
-            .serial_number(x509.random_serial_number()).not_valid_before(now)
-            .not_valid_after(now + datetime.timedelta(days=1)).add_extension(san, critical=False)
-            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-            .sign(ca_key, hashes.SHA256()))  # fmt: skip
+    ca = (
+        x509.CertificateBuilder()
+        .subject_name(ca_name)
+        .issuer_name(ca_name)
+        .public_key(ca_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now)
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(ca_key, hashes.SHA256())
+    )
+    san = x509.SubjectAlternativeName(
+        [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
+    )
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")]))
+        .issuer_name(ca_name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now)
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(san, critical=False)
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
     pem = serialization.Encoding.PEM
     (d / "ca.crt").write_bytes(ca.public_bytes(pem))
     (d / "server.pem").write_bytes(cert.public_bytes(pem))
-    (d / "server.key").write_bytes(key.private_bytes(
-        pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))  # fmt: skip
+    (d / "server.key").write_bytes(
+        key.private_bytes(pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
 
 
 def _node_key(path: Path) -> None:
@@ -89,12 +102,19 @@ def _node_key(path: Path) -> None:
     from cryptography.hazmat.primitives.asymmetric import ec
 
     key = ec.generate_private_key(ec.SECP384R1())
-    path.write_bytes(key.private_bytes(serialization.Encoding.PEM,
-                                       serialization.PrivateFormat.OpenSSH,
-                                       serialization.NoEncryption()))  # fmt: skip
+    path.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.OpenSSH,
+            serialization.NoEncryption(),
+        )
+    )
     path.chmod(0o600)
-    Path(f"{path}.pub").write_bytes(key.public_key().public_bytes(
-        serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH))  # fmt: skip
+    Path(f"{path}.pub").write_bytes(
+        key.public_key().public_bytes(
+            serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH
+        )
+    )
 
 
 class Procs:
@@ -104,11 +124,24 @@ class Procs:
     def start(self, name: str, argv: list[str], **env) -> subprocess.Popen:
         home = self.d / "homes" / name
         home.mkdir(parents=True, exist_ok=True)
-        full = os.environ | {"FLWR_HOME": str(home), "PATH": f"{BIN}:{os.environ['PATH']}",
-                             "OMP_NUM_THREADS": "1"} | env  # fmt: skip
+        full = (
+            os.environ
+            | {
+                "FLWR_HOME": str(home),
+                "PATH": f"{BIN}:{os.environ['PATH']}",
+                "OMP_NUM_THREADS": "1",
+            }
+            | env
+        )
         log = open(self.d / f"{name}.log", "wb")  # noqa: SIM115 (closed with the process)
-        p = subprocess.Popen([str(BIN / argv[0]), *argv[1:]], stdout=log, stderr=subprocess.STDOUT,
-                             env=full, cwd=self.d, start_new_session=True)  # fmt: skip
+        p = subprocess.Popen(
+            [str(BIN / argv[0]), *argv[1:]],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=full,
+            cwd=self.d,
+            start_new_session=True,
+        )
         self.running[name] = p
         return p
 
@@ -147,11 +180,24 @@ def start_superlink(procs: Procs, d: Path) -> tuple[int, dict]:
     loopback port, and the operator's `flwr` connection "tls" to it -> (port, flwr's env)."""
     _certs(d)
     port = _port()
-    procs.start("link", [
-        "flower-superlink", "--ssl-ca-certfile", "ca.crt", "--ssl-certfile", "server.pem",
-        "--ssl-keyfile", "server.key", "--enable-supernode-auth",
-        "--disable-runtime-dependency-installation", "--host", "127.0.0.1", "--port", str(port),
-    ])  # fmt: skip
+    procs.start(
+        "link",
+        [
+            "flower-superlink",
+            "--ssl-ca-certfile",
+            "ca.crt",
+            "--ssl-certfile",
+            "server.pem",
+            "--ssl-keyfile",
+            "server.key",
+            "--enable-supernode-auth",
+            "--disable-runtime-dependency-installation",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+        ],
+    )
     _wait(lambda: _listening(port), 60, "the SuperLink", procs, "link")
     cli_home = d / "homes" / "cli"
     cli_home.mkdir(parents=True)
@@ -168,41 +214,98 @@ def test_one_shot_federation_over_superlink_and_supernodes(deployment, tmp_path)
     port, cli_env = start_superlink(deployment, d)
     (d / "site").mkdir()
     (d / "site" / "sitecustomize.py").write_text(SITECUSTOMIZE)
-    nodes = {"honest-0": ("wristband", None), "honest-1": ("smartphone", None),
-             "honest-2": ("smartphone", None), "hostile": ("smartphone", "hostile"),
-             "stuck": ("smartphone", "stuck"), "labeller": ("smartphone", None),
-             "prototyper": ("smartphone", None)}  # fmt: skip
+    nodes = {
+        "honest-0": ("wristband", None),
+        "honest-1": ("smartphone", None),
+        "honest-2": ("smartphone", None),
+        "hostile": ("smartphone", "hostile"),
+        "stuck": ("smartphone", "stuck"),
+        "labeller": ("smartphone", None),
+        "prototyper": ("smartphone", None),
+    }
     for name in [*nodes, "stranger"]:
         _node_key(d / f"{name}.key")
         if name == "stranger":
             continue  # never registered
-        r = subprocess.run([str(BIN / "flwr"), "supernode", "register", f"{d / name}.key.pub",
-                            "tls"], env=cli_env, capture_output=True, text=True, timeout=120)  # fmt: skip
+        r = subprocess.run(
+            [str(BIN / "flwr"), "supernode", "register", f"{d / name}.key.pub", "tls"],
+            env=cli_env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert r.returncode == 0, r.stdout + r.stderr
     for i, (name, (profile, role)) in enumerate(nodes.items()):
         env = {"PYTHONPATH": str(d / "site"), "EDGEFL_TEST_NODE": role} if role else {}
-        deployment.start(name, [
-            "flower-supernode", "--superlink", f"127.0.0.1:{port}", "--root-certificates",
-            "ca.crt", "--auth-supernode-private-key", f"{name}.key", "--port", str(_port()),
-            "--node-config", f'profile="{profile}" partition-id={i} num-partitions={len(nodes)} '
-            f'client-id="client-{i:03d}"' + _role(name, profile, d),
-        ], **env)  # fmt: skip
-    stranger = deployment.start("stranger", [
-        "flower-supernode", "--superlink", f"127.0.0.1:{port}", "--root-certificates", "ca.crt",
-        "--auth-supernode-private-key", "stranger.key", "--port", str(_port()), "--max-retries",
-        "2", "--node-config", 'profile="smartphone" partition-id=0 num-partitions=1',
-    ])  # fmt: skip
+        deployment.start(
+            name,
+            [
+                "flower-supernode",
+                "--superlink",
+                f"127.0.0.1:{port}",
+                "--root-certificates",
+                "ca.crt",
+                "--auth-supernode-private-key",
+                f"{name}.key",
+                "--port",
+                str(_port()),
+                "--node-config",
+                f'profile="{profile}" partition-id={i} num-partitions={len(nodes)} '
+                f'client-id="client-{i:03d}"' + _role(name, profile, d),
+            ],
+            **env,
+        )
+    stranger = deployment.start(
+        "stranger",
+        [
+            "flower-supernode",
+            "--superlink",
+            f"127.0.0.1:{port}",
+            "--root-certificates",
+            "ca.crt",
+            "--auth-supernode-private-key",
+            "stranger.key",
+            "--port",
+            str(_port()),
+            "--max-retries",
+            "2",
+            "--node-config",
+            'profile="smartphone" partition-id=0 num-partitions=1',
+        ],
+    )
     out = d / "global"
     # The labeller labels the public set the server sends (FedOL); every client holds it out.
-    config = (f'methods="fedavg,ensemble,fedol,fedgh" out-dir="{out}" dataset="digits" epochs=2 '
-              f'min-nodes={len(nodes)} wait-nodes-s=120.0 deadline-s=60.0 eval="digits:test" '
-              'public="digits:public" public-size=200')  # fmt: skip
-    run = subprocess.Popen([str(BIN / "flwr"), "run", str(ROOT / "flower_app"), "tls", "--stream",
-                            "--run-config", config], env=cli_env, stdout=subprocess.PIPE,
-                           stderr=subprocess.STDOUT, text=True)  # fmt: skip
+    config = (
+        f'methods="fedavg,ensemble,fedol,fedgh" out-dir="{out}" dataset="digits" epochs=2 '
+        f'min-nodes={len(nodes)} wait-nodes-s=120.0 deadline-s=60.0 eval="digits:test" '
+        'public="digits:public" public-size=200'
+    )
+    run = subprocess.Popen(
+        [
+            str(BIN / "flwr"),
+            "run",
+            str(ROOT / "flower_app"),
+            "tls",
+            "--stream",
+            "--run-config",
+            config,
+        ],
+        env=cli_env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     # Kill the stuck node once the round has reached it (its ClientApp process is up).
-    _wait(lambda: "flwr-clientapp" in _children(deployment.running["stuck"].pid) or
-          (out / "federation.json").exists(), 180, "the stuck node's ClientApp", deployment, "stuck")  # fmt: skip
+    _wait(
+        lambda: (
+            "flwr-clientapp" in _children(deployment.running["stuck"].pid)
+            or (out / "federation.json").exists()
+        ),
+        180,
+        "the stuck node's ClientApp",
+        deployment,
+        "stuck",
+    )
     deployment.kill("stuck")
     try:
         text, _ = run.communicate(timeout=400)

@@ -24,10 +24,20 @@ FAST = {"fedmho-sd": {"epochs": 2, "synthetic": 300}, "fedol": {"epochs": 1, "ro
 
 def job(out) -> SimJob:
     # Classifiers, a CVAE and a predictions client (FedOL: predictions sent, model kept).
-    return SimJob(dataset="digits", clients=3, mix="smartphone:2,wristband:1",
-                  partition="dirichlet:1.0", out=str(out), paper_models=True,
-                  classifier_epochs=2, generator_epochs=2, jobs=2, public_size=300,
-                  methods=("fedavg", "fedmho-sd", "fedol"), fuse_options=FAST)  # fmt: skip
+    return SimJob(
+        dataset="digits",
+        clients=3,
+        mix="smartphone:2,wristband:1",
+        partition="dirichlet:1.0",
+        out=str(out),
+        paper_models=True,
+        classifier_epochs=2,
+        generator_epochs=2,
+        jobs=2,
+        public_size=300,
+        methods=("fedavg", "fedmho-sd", "fedol"),
+        fuse_options=FAST,
+    )
 
 
 def weights(path) -> dict[str, np.ndarray]:
@@ -68,12 +78,42 @@ def test_flower_engine_gives_the_local_engines_uploads_and_accuracies(tmp_path, 
 
     # Resumed through the CLI: every upload is reused, no client is trained again.
     before = {p: p.stat().st_mtime_ns for p in (tmp_path / "flower").rglob("client-*.onnx")}
-    r = cli("simulate", "--engine", "flower", "--dataset", "digits", "--clients", "3", "--mix",
-            "smartphone:2,wristband:1", "--partition", "dirichlet:1.0", "--paper-models",
-            "--classifier-epochs", "2", "--generator-epochs", "2", "--jobs", "2", "--methods",
-            "fedavg,fedmho-sd,fedol", "--fuse-opt", "fedmho-sd:epochs=2", "--fuse-opt",
-            "fedmho-sd:synthetic=300", "--fuse-opt", "fedol:epochs=1", "--fuse-opt",
-            "fedol:rounds=2", "--public-size", "300", "--out", str(tmp_path / "flower"), "--json", "--quiet")  # fmt: skip
+    r = cli(
+        "simulate",
+        "--engine",
+        "flower",
+        "--dataset",
+        "digits",
+        "--clients",
+        "3",
+        "--mix",
+        "smartphone:2,wristband:1",
+        "--partition",
+        "dirichlet:1.0",
+        "--paper-models",
+        "--classifier-epochs",
+        "2",
+        "--generator-epochs",
+        "2",
+        "--jobs",
+        "2",
+        "--methods",
+        "fedavg,fedmho-sd,fedol",
+        "--fuse-opt",
+        "fedmho-sd:epochs=2",
+        "--fuse-opt",
+        "fedmho-sd:synthetic=300",
+        "--fuse-opt",
+        "fedol:epochs=1",
+        "--fuse-opt",
+        "fedol:rounds=2",
+        "--public-size",
+        "300",
+        "--out",
+        str(tmp_path / "flower"),
+        "--json",
+        "--quiet",
+    )
     assert r.exit_code == 0, r.output
     assert all(c["reused"] for c in json.loads(r.stdout)["clients"])
     assert {p: p.stat().st_mtime_ns for p in before} == before

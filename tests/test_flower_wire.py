@@ -44,24 +44,37 @@ def _forged(files: dict, sha: dict | str, summary="{}") -> RecordDict:
         k: Array(dtype="uint8", shape=(len(v),), stype="raw", data=v) for k, v in files.items()
     }
     sha = sha if isinstance(sha, str) else json.dumps(sha)
-    return RecordDict({wire.FILES: ArrayRecord(arrays),
-                       wire.META: ConfigRecord({"sha256": sha, "summary": summary})})  # fmt: skip
+    return RecordDict(
+        {
+            wire.FILES: ArrayRecord(arrays),
+            wire.META: ConfigRecord({"sha256": sha, "summary": summary}),
+        }
+    )
 
 
 def _sha(b: bytes) -> str:
     return hashlib.sha256(b).hexdigest()
 
 
-@pytest.mark.parametrize(("content", "why"), [
-    (RecordDict({}), "not an edgefl upload"),
-    (_forged({"upload": b"abc"}, {"upload": _sha(b"abd")}), "does not match its declared SHA-256"),
-    (_forged({"upload": b"abc"}, {}), "each with a declared sha256"),
-    (_forged({"../../etc/passwd": b"abc"}, {"../../etc/passwd": _sha(b"abc")}), "must be upload"),
-    (_forged({"upload": b"x" * (MB + 1)}, {"upload": _sha(b"x" * (MB + 1))}), "over the limit"),
-    (_forged({"upload": b"abc"}, "not json"), "sha256 is not JSON"),
-    (_forged({"upload": b"abc"}, {"upload": _sha(b"abc")}, "[1, 2]"), "must be JSON objects"),
-    (_forged({"upload": b"abc"}, {"upload": _sha(b"abc")}, "x" * (2 * MB)), "over 1,048,576"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("content", "why"),
+    [
+        (RecordDict({}), "not an edgefl upload"),
+        (
+            _forged({"upload": b"abc"}, {"upload": _sha(b"abd")}),
+            "does not match its declared SHA-256",
+        ),
+        (_forged({"upload": b"abc"}, {}), "each with a declared sha256"),
+        (
+            _forged({"../../etc/passwd": b"abc"}, {"../../etc/passwd": _sha(b"abc")}),
+            "must be upload",
+        ),
+        (_forged({"upload": b"x" * (MB + 1)}, {"upload": _sha(b"x" * (MB + 1))}), "over the limit"),
+        (_forged({"upload": b"abc"}, "not json"), "sha256 is not JSON"),
+        (_forged({"upload": b"abc"}, {"upload": _sha(b"abc")}, "[1, 2]"), "must be JSON objects"),
+        (_forged({"upload": b"abc"}, {"upload": _sha(b"abc")}, "x" * (2 * MB)), "over 1,048,576"),
+    ],
+)
 def test_a_reply_is_refused_with_its_reason(content, why):
     with pytest.raises(wire.Refused, match=why.replace("(", r"\(")):
         wire.read_reply(content, MB)
@@ -69,28 +82,44 @@ def test_a_reply_is_refused_with_its_reason(content, why):
 
 def test_a_file_that_is_not_a_byte_vector_is_refused():
     arr = Array(dtype="float32", shape=(1,), stype="raw", data=b"\0\0\0\0")
-    content = RecordDict({wire.FILES: ArrayRecord({"upload": arr}),
-                          wire.META: ConfigRecord({"sha256": json.dumps({"upload": _sha(b"\0" * 4)}),
-                                                   "summary": "{}"})})  # fmt: skip
+    content = RecordDict(
+        {
+            wire.FILES: ArrayRecord({"upload": arr}),
+            wire.META: ConfigRecord(
+                {"sha256": json.dumps({"upload": _sha(b"\0" * 4)}), "summary": "{}"}
+            ),
+        }
+    )
     with pytest.raises(wire.Refused, match="1-D uint8"):
         wire.read_reply(content, MB)
 
 
-@pytest.mark.parametrize(("text", "safe"), [
-    ("client-007", "client-007"), ("../x", "node-5"), ("a/b", "node-5"), ("", "node-5"),
-    ("\x1b[31mred", "node-5"), ("x" * 65, "node-5"), (3, "node-5"), (".hidden", "node-5"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("text", "safe"),
+    [
+        ("client-007", "client-007"),
+        ("../x", "node-5"),
+        ("a/b", "node-5"),
+        ("", "node-5"),
+        ("\x1b[31mred", "node-5"),
+        ("x" * 65, "node-5"),
+        (3, "node-5"),
+        (".hidden", "node-5"),
+    ],
+)
 def test_a_node_never_chooses_the_path_its_upload_lands_on(text, safe):
     assert wire.safe_client_id(text, "node-5") == safe
 
 
 def test_uploads_land_privately_under_safe_unique_names(tmp_path):
-    got = Collected(replies={
-        1: wire.Reply({"upload": b"a"}, {"client_id": "client-000"}),
-        2: wire.Reply({"upload": b"b"}, {"client_id": "client-000"}),  # a clash
-        3: wire.Reply({"upload": b"c"}, {"client_id": "../../evil"}),
-        4: wire.Reply({}, {}, skipped=True),
-    })  # fmt: skip
+    got = Collected(
+        replies={
+            1: wire.Reply({"upload": b"a"}, {"client_id": "client-000"}),
+            2: wire.Reply({"upload": b"b"}, {"client_id": "client-000"}),  # a clash
+            3: wire.Reply({"upload": b"c"}, {"client_id": "../../evil"}),
+            4: wire.Reply({}, {}, skipped=True),
+        }
+    )
     names = land(got, tmp_path)
     assert names == {1: "client-000.onnx", 2: "node-2.onnx", 3: "node-3.onnx"}
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(names.values())
@@ -99,8 +128,10 @@ def test_uploads_land_privately_under_safe_unique_names(tmp_path):
 
 
 def test_a_node_finds_its_job_in_the_table_or_builds_it_from_its_config():
-    table = {"jobs": [{"profile": "wristband", "client_index": i, "num_clients": 3}
-                      for i in range(3)], "done": [1]}  # fmt: skip
+    table = {
+        "jobs": [{"profile": "wristband", "client_index": i, "num_clients": 3} for i in range(3)],
+        "done": [1],
+    }
     assert node_job(table, {"partition-id": 2}).client_index == 2
     assert node_job(table, {"partition-id": 1}) is None  # resumed: already uploaded
     with pytest.raises(ConfigError, match="outside the run"):
@@ -108,7 +139,11 @@ def test_a_node_finds_its_job_in_the_table_or_builds_it_from_its_config():
     shared = {"client": {"dataset": "digits", "num_clients": 4, "seed": 1}}
     job = node_job(shared, {"profile": "smartphone", "partition-id": 2, "data-dir": "/d"})
     assert (job.profile, job.client_index, job.num_clients, job.data_dir) == (
-        "smartphone", 2, 4, "/d")  # fmt: skip
+        "smartphone",
+        2,
+        4,
+        "/d",
+    )
     with pytest.raises(ConfigError, match="no device profile"):
         node_job(shared, {"partition-id": 0})
     with pytest.raises(ConfigError, match="unknown client settings: evil"):
@@ -118,14 +153,24 @@ def test_a_node_finds_its_job_in_the_table_or_builds_it_from_its_config():
 def test_the_server_carves_the_public_set_its_clients_hold_out():
     # The clients partition --subset samples after holding the public set out of them; the
     # server must send (and FedDF distil on) that same set, not one carved from all of train.
-    config = DEFAULTS | {"dataset": "digits", "public": "digits:public", "public-size": 100,
-                         "subset": 800, "partition": "iid", "seed": 3}  # fmt: skip
+    config = DEFAULTS | {
+        "dataset": "digits",
+        "public": "digits:public",
+        "public-size": 100,
+        "subset": 800,
+        "partition": "iid",
+        "seed": 3,
+    }
     want = load_public("digits:public", public_size=100, seed=3, subset=800, partition="iid")
     assert np.array_equal(_public(config), want)
     assert not np.array_equal(want, load_public("digits:public", public_size=100, seed=3))
-    assert _options("feddf", config) == {"public": "digits:public", "public_size": 100,
-                                         "public_seed": 3, "public_subset": 800,
-                                         "public_partition": "iid"}  # fmt: skip
+    assert _options("feddf", config) == {
+        "public": "digits:public",
+        "public_size": 100,
+        "public_seed": 3,
+        "public_subset": 800,
+        "public_partition": "iid",
+    }
     assert _options("fedavg", config) == {}
 
 
@@ -134,8 +179,16 @@ def test_a_devices_kept_model_never_travels(tmp_path):
     # predictions on the server's public set; the weights stay in its own folder.
     public = load_public("digits:public", public_size=100, seed=0)
     shared = {"client": {"dataset": "digits", "num_clients": 4, "public_size": 100, "epochs": 1}}
-    job = node_job(shared, {"profile": "smartphone", "partition-id": 1, "model": "cnn",
-                            "kind": "predictions", "keep-model": str(tmp_path / "mine")})  # fmt: skip
+    job = node_job(
+        shared,
+        {
+            "profile": "smartphone",
+            "partition-id": 1,
+            "model": "cnn",
+            "kind": "predictions",
+            "keep-model": str(tmp_path / "mine"),
+        },
+    )
     files, summary = answer(job, public, simulated=False)
     assert set(files) == {"upload"}
     assert (tmp_path / "mine" / "client-001.onnx").exists()
@@ -151,9 +204,11 @@ class NoNodes:
 
 @pytest.mark.parametrize(
     ("config", "says"),
-    [({"methods": "fedavg,fedmhoo"}, "fedmhoo"),
-     ({"methods": "fedavg", "wait-nodes-s": 0.0}, "no SuperNode connected")],
-)  # fmt: skip
+    [
+        ({"methods": "fedavg,fedmhoo"}, "fedmhoo"),
+        ({"methods": "fedavg", "wait-nodes-s": 0.0}, "no SuperNode connected"),
+    ],
+)
 def test_a_failed_round_says_why_in_the_out_dir_too(tmp_path, config, says):
     lines = []
     with pytest.raises(EdgeflError):

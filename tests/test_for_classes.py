@@ -66,8 +66,18 @@ def _check_class_file(entry: dict, profile) -> None:
 def test_one_model_per_class(federation, tmp_path):
     tiny = _profile(tmp_path, "tiny", 20_000)  # budget 12 KB: scnn (11.7 KB) at most
     out = tmp_path / "g" / "global.onnx"
-    res = _fuse([str(federation), "--method", "fedcvae-ens", "--out", str(out),
-                 "--for", f"smartphone,wristband,{tiny}", *FAST])  # fmt: skip
+    res = _fuse(
+        [
+            str(federation),
+            "--method",
+            "fedcvae-ens",
+            "--out",
+            str(out),
+            "--for",
+            f"smartphone,wristband,{tiny}",
+            *FAST,
+        ]
+    )
     assert res.exit_code == 0, res.output
     rep = json.loads(res.output)
     assert json.loads((out.with_suffix(".json")).read_text())["for_classes"] == rep["for_classes"]
@@ -99,8 +109,19 @@ def test_bad_profile_refused_before_ingest(federation, tmp_path, monkeypatch):
 
     monkeypatch.setattr(edgefl.server.fuse, "ingest", never)
     for bad, words in (("smartphone,wristbnd", "wristband"), (str(pin), "no zoo classifier")):
-        res = _fuse([str(federation), "--method", "fedavg", "--out", str(out), "--for", bad,
-                     "--eval", "digits:test"])  # fmt: skip
+        res = _fuse(
+            [
+                str(federation),
+                "--method",
+                "fedavg",
+                "--out",
+                str(out),
+                "--for",
+                bad,
+                "--eval",
+                "digits:test",
+            ]
+        )
         assert res.exit_code == 2, res.output
         assert words in res.output and "Traceback" not in res.output
         assert snapshot(tmp_path) == before
@@ -109,8 +130,20 @@ def test_bad_profile_refused_before_ingest(federation, tmp_path, monkeypatch):
 def test_several_methods_out_dir(federation, tmp_path):
     tiny = _profile(tmp_path, "tiny", 20_000)
     out_dir = tmp_path / "many"
-    res = _fuse([str(federation), "--method", "fedavg,fedmho-md", "--out-dir", str(out_dir),
-                 "--for", f"wristband,{tiny}", "--for-samples", "600", *FAST])  # fmt: skip
+    res = _fuse(
+        [
+            str(federation),
+            "--method",
+            "fedavg,fedmho-md",
+            "--out-dir",
+            str(out_dir),
+            "--for",
+            f"wristband,{tiny}",
+            "--for-samples",
+            "600",
+            *FAST,
+        ]
+    )
     assert res.exit_code == 0, res.output
     reps = json.loads(res.output)
     for method in ("fedavg", "fedmho-md"):
@@ -135,11 +168,35 @@ def test_simulate_for_gives_each_global_model_its_device_classes(tmp_path):
     class is refused before any client trains."""
     tiny = _profile(tmp_path, "tiny", 40_000)
     out = tmp_path / "run"
-    args = ["simulate", "--dataset", "digits", "--clients", "4", "--mix",
-            "smartphone:2,wristband:2", "--partition", "dirichlet:1.0", "--paper-models",
-            "--classifier-epochs", "2", "--generator-epochs", "2", "--methods", "fedmho",
-            "--fuse-opt", "fedmho:epochs=2", "--fuse-opt", "fedmho:synthetic=300",
-            "--for", f"smartphone,{tiny}", "--for-epochs", "2", "--out", str(out), "--quiet"]  # fmt: skip
+    args = [
+        "simulate",
+        "--dataset",
+        "digits",
+        "--clients",
+        "4",
+        "--mix",
+        "smartphone:2,wristband:2",
+        "--partition",
+        "dirichlet:1.0",
+        "--paper-models",
+        "--classifier-epochs",
+        "2",
+        "--generator-epochs",
+        "2",
+        "--methods",
+        "fedmho",
+        "--fuse-opt",
+        "fedmho:epochs=2",
+        "--fuse-opt",
+        "fedmho:synthetic=300",
+        "--for",
+        f"smartphone,{tiny}",
+        "--for-epochs",
+        "2",
+        "--out",
+        str(out),
+        "--quiet",
+    ]
     r = CliRunner().invoke(app, args)
     assert r.exit_code == 0, r.output
     rows = {row["method"]: row for row in json.loads((out / "results.json").read_text())["results"]}
@@ -154,7 +211,8 @@ def test_simulate_for_gives_each_global_model_its_device_classes(tmp_path):
     again = CliRunner().invoke(app, [*args, "--json"])
     assert again.exit_code == 0, again.output
     assert "fusion" in json.loads(again.stdout)["seconds"]["reused"]  # nothing fused again
-    bad = CliRunner().invoke(app, [*args[:-6], "--for", "no-such-band", "--out",
-                                   str(tmp_path / "bad")])  # fmt: skip
+    bad = CliRunner().invoke(
+        app, [*args[:-6], "--for", "no-such-band", "--out", str(tmp_path / "bad")]
+    )
     assert bad.exit_code == 2 and "no-such-band" in bad.output
     assert not (tmp_path / "bad" / "uploads").exists()

@@ -32,10 +32,19 @@ WIDE = 10**7  # a scnn this wide would need ~10^15 parameters: it must never be 
 def _five_class_upload(path) -> None:
     """A genuine edgefl classifier, but of a 5-class task."""
     spec = make_spec("cnn", (1, 8, 8), 5)
-    meta = {"kind": "classifier", "spec": spec.to_dict(), "input_shape": [1, 8, 8],
-            "num_classes": 5, "class_names": [str(i) for i in range(5)],
-            "label_counts": [9] * 5, "client_id": "h-five", "profile": "smartphone",
-            "costs": {}, "training": {}, "edgefl_version": edgefl.__version__}  # fmt: skip
+    meta = {
+        "kind": "classifier",
+        "spec": spec.to_dict(),
+        "input_shape": [1, 8, 8],
+        "num_classes": 5,
+        "class_names": [str(i) for i in range(5)],
+        "label_counts": [9] * 5,
+        "client_id": "h-five",
+        "profile": "smartphone",
+        "costs": {},
+        "training": {},
+        "edgefl_version": edgefl.__version__,
+    }
     export_model(init_model(spec, 0), spec, meta, path)
 
 
@@ -74,16 +83,29 @@ def build_hostile(federation, root) -> dict[str, str]:
     # edgefl-specific: the metadata spec lies about the weights (the hash is right: only the
     # metadata changed, and the weights hash covers the weights).
     lie = make_spec("scnn", (1, 8, 8), 10, width=64)
-    add("spec_lie.onnx", restamp(clone(cls), client_id="h-lie", spec=lie.to_dict()),
-        "weights do not match spec scnn(width=64)")  # fmt: skip
+    add(
+        "spec_lie.onnx",
+        restamp(clone(cls), client_id="h-lie", spec=lie.to_dict()),
+        "weights do not match spec scnn(width=64)",
+    )
     wide = make_spec("scnn", (1, 8, 8), 10, width=WIDE)
-    add("wide.onnx", restamp(clone(cls), client_id="h-wide", spec=wide.to_dict()),
-        f"weights do not match spec scnn(width={WIDE})")  # fmt: skip
+    add(
+        "wide.onnx",
+        restamp(clone(cls), client_id="h-wide", spec=wide.to_dict()),
+        f"weights do not match spec scnn(width={WIDE})",
+    )
     # 20,000 layer widths: tens of seconds of module building if it were not refused first.
-    huge = {"name": "mlp", "input_shape": [1, 8, 8], "num_classes": 10,
-            "params": {"hidden": [4] * 20_000}}  # fmt: skip
-    add("huge_spec.onnx", restamp(clone(cls), client_id="h-huge", spec=huge),
-        "spec in metadata is implausibly large")  # fmt: skip
+    huge = {
+        "name": "mlp",
+        "input_shape": [1, 8, 8],
+        "num_classes": 10,
+        "params": {"hidden": [4] * 20_000},
+    }
+    add(
+        "huge_spec.onnx",
+        restamp(clone(cls), client_id="h-huge", spec=huge),
+        "spec in metadata is implausibly large",
+    )
 
     for name, content in files.items():
         data = content if isinstance(content, bytes) else content.SerializeToString()
@@ -118,9 +140,25 @@ def _guarded(real, attempts):
 
 
 def fuse(root, out, *extra):
-    args = ["server", "fuse", str(root), "--method", "fedmho-md", "--out", str(out), "--json",
-            "--device", "cpu", "--max-upload-bytes", str(MAX_BYTES), "--synthetic", "300",
-            "--epochs", "2", *extra]  # fmt: skip
+    args = [
+        "server",
+        "fuse",
+        str(root),
+        "--method",
+        "fedmho-md",
+        "--out",
+        str(out),
+        "--json",
+        "--device",
+        "cpu",
+        "--max-upload-bytes",
+        str(MAX_BYTES),
+        "--synthetic",
+        "300",
+        "--epochs",
+        "2",
+        *extra,
+    ]
     return CliRunner().invoke(app, args)
 
 

@@ -108,8 +108,13 @@ def _argv(args: list[str], uploads: Path) -> list[str]:
 
 
 def _run_plain(args: list[str], uploads: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", CLI, *_argv(args, uploads)], cwd=ROOT,
-                          capture_output=True, text=True, timeout=180)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-c", CLI, *_argv(args, uploads)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
 
 
 def _stop_at(pause: str, sig: signal.Signals, args: list[str], uploads: Path, logs: Path):
@@ -120,9 +125,14 @@ def _stop_at(pause: str, sig: signal.Signals, args: list[str], uploads: Path, lo
     # No --quiet: the progress hook wraps the line reporter.
     argv = [a for a in _argv(args, uploads) if a != "--quiet"]
     with open(err, "wb") as e, open(logs / "stdout.txt", "wb") as o:
-        proc = subprocess.Popen([sys.executable, "-c", HOOK + CLI, *argv], cwd=ROOT,
-                                env=dict(os.environ, EDGEFL_TEST_PAUSE=pause), stdout=o,
-                                stderr=e, start_new_session=True)  # fmt: skip
+        proc = subprocess.Popen(
+            [sys.executable, "-c", HOOK + CLI, *argv],
+            cwd=ROOT,
+            env=dict(os.environ, EDGEFL_TEST_PAUSE=pause),
+            stdout=o,
+            stderr=e,
+            start_new_session=True,
+        )
     deadline = time.monotonic() + 120
     while MARKER not in err.read_text(errors="replace"):
         if proc.poll() is not None or time.monotonic() > deadline:
@@ -164,8 +174,9 @@ def _survivors(sid: int, grace: float = 2.0) -> list[int]:
     return alive
 
 
-def _output_problems(out: Path, expected: dict[str, str], ref: Path, tolerate_temp: bool,
-                     complete: bool) -> list[str]:  # fmt: skip
+def _output_problems(
+    out: Path, expected: dict[str, str], ref: Path, tolerate_temp: bool, complete: bool
+) -> list[str]:
     """What is wrong in the output folder: `expected` maps each output's stem to its method.
     Every output present must be whole and from a whole run (weights equal the reference);
     with `complete`, all must be present. A temp file is tolerated only after a SIGKILL."""
@@ -239,8 +250,16 @@ def test_many_methods_server_terminated(uploads, reference, tmp_path):
     write later can be caught half-way by the test's own clean-up."""
     out = tmp_path / "out"
     expected = {"fedavg": "fedavg", "fedmho": "fedmho"}
-    _check_stop_and_rerun("fuse:*", signal.SIGTERM, [*MANY, "--out-dir", str(out)], out,
-                          expected, uploads, reference, tmp_path)  # fmt: skip
+    _check_stop_and_rerun(
+        "fuse:*",
+        signal.SIGTERM,
+        [*MANY, "--out-dir", str(out)],
+        out,
+        expected,
+        uploads,
+        reference,
+        tmp_path,
+    )
 
 
 def _check_stop_and_rerun(pause, sig, args, out, expected, uploads, reference, tmp_path):
@@ -260,14 +279,17 @@ def _check_stop_and_rerun(pause, sig, args, out, expected, uploads, reference, t
     _kill_session(sid)  # whatever survived must not write during the rerun
     if snapshot(uploads) != before:
         problems.append("the stopped run changed the upload folder")
-    problems += [f"after the stop: {p}" for p in
-                 _output_problems(out, expected, reference, sig == signal.SIGKILL, False)]  # fmt: skip
+    problems += [
+        f"after the stop: {p}"
+        for p in _output_problems(out, expected, reference, sig == signal.SIGKILL, False)
+    ]
 
     rerun = _run_plain(args, uploads)
     if rerun.returncode != 0:
         problems.append(f"rerun exited {rerun.returncode}: {rerun.stderr[-2000:]}")
-    problems += [f"after the rerun: {p}" for p in
-                 _output_problems(out, expected, reference, False, True)]  # fmt: skip
+    problems += [
+        f"after the rerun: {p}" for p in _output_problems(out, expected, reference, False, True)
+    ]
     if snapshot(uploads) != before:
         problems.append("the rerun changed the upload folder")
     assert not problems, "\n".join(problems) + f"\n--- stopped run's stderr:\n{err[-3000:]}"

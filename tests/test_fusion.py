@@ -56,15 +56,33 @@ from edgefl.server.ingest import ingest
 
 CPU = torch.device("cpu")
 # Small knobs, applied only where a method's config has the field (future methods included).
-SMALL = dict(epochs=5, synthetic=400, batch_size=32, gen_steps=3, nz=16, ngf=4, strat_steps=3,
-             strat_batch=8, inversion_steps=20, public="digits:public", public_size=200,
-             rounds=2)  # fmt: skip
+SMALL = dict(
+    epochs=5,
+    synthetic=400,
+    batch_size=32,
+    gen_steps=3,
+    nz=16,
+    ngf=4,
+    strat_steps=3,
+    strat_batch=8,
+    inversion_steps=20,
+    public="digits:public",
+    public_size=200,
+    rounds=2,
+)
 # Accuracies on digits:test seen with SMALL (seed 0): fedavg 0.71, ensemble 0.79, fedcvae-ens
 # 0.35, fedmho / -md / -sd 0.79-0.80, fedmho-cw 0.86 (the clients alone: 0.79 and 0.69). The
 # data-free methods stay at chance with such budgets: what each must reach is asserted by the
 # test named here, at a budget that learns (every method has a floor here or one there).
-MIN_ACCURACY = {"fedavg": 0.4, "ensemble": 0.5, "fedcvae-ens": 0.2, "fedmho": 0.5,
-                "fedmho-md": 0.5, "fedmho-sd": 0.5, "fedmho-cw": 0.6}  # fmt: skip
+MIN_ACCURACY = {
+    "fedavg": 0.4,
+    "ensemble": 0.5,
+    "fedcvae-ens": 0.2,
+    "fedmho": 0.5,
+    "fedmho-md": 0.5,
+    "fedmho-sd": 0.5,
+    "fedmho-cw": 0.6,
+}
 LEARNS_IN = {
     "dense": "test_datafree.py::test_reaches_its_teachers_ensemble_on_a_tiny_federation",
     "fedhydra": "test_datafree.py::test_reaches_its_teachers_ensemble_on_a_tiny_federation",
@@ -106,8 +124,14 @@ def fused(federation, tmp_path_factory):
         if name not in done:
             out = tmp_path_factory.mktemp(name) / "global.onnx"
             before = snapshot(federation)
-            job = FuseJob(uploads=str(federation), method=name, out=str(out),
-                          options=options(name), device="cpu", eval="digits")  # fmt: skip
+            job = FuseJob(
+                uploads=str(federation),
+                method=name,
+                out=str(out),
+                options=options(name),
+                device="cpu",
+                eval="digits",
+            )
             done[name] = (run_fuse(job), out, before, snapshot(federation))
         return done[name]
 
@@ -165,22 +189,29 @@ def _capture_run(monkeypatch, federation, out, name, seed) -> dict[str, np.ndarr
     captured: dict[str, np.ndarray] = {}
 
     def interrupted_export(module, *args, **kwargs):
-        captured.update({k: v.detach().cpu().numpy().copy()
-                         for k, v in module.state_dict().items()})  # fmt: skip
+        captured.update(
+            {k: v.detach().cpu().numpy().copy() for k, v in module.state_dict().items()}
+        )
         raise KeyboardInterrupt
 
     with monkeypatch.context() as mp:
         mp.setattr(exporters, "export_onnx", interrupted_export)
-        job = FuseJob(uploads=str(federation), method=name, out=str(out),
-                      options=options(name, seed=seed), device="cpu")  # fmt: skip
+        job = FuseJob(
+            uploads=str(federation),
+            method=name,
+            out=str(out),
+            options=options(name, seed=seed),
+            device="cpu",
+        )
         with pytest.raises(KeyboardInterrupt):
             run_fuse(job)
     return captured
 
 
 @pytest.mark.parametrize("name", CONTRACT)
-def test_deterministic_under_seed_and_interrupt_leaves_nothing(name, fused, federation,
-                                                               tmp_path, monkeypatch):  # fmt: skip
+def test_deterministic_under_seed_and_interrupt_leaves_nothing(
+    name, fused, federation, tmp_path, monkeypatch
+):
     _, out, _, _ = fused(name)  # seed 0
     onnx_weights = initializers(out)
 
@@ -206,8 +237,13 @@ def test_interrupt_while_training_leaves_nothing(name, federation, tmp_path):
         if len(steps) == 3:
             raise KeyboardInterrupt
 
-    job = FuseJob(uploads=str(federation), method=name, out=str(tmp_path / "o" / "g.onnx"),
-                  options=options(name), device="cpu")  # fmt: skip
+    job = FuseJob(
+        uploads=str(federation),
+        method=name,
+        out=str(tmp_path / "o" / "g.onnx"),
+        options=options(name),
+        device="cpu",
+    )
     handle = register_optimizer_step_pre_hook(ctrl_c_on_third_step)
     try:
         with pytest.raises(KeyboardInterrupt):
@@ -260,11 +296,17 @@ def test_interrupted_writes_keep_old_outputs_whole(federation, tmp_path, monkeyp
 
 
 @pytest.mark.parametrize("name", [n for n in NAMES if "classifier" in METHODS.get(n).consumes])
-def test_methods_needing_classifiers_refuse_decoders_only(name, federation, tmp_path_factory,
-                                                          tmp_path):  # fmt: skip
+def test_methods_needing_classifiers_refuse_decoders_only(
+    name, federation, tmp_path_factory, tmp_path
+):
     decoders = build_decoder_only(tmp_path_factory.mktemp("dec"))
-    job = FuseJob(uploads=str(decoders), method=name, out=str(tmp_path / "g.onnx"),
-                  options=options(name), device="cpu")  # fmt: skip
+    job = FuseJob(
+        uploads=str(decoders),
+        method=name,
+        out=str(tmp_path / "g.onnx"),
+        options=options(name),
+        device="cpu",
+    )
     with pytest.raises(FusionError, match="classifier"):
         run_fuse(job)
     assert os.listdir(tmp_path) == []
@@ -272,8 +314,7 @@ def test_methods_needing_classifiers_refuse_decoders_only(name, federation, tmp_
 
 @pytest.mark.parametrize("name", [n for n in NAMES if n not in CONTRACT])
 def test_methods_refuse_uploads_they_do_not_consume(name, federation, tmp_path):
-    job = FuseJob(uploads=str(federation), method=name, out=str(tmp_path / "g.onnx"),
-                  device="cpu")  # fmt: skip
+    job = FuseJob(uploads=str(federation), method=name, out=str(tmp_path / "g.onnx"), device="cpu")
     with pytest.raises(FusionError) as exc:
         run_fuse(job)
     wanted = set(METHODS.get(name).consumes) - FEDERATED_KINDS
@@ -283,8 +324,13 @@ def test_methods_refuse_uploads_they_do_not_consume(name, federation, tmp_path):
 
 def test_fedcvae_ens_refuses_classifiers_only(federation, tmp_path_factory, tmp_path):
     classifiers = build_classifier_only(tmp_path_factory.mktemp("cls"))
-    job = FuseJob(uploads=str(classifiers), method="fedcvae-ens", out=str(tmp_path / "g.onnx"),
-                  options=options("fedcvae-ens"), device="cpu")  # fmt: skip
+    job = FuseJob(
+        uploads=str(classifiers),
+        method="fedcvae-ens",
+        out=str(tmp_path / "g.onnx"),
+        options=options("fedcvae-ens"),
+        device="cpu",
+    )
     with pytest.raises(FusionError, match="decoder"):
         run_fuse(job)
     assert os.listdir(tmp_path) == []
@@ -315,8 +361,13 @@ def test_mixed_architectures_average_one_and_set_the_other_aside(tmp_path_factor
         average_classifiers(classifiers, "fedavg")
     assert "set these aside first" in str(exc.value)
     for name in ("fedavg", "fedmho-md"):
-        job = FuseJob(uploads=str(mixed), method=name, out=str(tmp_path / f"{name}.onnx"),
-                      options=options(name), device="cpu")  # fmt: skip
+        job = FuseJob(
+            uploads=str(mixed),
+            method=name,
+            out=str(tmp_path / f"{name}.onnx"),
+            options=options(name),
+            device="cpu",
+        )
         rep = run_fuse(job)
         named = rep["set_aside"] + rep["partly_used"]
         assert len(named) == 1 and "cannot be averaged" in named[0]["reason"], rep
@@ -346,8 +397,10 @@ def test_largest_remainder_hand_cases():
 
 
 def test_allocate_by_squared_label_counts_as_fedmho():
-    decoders = [SimpleNamespace(label_counts=np.array([3, 0, 1])),
-                SimpleNamespace(label_counts=np.array([1, 2, 0]))]  # fmt: skip
+    decoders = [
+        SimpleNamespace(label_counts=np.array([3, 0, 1])),
+        SimpleNamespace(label_counts=np.array([1, 2, 0])),
+    ]
     alloc = allocate(decoders, np.ones(3), total=30, power=2)
     # 10 per class: class 0 split 9:1 by squares, class 1 all to the only holder, class 2 too.
     assert alloc.tolist() == [[9, 0, 10], [1, 10, 0]]
@@ -358,8 +411,10 @@ def test_allocate_by_squared_label_counts_as_fedmho():
 def test_fedcvae_class_totals_follow_the_federation_not_only_the_decoders():
     # Two decoders that barely hold class 1, a classifier client that holds mostly class 1, and
     # class 2 that no decoder holds.
-    dec = [SimpleNamespace(kind="decoder", label_counts=np.array([90, 10, 0])),
-           SimpleNamespace(kind="decoder", label_counts=np.array([60, 0, 0]))]  # fmt: skip
+    dec = [
+        SimpleNamespace(kind="decoder", label_counts=np.array([90, 10, 0])),
+        SimpleNamespace(kind="decoder", label_counts=np.array([60, 0, 0])),
+    ]
     clf = SimpleNamespace(kind="classifier", label_counts=np.array([50, 190, 100]))
     ctx = SimpleNamespace(label_counts=federation_label_counts([*dec, clf], 3), num_classes=3)
     paper = class_totals(ctx, dec, "decoders")
@@ -375,8 +430,10 @@ def test_fedmho_cw_mixture_trusts_each_client_for_the_classes_it_holds():
     # Client 0 holds classes 0 and 1, client 1 classes 1 and 2. On a digit of class 2, client 0
     # (which never saw a 2) is sure it is a 1; client 1 says 2. The mean of logits says 1; the
     # mixture takes class 2's probability from the only client that knows class 2.
-    clients = [SimpleNamespace(label_counts=np.array([100, 50, 0])),
-               SimpleNamespace(label_counts=np.array([0, 50, 100]))]  # fmt: skip
+    clients = [
+        SimpleNamespace(label_counts=np.array([100, 50, 0])),
+        SimpleNamespace(label_counts=np.array([0, 50, 100])),
+    ]
     shares = fedmho_cw.class_shares(clients)
     assert shares.tolist() == [[1.0, 0.5, 0.0], [0.0, 0.5, 1.0]]
     logits = torch.tensor([[[0.0, 6.0, 0.0]], [[0.0, 1.0, 3.0]]])  # (K=2, N=1, C=3)
@@ -400,8 +457,10 @@ def test_fedmho_cw_mixture_trusts_each_client_for_the_classes_it_holds():
 
 def test_fedmho_cw_hears_each_side_by_the_data_behind_it():
     dec = [SimpleNamespace(label_counts=np.array([10, 0, 30]))]
-    cls = [SimpleNamespace(label_counts=np.array([30, 50, 0])),
-           SimpleNamespace(label_counts=np.array([0, 50, 0]))]  # fmt: skip
+    cls = [
+        SimpleNamespace(label_counts=np.array([30, 50, 0])),
+        SimpleNamespace(label_counts=np.array([0, 50, 0])),
+    ]
     # class 0: decoders 10 of 40; class 1: decoders hold none; class 2: no classifier holds it.
     assert fedmho_cw.evidence_share(dec, cls, 3).tolist() == [0.25, 0.0, 1.0]
 
@@ -413,9 +472,21 @@ def test_per_sample_lam_equal_to_a_scalar_trains_the_same():
     for lam in (0.3, torch.full((40,), 0.3)):
         torch.manual_seed(0)
         model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(16, 3))
-        runs.append(train_student(model, x, y, epochs=2, lr=1e-2, batch_size=8, seed=0,
-                                  device=CPU, teacher=teacher, lam=lam,
-                                  kd_reduction="batchmean"))  # fmt: skip
+        runs.append(
+            train_student(
+                model,
+                x,
+                y,
+                epochs=2,
+                lr=1e-2,
+                batch_size=8,
+                seed=0,
+                device=CPU,
+                teacher=teacher,
+                lam=lam,
+                kd_reduction="batchmean",
+            )
+        )
     assert np.allclose(runs[0], runs[1], rtol=1e-5)
 
 
@@ -469,8 +540,12 @@ def test_fedmho_teachers(uploads, monkeypatch):
     real = fedmho.train_student
 
     def spy(model, x, y, **kw):
-        seen.update(start={k: v.clone() for k, v in model.state_dict().items()}, x=x,
-                    teacher=kw["teacher"], lam=kw["lam"])  # fmt: skip
+        seen.update(
+            start={k: v.clone() for k, v in model.state_dict().items()},
+            x=x,
+            teacher=kw["teacher"],
+            lam=kw["lam"],
+        )
         return real(model, x, y, **kw)
 
     monkeypatch.setattr(fedmho, "train_student", spy)

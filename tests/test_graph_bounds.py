@@ -17,11 +17,12 @@ from exporters import UploadRejected, validate_upload
 
 def _model(nodes, consts, out="y", width=784) -> onnx.ModelProto:
     graph = helper.make_graph(
-        nodes, "bounds",
+        nodes,
+        "bounds",
         [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, ["B", width])],
         [helper.make_tensor_value_info(out, onnx.TensorProto.FLOAT, ["P", "Q"])],
         [numpy_helper.from_array(np.asarray(v, dtype=np.int64), k) for k, v in consts.items()],
-    )  # fmt: skip
+    )
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=10)
 
 
@@ -29,18 +30,25 @@ def _outer_product(target_from_shapes: bool) -> onnx.ModelProto:
     """x (1 x 784) made a column and a row, multiplied (784 x 784), flattened to a column and
     multiplied by the row again: 481M elements, 1.9 GB, from a file of a few hundred bytes."""
     if target_from_shapes:  # the targets computed from x's shape, as exporters emit them
-        shape = [helper.make_node("Shape", ["x"], ["n"], start=1),
-                 helper.make_node("Concat", ["n", "one"], ["col"], axis=0),
-                 helper.make_node("Concat", ["one", "n"], ["row"], axis=0)]  # fmt: skip
+        shape = [
+            helper.make_node("Shape", ["x"], ["n"], start=1),
+            helper.make_node("Concat", ["n", "one"], ["col"], axis=0),
+            helper.make_node("Concat", ["one", "n"], ["row"], axis=0),
+        ]
         consts = {"one": [1], "flat": [-1, 1]}
     else:
         shape, consts = [], {"one": [1], "flat": [-1, 1], "col": [784, 1], "row": [1, 784]}
-    return _model([*shape,
-                   helper.make_node("Reshape", ["x", "col"], ["a"]),
-                   helper.make_node("Reshape", ["x", "row"], ["b"]),
-                   helper.make_node("MatMul", ["a", "b"], ["ab"]),
-                   helper.make_node("Reshape", ["ab", "flat"], ["c"]),
-                   helper.make_node("MatMul", ["c", "b"], ["y"])], consts)  # fmt: skip
+    return _model(
+        [
+            *shape,
+            helper.make_node("Reshape", ["x", "col"], ["a"]),
+            helper.make_node("Reshape", ["x", "row"], ["b"]),
+            helper.make_node("MatMul", ["a", "b"], ["ab"]),
+            helper.make_node("Reshape", ["ab", "flat"], ["c"]),
+            helper.make_node("MatMul", ["c", "b"], ["y"]),
+        ],
+        consts,
+    )
 
 
 @pytest.fixture
@@ -52,8 +60,9 @@ def no_session(monkeypatch):
 
 
 @pytest.mark.parametrize("from_shapes", [False, True])
-def test_a_graph_that_grows_is_refused_however_its_sizes_are_given(tmp_path, no_session,
-                                                                     from_shapes):  # fmt: skip
+def test_a_graph_that_grows_is_refused_however_its_sizes_are_given(
+    tmp_path, no_session, from_shapes
+):
     path = tmp_path / "grow.onnx"
     path.write_bytes(_outer_product(from_shapes).SerializeToString())
     with pytest.raises(UploadRejected, match=r"481,890,304 elements for one sample"):
@@ -63,10 +72,12 @@ def test_a_graph_that_grows_is_refused_however_its_sizes_are_given(tmp_path, no_
 def test_a_graph_whose_sizes_cannot_be_known_is_refused(tmp_path, no_session):
     # A Reshape target that no inference evaluates (the mean of a shape): its size is only
     # found by running it.
-    nodes = [helper.make_node("Shape", ["x"], ["s"]),
-             helper.make_node("ReduceMean", ["s"], ["m"], keepdims=1),
-             helper.make_node("Concat", ["m", "neg"], ["t"], axis=0),
-             helper.make_node("Reshape", ["x", "t"], ["y"])]  # fmt: skip
+    nodes = [
+        helper.make_node("Shape", ["x"], ["s"]),
+        helper.make_node("ReduceMean", ["s"], ["m"], keepdims=1),
+        helper.make_node("Concat", ["m", "neg"], ["t"], axis=0),
+        helper.make_node("Reshape", ["x", "t"], ["y"]),
+    ]
     path = tmp_path / "unknown.onnx"
     path.write_bytes(_model(nodes, {"neg": [-1]}).SerializeToString())
     with pytest.raises(UploadRejected, match="cannot be known before the graph runs"):
@@ -75,12 +86,14 @@ def test_a_graph_whose_sizes_cannot_be_known_is_refused(tmp_path, no_session):
 
 def test_shape_arithmetic_of_a_small_graph_is_evaluated_and_it_runs(tmp_path):
     # The same arithmetic on a graph that stays small: sizes found, accepted, and it runs.
-    nodes = [helper.make_node("Shape", ["x"], ["n"], start=1),
-             helper.make_node("Concat", ["n", "one"], ["col"], axis=0),
-             helper.make_node("Concat", ["one", "n"], ["row"], axis=0),
-             helper.make_node("Reshape", ["x", "col"], ["a"]),
-             helper.make_node("Reshape", ["x", "row"], ["b"]),
-             helper.make_node("MatMul", ["a", "b"], ["y"])]  # fmt: skip
+    nodes = [
+        helper.make_node("Shape", ["x"], ["n"], start=1),
+        helper.make_node("Concat", ["n", "one"], ["col"], axis=0),
+        helper.make_node("Concat", ["one", "n"], ["row"], axis=0),
+        helper.make_node("Reshape", ["x", "col"], ["a"]),
+        helper.make_node("Reshape", ["x", "row"], ["b"]),
+        helper.make_node("MatMul", ["a", "b"], ["y"]),
+    ]
     path = tmp_path / "small.onnx"
     path.write_bytes(_model(nodes, {"one": [1]}, width=8).SerializeToString())
     art = validate_upload(path, require_metadata=False)
@@ -91,9 +104,11 @@ def test_shape_arithmetic_of_a_small_graph_is_evaluated_and_it_runs(tmp_path):
 def test_many_tensors_each_under_the_bound_are_refused_in_all(tmp_path, no_session):
     # 784 x 784 outer products, each concatenated 16 times (9.8M elements, under the 16.7M
     # per tensor) and summed: 15 of them hold 150M+ elements, over the 134M in all.
-    nodes = [helper.make_node("Reshape", ["x", "col"], ["a"]),
-             helper.make_node("Reshape", ["x", "row"], ["b"]),
-             helper.make_node("MatMul", ["a", "b"], ["ab"])]  # fmt: skip
+    nodes = [
+        helper.make_node("Reshape", ["x", "col"], ["a"]),
+        helper.make_node("Reshape", ["x", "row"], ["b"]),
+        helper.make_node("MatMul", ["a", "b"], ["ab"]),
+    ]
     last = None
     for i in range(15):
         nodes.append(helper.make_node("Concat", ["ab"] * 16, [f"c{i}"], axis=0))
@@ -127,11 +142,13 @@ def test_arithmetic_that_sizes_a_graph_is_evaluated_and_still_bounded(tmp_path, 
     # Adaptive pooling exports index grids (Range, Mul, Div, Cast...) whose values size the
     # graph: they are evaluated, and a size so found is bounded like any other. Here the
     # arithmetic makes an Expand target of (784 x 784) x 784 from the input's shape.
-    nodes = [helper.make_node("Shape", ["x"], ["n"], start=1),
-             helper.make_node("Mul", ["n", "n"], ["nn"]),
-             helper.make_node("Concat", ["nn", "n"], ["t"], axis=0),
-             helper.make_node("Reshape", ["x", "row"], ["r"]),
-             helper.make_node("Expand", ["r", "t"], ["y"])]  # fmt: skip
+    nodes = [
+        helper.make_node("Shape", ["x"], ["n"], start=1),
+        helper.make_node("Mul", ["n", "n"], ["nn"]),
+        helper.make_node("Concat", ["nn", "n"], ["t"], axis=0),
+        helper.make_node("Reshape", ["x", "row"], ["r"]),
+        helper.make_node("Expand", ["r", "t"], ["y"]),
+    ]
     path = tmp_path / "expand.onnx"
     path.write_bytes(_model(nodes, {"row": [1, 784]}).SerializeToString())
     with pytest.raises(UploadRejected, match=r"481,890,304 elements for one sample"):
@@ -148,10 +165,12 @@ def test_a_range_from_shape_arithmetic_is_bounded(tmp_path, no_session, power, r
     nodes = [helper.make_node("Shape", ["x"], ["p1"], start=1)]
     for k in range(2, power + 1):
         nodes.append(helper.make_node("Mul", [f"p{k - 1}", "p1"], [f"p{k}"]))
-    nodes += [helper.make_node("Squeeze", [f"p{power}", "zero"], ["lim"]),
-              helper.make_node("Range", ["start", "lim", "step"], ["r"]),
-              helper.make_node("Cast", ["r"], ["rf"], to=onnx.TensorProto.FLOAT),
-              helper.make_node("Unsqueeze", ["rf", "zero"], ["y"])]  # fmt: skip
+    nodes += [
+        helper.make_node("Squeeze", [f"p{power}", "zero"], ["lim"]),
+        helper.make_node("Range", ["start", "lim", "step"], ["r"]),
+        helper.make_node("Cast", ["r"], ["rf"], to=onnx.TensorProto.FLOAT),
+        helper.make_node("Unsqueeze", ["rf", "zero"], ["y"]),
+    ]
     consts = {"zero": [0], "start": 0, "step": 1}
     path = tmp_path / "range.onnx"
     path.write_bytes(_model(nodes, consts).SerializeToString())
@@ -163,9 +182,16 @@ def test_evaluated_arithmetic_follows_onnx_semantics():
     from exporters.shapes import _evaluate
 
     i64 = lambda *v: np.array(v, dtype=np.int64)  # noqa: E731
-    values = {"a": i64(-7, 7), "b": i64(2, 2), "z": i64(0, 1), "f": np.array([-2.7, 2.7], np.float32),
-              "s0": np.array(0, np.int64), "s9": np.array(9, np.int64), "s3": np.array(3, np.int64),
-              "big": np.arange(4096, dtype=np.int64)}  # fmt: skip
+    values = {
+        "a": i64(-7, 7),
+        "b": i64(2, 2),
+        "z": i64(0, 1),
+        "f": np.array([-2.7, 2.7], np.float32),
+        "s0": np.array(0, np.int64),
+        "s9": np.array(9, np.int64),
+        "s3": np.array(3, np.int64),
+        "big": np.arange(4096, dtype=np.int64),
+    }
 
     def ev(op, *ins, **attrs):
         return _evaluate(helper.make_node(op, list(ins), ["y"], **attrs), values, {})

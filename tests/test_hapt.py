@@ -68,12 +68,29 @@ def test_fewer_clients_than_users_draw_whole_users_seeded_and_named(cli, tmp_pat
     with pytest.raises(ConfigError, match="makes 21 clients"):  # more clients than users
         partition(ds.y, 22, "user", 0, num_classes=6, groups=ds.groups)
     # The output names whom each client holds.
-    r = cli("data", "partition", "--dataset", "hapt", "--partition", "user", "-k", "5",
-            "--seed", "3", "--json")  # fmt: skip
+    r = cli(
+        "data",
+        "partition",
+        "--dataset",
+        "hapt",
+        "--partition",
+        "user",
+        "-k",
+        "5",
+        "--seed",
+        "3",
+        "--json",
+    )
     assert r.exit_code == 0, r.output
     assert json.loads(r.stdout)["users"] == drawn
-    job = ClientJob(profile="wristband", dataset="hapt", partition="user", num_clients=5,
-                    client_index=2, partition_seed=3)  # fmt: skip
+    job = ClientJob(
+        profile="wristband",
+        dataset="hapt",
+        partition="user",
+        num_clients=5,
+        client_index=2,
+        partition_seed=3,
+    )
     assert set(ds.groups[client_shard(job, ds)].tolist()) == {drawn[2]}
 
 
@@ -113,25 +130,81 @@ def test_the_planner_fits_each_device_with_a_1d_model_and_says_why():
 
 
 def test_an_image_model_on_sensor_windows_is_one_message_before_any_work(cli, tmp_path):
-    r = cli("client", "train", "--profile", "smartphone", "--dataset", "hapt", "--model", "cnn",
-            "--partition", "user", "--num-clients", "21", "--out", str(tmp_path / "up"))  # fmt: skip
+    r = cli(
+        "client",
+        "train",
+        "--profile",
+        "smartphone",
+        "--dataset",
+        "hapt",
+        "--model",
+        "cnn",
+        "--partition",
+        "user",
+        "--num-clients",
+        "21",
+        "--out",
+        str(tmp_path / "up"),
+    )
     assert r.exit_code == 2 and "models for signals: cnn1d" in r.output
     assert not (tmp_path / "up").exists()
-    r = cli("client", "train", "--profile", "smartphone", "--dataset", "hapt", "--augment",
-            "affine", "--partition", "user", "--num-clients", "21", "--out", str(tmp_path / "up"))  # fmt: skip
+    r = cli(
+        "client",
+        "train",
+        "--profile",
+        "smartphone",
+        "--dataset",
+        "hapt",
+        "--augment",
+        "affine",
+        "--partition",
+        "user",
+        "--num-clients",
+        "21",
+        "--out",
+        str(tmp_path / "up"),
+    )
     assert r.exit_code == 2 and "for images" in r.output and "Traceback" not in r.output
 
 
 @pytest.mark.slow
 def test_users_as_clients_end_to_end_and_a_window_on_the_device(cli, tmp_path):
     out = tmp_path / "sim"
-    r = cli("simulate", "--dataset", "hapt", "--partition", "user:1,3,5,6", "--clients", "4",
-            "--mix", "wristband:2,smartphone:2", "--classifier-epochs", "2",
-            "--generator-epochs", "2", "--jobs", "2", "--methods",
-            "fedavg,ensemble,fedmho-sd,fedcvae-ens,feddf", "--public-size", "300",
-            "--fuse-opt", "feddf:epochs=2", "--fuse-opt", "fedmho-sd:epochs=2",
-            "--fuse-opt", "fedmho-sd:synthetic=300", "--fuse-opt", "fedcvae-ens:epochs=2",
-            "--fuse-opt", "fedcvae-ens:synthetic=300", "--out", str(out), "--json", "--quiet")  # fmt: skip
+    r = cli(
+        "simulate",
+        "--dataset",
+        "hapt",
+        "--partition",
+        "user:1,3,5,6",
+        "--clients",
+        "4",
+        "--mix",
+        "wristband:2,smartphone:2",
+        "--classifier-epochs",
+        "2",
+        "--generator-epochs",
+        "2",
+        "--jobs",
+        "2",
+        "--methods",
+        "fedavg,ensemble,fedmho-sd,fedcvae-ens,feddf",
+        "--public-size",
+        "300",
+        "--fuse-opt",
+        "feddf:epochs=2",
+        "--fuse-opt",
+        "fedmho-sd:epochs=2",
+        "--fuse-opt",
+        "fedmho-sd:synthetic=300",
+        "--fuse-opt",
+        "fedcvae-ens:epochs=2",
+        "--fuse-opt",
+        "fedcvae-ens:synthetic=300",
+        "--out",
+        str(out),
+        "--json",
+        "--quiet",
+    )
     assert r.exit_code == 0, r.output
     report = json.loads(r.stdout)
     models = {c["client_id"]: c["model"] for c in report["clients"]}
@@ -145,8 +218,18 @@ def test_users_as_clients_end_to_end_and_a_window_on_the_device(cli, tmp_path):
     feddf = json.loads((out / "global" / "feddf.json").read_text())["config"]
     assert feddf["public_partition"] == "user:1,3,5,6" and feddf["public_size"] == 300
     # The server and eval commands on their own, over the same uploads.
-    r = cli("server", "fuse", str(out / "uploads"), "--method", "ensemble", "--out",
-            str(tmp_path / "g.onnx"), "--eval", "hapt:test", "--json")  # fmt: skip
+    r = cli(
+        "server",
+        "fuse",
+        str(out / "uploads"),
+        "--method",
+        "ensemble",
+        "--out",
+        str(tmp_path / "g.onnx"),
+        "--eval",
+        "hapt:test",
+        "--json",
+    )
     assert r.exit_code == 0, r.output
     assert abs(json.loads(r.stdout)["accuracy"] - acc["ensemble"]) <= 1e-6
     r = cli("eval", str(tmp_path / "g.onnx"), "--dataset", "hapt:test", "--json")
@@ -156,9 +239,17 @@ def test_users_as_clients_end_to_end_and_a_window_on_the_device(cli, tmp_path):
     window = test.x[0, :, 0, :].T * 4.0 - 2.0  # back from [0, 1] to g
     csv = tmp_path / "window.csv"
     np.savetxt(csv, window, delimiter=",", header="ax,ay,az", comments="")
-    run = subprocess.run([sys.executable, str(ROOT / "examples/har_window.py"),
-                          str(out / "global" / "fedavg.onnx"), str(csv)],
-                         capture_output=True, text=True, timeout=120)  # fmt: skip
+    run = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "examples/har_window.py"),
+            str(out / "global" / "fedavg.onnx"),
+            str(csv),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert run.returncode == 0, run.stderr
     lines = run.stdout.splitlines()
     assert len(lines) == 6 and lines[0].split()[0] in ("walking", "sitting", "standing", "lying")

@@ -27,8 +27,13 @@ EDGEFL = str(Path(sys.executable).parent / "edgefl")
 
 
 def _edgefl(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([EDGEFL, *args], capture_output=True, text=True, timeout=300,
-                          env={"COLUMNS": "100", "PATH": "/usr/bin:/bin"})  # fmt: skip
+    return subprocess.run(
+        [EDGEFL, *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={"COLUMNS": "100", "PATH": "/usr/bin:/bin"},
+    )
 
 
 def _rewrite(path: Path, dest: Path, **meta) -> None:
@@ -49,18 +54,41 @@ def hostile(tmp_path_factory) -> Path:
     inverted one with a hostile client id (used repaired, so the robust note quotes it), and
     two uploads whose model name and kind are hostile (rejected, their reasons quote them)."""
     base = tmp_path_factory.mktemp("hostile")
-    r = _edgefl("simulate", "--dataset", "digits", "--clients", "8", "--mix",
-                "smartphone:6,wristband:2", "--partition", "iid", "--classifier-epochs", "30",
-                "--classifier-optimizer", "adam", "--generator-epochs", "30",
-                "--generator-optimizer", "adam", "--methods", "ensemble", "--attack",
-                "random:1,invert:1", "--out", str(base / "sim"), "--quiet")  # fmt: skip
+    r = _edgefl(
+        "simulate",
+        "--dataset",
+        "digits",
+        "--clients",
+        "8",
+        "--mix",
+        "smartphone:6,wristband:2",
+        "--partition",
+        "iid",
+        "--classifier-epochs",
+        "30",
+        "--classifier-optimizer",
+        "adam",
+        "--generator-epochs",
+        "30",
+        "--generator-optimizer",
+        "adam",
+        "--methods",
+        "ensemble",
+        "--attack",
+        "random:1,invert:1",
+        "--out",
+        str(base / "sim"),
+        "--quiet",
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     src, up = base / "sim" / "uploads", base / "up"
     shutil.copytree(src, up)
     (up / "client-000.onnx").rename(up / EVIL_FILE)
     _rewrite(src / "client-001.onnx", up / "client-001.onnx", client_id=EVIL)
-    for i, name, meta in ((4, "bad-spec.onnx", {"spec_name": EVIL}), (5, "bad-kind.onnx",
-                                                                       {"kind": EVIL})):  # fmt: skip
+    for i, name, meta in (
+        (4, "bad-spec.onnx", {"spec_name": EVIL}),
+        (5, "bad-kind.onnx", {"kind": EVIL}),
+    ):
         (up / f"client-{i:03d}.onnx").unlink()  # a copy would be refused as a duplicate
         _rewrite(src / f"client-{i:03d}.onnx", up / name, **meta)
     return base
@@ -76,8 +104,18 @@ def test_server_fuse_shows_upload_text_escaped_and_keeps_it_in_the_report(hostil
     before = {p.name: p.read_bytes() for p in up.iterdir()}
     for extra in ([], ["--json"]):
         out = hostile / ("one.onnx" if not extra else "one-json.onnx")
-        r = _edgefl("server", "fuse", str(up), "--method", "ensemble", "--robust", "screen",
-                    "--out", str(out), *extra)  # fmt: skip
+        r = _edgefl(
+            "server",
+            "fuse",
+            str(up),
+            "--method",
+            "ensemble",
+            "--robust",
+            "screen",
+            "--out",
+            str(out),
+            *extra,
+        )
         assert r.returncode == 0, r.stderr[-3000:]
         _clean(r.stdout)
         _clean(r.stderr)
@@ -93,12 +131,23 @@ def test_server_fuse_shows_upload_text_escaped_and_keeps_it_in_the_report(hostil
             text = " ".join(r.stdout.split())
             # Shown as text: the markup and escape codes are visible, not interpreted.
             assert "screened out \\x1b[31mred\\x07[link=x]f[link].onnx:" in text, text
-            assert "robust \\x1b]0;pwned\\x07[bold red]boom[/]\\x0d\\x1b[2K\\x9b31m: outputs " \
-                   "repaired (logits negated)" in text, text  # fmt: skip
+            assert (
+                "robust \\x1b]0;pwned\\x07[bold red]boom[/]\\x0d\\x1b[2K\\x9b31m: outputs "
+                "repaired (logits negated)" in text
+            ), text
             assert "[bold red]boom[/]" in text.split("rejected bad-kind.onnx")[1], text
     # Many methods at once print another summary: the same holds.
-    r = _edgefl("server", "fuse", str(up), "--method", "ensemble,fedavg", "--robust", "screen",
-                "--out-dir", str(hostile / "many"))  # fmt: skip
+    r = _edgefl(
+        "server",
+        "fuse",
+        str(up),
+        "--method",
+        "ensemble,fedavg",
+        "--robust",
+        "screen",
+        "--out-dir",
+        str(hostile / "many"),
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     _clean(r.stdout)
     _clean(r.stderr)
@@ -109,15 +158,29 @@ def test_server_fuse_shows_upload_text_escaped_and_keeps_it_in_the_report(hostil
 
 def test_simulate_markdown_quotes_upload_text_inertly():
     results = {
-        "job": {"dataset": "digits", "clients": 2, "partition": "iid", "mix": "smartphone:2",
-                "seed": 0, "paper_models": False},
+        "job": {
+            "dataset": "digits",
+            "clients": 2,
+            "partition": "iid",
+            "mix": "smartphone:2",
+            "seed": 0,
+            "paper_models": False,
+        },
         "date_utc": "2026-11-24 00:00:00",
         "seconds": {"clients": 1.0, "fusion": 1.0},
-        "results": [{"method": "ensemble", "accuracy": 0.9, "paper": None, "fuse_seconds": 1.0,
-                     "upload_bytes": 10, "screened": [f"{EVIL}: agrees on 0%"],
-                     "robust_notes": [f"{EVIL}: outputs repaired (logits negated)"]}],
+        "results": [
+            {
+                "method": "ensemble",
+                "accuracy": 0.9,
+                "paper": None,
+                "fuse_seconds": 1.0,
+                "upload_bytes": 10,
+                "screened": [f"{EVIL}: agrees on 0%"],
+                "robust_notes": [f"{EVIL}: outputs repaired (logits negated)"],
+            }
+        ],
         "clients": [],
-    }  # fmt: skip
+    }
     md = results_markdown(results)
     _clean(md)
     section = md.split("Robust screen")[1]

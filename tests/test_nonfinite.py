@@ -22,8 +22,9 @@ def _nan_logits(src, dst) -> None:
     onnxruntime alike (and NaN - NaN passed the old tolerance check)."""
     model = onnx.load(str(src))
     meta = exporters.read_artifact(src).metadata
-    last = [t for t in model.graph.initializer
-            if len(t.dims) == 2 and meta["num_classes"] in t.dims][-1]  # fmt: skip
+    last = [
+        t for t in model.graph.initializer if len(t.dims) == 2 and meta["num_classes"] in t.dims
+    ][-1]
     w = numpy_helper.to_array(last).astype(np.float32)
     signs = np.where(np.indices(w.shape).sum(0) % 2 == 0, 1.0, -1.0).astype(np.float32)
     w = signs * np.float32(3e38)

@@ -29,22 +29,31 @@ def two_archs(tmp_path_factory):
     """client-000 and client-001 (cnn), client-scnn (scnn:width=4) and the two decoders."""
     root = tmp_path_factory.mktemp("archs")
     main, mixed = build_federation(root), build_mixed_federation(root)
-    out = copy_uploads(main, root / "two", ["client-000.onnx", "client-001.onnx",
-                                             *(f"{d}.onnx" for d in DECODERS)])  # fmt: skip
+    out = copy_uploads(
+        main, root / "two", ["client-000.onnx", "client-001.onnx", *(f"{d}.onnx" for d in DECODERS)]
+    )
     copy_uploads(mixed, out, [SCNN])
     return out
 
 
 def fake(name: str, model: str, samples: int, module=True):
     spec = parse_model_arg(model, (1, 8, 8), 10)
-    return SimpleNamespace(name=name, spec=spec, module=object() if module else None,
-                           forward_only=None if module else "int8 weights (QDQ)",
-                           label_counts=np.array([samples]))  # fmt: skip
+    return SimpleNamespace(
+        name=name,
+        spec=spec,
+        module=object() if module else None,
+        forward_only=None if module else "int8 weights (QDQ)",
+        label_counts=np.array([samples]),
+    )
 
 
 def test_the_largest_group_is_averaged_and_the_others_set_aside_with_the_reason():
-    ups = [fake("a", "scnn:width=4", 10), fake("b", "cnn", 10), fake("c", "cnn", 10),
-           fake("q", "cnn", 10, module=False)]  # fmt: skip
+    ups = [
+        fake("a", "scnn:width=4", 10),
+        fake("b", "cnn", 10),
+        fake("c", "cnn", 10),
+        fake("q", "cnn", 10, module=False),
+    ]
     kept, left = one_architecture(ups, "fedavg")
     assert [u.name for u in kept] == ["b", "c"]
     assert [u.name for u, _ in left] == ["a", "q"]  # in upload order
@@ -96,8 +105,15 @@ def test_fedavg_over_two_architectures_averages_the_larger_group(two_archs, tmp_
 
 @pytest.mark.parametrize("name", ["fedmho", "fedmho-md", "fedmho-cw"])
 def test_fedmho_w0_averages_the_larger_group(two_archs, tmp_path, name):
-    rep = run_fuse(FuseJob(uploads=str(two_archs), method=name, out=str(tmp_path / "g.onnx"),
-                           device="cpu", options=SMALL))  # fmt: skip
+    rep = run_fuse(
+        FuseJob(
+            uploads=str(two_archs),
+            method=name,
+            out=str(tmp_path / "g.onnx"),
+            device="cpu",
+            options=SMALL,
+        )
+    )
     assert rep["initialised_from"] == ["client-000", "client-001"]
     assert rep["scope"] == "w0 from 2 of 3: cnn only"
     if name == "fedmho":  # no teacher: the scnn upload is not used at all
@@ -111,22 +127,45 @@ def test_fedmho_w0_averages_the_larger_group(two_archs, tmp_path, name):
 
 def test_cli_names_the_set_aside_upload_in_both_outputs(cli, two_archs, tmp_path):
     out = tmp_path / "g.onnx"
-    r = cli("server", "fuse", str(two_archs), "--method", "fedavg", "--out", str(out),
-            "--device", "cpu", "--json")  # fmt: skip
+    r = cli(
+        "server",
+        "fuse",
+        str(two_archs),
+        "--method",
+        "fedavg",
+        "--out",
+        str(out),
+        "--device",
+        "cpu",
+        "--json",
+    )
     assert r.exit_code == 0, r.output
     rep = json.loads(r.stdout)
     assert rep["scope"] == "2 of 3: cnn only" and rep["set_aside"][0]["file"] == SCNN
-    r = cli("server", "fuse", str(two_archs), "--method", "fedavg", "--out", str(out),
-            "--device", "cpu")  # fmt: skip
+    r = cli(
+        "server", "fuse", str(two_archs), "--method", "fedavg", "--out", str(out), "--device", "cpu"
+    )
     assert r.exit_code == 0, r.output
     text = " ".join(r.output.split())
     assert f"skipped {SCNN}: fedavg averages parameters" not in text  # the real reason, not this
     assert f"skipped {SCNN}: architecture scnn(width=4) differs" in text
     assert "global model from 2 of 3: cnn only" in text
     assert "fedavg: 2 upload(s) used in the end, 1 set aside" in text  # the log, on stderr
-    r = cli("server", "fuse", str(two_archs), "--method", "fedavg,fedmho-md", "--out-dir",
-            str(tmp_path / "d"), "--device", "cpu", "--opt", "fedmho-md:epochs=1",
-            "--opt", "fedmho-md:synthetic=100")  # fmt: skip
+    r = cli(
+        "server",
+        "fuse",
+        str(two_archs),
+        "--method",
+        "fedavg,fedmho-md",
+        "--out-dir",
+        str(tmp_path / "d"),
+        "--device",
+        "cpu",
+        "--opt",
+        "fedmho-md:epochs=1",
+        "--opt",
+        "fedmho-md:synthetic=100",
+    )
     assert r.exit_code == 0, r.output
     text = " ".join(r.output.split())
     assert f"fedavg: set aside {SCNN}: architecture scnn(width=4) differs" in text

@@ -12,28 +12,91 @@ import edgefl.data.datasets
 # {blocked} is a regular file, so nothing can be created under it; {junk} is a file whose bytes
 # are not ONNX, so a command that read it before its outputs would fail on the input instead.
 COMMANDS = {
-    "client train": ["client", "train", "--profile", "wristband", "--dataset", "digits",
-                     "--num-clients", "2", "--client-index", "0", "--out", "{blocked}/up"],
+    "client train": [
+        "client",
+        "train",
+        "--profile",
+        "wristband",
+        "--dataset",
+        "digits",
+        "--num-clients",
+        "2",
+        "--client-index",
+        "0",
+        "--out",
+        "{blocked}/up",
+    ],
     "client sample": ["client", "sample", "{junk}", "--out", "{blocked}/s.png"],
-    "client apply-header": ["client", "apply-header", "{junk}", "{junk}", "--out",
-                            "{blocked}/p.onnx"],
-    "data partition": ["data", "partition", "--dataset", "digits", "--num-clients", "2",
-                       "--plot", "{blocked}/h.png"],
+    "client apply-header": [
+        "client",
+        "apply-header",
+        "{junk}",
+        "{junk}",
+        "--out",
+        "{blocked}/p.onnx",
+    ],
+    "data partition": [
+        "data",
+        "partition",
+        "--dataset",
+        "digits",
+        "--num-clients",
+        "2",
+        "--plot",
+        "{blocked}/h.png",
+    ],
     "eval": ["eval", "{junk}", "--dataset", "digits", "--plot", "{blocked}/c.png"],
     "infer": ["infer", "{junk}", "--input", "{junk}", "--out", "{blocked}/g.npy"],
-    "search": ["search", "--profile", "wristband", "--dataset", "digits", "--save",
-               "{blocked}/s.json"],
-    "server fuse --out": ["server", "fuse", "{uploads}", "--method", "fedavg", "--out",
-                          "{blocked}/g.onnx"],
-    "server fuse --report": ["server", "fuse", "{uploads}", "--method", "fedavg", "--report",
-                             "{blocked}/r.json"],
-    "server fuse --out-dir": ["server", "fuse", "{uploads}", "--method", "fedavg,ensemble",
-                              "--out-dir", "{blocked}/o"],
-    "simulate": ["simulate", "--dataset", "digits", "--clients", "2", "--mix", "smartphone:2",
-                 "--out", "{blocked}/sim"],
+    "search": [
+        "search",
+        "--profile",
+        "wristband",
+        "--dataset",
+        "digits",
+        "--save",
+        "{blocked}/s.json",
+    ],
+    "server fuse --out": [
+        "server",
+        "fuse",
+        "{uploads}",
+        "--method",
+        "fedavg",
+        "--out",
+        "{blocked}/g.onnx",
+    ],
+    "server fuse --report": [
+        "server",
+        "fuse",
+        "{uploads}",
+        "--method",
+        "fedavg",
+        "--report",
+        "{blocked}/r.json",
+    ],
+    "server fuse --out-dir": [
+        "server",
+        "fuse",
+        "{uploads}",
+        "--method",
+        "fedavg,ensemble",
+        "--out-dir",
+        "{blocked}/o",
+    ],
+    "simulate": [
+        "simulate",
+        "--dataset",
+        "digits",
+        "--clients",
+        "2",
+        "--mix",
+        "smartphone:2",
+        "--out",
+        "{blocked}/sim",
+    ],
     "demo": ["demo", "--out", "{blocked}/demo"],
     "reproduce": ["reproduce", "fedmho-table3", "--out", "{blocked}/t3"],
-}  # fmt: skip
+}
 
 
 @pytest.fixture
@@ -64,8 +127,11 @@ def test_every_output_flag_refuses_an_impossible_path_first(name, cli, tmp_path,
     text = " ".join(r.output.split())
     assert r.exit_code == 2, (r.exit_code, r.output, r.exception)
     assert "Traceback" not in r.output and not isinstance(r.exception, AssertionError)
-    flag = next(a for a in COMMANDS[name] if a.startswith("--") and "{blocked}" in
-                COMMANDS[name][COMMANDS[name].index(a) + 1])  # fmt: skip
+    flag = next(
+        a
+        for a in COMMANDS[name]
+        if a.startswith("--") and "{blocked}" in COMMANDS[name][COMMANDS[name].index(a) + 1]
+    )
     assert f"{flag} " in text and "cannot be written" in text, text
     assert "fix:" in text, text
     after = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}

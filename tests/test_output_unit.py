@@ -76,8 +76,9 @@ def previous(federation, tmp_path_factory) -> Path:
     """A folder holding a finished fedavg run's g.onnx and g.json: what a later failing run
     must leave byte-identical (copy it per test)."""
     out = tmp_path_factory.mktemp("previous")
-    run_fuse(FuseJob(uploads=str(federation), method="fedavg", out=str(out / "g.onnx"),
-                     device="cpu"))  # fmt: skip
+    run_fuse(
+        FuseJob(uploads=str(federation), method="fedavg", out=str(out / "g.onnx"), device="cpu")
+    )
     assert sorted(os.listdir(out)) == ["g.json", "g.onnx"]
     assert_pair(out / "g.onnx", out / "g.json", "fedavg")
     return out
@@ -114,17 +115,32 @@ def no_ingest(monkeypatch):
 
 
 def _spawn(args: list[str], env: dict | None = None, prefix: str = "") -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-c", prefix + CLI, *map(str, args)], cwd=ROOT,
-                            env=dict(os.environ, **(env or {})), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)  # fmt: skip
+    return subprocess.Popen(
+        [sys.executable, "-c", prefix + CLI, *map(str, args)],
+        cwd=ROOT,
+        env=dict(os.environ, **(env or {})),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def test_a_second_run_on_held_outputs_is_refused_naming_the_holder(federation, out, tmp_path):
     go = tmp_path / "go"
-    fuse = ["server", "fuse", federation, "--out", out / "g.onnx", "--device", "cpu", "--quiet",
-            "--overwrite"]  # another method replaces the previous fedavg pair  # fmt: skip
-    first = _spawn([*fuse, "--method", "fedmho", "--epochs", "1"], {"EDGEFL_TEST_GO": str(go)},
-                   prefix=HOLD)  # fmt: skip
+    fuse = [
+        "server",
+        "fuse",
+        federation,
+        "--out",
+        out / "g.onnx",
+        "--device",
+        "cpu",
+        "--quiet",
+        "--overwrite",
+    ]  # another method replaces the previous fedavg pair
+    first = _spawn(
+        [*fuse, "--method", "fedmho", "--epochs", "1"], {"EDGEFL_TEST_GO": str(go)}, prefix=HOLD
+    )
     try:
         while "@@holding" not in first.stderr.readline():  # it holds the lock, has ingested
             assert first.poll() is None, first.stderr.read()
@@ -144,10 +160,21 @@ def test_a_second_run_on_held_outputs_is_refused_naming_the_holder(federation, o
 
 
 def test_two_runs_started_together_leave_a_pair_that_belongs_together(federation, out):
-    fuse = ["server", "fuse", federation, "--out", out / "g.onnx", "--device", "cpu", "--quiet",
-            "--overwrite"]  # two methods, one --out: each replaces the other's  # fmt: skip
-    runs = {"fedavg": _spawn([*fuse, "--method", "fedavg"]),
-            "fedmho": _spawn([*fuse, "--method", "fedmho", "--epochs", "1"])}  # fmt: skip
+    fuse = [
+        "server",
+        "fuse",
+        federation,
+        "--out",
+        out / "g.onnx",
+        "--device",
+        "cpu",
+        "--quiet",
+        "--overwrite",
+    ]  # two methods, one --out: each replaces the other's
+    runs = {
+        "fedavg": _spawn([*fuse, "--method", "fedavg"]),
+        "fedmho": _spawn([*fuse, "--method", "fedmho", "--epochs", "1"]),
+    }
     done = {m: (p.wait(timeout=180), p.stderr.read()) for m, p in runs.items()}
     codes = sorted(code for code, _ in done.values())
     # One holds the outputs, the other is refused at once; if one finished before the other
@@ -192,10 +219,11 @@ def test_two_runs_started_together_leave_a_pair_that_belongs_together(federation
         "report-too-long",
         "report-is-folder",
         "report-is-model",
-    ],  # fmt: skip
+    ],
 )
-def test_a_failing_check_leaves_previous_outputs_identical(args, message, federation, out,
-                                                           no_data, no_ingest):  # fmt: skip
+def test_a_failing_check_leaves_previous_outputs_identical(
+    args, message, federation, out, no_data, no_ingest
+):
     args = [a.format(out=out) for a in args]
     if "--method" not in args:
         args += ["--method", "fedavg"]
@@ -210,8 +238,9 @@ def test_a_failing_check_leaves_previous_outputs_identical(args, message, federa
 def test_held_outputs_refuse_before_any_upload_is_read(federation, out, no_ingest):
     before = snapshot(out)
     with lock_outputs([out / "g.json"]):  # one file of the set is enough
-        text = cli("server", "fuse", federation, "--method", "fedavg", "--out", out / "g.onnx",
-                   code=2)  # fmt: skip
+        text = cli(
+            "server", "fuse", federation, "--method", "fedavg", "--out", out / "g.onnx", code=2
+        )
         assert f"g.json is being written by another run (pid {os.getpid()}, started" in text
         assert "fix: wait for that run to finish" in text
     assert snapshot(out) == before  # the lock file went with its holder
@@ -220,8 +249,18 @@ def test_held_outputs_refuse_before_any_upload_is_read(federation, out, no_inges
 def test_a_failing_fusion_leaves_previous_outputs_identical(out, tmp_path_factory):
     decoders = build_decoder_only(tmp_path_factory.mktemp("dec"))
     before = snapshot(out)
-    text = cli("server", "fuse", decoders, "--method", "fedavg", "--out", out / "g.onnx",
-               "--device", "cpu", code=2)  # fmt: skip
+    text = cli(
+        "server",
+        "fuse",
+        decoders,
+        "--method",
+        "fedavg",
+        "--out",
+        out / "g.onnx",
+        "--device",
+        "cpu",
+        code=2,
+    )
     assert "classifier" in text
     assert snapshot(out) == before
 
@@ -239,8 +278,20 @@ def test_a_failing_evaluation_leaves_previous_outputs_identical(federation, out,
 
     monkeypatch.setattr("edgefl.evaluate.evaluate_artifact", fails)
     before = snapshot(out)
-    text = cli("server", "fuse", federation, "--method", "fedavg", "--out", out / "g.onnx",
-               "--eval", "digits", "--device", "cpu", code=2)  # fmt: skip
+    text = cli(
+        "server",
+        "fuse",
+        federation,
+        "--method",
+        "fedavg",
+        "--out",
+        out / "g.onnx",
+        "--eval",
+        "digits",
+        "--device",
+        "cpu",
+        code=2,
+    )
     assert "model expects inputs" in text
     assert seen and Path(seen[0]).parent.parent == out  # the staged model, beside the target
     assert snapshot(out) == before
@@ -252,8 +303,18 @@ def test_a_failing_export_leaves_previous_outputs_identical(federation, out, mon
 
     monkeypatch.setattr(exporters, "export_onnx", fails)
     before = snapshot(out)
-    text = cli("server", "fuse", federation, "--method", "fedavg", "--out", out / "g.onnx",
-               "--device", "cpu", code=2)  # fmt: skip
+    text = cli(
+        "server",
+        "fuse",
+        federation,
+        "--method",
+        "fedavg",
+        "--out",
+        out / "g.onnx",
+        "--device",
+        "cpu",
+        code=2,
+    )
     assert "exporting the global model failed" in text
     assert snapshot(out) == before
 
@@ -275,8 +336,16 @@ def test_ctrl_c_while_publishing_waits_for_the_whole_pair(federation, out, monke
     old = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         with pytest.raises(KeyboardInterrupt):
-            run_fuse(FuseJob(uploads=str(federation), method="fedmho", out=str(out / "g.onnx"),
-                             options={"epochs": 1}, device="cpu", overwrite=True))  # fmt: skip
+            run_fuse(
+                FuseJob(
+                    uploads=str(federation),
+                    method="fedmho",
+                    out=str(out / "g.onnx"),
+                    options={"epochs": 1},
+                    device="cpu",
+                    overwrite=True,
+                )
+            )
     finally:
         signal.signal(signal.SIGINT, old)
     assert calls == ["g.onnx", "g.json"]  # the report last, once its model is in place
@@ -290,8 +359,9 @@ def test_ctrl_c_while_publishing_waits_for_the_whole_pair(federation, out, monke
 def test_out_dir_each_method_a_pair_and_one_lock_for_the_set(federation, tmp_path, no_ingest):
     folder = tmp_path / "d"
     with lock_outputs([folder / "ensemble.json"]):
-        text = cli("server", "fuse", federation, "--method", "fedavg,ensemble", "--out-dir",
-                   folder, code=2)  # fmt: skip
+        text = cli(
+            "server", "fuse", federation, "--method", "fedavg,ensemble", "--out-dir", folder, code=2
+        )
     assert "ensemble.json is being written by another run" in text
     assert os.listdir(folder) == []  # fedavg's outputs were not started either
 
@@ -305,8 +375,21 @@ def test_out_dir_a_refused_method_keeps_its_previous_pair(tmp_path, tmp_path_fac
     before = snapshot(folder)
     # --overwrite: the previous pair stands for another run's fedgh (not an edgefl file here);
     # even when replacing is allowed, a refused method replaces nothing.
-    cli("server", "fuse", mixed, "--method", "fedgh,ensemble", "--out-dir", folder, "--device",
-        "cpu", "--jobs", "2", "--overwrite", code=0)  # fmt: skip
+    cli(
+        "server",
+        "fuse",
+        mixed,
+        "--method",
+        "fedgh,ensemble",
+        "--out-dir",
+        folder,
+        "--device",
+        "cpu",
+        "--jobs",
+        "2",
+        "--overwrite",
+        code=0,
+    )
     # fedgh finds no prototypes among these uploads: refused, its previous pair untouched.
     # (This was fedavg over two architectures; fedavg now averages one and sets the other aside.)
     assert {n: before[n] for n in ("fedgh.onnx", "fedgh.json")} == {
@@ -321,8 +404,18 @@ def test_out_dir_a_refused_method_keeps_its_previous_pair(tmp_path, tmp_path_fac
 
 def test_a_240_character_out_name_is_written(federation, tmp_path):
     target = tmp_path / ("g" * 235 + ".onnx")
-    cli("server", "fuse", federation, "--method", "fedavg", "--out", target, "--device", "cpu",
-        code=0)  # fmt: skip
+    cli(
+        "server",
+        "fuse",
+        federation,
+        "--method",
+        "fedavg",
+        "--out",
+        target,
+        "--device",
+        "cpu",
+        code=0,
+    )
     assert_pair(target, target.with_suffix(".json"), "fedavg")
     assert sorted(os.listdir(tmp_path)) == sorted([target.name, target.with_suffix(".json").name])
 
@@ -350,14 +443,28 @@ def _dead_pid() -> int:
 
 
 @pytest.mark.parametrize("length, code", [(240, 0), (252, 2)])
-def test_long_client_id_is_written_or_refused_before_training(length, code, tmp_path,
-                                                               monkeypatch):  # fmt: skip
+def test_long_client_id_is_written_or_refused_before_training(length, code, tmp_path, monkeypatch):
     if code == 2:  # refused before the data is even read
         monkeypatch.setattr(edgefl.data.datasets, "_load_registered", _refuse)
     client = "c" * length
-    text = cli("client", "train", "--profile", "wristband", "--dataset", "digits",
-               "--num-clients", "4", "--epochs", "1", "--client-id", client, "--out",
-               tmp_path / "up", "--quiet", code=code)  # fmt: skip
+    text = cli(
+        "client",
+        "train",
+        "--profile",
+        "wristband",
+        "--dataset",
+        "digits",
+        "--num-clients",
+        "4",
+        "--epochs",
+        "1",
+        "--client-id",
+        client,
+        "--out",
+        tmp_path / "up",
+        "--quiet",
+        code=code,
+    )
     if code == 0:
         assert os.listdir(tmp_path / "up") == [f"{client}.onnx"]
     else:
@@ -390,11 +497,14 @@ def test_lock_refuses_a_second_holder_and_goes_with_the_first(tmp_path):
 def test_lock_after_a_killed_holder_is_free(tmp_path):
     """flock dies with its holder: a SIGKILLed run's lock file does not block the next run."""
     target = tmp_path / "g.onnx"
-    code = ("import sys, time; from edgefl.outputs import lock_outputs\n"
-            f"with lock_outputs([{str(target)!r}]):\n"
-            "    print('held', flush=True); time.sleep(60)\n")  # fmt: skip
-    proc = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stdout=subprocess.PIPE,
-                            text=True)  # fmt: skip
+    code = (
+        "import sys, time; from edgefl.outputs import lock_outputs\n"
+        f"with lock_outputs([{str(target)!r}]):\n"
+        "    print('held', flush=True); time.sleep(60)\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code], cwd=ROOT, stdout=subprocess.PIPE, text=True
+    )
     assert proc.stdout.readline().strip() == "held"
     with pytest.raises(ConfigError, match=f"pid {proc.pid}"), lock_outputs([target]):
         pass

@@ -43,8 +43,13 @@ def test_search_refuses_to_replace_a_plain_upload(cli, uploads, monkeypatch):
 
     monkeypatch.setattr(pso, "search_architecture", no_search)
     r = cli(*TRAIN, *SEARCH, "--out", str(out))
-    _refused(r, "client-000.onnx already holds client-000's classifier upload (mlp",
-             "model mlp -> a --search pso result", "another --out", "--client-id")  # fmt: skip
+    _refused(
+        r,
+        "client-000.onnx already holds client-000's classifier upload (mlp",
+        "model mlp -> a --search pso result",
+        "another --out",
+        "--client-id",
+    )
     assert (out / "client-000.onnx").read_bytes() == before  # nothing lost
 
 
@@ -55,16 +60,28 @@ def test_rerun_of_the_same_command_replaces_its_own(cli, uploads):
     assert json.loads(r.stdout)["path"] == str(out / "client-000.onnx")
 
 
-@pytest.mark.parametrize("change, differs", [
-    (("--profile", "smartphone", "--model", "mlp", "--epochs", "2"), "epochs 1 -> 2"),
-    (("--profile", "smartphone", "--model", "scnn:width=8", "--epochs", "1"), "model mlp -> scnn"),
-    (("--profile", "smartphone", "--model", "mlp", "--epochs", "1", "--partition", "iid"),
-     "partition dirichlet:0.5 -> iid"),
-    (("--profile", "wristband", "--model", "mlp", "--epochs", "1", "--force"),
-     "profile smartphone -> wristband"),
-    (("--profile", "smartphone", "--model", "mlp", "--epochs", "1", "--quantize", "int8"),
-     "quantize none -> int8"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "change, differs",
+    [
+        (("--profile", "smartphone", "--model", "mlp", "--epochs", "2"), "epochs 1 -> 2"),
+        (
+            ("--profile", "smartphone", "--model", "scnn:width=8", "--epochs", "1"),
+            "model mlp -> scnn",
+        ),
+        (
+            ("--profile", "smartphone", "--model", "mlp", "--epochs", "1", "--partition", "iid"),
+            "partition dirichlet:0.5 -> iid",
+        ),
+        (
+            ("--profile", "wristband", "--model", "mlp", "--epochs", "1", "--force"),
+            "profile smartphone -> wristband",
+        ),
+        (
+            ("--profile", "smartphone", "--model", "mlp", "--epochs", "1", "--quantize", "int8"),
+            "quantize none -> int8",
+        ),
+    ],
+)
 def test_other_settings_are_another_command(cli, uploads, change, differs):
     out, before = uploads
     r = cli(*BASE, *change, "--out", str(out))
@@ -103,9 +120,25 @@ def test_search_rerun_is_its_own_and_other_swarm_is_not(cli, tmp_path):
 
 def test_prototypes_kept_model_is_checked_too(cli, uploads, tmp_path):
     out, before = uploads  # a model upload where prototypes would keep the device's model
-    r = cli("client", "prototypes", "--profile", "smartphone", "--dataset", "digits",
-            "--num-clients", "4", "--epochs", "1", "--model", "fedgh-cnn1", "--quiet",
-            "--out", str(tmp_path / "protos"), "--keep-model", str(out))  # fmt: skip
+    r = cli(
+        "client",
+        "prototypes",
+        "--profile",
+        "smartphone",
+        "--dataset",
+        "digits",
+        "--num-clients",
+        "4",
+        "--epochs",
+        "1",
+        "--model",
+        "fedgh-cnn1",
+        "--quiet",
+        "--out",
+        str(tmp_path / "protos"),
+        "--keep-model",
+        str(out),
+    )
     _refused(r, "--keep-model", "model mlp -> fedgh-cnn1")
     assert (out / "client-000.onnx").read_bytes() == before
     assert not (tmp_path / "protos" / "client-000.onnx").exists()
@@ -122,8 +155,17 @@ def federation(tmp_path_factory):
 
     root = tmp_path_factory.mktemp("fed")
     for i in (0, 1):
-        run_client(ClientJob(profile="smartphone", dataset="digits", out_dir=str(root / "up"),
-                             num_clients=4, client_index=i, epochs=1, model="mlp"))  # fmt: skip
+        run_client(
+            ClientJob(
+                profile="smartphone",
+                dataset="digits",
+                out_dir=str(root / "up"),
+                num_clients=4,
+                client_index=i,
+                epochs=1,
+                model="mlp",
+            )
+        )
     run_fuse(FuseJob(uploads=str(root / "up"), method="fedavg", out=str(root / "fedavg.onnx")))
     return root
 
@@ -150,20 +192,44 @@ def test_fuse_replaces_its_own_result_only(cli, federation, tmp_path):
 
 def test_fuse_never_replaces_an_upload_or_a_foreign_file(cli, federation, tmp_path):
     before = _copy(federation / "up" / "client-000.onnx", tmp_path / "g" / "fedavg.onnx")
-    r = cli("server", "fuse", str(federation / "up"), "--method", "fedavg", "--out-dir",
-            str(tmp_path / "g"), "--quiet")  # fmt: skip
+    r = cli(
+        "server",
+        "fuse",
+        str(federation / "up"),
+        "--method",
+        "fedavg",
+        "--out-dir",
+        str(tmp_path / "g"),
+        "--quiet",
+    )
     _refused(r, "client-000's classifier upload", "--out-dir")
     assert (tmp_path / "g" / "fedavg.onnx").read_bytes() == before
     (tmp_path / "notes.json").write_text("[1, 2]")
-    r = cli("server", "fuse", str(federation / "up"), "--method", "fedavg", "--out",
-            str(tmp_path / "x.onnx"), "--report", str(tmp_path / "notes.json"), "--quiet")  # fmt: skip
+    r = cli(
+        "server",
+        "fuse",
+        str(federation / "up"),
+        "--method",
+        "fedavg",
+        "--out",
+        str(tmp_path / "x.onnx"),
+        "--report",
+        str(tmp_path / "notes.json"),
+        "--quiet",
+    )
     _refused(r, "notes.json already holds a file edgefl did not write", "--report")
 
 
 def test_apply_header_keeps_what_is_not_its_own(cli, federation, tmp_path):
     before = _copy(federation / "fedavg.onnx", tmp_path / "personal.onnx")
-    r = cli("client", "apply-header", str(federation / "up" / "client-000.onnx"),
-            str(federation / "fedavg.onnx"), "--out", str(tmp_path / "personal.onnx"))  # fmt: skip
+    r = cli(
+        "client",
+        "apply-header",
+        str(federation / "up" / "client-000.onnx"),
+        str(federation / "fedavg.onnx"),
+        "--out",
+        str(tmp_path / "personal.onnx"),
+    )
     _refused(r, "fedavg global model")
     assert (tmp_path / "personal.onnx").read_bytes() == before
 
@@ -173,15 +239,36 @@ def test_search_save_keeps_a_file_that_is_not_a_saved_spec(cli, tmp_path, monkey
 
     monkeypatch.setattr(run, "search_architecture", lambda *a, **k: pytest.fail("searched"))
     (tmp_path / "best.json").write_text('{"my": "settings"}')
-    r = cli("search", "--profile", "wristband", "--dataset", "digits", "--save",
-            str(tmp_path / "best.json"))  # fmt: skip
+    r = cli(
+        "search",
+        "--profile",
+        "wristband",
+        "--dataset",
+        "digits",
+        "--save",
+        str(tmp_path / "best.json"),
+    )
     _refused(r, "best.json already holds", "another --save")
     assert (tmp_path / "best.json").read_text() == '{"my": "settings"}'
 
 
 def test_search_save_rerun_replaces_its_spec(cli, tmp_path):
-    args = ("search", "--profile", "wristband", "--dataset", "digits", "--num-clients", "4",
-            "--particles", "2", "--generations", "0", "--quiet", "--save", str(tmp_path / "s.json"))  # fmt: skip
+    args = (
+        "search",
+        "--profile",
+        "wristband",
+        "--dataset",
+        "digits",
+        "--num-clients",
+        "4",
+        "--particles",
+        "2",
+        "--generations",
+        "0",
+        "--quiet",
+        "--save",
+        str(tmp_path / "s.json"),
+    )
     assert cli(*args).exit_code == 0
     r = cli(*args)
     assert r.exit_code == 0, r.output

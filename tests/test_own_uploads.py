@@ -33,10 +33,20 @@ def _train(out: Path, name: str, kind: str, int8: bool):
     role = ZOO.get(name).role
     client_id = f"{name}-{kind}" + ("-int8" if int8 else "")
     job = ClientJob(
-        profile="smartphone", dataset=DATASETS[kind], out_dir=str(out), subset=48, epochs=1,
-        batch_size=16, model=name, role=role, force=True, client_id=client_id,
-        partition="iid", num_clients=1, quantize="int8" if int8 else None,
-    )  # fmt: skip
+        profile="smartphone",
+        dataset=DATASETS[kind],
+        out_dir=str(out),
+        subset=48,
+        epochs=1,
+        batch_size=16,
+        model=name,
+        role=role,
+        force=True,
+        client_id=client_id,
+        partition="iid",
+        num_clients=1,
+        quantize="int8" if int8 else None,
+    )
     return run_client(job)
 
 
@@ -75,11 +85,29 @@ def test_each_upload_is_used_by_a_method_that_consumes_it(own_uploads, kind, cli
     # ensemble rebuilds its members (an int8 upload is set aside by name); FedDF runs its
     # teachers forward in onnxruntime (int8 included); FedCVAE-ENS reads every decoder.
     out = tmp_path / "global"
-    r = cli("server", "fuse", str(Path(own_uploads["root"]) / kind),
-            "--method", "ensemble,feddf,fedcvae-ens", "--out-dir", str(out), "--device", "cpu",
-            "--opt", "fedcvae-ens:epochs=1", "--opt", "fedcvae-ens:synthetic=200",
-            "--opt", "feddf:epochs=1", "--opt", f"feddf:public={DATASETS[kind]}:public",
-            "--opt", "feddf:public_size=200", "--json", "-q")  # fmt: skip
+    r = cli(
+        "server",
+        "fuse",
+        str(Path(own_uploads["root"]) / kind),
+        "--method",
+        "ensemble,feddf,fedcvae-ens",
+        "--out-dir",
+        str(out),
+        "--device",
+        "cpu",
+        "--opt",
+        "fedcvae-ens:epochs=1",
+        "--opt",
+        "fedcvae-ens:synthetic=200",
+        "--opt",
+        "feddf:epochs=1",
+        "--opt",
+        f"feddf:public={DATASETS[kind]}:public",
+        "--opt",
+        "feddf:public_size=200",
+        "--json",
+        "-q",
+    )
     assert r.exit_code == 0, r.output
     reports = json.loads(r.stdout)
     for method in reports.values():

@@ -119,9 +119,19 @@ def test_parse_scheme_round_trip(text):
 
 
 @pytest.mark.parametrize(
-    "text", ["", "dir:0.5", "dirichlet", "dirichlet:0", "dirichlet:-1", "dirichlet:nan",
-             "classes:0", "classes:1.5", "iid:3"]
-)  # fmt: skip
+    "text",
+    [
+        "",
+        "dir:0.5",
+        "dirichlet",
+        "dirichlet:0",
+        "dirichlet:-1",
+        "dirichlet:nan",
+        "classes:0",
+        "classes:1.5",
+        "iid:3",
+    ],
+)
 def test_parse_scheme_rejects(text):
     with pytest.raises(ConfigError, match="for --partition") as err:
         parse_scheme(text)

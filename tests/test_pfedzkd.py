@@ -48,9 +48,19 @@ def uploads(tmp_path_factory):
     """Two clients with different architectures: a scalable CNN and a nas-cnn."""
     out = tmp_path_factory.mktemp("uploads")
     for i, model in enumerate(["scnn:width=8", "nas-cnn"]):
-        run_client(ClientJob(profile="smartwatch", dataset="digits", out_dir=str(out),
-                             num_clients=2, client_index=i, partition="dirichlet:1.0",
-                             model=model, epochs=8, force=True))  # fmt: skip
+        run_client(
+            ClientJob(
+                profile="smartwatch",
+                dataset="digits",
+                out_dir=str(out),
+                num_clients=2,
+                client_index=i,
+                partition="dirichlet:1.0",
+                model=model,
+                epochs=8,
+                force=True,
+            )
+        )
     return out
 
 
@@ -76,8 +86,16 @@ def test_inverted_images_are_classified_as_their_target_class(teacher):
     targets = torch.full((len(classes), 10), 0.02)
     targets[torch.arange(len(classes)), classes] = 0.82  # peaked soft target on class c
     before = {k: v.clone() for k, v in teacher.state_dict().items()}
-    x = invert(teacher, targets, (1, 8, 8), steps=150, lr=0.1, tau=4.0,
-               gen=torch.Generator().manual_seed(0), device=torch.device("cpu"))  # fmt: skip
+    x = invert(
+        teacher,
+        targets,
+        (1, 8, 8),
+        steps=150,
+        lr=0.1,
+        tau=4.0,
+        gen=torch.Generator().manual_seed(0),
+        device=torch.device("cpu"),
+    )
     assert x.shape == (40, 1, 8, 8) and x.min() >= 0 and x.max() <= 1
     with torch.no_grad():
         pred = teacher(x).argmax(1)
@@ -102,7 +120,7 @@ def test_fuses_heterogeneous_teachers_deterministically(uploads, tmp_path):
                 device="cpu",
                 eval="digits:test",
             )
-        )  # fmt: skip
+        )
         for i in range(2)
     ]
     a, b = reports
@@ -119,8 +137,14 @@ def test_config_parses_betas_and_refuses_bad_values():
     assert method.make_config({"betas": "0.1,1.0"}).betas == (0.1, 1.0)
     assert method.make_config({"betas": "0.5x2"}).betas == (0.5, 2.0)
     assert method.make_config({"betas": 1}).betas == (1.0,)
-    for bad in ({"betas": "a,b"}, {"betas": [0.0]}, {"tau": 0}, {"inversion_steps": 0},
-                {"synthetic": 0}, {"similarity_floor": 0}):  # fmt: skip
+    for bad in (
+        {"betas": "a,b"},
+        {"betas": [0.0]},
+        {"tau": 0},
+        {"inversion_steps": 0},
+        {"synthetic": 0},
+        {"similarity_floor": 0},
+    ):
         with pytest.raises(ConfigError):
             method.make_config(bad)
     with pytest.raises(ConfigError, match="no option"):

@@ -77,12 +77,22 @@ def test_reproduce_table_panels_share_the_axis_and_mark_the_paper():
         "budget": {"name": "cpu"},
         "partitions": ["dirichlet:0.1", "dirichlet:0.5"],
         "rows": [
-            {"method": "fedavg", "partitions": {"dirichlet:0.1": _cell(20.0, None),
-                                                "dirichlet:0.5": _cell(30.0, 61.2)}},
-            {"method": "fedmho", "partitions": {"dirichlet:0.1": _cell(None, 70.0, "refused"),
-                                                "dirichlet:0.5": _cell(35.0, 80.4)}},
+            {
+                "method": "fedavg",
+                "partitions": {
+                    "dirichlet:0.1": _cell(20.0, None),
+                    "dirichlet:0.5": _cell(30.0, 61.2),
+                },
+            },
+            {
+                "method": "fedmho",
+                "partitions": {
+                    "dirichlet:0.1": _cell(None, 70.0, "refused"),
+                    "dirichlet:0.5": _cell(35.0, 80.4),
+                },
+            },
         ],
-    }  # fmt: skip
+    }
     fig = table_figure(summary)
     low, high = fig.axes[:2]
     assert low.get_ylim() == high.get_ylim() == (0.0, 100.0)
@@ -123,9 +133,13 @@ def test_eval_plot_names_the_classes(cli, tmp_path, monkeypatch, artifacts):
     import edgefl.plots
 
     seen = {}
-    monkeypatch.setattr(edgefl.plots, "plot_confusion",
-                        lambda conf, path, title="", class_names=None: seen.update(
-                            names=class_names, shape=conf.shape) or Path(path))  # fmt: skip
+    monkeypatch.setattr(
+        edgefl.plots,
+        "plot_confusion",
+        lambda conf, path, title="", class_names=None: (
+            seen.update(names=class_names, shape=conf.shape) or Path(path)
+        ),
+    )
     clf, _ = artifacts
     r = cli("eval", str(clf), "--dataset", "digits", "--plot", str(tmp_path / "c.png"))
     assert r.exit_code == 0, r.output
@@ -174,8 +188,7 @@ def test_signal_grid_marks_rows_not_held():
 def artifacts(tmp_path_factory):
     """A small classifier and a small decoder trained on digits through the client path."""
     out = tmp_path_factory.mktemp("uploads")
-    common = dict(profile="wristband", dataset="digits", out_dir=str(out), num_clients=4,
-                  epochs=1)  # fmt: skip
+    common = dict(profile="wristband", dataset="digits", out_dir=str(out), num_clients=4, epochs=1)
     clf = run_client(ClientJob(**common, model="scnn:width=8", client_id="clf"))
     dec = run_client(ClientJob(**common, model="cvae-mlp:hidden=16", client_id="dec"))
     return clf.path, dec.path

@@ -14,48 +14,84 @@ from edgefl.profiles import get_profile
 # upload file entered the storage budget and the TFLite Micro estimate) gave exactly these.
 CHOICES = {
     "jetson-orin-nano": {
-        "hapt": ("classifier cnn1d(width=64)", "classifier cnn1d(width=64)",
-                 "generator cvae1d(hidden=256,width=32)", "cnn1d(width=64)"),
-        "mnist": ("classifier vgg9", "classifier vgg9",
-                 "generator cvae-large", "vgg9"),
+        "hapt": (
+            "classifier cnn1d(width=64)",
+            "classifier cnn1d(width=64)",
+            "generator cvae1d(hidden=256,width=32)",
+            "cnn1d(width=64)",
+        ),
+        "mnist": ("classifier vgg9", "classifier vgg9", "generator cvae-large", "vgg9"),
     },
     "mcu": {
-        "hapt": ("generator cvae-mlp(hidden=24)", "classifier cnn1d(width=6)",
-                 "generator cvae-mlp(hidden=24)", "cnn1d(width=24)"),
-        "mnist": ("generator cvae-mlp(hidden=12)", "classifier scnn(width=2)",
-                 "generator cvae-mlp(hidden=12)", "scnn(width=16)"),
+        "hapt": (
+            "generator cvae-mlp(hidden=24)",
+            "classifier cnn1d(width=6)",
+            "generator cvae-mlp(hidden=24)",
+            "cnn1d(width=24)",
+        ),
+        "mnist": (
+            "generator cvae-mlp(hidden=12)",
+            "classifier scnn(width=2)",
+            "generator cvae-mlp(hidden=12)",
+            "scnn(width=16)",
+        ),
     },
     "raspberry-pi-5": {
-        "hapt": ("classifier cnn1d(width=64)", "classifier cnn1d(width=64)",
-                 "generator cvae1d(hidden=256,width=32)", "cnn1d(width=64)"),
-        "mnist": ("classifier vgg9", "classifier vgg9",
-                 "generator cvae-large", "vgg9"),
+        "hapt": (
+            "classifier cnn1d(width=64)",
+            "classifier cnn1d(width=64)",
+            "generator cvae1d(hidden=256,width=32)",
+            "cnn1d(width=64)",
+        ),
+        "mnist": ("classifier vgg9", "classifier vgg9", "generator cvae-large", "vgg9"),
     },
     "server-gpu": {
-        "hapt": ("classifier cnn1d(width=64)", "classifier cnn1d(width=64)",
-                 "generator cvae1d(hidden=256,width=32)", "cnn1d(width=64)"),
-        "mnist": ("classifier vgg9", "classifier vgg9",
-                 "generator cvae-large", "vgg9"),
+        "hapt": (
+            "classifier cnn1d(width=64)",
+            "classifier cnn1d(width=64)",
+            "generator cvae1d(hidden=256,width=32)",
+            "cnn1d(width=64)",
+        ),
+        "mnist": ("classifier vgg9", "classifier vgg9", "generator cvae-large", "vgg9"),
     },
     "smartphone": {
-        "hapt": ("classifier cnn1d(width=64)", "classifier cnn1d(width=64)",
-                 "generator cvae1d(hidden=256,width=32)", "cnn1d(width=64)"),
-        "mnist": ("classifier vgg9", "classifier vgg9",
-                 "generator cvae-large", "vgg9"),
+        "hapt": (
+            "classifier cnn1d(width=64)",
+            "classifier cnn1d(width=64)",
+            "generator cvae1d(hidden=256,width=32)",
+            "cnn1d(width=64)",
+        ),
+        "mnist": ("classifier vgg9", "classifier vgg9", "generator cvae-large", "vgg9"),
     },
     "smartwatch": {
-        "hapt": ("classifier cnn1d(width=64)", "classifier cnn1d(width=64)",
-                 "generator cvae1d(hidden=256,width=32)", "cnn1d(width=64)"),
-        "mnist": ("generator cvae-large", "classifier scnn(width=64)",
-                 "generator cvae-large", "scnn(width=64)"),
+        "hapt": (
+            "classifier cnn1d(width=64)",
+            "classifier cnn1d(width=64)",
+            "generator cvae1d(hidden=256,width=32)",
+            "cnn1d(width=64)",
+        ),
+        "mnist": (
+            "generator cvae-large",
+            "classifier scnn(width=64)",
+            "generator cvae-large",
+            "scnn(width=64)",
+        ),
     },
     "wristband": {
-        "hapt": ("generator cvae-mlp(hidden=48)", "classifier cnn1d(width=8)",
-                 "generator cvae-mlp(hidden=48)", "cnn1d(width=48)"),
-        "mnist": ("generator cvae-mlp(hidden=24)", "classifier cnn",
-                 "generator cvae-mlp(hidden=24)", "scnn(width=48)"),
+        "hapt": (
+            "generator cvae-mlp(hidden=48)",
+            "classifier cnn1d(width=8)",
+            "generator cvae-mlp(hidden=48)",
+            "cnn1d(width=48)",
+        ),
+        "mnist": (
+            "generator cvae-mlp(hidden=24)",
+            "classifier cnn",
+            "generator cvae-mlp(hidden=24)",
+            "scnn(width=48)",
+        ),
     },
-}  # fmt: skip
+}
 
 
 def _choices(profile: str, dataset: str) -> tuple[str, ...]:
@@ -75,8 +111,14 @@ def test_planner_choices_are_pinned(profile, dataset):
 
 @pytest.mark.parametrize(
     "need, have, text",
-    [(1.04, 1, "x1.04"), (1.004, 1, "x1.004"), (1.0004, 1, "x1.0004"), (3.5, 1, "x3.50"),
-     (0.5, 1, "x0.50"), (1, 1, "x1.00")],
-)  # fmt: skip
+    [
+        (1.04, 1, "x1.04"),
+        (1.004, 1, "x1.004"),
+        (1.0004, 1, "x1.0004"),
+        (3.5, 1, "x3.50"),
+        (0.5, 1, "x0.50"),
+        (1, 1, "x1.00"),
+    ],
+)
 def test_ratio_text_never_shows_a_misfit_as_one(need, have, text):
     assert ratio_text(need, have) == text

@@ -30,8 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @dataclass(frozen=True)
 class PickConfig(FusionConfig):
-    pick: int = option(0, "which classifier upload (in file order) becomes the global model",
-                       low=0)  # fmt: skip
+    pick: int = option(0, "which classifier upload (in file order) becomes the global model", low=0)
     scale: float = option(1.0, "logits are multiplied by this", low=0, low_open=True)
 
 
@@ -53,10 +52,15 @@ def _pick(ctx, cfg: PickConfig) -> FusionResult:
 
 
 TOY = Method(
-    name="toy-pick", description="the chosen client's classifier, as is", paper="a test",
-    consumes=("classifier",), needs_gradients=True, config_cls=PickConfig, fuse=_pick,
+    name="toy-pick",
+    description="the chosen client's classifier, as is",
+    paper="a test",
+    consumes=("classifier",),
+    needs_gradients=True,
+    config_cls=PickConfig,
+    fuse=_pick,
     references=(Reference("digits", 4, "dirichlet:1", 12.34, "made up for the test"),),
-)  # fmt: skip
+)
 
 
 @pytest.fixture
@@ -80,25 +84,67 @@ def federation(tmp_path_factory):
 
 def test_toy_method_through_server_fuse(toy, federation, tmp_path, cli):
     out = tmp_path / "g.onnx"
-    r = cli("server", "fuse", federation, "--method", "toy-pick", "--out", out, "--eval",
-            "digits", "--device", "cpu", "--pick", "1", "--opt", "scale=2")  # fmt: skip
+    r = cli(
+        "server",
+        "fuse",
+        federation,
+        "--method",
+        "toy-pick",
+        "--out",
+        out,
+        "--eval",
+        "digits",
+        "--device",
+        "cpu",
+        "--pick",
+        "1",
+        "--opt",
+        "scale=2",
+    )
     assert r.exit_code == 0, r.output
     report = json.loads(out.with_suffix(".json").read_text())
     assert report["picked"] == "client-001" and report["config"]["scale"] == 2.0
     assert 0.3 < report["accuracy"] <= 1.0
     methods = json.loads(cli("server", "methods", "toy-pick", "--json").stdout)
     assert methods["options"]["pick"]["constraint"] == "an integer >= 0"
-    bad = cli("server", "fuse", federation, "--method", "toy-pick", "--out", tmp_path / "h.onnx",
-              "--pick", "-1")  # fmt: skip
+    bad = cli(
+        "server",
+        "fuse",
+        federation,
+        "--method",
+        "toy-pick",
+        "--out",
+        tmp_path / "h.onnx",
+        "--pick",
+        "-1",
+    )
     assert bad.exit_code == 2 and "--pick must be an integer >= 0, got -1" in bad.output
 
 
 def test_toy_method_through_simulate(toy, tmp_path, cli):
     out = tmp_path / "run"
-    r = cli("simulate", "--dataset", "digits", "--clients", "4", "--mix",
-            "smartphone:2,wristband:2", "--partition", "dirichlet:1.0", "--paper-models",
-            "--classifier-epochs", "2", "--generator-epochs", "1", "--methods",
-            "toy-pick,fedavg", "--fuse-opt", "toy-pick:pick=1", "--out", str(out))  # fmt: skip
+    r = cli(
+        "simulate",
+        "--dataset",
+        "digits",
+        "--clients",
+        "4",
+        "--mix",
+        "smartphone:2,wristband:2",
+        "--partition",
+        "dirichlet:1.0",
+        "--paper-models",
+        "--classifier-epochs",
+        "2",
+        "--generator-epochs",
+        "1",
+        "--methods",
+        "toy-pick,fedavg",
+        "--fuse-opt",
+        "toy-pick:pick=1",
+        "--out",
+        str(out),
+    )
     assert r.exit_code == 0, r.output
     rows = {row["method"]: row for row in json.loads((out / "results.json").read_text())["results"]}
     assert rows["toy-pick"]["error"] is None and 0 < rows["toy-pick"]["accuracy"] <= 1
@@ -112,16 +158,37 @@ def test_toy_method_through_simulate(toy, tmp_path, cli):
 def test_many_methods_ingest_each_upload_once(federation, tmp_path, cli, monkeypatch):
     seen = []
     real = edgefl.server.ingest.rebuild
-    monkeypatch.setattr(edgefl.server.ingest, "rebuild",
-                        lambda art, **kw: seen.append(Path(art.path).name) or real(art, **kw))  # fmt: skip
+    monkeypatch.setattr(
+        edgefl.server.ingest,
+        "rebuild",
+        lambda art, **kw: seen.append(Path(art.path).name) or real(art, **kw),
+    )
     before = snapshot(federation)
-    r = cli("server", "fuse", federation, "--method", "fedavg,ensemble,fedmho", "--out-dir",
-            tmp_path / "g", "--device", "cpu", "--epochs", "1", "--synthetic", "100",
-            "--jobs", "2", "--eval", "digits")  # fmt: skip
+    r = cli(
+        "server",
+        "fuse",
+        federation,
+        "--method",
+        "fedavg,ensemble,fedmho",
+        "--out-dir",
+        tmp_path / "g",
+        "--device",
+        "cpu",
+        "--epochs",
+        "1",
+        "--synthetic",
+        "100",
+        "--jobs",
+        "2",
+        "--eval",
+        "digits",
+    )
     assert r.exit_code == 0, r.output
     assert sorted(seen) == sorted(set(seen)) and len(seen) == 4  # each upload rebuilt once
-    reports = {m: json.loads((tmp_path / "g" / f"{m}.json").read_text())
-               for m in ("fedavg", "ensemble", "fedmho")}  # fmt: skip
+    reports = {
+        m: json.loads((tmp_path / "g" / f"{m}.json").read_text())
+        for m in ("fedavg", "ensemble", "fedmho")
+    }
     assert {r["ingest_shared_by"] for r in reports.values()} == {3}
     assert len({r["seconds"]["ingest"] for r in reports.values()}) == 1  # the same ingest
     assert reports["fedmho"]["config"]["epochs"] == 1  # a flag goes to the methods having it
@@ -131,8 +198,17 @@ def test_many_methods_ingest_each_upload_once(federation, tmp_path, cli, monkeyp
 
 
 def test_many_methods_one_refusal_is_a_result(federation, tmp_path, cli):
-    r = cli("server", "fuse", federation, "--method", "fedavg,fedol", "--out-dir", tmp_path,
-            "--device", "cpu")  # fmt: skip
+    r = cli(
+        "server",
+        "fuse",
+        federation,
+        "--method",
+        "fedavg,fedol",
+        "--out-dir",
+        tmp_path,
+        "--device",
+        "cpu",
+    )
     assert r.exit_code == 0, r.output
     assert "refused" in r.output and (tmp_path / "fedavg.onnx").is_file()
     assert not (tmp_path / "fedol.onnx").exists()
@@ -152,8 +228,19 @@ def test_unwritable_output_fails_before_any_upload_is_read(federation, tmp_path,
 
 def test_many_methods_user_error_while_fusing_is_one_message(federation, tmp_path, cli):
     # The public set is read while fusing, in a worker process: its error still reaches the user.
-    r = cli("server", "fuse", federation, "--method", "fedavg,feddf", "--out-dir", tmp_path,
-            "--device", "cpu", "--opt", f"feddf:public={tmp_path / 'missing.npz'}")  # fmt: skip
+    r = cli(
+        "server",
+        "fuse",
+        federation,
+        "--method",
+        "fedavg,feddf",
+        "--out-dir",
+        tmp_path,
+        "--device",
+        "cpu",
+        "--opt",
+        f"feddf:public={tmp_path / 'missing.npz'}",
+    )
     assert r.exit_code == 2 and "missing.npz" in r.output and "Traceback" not in r.output
 
 
@@ -299,6 +386,7 @@ def test_layers_point_one_way():
                     edges[(src, bits[1])] = str(path)
     two_way = sorted(f"{a}<->{b}" for a, b in edges if (b, a) in edges and a < b)
     assert two_way == []
-    up = sorted(b for a, b in edges if a == "fusion" and b in ("client", "server", "simulate",
-                                                                 "cli"))  # fmt: skip
+    up = sorted(
+        b for a, b in edges if a == "fusion" and b in ("client", "server", "simulate", "cli")
+    )
     assert up == []

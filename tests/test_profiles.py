@@ -10,8 +10,15 @@ from edgefl.models.plan import check_fit, plan
 from edgefl.models.zoo import make_spec
 from edgefl.profiles import get_profile
 
-REQUIRED = {"mcu", "wristband", "smartwatch", "smartphone", "raspberry-pi-5", "jetson-orin-nano",
-            "server-gpu"}  # fmt: skip
+REQUIRED = {
+    "mcu",
+    "wristband",
+    "smartwatch",
+    "smartphone",
+    "raspberry-pi-5",
+    "jetson-orin-nano",
+    "server-gpu",
+}
 
 GOOD = """
 name = "mine"
@@ -66,8 +73,14 @@ def test_bad_profile_lists_every_problem(tmp_path):
     with pytest.raises(ProfileError) as info:
         load_profile(str(path))
     text = str(info.value)
-    for fragment in ("ram_bytes: must be positive", "description: missing", "colour: unknown key",
-                     "training.batch_size: expected int", "training.optimizer", str(path)):  # fmt: skip
+    for fragment in (
+        "ram_bytes: must be positive",
+        "description: missing",
+        "colour: unknown key",
+        "training.batch_size: expected int",
+        "training.optimizer",
+        str(path),
+    ):
         assert fragment in text
     assert len(info.value.problems) == 5
     with pytest.raises(ConfigError):

@@ -68,10 +68,26 @@ def federation(tmp_path_factory):
 
 def _fuse(federation, out, *extra):
     return subprocess.run(
-        [*CLI, "server", "fuse", str(federation), "--method", "fedmho,fedavg", "--out-dir", str(out),
-         "--synthetic", "200", "--epochs", "3", "--json", *extra],
-        capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
+        [
+            *CLI,
+            "server",
+            "fuse",
+            str(federation),
+            "--method",
+            "fedmho,fedavg",
+            "--out-dir",
+            str(out),
+            "--synthetic",
+            "200",
+            "--epochs",
+            "3",
+            "--json",
+            *extra,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
 
 def test_fuse_piped_shows_progress_on_stderr_and_only_json_on_stdout(federation, tmp_path):
@@ -95,10 +111,28 @@ def test_fuse_quiet_prints_nothing_on_stderr(federation, tmp_path):
 
 def test_client_train_piped_shows_its_epochs(tmp_path):
     r = subprocess.run(
-        [*CLI, "client", "train", "--profile", "wristband", "--dataset", "digits", "--num-clients",
-         "4", "--epochs", "2", "--model", "scnn:width=8", "--out", str(tmp_path), "--json"],
-        capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
+        [
+            *CLI,
+            "client",
+            "train",
+            "--profile",
+            "wristband",
+            "--dataset",
+            "digits",
+            "--num-clients",
+            "4",
+            "--epochs",
+            "2",
+            "--model",
+            "scnn:width=8",
+            "--out",
+            str(tmp_path),
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["role"] == "classifier"
     assert re.search(r"^training epoch 2/2 done: loss \d", r.stderr, re.M), r.stderr
@@ -106,11 +140,29 @@ def test_client_train_piped_shows_its_epochs(tmp_path):
 
 def test_simulate_json_reports_clients_and_methods_on_stderr(tmp_path):
     r = subprocess.run(
-        [*CLI, "simulate", "--dataset", "digits", "--clients", "3", "--mix", "smartphone:3",
-         "--classifier-epochs", "1", "--methods", "fedavg,ensemble", "--jobs", "1",
-         "--out", str(tmp_path / "run"), "--json"],
-        capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
+        [
+            *CLI,
+            "simulate",
+            "--dataset",
+            "digits",
+            "--clients",
+            "3",
+            "--mix",
+            "smartphone:3",
+            "--classifier-epochs",
+            "1",
+            "--methods",
+            "fedavg,ensemble",
+            "--jobs",
+            "1",
+            "--out",
+            str(tmp_path / "run"),
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert r.returncode == 0, r.stderr
     assert {row["method"] for row in json.loads(r.stdout)["results"]} == {"fedavg", "ensemble"}
     assert re.search(r"^clients trained 3/3 done", r.stderr, re.M), r.stderr
@@ -133,11 +185,27 @@ def test_chance_level_is_named_with_its_likely_cause():
 def test_a_global_model_at_chance_is_warned_about_in_the_report(federation, tmp_path):
     # One epoch on 10 synthetic digits leaves FedCVAE-ENS's fresh classifier at chance.
     r = subprocess.run(
-        [*CLI, "server", "fuse", str(federation), "--method", "fedcvae-ens", "--out",
-         str(tmp_path / "g.onnx"), "--synthetic", "10", "--epochs", "1", "--eval", "digits",
-         "--quiet"],
-        capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
+        [
+            *CLI,
+            "server",
+            "fuse",
+            str(federation),
+            "--method",
+            "fedcvae-ens",
+            "--out",
+            str(tmp_path / "g.onnx"),
+            "--synthetic",
+            "10",
+            "--epochs",
+            "1",
+            "--eval",
+            "digits",
+            "--quiet",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert r.returncode == 0, r.stderr
     report = json.loads((tmp_path / "g.json").read_text())
     if report["accuracy"] < 0.15:

@@ -155,8 +155,12 @@ def ingested(tmp_path_factory):
     means = np.ones((3, 6), np.float32)
     exporters.write_constant_artifact(d / "proto.onnx", {"prototypes": means}, proto_meta("p"))
     forge(d / "short.onnx", {"predictions": probs(N - 5)}, pred_meta("short"))
-    forge(d / "wide.onnx", {"predictions": probs()}, pred_meta("wide") | {"num_classes": 11,
-          "class_names": [str(i) for i in range(11)], "label_counts": [1] * 11})  # fmt: skip
+    forge(
+        d / "wide.onnx",
+        {"predictions": probs()},
+        pred_meta("wide")
+        | {"num_classes": 11, "class_names": [str(i) for i in range(11)], "label_counts": [1] * 11},
+    )
     nan = ok.copy()
     nan[3, 2] = np.nan
     forge(d / "nan.onnx", {"predictions": nan}, pred_meta("nan"))
@@ -247,13 +251,16 @@ def test_fedol_refuses_predictions_for_another_public_set(tmp_path):
     wrong = public_fingerprint(load_public("digits:public", public_size=N, seed=1))
     for i in range(2):
         exporters.write_constant_artifact(
-            uploads / f"c{i}.onnx", {"predictions": probs(seed=i)},
+            uploads / f"c{i}.onnx",
+            {"predictions": probs(seed=i)},
             pred_meta(f"c{i}", fingerprint=wrong),
-        )  # fmt: skip
+        )
     job = FuseJob(
-        uploads=str(uploads), method="fedol", out=str(tmp_path / "g.onnx"),
+        uploads=str(uploads),
+        method="fedol",
+        out=str(tmp_path / "g.onnx"),
         options={"public": "digits:public", "public_size": N, "rounds": 1, "epochs": 1},
-    )  # fmt: skip
+    )
     with pytest.raises(FusionError, match=r"c0.onnx: predictions are for another public set"):
         run_fuse(job)
     assert not (tmp_path / "g.onnx").exists()

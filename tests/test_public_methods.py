@@ -18,8 +18,15 @@ from edgefl.errors import ConfigError
 from edgefl.server.fuse import FuseJob, run_fuse
 
 PUBLIC = {"public": "digits:public", "public_size": 300}
-BASE = dict(dataset="digits", partition="dirichlet:1.0", num_clients=3, batch_size=32,
-            profile="smartphone", lr=0.05, public_size=300)  # fmt: skip
+BASE = dict(
+    dataset="digits",
+    partition="dirichlet:1.0",
+    num_clients=3,
+    batch_size=32,
+    profile="smartphone",
+    lr=0.05,
+    public_size=300,
+)
 # Small representation so three heterogeneous FedGH-CNNs train in a second on 8x8 digits.
 FEDGH = "fedgh-cnn{}:fc1=64,representation=32"
 
@@ -37,20 +44,40 @@ def one_thread():
 def fed(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("public")
     for i in range(3):
-        run_client(ClientJob(out_dir=str(root / "pred"), client_index=i, model="cnn", epochs=8,
-                             kind="predictions", public="digits:public", fp16=i == 0, **BASE))  # fmt: skip
+        run_client(
+            ClientJob(
+                out_dir=str(root / "pred"),
+                client_index=i,
+                model="cnn",
+                epochs=8,
+                kind="predictions",
+                public="digits:public",
+                fp16=i == 0,
+                **BASE,
+            )
+        )
     for i in range(2):
-        run_client(ClientJob(out_dir=str(root / "cls"), client_index=i, model="cnn", epochs=8,
-                             **BASE))  # fmt: skip
+        run_client(
+            ClientJob(out_dir=str(root / "cls"), client_index=i, model="cnn", epochs=8, **BASE)
+        )
     for i in (1, 2):  # client 0 comes from the CLI test below (it keeps its model for the header)
-        run_client(ClientJob(out_dir=str(root / "proto"), client_index=i, model=FEDGH.format(2 * i + 1),
-                             epochs=8, kind="prototypes", **BASE))  # fmt: skip
+        run_client(
+            ClientJob(
+                out_dir=str(root / "proto"),
+                client_index=i,
+                model=FEDGH.format(2 * i + 1),
+                epochs=8,
+                kind="prototypes",
+                **BASE,
+            )
+        )
     return root
 
 
 def fuse(uploads: Path, method: str, out: Path, **options):
-    job = FuseJob(uploads=str(uploads), method=method, out=str(out), options=options,
-                  eval="digits:test")  # fmt: skip
+    job = FuseJob(
+        uploads=str(uploads), method=method, out=str(out), options=options, eval="digits:test"
+    )
     return run_fuse(job)
 
 
@@ -76,9 +103,10 @@ def test_fedol(fed, tmp_path):
     }
     probs = exporters.read_constant_outputs(stray.model)["predictions"]
     exporters.write_constant_artifact(
-        uploads / "stray.onnx", {"predictions": probs},
+        uploads / "stray.onnx",
+        {"predictions": probs},
         meta | {"client_id": "stray", "public_fingerprint": "0" * 64},
-    )  # fmt: skip
+    )
     rep = fuse(uploads, "fedol", tmp_path / "g.onnx", rounds=3, epochs=4, **PUBLIC)
     assert rep["sources"] == ["client-000", "client-001", "client-002"]
     assert [r["file"] for r in rep["rejected_predictions"]] == ["stray.onnx"]
@@ -107,10 +135,32 @@ def test_feddf_needs_a_public_set(fed, tmp_path):
 def test_fedgh_and_apply_header_through_the_cli(fed, tmp_path, cli):
     # Client 0 through the CLI: prototypes uploaded, its own model kept on the device.
     up, local = fed / "proto", tmp_path / "local"
-    r = cli("client", "prototypes", "--profile", "smartphone", "--dataset", "digits",
-            "--model", FEDGH.format(1), "--out", str(up), "--keep-model", str(local),
-            "--partition", "dirichlet:1.0", "--num-clients", "3", "--public-size", "300",
-            "--epochs", "8", "--batch-size", "32", "--lr", "0.05")  # fmt: skip
+    r = cli(
+        "client",
+        "prototypes",
+        "--profile",
+        "smartphone",
+        "--dataset",
+        "digits",
+        "--model",
+        FEDGH.format(1),
+        "--out",
+        str(up),
+        "--keep-model",
+        str(local),
+        "--partition",
+        "dirichlet:1.0",
+        "--num-clients",
+        "3",
+        "--public-size",
+        "300",
+        "--epochs",
+        "8",
+        "--batch-size",
+        "32",
+        "--lr",
+        "0.05",
+    )
     assert r.exit_code == 0, r.output
     assert "no weights leave the device" in r.output
     assert sorted(p.name for p in up.iterdir()) == [f"client-00{i}.onnx" for i in range(3)]
@@ -131,8 +181,14 @@ def test_fedgh_and_apply_header_through_the_cli(fed, tmp_path, cli):
     assert rep["prototype_accuracy"] >= 0.8
 
     out = tmp_path / "personalized.onnx"
-    r = cli("client", "apply-header", str(local / "client-000.onnx"), str(tmp_path / "header.onnx"),
-            "--out", str(out))  # fmt: skip
+    r = cli(
+        "client",
+        "apply-header",
+        str(local / "client-000.onnx"),
+        str(tmp_path / "header.onnx"),
+        "--out",
+        str(out),
+    )
     assert r.exit_code == 0, r.output
     personalized = exporters.validate_upload(out)
     assert personalized.metadata["personalized_from"]["method"] == "fedgh"
@@ -145,25 +201,73 @@ def test_fedgh_and_apply_header_through_the_cli(fed, tmp_path, cli):
     assert not np.allclose(personalized.run(x), own(torch.from_numpy(x)).detach().numpy())
 
     # Bad inputs: one clean message, exit 2.
-    r = cli("client", "apply-header", str(local / "client-000.onnx"),
-            str(up / "client-001.onnx"), "--out", str(tmp_path / "p2.onnx"))  # fmt: skip
+    r = cli(
+        "client",
+        "apply-header",
+        str(local / "client-000.onnx"),
+        str(up / "client-001.onnx"),
+        "--out",
+        str(tmp_path / "p2.onnx"),
+    )
     assert r.exit_code == 2 and "not a global header" in r.output
     assert "Traceback" not in r.output
-    r = cli("client", "prototypes", "--profile", "smartphone", "--dataset", "digits",
-            "--model", FEDGH.format(1), "--out", str(up), "--keep-model", str(up))  # fmt: skip
+    r = cli(
+        "client",
+        "prototypes",
+        "--profile",
+        "smartphone",
+        "--dataset",
+        "digits",
+        "--model",
+        FEDGH.format(1),
+        "--out",
+        str(up),
+        "--keep-model",
+        str(up),
+    )
     assert r.exit_code == 2 and "must not be the upload directory" in r.output
     assert "Traceback" not in r.output
 
 
 def test_predict_cli(tmp_path, cli):
-    r = cli("client", "predict", "--profile", "smartphone", "--dataset", "digits",
-            "--public", "digits:public", "--public-size", "300", "--model", "cnn",
-            "--num-clients", "3", "--epochs", "1", "--fp16", "--out", str(tmp_path),
-            "--json")  # fmt: skip
+    r = cli(
+        "client",
+        "predict",
+        "--profile",
+        "smartphone",
+        "--dataset",
+        "digits",
+        "--public",
+        "digits:public",
+        "--public-size",
+        "300",
+        "--model",
+        "cnn",
+        "--num-clients",
+        "3",
+        "--epochs",
+        "1",
+        "--fp16",
+        "--out",
+        str(tmp_path),
+        "--json",
+    )
     assert r.exit_code == 0, r.output
     art = exporters.validate_upload(tmp_path / "client-000.onnx")
     assert art.kind == "predictions" and art.metadata["dtype"] == "float16"
-    r = cli("client", "predict", "--profile", "smartphone", "--dataset", "digits",
-            "--public", "mnist:public", "--public-size", "300", "--out", str(tmp_path))  # fmt: skip
+    r = cli(
+        "client",
+        "predict",
+        "--profile",
+        "smartphone",
+        "--dataset",
+        "digits",
+        "--public",
+        "mnist:public",
+        "--public-size",
+        "300",
+        "--out",
+        str(tmp_path),
+    )
     assert r.exit_code == 2 and "carved from another dataset" in r.output
     assert "Traceback" not in r.output

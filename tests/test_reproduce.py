@@ -43,8 +43,9 @@ def test_table_contract(name, tmp_path):
         for p in b.partitions:
             parse_scheme(p)
         for paper_model, instead in b.substitutes.items():
-            assert role_of(parse_model_arg(instead, info.input_shape, info.num_classes)) == \
-                role_of(paper_model), f"{b.name}: {instead} stands in for {paper_model}"  # fmt: skip
+            assert role_of(parse_model_arg(instead, info.input_shape, info.num_classes)) == role_of(
+                paper_model
+            ), f"{b.name}: {instead} stands in for {paper_model}"
         for m, opts in b.fuse_options.items():
             assert m in t.methods
             METHODS.get(m).make_config(METHODS.get(m).budget_options(b.fusion) | opts)
@@ -70,7 +71,7 @@ TINY = Budget(
         "generator_epochs": 1,
         "classifier_optimizer": "sgd-momentum",
         "generator_optimizer": "adam",
-    },  # fmt: skip
+    },
     fuse_options={
         "fedmho": FAST,
         "fedmho-md": FAST,
@@ -79,7 +80,7 @@ TINY = Budget(
         "feddf": {"epochs": 1},
         "dense": {"epochs": 1, "gen_steps": 2},
         "coboosting": {"epochs": 1, "gen_steps": 2},
-    },  # fmt: skip
+    },
     reductions=("everything",),
 )
 
@@ -87,10 +88,18 @@ TINY = Budget(
 @pytest.fixture
 def tiny_table():
     """FedMHO's Table 3 with its own settings and methods, on digits with 4 clients."""
-    t = replace(FEDMHO_TABLE3, name="tiny-table3", dataset="digits", clients=4,
-                mix="smartphone:2,wristband:2", public_size=300,
-                budgets={"cpu": TINY, "paper": replace(TINY, name="paper", simulate=TINY.simulate
-                                                       | {"classifier_epochs": 2})})  # fmt: skip
+    t = replace(
+        FEDMHO_TABLE3,
+        name="tiny-table3",
+        dataset="digits",
+        clients=4,
+        mix="smartphone:2,wristband:2",
+        public_size=300,
+        budgets={
+            "cpu": TINY,
+            "paper": replace(TINY, name="paper", simulate=TINY.simulate | {"classifier_epochs": 2}),
+        },
+    )
     TABLES.add(t.name, t)
     yield t
     TABLES.remove(t.name)
@@ -162,12 +171,22 @@ def test_table_shows_the_gap_to_the_paper():
     job = ReproduceJob(table=t.name, out="unused")
 
     def rec(setting, seed, method, acc, error=None):
-        return {"setting": setting, "partition": "dirichlet:0.5", "seed": seed, "dir": "d",
-                "skipped": False, "seconds": {"total": 1.0}, "clients": [],
-                "results": [{"method": method, "accuracy": acc, "error": error}]}  # fmt: skip
+        return {
+            "setting": setting,
+            "partition": "dirichlet:0.5",
+            "seed": seed,
+            "dir": "d",
+            "skipped": False,
+            "seconds": {"total": 1.0},
+            "clients": [],
+            "results": [{"method": method, "accuracy": acc, "error": error}],
+        }
 
-    records = [rec("fedmho", 0, "fedmho", 0.90), rec("fedmho", 1, "fedmho", 0.92),
-               rec("classifiers", 0, "fedavg", None, "needs one architecture")]  # fmt: skip
+    records = [
+        rec("fedmho", 0, "fedmho", 0.90),
+        rec("fedmho", 1, "fedmho", 0.92),
+        rec("classifiers", 0, "fedavg", None, "needs one architecture"),
+    ]
     summary = summarize(job, t, b, records)
     cell = {r["method"]: r for r in summary["rows"]}["fedmho"]["partitions"]["dirichlet:0.5"]
     assert cell["paper"] == paper_reference("mnist", "dirichlet:0.5", 10)["fedmho"] == 93.45
@@ -186,10 +205,16 @@ def test_a_partial_average_says_what_it_averaged_and_has_no_gap():
     job = ReproduceJob(table=t.name, out="unused")
 
     def rec(seed, acc, scope):
-        return {"setting": "classifiers", "partition": "dirichlet:0.5", "seed": seed, "dir": "d",
-                "skipped": False, "seconds": {"total": 1.0}, "clients": [],
-                "results": [{"method": "fedavg", "accuracy": acc, "error": None,
-                             "scope": scope}]}  # fmt: skip
+        return {
+            "setting": "classifiers",
+            "partition": "dirichlet:0.5",
+            "seed": seed,
+            "dir": "d",
+            "skipped": False,
+            "seconds": {"total": 1.0},
+            "clients": [],
+            "results": [{"method": "fedavg", "accuracy": acc, "error": None, "scope": scope}],
+        }
 
     same = [rec(0, 0.5, "5 of 10: vgg9 only"), rec(1, 0.7, "5 of 10: vgg9 only")]
     cell = {r["method"]: r for r in summarize(job, t, b, same)["rows"]}["fedavg"]
@@ -229,15 +254,32 @@ def test_lists_tables(cli):
 
 def test_simulate_client_model_per_device_class(cli, tmp_path):
     """The general option behind a paper's settings: a model per device class, any role."""
-    job = SimJob(dataset="digits", clients=4, mix="smartphone:2,wristband:2", out=str(tmp_path),
-                 client_models={"wristband": "cnn", "smartphone": "cnn"},
-                 classifier_optimizer="adam", classifier_batch_size=8)  # fmt: skip
+    job = SimJob(
+        dataset="digits",
+        clients=4,
+        mix="smartphone:2,wristband:2",
+        out=str(tmp_path),
+        client_models={"wristband": "cnn", "smartphone": "cnn"},
+        classifier_optimizer="adam",
+        classifier_batch_size=8,
+    )
     jobs = client_jobs(job)
     assert [(c.model, c.optimizer, c.batch_size, c.force) for c in jobs] == [
         ("cnn", "adam", 8, True)
     ] * 4
-    r = cli("simulate", "--dataset", "digits", "--clients", "4", "--mix",
-            "smartphone:2,wristband:2", "--client-model", "watch=cnn", "--out", str(tmp_path))  # fmt: skip
+    r = cli(
+        "simulate",
+        "--dataset",
+        "digits",
+        "--clients",
+        "4",
+        "--mix",
+        "smartphone:2,wristband:2",
+        "--client-model",
+        "watch=cnn",
+        "--out",
+        str(tmp_path),
+    )
     assert r.exit_code == 2 and "no client of --mix" in r.output
     r = cli("simulate", "--client-model", "wristband", "--out", str(tmp_path))
     assert r.exit_code == 2 and "PROFILE=MODEL" in r.output
@@ -246,18 +288,47 @@ def test_simulate_client_model_per_device_class(cli, tmp_path):
 def test_simulate_clients_that_search_their_own_architecture(cli, tmp_path):
     """pFedZKD's setting: `--client-model PROFILE=search:pso` makes each such client search."""
     opts = {"particles": 2, "generations": 1, "candidate_epochs": 1, "fitness_samples": 60}
-    job = SimJob(dataset="digits", clients=3, mix="raspberry-pi-5:2,wristband:1",
-                 out=str(tmp_path / "sim"), client_models={"raspberry-pi-5": "search:pso"},
-                 search_options=opts, classifier_epochs=1, methods=("ensemble",))  # fmt: skip
+    job = SimJob(
+        dataset="digits",
+        clients=3,
+        mix="raspberry-pi-5:2,wristband:1",
+        out=str(tmp_path / "sim"),
+        client_models={"raspberry-pi-5": "search:pso"},
+        search_options=opts,
+        classifier_epochs=1,
+        methods=("ensemble",),
+    )
     job.validate()
     jobs = client_jobs(job)
     assert [(c.search, c.model, c.search_options) for c in jobs[:2]] == [("pso", None, opts)] * 2
     assert jobs[2].search is None and jobs[2].search_options is None
-    r = cli("simulate", "--dataset", "digits", "--clients", "2", "--mix", "raspberry-pi-5:2",
-            "--client-model", "raspberry-pi-5=search:pso", "--search-opt", "particles=2",
-            "--search-opt", "generations=1", "--search-opt", "fitness_samples=60",
-            "--search-opt", "candidate_epochs=1", "--classifier-epochs", "1", "--methods",
-            "ensemble", "--out", str(tmp_path / "cli"), "--json", "--quiet")  # fmt: skip
+    r = cli(
+        "simulate",
+        "--dataset",
+        "digits",
+        "--clients",
+        "2",
+        "--mix",
+        "raspberry-pi-5:2",
+        "--client-model",
+        "raspberry-pi-5=search:pso",
+        "--search-opt",
+        "particles=2",
+        "--search-opt",
+        "generations=1",
+        "--search-opt",
+        "fitness_samples=60",
+        "--search-opt",
+        "candidate_epochs=1",
+        "--classifier-epochs",
+        "1",
+        "--methods",
+        "ensemble",
+        "--out",
+        str(tmp_path / "cli"),
+        "--json",
+        "--quiet",
+    )
     assert r.exit_code == 0, r.output
     models = [c["model"] for c in json.loads(r.stdout)["clients"]]
     assert all(m.startswith("nas-cnn") for m in models), models  # searched, not planned
@@ -265,12 +336,23 @@ def test_simulate_clients_that_search_their_own_architecture(cli, tmp_path):
     for args, says in (
         (["--client-model", "raspberry-pi-5=search:grid"], "unknown search"),
         (["--search-opt", "particles=2"], "no --client-model"),
-        (["--client-model", "raspberry-pi-5=search:pso", "--search-opt", "swarm=2"],
-         "unknown search option"),
-        (["--client-model", "raspberry-pi-5=search:pso", "--search-opt", "particles"],
-         "key=value"),
-    ):  # fmt: skip
-        r = cli("simulate", "--dataset", "digits", "--clients", "2", "--mix", "raspberry-pi-5:2",
-                *args, "--out", str(tmp_path / "bad"))  # fmt: skip
+        (
+            ["--client-model", "raspberry-pi-5=search:pso", "--search-opt", "swarm=2"],
+            "unknown search option",
+        ),
+        (["--client-model", "raspberry-pi-5=search:pso", "--search-opt", "particles"], "key=value"),
+    ):
+        r = cli(
+            "simulate",
+            "--dataset",
+            "digits",
+            "--clients",
+            "2",
+            "--mix",
+            "raspberry-pi-5:2",
+            *args,
+            "--out",
+            str(tmp_path / "bad"),
+        )
         assert r.exit_code == 2 and says in r.output, (args, r.output)
         assert not (tmp_path / "bad" / "uploads").exists()

@@ -52,8 +52,9 @@ def test_a_flipped_client_is_relabelled_back_every_class_it_holds():
     rng = np.random.default_rng(0)
     pi = derangement(K, 3)  # it trained on label pi[y] for an image of class y
     answers = pi[_honest_answers(rng)]
-    found = _relabelling(_client(np.asarray(HELD)[np.argsort(pi)]), _probs(answers), REFERENCE,
-                         SOURCE)  # fmt: skip
+    found = _relabelling(
+        _client(np.asarray(HELD)[np.argsort(pi)]), _probs(answers), REFERENCE, SOURCE
+    )
     assert found is not None
     perm, sign, before, after, abstain = found
     assert sign == 1 and before < 0.1 and after > 0.9
@@ -117,9 +118,14 @@ class _Net(nn.Module):
 def test_a_repaired_copy_permutes_and_negates_the_head_and_its_label_counts():
     torch.manual_seed(0)
     net = _Net()
-    art = exporters.Artifact(path="client-000.onnx", size_bytes=0, model=None, input_names=[],
-                             output_names=[], metadata={"kind": "classifier",
-                                                        "label_counts": list(range(K))})  # fmt: skip
+    art = exporters.Artifact(
+        path="client-000.onnx",
+        size_bytes=0,
+        model=None,
+        input_names=[],
+        output_names=[],
+        metadata={"kind": "classifier", "label_counts": list(range(K))},
+    )
     u = Upload(art, net)
     perm = np.array([3, 0, 1, 2, *range(4, K)])
     fixed = _adjusted(u, perm=perm, sign=-1)
@@ -140,11 +146,17 @@ def test_a_repaired_copy_permutes_and_negates_the_head_and_its_label_counts():
 def test_too_few_for_a_committee_is_said_not_silently_kept():
     # Without decoders the reference is a median committee: of 2, one poisoned moves it.
     torch.manual_seed(0)
-    arts = [exporters.Artifact(path=f"client-00{i}.onnx", size_bytes=0, model=None,
-                               input_names=[], output_names=[],
-                               metadata={"kind": "classifier", "label_counts": [5] * K,
-                                         "client_id": f"client-00{i}"})
-            for i in range(2)]  # fmt: skip
+    arts = [
+        exporters.Artifact(
+            path=f"client-00{i}.onnx",
+            size_bytes=0,
+            model=None,
+            input_names=[],
+            output_names=[],
+            metadata={"kind": "classifier", "label_counts": [5] * K, "client_id": f"client-00{i}"},
+        )
+        for i in range(2)
+    ]
     uploads = [Upload(a, _Net()) for a in arts]
     x = np.random.default_rng(0).standard_normal((200, 4)).astype(np.float32)
     verdict = judge(uploads, torch.device("cpu"), public=lambda: x)
@@ -176,10 +188,22 @@ TEMPLATES = torch.rand(K, 1, 8, 8, generator=torch.Generator().manual_seed(0))
 
 
 def _decoder(i: int, module: nn.Module, counts) -> Upload:
-    meta = {"kind": "decoder", "client_id": f"client-{i:03d}", "num_classes": K,
-            "latent_dim": 2, "input_shape": [1, 8, 8], "label_counts": list(counts)}  # fmt: skip
-    art = exporters.Artifact(path=f"client-{i:03d}.onnx", size_bytes=0, model=None,
-                             input_names=[], output_names=[], metadata=meta)  # fmt: skip
+    meta = {
+        "kind": "decoder",
+        "client_id": f"client-{i:03d}",
+        "num_classes": K,
+        "latent_dim": 2,
+        "input_shape": [1, 8, 8],
+        "label_counts": list(counts),
+    }
+    art = exporters.Artifact(
+        path=f"client-{i:03d}.onnx",
+        size_bytes=0,
+        model=None,
+        input_names=[],
+        output_names=[],
+        metadata=meta,
+    )
     return Upload(art, module)
 
 
@@ -207,14 +231,22 @@ class _Nearest(nn.Module):
 def test_a_flipped_decoder_is_relabelled_a_noise_one_screened_honest_ones_left():
     held = [np.roll([100] * 6 + [0] * 4, 2 * i) for i in range(5)]
     pi = derangement(K, 1)  # asked for label l, the flipped decoder draws class pi[l]
-    decoders = [*(_decoder(i, _Decoder(range(K)), held[i]) for i in range(3)),
-                _decoder(3, _Decoder(pi), held[3]),
-                _decoder(4, _Decoder(range(K), noise=True), held[4])]  # fmt: skip
+    decoders = [
+        *(_decoder(i, _Decoder(range(K)), held[i]) for i in range(3)),
+        _decoder(3, _Decoder(pi), held[3]),
+        _decoder(4, _Decoder(range(K), noise=True), held[4]),
+    ]
     judges = []
     for i in range(3):
         meta = {"kind": "classifier", "client_id": f"client-1{i:02d}", "label_counts": [9] * K}
-        art = exporters.Artifact(path=f"client-1{i:02d}.onnx", size_bytes=0, model=None,
-                                 input_names=[], output_names=[], metadata=meta)  # fmt: skip
+        art = exporters.Artifact(
+            path=f"client-1{i:02d}.onnx",
+            size_bytes=0,
+            model=None,
+            input_names=[],
+            output_names=[],
+            metadata=meta,
+        )
         judges.append(Upload(art, _Nearest()))
     verdict = judge([*judges, *decoders], torch.device("cpu"))
     assert set(verdict.out) == {"client-004.onnx"}, verdict.out  # noise: nothing to repair
@@ -246,8 +278,14 @@ class _Templates(nn.Module):
 
 def _classifier(i: int, pi, counts) -> Upload:
     meta = {"kind": "classifier", "client_id": f"client-{i:03d}", "label_counts": list(counts)}
-    art = exporters.Artifact(path=f"client-{i:03d}.onnx", size_bytes=0, model=None,
-                             input_names=[], output_names=[], metadata=meta)  # fmt: skip
+    art = exporters.Artifact(
+        path=f"client-{i:03d}.onnx",
+        size_bytes=0,
+        model=None,
+        input_names=[],
+        output_names=[],
+        metadata=meta,
+    )
     return Upload(art, _Templates(pi))
 
 
@@ -263,8 +301,11 @@ def test_a_class_no_decoder_draws_is_covered_by_images_inverted_from_its_holders
     def verdict(judges_hold_8: bool):
         counts = [100] * 8 + [100 if judges_hold_8 else 0, 100]
         judges = [_classifier(11 + i, np.arange(K), counts) for i in range(3)]
-        return judge([*judges, flipped, *decoders], torch.device("cpu"),
-                     progress=lambda *step: steps.append(step[:3]))  # fmt: skip
+        return judge(
+            [*judges, flipped, *decoders],
+            torch.device("cpu"),
+            progress=lambda *step: steps.append(step[:3]),
+        )
 
     covered = verdict(True)
     assert steps[-1] == ("robust screen: inversion", 3, 3)  # one inversion per holder, shown
@@ -279,15 +320,24 @@ def test_a_class_no_decoder_draws_is_covered_by_images_inverted_from_its_holders
     with torch.no_grad():
         read = fixed(TEMPLATES).argmax(1).tolist()
     assert [read[c] for c in range(K) if c not in (4, 6)] == [0, 1, 2, 3, 5, 7, 8, 9]  # 8 too
-    assert any("inverted from classifiers that hold them: 8 (client-011, client-012, "
-               "client-013)" in n for _, n in covered.notes), covered.notes  # fmt: skip
+    assert any(
+        "inverted from classifiers that hold them: 8 (client-011, client-012, client-013)" in n
+        for _, n in covered.notes
+    ), covered.notes
     # No judge holds 8: nothing to invert, and the repaired copy abstains there.
     uncovered = verdict(False)
     fixed = uncovered.swap["client-010.onnx"].module
     with torch.no_grad():
         read = fixed(TEMPLATES).argmax(1).tolist()
-    assert read[8] != 8 and [read[c] for c in range(K) if c not in (4, 6, 8)] == [0, 1, 2, 3, 5,
-                                                                                 7, 9]  # fmt: skip
+    assert read[8] != 8 and [read[c] for c in range(K) if c not in (4, 6, 8)] == [
+        0,
+        1,
+        2,
+        3,
+        5,
+        7,
+        9,
+    ]
     assert not any("inverted" in n for _, n in uncovered.notes)
     # One that holds every class, 8 among them, is repaired all the same (not screened: its
     # other nine classes are still worth having), abstaining on 8.
@@ -306,10 +356,15 @@ def test_inverted_images_that_do_not_transfer_never_move_an_honest_output():
     # transfer to it) and the 4s as 9: what its output 9 means is only shown by real draws.
     rng = np.random.default_rng(0)
     drawn = [c for c in range(K) if c not in (4, 9)]
-    reference = np.concatenate([np.repeat(np.tile(drawn, DECODERS), PER),
-                                np.repeat([4, 4, 4, 9, 9, 9], 21)])  # fmt: skip
-    source = np.concatenate([np.repeat(np.repeat(np.arange(DECODERS), len(drawn)), PER),
-                             np.repeat(-np.arange(1, 7), 21)])  # fmt: skip
+    reference = np.concatenate(
+        [np.repeat(np.tile(drawn, DECODERS), PER), np.repeat([4, 4, 4, 9, 9, 9], 21)]
+    )
+    source = np.concatenate(
+        [
+            np.repeat(np.repeat(np.arange(DECODERS), len(drawn)), PER),
+            np.repeat(-np.arange(1, 7), 21),
+        ]
+    )
     answers = reference.copy()
     nines, fours = reference == 9, reference == 4
     answers[nines] = np.where(rng.random(nines.sum()) < 0.2, 9, rng.choice([3, 5, 7], nines.sum()))

@@ -48,8 +48,9 @@ def _one_thread():
 
 
 def _profile(ram: int, frac: float, storage: int, mps: float, opt: str, batch: int, secs: float):
-    return Profile("random", "hypothesis budget", ram, frac, storage, mps, opt, batch, 1, secs,
-                   "test")  # fmt: skip
+    return Profile(
+        "random", "hypothesis budget", ram, frac, storage, mps, opt, batch, 1, secs, "test"
+    )
 
 
 budgets = st.builds(
@@ -80,14 +81,30 @@ def _assert_valid(genes, shape):
 
 # Found by hypothesis (2026-11-23): a 36 KiB budget where a second conv's feature map does not
 # fit but a 1-unit hidden layer does; the tiniest set lacked it, so a later draw raised.
-@example(profile=_profile(65536, 0.5625, 32768, 1e6, "sgd", 32, 1.0), shape=(1, 8, 8),
-         samples=10, max_macs=None, seed=3)  # fmt: skip
-@example(profile=_profile(65536, 0.5625, 32768, 1e6, "sgd", 32, 1.0), shape=(1, 8, 8),
-         samples=10, max_macs=None, seed=1443)  # fmt: skip
-@settings(max_examples=40, deadline=None, database=None,
-          suppress_health_check=[HealthCheck.too_slow])  # fmt: skip
-@given(profile=budgets, shape=st.sampled_from(SHAPES[:2]), samples=st.integers(10, 6000),
-       max_macs=st.one_of(st.none(), st.integers(5_000, 5_000_000)), seed=st.integers(0, 2**16))  # fmt: skip
+@example(
+    profile=_profile(65536, 0.5625, 32768, 1e6, "sgd", 32, 1.0),
+    shape=(1, 8, 8),
+    samples=10,
+    max_macs=None,
+    seed=3,
+)
+@example(
+    profile=_profile(65536, 0.5625, 32768, 1e6, "sgd", 32, 1.0),
+    shape=(1, 8, 8),
+    samples=10,
+    max_macs=None,
+    seed=1443,
+)
+@settings(
+    max_examples=40, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow]
+)
+@given(
+    profile=budgets,
+    shape=st.sampled_from(SHAPES[:2]),
+    samples=st.integers(10, 6000),
+    max_macs=st.one_of(st.none(), st.integers(5_000, 5_000_000)),
+    seed=st.integers(0, 2**16),
+)
 def test_every_sampled_repaired_or_aligned_architecture_fits(
     profile, shape, samples, max_macs, seed
 ):
@@ -116,8 +133,12 @@ def test_every_sampled_repaired_or_aligned_architecture_fits(
 
 
 @settings(max_examples=60, deadline=None, database=None)
-@given(seed=st.integers(0, 2**32 - 1), shape=st.sampled_from(SHAPES), cg=st.floats(0, 1),
-       max_depth=st.integers(MIN_DEPTH, MAX_DEPTH))  # fmt: skip
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    shape=st.sampled_from(SHAPES),
+    cg=st.floats(0, 1),
+    max_depth=st.integers(MIN_DEPTH, MAX_DEPTH),
+)
 def test_alignment_always_yields_a_valid_sequence_with_the_targets_layer_types(
     seed, shape, cg, max_depth
 ):
@@ -145,8 +166,12 @@ def test_align_to_itself_is_identity_and_target_follows_parents():
 
 
 def test_nas_cnn_spec_round_trips_and_matches_the_paper_layers():
-    genes = [{"type": "conv", "out": 8, "kernel": 5}, {"type": "pool", "kind": "avg"},
-             {"type": "conv", "out": 16, "kernel": 3}, {"type": "fc", "hidden": [32, 16]}]  # fmt: skip
+    genes = [
+        {"type": "conv", "out": 8, "kernel": 5},
+        {"type": "pool", "kind": "avg"},
+        {"type": "conv", "out": 16, "kernel": 3},
+        {"type": "fc", "hidden": [32, 16]},
+    ]
     spec = make_spec("nas-cnn", (1, 28, 28), 10, genes=genes)
     again = ModelSpec.from_dict(json.loads(json.dumps(spec.to_dict())))
     assert again == spec and again.to_json() == spec.to_json()
@@ -169,7 +194,7 @@ def test_nas_cnn_spec_round_trips_and_matches_the_paper_layers():
             + [{"type": "pool", "kind": "max"}] * 4
             + [{"type": "fc", "hidden": []}],
             "would leave nothing",
-        ),  # fmt: skip
+        ),
         ([{"type": "conv", "out": 4, "kernel": 3}, {"type": "fc", "hidden": []}], "depth 2"),
         ("not a list", "non-empty list"),
     ],
@@ -191,9 +216,15 @@ def test_options_are_validated():
 
 def test_tiny_budget_search_on_digits_exports_and_rebuilds(tmp_path):
     messages = []
-    job = ClientJob(profile="mcu", dataset="digits", out_dir=str(tmp_path), num_clients=4,
-                    epochs=2, search="pso",
-                    search_options={"particles": 3, "generations": 2, "candidate_epochs": 1})  # fmt: skip
+    job = ClientJob(
+        profile="mcu",
+        dataset="digits",
+        out_dir=str(tmp_path),
+        num_clients=4,
+        epochs=2,
+        search="pso",
+        search_options={"particles": 3, "generations": 2, "candidate_epochs": 1},
+    )
     result = run_client(job, on_status=messages.append)
     assert result.spec.name == "nas-cnn" and result.fit.fits
     assert sum(m.startswith("generation ") for m in messages) == 3  # initial swarm + 2
@@ -204,8 +235,20 @@ def test_tiny_budget_search_on_digits_exports_and_rebuilds(tmp_path):
 
 
 def test_search_cli_prints_candidates_that_all_fit(cli):
-    res = cli("search", "--profile", "wristband", "--dataset", "digits", "--num-clients", "4",
-              "--particles", "2", "--generations", "1", "--json")  # fmt: skip
+    res = cli(
+        "search",
+        "--profile",
+        "wristband",
+        "--dataset",
+        "digits",
+        "--num-clients",
+        "4",
+        "--particles",
+        "2",
+        "--generations",
+        "1",
+        "--json",
+    )
     assert res.exit_code == 0, res.output
     out = json.loads(res.stdout)  # progress went to stderr
     prof = get_profile("wristband")
@@ -220,16 +263,45 @@ def test_search_cli_prints_candidates_that_all_fit(cli):
 
 def test_search_save_then_client_train_spec(cli, tmp_path):
     saved = tmp_path / "best.json"
-    res = cli("search", "--profile", "wristband", "--dataset", "digits", "--num-clients", "4",
-              "--particles", "2", "--generations", "1", "--save", str(saved), "--json")  # fmt: skip
+    res = cli(
+        "search",
+        "--profile",
+        "wristband",
+        "--dataset",
+        "digits",
+        "--num-clients",
+        "4",
+        "--particles",
+        "2",
+        "--generations",
+        "1",
+        "--save",
+        str(saved),
+        "--json",
+    )
     assert res.exit_code == 0, res.output
     best = json.loads(res.stdout)
     assert best["saved"] == str(saved)
     spec = ModelSpec.from_json(saved.read_text())
     assert spec.name == "nas-cnn" and spec.params["genes"] == best["best"]["genes"]
     out = tmp_path / "up"
-    res = cli("client", "train", "--profile", "wristband", "--dataset", "digits", "--num-clients",
-              "4", "--epochs", "1", "--spec", str(saved), "--out", str(out), "--json")  # fmt: skip
+    res = cli(
+        "client",
+        "train",
+        "--profile",
+        "wristband",
+        "--dataset",
+        "digits",
+        "--num-clients",
+        "4",
+        "--epochs",
+        "1",
+        "--spec",
+        str(saved),
+        "--out",
+        str(out),
+        "--json",
+    )
     assert res.exit_code == 0, res.output
     art = exporters.read_artifact(json.loads(res.stdout)["path"])
     assert ModelSpec.from_dict(art.metadata["spec"]) == spec
@@ -240,18 +312,39 @@ def test_search_save_then_client_train_spec(cli, tmp_path):
     [
         (None, [], "no such file"),
         ("{not json", [], "not valid JSON"),
-        ('{"name": "nas-cnn", "input_shape": [1, 28, 28], "num_classes": 10, "params": {}}', [],
-         "this dataset has input [1, 8, 8]"),
-        ('{"name": "cnn", "input_shape": [1, 8, 8], "num_classes": 10}', ["--model", "cnn"],
-         "without --model or --search"),
+        (
+            '{"name": "nas-cnn", "input_shape": [1, 28, 28], "num_classes": 10, "params": {}}',
+            [],
+            "this dataset has input [1, 8, 8]",
+        ),
+        (
+            '{"name": "cnn", "input_shape": [1, 8, 8], "num_classes": 10}',
+            ["--model", "cnn"],
+            "without --model or --search",
+        ),
     ],
-)  # fmt: skip
+)
 def test_client_train_spec_errors_are_one_message(cli, tmp_path, content, extra, message):
     path = tmp_path / "spec.json"
     if content is not None:
         path.write_text(content)
-    res = cli("client", "train", "--profile", "wristband", "--dataset", "digits", "--num-clients",
-              "4", "--epochs", "1", "--spec", str(path), "--out", str(tmp_path / "o"), *extra)  # fmt: skip
+    res = cli(
+        "client",
+        "train",
+        "--profile",
+        "wristband",
+        "--dataset",
+        "digits",
+        "--num-clients",
+        "4",
+        "--epochs",
+        "1",
+        "--spec",
+        str(path),
+        "--out",
+        str(tmp_path / "o"),
+        *extra,
+    )
     assert res.exit_code == 2, res.output
     assert message in " ".join(res.output.split()) and "Traceback" not in res.output
     assert not (tmp_path / "o").exists() or not any((tmp_path / "o").iterdir())
@@ -259,6 +352,17 @@ def test_client_train_spec_errors_are_one_message(cli, tmp_path, content, extra,
 
 def test_search_save_is_checked_before_the_search(cli, tmp_path):
     (tmp_path / "afile").write_text("x")
-    res = cli("search", "--profile", "wristband", "--dataset", "digits", "--particles", "50",
-              "--generations", "50", "--save", str(tmp_path / "afile" / "best.json"))  # fmt: skip
+    res = cli(
+        "search",
+        "--profile",
+        "wristband",
+        "--dataset",
+        "digits",
+        "--particles",
+        "50",
+        "--generations",
+        "50",
+        "--save",
+        str(tmp_path / "afile" / "best.json"),
+    )
     assert res.exit_code == 2 and "--save" in res.output, res.output

@@ -12,8 +12,16 @@ def _search(estimate: bool, said: list[str]):
         ClientJob(profile="wristband", dataset="digits", num_clients=4)
     )
     cfg = PSOConfig(particles=3, generations=1, candidate_epochs=1)
-    return search_architecture(profile, info, local, samples=len(train_idx), seed=3, config=cfg,
-                               on_status=said.append, estimate=estimate)  # fmt: skip
+    return search_architecture(
+        profile,
+        info,
+        local,
+        samples=len(train_idx),
+        seed=3,
+        config=cfg,
+        on_status=said.append,
+        estimate=estimate,
+    )
 
 
 def test_the_estimate_comes_first_and_changes_nothing():
@@ -33,8 +41,19 @@ def test_the_estimate_comes_first_and_changes_nothing():
 
 
 def test_cli_says_the_estimate_with_its_flags(cli):
-    r = cli("search", "--profile", "wristband", "--dataset", "digits", "--num-clients", "4",
-            "--particles", "2", "--generations", "0")  # fmt: skip
+    r = cli(
+        "search",
+        "--profile",
+        "wristband",
+        "--dataset",
+        "digits",
+        "--num-clients",
+        "4",
+        "--particles",
+        "2",
+        "--generations",
+        "0",
+    )
     assert r.exit_code == 0, r.output
     text = " ".join(r.output.split())
     assert "this will take about" in text and "--fitness-samples" in text, text

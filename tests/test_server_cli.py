@@ -43,8 +43,19 @@ def federation(tmp_path_factory):
 def fused(federation, tmp_path_factory):
     """`server fuse --eval` with the human-readable output: (result, global model path)."""
     out = tmp_path_factory.mktemp("cli") / "global.onnx"
-    r = run("server", "fuse", federation, "--method", "fedavg", "--out", out, "--eval", "digits",
-            "--device", "cpu")  # fmt: skip
+    r = run(
+        "server",
+        "fuse",
+        federation,
+        "--method",
+        "fedavg",
+        "--out",
+        out,
+        "--eval",
+        "digits",
+        "--device",
+        "cpu",
+    )
     return r, out
 
 
@@ -80,9 +91,32 @@ def test_fuse_human_output_with_eval(fused):
 
 def test_fuse_json_with_options_and_eval(federation, tmp_path):
     out, report = tmp_path / "g.onnx", tmp_path / "custom-report.json"
-    r = run("server", "fuse", federation, "--method", "fedmho-sd", "--out", out, "--json",
-            "--eval", "digits:test", "--device", "cpu", "--report", report, "--synthetic", "200",
-            "--epochs", "2", "--lam", "0.3", "--seed", "3", "--opt", "kd-reduction=batchmean")  # fmt: skip
+    r = run(
+        "server",
+        "fuse",
+        federation,
+        "--method",
+        "fedmho-sd",
+        "--out",
+        out,
+        "--json",
+        "--eval",
+        "digits:test",
+        "--device",
+        "cpu",
+        "--report",
+        report,
+        "--synthetic",
+        "200",
+        "--epochs",
+        "2",
+        "--lam",
+        "0.3",
+        "--seed",
+        "3",
+        "--opt",
+        "kd-reduction=batchmean",
+    )
     rep = json.loads(r.stdout)
     want = dict(synthetic=200, epochs=2, lam=0.3, seed=3, kd_reduction="batchmean")
     assert {k: rep["config"][k] for k in want} == want
@@ -125,16 +159,34 @@ def test_fuse_refuses_to_write_into_the_upload_dir(federation, tmp_path):
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
 def test_fuse_cuda_without_cuda(federation, tmp_path):
-    r = run("server", "fuse", federation, "--method", "fedavg", "--device", "cuda", "--out",
-            tmp_path / "g.onnx", code=2)  # fmt: skip
+    r = run(
+        "server",
+        "fuse",
+        federation,
+        "--method",
+        "fedavg",
+        "--device",
+        "cuda",
+        "--out",
+        tmp_path / "g.onnx",
+        code=2,
+    )
     assert "--device cuda: no CUDA device is available" in flat(r.output)
     assert "--device auto or cpu" in flat(r.output)
     assert list(tmp_path.iterdir()) == []
 
 
 def test_fuse_missing_upload_dir(tmp_path):
-    r = run("server", "fuse", tmp_path / "nope", "--method", "fedavg", "--out",
-            tmp_path / "g.onnx", code=2)  # fmt: skip
+    r = run(
+        "server",
+        "fuse",
+        tmp_path / "nope",
+        "--method",
+        "fedavg",
+        "--out",
+        tmp_path / "g.onnx",
+        code=2,
+    )
     assert "does not exist or is not a directory" in flat(r.output)
     assert list(tmp_path.iterdir()) == []
 
@@ -159,8 +211,9 @@ def test_eval_global_model_table_json_and_plot(fused, tmp_path):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert res["plot"] == str(png)  # every file written is named
     again = tmp_path / "again.png"
-    assert f"confusion matrix: {again}" in flat(run("eval", out, "--dataset", "digits", "--plot",
-                                                     again).output)  # fmt: skip
+    assert f"confusion matrix: {again}" in flat(
+        run("eval", out, "--dataset", "digits", "--plot", again).output
+    )
 
 
 def test_eval_unwritable_plot_fails_before_evaluating(fused, tmp_path, monkeypatch):
@@ -212,7 +265,7 @@ def test_eval_errors(federation, tmp_path):
                 {"kind": "classifier", "num_classes": 5, "input_shape": [1, 8, 8]},
             ),
             "model predicts 5 classes, dataset digits has 10",
-        ),  # fmt: skip
+        ),
     ]
     for path, message in cases:
         for extra in ([], ["--json"]):
@@ -222,9 +275,30 @@ def test_eval_errors(federation, tmp_path):
 
 def test_fuse_budget_paper_under_the_users_flags(federation, tmp_path):
     out = tmp_path / "g.onnx"
-    r = run("server", "fuse", federation, "--method", "dense", "--budget", "paper", "--out", out,
-            "--json", "--device", "cpu", "--epochs", "1", "--gen-steps", "2", "--batch-size", "8",
-            "--ngf", "4", "--nz", "8")  # fmt: skip
+    r = run(
+        "server",
+        "fuse",
+        federation,
+        "--method",
+        "dense",
+        "--budget",
+        "paper",
+        "--out",
+        out,
+        "--json",
+        "--device",
+        "cpu",
+        "--epochs",
+        "1",
+        "--gen-steps",
+        "2",
+        "--batch-size",
+        "8",
+        "--ngf",
+        "4",
+        "--nz",
+        "8",
+    )
     cfg = json.loads(r.stdout)["config"]
     assert cfg["pool_every_step"] is False  # from the paper budget (DENSE pools one batch)
     assert (cfg["epochs"], cfg["gen_steps"], cfg["ngf"]) == (1, 2, 4)  # the user's flags win
@@ -240,12 +314,41 @@ def test_fuse_budget_code_is_the_authors_code(federation, tmp_path):
     """FedMHO at --budget code trains the 20 global epochs its authors' code runs on MNIST (the
     paper says 10); a user's flag still wins; `server methods` shows paper and code apart."""
     out = tmp_path / "g.onnx"
-    rep = json.loads(run("server", "fuse", federation, "--method", "fedmho", "--budget", "code",
-                         "--out", out, "--json", "--device", "cpu").stdout)  # fmt: skip
+    rep = json.loads(
+        run(
+            "server",
+            "fuse",
+            federation,
+            "--method",
+            "fedmho",
+            "--budget",
+            "code",
+            "--out",
+            out,
+            "--json",
+            "--device",
+            "cpu",
+        ).stdout
+    )
     assert rep["config"]["epochs"] == 20 and len(rep["loss_history"]) == 20
-    rep = json.loads(run("server", "fuse", federation, "--method", "fedmho-md", "--budget",
-                         "code", "--epochs", "2", "--out", tmp_path / "md.onnx", "--json",
-                         "--device", "cpu").stdout)  # fmt: skip
+    rep = json.loads(
+        run(
+            "server",
+            "fuse",
+            federation,
+            "--method",
+            "fedmho-md",
+            "--budget",
+            "code",
+            "--epochs",
+            "2",
+            "--out",
+            tmp_path / "md.onnx",
+            "--json",
+            "--device",
+            "cpu",
+        ).stdout
+    )
     assert rep["config"]["epochs"] == 2
     out = run("server", "methods", "fedmho", env={"COLUMNS": "200"}).output
     shown = flat("".join(" " if 0x2500 <= ord(c) <= 0x257F else c for c in out))  # no borders
@@ -263,27 +366,68 @@ def test_no_usable_upload_lists_every_rejection_in_the_error(tmp_path):
     (up / "a.onnx").write_text("not onnx")
     (up / "[bold]b.onnx").write_bytes(b"x")  # a name that is rich markup: shown as text
     for extra in ((), ("--json",)):
-        r = run("server", "fuse", str(up), "--method", "fedavg", "--out",
-                str(tmp_path / "g.onnx"), *extra, code=2)  # fmt: skip
+        r = run(
+            "server",
+            "fuse",
+            str(up),
+            "--method",
+            "fedavg",
+            "--out",
+            str(tmp_path / "g.onnx"),
+            *extra,
+            code=2,
+        )
         text = flat(r.output)
         assert "2 rejected" in text and "a.onnx: not a valid ONNX file" in text, text
         assert "[bold]b.onnx: not a valid ONNX file" in text, text
         assert "Traceback" not in r.output and not (tmp_path / "g.onnx").exists()
     empty = tmp_path / "empty"
     empty.mkdir()
-    r = run("server", "fuse", str(empty), "--method", "fedavg", "--out", str(tmp_path / "g.onnx"),
-            code=2)  # fmt: skip
+    r = run(
+        "server",
+        "fuse",
+        str(empty),
+        "--method",
+        "fedavg",
+        "--out",
+        str(tmp_path / "g.onnx"),
+        code=2,
+    )
     assert "holds no .onnx files" in flat(r.output)
 
 
 @pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs /proc")
-@pytest.mark.parametrize("argv", [
-    ["server", "fuse", "{up}", "--method", "fedavg", "--out", "/proc/g.onnx"],
-    ["client", "train", "--profile", "wristband", "--dataset", "digits", "--num-clients", "2",
-     "--client-index", "0", "--out", "/proc/up"],
-    ["simulate", "--dataset", "digits", "--clients", "2", "--mix", "smartphone:2", "--out",
-     "/proc/sim"],
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["server", "fuse", "{up}", "--method", "fedavg", "--out", "/proc/g.onnx"],
+        [
+            "client",
+            "train",
+            "--profile",
+            "wristband",
+            "--dataset",
+            "digits",
+            "--num-clients",
+            "2",
+            "--client-index",
+            "0",
+            "--out",
+            "/proc/up",
+        ],
+        [
+            "simulate",
+            "--dataset",
+            "digits",
+            "--clients",
+            "2",
+            "--mix",
+            "smartphone:2",
+            "--out",
+            "/proc/sim",
+        ],
+    ],
+)
 def test_outputs_no_file_can_be_made_in_fail_first(argv, tmp_path, monkeypatch):
     # Root may "access" /proc, yet no file can be created there: refused before any work.
     import edgefl.client.run

@@ -13,27 +13,57 @@ FAST = {m: {"epochs": 2, "synthetic": 300} for m in ("fedmho", "fedmho-sd", "fed
 
 
 def tiny(out, **kw) -> SimJob:
-    base = dict(dataset="digits", clients=4, mix="smartphone:2,wristband:2",
-                partition="dirichlet:1.0", out=str(out), paper_models=True,
-                classifier_epochs=3, generator_epochs=3,
-                methods=("fedavg", "fedmho-sd"), fuse_options=FAST)  # fmt: skip
+    base = dict(
+        dataset="digits",
+        clients=4,
+        mix="smartphone:2,wristband:2",
+        partition="dirichlet:1.0",
+        out=str(out),
+        paper_models=True,
+        classifier_epochs=3,
+        generator_epochs=3,
+        methods=("fedavg", "fedmho-sd"),
+        fuse_options=FAST,
+    )
     return SimJob(**(base | kw))
 
 
 def upload_state(out: Path) -> dict:
     files = sorted((out / "uploads").glob("*.onnx"))
-    return {f.name: (f.stat().st_mtime_ns, exporters.read_artifact(f).metadata["weights_sha256"])
-            for f in files}  # fmt: skip
+    return {
+        f.name: (f.stat().st_mtime_ns, exporters.read_artifact(f).metadata["weights_sha256"])
+        for f in files
+    }
 
 
 def test_cli_end_to_end(cli, tmp_path):
     out = tmp_path / "run"
-    r = cli("simulate", "--dataset", "digits", "--clients", "4", "--mix",
-            "smartphone:2,wristband:2", "--partition", "dirichlet:1.0", "--paper-models",
-            "--classifier-epochs", "3", "--generator-epochs", "3", "--methods",
-            "fedavg,ensemble,fedmho-md", "--fuse-opt", "all:epochs=2",
-            "--fuse-opt", "all:synthetic=300", "--generator-lr", "0.002",
-            "--out", str(out))  # fmt: skip
+    r = cli(
+        "simulate",
+        "--dataset",
+        "digits",
+        "--clients",
+        "4",
+        "--mix",
+        "smartphone:2,wristband:2",
+        "--partition",
+        "dirichlet:1.0",
+        "--paper-models",
+        "--classifier-epochs",
+        "3",
+        "--generator-epochs",
+        "3",
+        "--methods",
+        "fedavg,ensemble,fedmho-md",
+        "--fuse-opt",
+        "all:epochs=2",
+        "--fuse-opt",
+        "all:synthetic=300",
+        "--generator-lr",
+        "0.002",
+        "--out",
+        str(out),
+    )
     assert r.exit_code == 0, r.output
     assert "fedmho-md" in r.output and "Traceback" not in r.output
     results = json.loads((out / "results.json").read_text())
@@ -56,8 +86,17 @@ def test_cli_end_to_end(cli, tmp_path):
 
 
 def test_cli_bad_mix(cli, tmp_path):
-    r = cli("simulate", "--dataset", "digits", "--clients", "4", "--mix", "smartphone:3",
-            "--out", str(tmp_path))  # fmt: skip
+    r = cli(
+        "simulate",
+        "--dataset",
+        "digits",
+        "--clients",
+        "4",
+        "--mix",
+        "smartphone:3",
+        "--out",
+        str(tmp_path),
+    )
     assert r.exit_code == 2 and "add up to --clients" in r.output
     r = cli("simulate", "--methods", "fedmh", "--out", str(tmp_path))
     assert r.exit_code == 2 and "did you mean" in r.output
@@ -72,15 +111,33 @@ def test_cli_budget_under_the_users_options(cli, tmp_path, monkeypatch):
         "simulate",
         lambda job, log=None, progress=None, trainer=None: seen.setdefault("job", job) and {},
     )
-    cli("simulate", "--methods", "fedavg,dense", "--budget", "paper", "--fuse-opt",
-        "dense:epochs=3", "--out", str(tmp_path))  # fmt: skip
+    cli(
+        "simulate",
+        "--methods",
+        "fedavg,dense",
+        "--budget",
+        "paper",
+        "--fuse-opt",
+        "dense:epochs=3",
+        "--out",
+        str(tmp_path),
+    )
     opts = seen["job"].fuse_options
     assert opts["dense"]["epochs"] == 3  # the user's
     assert opts["dense"]["gen_steps"] == 30 and opts["dense"]["pool_every_step"] is False
     assert opts.get("fedavg", {}) == {}  # no paper budget: its defaults are the paper's
     seen.clear()
-    cli("simulate", "--methods", "fedmho,fedmho-sd,dense", "--budget", "code", "--fuse-opt",
-        "fedmho-sd:epochs=4", "--out", str(tmp_path))  # fmt: skip
+    cli(
+        "simulate",
+        "--methods",
+        "fedmho,fedmho-sd,dense",
+        "--budget",
+        "code",
+        "--fuse-opt",
+        "fedmho-sd:epochs=4",
+        "--out",
+        str(tmp_path),
+    )
     opts = seen["job"].fuse_options
     assert opts["fedmho"]["epochs"] == 20 and opts["fedmho-sd"]["epochs"] == 4  # code; user's
     assert opts["dense"]["gen_steps"] == 30  # no code divergence: its paper budget
@@ -166,8 +223,15 @@ def test_train_device_is_checked_before_training(tmp_path):
     assert not (tmp_path / "a" / "uploads").exists()
 
 
-@pytest.mark.parametrize("flag, value", [("classifier_lr", -1.0), ("generator_lr", 0.0),
-                                         ("classifier_epochs", 0), ("generator_epochs", -2)])  # fmt: skip
+@pytest.mark.parametrize(
+    "flag, value",
+    [
+        ("classifier_lr", -1.0),
+        ("generator_lr", 0.0),
+        ("classifier_epochs", 0),
+        ("generator_epochs", -2),
+    ],
+)
 def test_local_schedule_flags_are_checked_before_training(tmp_path, flag, value):
     from edgefl.errors import ConfigError
 
@@ -212,8 +276,14 @@ def test_public_data_methods(tmp_path):
     """FedOL clients upload predictions (their model stays on the device); FedDF distills on the
     same carved public split; upload bytes are reported per artifact kind."""
     out = tmp_path / "pub"
-    res = simulate(tiny(out, methods=("ensemble", "feddf", "fedol"), public_size=300,
-                        fuse_options={"feddf": {"epochs": 2}, "fedol": {"epochs": 1, "rounds": 2}}))  # fmt: skip
+    res = simulate(
+        tiny(
+            out,
+            methods=("ensemble", "feddf", "fedol"),
+            public_size=300,
+            fuse_options={"feddf": {"epochs": 2}, "fedol": {"epochs": 1, "rounds": 2}},
+        )
+    )
     rows = {r["method"]: r for r in res["results"]}
     assert rows["fedol"]["error"] is None and rows["feddf"]["error"] is None
     preds = sorted((out / "uploads-predictions").glob("*.onnx"))
@@ -222,8 +292,14 @@ def test_public_data_methods(tmp_path):
     assert meta["kind"] == "predictions" and meta["public_size"] == 300
     assert rows["fedol"]["upload_bytes"] == sum(p.stat().st_size for p in preds)
     # Rerun: everything reused.
-    again = simulate(tiny(out, methods=("ensemble", "feddf", "fedol"), public_size=300,
-                          fuse_options={"feddf": {"epochs": 2}, "fedol": {"epochs": 1, "rounds": 2}}))  # fmt: skip
+    again = simulate(
+        tiny(
+            out,
+            methods=("ensemble", "feddf", "fedol"),
+            public_size=300,
+            fuse_options={"feddf": {"epochs": 2}, "fedol": {"epochs": 1, "rounds": 2}},
+        )
+    )
     assert all(c.get("reused") for c in again["clients"])
 
 
@@ -231,8 +307,15 @@ def test_fedgh_personalized_vs_standalone(tmp_path):
     """FedGH is judged as its paper does: personalized models on each client's local test split,
     beside each client alone; prototypes are what leaves the device."""
     out = tmp_path / "gh"
-    res = simulate(tiny(out, mix="smartphone:4", paper_models=False, methods=("fedgh",),
-                        fuse_options={"fedgh": {"epochs": 20}}))  # fmt: skip
+    res = simulate(
+        tiny(
+            out,
+            mix="smartphone:4",
+            paper_models=False,
+            methods=("fedgh",),
+            fuse_options={"fedgh": {"epochs": 20}},
+        )
+    )
     (row,) = res["results"]
     assert row["error"] is None and 0 < row["accuracy"] <= 1
     assert 0 < row["standalone_accuracy"] <= 1

@@ -60,8 +60,9 @@ def test_narrow_tables_say_which_columns_they_left_out():
 
 
 @pytest.mark.parametrize("width", [80, 200])
-@pytest.mark.parametrize("command", [["simulate"], ["server", "fuse"], ["client", "train"],
-                                     ["search"], ["reproduce"]])  # fmt: skip
+@pytest.mark.parametrize(
+    "command", [["simulate"], ["server", "fuse"], ["client", "train"], ["search"], ["reproduce"]]
+)
 def test_help_pages_keep_every_flag_and_default(width, command):
     text = show(width, *command, "--help")
     readable(text, width)

@@ -77,8 +77,7 @@ def scratch(tmp_path_factory):
     return folder
 
 
-@pytest.mark.parametrize("step", range(len(COMMANDS)),
-                         ids=[" ".join(c[:3])[:40] for c in COMMANDS])  # fmt: skip
+@pytest.mark.parametrize("step", range(len(COMMANDS)), ids=[" ".join(c[:3])[:40] for c in COMMANDS])
 def test_tour_step(step, scratch, monkeypatch, runner):
     words = COMMANDS[step]
     key = _key(words)
@@ -88,8 +87,9 @@ def test_tour_step(step, scratch, monkeypatch, runner):
         pytest.skip("deploy --target tflite-micro needs onnx2tf and TensorFlow")
     monkeypatch.chdir(scratch)
     if words[0] == "python":
-        proc = subprocess.run([sys.executable, *words[1:]], capture_output=True, text=True,
-                              timeout=120, cwd=scratch)  # fmt: skip
+        proc = subprocess.run(
+            [sys.executable, *words[1:]], capture_output=True, text=True, timeout=120, cwd=scratch
+        )
         assert proc.returncode == 0, proc.stdout + proc.stderr
         return
     from edgefl.cli import app

@@ -37,8 +37,10 @@ def nested(federation, tmp_path):
 
 
 def snapshot(root: Path) -> dict:
-    return {str(p.relative_to(root)): (p.stat().st_mtime_ns, p.stat().st_size)
-            for p in sorted(root.rglob("*"))}  # fmt: skip
+    return {
+        str(p.relative_to(root)): (p.stat().st_mtime_ns, p.stat().st_size)
+        for p in sorted(root.rglob("*"))
+    }
 
 
 def test_folders_are_named_with_their_uploads_and_the_fix(nested):
@@ -55,8 +57,9 @@ def test_recursive_reads_the_subfolders_with_the_folder_in_each_name(nested):
     before = snapshot(nested)
     found = ingest(nested, max_upload_bytes=MAX, recursive=True)
     names = sorted(u.name for u in found.uploads)
-    assert names == sorted([*(f"bands/{n}.onnx" for n in DECODERS),
-                            *(f"phones/{n}.onnx" for n in CLASSIFIERS)])  # fmt: skip
+    assert names == sorted(
+        [*(f"bands/{n}.onnx" for n in DECODERS), *(f"phones/{n}.onnx" for n in CLASSIFIERS)]
+    )
     assert {u.kind for u in found.uploads} == {"classifier", "decoder"}
     assert found.folders == [] and found.rejected == []
     assert snapshot(nested) == before  # only read
@@ -102,14 +105,24 @@ def test_server_fuse_names_the_folders_then_reads_them_with_recursive(nested, tm
     assert r.exit_code == 2 and not out.exists()
     text = " ".join(r.output.split())
     assert "phones/" in text and "bands/" in text and "--recursive" in text
-    r = cli("server", "fuse", str(nested), "--method", "fedavg", "--recursive", "--out",
-            str(out), "--json")  # fmt: skip
+    r = cli(
+        "server",
+        "fuse",
+        str(nested),
+        "--method",
+        "fedavg",
+        "--recursive",
+        "--out",
+        str(out),
+        "--json",
+    )
     assert r.exit_code == 0, r.output
     report = json.loads(r.stdout[r.stdout.index("{") :])
     files = {a["client_id"]: a["file"] for a in report["accepted"]}
     assert sorted(files[c] for c in report["used"]) == [f"phones/{n}.onnx" for n in CLASSIFIERS]
-    assert sorted(files.values()) == sorted([*(f"bands/{n}.onnx" for n in DECODERS),
-                                             *(f"phones/{n}.onnx" for n in CLASSIFIERS)])  # fmt: skip
+    assert sorted(files.values()) == sorted(
+        [*(f"bands/{n}.onnx" for n in DECODERS), *(f"phones/{n}.onnx" for n in CLASSIFIERS)]
+    )
 
 
 def test_a_method_short_of_a_kind_names_the_folder_that_holds_it(nested, tmp_path, cli):

@@ -43,8 +43,13 @@ MEMORY_CAP = 1 << 30  # bytes of address space a child may add to what it inheri
 CLEAN = {"rejected", "rebuild-rejected", "module", "no-module"}
 # An exception from rebuild other than RebuildRejected: ingest's `except Exception` turns it
 # into a rejection ("cannot rebuild from its spec: ..."); a known bug, not a crash of the server.
-SETTINGS = dict(derandomize=True, database=None, deadline=None, print_blob=False,
-                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])  # fmt: skip
+SETTINGS = dict(
+    derandomize=True,
+    database=None,
+    deadline=None,
+    print_blob=False,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 _MEMORY = re.compile(r"bad_alloc|Failed to allocate|Cannot allocate memory|out of memory", re.I)
 
 
@@ -60,8 +65,10 @@ class Sources(dict):
 
 @pytest.fixture(scope="module")
 def sources(federation) -> Sources:
-    return Sources(classifier=(federation / "client-000.onnx").read_bytes(),
-                   decoder=(federation / "client-002.onnx").read_bytes())  # fmt: skip
+    return Sources(
+        classifier=(federation / "client-000.onnx").read_bytes(),
+        decoder=(federation / "client-002.onnx").read_bytes(),
+    )
 
 
 @pytest.fixture(scope="module")
@@ -189,8 +196,23 @@ def apply_bytes(data: bytes, edits) -> bytes:
 
 
 INDEX = st.integers(0, 63)  # which initializer / node / dim: modulo how many there are
-OPS = ["Relu", "Sigmoid", "Gemm", "MatMul", "Conv", "Reshape", "Concat", "Expand", "Identity",
-       "Softmax", "Transpose", "Loop", "Einsum", "Bogus", ""]  # fmt: skip
+OPS = [
+    "Relu",
+    "Sigmoid",
+    "Gemm",
+    "MatMul",
+    "Conv",
+    "Reshape",
+    "Concat",
+    "Expand",
+    "Identity",
+    "Softmax",
+    "Transpose",
+    "Loop",
+    "Einsum",
+    "Bogus",
+    "",
+]
 
 proto_edits = st.one_of(
     st.tuples(st.just("dims"), INDEX, INDEX, INTS | st.integers(-2, 4096)),
@@ -265,13 +287,28 @@ def restamp(m: onnx.ModelProto) -> None:
 
 json_values = st.recursive(
     st.none() | st.booleans() | INTS | st.floats(allow_nan=False) | st.text(max_size=20),
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner,
-                                                                max_size=3),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=3)
+    ),
     max_leaves=8,
-)  # fmt: skip
-META_KEYS = ["kind", "spec", "input_shape", "num_classes", "class_names", "label_counts",
-             "latent_dim", "client_id", "schema_version", "weights_sha256", "profile", "costs",
-             "training", "edgefl_version", "quantized"]  # fmt: skip
+)
+META_KEYS = [
+    "kind",
+    "spec",
+    "input_shape",
+    "num_classes",
+    "class_names",
+    "label_counts",
+    "latent_dim",
+    "client_id",
+    "schema_version",
+    "weights_sha256",
+    "profile",
+    "costs",
+    "training",
+    "edgefl_version",
+    "quantized",
+]
 SPEC_KEYS = ["name", "params", "input_shape", "num_classes"]
 
 meta_edits = st.one_of(
@@ -279,13 +316,19 @@ meta_edits = st.one_of(
     st.tuples(st.just("delete"), st.sampled_from(META_KEYS)),
     st.tuples(st.just("spec"), st.sampled_from(SPEC_KEYS), json_values),
     # Plausible specs: other zoo names and widths, so that rebuild builds something.
-    st.tuples(st.just("spec"), st.just("name"), st.sampled_from(["cnn", "scnn", "mlp", "vgg9",
-                                                                 "cvae-mlp", "cvae-small"])),
-    st.tuples(st.just("spec_param"), st.sampled_from(["width", "hidden", "latent", "channels"]),
-              INTS | st.lists(st.integers(0, 300), max_size=3)),
+    st.tuples(
+        st.just("spec"),
+        st.just("name"),
+        st.sampled_from(["cnn", "scnn", "mlp", "vgg9", "cvae-mlp", "cvae-small"]),
+    ),
+    st.tuples(
+        st.just("spec_param"),
+        st.sampled_from(["width", "hidden", "latent", "channels"]),
+        INTS | st.lists(st.integers(0, 300), max_size=3),
+    ),
     st.tuples(st.just("raw"), st.text(max_size=40)),
     st.tuples(st.just("cut"), st.integers(0, 4096)),
-)  # fmt: skip
+)
 
 
 def apply_meta(m: onnx.ModelProto, edit) -> None:
@@ -374,8 +417,10 @@ def _die(path):
     os.kill(os.getpid(), signal.SIGKILL)
 
 
-@pytest.mark.parametrize("check, kind", [(_blow_memory, "memory"), (_hang, "hung"),
-                                         (_raise, "check-raised"), (_die, "died")])  # fmt: skip
+@pytest.mark.parametrize(
+    "check, kind",
+    [(_blow_memory, "memory"), (_hang, "hung"), (_raise, "check-raised"), (_die, "died")],
+)
 def test_the_oracle_sees_what_the_property_forbids(sources, scratch, monkeypatch, check, kind):
     """A child that blows its memory cap, hangs, raises or dies is reported as such."""
     monkeypatch.setattr(sys.modules[__name__], "_check", check)
@@ -426,8 +471,9 @@ def test_intermediate_shapes_are_bounded(sources, scratch):
     m.graph.ClearField("value_info")
     # Under the 1 GiB cap the child is refused the allocation (and rebuild now reports that as
     # a refusal); an uncapped server would make it. The graph must be refused before it runs.
-    assert_safe(m.SerializeToString(), scratch, "Conv pads 2000, no value_info",
-                allowed={"rejected"})  # fmt: skip
+    assert_safe(
+        m.SerializeToString(), scratch, "Conv pads 2000, no value_info", allowed={"rejected"}
+    )
 
 
 def test_a_retyped_tensor_that_no_operator_reads_is_refused(tmp_path):
@@ -439,9 +485,18 @@ def test_a_retyped_tensor_that_no_operator_reads_is_refused(tmp_path):
 
     path = tmp_path / "p.onnx"
     probs = np.full((64, 10), 0.1, dtype=np.float32)
-    meta = {"kind": "predictions", "client_id": "c", "input_shape": [1, 8, 8], "num_classes": 10,
-            "label_counts": [1] * 10, "public_fingerprint": "0" * 64, "public_size": 64,
-            "class_names": [str(c) for c in range(10)], "edgefl_version": "0", "spec": None}  # fmt: skip
+    meta = {
+        "kind": "predictions",
+        "client_id": "c",
+        "input_shape": [1, 8, 8],
+        "num_classes": 10,
+        "label_counts": [1] * 10,
+        "public_fingerprint": "0" * 64,
+        "public_size": 64,
+        "class_names": [str(c) for c in range(10)],
+        "edgefl_version": "0",
+        "spec": None,
+    }
     exporters.write_constant_artifact(path, {"predictions": probs}, meta)
     exporters.validate_upload(path)  # the honest file is accepted
     model = onnx.load(str(path))

@@ -16,8 +16,11 @@ from rich.console import Console
 
 from edgefl.cli.tables import Col, blocks
 
-CLI = [sys.executable, "-c",
-       "import sys; from edgefl.cli import main; sys.argv[0]='edgefl'; main()"]  # fmt: skip
+CLI = [
+    sys.executable,
+    "-c",
+    "import sys; from edgefl.cli import main; sys.argv[0]='edgefl'; main()",
+]
 
 
 def show(width: int, *args: str) -> str:
@@ -46,8 +49,10 @@ def test_partition_shows_every_count_whole(width):
     for line in text.splitlines():
         assert len(line) <= width, f"{len(line)} > {width}: {line!r}"
     full = json.loads(show(200, *args, "--json"))
-    want = {i: [*row, size] for i, (row, size) in enumerate(zip(full["counts"], full["sizes"],
-                                                               strict=True))}  # fmt: skip
+    want = {
+        i: [*row, size]
+        for i, (row, size) in enumerate(zip(full["counts"], full["sizes"], strict=True))
+    }
     assert numbers_by_row(text) == want
     if width == 40:
         assert "continued:" in text and "blocks to fit 40 columns" in " ".join(text.split())
@@ -64,8 +69,9 @@ def test_partition_of_users_keeps_headers_and_users_whole():
     rows = numbers_by_row(text)
     repeats = text.count("continued:") + 1  # the user column is repeated in every block
     assert repeats > 1
-    for i, (user, row, size) in enumerate(zip(full["users"], full["counts"], full["sizes"],
-                                              strict=True)):  # fmt: skip
+    for i, (user, row, size) in enumerate(
+        zip(full["users"], full["counts"], full["sizes"], strict=True)
+    ):
         cells = rows[i]
         assert cells[0] == user and cells.count(user) >= repeats
         for _ in range(repeats):

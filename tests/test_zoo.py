@@ -13,8 +13,14 @@ from edgefl.models.spec import ModelSpec
 from edgefl.models.zoo import ZOO, build_model, candidate_specs, input_kind, make_spec
 
 # Images (C, H, W) and windows of sensor channels (C, 1, L), as hapt and hapt-gyro give them.
-SHAPES = [((1, 28, 28), 10), ((3, 32, 32), 10), ((1, 28, 28), 47), ((1, 8, 8), 10),
-          ((3, 1, 128), 6), ((6, 1, 128), 6)]  # fmt: skip
+SHAPES = [
+    ((1, 28, 28), 10),
+    ((3, 32, 32), 10),
+    ((1, 28, 28), 47),
+    ((1, 8, 8), 10),
+    ((3, 1, 128), 6),
+    ((6, 1, 128), 6),
+]
 FIRST = {"image": (1, 28, 28), "signal": (3, 1, 128)}
 
 

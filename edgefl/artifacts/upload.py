@@ -208,8 +208,12 @@ def parity(module: nn.Module, art: exporters.Artifact, batch: int = 4, seed: int
     ort_out = np.asarray(art.run(*[t.numpy() for t in inputs]))
     ours = module(*inputs).numpy()
     edges = edge_inputs(art.metadata)
-    outputs = (ort_out, ours, np.asarray(art.run(*[t.numpy() for t in edges])),
-               module(*edges).numpy())  # fmt: skip
+    outputs = (
+        ort_out,
+        ours,
+        np.asarray(art.run(*[t.numpy() for t in edges])),
+        module(*edges).numpy(),
+    )
     for got, n in ((outputs[0], batch), (outputs[2], len(edges[0]))):
         if got.shape != output_shape(art.metadata, n):  # broadcasting would hide a mismatch
             raise RebuildRejected(
@@ -234,8 +238,11 @@ def probe(art: exporters.Artifact) -> None:
     will run it: one sample, a batch, and the extremes of the valid range, each giving finite
     outputs of the shape its metadata promises. RebuildRejected otherwise: a graph that fails
     here would fail inside a method, naming no upload."""
-    for inputs in (random_inputs(art.metadata, 1, 1), random_inputs(art.metadata, 5, 0),
-                   edge_inputs(art.metadata)):  # fmt: skip
+    for inputs in (
+        random_inputs(art.metadata, 1, 1),
+        random_inputs(art.metadata, 5, 0),
+        edge_inputs(art.metadata),
+    ):
         try:
             out = np.asarray(art.run(*[t.numpy() for t in inputs]))
         except Exception as exc:  # onnxruntime on a graph that only works for some batches

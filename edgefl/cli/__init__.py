@@ -132,8 +132,16 @@ def _register() -> None:
     app.add_typer(profile_cmd.app, name="profile")
     models_cmd.register(app)
     app.add_typer(data_cmd.app, name="data")
-    names = ("client_cmd", "server_cmd", "eval_cmd", "simulate_cmd", "reproduce_cmd", "search_cmd",
-             "infer_cmd", "deploy_cmd")  # fmt: skip
+    names = (
+        "client_cmd",
+        "server_cmd",
+        "eval_cmd",
+        "simulate_cmd",
+        "reproduce_cmd",
+        "search_cmd",
+        "infer_cmd",
+        "deploy_cmd",
+    )
     for name in names:
         try:
             module = __import__(f"edgefl.cli.{name}", fromlist=["register"])

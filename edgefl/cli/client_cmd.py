@@ -110,8 +110,13 @@ def plan_cmd(
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """The device's role and the largest model of that role that fits its budget."""
-    p = plan(get_profile(profile), dataset_info(dataset), role=role, samples=samples,
-             batch_size=batch_size)  # fmt: skip
+    p = plan(
+        get_profile(profile),
+        dataset_info(dataset),
+        role=role,
+        samples=samples,
+        batch_size=batch_size,
+    )
     if json_out:
         print_json(p.as_dict())
     else:
@@ -183,14 +188,37 @@ def train_cmd(
             raise ConfigError("--spec names the model: give it without --model or --search")
         load_spec_file(spec)  # a bad file fails now, not after the data is loaded
     job = ClientJob(
-        profile=profile, dataset=dataset, out_dir=out, data_dir=data_dir, partition=partition,
-        num_clients=num_clients, client_index=client_index, partition_seed=partition_seed,
-        public_size=public_size, model=model, spec_file=spec, role=role, epochs=epochs, batch_size=batch_size, lr=lr,
-        seed=seed, fed_seed=fed_seed, quantize=quantize, force=force, client_id=client_id, search=search,
-        augment=augment, overwrite=overwrite,
-        search_options={"particles": particles, "generations": generations,
-                        "candidate_epochs": candidate_epochs} if search else None,
-    )  # fmt: skip
+        profile=profile,
+        dataset=dataset,
+        out_dir=out,
+        data_dir=data_dir,
+        partition=partition,
+        num_clients=num_clients,
+        client_index=client_index,
+        partition_seed=partition_seed,
+        public_size=public_size,
+        model=model,
+        spec_file=spec,
+        role=role,
+        epochs=epochs,
+        batch_size=batch_size,
+        lr=lr,
+        seed=seed,
+        fed_seed=fed_seed,
+        quantize=quantize,
+        force=force,
+        client_id=client_id,
+        search=search,
+        augment=augment,
+        overwrite=overwrite,
+        search_options={
+            "particles": particles,
+            "generations": generations,
+            "candidate_epochs": candidate_epochs,
+        }
+        if search
+        else None,
+    )
     result = train_with_progress(job, quiet)
     summary = result.as_dict()
     warnings = classifier_warnings([summary])
@@ -256,8 +284,17 @@ def _run_data_client(job, json_out: bool, quiet: bool = False) -> None:
     result = train_with_progress(job, quiet)
     meta = result.metadata
     if json_out:
-        keep = ("kind", "public", "public_size", "public_fingerprint", "dtype",
-                "representation_size", "classes", "counts", "kept_model")  # fmt: skip
+        keep = (
+            "kind",
+            "public",
+            "public_size",
+            "public_fingerprint",
+            "dtype",
+            "representation_size",
+            "classes",
+            "counts",
+            "kept_model",
+        )
         print_json(result.as_dict() | {k: meta[k] for k in keep if k in meta})
         return
     s = result.summary
@@ -318,13 +355,30 @@ def predict_cmd(
     from edgefl.client.run import ClientJob
 
     job = ClientJob(
-        profile=profile, dataset=dataset, out_dir=out, data_dir=data_dir, partition=partition,
-        num_clients=num_clients, client_index=client_index, partition_seed=partition_seed,
-        public_size=public_size, model=model, role="classifier", epochs=epochs,
-        batch_size=batch_size, lr=lr, seed=seed, fed_seed=fed_seed, force=force,
-        client_id=client_id, kind="predictions", public=public, fp16=fp16, keep_model=keep_model,
+        profile=profile,
+        dataset=dataset,
+        out_dir=out,
+        data_dir=data_dir,
+        partition=partition,
+        num_clients=num_clients,
+        client_index=client_index,
+        partition_seed=partition_seed,
+        public_size=public_size,
+        model=model,
+        role="classifier",
+        epochs=epochs,
+        batch_size=batch_size,
+        lr=lr,
+        seed=seed,
+        fed_seed=fed_seed,
+        force=force,
+        client_id=client_id,
+        kind="predictions",
+        public=public,
+        fp16=fp16,
+        keep_model=keep_model,
         overwrite=overwrite,
-    )  # fmt: skip
+    )
     _run_data_client(job, json_out, quiet)
 
 
@@ -362,12 +416,28 @@ def prototypes_cmd(
     from edgefl.client.run import ClientJob
 
     job = ClientJob(
-        profile=profile, dataset=dataset, out_dir=out, data_dir=data_dir, partition=partition,
-        num_clients=num_clients, client_index=client_index, partition_seed=partition_seed,
-        public_size=public_size, model=model, role="classifier", epochs=epochs,
-        batch_size=batch_size, lr=lr, seed=seed, fed_seed=fed_seed, force=force,
-        client_id=client_id, kind="prototypes", keep_model=keep_model, overwrite=overwrite,
-    )  # fmt: skip
+        profile=profile,
+        dataset=dataset,
+        out_dir=out,
+        data_dir=data_dir,
+        partition=partition,
+        num_clients=num_clients,
+        client_index=client_index,
+        partition_seed=partition_seed,
+        public_size=public_size,
+        model=model,
+        role="classifier",
+        epochs=epochs,
+        batch_size=batch_size,
+        lr=lr,
+        seed=seed,
+        fed_seed=fed_seed,
+        force=force,
+        client_id=client_id,
+        kind="prototypes",
+        keep_model=keep_model,
+        overwrite=overwrite,
+    )
     _run_data_client(job, json_out, quiet)
 
 
@@ -395,8 +465,12 @@ def apply_header_cmd(
         raise ConfigError(f"--out must end in .onnx, got {out}")
     check_writable(out, "--out", "personalized.onnx")
     device = (existing_result(model) or {}).get("client_id")
-    check_replace(out, "--out", overwrite,
-                  lambda made: bool(made.get("personalized_from")) and made.get("client_id") == device)  # fmt: skip
+    check_replace(
+        out,
+        "--out",
+        overwrite,
+        lambda made: bool(made.get("personalized_from")) and made.get("client_id") == device,
+    )
     info = apply_header(model, header, out)
     if json_out:
         print_json(info)

@@ -38,11 +38,25 @@ def list_datasets(
     if as_json:
         print_json(rows)
         return
-    cols = [Col("name", right=False, key=True), Col("shape", right=False), Col("classes"),
-            Col("train"), Col("test"), Col("source", right=False, wrap=True)]  # fmt: skip
-    cells = [[r["name"], "x".join(map(str, r["input_shape"])), str(r["num_classes"]),
-              f"{r['train_size']:,}", f"{r['test_size']:,}",
-              "built in" if r["builtin"] else "needs files (--data-dir)"] for r in rows]  # fmt: skip
+    cols = [
+        Col("name", right=False, key=True),
+        Col("shape", right=False),
+        Col("classes"),
+        Col("train"),
+        Col("test"),
+        Col("source", right=False, wrap=True),
+    ]
+    cells = [
+        [
+            r["name"],
+            "x".join(map(str, r["input_shape"])),
+            str(r["num_classes"]),
+            f"{r['train_size']:,}",
+            f"{r['test_size']:,}",
+            "built in" if r["builtin"] else "needs files (--data-dir)",
+        ]
+        for r in rows
+    ]
     for table in blocks(cols, cells, console.width, title="datasets"):
         console.print(table)
     console.print("user data: a path to an .npz (x, y) or a folder with one sub-folder per class")
@@ -91,8 +105,7 @@ def partition_cmd(
 
         check_writable(plot, "--plot", "heatmap.png")
     ds = load_dataset(dataset, "train", data_dir=data_dir, download=download)
-    parts = partition(ds.y, num_clients, parsed, seed, num_classes=ds.num_classes,
-                      groups=ds.groups)  # fmt: skip
+    parts = partition(ds.y, num_clients, parsed, seed, num_classes=ds.num_classes, groups=ds.groups)
     counts = label_count_matrix(ds.y, parts, ds.num_classes)
     sizes = counts.sum(axis=1)
     # Whose data each client holds, on a user partition (a draw of users is named, not hidden).
@@ -127,8 +140,12 @@ def partition_cmd(
     wide = ds.num_classes > MAX_CLASS_COLUMNS
     headers = ["classes held", "largest class"] if wide else list(ds.class_names)
     # Every count matters: at a narrow width the classes wrap into blocks, never cut to "13…".
-    cols = [Col("client", key=True), *([Col("user", key=True)] if users is not None else []),
-            *(Col(escape(str(name))) for name in headers), Col("total")]  # fmt: skip
+    cols = [
+        Col("client", key=True),
+        *([Col("user", key=True)] if users is not None else []),
+        *(Col(escape(str(name))) for name in headers),
+        Col("total"),
+    ]
     cells = []
     for i, row in enumerate(counts):
         if wide:

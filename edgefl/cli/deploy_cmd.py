@@ -45,9 +45,18 @@ def deploy_cmd(
         if not quiet:
             err_console.print(f"[dim]{time.perf_counter() - start:6.1f}s[/] {message}")
 
-    req = DeployRequest(model=model, profile=profile, target=target, out=out,
-                        calibrate=calibrate, eval=eval_ref, quantize=quantize,
-                        data_dir=data_dir, eval_samples=eval_samples, overwrite=overwrite)  # fmt: skip
+    req = DeployRequest(
+        model=model,
+        profile=profile,
+        target=target,
+        out=out,
+        calibrate=calibrate,
+        eval=eval_ref,
+        quantize=quantize,
+        data_dir=data_dir,
+        eval_samples=eval_samples,
+        overwrite=overwrite,
+    )
     report = deploy(req, status=status)
     if json_out:
         print_json(report.as_dict())

@@ -42,20 +42,29 @@ def eval_cmd(
         ) from None
     name, ref_split = parse_dataset_ref(dataset)
     res = evaluate_artifact(art, name, ref_split or split, data_dir=data_dir)
-    names = (art.metadata.get("class_names") or res.class_names
-             or [str(i) for i in range(len(res.per_class))])  # fmt: skip
+    names = (
+        art.metadata.get("class_names")
+        or res.class_names
+        or [str(i) for i in range(len(res.per_class))]
+    )
     if plot:
         from edgefl.plots import plot_confusion
 
-        plot = str(plot_confusion(
-            res.confusion, plot, title=f"{Path(model).name} on {res.dataset}:{res.split}",
-            class_names=names,
-        ))  # fmt: skip
+        plot = str(
+            plot_confusion(
+                res.confusion,
+                plot,
+                title=f"{Path(model).name} on {res.dataset}:{res.split}",
+                class_names=names,
+            )
+        )
     if json_out:
         print_json(res.as_dict() | ({"plot": plot} if plot else {}))
         return
-    console.print(f"[bold]{Path(model).name}[/] on {res.dataset}:{res.split} ({res.samples:,} samples): "
-                  f"top-1 [bold]{100 * res.accuracy:.2f}%[/]")  # fmt: skip
+    console.print(
+        f"[bold]{Path(model).name}[/] on {res.dataset}:{res.split} ({res.samples:,} samples): "
+        f"top-1 [bold]{100 * res.accuracy:.2f}%[/]"
+    )
     table = Table(show_header=True)
     table.add_column("class")
     table.add_column("accuracy", justify="right")

@@ -157,10 +157,12 @@ def generate(art, labels: np.ndarray, where: str, seed: int) -> np.ndarray:
     meta = art.metadata
     c = meta["num_classes"]
     labels = as_int_labels(
-        labels, where, num_classes=c,
+        labels,
+        where,
+        num_classes=c,
         shape_hint=f"e.g. np.save(path, np.arange({c})) for one image per class",
         range_hint=f"this decoder has {c} classes: {', '.join(meta['class_names'][:10])}",
-    )  # fmt: skip
+    )
     rng = np.random.default_rng(seed)
     z = rng.standard_normal((len(labels), meta["latent_dim"])).astype(np.float32)
     onehot = np.eye(c, dtype=np.float32)[labels]

@@ -41,8 +41,11 @@ def models_cmd(
         if input_kind(info.input_shape) not in entry.inputs:
             continue  # an image model on sensor windows, or the other way round
         if ladder and entry.ladder:
-            specs += [s for s in candidate_specs(info.input_shape, info.num_classes, entry.role)
-                      if s.name == entry.name]  # fmt: skip
+            specs += [
+                s
+                for s in candidate_specs(info.input_shape, info.num_classes, entry.role)
+                if s.name == entry.name
+            ]
         else:
             specs.append(make_spec(entry.name, info.input_shape, info.num_classes))
     rows = []
@@ -68,8 +71,12 @@ def models_cmd(
         }
         if prof:
             fit = check_fit(spec, prof, samples=n, batch_size=batch)
-            row.update(fits=fit.fits, reasons=list(fit.reasons), epoch_seconds=fit.epoch_seconds,
-                       runs_in=runtimes_that_fit(c, prof))  # fmt: skip
+            row.update(
+                fits=fit.fits,
+                reasons=list(fit.reasons),
+                epoch_seconds=fit.epoch_seconds,
+                runs_in=runtimes_that_fit(c, prof),
+            )
             row["_short"] = ", ".join(fit.short)
         rows.append(row)
     if json_out:
@@ -77,30 +84,55 @@ def models_cmd(
         return
     title = f"Model zoo on {info.name} {info.input_shape}, {info.num_classes} classes"
     title += f" (training: batch {batch}, {optimizer})"
-    cols = [Col("model", right=False), Col("role", right=False, drop=3), Col("params"),
-            Col("MACs"), Col("FLOPs", drop=11), Col("weights", drop=9), Col("int8", drop=10),
-            Col("upload", drop=6), Col("infer peak", drop=4), Col("TFLM arena", drop=7),
-            Col("train mem")]  # fmt: skip
+    cols = [
+        Col("model", right=False),
+        Col("role", right=False, drop=3),
+        Col("params"),
+        Col("MACs"),
+        Col("FLOPs", drop=11),
+        Col("weights", drop=9),
+        Col("int8", drop=10),
+        Col("upload", drop=6),
+        Col("infer peak", drop=4),
+        Col("TFLM arena", drop=7),
+        Col("train mem"),
+    ]
     console.print("[dim]x1.04 = needs 1.04 times the budget; --json gives every reason in full[/]")
     if prof:
-        cols += [Col("epoch", drop=5), Col("runs in", right=False, drop=8),
-                 Col(f"fits {prof.name}", right=False, wrap=True)]  # fmt: skip
+        cols += [
+            Col("epoch", drop=5),
+            Col("runs in", right=False, drop=8),
+            Col(f"fits {prof.name}", right=False, wrap=True),
+        ]
     cells = []
     for r in rows:
-        row = [escape(r["name"]), r["role"], fmt_count(r["params"]), f"{r['macs']:,}",
-               fmt_count(r["flops"]), fmt_bytes(r["weight_bytes"]),
-               fmt_bytes(r["weight_bytes_int8"]), fmt_bytes(r["upload_bytes"]),
-               fmt_bytes(r["infer_peak_bytes"]), fmt_bytes(r["tflm_arena_bytes"]),
-               fmt_bytes(r["train_bytes"])]  # fmt: skip
+        row = [
+            escape(r["name"]),
+            r["role"],
+            fmt_count(r["params"]),
+            f"{r['macs']:,}",
+            fmt_count(r["flops"]),
+            fmt_bytes(r["weight_bytes"]),
+            fmt_bytes(r["weight_bytes_int8"]),
+            fmt_bytes(r["upload_bytes"]),
+            fmt_bytes(r["infer_peak_bytes"]),
+            fmt_bytes(r["tflm_arena_bytes"]),
+            fmt_bytes(r["train_bytes"]),
+        ]
         if prof:
             row.append(f"{r['epoch_seconds']:.1f}s")
             row.append(", ".join(r["runs_in"]) or "[red]none[/]")
             row.append("[green]yes[/]" if r["fits"] else f"[red]no[/] ({escape(r.pop('_short'))})")
         cells.append(row)
-    table = fitted(cols, cells, console.width, title=title,
-                   caption="MACs: multiply-accumulates per sample (thop convention); "
-                   "FLOPs = 2 x conv/linear MACs; upload: the ONNX file `client train` writes; "
-                   "infer peak: fp32 weights + largest step; TFLM arena: TFLite Micro's int8 "
-                   f"arena, weights in flash; runs in: onnxruntime needs "
-                   f"{ORT_FLOOR_BYTES / 2**20:.1f} MiB + infer peak")  # fmt: skip
+    table = fitted(
+        cols,
+        cells,
+        console.width,
+        title=title,
+        caption="MACs: multiply-accumulates per sample (thop convention); "
+        "FLOPs = 2 x conv/linear MACs; upload: the ONNX file `client train` writes; "
+        "infer peak: fp32 weights + largest step; TFLM arena: TFLite Micro's int8 "
+        f"arena, weights in flash; runs in: onnxruntime needs "
+        f"{ORT_FLOOR_BYTES / 2**20:.1f} MiB + infer peak",
+    )
     console.print(table)

@@ -23,11 +23,27 @@ def list_cmd(json_out: bool = typer.Option(False, "--json", help="Print JSON."))
     if json_out:
         print_json([p.as_dict() for p in profiles])
         return
-    cols = [Col("name", right=False), Col("RAM"), Col("for learning"), Col("storage", drop=2),
-            Col("MAC/s"), Col("optimizer", right=False, drop=1), Col("batch")]  # fmt: skip
-    rows = [[escape(p.name), fmt_bytes(p.ram_bytes), fmt_bytes(p.ram_budget_bytes),
-             fmt_bytes(p.storage_bytes), fmt_count(p.macs_per_second), p.optimizer,
-             str(p.batch_size)] for p in profiles]  # fmt: skip
+    cols = [
+        Col("name", right=False),
+        Col("RAM"),
+        Col("for learning"),
+        Col("storage", drop=2),
+        Col("MAC/s"),
+        Col("optimizer", right=False, drop=1),
+        Col("batch"),
+    ]
+    rows = [
+        [
+            escape(p.name),
+            fmt_bytes(p.ram_bytes),
+            fmt_bytes(p.ram_budget_bytes),
+            fmt_bytes(p.storage_bytes),
+            fmt_count(p.macs_per_second),
+            p.optimizer,
+            str(p.batch_size),
+        ]
+        for p in profiles
+    ]
     table = fitted(cols, rows, console.width, title="Built-in device profiles")
     console.print(table)
 

@@ -30,10 +30,16 @@ class BarReporter:
 
     def __init__(self, console: Console):
         self.bars = Progress(
-            TextColumn("{task.description}"), BarColumn(bar_width=24), MofNCompleteColumn(),
-            TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(),
-            TextColumn("[dim]{task.fields[note]}"), console=console, transient=False,
-        )  # fmt: skip
+            TextColumn("{task.description}"),
+            BarColumn(bar_width=24),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            TextColumn("eta"),
+            TimeRemainingColumn(),
+            TextColumn("[dim]{task.fields[note]}"),
+            console=console,
+            transient=False,
+        )
         self.tasks: dict[str, TaskID] = {}
 
     def __call__(self, task: str, done: int, total: int, note: str = "") -> None:

@@ -20,8 +20,9 @@ def _ints(text: str | None, flag: str) -> tuple[int, ...] | None:
     try:
         return tuple(int(s) for s in text.split(",") if s.strip())
     except ValueError:
-        raise ConfigError(f"{flag} expects comma-separated integers, got {text!r}",
-                          hint=f"e.g. {flag} 0,1,2") from None  # fmt: skip
+        raise ConfigError(
+            f"{flag} expects comma-separated integers, got {text!r}", hint=f"e.g. {flag} 0,1,2"
+        ) from None
 
 
 def reproduce_cmd(
@@ -42,7 +43,7 @@ def reproduce_cmd(
         "own",
         help="own: each method in its paper's client setting; a setting's name (e.g. "
         "fedmho): every method of the table on that one federation.",
-    ),  # fmt: skip
+    ),
     jobs: int = typer.Option(1, help="Clients trained in parallel worker processes."),
     device: str = typer.Option("auto", help="Fusion device: auto | cpu | cuda."),
     train_device: str = typer.Option("cpu", help="Client training: cpu | cuda | auto."),
@@ -56,12 +57,19 @@ def reproduce_cmd(
     if table is None:
         return list_tables(TABLES, json_out)
     job = ReproduceJob(
-        table=table, budget=budget, out=out, seeds=_ints(seeds, "--seeds"),
+        table=table,
+        budget=budget,
+        out=out,
+        seeds=_ints(seeds, "--seeds"),
         partitions=tuple(p.strip() for p in partitions.split(",") if p.strip())
-        if partitions else None,
-        federation=federation, jobs=jobs, device=device, train_device=train_device,
+        if partitions
+        else None,
+        federation=federation,
+        jobs=jobs,
+        device=device,
+        train_device=train_device,
         data_dir=data_dir,
-    )  # fmt: skip
+    )
     # Progress goes to stderr under --json, so stdout stays one JSON document.
     where = err_console if json_out else console
     summary = reproduce(job, log=lambda m: where.print(f"[dim]{m}[/]"))
@@ -73,8 +81,17 @@ def reproduce_cmd(
 
 def list_tables(tables, json_out: bool) -> None:
     if json_out:
-        print_json([{"name": t.name, "title": t.title, "budgets": list(t.budgets),
-                     "settings": [s.name for s in t.settings]} for t in tables])  # fmt: skip
+        print_json(
+            [
+                {
+                    "name": t.name,
+                    "title": t.title,
+                    "budgets": list(t.budgets),
+                    "settings": [s.name for s in t.settings],
+                }
+                for t in tables
+            ]
+        )
         return
     for t in tables:
         console.print(f"[bold]{t.name}[/]: {t.title}")

@@ -16,8 +16,12 @@ def register(root: typer.Typer) -> None:
 def _saved_by_search(made: dict) -> bool:
     """A spec an earlier `edgefl search --save` wrote: a search's result, which a rerun (or
     another search) replaces; anything else at --save is kept unless --overwrite."""
-    return made.get("name") == "nas-cnn" and set(made) <= {"name", "input_shape", "num_classes",
-                                                            "params"}  # fmt: skip
+    return made.get("name") == "nas-cnn" and set(made) <= {
+        "name",
+        "input_shape",
+        "num_classes",
+        "params",
+    }
 
 
 def search_cmd(
@@ -72,13 +76,23 @@ def search_cmd(
         check_replace(save, "--save", overwrite, _saved_by_search)
 
     job = ClientJob(
-        profile=profile, dataset=dataset, data_dir=data_dir, partition=partition,
-        num_clients=num_clients, client_index=client_index, partition_seed=partition_seed,
-        batch_size=batch_size, seed=seed,
-    )  # fmt: skip
-    cfg = PSOConfig(particles=particles, generations=generations,
-                    candidate_epochs=candidate_epochs, fitness_samples=fitness_samples,
-                    max_macs=max_macs)  # fmt: skip
+        profile=profile,
+        dataset=dataset,
+        data_dir=data_dir,
+        partition=partition,
+        num_clients=num_clients,
+        client_index=client_index,
+        partition_seed=partition_seed,
+        batch_size=batch_size,
+        seed=seed,
+    )
+    cfg = PSOConfig(
+        particles=particles,
+        generations=generations,
+        candidate_epochs=candidate_epochs,
+        fitness_samples=fitness_samples,
+        max_macs=max_macs,
+    )
 
     with reporter(quiet) as watch:
         result = search_client(job, cfg, on_status=watch.message, on_progress=watch)
@@ -111,11 +125,19 @@ def search_cmd(
         table.add_column(col, justify="left" if col == "architecture" else "right")
     for cand in sorted(result.candidates, key=lambda x: x.fitness)[:top]:
         table.add_row(
-            str(cand.generation), cand.arch, f"{cand.macs:,}", fmt_count(cand.params),
-            fmt_bytes(cand.train_bytes), f"{100 * cand.val_accuracy:.1f}%", f"{cand.fitness:.4f}",
-        )  # fmt: skip
+            str(cand.generation),
+            cand.arch,
+            f"{cand.macs:,}",
+            fmt_count(cand.params),
+            fmt_bytes(cand.train_bytes),
+            f"{100 * cand.val_accuracy:.1f}%",
+            f"{cand.fitness:.4f}",
+        )
     console.print(table)
     console.print(f"spec: {result.spec.to_json()}", markup=False)
     if save is not None:
-        console.print(f"wrote {save}: train it with `edgefl client train --profile {profile} "
-                      f"--dataset {dataset} --spec {save}`", markup=False)  # fmt: skip
+        console.print(
+            f"wrote {save}: train it with `edgefl client train --profile {profile} "
+            f"--dataset {dataset} --spec {save}`",
+            markup=False,
+        )

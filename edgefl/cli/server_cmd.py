@@ -130,7 +130,7 @@ def fuse_cmd(
         "--opt",
         help="Method option as [METHOD:]key=value (repeatable). Every option is "
         "also a flag: --epochs 5 --lam 0.3. `edgefl server methods METHOD` lists them.",
-    ),  # fmt: skip
+    ),
     budget: str = typer.Option(
         "cpu",
         help="cpu: defaults 2 cores finish in minutes; paper: the papers' settings (GPU); "
@@ -176,11 +176,18 @@ def fuse_cmd(
 
     methods = [m.strip() for m in method.split(",") if m.strip()]
     if not methods or len(set(methods)) != len(methods):
-        raise ConfigError(f"--method expects distinct names, got {method!r}",
-                          hint="e.g. --method fedmho or --method fedavg,fedmho-md")  # fmt: skip
+        raise ConfigError(
+            f"--method expects distinct names, got {method!r}",
+            hint="e.g. --method fedmho or --method fedavg,fedmho-md",
+        )
     options = method_options(methods, _extra_flags(list(ctx.args)), opt, budget)
-    classes = parse_request(for_classes, epochs=for_epochs, samples=for_samples,
-                            max_macs=for_max_macs, eval_ref=eval_ref)  # fmt: skip
+    classes = parse_request(
+        for_classes,
+        epochs=for_epochs,
+        samples=for_samples,
+        max_macs=for_max_macs,
+        eval_ref=eval_ref,
+    )
     if len(methods) > 1:
         if out is not None or report is not None:
             raise ConfigError(
@@ -189,22 +196,52 @@ def fuse_cmd(
             )
         if out_dir is None:
             raise ConfigError("several methods need --out-dir", hint="e.g. --out-dir global")
-        plans = [plan(m, options[m], Path(out_dir) / f"{m}.onnx", uploads, out_flag="--out-dir",
-                      classes=classes, overwrite=overwrite) for m in methods]  # fmt: skip
+        plans = [
+            plan(
+                m,
+                options[m],
+                Path(out_dir) / f"{m}.onnx",
+                uploads,
+                out_flag="--out-dir",
+                classes=classes,
+                overwrite=overwrite,
+            )
+            for m in methods
+        ]
     else:
         if out_dir is not None and out is not None:
             raise ConfigError("give --out or --out-dir, not both")
         target = out or (str(Path(out_dir) / f"{methods[0]}.onnx") if out_dir else "global.onnx")
-        plans = [plan(methods[0], options[methods[0]], target, uploads, report, classes=classes,
-                      out_flag="--out-dir" if out_dir else "--out", overwrite=overwrite)]  # fmt: skip
+        plans = [
+            plan(
+                methods[0],
+                options[methods[0]],
+                target,
+                uploads,
+                report,
+                classes=classes,
+                out_flag="--out-dir" if out_dir else "--out",
+                overwrite=overwrite,
+            )
+        ]
     resolve_device(device)
     cap = {} if max_upload_bytes is None else {"max_upload_bytes": max_upload_bytes}
     with reporter(quiet) as watch:
         watch.message(f"fusing with {', '.join(methods)}")
-        reps = fuse_methods(plans, uploads, device=device, eval=eval_ref, data_dir=data_dir,
-                            strict=strict, jobs=jobs, keep_going=len(methods) > 1,
-                            log=watch.message, progress=watch, recursive=recursive,
-                            **cap)  # fmt: skip
+        reps = fuse_methods(
+            plans,
+            uploads,
+            device=device,
+            eval=eval_ref,
+            data_dir=data_dir,
+            strict=strict,
+            jobs=jobs,
+            keep_going=len(methods) > 1,
+            log=watch.message,
+            progress=watch,
+            recursive=recursive,
+            **cap,
+        )
     if json_out:
         print_json(reps[methods[0]] if len(methods) == 1 else reps)
     else:
@@ -225,8 +262,9 @@ def _print_one(rep: dict) -> None:
     for r in rep["skipped"]:
         console.print(f"  [yellow]skipped[/] {upload_text(r['file'])}: {upload_text(r['reason'])}")
     for r in rep.get("partly_used", []):
-        console.print(f"  [yellow]partly used[/] {upload_text(r['file'])}: "
-                      f"{upload_text(r['reason'])}")  # fmt: skip
+        console.print(
+            f"  [yellow]partly used[/] {upload_text(r['file'])}: {upload_text(r['reason'])}"
+        )
     if rep.get("scope"):
         console.print(f"  [yellow]global model from {upload_text(rep['scope'])}[/]")
     for r in rep.get("folders_not_read", []):
@@ -244,10 +282,14 @@ def _print_one(rep: dict) -> None:
     if "synthetic_kept_per_class" in rep:
         console.print(f"  synthetic kept per class: {rep['synthetic_kept_per_class']}")
     if "accuracy" in rep:
-        console.print(f"  accuracy on {rep['eval']['dataset']}:{rep['eval']['split']}: "
-                      f"[bold]{100 * rep['accuracy']:.2f}%[/]")  # fmt: skip
-    console.print(f"  global model: {upload_text(rep['global_model'])} "
-                  f"({fmt_bytes(rep['global_bytes'])}); report: {upload_text(rep['report_path'])}")  # fmt: skip
+        console.print(
+            f"  accuracy on {rep['eval']['dataset']}:{rep['eval']['split']}: "
+            f"[bold]{100 * rep['accuracy']:.2f}%[/]"
+        )
+    console.print(
+        f"  global model: {upload_text(rep['global_model'])} "
+        f"({fmt_bytes(rep['global_bytes'])}); report: {upload_text(rep['report_path'])}"
+    )
     _print_extra(rep)
     _print_classes(rep)
 
@@ -262,9 +304,11 @@ def _print_classes(rep: dict) -> None:
         return
     for name, c in classes.items():
         acc = f", {100 * c['accuracy']:.2f}%" if "accuracy" in c else ""
-        console.print(f"  for {upload_text(name)}: {upload_text(c['model'])} ({c['spec']}, "
-                      f"{c['costs']['macs']:,} MACs, peak {fmt_bytes(c['costs']['infer_peak_bytes'])}"
-                      f"{acc}; {upload_text(c['from'])})")  # fmt: skip
+        console.print(
+            f"  for {upload_text(name)}: {upload_text(c['model'])} ({c['spec']}, "
+            f"{c['costs']['macs']:,} MACs, peak {fmt_bytes(c['costs']['infer_peak_bytes'])}"
+            f"{acc}; {upload_text(c['from'])})"
+        )
 
 
 def _print_extra(rep: dict) -> None:
@@ -276,14 +320,21 @@ def _print_many(reps: dict[str, dict]) -> None:
     first = next((r for r in reps.values() if "error" not in r), None)
     if first is not None:
         ingest = first["seconds"]["ingest"]
-        console.print(f"ingested once in {ingest:.1f}s: {len(first['accepted'])} accepted, "
-                      f"{len(first['rejected'])} rejected")  # fmt: skip
+        console.print(
+            f"ingested once in {ingest:.1f}s: {len(first['accepted'])} accepted, "
+            f"{len(first['rejected'])} rejected"
+        )
         for r in first["rejected"]:
             console.print(
                 f"  [red]rejected[/] {upload_text(r['file'])}: {upload_text(r['reason'])}"
             )
-    cols = [Col("method", right=False), Col("used", drop=1), Col("accuracy"),
-            Col("fuse time", drop=2), Col("global model", right=False, wrap=True)]  # fmt: skip
+    cols = [
+        Col("method", right=False),
+        Col("used", drop=1),
+        Col("accuracy"),
+        Col("fuse time", drop=2),
+        Col("global model", right=False, wrap=True),
+    ]
     rows = []
     for name, r in reps.items():
         if "error" in r:
@@ -295,15 +346,20 @@ def _print_many(reps: dict[str, dict]) -> None:
     console.print(fitted(cols, rows, console.width, title="fused"))
     for name, r in reps.items():
         if r.get("scope"):
-            console.print(f"{upload_text(name)}: [yellow]global model from "
-                          f"{upload_text(r['scope'])}[/]")  # fmt: skip
+            console.print(
+                f"{upload_text(name)}: [yellow]global model from {upload_text(r['scope'])}[/]"
+            )
         for x in r.get("set_aside", []) + r.get("partly_used", []):
             what = "partly used" if x in r.get("partly_used", []) else "set aside"
-            console.print(f"{upload_text(name)}: [yellow]{what}[/] {upload_text(x['file'])}: "
-                          f"{upload_text(x['reason'])}")  # fmt: skip
+            console.print(
+                f"{upload_text(name)}: [yellow]{what}[/] {upload_text(x['file'])}: "
+                f"{upload_text(x['reason'])}"
+            )
         for x in r.get("screened", []):
-            console.print(f"{upload_text(name)}: [yellow]screened out[/] {upload_text(x['file'])}: "
-                          f"{upload_text(x['reason'])}")  # fmt: skip
+            console.print(
+                f"{upload_text(name)}: [yellow]screened out[/] {upload_text(x['file'])}: "
+                f"{upload_text(x['reason'])}"
+            )
         for n in r.get("robust_notes", []):
             console.print(f"{upload_text(name)}: [cyan]robust[/] {upload_text(n)}")
         if r.get("extra_outputs") or r.get("for_classes"):
@@ -324,26 +380,47 @@ def methods_cmd(
 
     chosen = [METHODS.get(name)] if name else list(METHODS)
     # "budgets": each named budget's option overrides as `--budget NAME` applies them.
-    rows = [{"name": m.name, "description": m.description, "paper": m.paper,
-             "consumes": list(m.consumes), "needs_gradients": m.needs_gradients,
-             "public_data": m.public_data, "judged": m.judged, "personalize": m.personalize,
-             "options": {o["name"]: o for o in m.options},
-             "budgets": {b: m.budget_options(b) for b in BUDGETS},
-             "divergences": list(m.divergences),
-             "references": [asdict(r) for r in m.references]} for m in chosen]  # fmt: skip
+    rows = [
+        {
+            "name": m.name,
+            "description": m.description,
+            "paper": m.paper,
+            "consumes": list(m.consumes),
+            "needs_gradients": m.needs_gradients,
+            "public_data": m.public_data,
+            "judged": m.judged,
+            "personalize": m.personalize,
+            "options": {o["name"]: o for o in m.options},
+            "budgets": {b: m.budget_options(b) for b in BUDGETS},
+            "divergences": list(m.divergences),
+            "references": [asdict(r) for r in m.references],
+        }
+        for m in chosen
+    ]
     if json_out:
         print_json(rows[0] if name else rows)
         return
     if name:
         _print_method(rows[0])
         return
-    cols = [Col("method", right=False), Col("consumes", right=False, drop=2),
-            Col("description", right=False, wrap=True), Col("paper", right=False, wrap=True,
-            drop=1)]  # fmt: skip
-    cells = [[r["name"], ", ".join(r["consumes"]), escape(r["description"]), escape(r["paper"])]
-             for r in rows]  # fmt: skip
-    console.print(fitted(cols, cells, console.width,
-                         title="Fusion methods (`edgefl server methods NAME` for its options)"))  # fmt: skip
+    cols = [
+        Col("method", right=False),
+        Col("consumes", right=False, drop=2),
+        Col("description", right=False, wrap=True),
+        Col("paper", right=False, wrap=True, drop=1),
+    ]
+    cells = [
+        [r["name"], ", ".join(r["consumes"]), escape(r["description"]), escape(r["paper"])]
+        for r in rows
+    ]
+    console.print(
+        fitted(
+            cols,
+            cells,
+            console.width,
+            title="Fusion methods (`edgefl server methods NAME` for its options)",
+        )
+    )
 
 
 def _print_budgets(r: dict) -> None:
@@ -355,8 +432,11 @@ def _print_budgets(r: dict) -> None:
     changed = [k for k in r["options"] if any(k in over for over in budgets.values())]
     if changed:
         cols = [Col("option", right=False)] + [Col(b, right=False, wrap=True) for b in budgets]
-        cells = [["--" + flag(k)] + [escape(repr(over.get(k, r["options"][k]["default"])))
-                                     for over in budgets.values()] for k in changed]  # fmt: skip
+        cells = [
+            ["--" + flag(k)]
+            + [escape(repr(over.get(k, r["options"][k]["default"]))) for over in budgets.values()]
+            for k in changed
+        ]
         console.print(fitted(cols, cells, console.width, title="--budget NAME"))
     else:
         console.print(f"  --budget {', '.join(budgets)}: all the defaults")
@@ -369,13 +449,24 @@ def _print_method(r: dict) -> None:
     console.print(f"  paper: {escape(r['paper'])}")
     extra = ", public data" if r["public_data"] else ""
     console.print(f"  consumes: {', '.join(r['consumes'])}{extra}; judged: {r['judged']}")
-    cols = [Col("flag", right=False), Col("default", right=False, wrap=True),
-            Col("accepts", right=False, wrap=True, drop=1), Col("what", right=False, wrap=True)]  # fmt: skip
-    cells = [[o["flag"], escape(repr(o["default"])), escape(o["constraint"]), escape(o["help"])]
-             for o in r["options"].values()]  # fmt: skip
-    console.print(fitted(cols, cells, console.width,
-                         title="options (flags of `server fuse`, or --opt key=value)"))  # fmt: skip
+    cols = [
+        Col("flag", right=False),
+        Col("default", right=False, wrap=True),
+        Col("accepts", right=False, wrap=True, drop=1),
+        Col("what", right=False, wrap=True),
+    ]
+    cells = [
+        [o["flag"], escape(repr(o["default"])), escape(o["constraint"]), escape(o["help"])]
+        for o in r["options"].values()
+    ]
+    console.print(
+        fitted(
+            cols, cells, console.width, title="options (flags of `server fuse`, or --opt key=value)"
+        )
+    )
     _print_budgets(r)
     for ref in r["references"]:
-        console.print(f"  paper: {ref['accuracy']:.2f}% on {ref['dataset']}, {ref['clients']} "
-                      f"clients, {ref['partition']} ({escape(ref['source'])})")  # fmt: skip
+        console.print(
+            f"  paper: {ref['accuracy']:.2f}% on {ref['dataset']}, {ref['clients']} "
+            f"clients, {ref['partition']} ({escape(ref['source'])})"
+        )

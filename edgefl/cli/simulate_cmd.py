@@ -49,9 +49,10 @@ def _client_models(items: list[str]) -> dict[str, str]:
     for item in items:
         profile, sep, model = item.partition("=")
         if not (sep and profile.strip() and model.strip()):
-            raise ConfigError(f"--client-model expects PROFILE=MODEL, got {item!r}",
-                              hint="e.g. --client-model wristband=cnn "
-                              "--client-model smartphone=scnn:width=16")  # fmt: skip
+            raise ConfigError(
+                f"--client-model expects PROFILE=MODEL, got {item!r}",
+                hint="e.g. --client-model wristband=cnn --client-model smartphone=scnn:width=16",
+            )
         out[profile.strip()] = model.strip()
     return out
 
@@ -63,8 +64,10 @@ def _search_options(items: list[str]) -> dict:
 
     for item in items:
         if "=" not in item:
-            raise ConfigError(f"--search-opt expects key=value, got {item!r}",
-                              hint="e.g. --search-opt particles=5")  # fmt: skip
+            raise ConfigError(
+                f"--search-opt expects key=value, got {item!r}",
+                hint="e.g. --search-opt particles=5",
+            )
     return _parse_opts(items)
 
 
@@ -74,8 +77,10 @@ def _trainer(engine: str):
     if engine == "local":
         return None
     if engine != "flower":
-        raise ConfigError(f"--engine must be local or flower, got {engine!r}",
-                          hint="e.g. --engine flower (needs: pip install edgefl[flower])")  # fmt: skip
+        raise ConfigError(
+            f"--engine must be local or flower, got {engine!r}",
+            hint="e.g. --engine flower (needs: pip install edgefl[flower])",
+        )
     from edgefl.flower import require_flower
 
     require_flower()
@@ -134,7 +139,7 @@ def simulate_cmd(
         help="PROFILE=MODEL: every client of that device class trains "
         "MODEL, regardless of its budget (repeatable), e.g. wristband=cnn; or PROFILE=search:pso: "
         "each of them searches its own architecture under its budget (pFedZKD's PSO-FedNAS).",
-    ),  # fmt: skip
+    ),
     attack: str = typer.Option(
         "",
         help="KIND:COUNT[,KIND:COUNT]: poisoned clients, to measure fusion against: for each "
@@ -149,7 +154,7 @@ def simulate_cmd(
         help="key=value for the clients' search (repeatable), e.g. particles=5 generations=3 "
         "candidate_epochs=1 fitness_samples=1000 max_macs=500000; default: the paper's "
         "(20 particles x 10 generations, 10 epochs a candidate: hours a client on a CPU).",
-    ),  # fmt: skip
+    ),
     classifier_optimizer: str | None = typer.Option(
         None, help="Optimizer of classifiers: sgd | sgd-momentum | adam (default: profile)."
     ),
@@ -197,8 +202,9 @@ def simulate_cmd(
 
     trainer = _trainer(engine)  # an unknown engine or a missing extra: before any work
     opts = _fuse_options(fuse_opt)
-    method_list = (tuple(m.strip() for m in methods.split(",") if m.strip()) if methods
-                   else DEFAULT_METHODS)  # fmt: skip
+    method_list = (
+        tuple(m.strip() for m in methods.split(",") if m.strip()) if methods else DEFAULT_METHODS
+    )
     if "all" in opts:  # shared options go to every method that has them
         shared = opts.pop("all")
         for m in method_list:
@@ -209,19 +215,39 @@ def simulate_cmd(
         if m in METHODS:
             opts[m] = METHODS.get(m).budget_options(budget) | opts.get(m, {})
     job = SimJob(
-        dataset=dataset, clients=clients, partition=partition, mix=mix, methods=method_list,
-        seed=seed, out=out, jobs=jobs, device=device, train_device=train_device,
+        dataset=dataset,
+        clients=clients,
+        partition=partition,
+        mix=mix,
+        methods=method_list,
+        seed=seed,
+        out=out,
+        jobs=jobs,
+        device=device,
+        train_device=train_device,
         paper_models=paper_models,
-        paper_classifier=paper_classifier, max_classifier_macs=max_classifier_macs or None,
-        classifier_epochs=classifier_epochs, generator_epochs=generator_epochs, subset=subset,
-        classifier_lr=classifier_lr, generator_lr=generator_lr, data_dir=data_dir,
-        fuse_options=opts, client_models=_client_models(client_model),
-        classifier_optimizer=classifier_optimizer, generator_optimizer=generator_optimizer,
-        classifier_batch_size=classifier_batch_size, generator_batch_size=generator_batch_size,
-        public_size=public_size, search_options=_search_options(search_opt),
-        attacks=parse_attacks(attack) if attack else {}, for_classes=for_classes,
-        for_epochs=for_epochs, for_samples=for_samples, for_max_macs=for_max_macs,
-    )  # fmt: skip
+        paper_classifier=paper_classifier,
+        max_classifier_macs=max_classifier_macs or None,
+        classifier_epochs=classifier_epochs,
+        generator_epochs=generator_epochs,
+        subset=subset,
+        classifier_lr=classifier_lr,
+        generator_lr=generator_lr,
+        data_dir=data_dir,
+        fuse_options=opts,
+        client_models=_client_models(client_model),
+        classifier_optimizer=classifier_optimizer,
+        generator_optimizer=generator_optimizer,
+        classifier_batch_size=classifier_batch_size,
+        generator_batch_size=generator_batch_size,
+        public_size=public_size,
+        search_options=_search_options(search_opt),
+        attacks=parse_attacks(attack) if attack else {},
+        for_classes=for_classes,
+        for_epochs=for_epochs,
+        for_samples=for_samples,
+        for_max_macs=for_max_macs,
+    )
     with reporter(quiet) as watch:
         results = simulate(job, log=watch.message, progress=watch, trainer=trainer)
     if json_out:
@@ -234,16 +260,23 @@ def print_results(results: dict) -> None:
     from edgefl.simulate.render import accuracy_text, val_acc_text
 
     j = results["job"]
-    title = (f"{j['dataset']}, {j['clients']} clients, {j['partition']}, {j['mix']}"
-             + (", paper models" if j["paper_models"] else ", budget-true models"))  # fmt: skip
-    cols = [Col("method", right=False), Col("accuracy", wrap=True), Col("paper"),
-            Col("fuse time", drop=2), Col("upload", drop=1)]  # fmt: skip
+    title = f"{j['dataset']}, {j['clients']} clients, {j['partition']}, {j['mix']}" + (
+        ", paper models" if j["paper_models"] else ", budget-true models"
+    )
+    cols = [
+        Col("method", right=False),
+        Col("accuracy", wrap=True),
+        Col("paper"),
+        Col("fuse time", drop=2),
+        Col("upload", drop=1),
+    ]
     rows = []
     for r in results["results"]:
         acc = accuracy_text(r) if r["accuracy"] is not None else "[red]refused[/]"
         paper = f"{r['paper']:.2f}" if r.get("paper") is not None else "-"
-        rows.append([r["method"], acc, paper, f"{r['fuse_seconds']:.1f}s",
-                     fmt_bytes(r["upload_bytes"])])  # fmt: skip
+        rows.append(
+            [r["method"], acc, paper, f"{r['fuse_seconds']:.1f}s", fmt_bytes(r["upload_bytes"])]
+        )
     console.print(fitted(cols, rows, console.width, title=title))
     for r in results["results"]:
         if r.get("error"):
@@ -257,22 +290,39 @@ def print_results(results: dict) -> None:
                 console.print(f"  {r['method']}: [yellow]--for refused[/] {upload_text(c)}")
                 continue
             acc = f", {100 * c['accuracy']:.2f}%" if c.get("accuracy") is not None else ""
-            console.print(f"  {r['method']} for {upload_text(name)}: {upload_text(c['model'])}"
-                          f" ({c['costs']['macs']:,} MACs{acc}; {upload_text(c['from'])})")  # fmt: skip
+            console.print(
+                f"  {r['method']} for {upload_text(name)}: {upload_text(c['model'])}"
+                f" ({c['costs']['macs']:,} MACs{acc}; {upload_text(c['from'])})"
+            )
     for w in results.get("warnings", []):
         console.print(f"[yellow]warning[/] {escape(w)}")
-    cols = [Col("client", right=False), Col("profile", right=False), Col("role", right=False,
-            drop=2), Col("model", right=False), Col("val acc"), Col("upload", drop=1)]  # fmt: skip
-    rows = [[c["client_id"] + (f" ({c['attack']} attacker)" if c.get("attack") else ""),
-             c["profile"], c["role"], escape(c["model"]), val_acc_text(c, "%"),
-             fmt_bytes(c["upload_bytes"])]
-            for c in results["clients"]]  # fmt: skip
+    cols = [
+        Col("client", right=False),
+        Col("profile", right=False),
+        Col("role", right=False, drop=2),
+        Col("model", right=False),
+        Col("val acc"),
+        Col("upload", drop=1),
+    ]
+    rows = [
+        [
+            c["client_id"] + (f" ({c['attack']} attacker)" if c.get("attack") else ""),
+            c["profile"],
+            c["role"],
+            escape(c["model"]),
+            val_acc_text(c, "%"),
+            fmt_bytes(c["upload_bytes"]),
+        ]
+        for c in results["clients"]
+    ]
     console.print(fitted(cols, rows, console.width, title="clients"))
     from edgefl.simulate.render import reused_text
 
     s = results["seconds"]
-    console.print(f"clients {s['clients']:.0f} s, fusion {s['fusion']:.0f} s, total {s['total']:.0f} s"
-                  f"{escape(reused_text(s))}; results in {escape(j['out'])}/results.md")  # fmt: skip
+    console.print(
+        f"clients {s['clients']:.0f} s, fusion {s['fusion']:.0f} s, total {s['total']:.0f} s"
+        f"{escape(reused_text(s))}; results in {escape(j['out'])}/results.md"
+    )
     if results.get("pictures"):
         names = ", ".join(Path(p).name for p in results["pictures"])
         console.print(f"pictures in {escape(j['out'])}: {escape(names)}")
@@ -322,11 +372,18 @@ def demo_cmd(
             "full data and budget); the demo uses 12,000 digits and a few epochs, so expect less."
         )
     job = SimJob(
-        dataset="mnist", clients=10, partition="dirichlet:0.5", mix="smartphone:5,wristband:5",
-        out=out, jobs=jobs, subset=12_000, classifier_epochs=5, generator_epochs=15,
+        dataset="mnist",
+        clients=10,
+        partition="dirichlet:0.5",
+        mix="smartphone:5,wristband:5",
+        out=out,
+        jobs=jobs,
+        subset=12_000,
+        classifier_epochs=5,
+        generator_epochs=15,
         max_classifier_macs=cap,
         fuse_options={m: _demo_options(METHODS.get(m)) for m in DEFAULT_METHODS},
-    )  # fmt: skip
+    )
     with reporter() as watch:
         results = simulate(job, log=watch.message, progress=watch)
     print_results(results)
@@ -346,8 +403,10 @@ def print_way_on(results: dict) -> None:
         count = sum(1 for c in results["clients"] if str(Path(c.get("path", "")).parent) == folder)
         console.print(f"uploads: {escape(folder)}/ ({count} client .onnx files)")
     if models:
-        console.print(f"global models: {escape(str(out / 'global'))}/*.onnx ({len(models)}: "
-                      f"{escape(', '.join(m.stem for m in models))}; a .json report beside each)")  # fmt: skip
+        console.print(
+            f"global models: {escape(str(out / 'global'))}/*.onnx ({len(models)}: "
+            f"{escape(', '.join(m.stem for m in models))}; a .json report beside each)"
+        )
     console.print(
         f"results: {escape(str(out / 'results.md'))}, {escape(str(out / 'results.json'))}"
     )
@@ -358,10 +417,15 @@ def print_way_on(results: dict) -> None:
     console.print("next:")
     for line, why in (
         (f"edgefl eval {model} --dataset {dataset}", "the global model on the test set"),
-        (f"edgefl server fuse {uploads} --method fedmho-md --out runs/try/fedmho-md.onnx "
-         f"--eval {dataset}", "fuse the same uploads yourself, with another method"),
-        (f"edgefl deploy {model} --profile wristband --target onnx --out runs/try/wristband",
-         "convert it for a device class and prove it fits"),
-    ):  # fmt: skip
+        (
+            f"edgefl server fuse {uploads} --method fedmho-md --out runs/try/fedmho-md.onnx "
+            f"--eval {dataset}",
+            "fuse the same uploads yourself, with another method",
+        ),
+        (
+            f"edgefl deploy {model} --profile wristband --target onnx --out runs/try/wristband",
+            "convert it for a device class and prove it fits",
+        ),
+    ):
         console.print(f"  {escape(line)}", soft_wrap=True)  # one line, to copy whole
         console.print(f"    [dim]{why}[/]")

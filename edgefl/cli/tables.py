@@ -31,24 +31,42 @@ def _width(cell: str) -> int:
     return Text.from_markup(cell).cell_len
 
 
-def fitted(cols: list[Col], rows: list[list[str]], width: int, *, title: str | None = None,
-           caption: str | None = None) -> Table:  # fmt: skip
+def fitted(
+    cols: list[Col],
+    rows: list[list[str]],
+    width: int,
+    *,
+    title: str | None = None,
+    caption: str | None = None,
+) -> Table:
     """A table of `rows` (rich markup allowed; escape data) that fits `width` columns: cells
     never get cut (only `wrap` columns wrap); first the borders go, then columns by `drop`
     until the rest fits, and the caption says which were left out."""
-    natural = [max([max(len(w) for w in c.name.split()), *(_width(r[i]) for r in rows)])
-               for i, c in enumerate(cols)]  # fmt: skip
+    natural = [
+        max([max(len(w) for w in c.name.split()), *(_width(r[i]) for r in rows)])
+        for i, c in enumerate(cols)
+    ]
     natural = [min(n, WRAP_WIDTH) if c.wrap else n for n, c in zip(natural, cols, strict=True)]
     measure = Console(width=10_000)  # unclamped: the width the table needs at least
 
     def build(keep: list[int], heavy: bool, note: str | None) -> Table:
         # Light: SIMPLE_HEAD's column divider is one blank, so no padding is needed beside it.
-        table = Table(title=title, caption=note, box=box.HEAVY_HEAD if heavy else box.SIMPLE_HEAD,
-                      padding=(0, 1) if heavy else (0, 0), show_edge=heavy)  # fmt: skip
+        table = Table(
+            title=title,
+            caption=note,
+            box=box.HEAVY_HEAD if heavy else box.SIMPLE_HEAD,
+            padding=(0, 1) if heavy else (0, 0),
+            show_edge=heavy,
+        )
         for i in keep:
             c = cols[i]
-            table.add_column(c.name, justify="right" if c.right else "left", no_wrap=not c.wrap,
-                             min_width=natural[i], overflow="fold")  # fmt: skip
+            table.add_column(
+                c.name,
+                justify="right" if c.right else "left",
+                no_wrap=not c.wrap,
+                min_width=natural[i],
+                overflow="fold",
+            )
         for r in rows:
             table.add_row(*(r[i] for i in keep))
         return table
@@ -70,26 +88,48 @@ def fitted(cols: list[Col], rows: list[list[str]], width: int, *, title: str | N
     return build(keep, heavy, "; ".join(notes) or None)
 
 
-def blocks(cols: list[Col], rows: list[list[str]], width: int, *, title: str | None = None,
-           caption: str | None = None) -> list[Table]:  # fmt: skip
+def blocks(
+    cols: list[Col],
+    rows: list[list[str]],
+    width: int,
+    *,
+    title: str | None = None,
+    caption: str | None = None,
+) -> list[Table]:
     """`rows` as one table if it fits `width`, else as several, each fitting `width`: the
     columns wrapped into consecutive blocks, the `key` columns (the row's name) repeated in
     each, as a wide data frame is printed. No cell is ever cut: only a column wider than the
     whole width (beside the keys) is folded onto several lines, digit by digit if it must."""
-    natural = [max([max(len(w) for w in c.name.split()), *(_width(r[i]) for r in rows)])
-               for i, c in enumerate(cols)]  # fmt: skip
+    natural = [
+        max([max(len(w) for w in c.name.split()), *(_width(r[i]) for r in rows)])
+        for i, c in enumerate(cols)
+    ]
 
-    def build(keep: list[int], heavy: bool, fold: bool = False, head: str | None = None,
-              note: str | None = None) -> Table:  # fmt: skip
-        table = Table(title=head, caption=note, box=box.HEAVY_HEAD if heavy else box.SIMPLE_HEAD,
-                      padding=(0, 1) if heavy else (0, 0), show_edge=heavy)  # fmt: skip
+    def build(
+        keep: list[int],
+        heavy: bool,
+        fold: bool = False,
+        head: str | None = None,
+        note: str | None = None,
+    ) -> Table:
+        table = Table(
+            title=head,
+            caption=note,
+            box=box.HEAVY_HEAD if heavy else box.SIMPLE_HEAD,
+            padding=(0, 1) if heavy else (0, 0),
+            show_edge=heavy,
+        )
         for i in keep:
             c = cols[i]
             # Each column exactly as wide as its widest cell or header word (rich would
             # otherwise share the width out by its own rule and cut cells): a header wraps at
             # its blanks; only a fold (a cell wider than the whole width) splits a number.
-            table.add_column(c.name, justify="right" if c.right else "left", overflow="fold",
-                             width=None if fold else natural[i])  # fmt: skip
+            table.add_column(
+                c.name,
+                justify="right" if c.right else "left",
+                overflow="fold",
+                width=None if fold else natural[i],
+            )
         for r in rows:
             table.add_row(*(r[i] for i in keep))
         return table
@@ -122,6 +162,13 @@ def blocks(cols: list[Col], rows: list[list[str]], width: int, *, title: str | N
         names = [cols[i].name for i in part]
         span = names[0] if len(names) == 1 else f"{names[0]} to {names[-1]}"
         head = title if first else f"continued: {span}" if names else None
-        tables.append(build(keep, False, fold=needs(keep, False) > width, head=head,
-                            note="; ".join(note) or None))  # fmt: skip
+        tables.append(
+            build(
+                keep,
+                False,
+                fold=needs(keep, False) > width,
+                head=head,
+                note="; ".join(note) or None,
+            )
+        )
     return tables

@@ -88,19 +88,44 @@ def _invert(model: nn.Module, seed: int) -> None:
 
 ATTACKS: Registry[Attack] = Registry("attack")
 for _a in (
-    Attack("flip", "trains on labels moved by a seeded derangement (a CVAE then draws another "
-           "class's images for each label)", ("classifier", "generator"), labels=_flip),
-    Attack("swap", f"targeted: exchanges classes {SWAP[0]} and {SWAP[1]} in its labels",
-           ("classifier", "generator"), labels=_swap),
-    Attack("random", "uploads freshly initialised weights (never trained)",
-           ("classifier", "generator"), weights=_random),
-    Attack("scale", f"multiplies its logits by {SCALE:g} (outweighs the others in an average)",
-           ("classifier",), weights=_scale),
-    Attack("invert", "negates its logits (its least likely class becomes its answer)",
-           ("classifier",), weights=_invert),
-    Attack("noise", "a CVAE trained on uniform noise: its decoder emits noise",
-           ("generator",), images=_noise),
-):  # fmt: skip
+    Attack(
+        "flip",
+        "trains on labels moved by a seeded derangement (a CVAE then draws another "
+        "class's images for each label)",
+        ("classifier", "generator"),
+        labels=_flip,
+    ),
+    Attack(
+        "swap",
+        f"targeted: exchanges classes {SWAP[0]} and {SWAP[1]} in its labels",
+        ("classifier", "generator"),
+        labels=_swap,
+    ),
+    Attack(
+        "random",
+        "uploads freshly initialised weights (never trained)",
+        ("classifier", "generator"),
+        weights=_random,
+    ),
+    Attack(
+        "scale",
+        f"multiplies its logits by {SCALE:g} (outweighs the others in an average)",
+        ("classifier",),
+        weights=_scale,
+    ),
+    Attack(
+        "invert",
+        "negates its logits (its least likely class becomes its answer)",
+        ("classifier",),
+        weights=_invert,
+    ),
+    Attack(
+        "noise",
+        "a CVAE trained on uniform noise: its decoder emits noise",
+        ("generator",),
+        images=_noise,
+    ),
+):
     ATTACKS.add(_a.name, _a)
 
 
@@ -111,8 +136,10 @@ def attack_for(name: str | None, role: str) -> Attack | None:
     attack = ATTACKS.get(name)
     if role not in attack.roles:
         fits = [a.name for a in ATTACKS if role in a.roles]
-        raise ConfigError(f"attack {name!r} does not apply to a {role} client",
-                          hint=f"attacks for a {role}: {', '.join(fits)}")  # fmt: skip
+        raise ConfigError(
+            f"attack {name!r} does not apply to a {role} client",
+            hint=f"attacks for a {role}: {', '.join(fits)}",
+        )
     return attack
 
 
@@ -130,16 +157,19 @@ def parse_attacks(text: str) -> dict[str, int]:
         attack = ATTACKS.get(name)  # unknown: the valid names and the nearest
         if at and (role not in ROLE_NAMES or ROLE_NAMES[role] not in attack.roles):
             fits = [k for k, v in ROLE_NAMES.items() if v in attack.roles]
-            raise ConfigError(f"--attack {part!r}: {name} can be aimed at "
-                              f"{' or '.join(fits)}, not {role!r}",
-                              hint=f"e.g. --attack {name}@{fits[-1]}:2")  # fmt: skip
+            raise ConfigError(
+                f"--attack {part!r}: {name} can be aimed at {' or '.join(fits)}, not {role!r}",
+                hint=f"e.g. --attack {name}@{fits[-1]}:2",
+            )
         try:
             n = int(count) if sep else -1
         except ValueError:
             n = -1
         if n < 1:
-            raise ConfigError(f"--attack expects KIND:COUNT with COUNT >= 1, got {part!r}",
-                              hint="e.g. --attack flip:2,noise:2")  # fmt: skip
+            raise ConfigError(
+                f"--attack expects KIND:COUNT with COUNT >= 1, got {part!r}",
+                hint="e.g. --attack flip:2,noise:2",
+            )
         out[key] = out.get(key, 0) + n
     return out
 

@@ -166,9 +166,13 @@ def prepare(job, role: str) -> np.ndarray | None:
             hint=f"e.g. --public-size {DEFAULT_PUBLIC_SIZE} (and the same on the server)",
         )
     return load_public(
-        job.public, public_size=job.public_size, seed=job.partition_seed, subset=job.subset,
-        data_dir=job.data_dir, partition=str(job.partition),
-    )  # fmt: skip
+        job.public,
+        public_size=job.public_size,
+        seed=job.partition_seed,
+        subset=job.subset,
+        data_dir=job.data_dir,
+        partition=str(job.partition),
+    )
 
 
 def export_data_artifact(
@@ -187,9 +191,13 @@ def export_data_artifact(
     if job.kind == "predictions":
         probs = softmax_predictions(model, public)
         report = write_predictions(
-            path, probs, base, fingerprint=public_fingerprint(public), public=job.public,
+            path,
+            probs,
+            base,
+            fingerprint=public_fingerprint(public),
+            public=job.public,
             fp16=job.fp16,
-        )  # fmt: skip
+        )
     else:
         # Training samples only: the shard's validation part stays a clean local test split.
         classes, means, counts = class_prototypes(
@@ -208,8 +216,10 @@ def derive_upload(
     """Write the `kind` upload a device computes from its trained classifier (its own file at
     `model_path`, read once and rebuilt) and its training samples x, y."""
     if kind != "prototypes":
-        raise ConfigError(f"a client cannot derive {kind} uploads from a trained model alone",
-                          hint="prototypes are derived from a model and its training data")  # fmt: skip
+        raise ConfigError(
+            f"a client cannot derive {kind} uploads from a trained model alone",
+            hint="prototypes are derived from a model and its training data",
+        )
     art = exporters.read_artifact(model_path)
     module, _ = rebuild(art)
     label = ModelSpec.from_dict(art.metadata["spec"]).label
@@ -221,8 +231,10 @@ def personalize(how: str, model_path: str, global_path: str, out: str) -> dict[s
     """Apply a per-client method's global output to this device's model (`Method.personalize`)."""
     appliers = {"header": apply_header}
     if how not in appliers:
-        raise ConfigError(f"no way to personalize a model with a {how!r} output",
-                          hint=f"known: {', '.join(appliers)}")  # fmt: skip
+        raise ConfigError(
+            f"no way to personalize a model with a {how!r} output",
+            hint=f"known: {', '.join(appliers)}",
+        )
     return appliers[how](model_path, global_path, out)
 
 
@@ -260,9 +272,13 @@ def apply_header(model_path: str, header_path: str, out: str) -> dict[str, Any]:
     }
     try:
         report = exporters.export_onnx(
-            module, (torch.zeros(2, *art.metadata["input_shape"]),), out,
-            input_names=list(art.input_names), output_names=list(art.output_names), metadata=meta,
-        )  # fmt: skip
+            module,
+            (torch.zeros(2, *art.metadata["input_shape"]),),
+            out,
+            input_names=list(art.input_names),
+            output_names=list(art.output_names),
+            metadata=meta,
+        )
     except exporters.ExportError as exc:
         raise ArtifactError(f"exporting the personalized model failed: {exc}") from None
     return {

@@ -25,8 +25,11 @@ if TYPE_CHECKING:
     from edgefl.client.run import ClientJob
 
 # What a job's `kind` writes, as the upload's metadata names it.
-_KINDS = {"model": ("classifier", "decoder"), "predictions": ("predictions",),
-          "prototypes": ("prototypes",)}  # fmt: skip
+_KINDS = {
+    "model": ("classifier", "decoder"),
+    "predictions": ("predictions",),
+    "prototypes": ("prototypes",),
+}
 
 
 def search_record(job: ClientJob) -> dict[str, Any] | None:
@@ -50,14 +53,19 @@ def training_differs(cjob: ClientJob, made: ModelSpec, role: str, trained: dict)
         if want.to_dict() != made.to_dict():
             diffs.append(f"model {made.label} -> {want.label}")
     if "search" in trained and trained["search"] != search_record(cjob):
-        diffs.append(f"search {_search_text(trained['search'])} -> "
-                     f"{_search_text(search_record(cjob))}")  # fmt: skip
+        diffs.append(
+            f"search {_search_text(trained['search'])} -> {_search_text(search_record(cjob))}"
+        )
     profile = get_profile(cjob.profile)
     samples = trained.get("samples")
     epochs, lr = local_schedule(cjob, profile, role, samples if isinstance(samples, int) else 0)
     batch, optimizer = cjob.batch_size or profile.batch_size, cjob.optimizer or profile.optimizer
-    for key, want in (("epochs", epochs), ("lr", lr), ("batch_size", batch),
-                      ("optimizer", optimizer)):  # fmt: skip
+    for key, want in (
+        ("epochs", epochs),
+        ("lr", lr),
+        ("batch_size", batch),
+        ("optimizer", optimizer),
+    ):
         if trained.get(key) != want:
             diffs.append(f"{key} {trained.get(key)} -> {want}")
     windows = window_treatment(made, role)
@@ -84,12 +92,22 @@ def upload_differs(
     if kind not in _KINDS[job.kind]:
         diffs.append(f"upload kind {kind} -> {job.kind if job.kind != 'model' else 'model'}")
     part = meta.get("partition") or {}
-    ours = {"profile": get_profile(job.profile).name, "dataset": dataset,
-            "partition": job.partition, "num_clients": job.num_clients,
-            "client_index": job.client_index, "partition_seed": job.partition_seed}  # fmt: skip
-    theirs = {"profile": meta.get("profile"), "dataset": meta.get("dataset"),
-              "partition": part.get("scheme"), "num_clients": part.get("num_clients"),
-              "client_index": part.get("client_index"), "partition_seed": part.get("seed")}  # fmt: skip
+    ours = {
+        "profile": get_profile(job.profile).name,
+        "dataset": dataset,
+        "partition": job.partition,
+        "num_clients": job.num_clients,
+        "client_index": job.client_index,
+        "partition_seed": job.partition_seed,
+    }
+    theirs = {
+        "profile": meta.get("profile"),
+        "dataset": meta.get("dataset"),
+        "partition": part.get("scheme"),
+        "num_clients": part.get("num_clients"),
+        "client_index": part.get("client_index"),
+        "partition_seed": part.get("seed"),
+    }
     diffs += [f"{k} {theirs[k]} -> {ours[k]}" for k in ours if theirs[k] != ours[k]]
     if diffs:  # another client's or another federation's upload: its model says no more
         return diffs
@@ -133,8 +151,12 @@ def _settings_differ(job: ClientJob, trained: dict) -> str:
     epochs, lr = local_schedule(
         job, profile, "classifier", samples if isinstance(samples, int) else 0
     )
-    want = {"epochs": epochs, "lr": lr, "batch_size": job.batch_size or profile.batch_size,
-            "optimizer": job.optimizer or profile.optimizer}  # fmt: skip
+    want = {
+        "epochs": epochs,
+        "lr": lr,
+        "batch_size": job.batch_size or profile.batch_size,
+        "optimizer": job.optimizer or profile.optimizer,
+    }
     return ", ".join(f"{k} {trained.get(k)} -> {v}" for k, v in want.items() if trained.get(k) != v)
 
 

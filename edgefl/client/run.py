@@ -111,25 +111,31 @@ class ClientResult:
     upload_val_accuracy: float | None = None
 
     def as_dict(self) -> dict:
-        return {
-            "path": str(self.path),
-            "client_id": self.client_id,
-            "role": self.role,
-            "model": self.spec.label,
-            "profile": self.profile.name,
-            "fit": self.fit.as_dict(),
-            "budget_ram_bytes": self.profile.ram_budget_bytes,
-            "costs": costs(self.spec).as_dict(),
-            # As recorded in the upload (with optimizer, lr, batch size): a resumed simulate
-            # reads the same dict back from the metadata.
-            "training": self.metadata.get("training") or self.summary.as_dict(),
-            "label_counts": self.label_counts,
-            "upload_bytes": self.upload_bytes,
-            "export_seconds": self.export_seconds,
-            "quantization": self.quantization,
-        } | ({} if self.upload_val_accuracy is None else
-             {"upload_val_accuracy": self.upload_val_accuracy}) \
-          | _user_of(self.metadata)  # fmt: skip
+        return (
+            {
+                "path": str(self.path),
+                "client_id": self.client_id,
+                "role": self.role,
+                "model": self.spec.label,
+                "profile": self.profile.name,
+                "fit": self.fit.as_dict(),
+                "budget_ram_bytes": self.profile.ram_budget_bytes,
+                "costs": costs(self.spec).as_dict(),
+                # As recorded in the upload (with optimizer, lr, batch size): a resumed simulate
+                # reads the same dict back from the metadata.
+                "training": self.metadata.get("training") or self.summary.as_dict(),
+                "label_counts": self.label_counts,
+                "upload_bytes": self.upload_bytes,
+                "export_seconds": self.export_seconds,
+                "quantization": self.quantization,
+            }
+            | (
+                {}
+                if self.upload_val_accuracy is None
+                else {"upload_val_accuracy": self.upload_val_accuracy}
+            )
+            | _user_of(self.metadata)
+        )
 
 
 def dataset_info_for(ref: str, data: ArrayDataset) -> DatasetInfo:
@@ -171,50 +177,79 @@ def client_shard(job: ClientJob, data: ArrayDataset) -> np.ndarray:
         rest = np.sort(perm[: job.subset])
     public = ()
     if job.public_size:
-        keep, public = carve_public(len(rest), job.public_size, job.partition_seed,
-                                    None if data.groups is None else data.groups[rest],
-                                    job.partition)  # fmt: skip
+        keep, public = carve_public(
+            len(rest),
+            job.public_size,
+            job.partition_seed,
+            None if data.groups is None else data.groups[rest],
+            job.partition,
+        )
         public, rest = rest[public], rest[keep]
     try:
         parts = partition(
-            data.y[rest], job.num_clients, job.partition, job.partition_seed,
+            data.y[rest],
+            job.num_clients,
+            job.partition,
+            job.partition_seed,
             num_classes=data.num_classes,
             groups=None if data.groups is None else data.groups[rest],
-        )  # fmt: skip
+        )
     except ConfigError as exc:
         if len(public) and data.groups is not None:  # say where the missing users went
             users = sorted(set(data.groups[public].tolist()))
-            raise ConfigError(f"{exc.message}; users {', '.join(map(str, users))} hold the "
-                              "public set", hint=exc.hint) from None  # fmt: skip
+            raise ConfigError(
+                f"{exc.message}; users {', '.join(map(str, users))} hold the public set",
+                hint=exc.hint,
+            ) from None
         raise
     return rest[parts[job.client_index]]
 
 
-def choose_model(job: ClientJob, profile: Profile, info: DatasetInfo, samples: int, local=None,
-                 status=None, progress=None):  # fmt: skip
+def choose_model(
+    job: ClientJob,
+    profile: Profile,
+    info: DatasetInfo,
+    samples: int,
+    local=None,
+    status=None,
+    progress=None,
+):
     """The spec to train: --model, an architecture search (--search), or the planner's pick.
     `local` = (x_train, y_train, x_val, y_val) for a search."""
     if job.search:
         spec = run_search(
-            job.search, profile=profile, info=info, local=local, samples=samples,
-            batch_size=job.batch_size, seed=job.seed * 1000 + job.client_index,
+            job.search,
+            profile=profile,
+            info=info,
+            local=local,
+            samples=samples,
+            batch_size=job.batch_size,
+            seed=job.seed * 1000 + job.client_index,
             options=dict(job.search_options or {}),
-            on_status=status, on_progress=progress,
-        )  # fmt: skip
+            on_status=status,
+            on_progress=progress,
+        )
         fit = check_fit(spec, profile, samples=samples, batch_size=job.batch_size)
         require_fit(spec, profile, fit)
         return spec, fit
     if job.model or job.spec_file:
-        spec = (load_spec_file(job.spec_file, info.input_shape, info.num_classes) if job.spec_file
-                else parse_model_arg(job.model, info.input_shape, info.num_classes))  # fmt: skip
+        spec = (
+            load_spec_file(job.spec_file, info.input_shape, info.num_classes)
+            if job.spec_file
+            else parse_model_arg(job.model, info.input_shape, info.num_classes)
+        )
         fit = check_fit(spec, profile, samples=samples, batch_size=job.batch_size)
         if not job.force:
             require_fit(spec, profile, fit)
         return spec, fit
     p = plan(
-        profile, info, role=job.role, samples=samples, batch_size=job.batch_size,
+        profile,
+        info,
+        role=job.role,
+        samples=samples,
+        batch_size=job.batch_size,
         max_macs=job.max_macs,
-    )  # fmt: skip
+    )
     return p.spec, p.fit
 
 
@@ -273,8 +308,11 @@ def run_client(job: ClientJob, *, on_epoch=None, on_status=None, on_progress=Non
     if not job.search:  # what this run's inputs allow, then what is at the output path
         _check_targets(job, client_id, spec, info.name)
     # An image jitter on sensor windows (or the reverse) is said here, before training.
-    augment = resolve_augment(job.augment, spec.input_shape) if job.augment else \
-        _default_augment(spec, role)  # fmt: skip
+    augment = (
+        resolve_augment(job.augment, spec.input_shape)
+        if job.augment
+        else _default_augment(spec, role)
+    )
 
     model = init_model(spec, job.fed_seed)
     epochs, lr = local_schedule(job, profile, role, len(train_idx))
@@ -301,9 +339,16 @@ def run_client(job: ClientJob, *, on_epoch=None, on_status=None, on_progress=Non
     if windows == "aligned":  # a decoder's mean keeps movement only of aligned windows
         x_train, x_val = align_windows(x_train, y[train_idx]), align_windows(x_val, y[val_idx])
     summary = train(
-        model, role, x_train, y[train_idx], data.num_classes, cfg,
-        x_val=x_val, y_val=y[val_idx], on_epoch=on_epoch,
-    )  # fmt: skip
+        model,
+        role,
+        x_train,
+        y[train_idx],
+        data.num_classes,
+        cfg,
+        x_val=x_val,
+        y_val=y[val_idx],
+        on_epoch=on_epoch,
+    )
     if summary.interrupted:
         raise KeyboardInterrupt  # nothing was written: an interrupted client publishes nothing
     if attack is not None and attack.weights:
@@ -311,18 +356,30 @@ def run_client(job: ClientJob, *, on_epoch=None, on_status=None, on_progress=Non
 
     counts = np.bincount(y[shard], minlength=data.num_classes).astype(int).tolist()
     meta = model_metadata(
-        spec, class_names=list(data.class_names), label_counts=counts, client_id=client_id,
-        profile=profile.name, costs_extra={"train_bytes_used": fit.train_bytes},
+        spec,
+        class_names=list(data.class_names),
+        label_counts=counts,
+        client_id=client_id,
+        profile=profile.name,
+        costs_extra={"train_bytes_used": fit.train_bytes},
         training=summary.as_dict()
-        | {"optimizer": cfg.optimizer, "lr": cfg.lr, "batch_size": cfg.batch_size,
-           "device": cfg.device}
+        | {
+            "optimizer": cfg.optimizer,
+            "lr": cfg.lr,
+            "batch_size": cfg.batch_size,
+            "device": cfg.device,
+        }
         | ({"windows": windows} if windows else {})
         | ({"search": search_record(job)} if job.search else {}),
         dataset=info.name,
-        partition={"scheme": job.partition, "num_clients": job.num_clients,
-                   "client_index": job.client_index, "seed": job.partition_seed}
+        partition={
+            "scheme": job.partition,
+            "num_clients": job.num_clients,
+            "client_index": job.client_index,
+            "seed": job.partition_seed,
+        }
         | _whose(job, data, shard),
-    )  # fmt: skip
+    )
     out_dir = Path(job.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / f"{client_id}.onnx"
@@ -349,9 +406,20 @@ def run_client(job: ClientJob, *, on_epoch=None, on_status=None, on_progress=Non
     if attack is not None and role == "classifier" and job.kind == "model" and len(val_idx):
         upload_acc = upload_val_accuracy(job, path, data, val_idx)
     return ClientResult(
-        path, client_id, role, spec, fit, profile, summary, counts, path.stat().st_size,
-        export_seconds, quant, meta, upload_acc,
-    )  # fmt: skip
+        path,
+        client_id,
+        role,
+        spec,
+        fit,
+        profile,
+        summary,
+        counts,
+        path.stat().st_size,
+        export_seconds,
+        quant,
+        meta,
+        upload_acc,
+    )
 
 
 def _check_targets(job: ClientJob, client_id: str, spec: ModelSpec | None, dataset: str) -> None:
@@ -370,10 +438,17 @@ def search_client(
     would use for `job`, without training or exporting the result."""
     profile, data, info, train_idx, _, local = _local_data(job)
     return search_architecture(
-        profile, info, local, samples=len(train_idx), batch_size=job.batch_size, seed=job.seed,
-        config=config, on_status=on_status, on_progress=on_progress,
+        profile,
+        info,
+        local,
+        samples=len(train_idx),
+        batch_size=job.batch_size,
+        seed=job.seed,
+        config=config,
+        on_status=on_status,
+        on_progress=on_progress,
         shorten=(*SHORTEN_FLAGS, "--fitness-samples", "--max-macs"),
-    )  # fmt: skip
+    )
 
 
 def window_treatment(spec: ModelSpec, role: str) -> str | None:
@@ -424,9 +499,13 @@ def export_model(model, spec: ModelSpec, meta: dict, path: Path) -> exporters.Ex
     try:
         if role_of(spec) == "classifier":
             return exporters.export_onnx(
-                model, (torch.zeros(2, *spec.input_shape),), path,
-                input_names=["input"], output_names=["logits"], metadata=meta,
-            )  # fmt: skip
+                model,
+                (torch.zeros(2, *spec.input_shape),),
+                path,
+                input_names=["input"],
+                output_names=["logits"],
+                metadata=meta,
+            )
         dec = model.decoder
         n = spec.num_classes
 
@@ -435,9 +514,14 @@ def export_model(model, spec: ModelSpec, meta: dict, path: Path) -> exporters.Ex
             return torch.randn(batch, dec.latent_dim), F.one_hot(labels, n).float()
 
         return exporters.export_onnx(
-            dec, sample(2), path, input_names=["z", "label"], output_names=["image"],
-            metadata=meta | {"latent_dim": dec.latent_dim}, sample_inputs=sample,
-        )  # fmt: skip
+            dec,
+            sample(2),
+            path,
+            input_names=["z", "label"],
+            output_names=["image"],
+            metadata=meta | {"latent_dim": dec.latent_dim},
+            sample_inputs=sample,
+        )
     except exporters.ExportError as exc:
         raise ArtifactError(f"export failed: {exc}") from None
 

@@ -37,8 +37,11 @@ def as_int_labels(
 ) -> np.ndarray:
     """One int64 label per sample (whole-valued floats accepted), each in 0..num_classes-1."""
     if y.ndim != 1 or (len(y) != n if n is not None else len(y) == 0):
-        what = (f"{n} images but labels of shape {y.shape}; expected ({n},)" if n is not None
-                else f"expected integer labels of shape (N,), got shape {y.shape}")  # fmt: skip
+        what = (
+            f"{n} images but labels of shape {y.shape}; expected ({n},)"
+            if n is not None
+            else f"expected integer labels of shape (N,), got shape {y.shape}"
+        )
         raise DataError(f"{where}: {what}", hint=shape_hint)
     if np.issubdtype(y.dtype, np.floating) and np.all(np.mod(y, 1) == 0):
         y = y.astype(np.int64)

@@ -71,8 +71,10 @@ class ArrayDataset:
         if self.groups is not None:
             self.groups = np.asarray(self.groups, dtype=np.int64)
             if self.groups.shape != self.y.shape:
-                raise DataError(f"dataset {self.name!r}: {len(self.y)} samples but user ids of "
-                                f"shape {self.groups.shape}")  # fmt: skip
+                raise DataError(
+                    f"dataset {self.name!r}: {len(self.y)} samples but user ids of "
+                    f"shape {self.groups.shape}"
+                )
         if self.y.shape != (len(self.x),):
             raise DataError(
                 f"dataset {self.name!r}: {len(self.x)} images but labels of shape {self.y.shape}",
@@ -175,10 +177,12 @@ def load_dataset(
     if download and not info.builtin:
         download_with_torchvision(name, root if root is not None else default_data_dir())
         _load_registered.cache_clear()
-    x, y, class_names, groups = _load_registered(name, split,
-                                                 str(root) if root is not None else None)  # fmt: skip
-    return ArrayDataset(x.copy(), y.copy(), class_names, name,
-                        None if groups is None else groups.copy())  # fmt: skip
+    x, y, class_names, groups = _load_registered(
+        name, split, str(root) if root is not None else None
+    )
+    return ArrayDataset(
+        x.copy(), y.copy(), class_names, name, None if groups is None else groups.copy()
+    )
 
 
 def dataset_shape(ref: str | os.PathLike) -> tuple[tuple[int, int, int], int, tuple[str, ...]]:

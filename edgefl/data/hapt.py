@@ -40,8 +40,13 @@ except ImportError:  # numpy < 2
     from numpy.core.multiarray import _reconstruct
 
 HAPT_ACTIVITIES: tuple[str, ...] = (
-    "walking", "walking upstairs", "walking downstairs", "sitting", "standing", "lying",
-)  # fmt: skip
+    "walking",
+    "walking upstairs",
+    "walking downstairs",
+    "sitting",
+    "standing",
+    "lying",
+)
 TEST_USERS: tuple[int, ...] = (2, 4, 9, 10, 12, 13, 18, 20, 24)
 WINDOW = 128
 STEP = 64

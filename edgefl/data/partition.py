@@ -128,8 +128,10 @@ def partition(
 
 def _users(groups, n: int, num_clients: int, chosen, seed: int) -> list[np.ndarray]:
     if groups is None:
-        raise ConfigError("--partition user needs data that says whose each sample is",
-                          hint="use a dataset with users (e.g. hapt), or iid / dirichlet:ALPHA")  # fmt: skip
+        raise ConfigError(
+            "--partition user needs data that says whose each sample is",
+            hint="use a dataset with users (e.g. hapt), or iid / dirichlet:ALPHA",
+        )
     groups = np.asarray(groups)
     if groups.shape != (n,):
         raise DataError(f"{n} samples but user ids of shape {groups.shape}")
@@ -137,8 +139,10 @@ def _users(groups, n: int, num_clients: int, chosen, seed: int) -> list[np.ndarr
     users = list(chosen) if chosen else present
     absent = [u for u in users if u not in present]
     if absent:
-        raise ConfigError(f"--partition user: no sample of user(s) {absent} in this split",
-                          hint=f"its users: {','.join(map(str, present))}")  # fmt: skip
+        raise ConfigError(
+            f"--partition user: no sample of user(s) {absent} in this split",
+            hint=f"its users: {','.join(map(str, present))}",
+        )
     if not chosen and 1 <= num_clients < len(users):
         # Fewer clients than users: a seeded draw of whole users (client k: the k-th drawn
         # user by id), as a deployment that reaches some of the wearers would have.
@@ -245,9 +249,12 @@ def label_count_matrix(labels: np.ndarray, parts: list[np.ndarray], num_classes:
 
 
 def carve_public(
-    n: int, size: int, seed: int, groups: np.ndarray | None = None,
+    n: int,
+    size: int,
+    seed: int,
+    groups: np.ndarray | None = None,
     partition: str | PartitionScheme | None = None,
-) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+) -> tuple[np.ndarray, np.ndarray]:
     """Hold out `size` of `n` samples as an unlabeled public split: (rest, public), sorted.
 
     With `groups` (the user of each sample), the public split is whole users: the fewest of a
@@ -280,9 +287,12 @@ def carve_public(
             f"{pool} hold {counts.sum():,} samples: too few"
             + ("" if named else " to leave any for the clients"),
             hint="lower --public-size"
-            + (f" (users here hold {counts.min():,}-{counts.max():,} samples each)"
-               if len(counts) else ""),
-        )  # fmt: skip
+            + (
+                f" (users here hold {counts.min():,}-{counts.max():,} samples each)"
+                if len(counts)
+                else ""
+            ),
+        )
     public = np.isin(groups, taken)
     return np.flatnonzero(~public).astype(np.int64), np.flatnonzero(public).astype(np.int64)
 

@@ -147,8 +147,16 @@ def image_grid_figure(
             tick.set_color(NOT_HELD_GREY)
     for r in range(rows):
         if held is not None and not held[r]:  # a grey veil over the row: drawn, but not learnt
-            ax.add_patch(Rectangle((-0.5, r * (h + pad) - 0.5), mosaic.shape[1], h,
-                                   facecolor=NOT_HELD_GREY, alpha=0.7, gid=NOT_HELD))  # fmt: skip
+            ax.add_patch(
+                Rectangle(
+                    (-0.5, r * (h + pad) - 0.5),
+                    mosaic.shape[1],
+                    h,
+                    facecolor=NOT_HELD_GREY,
+                    alpha=0.7,
+                    gid=NOT_HELD,
+                )
+            )
     for spine in ax.spines.values():
         spine.set_visible(False)
     if title:
@@ -197,9 +205,13 @@ def signal_grid_figure(
         for c in range(cols):
             ax = axes[r, c]
             for k in range(ch):
-                ax.plot(t, np.nan_to_num(windows[r, c, k, 0]), linewidth=0.7,
-                        alpha=0.4 if greyed else 1.0,
-                        label=channel_names[k] if channel_names else None)  # fmt: skip
+                ax.plot(
+                    t,
+                    np.nan_to_num(windows[r, c, k, 0]),
+                    linewidth=0.7,
+                    alpha=0.4 if greyed else 1.0,
+                    label=channel_names[k] if channel_names else None,
+                )
             if greyed:
                 ax.set_facecolor("0.85")
                 ax.set_gid(NOT_HELD)
@@ -207,8 +219,14 @@ def signal_grid_figure(
             ax.set_xticks([])
             ax.set_yticks([])
         if names is not None:
-            axes[r, 0].set_ylabel(names[r], rotation=0, ha="right", va="center", fontsize=8,
-                                  color=NOT_HELD_GREY if greyed else "black")  # fmt: skip
+            axes[r, 0].set_ylabel(
+                names[r],
+                rotation=0,
+                ha="right",
+                va="center",
+                fontsize=8,
+                color=NOT_HELD_GREY if greyed else "black",
+            )
     if channel_names:
         axes[0, -1].legend(fontsize=6, loc="upper right")
     if title:

@@ -83,8 +83,12 @@ class Plan:
     @property
     def profile_summary(self) -> dict[str, Any]:
         p = self.profile
-        return {"name": p.name, "ram_budget_bytes": p.ram_budget_bytes,
-                "storage_bytes": p.storage_bytes, "macs_per_second": p.macs_per_second}  # fmt: skip
+        return {
+            "name": p.name,
+            "ram_budget_bytes": p.ram_budget_bytes,
+            "storage_bytes": p.storage_bytes,
+            "macs_per_second": p.macs_per_second,
+        }
 
 
 def _read_source(path: str) -> exporters.Artifact:
@@ -93,8 +97,10 @@ def _read_source(path: str) -> exporters.Artifact:
     try:
         art = exporters.read_artifact(path)
     except Exception as exc:  # not ONNX, or no edgefl metadata
-        raise ArtifactError(f"{path} is not an edgefl ONNX model ({exc})",
-                            hint="pass a classifier or global model edgefl wrote (.onnx)") from None  # fmt: skip
+        raise ArtifactError(
+            f"{path} is not an edgefl ONNX model ({exc})",
+            hint="pass a classifier or global model edgefl wrote (.onnx)",
+        ) from None
     kind = art.kind
     if kind == "decoder":
         raise ArtifactError(
@@ -153,11 +159,14 @@ def _estimate(art: exporters.Artifact, int8: bool) -> dict[str, Any]:
         if c is not None:
             width = 1 if int8 else 4
             activations = c.infer_peak_bytes // 4 - c.upload_params  # the largest step, in values
-            out = {"macs": c.macs, "params": c.upload_params,
-                   "estimated_weight_bytes": width * c.upload_params,
-                   "estimated_activation_bytes": width * activations,
-                   "estimated_infer_peak_bytes": width * (c.upload_params + activations),
-                   "estimated_tflm_arena_bytes": c.tflm_arena_bytes}  # fmt: skip
+            out = {
+                "macs": c.macs,
+                "params": c.upload_params,
+                "estimated_weight_bytes": width * c.upload_params,
+                "estimated_activation_bytes": width * activations,
+                "estimated_infer_peak_bytes": width * (c.upload_params + activations),
+                "estimated_tflm_arena_bytes": c.tflm_arena_bytes,
+            }
     if not out:
         params = sum(math.prod(t.dims) for t in art.model.graph.initializer)
         out = {"params": params, "estimated_weight_bytes": (1 if int8 else 4) * params}
@@ -179,8 +188,11 @@ def _check_fit(target: Target, profile: Profile, est: dict[str, Any]) -> None:
         if need is not None and target.runtime_floor_bytes:
             need += target.runtime_floor_bytes
     if need is not None and need > profile.ram_budget_bytes:
-        floor = (f" including {target.runtime}'s own {target.runtime_floor_bytes / 2**20:.1f} MiB"
-                 if target.runtime_floor_bytes and not target.always_int8 else "")  # fmt: skip
+        floor = (
+            f" including {target.runtime}'s own {target.runtime_floor_bytes / 2**20:.1f} MiB"
+            if target.runtime_floor_bytes and not target.always_int8
+            else ""
+        )
         raise BudgetError(
             f"{target.name} needs about {need:,} bytes of RAM{floor}; {profile.name} allows "
             f"{profile.ram_budget_bytes:,} (cost model, before conversion)",
@@ -195,15 +207,18 @@ def plan_deploy(req: DeployRequest) -> Plan:
         raise UnknownNameError("target", req.target, TARGETS)
     target = TARGETS[req.target]
     if req.quantize is not None and req.quantize not in QUANTIZE_CHOICES:
-        raise ConfigError(f"--quantize {req.quantize}: not a choice",
-                          hint=f"--quantize {' or '.join(QUANTIZE_CHOICES)}, or leave it out")  # fmt: skip
+        raise ConfigError(
+            f"--quantize {req.quantize}: not a choice",
+            hint=f"--quantize {' or '.join(QUANTIZE_CHOICES)}, or leave it out",
+        )
     quantize = "int8" if target.always_int8 else req.quantize
     art = _read_source(req.model)
     profile = get_profile(req.profile)
     missing = target.missing()
     if missing:
-        raise ConfigError(f"--target {target.name} needs {', '.join(missing)}, not installed",
-                          hint=target.install)  # fmt: skip
+        raise ConfigError(
+            f"--target {target.name} needs {', '.join(missing)}, not installed", hint=target.install
+        )
     out = Path(req.out)
     if out.exists() and not out.is_dir():
         raise ConfigError(f"--out {out} is a file", hint="name a folder, e.g. --out deploy")
@@ -215,18 +230,21 @@ def plan_deploy(req: DeployRequest) -> Plan:
     if quantize == "int8":
         if not req.calibrate:
             raise ConfigError(
-                f"--target {target.name}" + ("" if target.always_int8 else " --quantize int8")
+                f"--target {target.name}"
+                + ("" if target.always_int8 else " --quantize int8")
                 + " needs calibration data",
                 hint="add --calibrate DATASET:SPLIT of the model's task, e.g. --calibrate "
                 f"{dataset or 'mnist'}:train",
-            )  # fmt: skip
-        calibration, _, name = _load_split(req.calibrate, "--calibrate", art, req.data_dir,
-                                           req.calibrate_samples, seed=0)  # fmt: skip
+            )
+        calibration, _, name = _load_split(
+            req.calibrate, "--calibrate", art, req.data_dir, req.calibrate_samples, seed=0
+        )
         calibrate_ref, dataset = req.calibrate, dataset or name
     eval_x = eval_y = None
     if req.eval:
-        eval_x, eval_y, name = _load_split(req.eval, "--eval", art, req.data_dir,
-                                           req.eval_samples, seed=1)  # fmt: skip
+        eval_x, eval_y, name = _load_split(
+            req.eval, "--eval", art, req.data_dir, req.eval_samples, seed=1
+        )
         dataset = dataset or name
     if calibration is not None:
         probe = calibration[:_PROBE_SAMPLES]
@@ -235,8 +253,21 @@ def plan_deploy(req: DeployRequest) -> Plan:
         probe = np.random.default_rng(0).random((_PROBE_SAMPLES, *shape), dtype=np.float32)
     est = _estimate(art, quantize == "int8")
     _check_fit(target, profile, est)
-    made = Plan(req, art, profile, target, quantize, dataset, calibration, calibrate_ref,
-                eval_x, eval_y, req.eval, probe, est)  # fmt: skip
+    made = Plan(
+        req,
+        art,
+        profile,
+        target,
+        quantize,
+        dataset,
+        calibration,
+        calibrate_ref,
+        eval_x,
+        eval_y,
+        req.eval,
+        probe,
+        est,
+    )
     _check_outputs(made)
     return made
 
@@ -253,16 +284,22 @@ def _check_outputs(plan: Plan) -> None:
         return
     c_name = re.sub(r"\W", "_", base)
     names = {p.name for p in out.glob(glob.escape(base) + ".*")}
-    names |= {f"{stem}{ext}" for stem in (c_name, f"model_{c_name}") for ext in (".h", ".cc")
-              if (out / f"{stem}{ext}").exists()}  # fmt: skip
+    names |= {
+        f"{stem}{ext}"
+        for stem in (c_name, f"model_{c_name}")
+        for ext in (".h", ".cc")
+        if (out / f"{stem}{ext}").exists()
+    }
     records = [existing_result(out / f"{base}{ext}") for ext in (".json", ".onnx")]
     beside = next((r for r in records if r is not None), None)
     weights = plan.artifact.metadata.get("weights_sha256")
 
     def deployed_from_this(made: dict) -> bool:
         record = made if made.get("deployed") else beside
-        return bool(record and record.get("deployed")) and \
-            (record.get("source") or {}).get("weights_sha256") == weights  # fmt: skip
+        return (
+            bool(record and record.get("deployed"))
+            and (record.get("source") or {}).get("weights_sha256") == weights
+        )
 
     for name in sorted(names):
         path = out / name
@@ -290,23 +327,37 @@ def deploy(req: DeployRequest, status: Callable[[str], None] | None = None) -> D
         x = plan.eval_x if plan.eval_x is not None else plan.probe_x
         status("comparing with the fp32 source model")
         reference = _reference(plan.artifact, x)
-        agree = measure.agreement(built.outputs, reference,
-                                  plan.eval_y if plan.eval_y is not None else reference.argmax(1))  # fmt: skip
+        agree = measure.agreement(
+            built.outputs,
+            reference,
+            plan.eval_y if plan.eval_y is not None else reference.argmax(1),
+        )
         published = _publish(stage, out, [p for p, _ in built.files])
     finally:
         shutil.rmtree(stage, ignore_errors=True)
-    files = [{"path": str(path), "what": what, "bytes": path.stat().st_size}
-             for path, (_, what) in zip(published, built.files, strict=True)]  # fmt: skip
+    files = [
+        {"path": str(path), "what": what, "bytes": path.stat().st_size}
+        for path, (_, what) in zip(published, built.files, strict=True)
+    ]
     return DeployReport(
-        model=req.model, target=plan.target.name, runtime=plan.target.runtime,
-        profile=plan.profile_summary, quantization=plan.quantize, files=files,
-        runtime_figures=built.runtime, cost_estimate=plan.cost_estimate,
+        model=req.model,
+        target=plan.target.name,
+        runtime=plan.target.runtime,
+        profile=plan.profile_summary,
+        quantization=plan.quantize,
+        files=files,
+        runtime_figures=built.runtime,
+        cost_estimate=plan.cost_estimate,
         accuracy=agree.as_dict() if plan.eval_y is not None else None,
         eval_ref=plan.eval_ref,
-        parity=None if plan.eval_y is not None else {
-            "samples": agree.samples, "argmax_agreement": agree.argmax_agreement,
-            "max_abs_logit_diff": agree.max_abs_logit_diff},
-    )  # fmt: skip
+        parity=None
+        if plan.eval_y is not None
+        else {
+            "samples": agree.samples,
+            "argmax_agreement": agree.argmax_agreement,
+            "max_abs_logit_diff": agree.max_abs_logit_diff,
+        },
+    )
 
 
 def _publish(stage: Path, out: Path, paths: list[Path]) -> list[Path]:

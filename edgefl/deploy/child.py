@@ -60,10 +60,15 @@ def tflm(model: str, arena: int, inputs: str | None = None, outputs: str | None 
         out[i] = (interpreter.get_output(0).astype(np.float32) - z_out) * s_out
     seconds = time.perf_counter() - start
     np.save(outputs, out)
-    return {"ok": True, "seconds_per_sample": seconds / max(1, len(x)),
-            "input_scale": float(s_in), "input_zero_point": int(z_in),
-            "output_scale": float(s_out), "output_zero_point": int(z_out),
-            "input_shape": [int(d) for d in din["shape"]]}  # fmt: skip
+    return {
+        "ok": True,
+        "seconds_per_sample": seconds / max(1, len(x)),
+        "input_scale": float(s_in),
+        "input_zero_point": int(z_in),
+        "output_scale": float(s_out),
+        "output_zero_point": int(z_out),
+        "input_shape": [int(d) for d in din["shape"]],
+    }
 
 
 def tflm_alloc(model: str, arena: int) -> dict:

@@ -33,7 +33,7 @@ PREPROCESSING: dict[str, dict[str, Any]] = {
         "range": [0.0, 1.0],
         "layout": "NCHW",
         "what": "8x8 grey image",
-    },  # fmt: skip
+    },
     # UCI HAPT (edgefl/data/hapt.py): acceleration in g, x = (a + 2) / 4 clipped into [0, 1];
     # windows of 128 samples at 50 Hz (2.56 s), channels x/y/z, phone at the waist.
     "hapt": {
@@ -46,7 +46,7 @@ PREPROCESSING: dict[str, dict[str, Any]] = {
         "window_samples": 128,
         "layout": "NC1W (channels x/y/z, 1, time)",
         "worn": "waist",
-    },  # fmt: skip
+    },
     "hapt-gyro": {
         "raw": "acceleration in g (x, y, z) then angular rate in rad/s (x, y, z)",
         "units": ["g", "g", "g", "rad/s", "rad/s", "rad/s"],
@@ -57,18 +57,23 @@ PREPROCESSING: dict[str, dict[str, Any]] = {
         "window_samples": 128,
         "layout": "NC1W (channels, 1, time)",
         "worn": "waist",
-    },  # fmt: skip
+    },
 }
 
-OUTPUTS = ("logits: one unnormalised score per class, in class_names order; softmax for "
-           "probabilities, argmax for the class")  # fmt: skip
+OUTPUTS = (
+    "logits: one unnormalised score per class, in class_names order; softmax for "
+    "probabilities, argmax for the class"
+)
 
 
 def preprocessing(dataset: str | None) -> dict[str, Any]:
     if dataset in PREPROCESSING:
         return {"dataset": dataset, **PREPROCESSING[dataset]}
-    return {"dataset": dataset, "known": False,
-            "note": "scale inputs exactly as the training data was (edgefl/data loaders)"}  # fmt: skip
+    return {
+        "dataset": dataset,
+        "known": False,
+        "note": "scale inputs exactly as the training data was (edgefl/data loaders)",
+    }
 
 
 def shipped_weights(model: onnx.ModelProto) -> dict[str, Any]:
@@ -79,8 +84,11 @@ def shipped_weights(model: onnx.ModelProto) -> dict[str, Any]:
         array = numpy_helper.to_array(tensor)
         by_type[str(array.dtype)] = by_type.get(str(array.dtype), 0) + int(array.nbytes)
         params += int(array.size)
-    return {"weight_bytes": sum(by_type.values()), "weight_bytes_by_dtype": by_type,
-            "stored_values": params}  # fmt: skip
+    return {
+        "weight_bytes": sum(by_type.values()),
+        "weight_bytes_by_dtype": by_type,
+        "stored_values": params,
+    }
 
 
 def deployed_metadata(
@@ -109,7 +117,7 @@ def deployed_metadata(
             k: source[k]
             for k in ("client_id", "method", "weights_sha256", "profile")
             if k in source
-        },  # fmt: skip
+        },
         "preprocessing": pre,
         "outputs": OUTPUTS,
         "costs": costs,
@@ -122,8 +130,11 @@ def deployed_metadata(
 def doc_string(meta: dict[str, Any]) -> str:
     spec = meta.get("spec") or {}
     pre = meta["preprocessing"]
-    how = (f"input x = raw * {pre['scale']} + {pre['offset']}" if "scale" in pre
-           else "input scaled as in training")  # fmt: skip
+    how = (
+        f"input x = raw * {pre['scale']} + {pre['offset']}"
+        if "scale" in pre
+        else "input scaled as in training"
+    )
     return (
         f"edgefl {meta.get('kind')} {spec.get('name', '')} for {meta['profile']['name']} "
         f"({meta['target']}); {how}, layout {pre.get('layout', '?')}; outputs logits over "

@@ -29,8 +29,13 @@ CHILD_TIMEOUT_S = 600
 def run_child(*args: str, timeout: float = CHILD_TIMEOUT_S) -> dict | None:
     """The child's JSON result, or None if it failed (an exception or a crash)."""
     try:
-        done = subprocess.run([sys.executable, str(CHILD), *args], capture_output=True, text=True,
-                              timeout=timeout, env=_child_env())  # fmt: skip
+        done = subprocess.run(
+            [sys.executable, str(CHILD), *args],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=_child_env(),
+        )
     except subprocess.TimeoutExpired:
         return None
     if done.returncode != 0:
@@ -41,8 +46,13 @@ def run_child(*args: str, timeout: float = CHILD_TIMEOUT_S) -> dict | None:
 
 def child_error(*args: str) -> str:
     """The last line a failing child wrote (for a message), '' if none."""
-    done = subprocess.run([sys.executable, str(CHILD), *args], capture_output=True, text=True,
-                          timeout=CHILD_TIMEOUT_S, env=_child_env())  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, str(CHILD), *args],
+        capture_output=True,
+        text=True,
+        timeout=CHILD_TIMEOUT_S,
+        env=_child_env(),
+    )
     tail = [line for line in (done.stderr + done.stdout).splitlines() if line.strip()]
     return tail[-1][:300] if tail else f"exit code {done.returncode}"
 
@@ -50,8 +60,7 @@ def child_error(*args: str) -> str:
 def _child_env() -> dict:
     import os
 
-    return dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", OMP_NUM_THREADS="1",
-                PYTHONWARNINGS="ignore")  # fmt: skip
+    return dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
 
 
 def tflm_fits(path: Path, arena: int) -> bool:
@@ -97,8 +106,10 @@ def tflm_run(path: Path, arena: int, x: np.ndarray) -> tuple[np.ndarray, dict]:
         np.save(inputs, x.astype(np.float32))
         result = run_child("tflm", str(path), str(arena), str(inputs), str(outputs))
         if result is None:
-            raise ArtifactError(f"TFLite Micro could not run {path.name} with a {arena}-byte arena: "
-                                f"{child_error('tflm', str(path), str(arena), str(inputs), str(outputs))}")  # fmt: skip
+            raise ArtifactError(
+                f"TFLite Micro could not run {path.name} with a {arena}-byte arena: "
+                f"{child_error('tflm', str(path), str(arena), str(inputs), str(outputs))}"
+            )
         return np.load(outputs), result
 
 

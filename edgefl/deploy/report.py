@@ -26,39 +26,52 @@ class DeployReport:
     def lines(self) -> list[str]:
         """The human report, one fact a line."""
         fig = self.runtime_figures
-        out = [f"{self.model} -> {self.target} for {self.profile['name']} "
-               f"({self.quantization or 'fp32'}, runtime {self.runtime})"]  # fmt: skip
+        out = [
+            f"{self.model} -> {self.target} for {self.profile['name']} "
+            f"({self.quantization or 'fp32'}, runtime {self.runtime})"
+        ]
         for f in self.files:
             out.append(f"  {f['path']}  {f['bytes']:,} bytes  ({f['what']})")
         if fig.get("memory_bytes") is not None:
-            out.append(f"  memory: {fig['memory_bytes']:,} bytes ({fig['memory_what']}); "
-                       f"budget {self.profile['ram_budget_bytes']:,}")  # fmt: skip
+            out.append(
+                f"  memory: {fig['memory_bytes']:,} bytes ({fig['memory_what']}); "
+                f"budget {self.profile['ram_budget_bytes']:,}"
+            )
         if "flash_bytes" in fig:
-            out.append(f"  flash: {fig['flash_bytes']:,} bytes; storage "
-                       f"{self.profile['storage_bytes']:,}")  # fmt: skip
+            out.append(
+                f"  flash: {fig['flash_bytes']:,} bytes; storage {self.profile['storage_bytes']:,}"
+            )
         arena = self.cost_estimate.get("estimated_tflm_arena_bytes")
         est = self.cost_estimate.get("estimated_infer_peak_bytes")
         if "flash_bytes" in fig and arena is not None:
-            out.append(f"  cost model: TFLite Micro arena {arena:,} bytes (int8 activations + "
-                       "persistent data; weights in flash)")  # fmt: skip
+            out.append(
+                f"  cost model: TFLite Micro arena {arena:,} bytes (int8 activations + "
+                "persistent data; weights in flash)"
+            )
         elif est is not None:
             out.append(
                 f"  cost model: peak inference memory {est:,} bytes (weights + largest step)"
             )
         out.append(f"  latency: {fig['latency_ms_per_sample']:.3f} ms per sample on this machine")
         for ep, v in (fig.get("mobile_usability") or {}).items():
-            out.append(f"  {ep}: {v['supported_nodes']}/{v['nodes']} nodes supported in "
-                       f"{v['partitions']} partition(s): {v['verdict']}")  # fmt: skip
+            out.append(
+                f"  {ep}: {v['supported_nodes']}/{v['nodes']} nodes supported in "
+                f"{v['partitions']} partition(s): {v['verdict']}"
+            )
         if self.accuracy:
             a = self.accuracy
-            out.append(f"  accuracy on {self.eval_ref} ({a['samples']:,} samples): "
-                       f"{100 * a['accuracy']:.2f}% deployed vs {100 * a['accuracy_fp32']:.2f}% "
-                       f"fp32 source ({a['accuracy_drop_points']:+.2f} points lost); same class on "
-                       f"{100 * a['argmax_agreement']:.1f}%")  # fmt: skip
+            out.append(
+                f"  accuracy on {self.eval_ref} ({a['samples']:,} samples): "
+                f"{100 * a['accuracy']:.2f}% deployed vs {100 * a['accuracy_fp32']:.2f}% "
+                f"fp32 source ({a['accuracy_drop_points']:+.2f} points lost); same class on "
+                f"{100 * a['argmax_agreement']:.1f}%"
+            )
         elif self.parity:
             p = self.parity
-            out.append(f"  vs the fp32 source on {p['samples']} probe inputs: max logit difference "
-                       f"{p['max_abs_logit_diff']:.3g}, same class on "
-                       f"{100 * p['argmax_agreement']:.1f}% (add --eval DATASET:SPLIT for "
-                       "accuracy)")  # fmt: skip
+            out.append(
+                f"  vs the fp32 source on {p['samples']} probe inputs: max logit difference "
+                f"{p['max_abs_logit_diff']:.3g}, same class on "
+                f"{100 * p['argmax_agreement']:.1f}% (add --eval DATASET:SPLIT for "
+                "accuracy)"
+            )
         return out

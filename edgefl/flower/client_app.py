@@ -50,9 +50,11 @@ def node_job(settings: dict[str, Any], node_config: dict[str, Any]) -> ClientJob
         if key in NODE_KEYS:
             job[NODE_KEYS[key]] = value
     if "profile" not in job:
-        raise ConfigError("this SuperNode has no device profile",
-                          hint='start it with --node-config "profile=\\"wristband\\" '
-                               'partition-id=0 num-partitions=3"')  # fmt: skip
+        raise ConfigError(
+            "this SuperNode has no device profile",
+            hint='start it with --node-config "profile=\\"wristband\\" '
+            'partition-id=0 num-partitions=3"',
+        )
     return _job(job, "the run's settings and --node-config")
 
 
@@ -108,8 +110,9 @@ def answer(job: ClientJob, public, simulated: bool) -> tuple[dict[str, bytes], d
     return train_node(job, send_kept=simulated)
 
 
-def personalize_node(settings: dict[str, Any], node_config: dict[str, Any],
-                     output: bytes) -> dict[str, Any]:  # fmt: skip
+def personalize_node(
+    settings: dict[str, Any], node_config: dict[str, Any], output: bytes
+) -> dict[str, Any]:
     """Apply the server's output (FedGH: its global header) to the model this device kept when
     it uploaded, and keep the personalized model beside it."""
     from edgefl.client.public import personalize
@@ -117,16 +120,17 @@ def personalize_node(settings: dict[str, Any], node_config: dict[str, Any],
     keep = node_config.get("keep-model")
     client_id = node_config.get("client-id") or f"client-{node_config.get('partition-id', 0):03d}"
     if not keep:
-        raise ConfigError("this SuperNode kept no model to personalize",
-                          hint='start it with --node-config \'... keep-model="/data/model"\'')  # fmt: skip
+        raise ConfigError(
+            "this SuperNode kept no model to personalize",
+            hint="start it with --node-config '... keep-model=\"/data/model\"'",
+        )
     mine = Path(keep) / f"{client_id}.onnx"
     out = Path(keep) / f"{client_id}.personalized.onnx"
     with tempfile.TemporaryDirectory(prefix="edgefl-global-") as tmp:
         received = Path(tmp) / "global.onnx"
         received.write_bytes(output)
         info = personalize(str(settings["personalize"]), str(mine), str(received), str(out))
-    return {"acknowledged": True, "personalized": str(out),
-            "size_bytes": info.get("size_bytes")}  # fmt: skip
+    return {"acknowledged": True, "personalized": str(out), "size_bytes": info.get("size_bytes")}
 
 
 def make_client_app():

@@ -32,16 +32,31 @@ def wait_for_nodes(grid, want: int, wait_s: float, log) -> list[int]:
     return nodes
 
 
-def collect(grid, nodes: list[int], settings: dict[str, Any], *, deadline_s: float | None,
-            max_bytes: int, public=None, files=None, log=None,
-            progress=no_progress) -> Collected:  # fmt: skip
+def collect(
+    grid,
+    nodes: list[int],
+    settings: dict[str, Any],
+    *,
+    deadline_s: float | None,
+    max_bytes: int,
+    public=None,
+    files=None,
+    log=None,
+    progress=no_progress,
+) -> Collected:
     from flwr.app import Message, MessageType
 
     log = log or (lambda m: None)
     start = time.monotonic()
     out = Collected()
-    msgs = [Message(content=wire.request(settings, public, files), dst_node_id=n,
-                    message_type=MessageType.TRAIN) for n in nodes]  # fmt: skip
+    msgs = [
+        Message(
+            content=wire.request(settings, public, files),
+            dst_node_id=n,
+            message_type=MessageType.TRAIN,
+        )
+        for n in nodes
+    ]
     ids = {mid: n for mid, n in zip(grid.push_messages(msgs), nodes, strict=True) if mid}
     waiting = dict(ids)
     progress("clients trained", 0, len(nodes))

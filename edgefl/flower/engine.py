@@ -44,9 +44,11 @@ def train_clients_flower(job: SimJob, log, progress=no_progress) -> list[dict]:
         ids = [todo[k] for k in group.clients]
         kinds = ", ".join(dict.fromkeys(f"{needs[i].profile} ({needs[i].model})" for i in ids))
         most = max(needs[i].memory_bytes for i in ids) / 2**30
-        log(f"Flower's simulation engine: {len(ids)} SuperNode(s), {kinds}: {group.num_cpus} "
+        log(
+            f"Flower's simulation engine: {len(ids)} SuperNode(s), {kinds}: {group.num_cpus} "
             f"core and ~{most:.1f} GiB each, {group.at_once} at a time "
-            f"({memory / 2**30:.1f} GiB available)")  # fmt: skip
+            f"({memory / 2**30:.1f} GiB available)"
+        )
         before = sum(r is not None for r in results)
 
         def overall(task, done, total, note="", before=before):  # one count over every run
@@ -69,14 +71,22 @@ def _run_group(cjobs, group: Group, log, progress) -> Collected:
 
     def main(grid, context) -> None:
         nodes = wait_for_nodes(grid, len(cjobs), 120.0, log)
-        box["got"] = collect(grid, nodes, settings, deadline_s=None,
-                             max_bytes=exporters.DEFAULT_MAX_UPLOAD_BYTES, log=log,
-                             progress=progress)  # fmt: skip
+        box["got"] = collect(
+            grid,
+            nodes,
+            settings,
+            deadline_s=None,
+            max_bytes=exporters.DEFAULT_MAX_UPLOAD_BYTES,
+            log=log,
+            progress=progress,
+        )
 
     _run(main, len(cjobs), group)
     if "got" not in box:
-        raise ConfigError("Flower's simulation ended before the server collected any reply",
-                          hint="see Flower's log above; --engine local runs the same clients")  # fmt: skip
+        raise ConfigError(
+            "Flower's simulation ended before the server collected any reply",
+            hint="see Flower's log above; --engine local runs the same clients",
+        )
     return box["got"]
 
 
@@ -86,8 +96,10 @@ def _check(got: Collected, ids: list[int], cjobs) -> dict[int, dict]:
     problems = got.refused | dict.fromkeys(got.missing, "no reply")
     if problems:
         shown = "; ".join(f"node {n}: {ascii(w)[1:-1]}" for n, w in sorted(problems.items()))
-        raise ConfigError(f"{len(problems)} simulated client(s) failed: {shown}",
-                          hint="rerun to resume (finished uploads are kept), or try --engine local")  # fmt: skip
+        raise ConfigError(
+            f"{len(problems)} simulated client(s) failed: {shown}",
+            hint="rerun to resume (finished uploads are kept), or try --engine local",
+        )
     out: dict[int, dict] = {}
     for rep in got.replies.values():
         i = rep.summary.get("client_index")
@@ -131,9 +143,12 @@ def _run(main, nodes: int, group: Group) -> None:
         # Flower sizes its actor pool by cores: offering the run `at_once` clients' worth of
         # cores is what bounds how many train at a time (by --jobs and by memory).
         "client_resources": {"num_cpus": group.num_cpus, "num_gpus": group.num_gpus},
-        "init_args": {"num_cpus": group.num_cpus * group.at_once, "log_to_driver": False,
-                      "include_dashboard": False},
-    }  # fmt: skip
+        "init_args": {
+            "num_cpus": group.num_cpus * group.at_once,
+            "log_to_driver": False,
+            "include_dashboard": False,
+        },
+    }
     os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")  # Ray's FutureWarning
     quiet = logging.getLogger("flwr")
     level = quiet.level
@@ -141,8 +156,12 @@ def _run(main, nodes: int, group: Group) -> None:
     # (for `flwr run`, which needs an app folder and a SuperLink) is not the user's to act on.
     quiet.setLevel(logging.ERROR)
     try:
-        run_simulation(server_app=server, client_app=make_client_app(), num_supernodes=nodes,
-                       backend_config=backend)  # fmt: skip
+        run_simulation(
+            server_app=server,
+            client_app=make_client_app(),
+            num_supernodes=nodes,
+            backend_config=backend,
+        )
     finally:
         quiet.setLevel(level)
 

@@ -37,8 +37,13 @@ class ClientResources:
     memory_bytes: int  # estimated resident memory of one client on the host
 
     def as_dict(self) -> dict:
-        return {"profile": self.profile, "model": self.model, "num_cpus": self.num_cpus,
-                "num_gpus": self.num_gpus, "memory_bytes": self.memory_bytes}  # fmt: skip
+        return {
+            "profile": self.profile,
+            "model": self.model,
+            "num_cpus": self.num_cpus,
+            "num_gpus": self.num_gpus,
+            "memory_bytes": self.memory_bytes,
+        }
 
 
 @dataclass(frozen=True)
@@ -55,11 +60,17 @@ def client_resources(cjob: ClientJob, gpu: bool) -> ClientResources:
     info = DATASETS.get(cjob.dataset)
     profile = get_profile(cjob.profile)
     spec = parse_model_arg(cjob.model, info.input_shape, info.num_classes)
-    train = costs(spec).train_bytes(cjob.batch_size or profile.batch_size,
-                                    cjob.optimizer or profile.optimizer)  # fmt: skip
+    train = costs(spec).train_bytes(
+        cjob.batch_size or profile.batch_size, cjob.optimizer or profile.optimizer
+    )
     data = (cjob.subset or info.train_size) * math.prod(info.input_shape) * 4
-    return ClientResources(cjob.profile, cjob.model, 1, 0.0 if not gpu else 1.0,
-                           PROCESS_BYTES + data + ALLOCATOR_FACTOR * train)  # fmt: skip
+    return ClientResources(
+        cjob.profile,
+        cjob.model,
+        1,
+        0.0 if not gpu else 1.0,
+        PROCESS_BYTES + data + ALLOCATOR_FACTOR * train,
+    )
 
 
 def available_memory() -> int:
@@ -82,5 +93,4 @@ def plan_groups(needs: list[ClientResources], jobs: int, memory: int) -> list[Gr
     groups: dict[tuple[int, bool], list[int]] = {}
     for i, (n, r) in enumerate(zip(at_once, needs, strict=True)):
         groups.setdefault((n, r.num_gpus > 0), []).append(i)
-    return [Group(tuple(ix), 1, (1.0 / n) if gpu else 0.0, n)
-            for (n, gpu), ix in groups.items()]  # fmt: skip
+    return [Group(tuple(ix), 1, (1.0 / n) if gpu else 0.0, n) for (n, gpu), ix in groups.items()]

@@ -50,9 +50,15 @@ DEFAULTS: dict[str, Any] = {
     "data-dir": "",  # where the server reads datasets (eval, the public set)
 }
 # Run-config keys that become every client's settings (ClientJob fields).
-CLIENT_KEYS = {"dataset": "dataset", "partition": "partition", "num-clients": "num_clients",
-               "seed": "seed", "epochs": "epochs", "public-size": "public_size",
-               "subset": "subset"}  # fmt: skip
+CLIENT_KEYS = {
+    "dataset": "dataset",
+    "partition": "partition",
+    "num-clients": "num_clients",
+    "seed": "seed",
+    "epochs": "epochs",
+    "public-size": "public_size",
+    "subset": "subset",
+}
 
 
 def settings_from(config: dict[str, Any], nodes: int) -> dict[str, Any]:
@@ -77,8 +83,15 @@ def run_round(grid, run_config: dict[str, Any], log=print) -> dict[str, Any]:
     if not nodes:
         raise ConfigError("no SuperNode connected", hint="start SuperNodes, or raise wait-nodes-s")
     public = _public(config)
-    got = collect(grid, nodes, settings_from(config, len(nodes)), public=public,
-                  deadline_s=float(config["deadline-s"]), max_bytes=max_bytes, log=log)  # fmt: skip
+    got = collect(
+        grid,
+        nodes,
+        settings_from(config, len(nodes)),
+        public=public,
+        deadline_s=float(config["deadline-s"]),
+        max_bytes=max_bytes,
+        log=log,
+    )
     quarantine = Path(tempfile.mkdtemp(prefix="edgefl-quarantine-"))  # mode 0700
     try:
         names = land(got, quarantine)
@@ -93,10 +106,12 @@ def run_round(grid, run_config: dict[str, Any], log=print) -> dict[str, Any]:
         "missing": got.missing,
         "personalized": personalized,
         "collect_seconds": got.seconds,
-        "methods": {m: {k: r.get(k) for k in ("accuracy", "global_model", "used", "rejected",
-                                              "error")} for m, r in reports.items()},
+        "methods": {
+            m: {k: r.get(k) for k in ("accuracy", "global_model", "used", "rejected", "error")}
+            for m, r in reports.items()
+        },
         "date_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()),
-    }  # fmt: skip
+    }
     out_dir.mkdir(parents=True, exist_ok=True)
     exporters.atomic_write_text(out_dir / "federation.json", json.dumps(summary, indent=2))
     return summary
@@ -112,8 +127,11 @@ def serve(grid, run_config: dict[str, Any], log=print) -> dict[str, Any]:
     except EdgeflError as exc:
         log(f"edgefl: error: {exc.message}" + (f" ({exc.hint})" if exc.hint else ""))
         out = Path(str(run_config.get("out-dir", DEFAULTS["out-dir"])))
-        failed = {"error": exc.message, "hint": exc.hint,
-                  "date_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime())}  # fmt: skip
+        failed = {
+            "error": exc.message,
+            "hint": exc.hint,
+            "date_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()),
+        }
         try:
             out.mkdir(parents=True, exist_ok=True)
             exporters.atomic_write_text(out / "federation.json", json.dumps(failed, indent=2))
@@ -142,37 +160,53 @@ def land(got: Collected, folder: Path) -> dict[int, str]:
 def _public(config) -> np.ndarray | None:
     if not config["public"]:
         return None
-    return load_public(config["public"], public_size=int(config["public-size"]),
-                       seed=int(config["seed"]), subset=int(config["subset"]) or None,
-                       data_dir=config["data-dir"] or None,
-                       partition=str(config["partition"]))  # fmt: skip
+    return load_public(
+        config["public"],
+        public_size=int(config["public-size"]),
+        seed=int(config["seed"]),
+        subset=int(config["subset"]) or None,
+        data_dir=config["data-dir"] or None,
+        partition=str(config["partition"]),
+    )
 
 
 def _options(name: str, config) -> dict[str, Any]:
     """A method that reads public data reads the set the server sent (the same carve)."""
     if not METHODS.get(name).public_data or not config["public"]:
         return {}
-    return {"public": config["public"], "public_size": int(config["public-size"]),
-            "public_seed": int(config["seed"]), "public_subset": int(config["subset"]) or None,
-            "public_partition": str(config["partition"])}  # fmt: skip
+    return {
+        "public": config["public"],
+        "public_size": int(config["public-size"]),
+        "public_seed": int(config["seed"]),
+        "public_subset": int(config["subset"]) or None,
+        "public_partition": str(config["partition"]),
+    }
 
 
 def _fuse(methods, quarantine: Path, out_dir: Path, config, log) -> dict[str, dict]:
-    plans = [plan(m, _options(m, config), out_dir / f"{m}.onnx", str(quarantine),
-                  out_flag="out-dir") for m in methods]  # fmt: skip
+    plans = [
+        plan(m, _options(m, config), out_dir / f"{m}.onnx", str(quarantine), out_flag="out-dir")
+        for m in methods
+    ]
     try:
         # One method at a time in this process: it holds Flower's network threads, and fork
         # after those is unsafe.
-        return fuse_methods(plans, str(quarantine), device=config["device"],
-                            eval=config["eval"] or None, data_dir=config["data-dir"] or None,
-                            jobs=1, keep_going=True, log=log)  # fmt: skip
+        return fuse_methods(
+            plans,
+            str(quarantine),
+            device=config["device"],
+            eval=config["eval"] or None,
+            data_dir=config["data-dir"] or None,
+            jobs=1,
+            keep_going=True,
+            log=log,
+        )
     except EdgeflError as exc:  # e.g. every upload rejected: reported, the round still recorded
         log(f"fusion refused: {exc.message}")
         return {m: {"error": exc.message} for m in methods}
 
 
-def _second_messages(grid, methods, reports, names: dict[int, str], config,
-                     log) -> dict[str, dict]:  # fmt: skip
+def _second_messages(grid, methods, reports, names: dict[int, str], config, log) -> dict[str, dict]:
     """A method judged per client (FedGH) sends its global output back to the nodes whose
     uploads it used; each applies it to the model it kept. -> method -> node -> outcome."""
     done: dict[str, dict] = {}
@@ -185,11 +219,23 @@ def _second_messages(grid, methods, reports, names: dict[int, str], config,
         nodes = sorted(n for n, name in names.items() if name in used)
         output = Path(rep["global_model"]).read_bytes()
         log(f"{m}: sending its {method.personalize} to {len(nodes)} node(s)")
-        back = collect(grid, nodes, {"personalize": method.personalize}, files={"global": output},
-                       deadline_s=float(config["deadline-s"]), max_bytes=1 << 20, log=log)  # fmt: skip
-        done[m] = {str(n): ("personalized" if n in back.replies else
-                            back.refused.get(n, "no reply within the deadline"))
-                   for n in nodes}  # fmt: skip
+        back = collect(
+            grid,
+            nodes,
+            {"personalize": method.personalize},
+            files={"global": output},
+            deadline_s=float(config["deadline-s"]),
+            max_bytes=1 << 20,
+            log=log,
+        )
+        done[m] = {
+            str(n): (
+                "personalized"
+                if n in back.replies
+                else back.refused.get(n, "no reply within the deadline")
+            )
+            for n in nodes
+        }
     return done
 
 

@@ -47,12 +47,17 @@ def request(settings: dict[str, Any], public=None, files: dict[str, bytes] | Non
 
     records = {REQUEST: ConfigRecord({"settings": json.dumps(settings)})}
     if files:
-        records[FILES] = ArrayRecord({k: Array(dtype="uint8", shape=(len(v),), stype="raw",
-                                               data=v) for k, v in files.items()})  # fmt: skip
+        records[FILES] = ArrayRecord(
+            {
+                k: Array(dtype="uint8", shape=(len(v),), stype="raw", data=v)
+                for k, v in files.items()
+            }
+        )
     if public is not None:
         x = np.ascontiguousarray(public, dtype=np.float32)
-        records[PUBLIC] = ArrayRecord({"x": Array(dtype="float32", shape=tuple(x.shape),
-                                                  stype="raw", data=x.tobytes())})  # fmt: skip
+        records[PUBLIC] = ArrayRecord(
+            {"x": Array(dtype="float32", shape=tuple(x.shape), stype="raw", data=x.tobytes())}
+        )
     return RecordDict(records)
 
 
@@ -105,8 +110,10 @@ def read_reply(content, max_bytes: int) -> Reply:
         return Reply({}, summary)  # an answer to a second message: nothing uploaded
     if not names or not names <= set(ROLES) or names != set(declared):
         shown = ", ".join(sorted(ascii(n) for n in names)) or "none"
-        raise Refused(f"the reply's files must be {' and/or '.join(ROLES)}, each with a "
-                      f"declared sha256; got {shown}")  # fmt: skip
+        raise Refused(
+            f"the reply's files must be {' and/or '.join(ROLES)}, each with a "
+            f"declared sha256; got {shown}"
+        )
     files = {}
     for role in sorted(names):
         arr = files_rec[role]

@@ -43,21 +43,26 @@ INVERSION_CHUNK = 256  # images optimised together; each image's loss is its own
 # "code" is what the authors' public code runs: the paper's setting with the code's known
 # divergences from the text laid over it (a method with none runs its paper budget).
 BUDGETS = ("cpu", "paper", "code")
-BUDGETS_HELP = ("cpu: what 2 cores finish in minutes (the defaults); paper: each paper's own "
-                "setting; code: each method as its authors' public code runs it (the paper's "
-                "setting where no divergence is known)")  # fmt: skip
+BUDGETS_HELP = (
+    "cpu: what 2 cores finish in minutes (the defaults); paper: each paper's own "
+    "setting; code: each method as its authors' public code runs it (the paper's "
+    "setting where no divergence is known)"
+)
 
 
 def check_budget(budget: str) -> None:
     if budget not in BUDGETS:
-        raise ConfigError(f"--budget must be one of {', '.join(BUDGETS)}, got {budget!r}",
-                          hint=BUDGETS_HELP)  # fmt: skip
+        raise ConfigError(
+            f"--budget must be one of {', '.join(BUDGETS)}, got {budget!r}", hint=BUDGETS_HELP
+        )
 
 
 ROBUST = ("off", "screen")
-ROBUST_HELP = ("judge uploads by their outputs against the others (poisoned clients; "
-               "edgefl.fusion.robust): repair relabelled or negated ones, temper scaled ones, "
-               "leave out the rest that disagree; each named in the report: off | screen")  # fmt: skip
+ROBUST_HELP = (
+    "judge uploads by their outputs against the others (poisoned clients; "
+    "edgefl.fusion.robust): repair relabelled or negated ones, temper scaled ones, "
+    "leave out the rest that disagree; each named in the report: off | screen"
+)
 
 
 @dataclass(frozen=True)
@@ -235,8 +240,16 @@ class FusionContext:
     the federation's: summed over `federation`, every accepted upload whether the method uses it
     or not (default: `uploads`)."""
 
-    def __init__(self, uploads: list[Upload], *, device: torch.device, seed: int, log=None,
-                 federation: list[Upload] | None = None, progress=None):  # fmt: skip
+    def __init__(
+        self,
+        uploads: list[Upload],
+        *,
+        device: torch.device,
+        seed: int,
+        log=None,
+        federation: list[Upload] | None = None,
+        progress=None,
+    ):
         self.uploads = uploads
         first = uploads[0].meta
         self.input_shape = tuple(first["input_shape"])
@@ -270,8 +283,9 @@ class FusionContext:
             (self.aside if used_for is None else self.partly).append(
                 (u, why if used_for is None else f"{why}; still used as {used_for}")
             )
-            self.log(f"set aside {u.name}: {why}" + (f" (still used as {used_for})"
-                                                     if used_for else ""))  # fmt: skip
+            self.log(
+                f"set aside {u.name}: {why}" + (f" (still used as {used_for})" if used_for else "")
+            )
 
     def stage(self, name: str) -> contextlib.AbstractContextManager[None]:
         return exporters.timed(self.stages, name)
@@ -400,8 +414,9 @@ def one_architecture(
     for u in classifiers:
         if u.module is None or u.spec is None:
             why = u.forward_only or "its metadata names no edgefl architecture"
-            left.append((u, f"{method} averages parameters, which needs a rebuilt edgefl "
-                            f"classifier: {why}"))  # fmt: skip
+            left.append(
+                (u, f"{method} averages parameters, which needs a rebuilt edgefl classifier: {why}")
+            )
         else:
             groups.setdefault(u.spec.to_json(), []).append(u)
     if not groups:
@@ -420,9 +435,11 @@ def one_architecture(
             continue
         other = group[0].spec.label
         arch = f"architecture {other}" if other != label else f"another {label} configuration"
-        why = (f"{arch} differs from the {len(kept)} {label} classifier(s) {method} averages "
-               f"(the largest group of one architecture; parameters of different "
-               f"architectures cannot be averaged)")  # fmt: skip
+        why = (
+            f"{arch} differs from the {len(kept)} {label} classifier(s) {method} averages "
+            f"(the largest group of one architecture; parameters of different "
+            f"architectures cannot be averaged)"
+        )
         left += [(u, why) for u in group]
     order = {id(u): i for i, u in enumerate(classifiers)}
     return kept, sorted(left, key=lambda item: order[id(item[0])])
@@ -447,8 +464,10 @@ def average_classifiers(classifiers: list[Upload], method: str) -> tuple[ModelSp
         )
     spec = kept[0].spec
     states = [u.module.state_dict() for u in kept]
-    avg = {k: torch.stack([s[k].float() for s in states]).mean(0).to(states[0][k].dtype)
-           for k in states[0]}  # fmt: skip
+    avg = {
+        k: torch.stack([s[k].float() for s in states]).mean(0).to(states[0][k].dtype)
+        for k in states[0]
+    }
     model = build_model(spec)
     model.load_state_dict(avg)
     return spec, model
@@ -503,17 +522,27 @@ def class_totals(ctx: FusionContext, decoders, labels: str) -> np.ndarray:
 
 
 LABELS = ("federation", "decoders")
-LABELS_HELP = ("class totals of the synthetic set: federation (every upload's label counts) or "
-               "decoders (only the CVAE clients', FedCVAE's rule)")  # fmt: skip
+LABELS_HELP = (
+    "class totals of the synthetic set: federation (every upload's label counts) or "
+    "decoders (only the CVAE clients', FedCVAE's rule)"
+)
 
 PIXELS = ("auto", "bernoulli", "mean")
-PIXELS_HELP = ("synthetic pixels: bernoulli draws from the decoder's outputs (a sample of the "
-               "CVAE's Bernoulli likelihood), the outputs themselves (mean), or auto: bernoulli "
-               "on images, mean on sensor windows (an acceleration is no coin flip)")  # fmt: skip
+PIXELS_HELP = (
+    "synthetic pixels: bernoulli draws from the decoder's outputs (a sample of the "
+    "CVAE's Bernoulli likelihood), the outputs themselves (mean), or auto: bernoulli "
+    "on images, mean on sensor windows (an acceleration is no coin flip)"
+)
 
 
-def decode(upload: Upload, labels: np.ndarray, gen: torch.Generator, device, batch: int = 1024,
-           pixels: str = "mean"):  # fmt: skip
+def decode(
+    upload: Upload,
+    labels: np.ndarray,
+    gen: torch.Generator,
+    device,
+    batch: int = 1024,
+    pixels: str = "mean",
+):
     """Images from one decoder for the given labels, z ~ N(0, I). The CVAEs are trained with a
     per-pixel BCE, i.e. a Bernoulli likelihood whose parameters the decoder outputs: "bernoulli"
     draws each pixel from it (a sample of the model), "mean" returns the outputs themselves,
@@ -586,9 +615,11 @@ def _per_sample_loss(logits, y, teacher, lam, kd_reduction: str, device) -> torc
 
 
 AUGMENT = AUGMENT_CHOICES
-AUGMENT_HELP = ("training-time jitter of synthetic samples: affine (images: a random small "
-                "rotation, scale and shift per sample and step), rotate (sensor windows: a random "
-                "small 3-D rotation and gain), auto (affine on images, rotate on windows) or none")  # fmt: skip
+AUGMENT_HELP = (
+    "training-time jitter of synthetic samples: affine (images: a random small "
+    "rotation, scale and shift per sample and step), rotate (sensor windows: a random "
+    "small 3-D rotation and gain), auto (affine on images, rotate on windows) or none"
+)
 
 
 def train_student(

@@ -70,46 +70,65 @@ class CoBoostingConfig(GeneratorConfig):
     the paper's experiments ran: T = 4, gamma = 1, mu = 0.01 decaying by 0.99 an epoch,
     eps = 8/255, no BatchNorm-statistics term."""
 
-    epochs: int = option(10, "epochs: generator steps, weights, then distillation (paper: 200)",
-                         low=1)  # fmt: skip
+    epochs: int = option(
+        10, "epochs: generator steps, weights, then distillation (paper: 200)", low=1
+    )
     gen_steps: int = option(30, "generator steps per epoch (T_G; paper: 30)", low=1)
-    batch_size: int = option(64, "samples synthesised per step, and the distillation batch "
-                             "(paper: 128, the authors' code)", low=1)  # fmt: skip
+    batch_size: int = option(
+        64,
+        "samples synthesised per step, and the distillation batch (paper: 128, the authors' code)",
+        low=1,
+    )
     ce_weight: float = option(1.0, "generator loss: weight of L_H, the hard-sample CE", low=0)
-    temperature: float = option(4.0, "distillation temperature T, also of the diversifying "
-                                "step's softmax (code: 4)", low=0, low_open=True)  # fmt: skip
-    bn_weight: float = option(0.0, "generator loss: weight of the BatchNorm-statistics term "
-                              "(Co-Boosting has none: 0)", low=0)  # fmt: skip
+    temperature: float = option(
+        4.0,
+        "distillation temperature T, also of the diversifying step's softmax (code: 4)",
+        low=0,
+        low_open=True,
+    )
+    bn_weight: float = option(
+        0.0,
+        "generator loss: weight of the BatchNorm-statistics term (Co-Boosting has none: 0)",
+        low=0,
+    )
     # Co-Boosting's own diversification of the pooled samples is `ods_eps`.
     augment: str = option("none", AUGMENT_HELP, choices=("clients", *AUGMENT))
-    hard_gamma: float = option(1.0, "L_H: focal exponent gamma on (1 - p_y) (0: plain CE; code: 1)",
-                               low=0)  # fmt: skip
+    hard_gamma: float = option(
+        1.0, "L_H: focal exponent gamma on (1 - p_y) (0: plain CE; code: 1)", low=0
+    )
     # 10 cpu epochs of the code's mu = 0.01 move a weight by at most 0.1 in all: 0.05 lets
     # the ensemble enhancement act within the cpu budget (the paper budget keeps 0.01).
-    weight_lr: float = option(0.05, "ensemble weights: sign-gradient step mu (0: plain average; "
-                              "code: 0.01)", low=0)  # fmt: skip
-    weight_steps: int = option(1, "ensemble weights: sign-gradient steps per epoch, each on the "
-                               "whole pool's CE", low=0)  # fmt: skip
-    weight_decay: float = option(0.99, "ensemble weights: mu shrinks by this factor each epoch",
-                                 low=0, low_open=True, high=1)  # fmt: skip
+    weight_lr: float = option(
+        0.05, "ensemble weights: sign-gradient step mu (0: plain average; code: 0.01)", low=0
+    )
+    weight_steps: int = option(
+        1, "ensemble weights: sign-gradient steps per epoch, each on the whole pool's CE", low=0
+    )
+    weight_decay: float = option(
+        0.99, "ensemble weights: mu shrinks by this factor each epoch", low=0, low_open=True, high=1
+    )
     weight_constraint: str = option(
         "box",
         "ensemble weights after each step: box (each w_k in [0, 1], the authors' code) or "
         "simplex (w_k >= 0 summing to 1: only the mixture moves, never the logits' scale)",
         choices=CONSTRAINTS,
     )
-    ods_eps: float = option(8 / 255, "diversifying step size on the [0, 1] input scale before "
-                            "distillation (0: off; code: 8/255)", low=0)  # fmt: skip
+    ods_eps: float = option(
+        8 / 255,
+        "diversifying step size on the [0, 1] input scale before "
+        "distillation (0: off; code: 8/255)",
+        low=0,
+    )
     pool_every_step: bool = option(
         True, "pool every generator step's batch (false: each epoch's final batch, the paper)"
     )
-    pool_size: int = option(50_000, "most synthetic samples kept (a uniform sample of all made)",
-                            low=1)  # fmt: skip
+    pool_size: int = option(
+        50_000, "most synthetic samples kept (a uniform sample of all made)", low=1
+    )
     # One pass over the whole pool each epoch, each batch diversified (a teacher forward and
     # backward, then a forward), cost 5x DENSE on MNIST (352 s of 433 s distilling, Dir(0.5)
     # seed 0, loaded 2 cores): the cpu budget takes 60 steps an epoch (twice the new samples).
-    kd_steps: int = option(60, "student steps per epoch; 0 = one pass over the pool (paper)",
-                           low=0)  # fmt: skip
+    kd_steps: int = option(60, "student steps per epoch; 0 = one pass over the pool (paper)", low=0)
     reset_generator: bool = option(
         False, "re-initialise the generator each epoch (the authors' code does)"
     )
@@ -173,8 +192,9 @@ def fuse(ctx: FusionContext, cfg: CoBoostingConfig) -> FusionResult:
     w = torch.full((len(teachers),), 1.0 / len(teachers), device=dev)
     pool = ReplayPool(cfg.pool_size)
     augment = student_jitter(cfg.augment, ctx.input_shape)
-    hist: dict[str, list] = {k: [] for k in ("generator", "hard_ce", "adv", "weights_ce",
-                                             "distill", "weights")}  # fmt: skip
+    hist: dict[str, list] = {
+        k: [] for k in ("generator", "hard_ce", "adv", "weights_ce", "distill", "weights")
+    }
     gen = opt_g = None
 
     ctx.progress("epoch", 0, cfg.epochs)
@@ -206,9 +226,13 @@ def fuse(ctx: FusionContext, cfg: CoBoostingConfig) -> FusionResult:
         with ctx.stage("weights"):  # 2. the ensemble re-weighted on the hard samples
             _, (pool_logits, pool_y) = pool.contents()
             w, ce = enhance_weights(
-                w, pool_logits, pool_y, step=cfg.weight_lr * cfg.weight_decay**epoch,
-                steps=cfg.weight_steps, constraint=cfg.weight_constraint,
-            )  # fmt: skip
+                w,
+                pool_logits,
+                pool_y,
+                step=cfg.weight_lr * cfg.weight_decay**epoch,
+                steps=cfg.weight_steps,
+                constraint=cfg.weight_constraint,
+            )
             hist["weights_ce"].append(ce)
             hist["weights"].append([round(float(v), 6) for v in w])
 
@@ -216,10 +240,12 @@ def fuse(ctx: FusionContext, cfg: CoBoostingConfig) -> FusionResult:
         with ctx.stage("distill"):  # 3. the student on the whole pool, diversified
             hist["distill"].append(_distill(student, opt_s, teachers, pool, w, rng, augment, cfg))
         ctx.progress(
-            "epoch", epoch + 1, cfg.epochs,
+            "epoch",
+            epoch + 1,
+            cfg.epochs,
             f"generator {hist['generator'][-1]:.4f}, weights {hist['weights'][-1]}, "
             f"distill {hist['distill'][-1]:.4f}",
-        )  # fmt: skip
+        )
     if bn is not None:
         bn.remove()
     student.eval()
@@ -227,7 +253,7 @@ def fuse(ctx: FusionContext, cfg: CoBoostingConfig) -> FusionResult:
         "teachers": [u.client_id for u in uploads],
         "ensemble_weights": dict(
             zip([u.client_id for u in uploads], hist["weights"][-1], strict=True)
-        ),  # fmt: skip
+        ),
         "synthetic_pool": pool.size,
         "synthetic_made": pool.seen,
         "loss_history": hist,

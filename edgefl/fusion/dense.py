@@ -57,8 +57,9 @@ class DenseConfig(GeneratorConfig):
     epochs: int = option(10, "epochs: generator steps, then distillation (paper: 200)", low=1)
     gen_steps: int = option(30, "generator steps per epoch (T_G; paper: 30)", low=1)
 
-    temperature: float = option(20.0, "distillation temperature T (DENSE: 20)", low=0,
-                                low_open=True)  # fmt: skip
+    temperature: float = option(
+        20.0, "distillation temperature T (DENSE: 20)", low=0, low_open=True
+    )
     kd_steps: int = option(0, "student steps per epoch; 0 = one pass over the pool", low=0)
     pool_every_step: bool = option(
         True, "pool every generator step's batch (false: only the last, as DENSE's code)"
@@ -118,10 +119,12 @@ def fuse(ctx: FusionContext, cfg: DenseConfig) -> FusionResult:
         with ctx.stage("distill"):
             hist["distill"].append(_distill(student, opt_s, pool_x, pool_t, rng, cfg))
         ctx.progress(
-            "epoch", epoch + 1, cfg.epochs,
+            "epoch",
+            epoch + 1,
+            cfg.epochs,
             f"generator {hist['generator'][-1]:.4f} (bn {hist['bn'][-1]:.4f}), "
             f"distill {hist['distill'][-1]:.4f}",
-        )  # fmt: skip
+        )
     bn.remove()
     student.eval()
     info = {

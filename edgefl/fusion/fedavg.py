@@ -32,8 +32,12 @@ def fuse(ctx: FusionContext, cfg: FedAvgConfig) -> FusionResult:
     ctx.set_aside(left)
     with ctx.stage("average"):
         spec, model = average_classifiers(kept, "fedavg")
-    return FusionResult(model, spec, {"averaged": [u.client_id for u in kept]},
-                        scope=average_scope(kept, classifiers))  # fmt: skip
+    return FusionResult(
+        model,
+        spec,
+        {"averaged": [u.client_id for u in kept]},
+        scope=average_scope(kept, classifiers),
+    )
 
 
 METHOD = Method(

@@ -76,9 +76,17 @@ def fuse(ctx: FusionContext, cfg: FedCVAEConfig) -> FusionResult:
     spec, model = ctx.student(cfg.student)
     with ctx.stage("train"):
         history = train_student(
-            model, x, y, epochs=cfg.epochs, lr=cfg.lr, batch_size=cfg.batch_size,
-            seed=cfg.seed, device=ctx.device, augment=cfg.augment, progress=ctx.progress,
-        )  # fmt: skip
+            model,
+            x,
+            y,
+            epochs=cfg.epochs,
+            lr=cfg.lr,
+            batch_size=cfg.batch_size,
+            seed=cfg.seed,
+            device=ctx.device,
+            augment=cfg.augment,
+            progress=ctx.progress,
+        )
     info = {
         "synthetic_per_client": dict(
             zip([u.client_id for u in decoders], alloc.sum(1).tolist(), strict=True)

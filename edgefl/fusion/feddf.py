@@ -40,9 +40,10 @@ class PublicSetConfig(FusionConfig):
     """Where the server finds the public set: the same reference, size and seed as the clients."""
 
     public: str | None = option(
-        None, "the public set: NAME:public (carved from NAME's train split) or a .npz with x",
+        None,
+        "the public set: NAME:public (carved from NAME's train split) or a .npz with x",
         kind="str",
-    )  # fmt: skip
+    )
     public_size: int = option(
         DEFAULT_PUBLIC_SIZE, "public samples carved (FedOL paper: 5,000)", low=1
     )
@@ -51,18 +52,25 @@ class PublicSetConfig(FusionConfig):
         None, "the clients' --subset, if they used one", kind="int", low=1
     )
     public_partition: str | None = option(
-        None, "the clients' --partition, if it names users (user:ID,...): the carve never "
-        "makes those users public", kind="str",
-    )  # fmt: skip
+        None,
+        "the clients' --partition, if it names users (user:ID,...): the carve never "
+        "makes those users public",
+        kind="str",
+    )
     data_dir: str | None = option(None, "folder with standard dataset files", kind="str")
 
     def public_args(self) -> dict | None:
         """load_public's arguments for this public set; None without one."""
         if not self.public:
             return None
-        return {"ref": self.public, "public_size": self.public_size, "seed": self.public_seed,
-                "subset": self.public_subset, "data_dir": self.data_dir,
-                "partition": self.public_partition}  # fmt: skip
+        return {
+            "ref": self.public,
+            "public_size": self.public_size,
+            "seed": self.public_seed,
+            "subset": self.public_subset,
+            "data_dir": self.data_dir,
+            "partition": self.public_partition,
+        }
 
 
 def public_samples(ctx: FusionContext, cfg: PublicSetConfig, method: str) -> np.ndarray:
@@ -93,9 +101,10 @@ class FedDFConfig(PublicSetConfig):
         "cnn on images, cnn1d on sensor windows)",
     )
     init: str = option(
-        "fresh", "fresh student, or the uploads' parameter average (the paper's)",
+        "fresh",
+        "fresh student, or the uploads' parameter average (the paper's)",
         choices=("fresh", "average"),
-    )  # fmt: skip
+    )
     epochs: int = option(20, "distillation epochs over the public set", low=1)
     lr: float = option(1e-3, "Adam learning rate (cosine annealed)", low=0, low_open=True)
     batch_size: int = option(64, "distillation batch size", low=1)
@@ -134,8 +143,9 @@ def fuse(ctx: FusionContext, cfg: FedDFConfig) -> FusionResult:
         for epoch in range(cfg.epochs):
             total = 0.0
             for idx in torch.randperm(len(x), generator=gen).split(cfg.batch_size):
-                loss = kl_at(student(x[idx].to(ctx.device)), targets[idx].to(ctx.device),
-                             cfg.temperature)  # fmt: skip
+                loss = kl_at(
+                    student(x[idx].to(ctx.device)), targets[idx].to(ctx.device), cfg.temperature
+                )
                 opt.zero_grad(set_to_none=True)
                 loss.backward()
                 opt.step()

@@ -51,15 +51,22 @@ def collect_prototypes(ctx: FusionContext):
     reps, labels, used, rejected = [], [], [], []
     for u in uploads:
         if u.meta["representation_size"] != rep:
-            rejected.append({"file": u.name, "reason": (
-                f"representation size {u.meta['representation_size']} differs from the "
-                f"majority's {rep}")})  # fmt: skip
+            rejected.append(
+                {
+                    "file": u.name,
+                    "reason": (
+                        f"representation size {u.meta['representation_size']} differs from the "
+                        f"majority's {rep}"
+                    ),
+                }
+            )
             continue
         means = exporters.read_constant_outputs(u.artifact.model)["prototypes"]
         reps.append(means.astype(np.float32))
         labels.append(np.asarray(u.meta["classes"], dtype=np.int64))
-        used.append({"client_id": u.client_id, "classes": u.meta["classes"],
-                     "counts": u.meta["counts"]})  # fmt: skip
+        used.append(
+            {"client_id": u.client_id, "classes": u.meta["classes"], "counts": u.meta["counts"]}
+        )
     return np.concatenate(reps), np.concatenate(labels), used, rejected
 
 

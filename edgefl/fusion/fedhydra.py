@@ -121,9 +121,12 @@ class FedHydraConfig(GeneratorConfig):
     # teach the student little: on MNIST 5 steps finish a batch, on HAPT windows they did not
     # (a whole class at 0% recall on seeds 1 and 2). The generator keeps stepping on the batch.
     finish: float = option(
-        0.9, "after gen_steps, keep stepping until this share of the batch is labelled its "
-        "target by the aggregate (0: never)", low=0, high=1,
-    )  # fmt: skip
+        0.9,
+        "after gen_steps, keep stepping until this share of the batch is labelled its "
+        "target by the aggregate (0: never)",
+        low=0,
+        high=1,
+    )
     max_gen_steps: int = option(30, "most generator steps on one batch (finish's cap)", low=1)
     heatmap: str | None = option(
         None,
@@ -183,8 +186,9 @@ def stratify(
             losses[k, :, t] = per_class.detach().cpu().numpy()
         if progress:
             progress("stratification client", k + 1, len(teachers))
-    u = np.array([[guidance(losses[k, j], scale) for k in range(len(teachers))]
-                  for j in range(num_classes)])  # fmt: skip
+    u = np.array(
+        [[guidance(losses[k, j], scale) for k in range(len(teachers))] for j in range(num_classes)]
+    )
     return u, losses
 
 
@@ -212,8 +216,9 @@ def stratification_weights(u: np.ndarray, relative: bool = True) -> tuple[np.nda
     return u_r, u_c
 
 
-def stratified_aggregate(logits: torch.Tensor, y: torch.Tensor, u_r: torch.Tensor,
-                         u_c: torch.Tensor) -> torch.Tensor:  # fmt: skip
+def stratified_aggregate(
+    logits: torch.Tensor, y: torch.Tensor, u_r: torch.Tensor, u_c: torch.Tensor
+) -> torch.Tensor:
     """SA (Eq. 8-11) over probabilities. logits (m, b, c) of the m clients; y (b,) target
     labels; u_r, u_c (c, m). Returns log-probabilities P (b, c): the log of the normalised
     mixture sum_k u_r[y_i, k] * (softmax(logits[k, i]) * u_c[:, k]). Unlike weighting raw
@@ -235,15 +240,24 @@ def fuse(ctx: FusionContext, cfg: FedHydraConfig) -> FusionResult:
     teachers = frozen_teachers(uploads, dev)
     with ctx.stage("stratify"):
         u, _ = stratify(
-            teachers, ctx.num_classes, image_shape=ctx.input_shape,
-            steps=cfg.strat_steps or cfg.gen_steps, batch_size=cfg.strat_batch or cfg.batch_size,
-            lr=cfg.gen_lr, nz=cfg.nz, ngf=cfg.ngf, seed=cfg.seed, device=dev,
-            scale=cfg.guidance_scale, progress=ctx.progress,
-        )  # fmt: skip
+            teachers,
+            ctx.num_classes,
+            image_shape=ctx.input_shape,
+            steps=cfg.strat_steps or cfg.gen_steps,
+            batch_size=cfg.strat_batch or cfg.batch_size,
+            lr=cfg.gen_lr,
+            nz=cfg.nz,
+            ngf=cfg.ngf,
+            seed=cfg.seed,
+            device=dev,
+            scale=cfg.guidance_scale,
+            progress=ctx.progress,
+        )
     u_r, u_c = stratification_weights(u, cfg.relative_classes)
     ur_t = torch.tensor(u_r, dtype=torch.float32, device=dev)
-    uc_t = torch.tensor(u_c if cfg.class_weights else np.ones_like(u_c), dtype=torch.float32,
-                        device=dev)  # fmt: skip
+    uc_t = torch.tensor(
+        u_c if cfg.class_weights else np.ones_like(u_c), dtype=torch.float32, device=dev
+    )
 
     bn = BNStatLoss(teachers)
     spec, student = ctx.student(cfg.student)
@@ -306,10 +320,12 @@ def fuse(ctx: FusionContext, cfg: FedHydraConfig) -> FusionResult:
                 replay.add(x, p, rng)
         agree = f", held-out agreement {val.update(student, epoch + 1):.3f}" if cfg.val_size else ""
         ctx.progress(
-            "epoch", epoch + 1, cfg.epochs,
+            "epoch",
+            epoch + 1,
+            cfg.epochs,
             f"generator {hist['generator'][-1]:.4f} (bn {hist['bn'][-1]:.4f}), "
             f"global {hist['global'][-1]:.4f}{agree}",
-        )  # fmt: skip
+        )
         if cfg.val_size and cfg.patience and val.stale >= cfg.patience:
             ctx.log(f"stopping: no better held-out agreement for {cfg.patience} epochs")
             break
@@ -365,8 +381,15 @@ def plot_stratification(weights, client_ids, class_names, path) -> Path:
     for j in range(w.shape[0]):
         for k in range(w.shape[1]):
             dark = w[j, k] < 0.5 * w.max()
-            ax.text(k, j, f"{w[j, k]:.2f}", ha="center", va="center", fontsize=7,
-                    color="white" if dark else "black")  # fmt: skip
+            ax.text(
+                k,
+                j,
+                f"{w[j, k]:.2f}",
+                ha="center",
+                va="center",
+                fontsize=7,
+                color="white" if dark else "black",
+            )
     fig.colorbar(im, ax=ax)
     fig.tight_layout()
     try:

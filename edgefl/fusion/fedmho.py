@@ -59,24 +59,30 @@ class FedMHOConfig(FusionConfig):
     # better on the mean images (MD 85.7 vs 85.2, bench/results/fedcvae_diagnosis.md).
     pixels: str = option("mean", PIXELS_HELP, choices=PIXELS)
     keep_ratio: float = option(
-        0.8, "share of each class kept by the class-mean filter (paper's R_th)", low=0,
-        low_open=True, high=1,
-    )  # fmt: skip
+        0.8,
+        "share of each class kept by the class-mean filter (paper's R_th)",
+        low=0,
+        low_open=True,
+        high=1,
+    )
     lam: float = option(
         0.5, "weight of cross-entropy vs distillation (paper's lambda; MD/SD only)", low=0, high=1
     )
     # Paper: Adam lr 1e-5 for 10 epochs. Measured (bench/results/fedmho.md): best for classifiers
     # of ~100k+ parameters; the 8.5k-parameter CNN prototype barely moves at 1e-5 and does
     # better with --lr 1e-4 --epochs 20. Longer or faster training forgets w0 (paper Fig. 6).
-    lr: float = option(1e-5, "global Adam learning rate (paper and code: 1e-5)", low=0,
-                       low_open=True)  # fmt: skip
-    epochs: int = option(10, "global training epochs (paper: 10; the authors' code: 20, "
-                         "--budget code)", low=1)  # fmt: skip
+    lr: float = option(
+        1e-5, "global Adam learning rate (paper and code: 1e-5)", low=0, low_open=True
+    )
+    epochs: int = option(
+        10, "global training epochs (paper: 10; the authors' code: 20, --budget code)", low=1
+    )
     batch_size: int = option(64, "global batch size", low=1)
     kd_reduction: str = option(
-        "mean", "KL reduction: mean (the paper code's, 1/C-scaled) or batchmean (textbook KL)",
+        "mean",
+        "KL reduction: mean (the paper code's, 1/C-scaled) or batchmean (textbook KL)",
         choices=("mean", "batchmean"),
-    )  # fmt: skip
+    )
 
 
 def generate_fedmho(ctx: FusionContext, decoders, total: int, seed: int, pixels: str = "mean"):
@@ -111,10 +117,19 @@ def _fuse(ctx: FusionContext, cfg: FedMHOConfig, variant: str) -> FusionResult:
             lam = cfg.lam
     with ctx.stage("train"):
         history = train_student(
-            model, xk, yk, epochs=cfg.epochs, lr=cfg.lr, batch_size=cfg.batch_size,
-            seed=cfg.seed, device=ctx.device, teacher=teacher, lam=lam,
-            kd_reduction=cfg.kd_reduction, progress=ctx.progress,
-        )  # fmt: skip
+            model,
+            xk,
+            yk,
+            epochs=cfg.epochs,
+            lr=cfg.lr,
+            batch_size=cfg.batch_size,
+            seed=cfg.seed,
+            device=ctx.device,
+            teacher=teacher,
+            lam=lam,
+            kd_reduction=cfg.kd_reduction,
+            progress=ctx.progress,
+        )
     info = {
         "initialised_from": [u.client_id for u in kept],
         "synthetic_per_decoder": {

@@ -64,15 +64,19 @@ class FedMHOCWConfig(FusionConfig):
         "holders; label-weighted: only the first; class-weighted: only the second; mean: "
         "FedMHO-MD's mean of logits",
         choices=("class-weighted", "label-weighted", "both", "mean"),
-    )  # fmt: skip
-    lam: float = option(0.5, "weight of cross-entropy vs distillation (FedMHO's lambda; with "
-                        "--balance fixed)", low=0, high=1)  # fmt: skip
+    )
+    lam: float = option(
+        0.5,
+        "weight of cross-entropy vs distillation (FedMHO's lambda; with --balance fixed)",
+        low=0,
+        high=1,
+    )
     balance: str = option(
         "data",
         "fixed: lam for every sample; data: a sample of class y weighs the decoders' label and "
         "the teacher by how many class-y samples each side's clients hold",
         choices=("fixed", "data"),
-    )  # fmt: skip
+    )
     lr: float = option(1e-3, "global Adam learning rate", low=0, low_open=True)
     epochs: int = option(20, "global training epochs", low=1)
     batch_size: int = option(64, "global batch size", low=1)
@@ -90,8 +94,9 @@ def class_shares(classifiers) -> torch.Tensor:
     return torch.from_numpy(shares).float()
 
 
-def weighted_mixture(logits: torch.Tensor, shares: torch.Tensor,
-                     rows: torch.Tensor | None = None) -> torch.Tensor:  # fmt: skip
+def weighted_mixture(
+    logits: torch.Tensor, shares: torch.Tensor, rows: torch.Tensor | None = None
+) -> torch.Tensor:
     """Log of the normalised mixture sum_k rows[n, k] * shares[k, c] * softmax(logits[k, n])[c];
     logits (K, N, C), rows (N, K) (default: all ones). Mixing probabilities, not logits: a
     client's logits are defined only up to a constant."""
@@ -137,10 +142,20 @@ def fuse(ctx: FusionContext, cfg: FedMHOCWConfig) -> FusionResult:
         lam = evidence_share(decoders, classifiers, ctx.num_classes)[y]
     with ctx.stage("train"):
         history = train_student(
-            model, x, y, epochs=cfg.epochs, lr=cfg.lr, batch_size=cfg.batch_size,
-            seed=cfg.seed, device=ctx.device, teacher=teacher, lam=lam,
-            kd_reduction="batchmean", augment=cfg.augment, progress=ctx.progress,
-        )  # fmt: skip
+            model,
+            x,
+            y,
+            epochs=cfg.epochs,
+            lr=cfg.lr,
+            batch_size=cfg.batch_size,
+            seed=cfg.seed,
+            device=ctx.device,
+            teacher=teacher,
+            lam=lam,
+            kd_reduction="batchmean",
+            augment=cfg.augment,
+            progress=ctx.progress,
+        )
     info = {
         "initialised_from": [u.client_id for u in kept],
         "synthetic_per_decoder": {

@@ -51,8 +51,9 @@ class FedOLConfig(PublicSetConfig):
     lr: float = option(1e-3, "Adam learning rate", low=0, low_open=True)
     batch_size: int = option(64, "batch size", low=1)
     tau: float = option(0.2, "weight of the pseudo-label CE term (paper: 0.2)", low=0)
-    rho: float = option(0.1, "share of most confident samples per model, round 1", low=0,
-                        low_open=True, high=1)  # fmt: skip
+    rho: float = option(
+        0.1, "share of most confident samples per model, round 1", low=0, low_open=True, high=1
+    )
     rho_step: float = option(0.05, "rho's growth per round (paper: 0.05)", low=0)
 
 
@@ -112,8 +113,10 @@ def distillation_targets(probs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 @torch.no_grad()
 def _server_probs(model, x: torch.Tensor, device, batch: int = 1024) -> np.ndarray:
     model.eval()
-    out = [torch.softmax(model(x[i : i + batch].to(device)).float(), 1).cpu()
-           for i in range(0, len(x), batch)]  # fmt: skip
+    out = [
+        torch.softmax(model(x[i : i + batch].to(device)).float(), 1).cpu()
+        for i in range(0, len(x), batch)
+    ]
     return torch.cat(out).numpy()
 
 
@@ -124,11 +127,16 @@ def matching_predictions(ctx: FusionContext, fingerprint: str, size: int):
         if u.kind != "predictions":
             continue
         if u.meta["public_fingerprint"] != fingerprint:
-            rejected.append((u.name, (
-                f"predictions are for another public set (fingerprint "
-                f"{u.meta['public_fingerprint'][:12]}..., {u.meta['public_size']} samples; the "
-                f"server's is {fingerprint[:12]}..., {size} samples)"
-            )))  # fmt: skip
+            rejected.append(
+                (
+                    u.name,
+                    (
+                        f"predictions are for another public set (fingerprint "
+                        f"{u.meta['public_fingerprint'][:12]}..., {u.meta['public_size']} samples; the "
+                        f"server's is {fingerprint[:12]}..., {size} samples)"
+                    ),
+                )
+            )
         else:
             used.append(u)
     return used, rejected
@@ -149,10 +157,12 @@ def fuse(ctx: FusionContext, cfg: FedOLConfig) -> FusionResult:
             hint="clients and server must name the same public set, --public-size and seed",
         )
     # float16 uploads are renormalised after the cast so every row is a distribution again.
-    probs = np.stack([
-        exporters.read_constant_outputs(u.artifact.model)["predictions"].astype(np.float32)
-        for u in used
-    ])  # fmt: skip
+    probs = np.stack(
+        [
+            exporters.read_constant_outputs(u.artifact.model)["predictions"].astype(np.float32)
+            for u in used
+        ]
+    )
     probs = np.clip(probs, 0.0, None)
     probs /= probs.sum(-1, keepdims=True)
     q, const = (torch.from_numpy(a) for a in distillation_targets(probs))
@@ -175,21 +185,37 @@ def fuse(ctx: FusionContext, cfg: FedOLConfig) -> FusionResult:
             for _ in range(cfg.epochs):
                 totals = np.zeros(3)
                 for idx in torch.randperm(len(x), generator=gen).split(cfg.batch_size):
-                    loss, parts = _loss(student(x[idx].to(ctx.device)), q[idx], const[idx],
-                                        labels[idx], cfg.tau, ctx.device)  # fmt: skip
+                    loss, parts = _loss(
+                        student(x[idx].to(ctx.device)),
+                        q[idx],
+                        const[idx],
+                        labels[idx],
+                        cfg.tau,
+                        ctx.device,
+                    )
                     opt.zero_grad(set_to_none=True)
                     loss.backward()
                     opt.step()
                     totals += np.array([loss.item(), *parts]) * len(idx)
         totals /= len(x)
-        rounds.append({
-            "round": t, "rho": round(rho, 4), "sources": len(sources),
-            "labelled": int((labels_np >= 0).sum()),
-            "reliable_per_source": reliable.sum(1).tolist(),
-            "loss": float(totals[0]), "distill": float(totals[1]), "pseudo_ce": float(totals[2]),
-        })  # fmt: skip
-        ctx.progress("round", t, cfg.rounds,
-                     f"rho {rho:.2f}, {rounds[-1]['labelled']} pseudo-labels, loss {totals[0]:.4f}")  # fmt: skip
+        rounds.append(
+            {
+                "round": t,
+                "rho": round(rho, 4),
+                "sources": len(sources),
+                "labelled": int((labels_np >= 0).sum()),
+                "reliable_per_source": reliable.sum(1).tolist(),
+                "loss": float(totals[0]),
+                "distill": float(totals[1]),
+                "pseudo_ce": float(totals[2]),
+            }
+        )
+        ctx.progress(
+            "round",
+            t,
+            cfg.rounds,
+            f"rho {rho:.2f}, {rounds[-1]['labelled']} pseudo-labels, loss {totals[0]:.4f}",
+        )
     student.eval()
     info = {
         "sources": [u.client_id for u in used],

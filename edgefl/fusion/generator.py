@@ -40,16 +40,16 @@ class GeneratorConfig(FusionConfig):
         "cnn1d on sensor windows)",
     )
     epochs: int = option(30, "epochs: generator steps, then distillation (paper: 200)", low=1)
-    batch_size: int = option(64, "samples synthesised per step, and the distillation batch "
-                             "(paper: 256)", low=1)  # fmt: skip
+    batch_size: int = option(
+        64, "samples synthesised per step, and the distillation batch (paper: 256)", low=1
+    )
     gen_steps: int = option(5, "generator steps per epoch (T_G; paper: 30)", low=1)
     gen_lr: float = option(1e-3, "generator Adam learning rate", low=0, low_open=True)
     lr: float = option(0.01, "student SGD learning rate", low=0, low_open=True)
     momentum: float = option(0.9, "student SGD momentum", low=0, high=1, high_open=True)
     temperature: float = option(1.0, "distillation temperature T", low=0, low_open=True)
     ce_weight: float = option(1.0, "generator loss: weight of CE(teachers(x), y)", low=0)
-    bn_weight: float = option(1.0, "generator loss: weight of the BatchNorm-statistics term",
-                              low=0)  # fmt: skip
+    bn_weight: float = option(1.0, "generator loss: weight of the BatchNorm-statistics term", low=0)
     adv_weight: float = option(1.0, "generator loss: weight of the adversarial -KL term", low=0)
     nz: int = option(256, "generator noise dimension", low=1)
     ngf: int = option(16, "generator width (channels 2*ngf, ngf; paper: 64)", low=1)
@@ -123,8 +123,10 @@ class Generator(nn.Module):
         """A grouped generator whose every group starts as a copy of this (ungrouped) one: all
         leading dimensions of its tensors are group-major, so repeating them stacks copies."""
         out = Generator(self.nz, self.ngf, self.image_shape, groups)
-        state = {k: v.repeat(groups, *[1] * (v.dim() - 1)) if v.dim() else v
-                 for k, v in self.state_dict().items()}  # fmt: skip
+        state = {
+            k: v.repeat(groups, *[1] * (v.dim() - 1)) if v.dim() else v
+            for k, v in self.state_dict().items()
+        }
         out.load_state_dict(state)
         return out.to(self.fc.weight.device).train()
 
@@ -260,8 +262,10 @@ class SyntheticValidation:
 
     @torch.no_grad()
     def _agreement(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
-        hits = sum(int((model(xb).argmax(1) == yb).sum()) for xb, yb in
-                   zip(x.split(512), y.split(512), strict=True))  # fmt: skip
+        hits = sum(
+            int((model(xb).argmax(1) == yb).sum())
+            for xb, yb in zip(x.split(512), y.split(512), strict=True)
+        )
         return hits / max(1, len(y))
 
     def update(self, student: nn.Module, epoch: int) -> float:

@@ -33,8 +33,13 @@ class Opt:
             text = "one of " + ", ".join(self.choices)
         else:
             # A bounded number reads best bare ("in (0, 1]", "> 0"); integers say so.
-            noun = {"int": "an integer", "float": "", "str": "a string", "bool": "true or false",
-                    "floats": "numbers, each"}[self.kind]  # fmt: skip
+            noun = {
+                "int": "an integer",
+                "float": "",
+                "str": "a string",
+                "bool": "true or false",
+                "floats": "numbers, each",
+            }[self.kind]
             if self.low is not None and self.high is not None:
                 lo, hi = "(" if self.low_open else "[", ")" if self.high_open else "]"
                 text = f"{noun} in {lo}{_num(self.low)}, {_num(self.high)}{hi}"
@@ -91,8 +96,9 @@ def option(default: Any, help: str, *, kind: str | None = None, **bounds: Any):
         )
         if kind is None:
             raise TypeError(f"option default {default!r}: pass kind=")
-    opt = Opt(help=help, kind=kind, nullable=default is None or bounds.pop("nullable", False),
-              **bounds)  # fmt: skip
+    opt = Opt(
+        help=help, kind=kind, nullable=default is None or bounds.pop("nullable", False), **bounds
+    )
     return field(default=default, metadata={"option": opt})
 
 
@@ -134,6 +140,14 @@ def _example(default: Any) -> str:
 
 def describe_options(cls) -> list[dict[str, Any]]:
     """The options of a config class as rows (for `server methods` and --json)."""
-    return [{"name": name, "flag": "--" + flag(name), "default": default, "type": opt.kind,
-             "constraint": opt.describe(), "help": opt.help}
-            for name, default, opt in declared(cls)]  # fmt: skip
+    return [
+        {
+            "name": name,
+            "flag": "--" + flag(name),
+            "default": default,
+            "type": opt.kind,
+            "constraint": opt.describe(),
+            "help": opt.help,
+        }
+        for name, default, opt in declared(cls)
+    ]

@@ -53,11 +53,14 @@ class PFedZKDConfig(FusionConfig):
     synthetic: int = option(4_000, "pseudo-images in all (paper: 4,000 on MNIST)", low=1)
     tau: float = option(4.0, "distillation temperature (paper: 4)", low=0, low_open=True)
     betas: tuple[float, ...] = option(
-        (0.1, 1.0), "Dirichlet concentrations of the soft targets (paper's beta set)", low=0,
+        (0.1, 1.0),
+        "Dirichlet concentrations of the soft targets (paper's beta set)",
+        low=0,
         low_open=True,
-    )  # fmt: skip
-    inversion_steps: int = option(200, "Adam steps per inversion batch (ours; ZSKD used 1,500)",
-                                  low=1)  # fmt: skip
+    )
+    inversion_steps: int = option(
+        200, "Adam steps per inversion batch (ours; ZSKD used 1,500)", low=1
+    )
     inversion_lr: float = option(
         0.0, "inversion Adam learning rate (ours; 0: by input, 0.1 images, 0.01 windows)", low=0
     )
@@ -70,19 +73,23 @@ class PFedZKDConfig(FusionConfig):
     # (bench/results/datafree_hapt.md). Real sampled signals are smooth in time: a prior says so.
     # Digits are strokes: the same prior on images blurs them (MNIST Dir(0.5) seed 0, weight 1: 84.12 -> 56.92).
     smooth: float | None = option(
-        None, "weight of the smoothness prior on pseudo-images (squared steps between "
+        None,
+        "weight of the smoothness prior on pseudo-images (squared steps between "
         "neighbouring values; default by input: 1 on windows, 0 on images, the paper's)",
-        low=0, kind="float",
-    )  # fmt: skip
-    similarity_floor: float = option(1e-3, "class similarities are clamped to [floor, 1] (ours)",
-                                     low=0, low_open=True, high=1)  # fmt: skip
+        low=0,
+        kind="float",
+    )
+    similarity_floor: float = option(
+        1e-3, "class similarities are clamped to [floor, 1] (ours)", low=0, low_open=True, high=1
+    )
     student: str = option(
         "auto",
         "zoo architecture of the global model (auto: cnn on images, cnn1d on sensor windows)",
     )
     epochs: int = option(30, "distillation epochs (ours)", low=1)
-    lr: float = option(1e-3, "student Adam learning rate (the paper's client rate)", low=0,
-                       low_open=True)  # fmt: skip
+    lr: float = option(
+        1e-3, "student Adam learning rate (the paper's client rate)", low=0, low_open=True
+    )
     batch_size: int = option(64, "batch size (the paper's)", low=1)
 
     def __post_init__(self) -> None:
@@ -100,8 +107,9 @@ def _parse_betas(value) -> tuple[float, ...]:
         try:
             value = [float(p) for p in parts if p.strip()]
         except ValueError:
-            raise ConfigError(f"--betas must be numbers like 0.1,1.0, got {value!r}",
-                              hint=BETAS_HINT) from None  # fmt: skip
+            raise ConfigError(
+                f"--betas must be numbers like 0.1,1.0, got {value!r}", hint=BETAS_HINT
+            ) from None
     elif isinstance(value, int | float) and not isinstance(value, bool):
         value = [value]
     if not isinstance(value, list | tuple) or not all(
@@ -192,17 +200,35 @@ def synthesize(teachers: list[Upload], ctx: FusionContext, cfg: PFedZKDConfig):
                 hint="upload edgefl zoo classifiers (their `head` is that layer)",
             )
         sim = class_similarity(head, cfg.similarity_floor)
-        targets = torch.cat([soft_targets(sim, c, b, int(counts[k, c, j]), rng)
-                             for c in range(n_cls) for j, b in enumerate(cfg.betas)])  # fmt: skip
-        x = invert(t.module, targets, ctx.input_shape, steps=cfg.inversion_steps, lr=lr,
-                   tau=cfg.tau, gen=gen, device=ctx.device, init_std=init_std,
-                   smooth=smooth)  # fmt: skip
+        targets = torch.cat(
+            [
+                soft_targets(sim, c, b, int(counts[k, c, j]), rng)
+                for c in range(n_cls)
+                for j, b in enumerate(cfg.betas)
+            ]
+        )
+        x = invert(
+            t.module,
+            targets,
+            ctx.input_shape,
+            steps=cfg.inversion_steps,
+            lr=lr,
+            tau=cfg.tau,
+            gen=gen,
+            device=ctx.device,
+            init_std=init_std,
+            smooth=smooth,
+        )
         with torch.no_grad():
             pred = t.module(x.to(ctx.device)).argmax(1).cpu()
         agree = float((pred == targets.argmax(1)).float().mean()) if len(x) else 0.0
         stats.append({"client_id": t.client_id, "images": len(x), "target_agreement": agree})
-        ctx.progress("inversion teacher", k + 1, len(teachers),
-                     f"{len(x)} pseudo-images, teacher argmax = target's on {100 * agree:.1f}%")  # fmt: skip
+        ctx.progress(
+            "inversion teacher",
+            k + 1,
+            len(teachers),
+            f"{len(x)} pseudo-images, teacher argmax = target's on {100 * agree:.1f}%",
+        )
         xs.append(x)
         ys.append(targets)
     return torch.cat(xs), torch.cat(ys), stats
@@ -217,9 +243,18 @@ def fuse(ctx: FusionContext, cfg: PFedZKDConfig) -> FusionResult:
         labels = consensus([t.module for t in teachers], x, cfg.tau, ctx.device)
     spec, student = ctx.student(cfg.student)
     with ctx.stage("distill"):
-        history = distill(student, x, labels, tau=cfg.tau, epochs=cfg.epochs, lr=cfg.lr,
-                          batch_size=cfg.batch_size, seed=cfg.seed, device=ctx.device,
-                          progress=ctx.progress)  # fmt: skip
+        history = distill(
+            student,
+            x,
+            labels,
+            tau=cfg.tau,
+            epochs=cfg.epochs,
+            lr=cfg.lr,
+            batch_size=cfg.batch_size,
+            seed=cfg.seed,
+            device=ctx.device,
+            progress=ctx.progress,
+        )
     info = {
         "teachers": stats,
         "synthetic_per_class": torch.bincount(labels.argmax(1), minlength=ctx.num_classes).tolist(),

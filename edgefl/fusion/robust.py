@@ -98,16 +98,24 @@ def apply(verdict: Verdict, usable: list[Upload], log=None):
     client_id, kind, reason}] for its uploads screened out, the notes)."""
     log = log or (lambda msg: None)
     kept = [verdict.swap.get(u.name, u) for u in usable if u.name not in verdict.out]
-    screened = [{"file": u.name, "client_id": u.client_id, "kind": u.kind,
-                 "reason": verdict.out[u.name]} for u in usable if u.name in verdict.out]  # fmt: skip
+    screened = [
+        {"file": u.name, "client_id": u.client_id, "kind": u.kind, "reason": verdict.out[u.name]}
+        for u in usable
+        if u.name in verdict.out
+    ]
     for s in screened:
         log(f"screened out {s['file']} ({s['kind']}): {s['reason']}")
     names = {u.name for u in usable}
     return kept, screened, [text for name, text in verdict.notes if name is None or name in names]
 
 
-def judge(federation: list[Upload], device, seed: int = 0,
-          public: Callable[[], np.ndarray | None] | None = None, progress=None) -> Verdict:  # fmt: skip
+def judge(
+    federation: list[Upload],
+    device,
+    seed: int = 0,
+    public: Callable[[], np.ndarray | None] | None = None,
+    progress=None,
+) -> Verdict:
     """Judge every upload of the federation. `public()`: the method's public set, the probe when
     the federation has no decoder (read only then: a 5,000-sample set costs a dataset load).
     `progress(task, done, total, note)`: the steps of its one long part (`_cover`)."""
@@ -124,12 +132,18 @@ def judge(federation: list[Upload], device, seed: int = 0,
         if x is not None:
             probe, asked, source = torch.from_numpy(x), None, np.zeros(len(x), dtype=np.int64)
     if classifiers and probe is not None and asked is None and len(classifiers) < COMMITTEE:
-        notes.append((None, f"classifiers not screened: {len(classifiers)} are too few for a "
-                      f"committee that one poisoned cannot outvote (needs {COMMITTEE}, or a "
-                      "decoder whose draws say their class)"))  # fmt: skip
+        notes.append(
+            (
+                None,
+                f"classifiers not screened: {len(classifiers)} are too few for a "
+                f"committee that one poisoned cannot outvote (needs {COMMITTEE}, or a "
+                "decoder whose draws say their class)",
+            )
+        )
     elif classifiers and probe is not None:
-        probs, scale = map(list, zip(*(_classify(u, probe, device) for u in classifiers),
-                                     strict=True))  # fmt: skip
+        probs, scale = map(
+            list, zip(*(_classify(u, probe, device) for u in classifiers), strict=True)
+        )
         reference = asked if asked is not None else _committee(probs)
         # A first judgement, to know whom to trust for the reference of the repair: the
         # decoders' draws count where the classifiers not doubted read them as asked (a flipped
@@ -139,8 +153,9 @@ def judge(federation: list[Upload], device, seed: int = 0,
         judges = [i for i, u in enumerate(classifiers) if u.name not in first]
         if asked is not None:
             doubted = _judge_decoders(decoders, source, asked, classifiers, probs, judges)
-            reference = np.where(np.isin(source, [i for i, d in enumerate(decoders)
-                                                  if d.name in doubted]), -1, asked)  # fmt: skip
+            reference = np.where(
+                np.isin(source, [i for i, d in enumerate(decoders) if d.name in doubted]), -1, asked
+            )
         elif judges:
             reference = _committee([probs[i] for i in judges])
         found = [_relabelling(u, probs[i], reference, source) for i, u in enumerate(classifiers)]
@@ -153,25 +168,46 @@ def judge(federation: list[Upload], device, seed: int = 0,
         # to place.
         extra = None
         if any(f is not None for f in found):
-            extra = _cover(reference, classifiers, judges, probe.shape[1:], probs[0].shape[1],
-                           seed, device, notes, progress)  # fmt: skip
+            extra = _cover(
+                reference,
+                classifiers,
+                judges,
+                probe.shape[1:],
+                probs[0].shape[1],
+                seed,
+                device,
+                notes,
+                progress,
+            )
         if extra is not None:  # judged again with the inverted images as move targets
             x, ref_x, src_x = extra
             ref_r, src_r = np.concatenate([reference, ref_x]), np.concatenate([source, src_x])
-            found = [_relabelling(u, np.concatenate([probs[i], _classify(u, x, device)[0]]),
-                                  ref_r, src_r) for i, u in enumerate(classifiers)]  # fmt: skip
+            found = [
+                _relabelling(
+                    u, np.concatenate([probs[i], _classify(u, x, device)[0]]), ref_r, src_r
+                )
+                for i, u in enumerate(classifiers)
+            ]
         wanted = sum(f is not None for f in found)
         if 2 * wanted > len(classifiers):
             # A repair says this classifier is the odd one out; when most would need one, the
             # reference is (measured: 4 flipped decoders of 5 had every honest classifier
             # "repaired", costing an ensemble that uses no decoder 24 points).
-            notes.append((None, f"no classifier repaired: {wanted} of {len(classifiers)} "
-                          "disagree with the decoders' draws the same way, so the draws are "
-                          "the odd ones"))  # fmt: skip
+            notes.append(
+                (
+                    None,
+                    f"no classifier repaired: {wanted} of {len(classifiers)} "
+                    "disagree with the decoders' draws the same way, so the draws are "
+                    "the odd ones",
+                )
+            )
             found = [None] * len(classifiers)
         for i, (u, fix) in enumerate(zip(classifiers, found, strict=True)):
-            repaired = None if fix is None else _adjusted(u, perm=fix.perm, sign=fix.sign,
-                                                          abstain=fix.abstain)  # fmt: skip
+            repaired = (
+                None
+                if fix is None
+                else _adjusted(u, perm=fix.perm, sign=fix.sign, abstain=fix.abstain)
+            )
             if repaired is None:  # as sent (an onnxruntime-only upload cannot be changed)
                 continue
             swap[u.name] = repaired
@@ -194,23 +230,37 @@ def judge(federation: list[Upload], device, seed: int = 0,
         out |= bad
         if decoders and asked is not None:
             judges = [i for i, u in enumerate(classifiers) if u.name not in bad]
-            asked = _repair_decoders(decoders, source, asked, current, probs, judges, swap,
-                                     notes)  # fmt: skip
+            asked = _repair_decoders(decoders, source, asked, current, probs, judges, swap, notes)
             out |= _judge_decoders(decoders, source, asked, current, probs, judges)
     elif classifiers:
-        notes.append((None, "classifiers not screened: no decoder in the federation and no "
-                      "public set to probe them with"))  # fmt: skip
+        notes.append(
+            (
+                None,
+                "classifiers not screened: no decoder in the federation and no "
+                "public set to probe them with",
+            )
+        )
     if decoders and not classifiers and probe is not None and len(probe):
         if len(decoders) < COMMITTEE:
-            notes.append((None, f"decoders not screened: no classifier to judge their draws, "
-                          f"and {len(decoders)} are too few for a committee of their own "
-                          f"(needs {COMMITTEE})"))  # fmt: skip
+            notes.append(
+                (
+                    None,
+                    f"decoders not screened: no classifier to judge their draws, "
+                    f"and {len(decoders)} are too few for a committee of their own "
+                    f"(needs {COMMITTEE})",
+                )
+            )
         else:
             out |= _judge_decoders_alone(decoders, probe, asked, source)
     predictions = [u for u in federation if u.kind == "predictions"]
     if 0 < len(predictions) < COMMITTEE:
-        notes.append((None, f"predictions not screened: {len(predictions)} are too few for a "
-                      f"committee (needs {COMMITTEE})"))  # fmt: skip
+        notes.append(
+            (
+                None,
+                f"predictions not screened: {len(predictions)} are too few for a "
+                f"committee (needs {COMMITTEE})",
+            )
+        )
     if len(predictions) >= COMMITTEE:
         probs = [_prediction_probs(u) for u in predictions]
         if len({p.shape for p in probs}) == 1:  # one public set (fedol checks fingerprints)
@@ -221,14 +271,22 @@ def judge(federation: list[Upload], device, seed: int = 0,
 
 def _repair_note(u: Upload, fix: Relabelling) -> str:
     perm, abstain = fix.perm, fix.abstain
-    moved = ", ".join(f"{int(perm[k])}->{k}" for k in range(len(perm))
-                      if perm[k] != k and k not in abstain)  # fmt: skip
-    what = "; ".join(x for x in (
-        "logits negated" if fix.sign < 0 else "",
-        f"classes relabelled {moved}" if moved else "",
-        f"abstains on {', '.join(map(str, sorted(abstain)))}" if abstain else "") if x)  # fmt: skip
-    return (f"{u.client_id}: outputs repaired ({what}): agreement on its classes "
-            f"{100 * fix.before:.0f}% -> {100 * fix.after:.0f}%")  # fmt: skip
+    moved = ", ".join(
+        f"{int(perm[k])}->{k}" for k in range(len(perm)) if perm[k] != k and k not in abstain
+    )
+    what = "; ".join(
+        x
+        for x in (
+            "logits negated" if fix.sign < 0 else "",
+            f"classes relabelled {moved}" if moved else "",
+            f"abstains on {', '.join(map(str, sorted(abstain)))}" if abstain else "",
+        )
+        if x
+    )
+    return (
+        f"{u.client_id}: outputs repaired ({what}): agreement on its classes "
+        f"{100 * fix.before:.0f}% -> {100 * fix.after:.0f}%"
+    )
 
 
 def _probe(decoders: list[Upload], gen, device):
@@ -257,18 +315,41 @@ def _cover(reference, classifiers, judges, shape, k, seed, device, notes, progre
     gen = torch.Generator().manual_seed(seed + 1)  # the probe's own draws stay as they were
     progress = progress or no_progress
     xs, ys, src, covered = [], [], [], {}
-    todo = [(a, sorted((i for i in judges if classifiers[i].module is not None
-                        and a in _claimed(classifiers[i])),
-                       key=lambda i, a=a: -_shares(classifiers[i])[a])[:COMMITTEE])
-            for a in range(k) if (reference == a).sum() < MIN_SAMPLES]  # fmt: skip
+    todo = [
+        (
+            a,
+            sorted(
+                (
+                    i
+                    for i in judges
+                    if classifiers[i].module is not None and a in _claimed(classifiers[i])
+                ),
+                key=lambda i, a=a: -_shares(classifiers[i])[a],
+            )[:COMMITTEE],
+        )
+        for a in range(k)
+        if (reference == a).sum() < MIN_SAMPLES
+    ]
     total, done = sum(len(holders) for _, holders in todo), 0
     for a, holders in todo:
         for j, i in enumerate(holders):
-            progress("robust screen: inversion", done, total,
-                     f"class {a} from {classifiers[i].client_id}")  # fmt: skip
+            progress(
+                "robust screen: inversion",
+                done,
+                total,
+                f"class {a} from {classifiers[i].client_id}",
+            )
             n = COVER // len(holders) + (j < COVER % len(holders))
-            x = invert(classifiers[i].module, torch.eye(k)[[a] * n], shape, steps=INVERSION_STEPS,
-                       lr=INVERSION_LR, tau=1.0, gen=gen, device=device)  # fmt: skip
+            x = invert(
+                classifiers[i].module,
+                torch.eye(k)[[a] * n],
+                shape,
+                steps=INVERSION_STEPS,
+                lr=INVERSION_LR,
+                tau=1.0,
+                gen=gen,
+                device=device,
+            )
             x = x[torch.from_numpy(_classify(classifiers[i], x, device)[0][:, a] >= SURE)]
             done += 1
             if not len(x):
@@ -281,9 +362,14 @@ def _cover(reference, classifiers, judges, shape, k, seed, device, notes, progre
         progress("robust screen: inversion", total, total)
     if not xs:
         return None
-    notes.append((None, "for the repair, classes no probe sample showed were covered by images "
-                  "inverted from classifiers that hold them: " + "; ".join(
-                      f"{a} ({', '.join(who)})" for a, who in covered.items())))  # fmt: skip
+    notes.append(
+        (
+            None,
+            "for the repair, classes no probe sample showed were covered by images "
+            "inverted from classifiers that hold them: "
+            + "; ".join(f"{a} ({', '.join(who)})" for a, who in covered.items()),
+        )
+    )
     return torch.cat(xs), np.concatenate(ys), np.concatenate(src)
 
 
@@ -324,9 +410,11 @@ def _judge(uploads: list[Upload], probs: list[np.ndarray], scale, asked=None):
     bad = {}
     for u, (score, cls) in zip(uploads, scores, strict=True):
         if mid is not None and score is not None and score < RATIO * mid:
-            bad[u.name] = (f"agrees with the committee on {100 * score:.0f}% of the samples of "
-                           f"its classes (median client: {100 * mid:.0f}%; its worst: class "
-                           f"{cls})")  # fmt: skip
+            bad[u.name] = (
+                f"agrees with the committee on {100 * score:.0f}% of the samples of "
+                f"its classes (median client: {100 * mid:.0f}%; its worst: class "
+                f"{cls})"
+            )
     rescale = {}  # name -> (factor to the median scale, why)
     if scale is not None:
         typical = float(np.median(scale))
@@ -337,8 +425,11 @@ def _judge(uploads: list[Upload], probs: list[np.ndarray], scale, asked=None):
                 and s > 0
                 and not (typical / SCALE_RATIO <= s <= typical * SCALE_RATIO)
             ):
-                rescale[u.name] = (typical / s, f"its logits spread {s / typical:.1f}x the median "
-                                   f"client's, outside 1/{SCALE_RATIO:g}..{SCALE_RATIO:g}x")  # fmt: skip
+                rescale[u.name] = (
+                    typical / s,
+                    f"its logits spread {s / typical:.1f}x the median "
+                    f"client's, outside 1/{SCALE_RATIO:g}..{SCALE_RATIO:g}x",
+                )
     return bad, rescale
 
 
@@ -350,8 +441,9 @@ def _committee(probs: list[np.ndarray]) -> np.ndarray:
     return np.where(median.max(1) >= SURE, median.argmax(1), -1)
 
 
-def _relabelling(u: Upload, probs: np.ndarray, reference: np.ndarray,
-                 source: np.ndarray) -> Relabelling | None:  # fmt: skip
+def _relabelling(
+    u: Upload, probs: np.ndarray, reference: np.ndarray, source: np.ndarray
+) -> Relabelling | None:
     """The repair when the classifier's answers are clearly a relabelling of the reference's
     (or their negation); else None.
     Its output classes are matched to the reference classes they answer most (an assignment, so
@@ -383,22 +475,36 @@ def _relabelling(u: Upload, probs: np.ndarray, reference: np.ndarray,
     best = None
     for sign in (1, -1):
         answers = probs.argmax(1) if sign > 0 else probs.argmin(1)  # argmin: negated logits
-        rate = np.array([[float((answers[reference == a] == c).mean()) for c in range(k)]
-                         for a in rows])  # fmt: skip
+        rate = np.array(
+            [[float((answers[reference == a] == c).mean()) for c in range(k)] for a in rows]
+        )
         own = {c: rate[rows.index(c), c] if c in drawn else 0.0 for c in range(k)}
-        match = {c: (rows[i], rate[i, c])
-                 for i, c in zip(*linear_sum_assignment(rate, maximize=True), strict=True)}  # fmt: skip
+        match = {
+            c: (rows[i], rate[i, c])
+            for i, c in zip(*linear_sum_assignment(rate, maximize=True), strict=True)
+        }
         moves = {}
         for c, (a, r) in match.items():
             says_c = judged & (answers == c)
-            if (a != c and r >= SURE and r > own[c] and says_c.any()
-                    and (reference[says_c] == a).mean() >= 2 * (reference[judged] == a).mean()
-                    and _most(answers, reference, source, a, c)
-                    and not _most(answers, reference, source, c, c)):  # fmt: skip
+            if (
+                a != c
+                and r >= SURE
+                and r > own[c]
+                and says_c.any()
+                and (reference[says_c] == a).mean() >= 2 * (reference[judged] == a).mean()
+                and _most(answers, reference, source, a, c)
+                and not _most(answers, reference, source, c, c)
+            ):
                 moves[c] = a
         # evidence only where c's own samples were drawn too: unseen, what c means is unknown
-        clear = [c for c in claimed if c in moves and c in drawn
-                 and match[c][1] >= SURE and match[c][1] >= own[c] + REPAIR_GAIN]  # fmt: skip
+        clear = [
+            c
+            for c in claimed
+            if c in moves
+            and c in drawn
+            and match[c][1] >= SURE
+            and match[c][1] >= own[c] + REPAIR_GAIN
+        ]
         if sign > 0 and not clear:
             continue  # as sent
         # A client that relabels most of what it holds (a flip) relabels what it barely holds
@@ -448,8 +554,13 @@ def _permutation(k: int, moves: dict[int, int]) -> np.ndarray:
     return perm
 
 
-def _adjusted(u: Upload, factor: float = 1.0, perm: np.ndarray | None = None,
-              sign: int = 1, abstain: set[int] = frozenset()) -> Upload | None:  # fmt: skip
+def _adjusted(
+    u: Upload,
+    factor: float = 1.0,
+    perm: np.ndarray | None = None,
+    sign: int = 1,
+    abstain: set[int] = frozenset(),
+) -> Upload | None:
     """A copy of the upload whose classifier's logit k is sign x factor x its logit perm[k] (its
     head's rows permuted and scaled; label counts relabelled alike), or None when it has no
     rebuilt head to change (an onnxruntime-only upload)."""
@@ -501,16 +612,21 @@ def _judge_decoders(decoders, source, asked, classifiers, probs, judges) -> dict
             who = [i for i in judges if c in _claimed(classifiers[i])] or judges
             p = np.mean([probs[i][mask] for i in who], axis=0)
             per[int(c)] = float((p.argmax(1) == c).mean())
-        scores.append((float(np.mean(list(per.values()))), min(per, key=per.get)) if per
-                      else (None, None))  # fmt: skip
+        scores.append(
+            (float(np.mean(list(per.values()))), min(per, key=per.get)) if per else (None, None)
+        )
     known = [s for s, _ in scores if s is not None]
     if not known:
         return {}
     mid = float(np.median(known))
-    return {u.name: (f"the classifiers read {100 * s:.0f}% of its draws as the class asked for "
-                     f"(median decoder: {100 * mid:.0f}%; its worst: class {c})")
-            for u, (s, c) in zip(decoders, scores, strict=True)
-            if s is not None and s < RATIO * mid}  # fmt: skip
+    return {
+        u.name: (
+            f"the classifiers read {100 * s:.0f}% of its draws as the class asked for "
+            f"(median decoder: {100 * mid:.0f}%; its worst: class {c})"
+        )
+        for u, (s, c) in zip(decoders, scores, strict=True)
+        if s is not None and s < RATIO * mid
+    }
 
 
 def _repair_decoders(decoders, source, asked, classifiers, probs, judges, swap, notes):
@@ -529,8 +645,13 @@ def _repair_decoders(decoders, source, asked, classifiers, probs, judges, swap, 
         if got is not None and u.module is not None:
             found[d] = got
     if 2 * len(found) > len(decoders):  # honest majority: then the judges are the odd ones
-        notes.append((None, f"no decoder repaired: {len(found)} of {len(decoders)} draw other "
-                      "classes than asked for, by the classifiers' reading"))  # fmt: skip
+        notes.append(
+            (
+                None,
+                f"no decoder repaired: {len(found)} of {len(decoders)} draw other "
+                "classes than asked for, by the classifiers' reading",
+            )
+        )
         return asked
     asked = asked.copy()
     for d, (perm, seen) in found.items():
@@ -540,8 +661,13 @@ def _repair_decoders(decoders, source, asked, classifiers, probs, judges, swap, 
         asked[mask] = inverse[asked[mask]]
         swap[u.name] = _relabelled_decoder(u, perm, seen)
         moved = ", ".join(f"{int(perm[c])}->{c}" for c in range(k) if perm[c] != c and c in seen)
-        notes.append((u.name, f"{u.client_id}: draws repaired (labels relabelled {moved}: "
-                      "asked for the class on the right, it is given the label on the left)"))  # fmt: skip
+        notes.append(
+            (
+                u.name,
+                f"{u.client_id}: draws repaired (labels relabelled {moved}: "
+                "asked for the class on the right, it is given the label on the left)",
+            )
+        )
     return asked
 
 
@@ -553,16 +679,21 @@ def _decoder_relabelling(d, source, asked, reading, k):
     with c, or the draws of l all look like c)."""
     mine = source == d
     labels = [int(a) for a in np.unique(asked[mine])]
-    rate = np.array([[float((reading[mine & (asked == a)] == c).mean()) for c in range(k)]
-                     for a in labels])  # fmt: skip
+    rate = np.array(
+        [[float((reading[mine & (asked == a)] == c).mean()) for c in range(k)] for a in labels]
+    )
     moves = {}
     for i, c in zip(*linear_sum_assignment(rate, maximize=True), strict=True):
         a = labels[i]
         says_c = mine & (reading == c)
         others = ~mine & (asked == a)
-        if (a != c and rate[i, c] >= SURE and (asked[says_c] == a).mean() >= SURE
-                and not (c in labels and rate[labels.index(c), c] >= SURE)
-                and (not others.any() or (reading[others] == c).mean() < SURE)):  # fmt: skip
+        if (
+            a != c
+            and rate[i, c] >= SURE
+            and (asked[says_c] == a).mean() >= SURE
+            and not (c in labels and rate[labels.index(c), c] >= SURE)
+            and (not others.any() or (reading[others] == c).mean() < SURE)
+        ):
             moves[a] = c  # the label a draws class c: asked for c, it is to be given a
     # A relabelled decoder moves most of its labels (a flip) or a closed set of them (a swap);
     # one label read as a similar class the judges hold better is not a relabelling (measured:
@@ -607,25 +738,39 @@ def _judge_decoders_alone(decoders, probe: torch.Tensor, asked, source) -> dict[
     reference; that decoder is judged on its other classes."""
     x = probe.reshape(len(probe), -1).numpy()
     classes = sorted(set(asked.tolist()))
-    means = {c: np.median(np.stack([x[(asked == c) & (source == d)].mean(0)
-                                    for d in np.unique(source[asked == c])]), axis=0)
-             for c in classes}  # fmt: skip
+    means = {
+        c: np.median(
+            np.stack(
+                [x[(asked == c) & (source == d)].mean(0) for d in np.unique(source[asked == c])]
+            ),
+            axis=0,
+        )
+        for c in classes
+    }
     centres = np.stack([means[c] for c in classes])
     d2 = (x**2).sum(1, keepdims=True) - 2 * x @ centres.T + (centres**2).sum(1)
     read = np.asarray(classes)[d2.argmin(1)]
     shared = {c for c in classes if len(np.unique(source[asked == c])) >= 2}
     scores = []
     for d in range(len(decoders)):
-        per = {int(c): float((read[(source == d) & (asked == c)] == c).mean())
-               for c in np.unique(asked[source == d]) if c in shared}  # fmt: skip
-        scores.append((float(np.mean(list(per.values()))), min(per, key=per.get)) if per
-                      else (None, None))  # fmt: skip
+        per = {
+            int(c): float((read[(source == d) & (asked == c)] == c).mean())
+            for c in np.unique(asked[source == d])
+            if c in shared
+        }
+        scores.append(
+            (float(np.mean(list(per.values()))), min(per, key=per.get)) if per else (None, None)
+        )
     known = [s for s, _ in scores if s is not None]
     if len(known) < COMMITTEE:
         return {}
     mid = float(np.median(known))
-    return {u.name: (f"{100 * s:.0f}% of its draws lie nearest the other decoders' images of "
-                     f"the class asked for (median decoder: {100 * mid:.0f}%; its worst: class "
-                     f"{c})")
-            for u, (s, c) in zip(decoders, scores, strict=True)
-            if s is not None and s < RATIO * mid}  # fmt: skip
+    return {
+        u.name: (
+            f"{100 * s:.0f}% of its draws lie nearest the other decoders' images of "
+            f"the class asked for (median decoder: {100 * mid:.0f}%; its worst: class "
+            f"{c})"
+        )
+        for u, (s, c) in zip(decoders, scores, strict=True)
+        if s is not None and s < RATIO * mid
+    }

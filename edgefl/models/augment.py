@@ -29,9 +29,10 @@ FULL_SCALE = (2.0, 4.0)  # accelerometer g, gyroscope rad/s: edgefl.data.hapt's 
 
 def check_choice(augment: str) -> None:
     if augment not in CHOICES:
-        raise ConfigError(f"--augment must be one of {', '.join(CHOICES)}, got {augment!r}",
-                          hint="rotate for sensor windows, affine for images; auto picks the "
-                          "right one")  # fmt: skip
+        raise ConfigError(
+            f"--augment must be one of {', '.join(CHOICES)}, got {augment!r}",
+            hint="rotate for sensor windows, affine for images; auto picks the right one",
+        )
 
 
 def resolve(augment: str, shape) -> str:
@@ -41,8 +42,11 @@ def resolve(augment: str, shape) -> str:
     if augment == "auto":
         return "affine" if kind == "image" else "rotate"
     if (augment, kind) in (("affine", "signal"), ("rotate", "image")):
-        raise ConfigError(f"augment {augment!r} is for {'images' if augment == 'affine' else 'sensor windows'}, "
-                          f"not {kind}s", hint="use auto, which picks the right one, or none")  # fmt: skip
+        raise ConfigError(
+            f"augment {augment!r} is for {'images' if augment == 'affine' else 'sensor windows'}, "
+            f"not {kind}s",
+            hint="use auto, which picks the right one, or none",
+        )
     return augment
 
 
@@ -72,25 +76,34 @@ def affine_jitter(
     s = 1 + u[:, 1] * scale
     cos, sin = torch.cos(angle) / s, torch.sin(angle) / s
     theta = torch.stack(
-        [torch.stack([cos, -sin, u[:, 2] * 2 * shift], 1),
-         torch.stack([sin, cos, u[:, 3] * 2 * shift], 1)], 1,
-    ).to(x.device, x.dtype)  # fmt: skip
+        [
+            torch.stack([cos, -sin, u[:, 2] * 2 * shift], 1),
+            torch.stack([sin, cos, u[:, 3] * 2 * shift], 1),
+        ],
+        1,
+    ).to(x.device, x.dtype)
     grid = F.affine_grid(theta, list(x.shape), align_corners=False)
     return F.grid_sample(x, grid, padding_mode="zeros", align_corners=False)
 
 
 def rotate_windows(
-    x: torch.Tensor, gen: torch.Generator, *, degrees: float = 15.0, gain: float = 0.1,
+    x: torch.Tensor,
+    gen: torch.Generator,
+    *,
+    degrees: float = 15.0,
+    gain: float = 0.1,
     shift: bool = True,
-) -> torch.Tensor:  # fmt: skip
+) -> torch.Tensor:
     """Each window of an (N, C, 1, L) batch in [0, 1] (C = 3: accelerometer x/y/z; 6: then the
     gyroscope) turned about its own random axis by up to +-degrees and scaled by 1 +- gain, in
     the sensor's units, then mapped back and clipped to [0, 1], and (with `shift`) started at
     a random time."""
     n, c = x.shape[:2]
     if c % 3:
-        raise ConfigError(f"rotate needs x/y/z channel triples, got {c} channels",
-                          hint="use --augment none for this data")  # fmt: skip
+        raise ConfigError(
+            f"rotate needs x/y/z channel triples, got {c} channels",
+            hint="use --augment none for this data",
+        )
     u = torch.rand(n, 5, generator=gen)
     axis = F.normalize(torch.randn(n, 3, generator=gen), dim=1)
     angle = (u[:, 0] * 2 - 1) * degrees * math.pi / 180

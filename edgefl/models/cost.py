@@ -200,8 +200,12 @@ def tflm_arena(calls: list[LayerCall], input_elems: int) -> tuple[int, int]:
     if not steps:
         return _aligned(input_elems), TFLM_FIXED_BYTES + TFLM_TENSOR_BYTES
     head = max(_aligned(i) + _aligned(o) for i, o in steps)
-    tail = (TFLM_FIXED_BYTES + TFLM_OP_BYTES * len(steps) + TFLM_TENSOR_BYTES * tensors
-            + TFLM_CHANNEL_BYTES * channels)  # fmt: skip
+    tail = (
+        TFLM_FIXED_BYTES
+        + TFLM_OP_BYTES * len(steps)
+        + TFLM_TENSOR_BYTES * tensors
+        + TFLM_CHANNEL_BYTES * channels
+    )
     return head, tail
 
 
@@ -221,8 +225,13 @@ def upload_file_bytes(module: nn.Module, calls: list[LayerCall], num_classes: in
     """Estimated size of `module`'s upload file (see above)."""
     state = [(k, v) for k, v in module.state_dict().items() if v.is_floating_point()]
     tensors = sum(FP32 * v.numel() + len(k) + 2 * v.dim() + ONNX_TENSOR_BYTES for k, v in state)
-    return (tensors + ONNX_LAYER_BYTES * len(calls) + ONNX_GRAPH_BYTES + METADATA_BYTES
-            + METADATA_CLASS_BYTES * num_classes)  # fmt: skip
+    return (
+        tensors
+        + ONNX_LAYER_BYTES * len(calls)
+        + ONNX_GRAPH_BYTES
+        + METADATA_BYTES
+        + METADATA_CLASS_BYTES * num_classes
+    )
 
 
 def _n_params(m: nn.Module) -> int:

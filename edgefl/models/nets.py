@@ -96,11 +96,17 @@ class ConvEncoder(nn.Module):
         super().__init__()
         c = image_shape[0]
         self.conv = nn.Sequential(
-            nn.Conv2d(c, 64, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-            nn.Conv2d(64, 128, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-            nn.Conv2d(128, 256, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Conv2d(c, 64, 3, padding=1),
+            nn.ReLU(),
+            nn.MaxPool2d(2),
+            nn.Conv2d(64, 128, 3, padding=1),
+            nn.ReLU(),
+            nn.MaxPool2d(2),
+            nn.Conv2d(128, 256, 3, padding=1),
+            nn.ReLU(),
+            nn.MaxPool2d(2),
             nn.Flatten(),
-        )  # fmt: skip
+        )
         self.fc = nn.Sequential(
             nn.Linear(flat_size(self.conv, image_shape) + num_classes, 256), nn.ReLU()
         )
@@ -123,16 +129,21 @@ class ConvDecoder(nn.Module):
         c, h, w = image_shape
         self.s = (h // 4, w // 4)
         self.fc = nn.Sequential(
-            nn.Linear(latent + num_classes, 256), nn.ReLU(),
-            nn.Linear(256, 256 * self.s[0] * self.s[1]), nn.ReLU(),
-        )  # fmt: skip
+            nn.Linear(latent + num_classes, 256),
+            nn.ReLU(),
+            nn.Linear(256, 256 * self.s[0] * self.s[1]),
+            nn.ReLU(),
+        )
         self.deconv = nn.Sequential(
-            nn.ConvTranspose2d(256, 128, 3, padding=1), nn.ReLU(),
+            nn.ConvTranspose2d(256, 128, 3, padding=1),
+            nn.ReLU(),
             nn.Upsample(scale_factor=2, mode="bilinear", align_corners=False),
-            nn.ConvTranspose2d(128, 64, 3, padding=1), nn.ReLU(),
+            nn.ConvTranspose2d(128, 64, 3, padding=1),
+            nn.ReLU(),
             nn.Upsample(size=(h, w), mode="bilinear", align_corners=False),
-            nn.ConvTranspose2d(64, c, 3, padding=1), nn.Sigmoid(),
-        )  # fmt: skip
+            nn.ConvTranspose2d(64, c, 3, padding=1),
+            nn.Sigmoid(),
+        )
 
     def forward(self, z: torch.Tensor, label: torch.Tensor) -> torch.Tensor:
         h = self.fc(torch.cat([z, label], dim=1)).view(-1, 256, *self.s)
@@ -180,17 +191,21 @@ class SignalEncoder(nn.Module):
     """q(z | x, y) for multichannel windows (C, 1, L): two strided (1, 4) convolutions halve the
     length twice, then [features ++ onehot(y)] -> Linear-ReLU -> (mu, logvar)."""
 
-    def __init__(self, latent: int, num_classes: int, width: int, hidden: int,
-                 shape: tuple[int, ...]):  # fmt: skip
+    def __init__(
+        self, latent: int, num_classes: int, width: int, hidden: int, shape: tuple[int, ...]
+    ):
         super().__init__()
         c, _, length = shape
         self.conv = nn.Sequential(
-            nn.Conv2d(c, width, (1, 4), stride=(1, 2), padding=(0, 1)), nn.ReLU(),
-            nn.Conv2d(width, 2 * width, (1, 4), stride=(1, 2), padding=(0, 1)), nn.ReLU(),
+            nn.Conv2d(c, width, (1, 4), stride=(1, 2), padding=(0, 1)),
+            nn.ReLU(),
+            nn.Conv2d(width, 2 * width, (1, 4), stride=(1, 2), padding=(0, 1)),
+            nn.ReLU(),
             nn.Flatten(),
-        )  # fmt: skip
-        self.body = nn.Sequential(nn.Linear(2 * width * (length // 4) + num_classes, hidden),
-                                  nn.ReLU())  # fmt: skip
+        )
+        self.body = nn.Sequential(
+            nn.Linear(2 * width * (length // 4) + num_classes, hidden), nn.ReLU()
+        )
         self.mu = nn.Linear(hidden, latent)
         self.logvar = nn.Linear(hidden, latent)
 
@@ -205,21 +220,26 @@ class SignalDecoder(nn.Module):
     Convolutions, not one wide Linear, so that neighbouring samples of a window come out
     correlated as a sensor's are, at a fraction of the weights."""
 
-    def __init__(self, latent: int, num_classes: int, width: int, hidden: int,
-                 shape: tuple[int, ...]):  # fmt: skip
+    def __init__(
+        self, latent: int, num_classes: int, width: int, hidden: int, shape: tuple[int, ...]
+    ):
         super().__init__()
         self.latent_dim = latent
         self.image_shape = tuple(shape)
         c, _, length = shape
         self.start = (2 * width, 1, length // 4)
         self.fc = nn.Sequential(
-            nn.Linear(latent + num_classes, hidden), nn.ReLU(),
-            nn.Linear(hidden, 2 * width * (length // 4)), nn.ReLU(),
-        )  # fmt: skip
+            nn.Linear(latent + num_classes, hidden),
+            nn.ReLU(),
+            nn.Linear(hidden, 2 * width * (length // 4)),
+            nn.ReLU(),
+        )
         self.deconv = nn.Sequential(
-            nn.ConvTranspose2d(2 * width, width, (1, 4), stride=(1, 2), padding=(0, 1)), nn.ReLU(),
-            nn.ConvTranspose2d(width, c, (1, 4), stride=(1, 2), padding=(0, 1)), nn.Sigmoid(),
-        )  # fmt: skip
+            nn.ConvTranspose2d(2 * width, width, (1, 4), stride=(1, 2), padding=(0, 1)),
+            nn.ReLU(),
+            nn.ConvTranspose2d(width, c, (1, 4), stride=(1, 2), padding=(0, 1)),
+            nn.Sigmoid(),
+        )
 
     def forward(self, z: torch.Tensor, label: torch.Tensor) -> torch.Tensor:
         return self.deconv(self.fc(torch.cat([z, label], dim=1)).view(-1, *self.start))

@@ -54,8 +54,10 @@ def ratio_text(need: float, have: float) -> str:
 
 def _over(what: str, need: float, have: float, unit: str) -> str:
     if unit == "B":
-        return (f"{what} {need / 2**20:.3f} MiB > budget {have / 2**20:.3f} MiB "
-                f"({ratio_text(need, have)})")  # fmt: skip
+        return (
+            f"{what} {need / 2**20:.3f} MiB > budget {have / 2**20:.3f} MiB "
+            f"({ratio_text(need, have)})"
+        )
     return f"{what} {need:.0f} {unit} > budget {have:.0f} {unit} ({ratio_text(need, have)})"
 
 
@@ -84,10 +86,15 @@ def check_fit(
     for tag, what, need, have, unit in (
         ("train", f"training memory (batch {batch}, {opt})", train, budget, "B"),
         ("infer", "inference peak memory", c.infer_peak_bytes, budget, "B"),
-        ("storage", "fp32 weights + upload file in storage", storage_bytes(c),
-         profile.storage_bytes, "B"),
+        (
+            "storage",
+            "fp32 weights + upload file in storage",
+            storage_bytes(c),
+            profile.storage_bytes,
+            "B",
+        ),
         ("time", "estimated epoch time", seconds, profile.max_epoch_seconds, "s"),
-    ):  # fmt: skip
+    ):
         if need > have:
             reasons.append(_over(what, need, have, unit))
             short.append(f"{tag} {ratio_text(need, have)}")
@@ -214,19 +221,29 @@ def inference_misfit(spec: ModelSpec, profile: Profile) -> tuple[str, ...]:
     c = costs(spec)
     reasons = []
     if c.infer_peak_bytes > profile.ram_budget_bytes:
-        reasons.append(_over("inference peak memory", c.infer_peak_bytes,
-                             profile.ram_budget_bytes, "B"))  # fmt: skip
+        reasons.append(
+            _over("inference peak memory", c.infer_peak_bytes, profile.ram_budget_bytes, "B")
+        )
     if storage_bytes(c) > profile.storage_bytes:
-        reasons.append(_over("fp32 weights + upload file in storage", storage_bytes(c),
-                             profile.storage_bytes, "B"))  # fmt: skip
+        reasons.append(
+            _over(
+                "fp32 weights + upload file in storage",
+                storage_bytes(c),
+                profile.storage_bytes,
+                "B",
+            )
+        )
     return tuple(reasons)
 
 
 def runtimes_that_fit(c: Costs, profile: Profile) -> list[str]:
     """The device runtimes (see `runtime_needs`) the model runs in within the profile's RAM
     budget and storage."""
-    return [name for name, (memory, storage) in runtime_needs(c).items()
-            if memory <= profile.ram_budget_bytes and storage <= profile.storage_bytes]  # fmt: skip
+    return [
+        name
+        for name, (memory, storage) in runtime_needs(c).items()
+        if memory <= profile.ram_budget_bytes and storage <= profile.storage_bytes
+    ]
 
 
 def plan_inference(

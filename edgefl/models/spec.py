@@ -125,8 +125,10 @@ def load_spec_file(path: str, input_shape=None, num_classes: int | None = None) 
 
     p = Path(path)
     if not p.is_file():
-        raise ConfigError(f"--spec {path}: no such file",
-                          hint="save one with `edgefl search ... --save spec.json`")  # fmt: skip
+        raise ConfigError(
+            f"--spec {path}: no such file",
+            hint="save one with `edgefl search ... --save spec.json`",
+        )
     if p.stat().st_size > MAX_SPEC_BYTES:
         raise ConfigError(f"--spec {path} is larger than a model spec can be (1 MiB)")
     try:

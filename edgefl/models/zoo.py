@@ -192,14 +192,19 @@ def build_cnn1d(spec: ModelSpec) -> nn.Module:
     c, _, length = spec.input_shape
     width, depth, k = spec.params["width"], spec.params["depth"], spec.params["kernel"]
     if length >> depth < 1:
-        raise ConfigError(f"cnn1d: depth {depth} halves a window of {length} samples to nothing",
-                          hint=f"use depth <= {max(1, length.bit_length() - 1)}")  # fmt: skip
+        raise ConfigError(
+            f"cnn1d: depth {depth} halves a window of {length} samples to nothing",
+            hint=f"use depth <= {max(1, length.bit_length() - 1)}",
+        )
     layers: list[nn.Module] = [Centre()]
     cin = c
     for i in range(depth):
         cout = width * 2**i
-        layers += [nn.Conv2d(cin, cout, (1, k), padding=(0, k // 2)), nn.ReLU(),
-                   nn.MaxPool2d((1, 2))]  # fmt: skip
+        layers += [
+            nn.Conv2d(cin, cout, (1, k), padding=(0, k // 2)),
+            nn.ReLU(),
+            nn.MaxPool2d((1, 2)),
+        ]
         cin = cout
     features = nn.Sequential(*layers, nn.Flatten())
     if spec.params["hidden"]:
@@ -211,8 +216,10 @@ def build_cnn1d(spec: ModelSpec) -> nn.Module:
 def build_cvae1d(spec: ModelSpec) -> nn.Module:
     c, _, length = spec.input_shape
     if length % 4:
-        raise ConfigError(f"cvae1d needs a window length divisible by 4, got {length}",
-                          hint="use cvae-mlp for this dataset")  # fmt: skip
+        raise ConfigError(
+            f"cvae1d needs a window length divisible by 4, got {length}",
+            hint="use cvae-mlp for this dataset",
+        )
     p = spec.params
     enc = SignalEncoder(p["latent"], spec.num_classes, p["width"], p["hidden"], spec.input_shape)
     dec = SignalDecoder(p["latent"], spec.num_classes, p["width"], p["hidden"], spec.input_shape)
@@ -223,48 +230,131 @@ def _add(entry: ZooEntry) -> None:
     ZOO.add(entry.name, entry)
 
 
-_add(ZooEntry("vgg9", "classifier", build_vgg9, "FedMHO VGG-9 (no BN), 126.5M MACs on MNIST",
-              {"dropout": 0.5}, "FedMHO code"))  # fmt: skip
-_add(ZooEntry("cnn", "classifier", build_cnn, "FedMHO CNN: 2 conv + FC (MNIST), 4 conv (RGB)",
-              {}, "FedMHO code"))  # fmt: skip
+_add(
+    ZooEntry(
+        "vgg9",
+        "classifier",
+        build_vgg9,
+        "FedMHO VGG-9 (no BN), 126.5M MACs on MNIST",
+        {"dropout": 0.5},
+        "FedMHO code",
+    )
+)
+_add(
+    ZooEntry(
+        "cnn",
+        "classifier",
+        build_cnn,
+        "FedMHO CNN: 2 conv + FC (MNIST), 4 conv (RGB)",
+        {},
+        "FedMHO code",
+    )
+)
 _add(ZooEntry("lenet5", "classifier", build_lenet5, "LeNet-5 (ReLU, max-pool)", {}, "LeCun 1998"))
 for _i, (_c2, _fc1) in enumerate([(32, 2000), (16, 2000), (32, 1000), (32, 800), (32, 500)], 1):
-    _add(ZooEntry(f"fedgh-cnn{_i}", "classifier", build_fedgh_cnn,
-                  f"FedGH CNN-{_i}: conv 16-{_c2}, fc1 {_fc1}, 500-d representation",
-                  {"conv2": _c2, "fc1": _fc1, "representation": 500}, "FedGH Table 2"))  # fmt: skip
-_add(ZooEntry("scnn", "classifier", build_scnn, "scalable CNN: width x depth conv blocks",
-              {"width": 8, "depth": 2, "bn": False, "hidden": 0}, "edgefl",
-              tuple({"width": w, "depth": 2, "bn": False, "hidden": 0}
-                    for w in (2, 4, 6, 8, 12, 16, 24, 32, 48, 64))))  # fmt: skip
-_add(ZooEntry("mlp", "classifier", build_mlp, "scalable MLP classifier (smallest budgets)",
-              {"hidden": [32]}, "edgefl",
-              tuple({"hidden": [h]} for h in (4, 8, 16, 32, 64, 128)),
-              inputs=("image", "signal")))  # fmt: skip
-_add(ZooEntry("cvae-small", "generator", build_cvae_mlp,
-              "FedMHO CVAE-small: MLP 256 hidden, latent 2 (408k MACs on MNIST)",
-              {"hidden": 256, "latent": 2}, "FedMHO code"))  # fmt: skip
-_add(ZooEntry("cvae-large", "generator", build_cvae_large,
-              "FedMHO CVAE-large: conv encoder 64-128-256, ConvT decoder, latent 20",
-              {"latent": 20}, "FedMHO code"))  # fmt: skip
-_add(ZooEntry("cvae-mlp", "generator", build_cvae_mlp, "scalable MLP CVAE (hidden width ladder)",
-              {"hidden": 64, "latent": 2}, "edgefl",
-              tuple({"hidden": h, "latent": 2}
-                    for h in (4, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512)),
-              inputs=("image", "signal")))  # fmt: skip
+    _add(
+        ZooEntry(
+            f"fedgh-cnn{_i}",
+            "classifier",
+            build_fedgh_cnn,
+            f"FedGH CNN-{_i}: conv 16-{_c2}, fc1 {_fc1}, 500-d representation",
+            {"conv2": _c2, "fc1": _fc1, "representation": 500},
+            "FedGH Table 2",
+        )
+    )
+_add(
+    ZooEntry(
+        "scnn",
+        "classifier",
+        build_scnn,
+        "scalable CNN: width x depth conv blocks",
+        {"width": 8, "depth": 2, "bn": False, "hidden": 0},
+        "edgefl",
+        tuple(
+            {"width": w, "depth": 2, "bn": False, "hidden": 0}
+            for w in (2, 4, 6, 8, 12, 16, 24, 32, 48, 64)
+        ),
+    )
+)
+_add(
+    ZooEntry(
+        "mlp",
+        "classifier",
+        build_mlp,
+        "scalable MLP classifier (smallest budgets)",
+        {"hidden": [32]},
+        "edgefl",
+        tuple({"hidden": [h]} for h in (4, 8, 16, 32, 64, 128)),
+        inputs=("image", "signal"),
+    )
+)
+_add(
+    ZooEntry(
+        "cvae-small",
+        "generator",
+        build_cvae_mlp,
+        "FedMHO CVAE-small: MLP 256 hidden, latent 2 (408k MACs on MNIST)",
+        {"hidden": 256, "latent": 2},
+        "FedMHO code",
+    )
+)
+_add(
+    ZooEntry(
+        "cvae-large",
+        "generator",
+        build_cvae_large,
+        "FedMHO CVAE-large: conv encoder 64-128-256, ConvT decoder, latent 20",
+        {"latent": 20},
+        "FedMHO code",
+    )
+)
+_add(
+    ZooEntry(
+        "cvae-mlp",
+        "generator",
+        build_cvae_mlp,
+        "scalable MLP CVAE (hidden width ladder)",
+        {"hidden": 64, "latent": 2},
+        "edgefl",
+        tuple(
+            {"hidden": h, "latent": 2}
+            for h in (4, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512)
+        ),
+        inputs=("image", "signal"),
+    )
+)
 # Sensor windows (C, 1, L), e.g. a wristband's accelerometer (hapt). The defaults of cnn1d are
 # the reference HAR classifier a device must be able to train to be given a classifier.
-_add(ZooEntry("cnn1d", "classifier", build_cnn1d,
-              "1-D CNN for sensor windows: conv(1,k) blocks of widths w, 2w, 4w + pooling",
-              {"width": 32, "depth": 3, "kernel": 5, "hidden": 0}, "edgefl",
-              tuple({"width": w, "depth": 3, "kernel": 5, "hidden": 0}
-                    for w in (2, 4, 6, 8, 12, 16, 24, 32, 48, 64)), inputs=("signal",)))  # fmt: skip
-_add(ZooEntry("cvae1d", "generator", build_cvae1d,
-              "1-D conv CVAE for sensor windows: strided conv encoder, ConvT decoder (uploaded)",
-              {"width": 16, "hidden": 128, "latent": 8}, "edgefl",
-              tuple({"width": w, "hidden": h, "latent": 8}
-                    for w, h in ((2, 16), (4, 32), (6, 48), (8, 64), (12, 96), (16, 128),
-                                  (32, 256))),
-              inputs=("signal",)))  # fmt: skip
+_add(
+    ZooEntry(
+        "cnn1d",
+        "classifier",
+        build_cnn1d,
+        "1-D CNN for sensor windows: conv(1,k) blocks of widths w, 2w, 4w + pooling",
+        {"width": 32, "depth": 3, "kernel": 5, "hidden": 0},
+        "edgefl",
+        tuple(
+            {"width": w, "depth": 3, "kernel": 5, "hidden": 0}
+            for w in (2, 4, 6, 8, 12, 16, 24, 32, 48, 64)
+        ),
+        inputs=("signal",),
+    )
+)
+_add(
+    ZooEntry(
+        "cvae1d",
+        "generator",
+        build_cvae1d,
+        "1-D conv CVAE for sensor windows: strided conv encoder, ConvT decoder (uploaded)",
+        {"width": 16, "hidden": 128, "latent": 8},
+        "edgefl",
+        tuple(
+            {"width": w, "hidden": h, "latent": 8}
+            for w, h in ((2, 16), (4, 32), (6, 48), (8, 64), (12, 96), (16, 128), (32, 256))
+        ),
+        inputs=("signal",),
+    )
+)
 
 
 def make_spec(name: str, input_shape, num_classes: int, **params: Any) -> ModelSpec:
@@ -348,6 +438,14 @@ def candidate_specs(input_shape, num_classes: int, role: Role) -> list[ModelSpec
 
 
 # pFedZKD's searched family; `edgefl search` / `client train --search pso` pick its genes.
-_add(ZooEntry("nas-cnn", "classifier", build_nas_cnn, "PSO-FedNAS space: conv/pool genes, FC head",
-              {"genes": DEFAULT_GENES}, "pFedZKD Sec. 3.2",
-              describe=lambda p: arch_string(p["genes"])))  # fmt: skip
+_add(
+    ZooEntry(
+        "nas-cnn",
+        "classifier",
+        build_nas_cnn,
+        "PSO-FedNAS space: conv/pool genes, FC head",
+        {"genes": DEFAULT_GENES},
+        "pFedZKD Sec. 3.2",
+        describe=lambda p: arch_string(p["genes"]),
+    )
+)

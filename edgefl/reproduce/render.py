@@ -15,8 +15,9 @@ def ours_text(cell: dict) -> str:
     # Part of the federation only: said first, so the number is not read as the paper's row.
     if len(scopes) == 1 and len(next(iter(scopes.values()))) == cell["n"]:
         return f"{next(iter(scopes))}: {text}"
-    seeds = "; ".join(f"{s} (seed{'s' * (len(v) > 1)} {', '.join(map(str, v))})"
-                      for s, v in scopes.items())  # fmt: skip
+    seeds = "; ".join(
+        f"{s} (seed{'s' * (len(v) > 1)} {', '.join(map(str, v))})" for s, v in scopes.items()
+    )
     return f"{seeds}: {text}"
 
 
@@ -36,17 +37,26 @@ def table_markdown(summary: dict) -> str:
         f"# {summary['title']}",
         "",
         f"`edgefl reproduce {summary['table']} --budget {b['name']}"
-        + ("" if fed == "own" else f" --federation {fed}") + "`: "
+        + ("" if fed == "own" else f" --federation {fed}")
+        + "`: "
         f"{summary['date_utc']} UTC, {summary['host']['cpu_count']} CPU cores"
         + (f", {summary['host']['cuda']}" if summary["host"]["cuda"] else "")
         + f", torch {summary['host']['torch']}. Paper's numbers: {summary['source']}.",
         "",
         f"Budget **{b['name']}**: {b['description']} ({b['estimate']}).",
-    ]  # fmt: skip
+    ]
     if b["reductions"]:
         lines += ["Differs from the paper:", ""] + [f"- {r}" for r in b["reductions"]]
-    lines += ["", "Client settings" + (" (each method in its own paper's setting):" if fed ==
-              "own" else f" (every method on the {fed} federation):"), ""]  # fmt: skip
+    lines += [
+        "",
+        "Client settings"
+        + (
+            " (each method in its own paper's setting):"
+            if fed == "own"
+            else f" (every method on the {fed} federation):"
+        ),
+        "",
+    ]
     for s in summary["settings"]:
         models = ", ".join(f"{p} {m}" for p, m in s["models"].items())
         lines.append(f"- **{s['name']}**: {models}. {s['description']}.")
@@ -58,8 +68,12 @@ def table_markdown(summary: dict) -> str:
             for c in (row["partitions"][p] for p in parts)
         ]
         lines.append(f"| {row['method']} | {row['setting']} | " + " | ".join(cells) + " |")
-    refused = {(r["method"], c["error"]) for r in summary["rows"]
-               for c in r["partitions"].values() if c["mean"] is None and c.get("error")}  # fmt: skip
+    refused = {
+        (r["method"], c["error"])
+        for r in summary["rows"]
+        for c in r["partitions"].values()
+        if c["mean"] is None and c.get("error")
+    }
     if refused:
         lines += ["", "Refused:", ""] + [f"- {m}: {e}" for m, e in sorted(refused)]
     if summary["notes"]:
@@ -67,8 +81,10 @@ def table_markdown(summary: dict) -> str:
     lines += ["", "Cells (one `edgefl simulate` run each; its own results.md has the details):", ""]
     for c in summary["cells"]:
         when = "finished earlier" if c["skipped"] else "this run"
-        lines.append(f"- {c['setting']} {c['partition']} seed {c['seed']}: "
-                     f"{c['seconds']['total']:.0f} s ({when}), `{c['dir']}`")  # fmt: skip
+        lines.append(
+            f"- {c['setting']} {c['partition']} seed {c['seed']}: "
+            f"{c['seconds']['total']:.0f} s ({when}), `{c['dir']}`"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -89,8 +105,14 @@ def table_figure(summary: dict):
     axes = fig.subplots(1, len(parts), squeeze=False)[0]
     for ax, p in zip(axes, parts, strict=True):
         cells = [r["partitions"][p] for r in rows]
-        draw_accuracy_bars(ax, names, [c["mean"] for c in cells], [c["paper"] for c in cells],
-                           err=[c["std"] for c in cells], label="edgefl (mean +- std)")  # fmt: skip
+        draw_accuracy_bars(
+            ax,
+            names,
+            [c["mean"] for c in cells],
+            [c["paper"] for c in cells],
+            err=[c["std"] for c in cells],
+            label="edgefl (mean +- std)",
+        )
         for x, c in enumerate(cells):
             if c["mean"] is None and c.get("error"):
                 ax.text(x, 1, "refused", rotation=90, ha="center", va="bottom", fontsize=7)

@@ -85,8 +85,10 @@ def resolve(job: ReproduceJob) -> tuple[Table, Budget]:
         try:
             parse_scheme(p)
         except ConfigError:
-            raise ConfigError(f"--partitions: invalid partition {p!r}",
-                              hint="e.g. --partitions dirichlet:0.5,dirichlet:0.1") from None  # fmt: skip
+            raise ConfigError(
+                f"--partitions: invalid partition {p!r}",
+                hint="e.g. --partitions dirichlet:0.5,dirichlet:0.1",
+            ) from None
     resolve_device(job.device, "--device")
     resolve_device(job.train_device, "--train-device")
     check_out_dir(job.out)  # last: it makes the folder
@@ -118,18 +120,30 @@ def cells(job: ReproduceJob, table: Table, budget: Budget) -> list[Cell]:
         extra = dict(budget.simulate)
         if not any(m.startswith(SEARCH) for m in models.values()):
             extra.pop("search_options", None)  # for the settings whose clients search
-        fuse = {m: METHODS.get(m).budget_options(budget.fusion) | budget.fuse_options.get(m, {})
-                for m in methods}  # fmt: skip
+        fuse = {
+            m: METHODS.get(m).budget_options(budget.fusion) | budget.fuse_options.get(m, {})
+            for m in methods
+        }
         for partition in job.partitions or budget.partitions:
             for seed in job.seeds if job.seeds is not None else budget.seeds:
                 run_dir = Path(job.out) / setting.name / f"{partition.replace(':', '')}-s{seed}"
                 sim = SimJob(
-                    dataset=table.dataset, clients=table.clients, partition=partition,
-                    mix=table.mix, methods=methods, seed=seed, out=str(run_dir), jobs=job.jobs,
-                    device=job.device, train_device=job.train_device, client_models=models,
-                    public_size=table.public_size, fuse_options=fuse, data_dir=job.data_dir,
+                    dataset=table.dataset,
+                    clients=table.clients,
+                    partition=partition,
+                    mix=table.mix,
+                    methods=methods,
+                    seed=seed,
+                    out=str(run_dir),
+                    jobs=job.jobs,
+                    device=job.device,
+                    train_device=job.train_device,
+                    client_models=models,
+                    public_size=table.public_size,
+                    fuse_options=fuse,
+                    data_dir=job.data_dir,
                     **extra,
-                )  # fmt: skip
+                )
                 out.append(Cell(setting.name, partition, seed, sim))
     return out
 
@@ -177,8 +191,10 @@ def reproduce(job: ReproduceJob, log=None) -> dict:
     out = Path(job.out)
     out.mkdir(parents=True, exist_ok=True)
     n, reused = len(todo), sum(d is not None for d in previous)
-    log(f"{table.name} at budget {budget.name}: {n} cells ({reused} finished earlier); "
-        f"{budget.estimate}")  # fmt: skip
+    log(
+        f"{table.name} at budget {budget.name}: {n} cells ({reused} finished earlier); "
+        f"{budget.estimate}"
+    )
     records: list[dict] = []
     spent, ran = 0.0, 0
     summary: dict = {}
@@ -202,13 +218,22 @@ def reproduce(job: ReproduceJob, log=None) -> dict:
 
 def cell_record(cell: Cell, results: dict, skipped: bool) -> dict:
     return {
-        "setting": cell.setting, "partition": cell.partition, "seed": cell.seed,
-        "dir": cell.sim.out, "skipped": skipped, "seconds": results["seconds"],
-        "results": [{k: r.get(k) for k in ("method", "accuracy", "error", "fuse_seconds", "scope")}
-                    for r in results["results"] if r["method"] in cell.sim.methods],
-        "clients": [{k: c.get(k) for k in ("client_id", "profile", "role", "model")}
-                    for c in results["clients"]],
-    }  # fmt: skip
+        "setting": cell.setting,
+        "partition": cell.partition,
+        "seed": cell.seed,
+        "dir": cell.sim.out,
+        "skipped": skipped,
+        "seconds": results["seconds"],
+        "results": [
+            {k: r.get(k) for k in ("method", "accuracy", "error", "fuse_seconds", "scope")}
+            for r in results["results"]
+            if r["method"] in cell.sim.methods
+        ],
+        "clients": [
+            {k: c.get(k) for k in ("client_id", "profile", "role", "model")}
+            for c in results["clients"]
+        ],
+    }
 
 
 def summarize(job: ReproduceJob, table: Table, budget: Budget, records: list[dict]) -> dict:
@@ -221,8 +246,13 @@ def summarize(job: ReproduceJob, table: Table, budget: Budget, records: list[dic
         setting = table.setting_of(m).name if job.federation == OWN else job.federation
         per: dict[str, dict] = {}
         for p in partitions:
-            hits = [(r["seed"], x) for r in records if (r["setting"], r["partition"]) == (setting, p)
-                    for x in r["results"] if x["method"] == m]  # fmt: skip
+            hits = [
+                (r["seed"], x)
+                for r in records
+                if (r["setting"], r["partition"]) == (setting, p)
+                for x in r["results"]
+                if x["method"] == m
+            ]
             accs = [(s, 100 * x["accuracy"]) for s, x in hits if x["accuracy"] is not None]
             # What the numbers stand for where a method fused part of the federation only
             # (FedAvg over two architectures: "5 of 10: vgg9 only"), with the seeds it held for.
@@ -235,28 +265,49 @@ def summarize(job: ReproduceJob, table: Table, budget: Budget, records: list[dic
             std = statistics.stdev(values) if len(values) > 1 else (0.0 if values else None)
             paper = paper_reference(table.dataset, p, table.clients, table.source).get(m)
             per[p] = {
-                "seeds": [s for s, _ in accs], "accuracies": values, "n": len(values),
-                "mean": mean, "std": std, "paper": paper,
+                "seeds": [s for s, _ in accs],
+                "accuracies": values,
+                "n": len(values),
+                "mean": mean,
+                "std": std,
+                "paper": paper,
                 # Not the paper's row when part of the federation was left out: no gap.
                 "gap": None if mean is None or paper is None or scopes else mean - paper,
                 "scope": scopes,
                 "error": next((x["error"] for _, x in hits if x["accuracy"] is None), None),
-            }  # fmt: skip
+            }
         rows.append({"method": m, "setting": setting, "partitions": per})
     return {
-        "table": table.name, "title": table.title, "source": table.source,
-        "dataset": table.dataset, "clients": table.clients, "federation": job.federation,
-        "budget": asdict(budget), "partitions": partitions,
-        "settings": [{"name": s.name, "description": s.description, "methods": list(s.methods),
-                      "models": {p: budget.substitutes.get(v, v) for p, v in s.models.items()},
-                      "paper_models": s.models} for s in table.settings
-                     if job.federation in (OWN, s.name)],
-        "notes": list(table.notes), "rows": rows, "cells": records,
+        "table": table.name,
+        "title": table.title,
+        "source": table.source,
+        "dataset": table.dataset,
+        "clients": table.clients,
+        "federation": job.federation,
+        "budget": asdict(budget),
+        "partitions": partitions,
+        "settings": [
+            {
+                "name": s.name,
+                "description": s.description,
+                "methods": list(s.methods),
+                "models": {p: budget.substitutes.get(v, v) for p, v in s.models.items()},
+                "paper_models": s.models,
+            }
+            for s in table.settings
+            if job.federation in (OWN, s.name)
+        ],
+        "notes": list(table.notes),
+        "rows": rows,
+        "cells": records,
         "job": _plain(asdict(job)),
-        "host": {"cpu_count": os.cpu_count(), "torch": torch.__version__,
-                 "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None},
+        "host": {
+            "cpu_count": os.cpu_count(),
+            "torch": torch.__version__,
+            "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+        },
         "date_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()),
-    }  # fmt: skip
+    }
 
 
 def write(stem: Path, summary: dict) -> None:

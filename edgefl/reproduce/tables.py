@@ -72,9 +72,12 @@ class Table:
                 description="the paper's clients; each method's fusion as its authors' "
                 "public code runs it (`edgefl server methods NAME`): a GPU job",
                 fusion="code",
-                reductions=(*paper.reductions, "fusion at each method's code budget (its "
-                            "paper budget where the authors' code follows the paper)"),
-            )  # fmt: skip
+                reductions=(
+                    *paper.reductions,
+                    "fusion at each method's code budget (its "
+                    "paper budget where the authors' code follows the paper)",
+                ),
+            )
             object.__setattr__(self, "budgets", self.budgets | {"code": code})
 
     @property
@@ -298,7 +301,7 @@ PFEDZKD_TABLE2 = Table(
                     "fitness_samples": 1_000,
                     "max_macs": 500_000,
                 },
-            },  # fmt: skip
+            },
             fusion="cpu",
             reductions=(
                 "PSO-FedNAS: 5 particles x 3 generations, once, 1 epoch a candidate on at most "

@@ -72,8 +72,9 @@ class PSOConfig:
         positive = ("particles", "candidate_epochs", "max_channels", "max_hidden", "redraws")
         for name in positive:
             if not _is_int(getattr(self, name)) or getattr(self, name) < 1:
-                raise ConfigError(f"--{_flag(name)} must be a positive integer, got "
-                                  f"{getattr(self, name)!r}")  # fmt: skip
+                raise ConfigError(
+                    f"--{_flag(name)} must be a positive integer, got {getattr(self, name)!r}"
+                )
         if not _is_int(self.generations) or self.generations < 0:
             raise ConfigError(f"--generations must be an integer >= 0, got {self.generations!r}")
         for name in ("cg", "p_conv"):
@@ -264,8 +265,16 @@ class Check:
 class Budget:
     """The device's hard constraint, as `check_fit` computes it (plus an optional MACs cap)."""
 
-    def __init__(self, profile: Profile, input_shape, num_classes: int, *, samples: int,
-                 batch_size: int | None, max_macs: int | None):  # fmt: skip
+    def __init__(
+        self,
+        profile: Profile,
+        input_shape,
+        num_classes: int,
+        *,
+        samples: int,
+        batch_size: int | None,
+        max_macs: int | None,
+    ):
         self.profile = profile
         self.input_shape = tuple(input_shape)
         self.num_classes = num_classes
@@ -475,17 +484,30 @@ def _mib(n: float) -> str:
 SHORTEN_FLAGS = ("--particles", "--generations", "--candidate-epochs")
 
 
-def estimate_search_seconds(budget: Budget, cfg: PSOConfig, train_cfg: TrainConfig, x_tr, y_tr,
-                            num_classes: int, seed: int, probes: int = 3,
-                            batches: int = 2) -> float:  # fmt: skip
+def estimate_search_seconds(
+    budget: Budget,
+    cfg: PSOConfig,
+    train_cfg: TrainConfig,
+    x_tr,
+    y_tr,
+    num_classes: int,
+    seed: int,
+    probes: int = 3,
+    batches: int = 2,
+) -> float:
     """Seconds the whole search should take here: `batches` batches of training timed on
     `probes` feasible candidates drawn with their own generator (the search's draws, weights
     and results are untouched), times samples x epochs x particles x (generations + 1), plus
     a third for validation. An upper bound: a repeated architecture is not trained again."""
     rng = np.random.default_rng([seed, 0x5EA7C4])  # never the search's generator
     n = min(len(x_tr), batches * train_cfg.batch_size)
-    probe_cfg = TrainConfig(epochs=1, batch_size=train_cfg.batch_size,
-                            optimizer=train_cfg.optimizer, lr=train_cfg.lr, seed=seed)  # fmt: skip
+    probe_cfg = TrainConfig(
+        epochs=1,
+        batch_size=train_cfg.batch_size,
+        optimizer=train_cfg.optimizer,
+        lr=train_cfg.lr,
+        seed=seed,
+    )
     per_sample = []
     with torch.random.fork_rng(devices=[]):
         for i in range(probes + 1):
@@ -539,14 +561,22 @@ def search_architecture(
     if cfg.fitness_samples and cfg.fitness_samples < len(x_tr):
         keep = np.sort(rng.choice(len(x_tr), cfg.fitness_samples, replace=False))
         x_tr, y_tr = x_tr[keep], y_tr[keep]
-    budget = Budget(profile, info.input_shape, info.num_classes,
-                    samples=samples or len(local[0]), batch_size=batch_size,
-                    max_macs=cfg.max_macs)  # fmt: skip
+    budget = Budget(
+        profile,
+        info.input_shape,
+        info.num_classes,
+        samples=samples or len(local[0]),
+        batch_size=batch_size,
+        max_macs=cfg.max_macs,
+    )
     batch = batch_size or profile.batch_size
     train_cfg = TrainConfig(
-        epochs=cfg.candidate_epochs, batch_size=batch, optimizer=profile.optimizer,
-        lr=DEFAULT_LR[("classifier", profile.optimizer)], seed=seed,
-    )  # fmt: skip
+        epochs=cfg.candidate_epochs,
+        batch_size=batch,
+        optimizer=profile.optimizer,
+        lr=DEFAULT_LR[("classifier", profile.optimizer)],
+        seed=seed,
+    )
     start = time.perf_counter()
     seen: dict[str, Candidate] = {}
     order: list[Candidate] = []
@@ -555,8 +585,12 @@ def search_architecture(
     def evaluate(genes: Genes, generation: int) -> Candidate:
         cand = _evaluate(genes, generation)
         best = min(seen.values(), key=lambda c: c.fitness)
-        progress("search candidate", evaluations, total_evals,
-                 f"generation {generation}, best val CE {best.fitness:.4f}")  # fmt: skip
+        progress(
+            "search candidate",
+            evaluations,
+            total_evals,
+            f"generation {generation}, best val CE {best.fitness:.4f}",
+        )
         return cand
 
     def _evaluate(genes: Genes, generation: int) -> Candidate:
@@ -572,17 +606,34 @@ def search_architecture(
         t = time.perf_counter()
         model = init_model(spec, seed)
         try:
-            s = train(model, "classifier", x_tr, y_tr, info.num_classes, train_cfg,
-                      x_val=x_val, y_val=y_val)  # fmt: skip
+            s = train(
+                model,
+                "classifier",
+                x_tr,
+                y_tr,
+                info.num_classes,
+                train_cfg,
+                x_val=x_val,
+                y_val=y_val,
+            )
             fitness, acc = float(s.val_loss), float(s.val_accuracy)
         except ConfigError:  # diverged: the worst possible fitness, the search goes on
             fitness, acc, s = math.inf, 0.0, None
         if s is not None and s.interrupted:
             raise KeyboardInterrupt
         c = costs(spec)
-        cand = Candidate(genes, arch_string(genes), generation, c.params, c.macs,
-                         chk.fit.train_bytes, c.infer_peak_bytes, acc, fitness,
-                         time.perf_counter() - t)  # fmt: skip
+        cand = Candidate(
+            genes,
+            arch_string(genes),
+            generation,
+            c.params,
+            c.macs,
+            chk.fit.train_bytes,
+            c.infer_peak_bytes,
+            acc,
+            fitness,
+            time.perf_counter() - t,
+        )
         seen[key] = cand
         order.append(cand)
         return cand
@@ -594,8 +645,7 @@ def search_architecture(
     )
     guess = None
     if estimate:
-        guess = estimate_search_seconds(budget, cfg, train_cfg, x_tr, y_tr, info.num_classes,
-                                        seed)  # fmt: skip
+        guess = estimate_search_seconds(budget, cfg, train_cfg, x_tr, y_tr, info.num_classes, seed)
         status(
             f"this will take about {fmt_seconds(guess)} here (at most: a repeated architecture "
             f"is not trained again); shorter with smaller {', '.join(shorten)}"
@@ -621,12 +671,25 @@ def search_architecture(
     spec = budget.spec(gbest)
     p = profile
     return SearchResult(
-        spec=spec, best=gbest_c, candidates=order, history=history, evaluations=evaluations,
-        seconds=time.perf_counter() - start, config=cfg, profile=profile, estimate_seconds=guess,
-        budget={"ram_budget_bytes": p.ram_budget_bytes, "storage_bytes": p.storage_bytes,
-                "max_epoch_seconds": p.max_epoch_seconds, "max_macs": cfg.max_macs,
-                "batch_size": batch, "optimizer": p.optimizer, "samples": budget.samples},
-    )  # fmt: skip
+        spec=spec,
+        best=gbest_c,
+        candidates=order,
+        history=history,
+        evaluations=evaluations,
+        seconds=time.perf_counter() - start,
+        config=cfg,
+        profile=profile,
+        estimate_seconds=guess,
+        budget={
+            "ram_budget_bytes": p.ram_budget_bytes,
+            "storage_bytes": p.storage_bytes,
+            "max_epoch_seconds": p.max_epoch_seconds,
+            "max_macs": cfg.max_macs,
+            "batch_size": batch,
+            "optimizer": p.optimizer,
+            "samples": budget.samples,
+        },
+    )
 
 
 def _report(t: int, total: int, best: Candidate, budget: Budget, status: Status) -> dict:
@@ -638,9 +701,16 @@ def _report(t: int, total: int, best: Candidate, budget: Budget, status: Status)
         f"{_mib(best.infer_bytes)} of {_mib(ram)}, est. {fit.epoch_seconds:.1f} s/epoch of "
         f"{budget.profile.max_epoch_seconds:.0f} s"
     )
-    return {"generation": t, "fitness": best.as_dict()["fitness"], "val_accuracy": best.val_accuracy,
-            "arch": best.arch, "macs": best.macs, "train_bytes": best.train_bytes,
-            "infer_bytes": best.infer_bytes, "epoch_seconds": fit.epoch_seconds}  # fmt: skip
+    return {
+        "generation": t,
+        "fitness": best.as_dict()["fitness"],
+        "val_accuracy": best.val_accuracy,
+        "arch": best.arch,
+        "macs": best.macs,
+        "train_bytes": best.train_bytes,
+        "infer_bytes": best.infer_bytes,
+        "epoch_seconds": fit.epoch_seconds,
+    }
 
 
 def run_search(
@@ -664,9 +734,16 @@ def run_search(
     if local is None:
         raise ConfigError("architecture search needs the client's local data")
     result = search_architecture(
-        profile, info, local, samples=samples, batch_size=batch_size, seed=seed,
-        config=PSOConfig.from_options(options), on_status=on_status, on_progress=on_progress,
-    )  # fmt: skip
+        profile,
+        info,
+        local,
+        samples=samples,
+        batch_size=batch_size,
+        seed=seed,
+        config=PSOConfig.from_options(options),
+        on_status=on_status,
+        on_progress=on_progress,
+    )
     if on_result:
         on_result(result)
     return result.spec

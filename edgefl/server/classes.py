@@ -59,9 +59,13 @@ class ClassRequest:
 
 
 def parse_request(
-    text: str | None, *, epochs: int = 20, samples: int = 5000, max_macs: int | None = None,
+    text: str | None,
+    *,
+    epochs: int = 20,
+    samples: int = 5000,
+    max_macs: int | None = None,
     eval_ref: str | None = None,
-) -> ClassRequest | None:  # fmt: skip
+) -> ClassRequest | None:
     """`--for a,b` -> the profiles (names or TOML paths), every one known and able to hold some
     zoo classifier for the task (the --eval dataset's when given, else any dataset's)."""
     if text is None:
@@ -73,8 +77,9 @@ def parse_request(
         if value < 1:
             raise ConfigError(f"{flag} must be at least 1, got {value}", hint=f"e.g. {flag} 20")
     if max_macs is not None and max_macs < 1:
-        raise ConfigError(f"--for-max-macs must be positive, got {max_macs}",
-                          hint="leave it out for no cap")  # fmt: skip
+        raise ConfigError(
+            f"--for-max-macs must be positive, got {max_macs}", hint="leave it out for no cap"
+        )
     profiles = []
     for name in names:
         try:
@@ -83,8 +88,9 @@ def parse_request(
             raise ConfigError(f"--for {name!r}: {exc.message}", hint=exc.hint) from None
     seen = [p.name for p in profiles]
     if len(set(seen)) != len(seen):
-        raise ConfigError(f"--for names a device class twice: {', '.join(seen)}",
-                          hint="name each profile once")  # fmt: skip
+        raise ConfigError(
+            f"--for names a device class twice: {', '.join(seen)}", hint="name each profile once"
+        )
     req = ClassRequest(tuple(profiles), epochs, samples, max_macs)
     tasks = _tasks(eval_ref)
     for p in profiles:
@@ -145,13 +151,22 @@ def transfer_set(ctx: FusionContext, result: FusionResult, teacher, n: int, seed
     held = torch.from_numpy(ctx.label_counts > 0)
     classes = torch.nonzero(held).flatten() if held.any() else torch.arange(ctx.num_classes)
     targets = torch.eye(ctx.num_classes)[classes.repeat(math.ceil(n / len(classes)))[:n]]
-    x = invert(teacher, targets, ctx.input_shape, steps=INVERSION_STEPS, lr=INVERSION_LR,
-               tau=1.0, gen=gen, device=ctx.device)  # fmt: skip
+    x = invert(
+        teacher,
+        targets,
+        ctx.input_shape,
+        steps=INVERSION_STEPS,
+        lr=INVERSION_LR,
+        tau=1.0,
+        gen=gen,
+        device=ctx.device,
+    )
     return x, "inverted from the global model"
 
 
-def distil(teacher, spec: ModelSpec, x: torch.Tensor, *, epochs: int, seed: int, device,
-           progress=None) -> tuple[torch.nn.Module, list[float]]:  # fmt: skip
+def distil(
+    teacher, spec: ModelSpec, x: torch.Tensor, *, epochs: int, seed: int, device, progress=None
+) -> tuple[torch.nn.Module, list[float]]:
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         student = build_model(spec).to(device)
@@ -180,8 +195,9 @@ def distil(teacher, spec: ModelSpec, x: torch.Tensor, *, epochs: int, seed: int,
     return student.eval(), history
 
 
-def class_entry(profile: Profile, spec: ModelSpec, path: Path, staged: Path, sha256: str,
-                **extra: Any) -> dict[str, Any]:  # fmt: skip
+def class_entry(
+    profile: Profile, spec: ModelSpec, path: Path, staged: Path, sha256: str, **extra: Any
+) -> dict[str, Any]:
     c = costs(spec)
     return {
         "profile": profile.name,
@@ -194,10 +210,10 @@ def class_entry(profile: Profile, spec: ModelSpec, path: Path, staged: Path, sha
             "params": c.params,
             "weight_bytes": c.weight_bytes,
             "infer_peak_bytes": c.infer_peak_bytes,
-        },  # fmt: skip
+        },
         "budget": {
             "ram_budget_bytes": profile.ram_budget_bytes,
             "storage_bytes": profile.storage_bytes,
-        },  # fmt: skip
+        },
         **extra,
     }

@@ -103,10 +103,15 @@ def resolve_device(name: str, flag: str = "--device") -> torch.device:
 
 
 def plan(
-    name: str, options: dict[str, Any] | None, out: str | Path, uploads: str | Path,
-    report: str | Path | None = None, out_flag: str = "--out",
-    classes: device_classes.ClassRequest | None = None, overwrite: bool = False,
-) -> Planned:  # fmt: skip
+    name: str,
+    options: dict[str, Any] | None,
+    out: str | Path,
+    uploads: str | Path,
+    report: str | Path | None = None,
+    out_flag: str = "--out",
+    classes: device_classes.ClassRequest | None = None,
+    overwrite: bool = False,
+) -> Planned:
     """Everything that can be wrong with a method's request, checked before any upload is read.
     An existing output is replaced only when this method made it (a rerun of the same fuse,
     whatever its options) or with `overwrite`: never an upload, another method's global model,
@@ -118,12 +123,16 @@ def plan(
         raise ConfigError(f"{out_flag} must end in .onnx, got {out}")
     report_path = Path(report) if report else out.with_suffix(".json")
     if report_path.resolve() == out.resolve():
-        raise ConfigError(f"--report {report_path} is the global model's own path",
-                          hint="leave --report out (it defaults to <out>.json)")  # fmt: skip
+        raise ConfigError(
+            f"--report {report_path} is the global model's own path",
+            hint="leave --report out (it defaults to <out>.json)",
+        )
     class_outs = tuple(classes.targets(out)) if classes else ()
     if report_path.resolve() in {path.resolve() for _, path in class_outs}:
-        raise ConfigError(f"--report {report_path} is a device class's model path",
-                          hint="leave --report out (it defaults to <out>.json)")  # fmt: skip
+        raise ConfigError(
+            f"--report {report_path} is a device class's model path",
+            hint="leave --report out (it defaults to <out>.json)",
+        )
     root = Path(uploads).resolve()
     named = [(out_flag, out), ("--report", report_path)]
     for flag_name, path in named + [("--for", path) for _, path in class_outs]:
@@ -159,8 +168,11 @@ def _fused_by(made: dict[str, Any], method: str) -> bool:
 def select(method: Method, found: Ingest) -> tuple[list[Upload], list[tuple[str, str]]]:
     """(the uploads the method uses, (file, why not) for the others), from its contract."""
     usable = [u for u in found.uploads if u.kind in method.consumes]
-    skipped = [(u.name, f"{u.kind} artifacts are not used by {method.name}")
-               for u in found.uploads if u.kind not in method.consumes]  # fmt: skip
+    skipped = [
+        (u.name, f"{u.kind} artifacts are not used by {method.name}")
+        for u in found.uploads
+        if u.kind not in method.consumes
+    ]
     if method.needs_gradients:
         for u in [u for u in usable if u.module is None]:
             skipped.append(
@@ -177,8 +189,11 @@ def select(method: Method, found: Ingest) -> tuple[list[Upload], list[tuple[str,
     return usable, skipped
 
 
-def _why_not(rejected: list[tuple[str, str]], skipped: list[tuple[str, str]],
-             folders: list[tuple[str, str]] = ()) -> str:  # fmt: skip
+def _why_not(
+    rejected: list[tuple[str, str]],
+    skipped: list[tuple[str, str]],
+    folders: list[tuple[str, str]] = (),
+) -> str:
     """Every upload a method went without, and why: a run that fails for want of uploads names
     them (a count alone left users guessing why their own models were refused). One line per
     upload: its name and reason are shown with control characters escaped, newlines included,
@@ -210,15 +225,24 @@ def fuse_one(
     def steps(task: str, done: int, total: int, note: str = "") -> None:
         progress(f"{name} {task}", done, total, note)
 
-    ctx = FusionContext(usable, device=device, seed=p.config.seed, log=named, federation=everyone,
-                        progress=steps if progress else None)  # fmt: skip
+    ctx = FusionContext(
+        usable,
+        device=device,
+        seed=p.config.seed,
+        log=named,
+        federation=everyone,
+        progress=steps if progress else None,
+    )
     return ctx, p.method.fuse(ctx, p.config)
 
 
 def export_global(
-    p: Planned, ctx: FusionContext, result: FusionResult, path: Path | None = None,
+    p: Planned,
+    ctx: FusionContext,
+    result: FusionResult,
+    path: Path | None = None,
     extra: dict[str, Any] | None = None,
-) -> tuple[int, ...]:  # fmt: skip
+) -> tuple[int, ...]:
     """The global model as one ONNX file at `path` (default: its target, `p.out`); `extra`:
     more metadata (a device class's model names its profile)."""
     path = p.out if path is None else path
@@ -240,9 +264,13 @@ def export_global(
     model = result.model.to("cpu").eval()
     try:
         exporters.export_onnx(
-            model, (torch.zeros(2, *input_shape),), path,
-            input_names=[result.input_name or "input"], output_names=["logits"], metadata=meta,
-        )  # fmt: skip
+            model,
+            (torch.zeros(2, *input_shape),),
+            path,
+            input_names=[result.input_name or "input"],
+            output_names=["logits"],
+            metadata=meta,
+        )
     except exporters.ExportError as exc:
         # This method's failure, not the run's: beside other methods it is reported and the
         # rest still fuse (a FusionError is refused per method).
@@ -257,9 +285,12 @@ def evaluate_global(
     DATASET[:SPLIT], or why it is not judged that way (a per-client method's output takes
     representations, not images)."""
     if p.method.judged != "global":
-        return {"eval": {
-            "skipped": f"the {p.method.name} output takes input {list(input_shape)}, not "
-            "images; evaluate the personalized client models instead"}}  # fmt: skip
+        return {
+            "eval": {
+                "skipped": f"the {p.method.name} output takes input {list(input_shape)}, not "
+                "images; evaluate the personalized client models instead"
+            }
+        }
     from edgefl.evaluate import evaluate_artifact, parse_eval_ref
 
     name, split = parse_eval_ref(eval_ref)
@@ -280,8 +311,12 @@ def check_inputs(plans: list[Planned], eval_ref: str | None) -> None:
     for p in plans:
         public = p.config.public_args() if p.method.public_data else None
         if public:
-            _check_dataset_ref(public["ref"], f"{p.method.name} --public", "train",
-                               splits=("train", "test", "public"))  # fmt: skip
+            _check_dataset_ref(
+                public["ref"],
+                f"{p.method.name} --public",
+                "train",
+                splits=("train", "test", "public"),
+            )
 
 
 def _check_dataset_ref(ref: str, what: str, default_split: str, splits: tuple[str, ...]) -> None:
@@ -334,12 +369,20 @@ def fuse_methods(
             check_replacing(p)
         if found is None:
             log(f"ingesting {uploads}")
-            found = ingest(uploads, max_upload_bytes=max_upload_bytes, strict=strict, jobs=jobs,
-                           progress=progress, recursive=recursive)  # fmt: skip
+            found = ingest(
+                uploads,
+                max_upload_bytes=max_upload_bytes,
+                strict=strict,
+                jobs=jobs,
+                progress=progress,
+                recursive=recursive,
+            )
             for name, why in found.folders:
                 log(f"not read: folder {name}: {why}")  # the log escapes upload text
-            log(f"{len(found.uploads)} upload(s) accepted, {len(found.rejected)} rejected "
-                f"({found.seconds:.1f}s)")  # fmt: skip
+            log(
+                f"{len(found.uploads)} upload(s) accepted, {len(found.rejected)} rejected "
+                f"({found.seconds:.1f}s)"
+            )
         if found.uploads:  # --for: a class no classifier for this task fits, refused now
             task = found.uploads[0].meta
             for p in plans:
@@ -351,8 +394,9 @@ def fuse_methods(
         if workers > 1:
             outcomes = _fuse_forked(plans, found, dev, eval, data_dir, log, progress, workers)
         else:
-            outcomes = [_outcome(p, found, dev, eval, data_dir, len(plans), log, progress)
-                        for p in plans]  # fmt: skip
+            outcomes = [
+                _outcome(p, found, dev, eval, data_dir, len(plans), log, progress) for p in plans
+            ]
         reports: dict[str, dict[str, Any]] = {}
         for p, (report, error) in zip(plans, outcomes, strict=True):
             name = p.method.name
@@ -458,8 +502,9 @@ def _forked_one(i: int):
     # The cores are shared among the workers; torch's pool must not outnumber its share.
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // workers))
     try:
-        report, error = _outcome(plans[i], found, device, eval_ref, data_dir, len(plans), log,
-                                 progress)  # fmt: skip
+        report, error = _outcome(
+            plans[i], found, device, eval_ref, data_dir, len(plans), log, progress
+        )
     except EdgeflError as exc:  # a user error met while fusing (e.g. no public set given)
         return None, ("raise", exc.message, exc.hint)
     finally:
@@ -468,8 +513,9 @@ def _forked_one(i: int):
     return report, None if error is None else ("refused", error.message, error.hint)
 
 
-def _fuse_planned(p: Planned, found: Ingest, device, eval_ref, data_dir, shared: int, log,
-                  progress=None):  # fmt: skip
+def _fuse_planned(
+    p: Planned, found: Ingest, device, eval_ref, data_dir, shared: int, log, progress=None
+):
     start = time.perf_counter()
     usable, skipped = select(p.method, found)
     screened, notes = [], []
@@ -479,10 +525,14 @@ def _fuse_planned(p: Planned, found: Ingest, device, eval_ref, data_dir, shared:
             verdict, usable, lambda m: log(f"{p.method.name}: {m}")
         )
         if not usable:
-            raise FusionError(f"{p.method.name}: every upload it could use was screened out",
-                              hint="see the reasons above; --robust off fuses them all")  # fmt: skip
-    log(f"{p.method.name}: {len(usable)} upload(s) used; {len(found.rejected)} rejected"
-        + (f"; {len(screened)} screened out" if screened else ""))  # fmt: skip
+            raise FusionError(
+                f"{p.method.name}: every upload it could use was screened out",
+                hint="see the reasons above; --robust off fuses them all",
+            )
+    log(
+        f"{p.method.name}: {len(usable)} upload(s) used; {len(found.rejected)} rejected"
+        + (f"; {len(screened)} screened out" if screened else "")
+    )
     try:
         ctx, result = fuse_one(p, usable, device, log, found.uploads, progress)
     except FusionError as exc:  # e.g. too few of a kind: say what became of the others
@@ -510,16 +560,20 @@ def _fuse_planned(p: Planned, found: Ingest, device, eval_ref, data_dir, shared:
         )
         if p.classes is not None:
             t = time.perf_counter()
-            report["for_classes"] = _for_classes(p, ctx, result, stage, eval_ref, data_dir, log,
-                                                 progress)  # fmt: skip
+            report["for_classes"] = _for_classes(
+                p, ctx, result, stage, eval_ref, data_dir, log, progress
+            )
             stages["for_classes"] = time.perf_counter() - t
         if eval_ref:
             t = time.perf_counter()
             report |= evaluate_global(p, input_shape, eval_ref, data_dir, staged)
             stages["eval"] = time.perf_counter() - t
             if near_chance(report.get("accuracy"), ctx.num_classes):
-                report["warnings"] = [global_warning(p.method.name, report["accuracy"],
-                                                     ctx.num_classes, _val_accuracies(usable))]  # fmt: skip
+                report["warnings"] = [
+                    global_warning(
+                        p.method.name, report["accuracy"], ctx.num_classes, _val_accuracies(usable)
+                    )
+                ]
         report["seconds"] = stages
         report["ingest_stages"] = found.stages
         if shared > 1:
@@ -532,12 +586,22 @@ def _fuse_planned(p: Planned, found: Ingest, device, eval_ref, data_dir, shared:
     return report
 
 
-def _for_classes(p: Planned, ctx: FusionContext, result: FusionResult, stage: Staging, eval_ref,
-                 data_dir, log, progress) -> dict[str, Any]:  # fmt: skip
+def _for_classes(
+    p: Planned,
+    ctx: FusionContext,
+    result: FusionResult,
+    stage: Staging,
+    eval_ref,
+    data_dir,
+    log,
+    progress,
+) -> dict[str, Any]:
     """One model per device class of `--for`, staged with the global model (same unit)."""
     if p.method.judged != "global":
-        why = (f"{p.method.name} yields no global classifier (it is judged per client), so "
-               "there is nothing to distil per device class")  # fmt: skip
+        why = (
+            f"{p.method.name} yields no global classifier (it is judged per client), so "
+            "there is nothing to distil per device class"
+        )
         log(f"{p.method.name}: --for refused: {why}")
         return {"refused": why}
     req = p.classes
@@ -551,8 +615,9 @@ def _for_classes(p: Planned, ctx: FusionContext, result: FusionResult, stage: St
         if model is None:
             if transfer is None:  # one transfer set serves every class
                 try:
-                    transfer = device_classes.transfer_set(ctx, result, teacher, req.samples,
-                                                           p.config.seed)  # fmt: skip
+                    transfer = device_classes.transfer_set(
+                        ctx, result, teacher, req.samples, p.config.seed
+                    )
                 except RuntimeError as exc:  # e.g. a global model with no gradient to invert
                     raise FusionError(
                         f"--for: no transfer data for distillation: {exc}",
@@ -562,14 +627,31 @@ def _for_classes(p: Planned, ctx: FusionContext, result: FusionResult, stage: St
             log(
                 f"{name}: distilling {spec.label} for {profile.name} on {len(x)} samples ({source})"
             )
-            steps = (lambda task, d, n, note="", pn=profile.name:
-                     progress(f"{name} {pn} {task}", d, n, note)) if progress else None  # fmt: skip
-            model, history = device_classes.distil(teacher, spec, x, epochs=req.epochs,
-                                                   seed=p.config.seed + i, device=ctx.device,
-                                                   progress=steps)  # fmt: skip
-            entry |= {"from": "distilled", "transfer": {"source": source, "samples": len(x)},
-                      "epochs": req.epochs, "temperature": device_classes.TEMPERATURE,
-                      "loss_history": history}  # fmt: skip
+            steps = (
+                (
+                    lambda task, d, n, note="", pn=profile.name: progress(
+                        f"{name} {pn} {task}", d, n, note
+                    )
+                )
+                if progress
+                else None
+            )
+            model, history = device_classes.distil(
+                teacher,
+                spec,
+                x,
+                epochs=req.epochs,
+                seed=p.config.seed + i,
+                device=ctx.device,
+                progress=steps,
+            )
+            entry |= {
+                "from": "distilled",
+                "transfer": {"source": source, "samples": len(x)},
+                "epochs": req.epochs,
+                "temperature": device_classes.TEMPERATURE,
+                "loss_history": history,
+            }
         else:
             entry["from"] = "the global model itself (it fits this class)"
         staged = stage.path(target)
@@ -578,14 +660,26 @@ def _for_classes(p: Planned, ctx: FusionContext, result: FusionResult, stage: St
         if eval_ref:
             entry |= evaluate_global(p, shape, eval_ref, data_dir, staged)
         entry["seconds"] = time.perf_counter() - start
-        out[profile.name] = device_classes.class_entry(profile, spec, target, staged,
-                                                       sha256_file(staged), **entry)  # fmt: skip
+        out[profile.name] = device_classes.class_entry(
+            profile, spec, target, staged, sha256_file(staged), **entry
+        )
     teacher.to(ctx.device)
     return out
 
 
-def _report(p: Planned, ctx: FusionContext, found: Ingest, usable, skipped, screened, notes,
-            device, result, staged: Path, stage: Staging) -> dict[str, Any]:  # fmt: skip
+def _report(
+    p: Planned,
+    ctx: FusionContext,
+    found: Ingest,
+    usable,
+    skipped,
+    screened,
+    notes,
+    device,
+    result,
+    staged: Path,
+    stage: Staging,
+) -> dict[str, Any]:
     """The report's entries known once the model is staged: the method's own first, so that
     the core keys below can never be overwritten by a method."""
     extra = p.method.outputs(result, staged) if p.method.outputs is not None else {}
@@ -611,7 +705,7 @@ def _report(p: Planned, ctx: FusionContext, found: Ingest, usable, skipped, scre
                 "model": u.spec.label if u.spec else None,
             }
             for u in found.uploads
-        ],  # fmt: skip
+        ],
         "used": [u.client_id for u in usable],
         "rejected": [{"file": n, "reason": r} for n, r in found.rejected],
         "skipped": [{"file": n, "reason": r} for n, r in skipped],
@@ -630,7 +724,7 @@ def _report(p: Planned, ctx: FusionContext, found: Ingest, usable, skipped, scre
             "python": platform.python_version(),
             "torch": torch.__version__,
             "cuda": torch.cuda.get_device_name(0) if device.type == "cuda" else None,
-        },  # fmt: skip
+        },
         "edgefl_version": edgefl.__version__,
     }
 
@@ -644,12 +738,14 @@ def _screen_verdict(p: Planned, found: Ingest, device, log, progress=None):
     decoders = any(u.kind == "decoder" for u in found.uploads)
     key = (cfg.seed, None if decoders or public is None else tuple(public.items()))
     if key not in found.screens:
-        found.screens[key] = judge_screen(found.uploads, device, cfg.seed,
-                                          public=lambda: _public_probe(public),
-                                          progress=progress)  # fmt: skip
+        found.screens[key] = judge_screen(
+            found.uploads, device, cfg.seed, public=lambda: _public_probe(public), progress=progress
+        )
         v = found.screens[key]
-        log(f"robust screen ({v.seconds:.1f}s): {len(v.out)} upload(s) screened out, "
-            f"{len(v.swap)} used changed")  # fmt: skip
+        log(
+            f"robust screen ({v.seconds:.1f}s): {len(v.out)} upload(s) screened out, "
+            f"{len(v.swap)} used changed"
+        )
     return found.screens[key]
 
 
@@ -677,10 +773,18 @@ def run_fuse(job: FuseJob, log=None, progress=None) -> dict[str, Any]:
     p = plan(job.method, job.options, job.out, job.uploads, job.report, overwrite=job.overwrite)
     resolve_device(job.device)  # a bad --device fails before the uploads are read
     return fuse_methods(
-        [p], job.uploads, device=job.device, eval=job.eval, data_dir=job.data_dir,
-        strict=job.strict, max_upload_bytes=job.max_upload_bytes, jobs=job.jobs,
-        keep_going=False, log=log, progress=progress,
-    )[p.method.name]  # fmt: skip
+        [p],
+        job.uploads,
+        device=job.device,
+        eval=job.eval,
+        data_dir=job.data_dir,
+        strict=job.strict,
+        max_upload_bytes=job.max_upload_bytes,
+        jobs=job.jobs,
+        keep_going=False,
+        log=log,
+        progress=progress,
+    )[p.method.name]
 
 
 def _jsonable(o):

@@ -85,19 +85,29 @@ def ingest(
         return Upload(art, module, why), None, times
 
     result = exporters.ingest_dir(
-        d, max_bytes=max_upload_bytes, jobs=jobs or default_jobs(), timings=stages, then=one,
-        inflight_bytes=inflight_budget(d), recursive=recursive,
+        d,
+        max_bytes=max_upload_bytes,
+        jobs=jobs or default_jobs(),
+        timings=stages,
+        then=one,
+        inflight_bytes=inflight_budget(d),
+        recursive=recursive,
         on_file=(lambda done, total: progress("ingest upload", done, total)) if progress else None,
-    )  # fmt: skip
+    )
     # A reason is one line of the server's own words, whatever upload text it quotes (a graph's
     # value names, a torch error on a hostile spec): its control characters are escaped once,
     # here, for the report, the console and the log alike. File names stay exact (the report
     # names the file on disk); whoever prints one escapes it.
-    out = Ingest(rejected=[(n, printable(r)) for n, r in result.rejected],
-                 notes=[printable(n) for n in result.notes], stages=stages)  # fmt: skip
+    out = Ingest(
+        rejected=[(n, printable(r)) for n, r in result.rejected],
+        notes=[printable(n) for n in result.notes],
+        stages=stages,
+    )
     fix = "give that folder itself" if recursive else "pass --recursive, or give the folder itself"
-    out.folders = [(name, f"{why}; it holds {count} .onnx file(s): {fix} ({Path(d, name)})")
-                   for name, count, why in result.folders]  # fmt: skip
+    out.folders = [
+        (name, f"{why}; it holds {count} .onnx file(s): {fix} ({Path(d, name)})")
+        for name, count, why in result.folders
+    ]
     for art in result.accepted:  # those that also passed the cross-checks of the set
         upload, rejected, times = result.then[art.name]
         exporters.add_times(stages, times)

@@ -47,8 +47,9 @@ def run_per_client(job, method: Method, cjobs, clients: list[dict], options: dic
         splits[c["client_id"]] = val_idx
         path = folder / Path(c["path"]).name
         if not path.exists():
-            derive_upload(kind, c["path"], data.x[train_idx], data.y[train_idx],
-                          data.num_classes, path)  # fmt: skip
+            derive_upload(
+                kind, c["path"], data.x[train_idx], data.y[train_idx], data.num_classes, path
+            )
     output = out / "global" / f"{name}-{method.personalize}.onnx"  # e.g. fedgh-header.onnx
     planned = plan(name, options, output, folder)
     rep = fuse_methods([planned], str(folder), device=job.device, keep_going=False, log=log)[name]

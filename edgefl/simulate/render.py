@@ -38,8 +38,9 @@ def val_acc_text(client: dict, unit: str = "") -> str:
     claimed = client["training"].get("val_accuracy")
     real = client.get("upload_val_accuracy")
     if real is not None:
-        return f"{100 * real:.1f}{unit}" + ("" if claimed is None else
-                                             f" (claims {100 * claimed:.1f}{unit})")  # fmt: skip
+        return f"{100 * real:.1f}{unit}" + (
+            "" if claimed is None else f" (claims {100 * claimed:.1f}{unit})"
+        )
     if claimed is None:
         return "-"
     return f"{100 * claimed:.1f}{unit}" + (" (claimed)" if client.get("attack") else "")
@@ -66,13 +67,20 @@ def classes_markdown(rows: list[dict]) -> list[str]:
             continue
         for name, c in classes.items():
             acc = f"{100 * c['accuracy']:.2f}" if c.get("accuracy") is not None else "-"
-            out.append(f"| {r['method']} | {printable(name)} | {printable(c['model'])} | "
-                       f"{c['costs']['macs']:,} | {acc} |")  # fmt: skip
+            out.append(
+                f"| {r['method']} | {printable(name)} | {printable(c['model'])} | "
+                f"{c['costs']['macs']:,} | {acc} |"
+            )
     if not out:
         return []
-    return ["", "A model for each device class (`--for`):", "",
-            "| method | device class | model | MACs | accuracy (%) |",
-            "|---|---|---|---:|---:|", *out]  # fmt: skip
+    return [
+        "",
+        "A model for each device class (`--for`):",
+        "",
+        "| method | device class | model | MACs | accuracy (%) |",
+        "|---|---|---|---:|---:|",
+        *out,
+    ]
 
 
 def results_markdown(results: dict) -> str:
@@ -90,22 +98,31 @@ def results_markdown(results: dict) -> str:
     for r in results["results"]:
         acc = accuracy_text(r)
         paper = f"{r['paper']:.2f}" if r.get("paper") is not None else "-"
-        lines.append(f"| {r['method']} | {acc} | {paper} | {r['fuse_seconds']:.1f} | "
-                     f"{r['upload_bytes']:,} |")  # fmt: skip
+        lines.append(
+            f"| {r['method']} | {acc} | {paper} | {r['fuse_seconds']:.1f} | {r['upload_bytes']:,} |"
+        )
     lines += classes_markdown(results["results"])
-    verdicts = [(r["method"], what, x) for r in results["results"]
-                for what, key in (("screened out", "screened"), ("robust", "robust_notes"))
-                for x in r.get(key, [])]  # fmt: skip
+    verdicts = [
+        (r["method"], what, x)
+        for r in results["results"]
+        for what, key in (("screened out", "screened"), ("robust", "robust_notes"))
+        for x in r.get(key, [])
+    ]
     if verdicts:
         lines += ["", "Robust screen (`--robust screen`):", ""]
         lines += [f"- {m}: {what} {_md(x)}" for m, what, x in verdicts]
-    lines += ["", "| client | profile | role | model | val acc | upload bytes |",
-              "|---|---|---|---|---:|---:|"]  # fmt: skip
+    lines += [
+        "",
+        "| client | profile | role | model | val acc | upload bytes |",
+        "|---|---|---|---|---:|---:|",
+    ]
     for c in results["clients"]:
         who = c["client_id"] + (f" (user {c['user']})" if c.get("user") is not None else "")
         who += f" ({c['attack']} attacker)" if c.get("attack") else ""
-        lines.append(f"| {who} | {c['profile']} | {c['role']} | {c['model']} | "
-                     f"{val_acc_text(c)} | {c['upload_bytes']:,} |")  # fmt: skip
+        lines.append(
+            f"| {who} | {c['profile']} | {c['role']} | {c['model']} | "
+            f"{val_acc_text(c)} | {c['upload_bytes']:,} |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -124,13 +141,20 @@ def pictures(job, results: dict, out: Path) -> list[str]:
     written = []
     rows = [r for r in results["results"] if r["accuracy"] is not None]
     if rows:
-        plot_accuracy_bars([r["method"] for r in rows], [r["accuracy"] for r in rows],
-                           out / "accuracy.png", title=f"{job.dataset} {job.partition}",
-                           reference=results["paper_reference"] or None)  # fmt: skip
+        plot_accuracy_bars(
+            [r["method"] for r in rows],
+            [r["accuracy"] for r in rows],
+            out / "accuracy.png",
+            title=f"{job.dataset} {job.partition}",
+            reference=results["paper_reference"] or None,
+        )
         written.append(str(out / "accuracy.png"))
     counts = np.array([c["label_counts"] for c in results["clients"]])
-    plot_label_heatmap(counts, out / "label_distribution.png",
-                       title=f"{job.dataset} {job.partition}: labels per client")  # fmt: skip
+    plot_label_heatmap(
+        counts,
+        out / "label_distribution.png",
+        title=f"{job.dataset} {job.partition}: labels per client",
+    )
     written.append(str(out / "label_distribution.png"))
     for c in results["clients"]:
         if c["role"] == "generator":

@@ -28,16 +28,17 @@ def finished(cjob: ClientJob) -> dict | None:
         pred, path = path, Path(cjob.keep_model) / path.name
         if not (pred.exists() and path.exists()):
             return None
-        summary = finished(replace(cjob, keep_model=None, kind="model",
-                                    out_dir=cjob.keep_model))  # fmt: skip
-        return summary | {"predictions_path": str(pred),
-                          "predictions_bytes": pred.stat().st_size}  # fmt: skip
+        summary = finished(replace(cjob, keep_model=None, kind="model", out_dir=cjob.keep_model))
+        return summary | {"predictions_path": str(pred), "predictions_bytes": pred.stat().st_size}
     if not path.exists():
         return None
     meta = exporters.read_artifact(path).metadata
     part = meta.get("partition", {})
-    if part.get("scheme") != cjob.partition or part.get("seed") != cjob.partition_seed or \
-            meta.get("profile") != cjob.profile:  # fmt: skip
+    if (
+        part.get("scheme") != cjob.partition
+        or part.get("seed") != cjob.partition_seed
+        or meta.get("profile") != cjob.profile
+    ):
         raise ConfigError(
             f"{path} was made by a different run (partition/profile differ)",
             hint="use a fresh --out directory for a different setting",
@@ -50,10 +51,18 @@ def finished(cjob: ClientJob) -> dict | None:
             f"{path} was trained with other settings ({differs})",
             hint="use a fresh --out directory, or delete that upload to retrain it",
         )
-    row = {"path": str(path), "client_id": meta["client_id"], "role": role, "model": spec.label,
-           "profile": meta["profile"], "training": meta["training"],
-           "label_counts": meta["label_counts"], "upload_bytes": path.stat().st_size,
-           "costs": meta["costs"], "reused": True}  # fmt: skip
+    row = {
+        "path": str(path),
+        "client_id": meta["client_id"],
+        "role": role,
+        "model": spec.label,
+        "profile": meta["profile"],
+        "training": meta["training"],
+        "label_counts": meta["label_counts"],
+        "upload_bytes": path.stat().st_size,
+        "costs": meta["costs"],
+        "reused": True,
+    }
     if isinstance(part.get("user"), int):  # whose data a drawn user client holds
         row["user"] = part["user"]
     if cjob.attack and role == "classifier":  # its header claims its training's; the run tells

@@ -95,8 +95,13 @@ class SimJob:
     for_max_macs: int | None = None
 
     def classes(self) -> ClassRequest | None:
-        return parse_request(self.for_classes, epochs=self.for_epochs, samples=self.for_samples,
-                             max_macs=self.for_max_macs, eval_ref=f"{self.dataset}:test")  # fmt: skip
+        return parse_request(
+            self.for_classes,
+            epochs=self.for_epochs,
+            samples=self.for_samples,
+            max_macs=self.for_max_macs,
+            eval_ref=f"{self.dataset}:test",
+        )
 
     def validate(self) -> None:
         check_writable(self.out, "--out", "runs/sim", folder_ok=True)
@@ -124,13 +129,17 @@ class SimJob:
         searched = {p: m for p, m in self.client_models.items() if m.startswith(SEARCH)}
         for prof, model in searched.items():
             if model[len(SEARCH) :] not in SEARCHES:
-                raise ConfigError(f"--client-model {prof}={model}: unknown search",
-                                  hint=f"e.g. {prof}={SEARCH}{SEARCHES[0]}")  # fmt: skip
+                raise ConfigError(
+                    f"--client-model {prof}={model}: unknown search",
+                    hint=f"e.g. {prof}={SEARCH}{SEARCHES[0]}",
+                )
         if self.search_options:
             if not searched:
-                raise ConfigError("--search-opt is given, but no --client-model PROFILE="
-                                  f"{SEARCH}{SEARCHES[0]} searches",
-                                  hint=f"e.g. --client-model wristband={SEARCH}{SEARCHES[0]}")  # fmt: skip
+                raise ConfigError(
+                    "--search-opt is given, but no --client-model PROFILE="
+                    f"{SEARCH}{SEARCHES[0]} searches",
+                    hint=f"e.g. --client-model wristband={SEARCH}{SEARCHES[0]}",
+                )
             PSOConfig.from_options(self.search_options)  # an unknown or bad option: now
         for prof in self.client_models:
             if prof not in profiles:
@@ -139,16 +148,24 @@ class SimJob:
                     hint=f"name one of {', '.join(sorted(profiles))}, e.g. --client-model "
                     f"{sorted(profiles)[0]}=cnn",
                 )
-        for flag, name in (("--classifier-optimizer", self.classifier_optimizer),
-                           ("--generator-optimizer", self.generator_optimizer)):  # fmt: skip
+        for flag, name in (
+            ("--classifier-optimizer", self.classifier_optimizer),
+            ("--generator-optimizer", self.generator_optimizer),
+        ):
             if name is not None and name not in OPTIMIZERS:
-                raise ConfigError(f"{flag} must be one of {', '.join(OPTIMIZERS)}, got {name!r}",
-                                  hint=f"e.g. {flag} adam, or leave it out for the profile's")  # fmt: skip
-        for flag, size in (("--classifier-batch-size", self.classifier_batch_size),
-                           ("--generator-batch-size", self.generator_batch_size)):  # fmt: skip
+                raise ConfigError(
+                    f"{flag} must be one of {', '.join(OPTIMIZERS)}, got {name!r}",
+                    hint=f"e.g. {flag} adam, or leave it out for the profile's",
+                )
+        for flag, size in (
+            ("--classifier-batch-size", self.classifier_batch_size),
+            ("--generator-batch-size", self.generator_batch_size),
+        ):
             if size is not None and size < 1:
-                raise ConfigError(f"{flag} must be >= 1, got {size}",
-                                  hint=f"e.g. {flag} 64, or leave it out for the profile's")  # fmt: skip
+                raise ConfigError(
+                    f"{flag} must be >= 1, got {size}",
+                    hint=f"e.g. {flag} 64, or leave it out for the profile's",
+                )
         # Checked here, by the simulate flag's name, before any client trains.
         schedule = (
             ("--classifier-lr", self.classifier_lr, "1e-3"),
@@ -185,8 +202,10 @@ def parse_mix(mix: str, clients: int) -> list[str]:
     for part in filter(None, (p.strip() for p in mix.split(","))):
         name, _, count = part.rpartition(":")
         if not name or not count.isdigit():
-            raise ConfigError(f"--mix expects PROFILE:COUNT,..., got {part!r}",
-                              hint="e.g. --mix smartphone:5,wristband:5")  # fmt: skip
+            raise ConfigError(
+                f"--mix expects PROFILE:COUNT,..., got {part!r}",
+                hint="e.g. --mix smartphone:5,wristband:5",
+            )
         get_profile(name)
         out += [name] * int(count)
     if len(out) != clients:
@@ -208,8 +227,9 @@ def _model_for(job: SimJob, profile: str, info, n_train: int) -> str:
         return job.paper_classifier if role == "classifier" else "cvae-small"
     cap = job.max_classifier_macs if role == "classifier" else None
     p = plan(get_profile(profile), info, samples=max(1, n_train // job.clients), max_macs=cap)
-    return p.spec.name + (":" + ",".join(f"{k}={_fmt(v)}" for k, v in p.spec.params.items())
-                          if p.spec.params else "")  # fmt: skip
+    return p.spec.name + (
+        ":" + ",".join(f"{k}={_fmt(v)}" for k, v in p.spec.params.items()) if p.spec.params else ""
+    )
 
 
 def _fmt(v) -> str:
@@ -224,8 +244,12 @@ def client_jobs(job: SimJob) -> list[ClientJob]:
     n_train = job.subset or info.train_size
     models = {p: _model_for(job, p, info, n_train) for p in dict.fromkeys(profiles)}
     train_device = resolve_device(job.train_device, "--train-device").type
-    roles = {p: "classifier" if m.startswith(SEARCH) else role_of(
-        parse_model_arg(m, info.input_shape, info.num_classes)) for p, m in models.items()}  # fmt: skip
+    roles = {
+        p: "classifier"
+        if m.startswith(SEARCH)
+        else role_of(parse_model_arg(m, info.input_shape, info.num_classes))
+        for p, m in models.items()
+    }
     attacks = assign(job.attacks, [roles[p] for p in profiles])
     jobs = []
     for i, prof in enumerate(profiles):
@@ -237,24 +261,42 @@ def client_jobs(job: SimJob) -> list[ClientJob]:
         # Classifier clients of a FedOL run train once and send predictions; their model stays
         # on the device (kept in uploads/ so model-based methods can run side by side).
         predictions = job.needs_predictions and not is_gen
-        extra = dict(kind="predictions", public=f"{job.dataset}:public",
-                     keep_model=str(Path(job.out) / "uploads")) if predictions else {}  # fmt: skip
-        jobs.append(ClientJob(
-            **extra, public_size=job.public,
-            profile=prof, dataset=job.dataset,
-            out_dir=str(Path(job.out) / ("uploads-predictions" if predictions else "uploads")),
-            data_dir=job.data_dir, partition=job.partition, num_clients=job.clients,
-            client_index=i, partition_seed=job.seed, model=model, seed=job.seed,
-            fed_seed=job.seed, force=job.paper_models or prof in job.client_models,
-            epochs=job.generator_epochs if is_gen else job.classifier_epochs,
-            lr=job.generator_lr if is_gen else job.classifier_lr,
-            optimizer=job.generator_optimizer if is_gen else job.classifier_optimizer,
-            batch_size=job.generator_batch_size if is_gen else job.classifier_batch_size,
-            train_device=train_device,
-            subset=job.subset, search=search,
-            search_options=dict(job.search_options) if search else None,
-            attack=attacks[i],
-        ))  # fmt: skip
+        extra = (
+            dict(
+                kind="predictions",
+                public=f"{job.dataset}:public",
+                keep_model=str(Path(job.out) / "uploads"),
+            )
+            if predictions
+            else {}
+        )
+        jobs.append(
+            ClientJob(
+                **extra,
+                public_size=job.public,
+                profile=prof,
+                dataset=job.dataset,
+                out_dir=str(Path(job.out) / ("uploads-predictions" if predictions else "uploads")),
+                data_dir=job.data_dir,
+                partition=job.partition,
+                num_clients=job.clients,
+                client_index=i,
+                partition_seed=job.seed,
+                model=model,
+                seed=job.seed,
+                fed_seed=job.seed,
+                force=job.paper_models or prof in job.client_models,
+                epochs=job.generator_epochs if is_gen else job.classifier_epochs,
+                lr=job.generator_lr if is_gen else job.classifier_lr,
+                optimizer=job.generator_optimizer if is_gen else job.classifier_optimizer,
+                batch_size=job.generator_batch_size if is_gen else job.classifier_batch_size,
+                train_device=train_device,
+                subset=job.subset,
+                search=search,
+                search_options=dict(job.search_options) if search else None,
+                attack=attacks[i],
+            )
+        )
     return jobs
 
 
@@ -328,9 +370,13 @@ def method_options(job: SimJob, name: str) -> dict[str, Any]:
     method = METHODS.get(name)
     options = dict(job.fuse_options.get(name, {})) | {"seed": job.seed}
     if method.public_data and method.judged == "global":
-        options |= {"public": f"{job.dataset}:public", "public_size": job.public,
-                    "public_seed": job.seed, "public_subset": job.subset,
-                    "public_partition": str(job.partition)}  # fmt: skip
+        options |= {
+            "public": f"{job.dataset}:public",
+            "public_size": job.public,
+            "public_seed": job.seed,
+            "public_subset": job.subset,
+            "public_partition": str(job.partition),
+        }
     return options
 
 
@@ -347,8 +393,9 @@ def check_resumable(job: SimJob) -> None:
             reuse_global(name, method_options(job, name), report)
 
 
-def fuse_all(job: SimJob, log, clients: list[dict] | None = None,
-             progress=no_progress) -> dict[str, dict]:  # fmt: skip
+def fuse_all(
+    job: SimJob, log, clients: list[dict] | None = None, progress=no_progress
+) -> dict[str, dict]:
     """Every method, each upload folder ingested once for all the methods that read it."""
     out = Path(job.out)
     reports: dict[str, dict] = {}
@@ -361,8 +408,9 @@ def fuse_all(job: SimJob, log, clients: list[dict] | None = None,
         if method.judged == "per-client":
             log(f"{name}: client artifacts -> server -> personalized client models")
             try:
-                reports[name] = run_per_client(job, method, client_jobs(job), clients or [],
-                                               options, log)  # fmt: skip
+                reports[name] = run_per_client(
+                    job, method, client_jobs(job), clients or [], options, log
+                )
             except FusionError as exc:
                 reports[name] = {"error": exc.message, "used": [], "total_seconds": 0.0}
             continue
@@ -383,9 +431,15 @@ def fuse_all(job: SimJob, log, clients: list[dict] | None = None,
                 )
             log(f"fusing with {name}")
             reports[name] = fuse_methods(
-                [planned], str(folder), device=job.device, eval=f"{job.dataset}:test",
-                data_dir=job.data_dir, log=log, found=ingested[folder], progress=progress,
-            )[name]  # fmt: skip
+                [planned],
+                str(folder),
+                device=job.device,
+                eval=f"{job.dataset}:test",
+                data_dir=job.data_dir,
+                log=log,
+                found=ingested[folder],
+                progress=progress,
+            )[name]
         except FusionError as exc:  # e.g. fedavg over mixed architectures: a result, not a crash
             log(f"{name} refused: {exc.message}")
             reports[name] = {"error": exc.message, "used": [], "total_seconds": 0.0}
@@ -401,8 +455,14 @@ def chance_warnings(clients: list[dict], reports: dict[str, dict]) -> list[str]:
     return out
 
 
-def kept_timings(out: Path, clients: list[dict], reports: dict[str, dict], t_clients: float,
-                 t_fuse: float, total: float) -> dict:  # fmt: skip
+def kept_timings(
+    out: Path,
+    clients: list[dict],
+    reports: dict[str, dict],
+    t_clients: float,
+    t_fuse: float,
+    total: float,
+) -> dict:
     """The run's seconds. A stage this run reused whole (every upload, or every global model)
     keeps the seconds the run that made it recorded (results.json), named in "reused": a
     resumed run reports what the work took, not the instant it took to find it done."""
@@ -412,15 +472,18 @@ def kept_timings(out: Path, clients: list[dict], reports: dict[str, dict], t_cli
         before = {k: float(before[k]) for k in ("clients", "fusion")}
     except (OSError, ValueError, KeyError, TypeError):
         return seconds
-    whole = {"clients": bool(clients) and all(c.get("reused") for c in clients),
-             "fusion": bool(reports) and all(r.get("reused") for r in reports.values())}  # fmt: skip
+    whole = {
+        "clients": bool(clients) and all(c.get("reused") for c in clients),
+        "fusion": bool(reports) and all(r.get("reused") for r in reports.values()),
+    }
     reused = [stage for stage, done in whole.items() if done]
     if not reused:
         return seconds
     for stage in reused:
         seconds[stage] = before[stage]
-    seconds["total"] = total + sum(seconds[s] - now for s, now in
-                                   (("clients", t_clients), ("fusion", t_fuse)))  # fmt: skip
+    seconds["total"] = total + sum(
+        seconds[s] - now for s, now in (("clients", t_clients), ("fusion", t_fuse))
+    )
     seconds["reused"] = reused
     seconds["this_run"] = total
     return seconds
@@ -446,18 +509,27 @@ def simulate(job: SimJob, log=None, progress=None, trainer=None) -> dict:
     reference = paper_reference(job.dataset, job.partition, job.clients)
     rows = []
     for m, rep in reports.items():
-        rows.append({
-            "method": m, "accuracy": rep.get("accuracy"), "fuse_seconds": rep["total_seconds"],
-            "upload_bytes": sum(upload_bytes(m, c, models, pred_bytes, out) for c in rep["used"]),
-            "clients_used": len(rep["used"]), "error": rep.get("error"),
-            # Part of the federation only ("5 of 10: vgg9 only"): not the paper's row's number.
-            "scope": rep.get("scope"), "paper": None if rep.get("scope") else reference.get(m),
-            "standalone_accuracy": rep.get("standalone_accuracy"), "metric": rep.get("metric"),
-            # --robust screen: who was left out and why, who was used repaired or tempered
-            "screened": [f"{x['client_id']}: {x['reason']}" for x in rep.get("screened", [])],
-            "robust_notes": rep.get("robust_notes", []),
-            "for_classes": rep.get("for_classes"),  # --for: a model per device class
-        })  # fmt: skip
+        rows.append(
+            {
+                "method": m,
+                "accuracy": rep.get("accuracy"),
+                "fuse_seconds": rep["total_seconds"],
+                "upload_bytes": sum(
+                    upload_bytes(m, c, models, pred_bytes, out) for c in rep["used"]
+                ),
+                "clients_used": len(rep["used"]),
+                "error": rep.get("error"),
+                # Part of the federation only ("5 of 10: vgg9 only"): not the paper's row's number.
+                "scope": rep.get("scope"),
+                "paper": None if rep.get("scope") else reference.get(m),
+                "standalone_accuracy": rep.get("standalone_accuracy"),
+                "metric": rep.get("metric"),
+                # --robust screen: who was left out and why, who was used repaired or tempered
+                "screened": [f"{x['client_id']}: {x['reason']}" for x in rep.get("screened", [])],
+                "robust_notes": rep.get("robust_notes", []),
+                "for_classes": rep.get("for_classes"),  # --for: a model per device class
+            }
+        )
     results = {
         "job": {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(job).items()},
         "engine": getattr(trainer, "engine", "local"),  # where the clients ran
@@ -471,7 +543,7 @@ def simulate(job: SimJob, log=None, progress=None, trainer=None) -> dict:
             "torch": torch.__version__,
             # A method refused before fusing has no device in its report.
             "device": next((r["device"] for r in reports.values() if "device" in r), None),
-        },  # fmt: skip
+        },
         "date_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()),
     }
     results["pictures"] = pictures(job, results, out)
