@@ -3,7 +3,8 @@
     python bench/bench_scale.py [--sizes 100,1000,10000] [--methods fedavg,ensemble,fedmho]
                                 [--work DIR] [--out bench/results/scale] [--timeout 1800]
 
-A federation of N uploads on MNIST Dir(0.5): 80 % wristband decoders (the band's planned
+A federation of N uploads on MNIST, Dir(0.5) (`--partition`; Dir(0.5) cannot give each of
+10,000 clients a sample, so that size runs `--partition dirichlet:1.0 --min-size 1`): 80 % wristband decoders (the band's planned
 `cvae-mlp(hidden=24)`), 20 % phone classifiers of two architectures (`cnn`, `scnn`), each
 trained 100 optimiser steps on its shard (60,000 / N samples: 600 at 100 uploads, 6 at 10,000)
 with its profile's optimizer, batch and rate.
@@ -82,7 +83,7 @@ def _upload(template: onnx.ModelProto, state: dict, meta: dict, path: Path) -> N
     exporters.write_model_atomic(model, path)
 
 
-def make_federation(n: int, out: Path, seed: int = 0) -> dict:
+def make_federation(n: int, out: Path, scheme: str, min_size: int | None, seed: int = 0) -> dict:
     """N uploads in out/uploads (kept if already complete); returns the manifest."""
     manifest_path = out / "federation.json"
     if manifest_path.exists():
@@ -92,7 +93,7 @@ def make_federation(n: int, out: Path, seed: int = 0) -> dict:
     data = load_dataset("mnist", "train")
     test = load_dataset("mnist", "test")
     tx, ty = torch.from_numpy(test.x[:1000]), test.y[:1000]
-    parts = partition(data.y, n, "dirichlet:0.5", seed, num_classes=CLASSES)
+    parts = partition(data.y, n, scheme, seed, num_classes=CLASSES, min_size=min_size)
     templates: dict[str, onnx.ModelProto] = {}
     phone_acc, start = [], time.perf_counter()
     torch.set_num_threads(1)
@@ -122,7 +123,7 @@ def make_federation(n: int, out: Path, seed: int = 0) -> dict:
             training=summary.as_dict(),
             dataset="mnist",
             partition={
-                "scheme": "dirichlet:0.5",
+                "scheme": scheme,
                 "num_clients": n,
                 "client_index": i,
                 "seed": seed,
@@ -151,6 +152,7 @@ def make_federation(n: int, out: Path, seed: int = 0) -> dict:
     sizes = [p.stat().st_size for p in uploads.glob("*.onnx")]
     manifest = {
         "uploads": n,
+        "partition": scheme,
         "bands": sum(client_kind(i, n) == BAND for i in range(n)),
         "phones": sum(client_kind(i, n) != BAND for i in range(n)),
         "bytes": sum(sizes),
@@ -260,26 +262,44 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default="100,1000,10000")
     ap.add_argument("--methods", default=METHODS)
+    ap.add_argument(
+        "--partition", default="dirichlet:0.5", help="dirichlet:1.0 at 10,000 (0.5 cannot fill)"
+    )
+    ap.add_argument("--min-size", type=int, default=None, help="fewest samples per client")
     ap.add_argument("--work", default=None, help="federations are kept here and reused")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "scale"))
     ap.add_argument("--timeout", type=float, default=1800, help="seconds per method and size")
     ap.add_argument("--jobs", type=int, default=2, help="server fuse --jobs")
+    ap.add_argument(
+        "--merge", nargs="+", metavar="JSON", help="only write --out from earlier runs' JSON"
+    )
     args = ap.parse_args()
+    if args.merge:
+        runs = [json.loads(Path(f).read_text()) for f in args.merge]
+        federations = {int(n): f for r in runs for n, f in r["federations"].items()}
+        rows = [row for r in runs for row in r["rows"]]
+        commands = [r["command"] for r in runs]
+        write(args, rows, federations, {"runs": [{k: r[k] for k in HEADER} for r in runs]})
+        print("\n".join(commands))
+        return
     work = Path(args.work or tempfile.mkdtemp(prefix="edgefl-scale-"))
     rows, federations = [], {}
     for n in [int(s) for s in args.sizes.split(",")]:
         fed = work / f"n{n}"
         print(f"[{n}] making the federation in {fed}", flush=True)
-        federations[n] = make_federation(n, fed)
+        federations[n] = make_federation(n, fed, args.partition, args.min_size)
         print(f"[{n}] {json.dumps(federations[n])}", flush=True)
-        for method in args.methods.split(","):
+        for method in filter(None, args.methods.split(",")):
             row = {"n": n} | fuse(fed / "uploads", method, fed / "global", args.timeout, args.jobs)
             print(f"[{n}] {json.dumps(row)}", flush=True)
             rows.append(row)
             write(args, rows, federations)
 
 
-def write(args, rows: list[dict], federations: dict) -> None:
+HEADER = ("command", "date", "machine", "commit")
+
+
+def write(args, rows: list[dict], federations: dict, merged: dict | None = None) -> None:
     commit = subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT
     ).stdout.strip()
@@ -289,6 +309,8 @@ def write(args, rows: list[dict], federations: dict) -> None:
         "machine": f"{platform.machine()} {os.cpu_count()} CPUs (shared), {platform.platform()}",
         "commit": commit,
     }
+    if merged:  # the runs' own headers, each line naming its command, date and commit
+        header = merged
     g = growth(rows)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -296,17 +318,22 @@ def write(args, rows: list[dict], federations: dict) -> None:
         json.dumps({**header, "federations": federations, "rows": rows, "growth": g}, indent=1)
         + "\n"
     )
+    runs = header.get("runs", [header])
     lines = [
         "# The server from 100 to 10,000 uploads (issue 36)",
         "",
-        f"`{header['command']}` on {header['date']}, {header['machine']}, commit {commit}.",
+        *[
+            f"`{r['command']}` on {r['date']}, {r['machine']}, commit {r['commit']}.  "
+            for r in runs
+        ],
         "",
-        "| uploads | bands / phones | MB | mean phone model % | made in s |",
-        "|---:|---|---:|---:|---:|",
+        "| uploads | partition | bands / phones | MB | mean phone model % | made in s |",
+        "|---:|---|---|---:|---:|---:|",
     ]
     for n, f in federations.items():
         lines.append(
-            f"| {n:,} | {f['bands']:,} / {f['phones']:,} | {f['bytes'] / 1e6:,.1f} | "
+            f"| {n:,} | {f.get('partition', 'dirichlet:0.5')} | {f['bands']:,} / {f['phones']:,} | "
+            f"{f['bytes'] / 1e6:,.1f} | "
             f"{f['mean_phone_accuracy_1000_test']:.2f} | {f['seconds']:.0f} |"
         )
     lines += [
