@@ -35,7 +35,8 @@ from edgefl.models.zoo import build_model, input_kind
 from edgefl.progress import no_progress
 from edgefl.registry import Registry
 
-ARTIFACT_KINDS = ("classifier", "decoder", "predictions", "prototypes")
+# What a client may upload and a method consume: every artifact kind but the server's own.
+UPLOAD_KINDS = tuple(k for k in exporters.ARTIFACT_KINDS if k != "global")
 JUDGED = ("global", "per-client")
 INVERSION_CHUNK = 256  # images optimised together; each image's loss is its own (sum, not mean)
 # Named option sets (`--budget`): "cpu" is every method's defaults, what 2 CPU cores finish in
@@ -143,8 +144,8 @@ class Method:
     def __post_init__(self) -> None:
         if set(self.budgets) - set(BUDGETS[1:]):
             raise ValueError(f"{self.name}: budgets must be among {BUDGETS[1:]}")
-        if not self.consumes or set(self.consumes) - set(ARTIFACT_KINDS):
-            raise ValueError(f"{self.name}: consumes must be a subset of {ARTIFACT_KINDS}")
+        if not self.consumes or set(self.consumes) - set(UPLOAD_KINDS):
+            raise ValueError(f"{self.name}: consumes must be a subset of {UPLOAD_KINDS}")
         if self.judged not in JUDGED:
             raise ValueError(f"{self.name}: judged must be one of {JUDGED}")
         if (self.judged == "per-client") != (self.personalize is not None):
