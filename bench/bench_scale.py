@@ -29,6 +29,7 @@ import json
 import math
 import os
 import platform
+import signal
 import subprocess
 import sys
 import tempfile
@@ -201,12 +202,19 @@ def fuse(uploads: Path, method: str, out: Path, timeout: float, jobs: int) -> di
         "--overwrite",
     ]
     start = time.perf_counter()
+    # Its own process group: a timeout stops the server and its workers, not only the wrapper
+    # (an orphaned server would go on competing with the next measurement).
+    p = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
     try:
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        out, err = p.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        p.communicate()
         return {"method": method, "timeout_s": timeout}
     wall = time.perf_counter() - start
-    rss = [int(line.split()[1]) for line in p.stderr.splitlines() if line.startswith("MAXRSS_KB")]
+    rss = [int(line.split()[1]) for line in err.splitlines() if line.startswith("MAXRSS_KB")]
     row = {
         "method": method,
         "wall_s": wall,
@@ -214,9 +222,9 @@ def fuse(uploads: Path, method: str, out: Path, timeout: float, jobs: int) -> di
         "rc": p.returncode,
     }
     if p.returncode != 0:
-        row["error"] = (p.stderr.strip().splitlines() or [""])[-2 if rss else -1][:300]
+        row["error"] = (err.strip().splitlines() or [""])[-2 if rss else -1][:300]
         return row
-    rep = json.loads(p.stdout)
+    rep = json.loads(out)
     row |= {
         "accuracy": 100 * rep["accuracy"],
         "stages": rep.get("seconds", {}),
