@@ -117,3 +117,18 @@ def snapshot(root: Path) -> dict[str, tuple]:
             content = "dir"
         state[name] = (info.st_mode, info.st_size, info.st_mtime_ns, content)
     return state
+
+
+def fuse_digits(federation: Path, out_dir: Path, method: str, **options):
+    """`run_fuse` of one method on a federation, on the CPU, evaluated on digits: its report."""
+    from edgefl.server.fuse import FuseJob, run_fuse
+
+    job = FuseJob(
+        uploads=str(federation),
+        method=method,
+        options=options,
+        out=str(out_dir / f"{method}.onnx"),
+        device="cpu",
+        eval="digits",
+    )
+    return run_fuse(job)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from fed_fixtures import build_federation
+from fed_fixtures import build_federation, fuse_digits
 from torch.nn import functional as F
 
 from edgefl.fusion import METHODS
@@ -18,7 +18,6 @@ from edgefl.fusion.coboosting import (
     weighted_ensemble,
 )
 from edgefl.fusion.generator import ReplayPool
-from edgefl.server.fuse import FuseJob, run_fuse
 
 
 @pytest.fixture(scope="session")
@@ -118,19 +117,9 @@ def test_reaches_its_teachers_ensemble_on_a_tiny_federation(federation, tmp_path
     Co-Boosting 68.9%; 63.6% with the cpu default of 60 steps an epoch; chance 10%). With
     the ensemble weights collapsed to 0 (box constraint, per-batch steps of an earlier draft)
     it fell to 46%."""
-    acc = {}
-    for method, opts in (("ensemble", {}), ("coboosting", {"kd_steps": 0})):
-        rep = run_fuse(
-            FuseJob(
-                uploads=str(federation),
-                method=method,
-                options=opts,
-                out=str(tmp_path / f"{method}.onnx"),
-                device="cpu",
-                eval="digits",
-            )
-        )
-        acc[method] = rep["accuracy"]
+    ensemble = fuse_digits(federation, tmp_path, "ensemble")
+    rep = fuse_digits(federation, tmp_path, "coboosting", kd_steps=0)
+    acc = {"ensemble": ensemble["accuracy"], "coboosting": rep["accuracy"]}
     assert acc["ensemble"] > 0.7
     assert acc["coboosting"] >= acc["ensemble"] - 0.15, acc
     weights = rep["ensemble_weights"]

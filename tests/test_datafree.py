@@ -10,7 +10,7 @@ import numpy as np
 import onnx
 import pytest
 import torch
-from fed_fixtures import build_federation
+from fed_fixtures import build_federation, fuse_digits
 from onnx import numpy_helper
 from torch.nn import functional as F
 
@@ -109,18 +109,7 @@ MARGIN = {"dense": 0.15, "fedhydra": 0.05}
 def test_reaches_its_teachers_ensemble_on_a_tiny_federation(two_cnns, tmp_path, method):
     """What a data-free method must reach: near the logit ensemble of the two digits
     classifiers it distils (tests/fed_fixtures.py), not merely a number."""
-    acc = {}
-    for name in ("ensemble", method):
-        rep = run_fuse(
-            FuseJob(
-                uploads=str(two_cnns),
-                method=name,
-                out=str(tmp_path / f"{name}.onnx"),
-                device="cpu",
-                eval="digits",
-            )
-        )
-        acc[name] = rep["accuracy"]
+    acc = {name: fuse_digits(two_cnns, tmp_path, name)["accuracy"] for name in ("ensemble", method)}
     assert acc["ensemble"] > 0.7
     assert acc[method] >= acc["ensemble"] - MARGIN[method], acc
 

@@ -43,7 +43,7 @@ def _zoo_classifiers() -> list[str]:
     return names
 
 
-def _export(spec, path: Path) -> Path:
+def _export(spec, path: Path, model=None, dataset: str = "digits") -> Path:
     torch.manual_seed(0)
     meta = model_metadata(
         spec,
@@ -51,9 +51,9 @@ def _export(spec, path: Path) -> Path:
         label_counts=[3] * 10,
         client_id="test",
         profile="smartphone",
-        dataset="digits",
+        dataset=dataset,
     )
-    export_model(build_model(spec), spec, meta, path)
+    export_model(model if model is not None else build_model(spec), spec, meta, path)
     return path
 
 
@@ -164,15 +164,7 @@ def test_batchnorm_folds_into_its_conv_with_the_same_outputs(tmp_path):
         bn.running_var.uniform_(0.5, 2)
         bn.weight.data.uniform_(0.5, 1.5)
         bn.bias.data.uniform_(-0.5, 0.5)
-    meta = model_metadata(
-        spec,
-        class_names=[str(i) for i in range(10)],
-        label_counts=[3] * 10,
-        client_id="t",
-        profile="smartphone",
-        dataset="mnist",
-    )
-    export_model(model, spec, meta, tmp_path / "m.onnx")
+    _export(spec, tmp_path / "m.onnx", model, dataset="mnist")
     plain, _ = plain_graph(onnx.load(tmp_path / "m.onnx"), batch=1)
     folded = onnx.ModelProto()
     folded.CopyFrom(plain)
