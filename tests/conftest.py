@@ -29,3 +29,13 @@ def cli(runner):
         return runner.invoke(app, list(args))
 
     return invoke
+
+
+@pytest.fixture(scope="module")
+def one_torch_thread():
+    """One intra-op thread for a whole module of tiny nets on 2 shared cores (a second thread
+    only adds contention), restored after it: `pytestmark = usefixtures("one_torch_thread")`."""
+    from edgefl.training import one_thread
+
+    with one_thread():
+        yield

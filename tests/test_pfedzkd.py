@@ -23,12 +23,7 @@ from edgefl.training import TrainConfig, init_model, train
 SMALL = {"synthetic": 400, "inversion_steps": 100, "epochs": 15, "lr": 3e-3}
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")

@@ -38,13 +38,7 @@ from edgefl.search.pso import (
 SHAPES = [(1, 8, 8), (1, 28, 28), (3, 32, 32)]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    # Tiny nets at small batches: a second intra-op thread only adds contention on 2 cores.
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _profile(ram: int, frac: float, storage: int, mps: float, opt: str, batch: int, secs: float):
