@@ -20,8 +20,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
-import subprocess
 import sys
 import tempfile
 import time
@@ -32,6 +30,7 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import onnx  # noqa: E402
+from _record import run_header  # noqa: E402
 from onnx import TensorProto, helper  # noqa: E402
 
 from edgefl.client.run import export_model, model_metadata  # noqa: E402
@@ -195,17 +194,12 @@ def main() -> None:
 
 
 def write(rows: list[dict], floor: int | None, args) -> None:
-    commit = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT
-    ).stdout.strip()
     import onnxruntime
     import tflite_micro
 
-    header = {
-        "command": " ".join(["python", "bench/bench_deploy.py", *sys.argv[1:]]),
-        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        "machine": f"{platform.machine()} {os.cpu_count()} CPUs (shared), {platform.platform()}",
-        "commit": commit,
+    header = run_header("bench/bench_deploy.py")
+    commit = header["commit"]
+    header |= {
         "onnxruntime": onnxruntime.__version__,
         "tflite_micro": getattr(tflite_micro, "__version__", "installed"),
         "ort_identity_rss_increase_bytes": floor,

@@ -28,7 +28,6 @@ import argparse
 import json
 import math
 import os
-import platform
 import signal
 import subprocess
 import sys
@@ -43,6 +42,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 import numpy as np  # noqa: E402
 import onnx  # noqa: E402
 import torch  # noqa: E402
+from _record import run_header  # noqa: E402
 from onnx import numpy_helper  # noqa: E402
 
 import exporters  # noqa: E402
@@ -62,7 +62,7 @@ STEPS = 100  # local optimiser steps per client
 METHODS = "fedavg,ensemble,ensemble:robust=screen,fedmho,fedmho-md,fedmho-cw,fedcvae-ens,dense,fedhydra,pfedzkd"
 
 
-def client_kind(i: int, n: int):
+def client_kind(i: int):
     """Every fifth client is a phone (alternating architectures), the rest bands."""
     if i % 5 == 0:
         return PHONES[(i // 5) % 2]
@@ -99,7 +99,7 @@ def make_federation(n: int, out: Path, scheme: str, min_size: int | None, seed: 
     phone_acc, start = [], time.perf_counter()
     torch.set_num_threads(1)
     for i, idx in enumerate(parts):
-        profile_name, name, params = client_kind(i, n)
+        profile_name, name, params = client_kind(i)
         profile = get_profile(profile_name)
         spec = make_spec(name, SHAPE, CLASSES, **params)
         role = role_of(spec)
@@ -154,8 +154,8 @@ def make_federation(n: int, out: Path, scheme: str, min_size: int | None, seed: 
     manifest = {
         "uploads": n,
         "partition": scheme,
-        "bands": sum(client_kind(i, n) == BAND for i in range(n)),
-        "phones": sum(client_kind(i, n) != BAND for i in range(n)),
+        "bands": sum(client_kind(i) == BAND for i in range(n)),
+        "phones": sum(client_kind(i) != BAND for i in range(n)),
         "bytes": sum(sizes),
         "samples_per_client_mean": 60_000 / n,
         "mean_phone_accuracy_1000_test": 100 * float(np.mean(phone_acc)),
@@ -236,6 +236,12 @@ def fuse(uploads: Path, method: str, out: Path, timeout: float, jobs: int) -> di
     return row
 
 
+def _timings(row: dict) -> dict[str, float]:
+    """A row's seconds by stage: the method's, the ingest's (as ingest.*) and the whole wall."""
+    ingest = {f"ingest.{k}": v for k, v in row["ingest_stages"].items()}
+    return {**row["stages"], **ingest, "wall": row["wall_s"]}
+
+
 def growth(rows: list[dict]) -> dict:
     """method -> stage -> exponent between consecutive sizes (t ~ n^k)."""
     by = {}
@@ -247,16 +253,7 @@ def growth(rows: list[dict]) -> dict:
         rs.sort(key=lambda r: r["n"])
         for a, b in zip(rs, rs[1:], strict=False):
             span = f"{a['n']}->{b['n']}"
-            stages = {
-                **a["stages"],
-                **{f"ingest.{k}": v for k, v in a["ingest_stages"].items()},
-                "wall": a["wall_s"],
-            }
-            later = {
-                **b["stages"],
-                **{f"ingest.{k}": v for k, v in b["ingest_stages"].items()},
-                "wall": b["wall_s"],
-            }
+            stages, later = _timings(a), _timings(b)
             ks = {}
             for s, t1 in stages.items():
                 t2 = later.get(s)
@@ -308,17 +305,8 @@ HEADER = ("command", "date", "machine", "commit")
 
 
 def write(args, rows: list[dict], federations: dict, merged: dict | None = None) -> None:
-    commit = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT
-    ).stdout.strip()
-    header = {
-        "command": " ".join(["python", "bench/bench_scale.py", *sys.argv[1:]]),
-        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        "machine": f"{platform.machine()} {os.cpu_count()} CPUs (shared), {platform.platform()}",
-        "commit": commit,
-    }
-    if merged:  # the runs' own headers, each line naming its command, date and commit
-        header = merged
+    # Merged: the runs' own headers, each line naming its command, date and commit.
+    header = merged or run_header("bench/bench_scale.py")
     g = growth(rows)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -23,6 +23,7 @@ weight keeps its name and bytes (the server's load-by-name and ``weights_sha256`
 from __future__ import annotations
 
 import math
+from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
@@ -263,10 +264,7 @@ def fold_batchnorm(model: onnx.ModelProto) -> int:
     runtime would fold it anyway."""
     graph = model.graph
     inits = {t.name: t for t in graph.initializer}
-    readers: dict[str, int] = {}
-    for node in graph.node:
-        for name in node.input:
-            readers[name] = readers.get(name, 0) + 1
+    readers = Counter(name for node in graph.node for name in node.input)
     producer = {o: n for n in graph.node for o in n.output}
     drop, folded = set(), 0
     for bn in graph.node:

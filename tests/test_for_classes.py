@@ -216,3 +216,11 @@ def test_simulate_for_gives_each_global_model_its_device_classes(tmp_path):
     )
     assert bad.exit_code == 2 and "no-such-band" in bad.output
     assert not (tmp_path / "bad" / "uploads").exists()
+
+
+def test_the_cli_defaults_are_the_servers():
+    """--for-epochs / --for-samples show and pass the defaults server fuse and simulate use."""
+    from edgefl.cli.common import FOR_EPOCHS, FOR_SAMPLES
+    from edgefl.server import classes
+
+    assert (FOR_EPOCHS.default, FOR_SAMPLES.default) == (classes.EPOCHS, classes.SAMPLES)

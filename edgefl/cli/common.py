@@ -49,6 +49,8 @@ err_console = SafeConsole(stderr=True, highlight=False)
 # Progress goes to stderr (bars on a terminal, a plain line every few seconds elsewhere).
 QUIET = typer.Option(False, "--quiet", "-q", help="No progress on stderr (errors still print).")
 # --for's bounds, the same on `server fuse` and `simulate` (their --for texts name their outputs).
+# The numbers are edgefl.server.classes' EPOCHS and SAMPLES, written here so that importing the
+# CLI does not import the server (tests/test_for_classes.py holds them equal).
 FOR_EPOCHS = typer.Option(20, help="--for: distillation epochs per class.")
 FOR_SAMPLES = typer.Option(
     5000, help="--for: most transfer samples (the method's own, else inverted)."

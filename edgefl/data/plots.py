@@ -142,11 +142,10 @@ def image_grid_figure(
         ax.set_yticks([r * (h + pad) + (h - 1) / 2 for r in range(rows)], names)
     else:
         ax.set_yticks([])
-    for r, tick in enumerate(ax.get_yticklabels()):
-        if held is not None and not held[r]:
-            tick.set_color(NOT_HELD_GREY)
+    ticks = ax.get_yticklabels()
     for r in range(rows):
         if held is not None and not held[r]:  # a grey veil over the row: drawn, but not learnt
+            ticks[r].set_color(NOT_HELD_GREY)
             ax.add_patch(
                 Rectangle(
                     (-0.5, r * (h + pad) - 0.5),

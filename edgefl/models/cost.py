@@ -111,8 +111,10 @@ def _channels(m: nn.Module) -> int:
 
 
 def _torch_kind(m: nn.Module) -> str:
-    """The torch layer a module is or extends (SlicedAdaptiveAvgPool2d counts as its base)."""
-    return next(c for c in type(m).__mro__ if c.__module__.startswith("torch.nn")).__name__
+    """The torch layer a module is or extends (SlicedAdaptiveAvgPool2d counts as its base);
+    a module of its own (Centre) keeps its name."""
+    layers = (c for c in type(m).__mro__ if c.__module__.startswith("torch.nn"))
+    return next((c.__name__ for c in layers if c is not nn.Module), type(m).__name__)
 
 
 def trace(module: nn.Module, example: tuple[torch.Tensor, ...]) -> tuple[list[LayerCall], int]:

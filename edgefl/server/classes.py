@@ -42,6 +42,8 @@ LR = 1e-3
 BATCH = 64
 INVERSION_STEPS = 200  # pFedZKD's default here
 INVERSION_LR = 0.1
+EPOCHS = 20  # --for-epochs' default (cli.common declares the flag with the same number)
+SAMPLES = 5000  # --for-samples' default: most transfer samples a student trains on
 
 
 @dataclass(frozen=True)
@@ -49,8 +51,8 @@ class ClassRequest:
     """What `--for` asks for, checked before any upload is read."""
 
     profiles: tuple[Profile, ...]
-    epochs: int = 20
-    samples: int = 5000  # most transfer samples a student trains on
+    epochs: int = EPOCHS
+    samples: int = SAMPLES
     max_macs: int | None = None  # cap on a student's MACs (a CPU server trains it)
 
     def targets(self, out: Path) -> list[tuple[Profile, Path]]:
@@ -61,8 +63,8 @@ class ClassRequest:
 def parse_request(
     text: str | None,
     *,
-    epochs: int = 20,
-    samples: int = 5000,
+    epochs: int = EPOCHS,
+    samples: int = SAMPLES,
     max_macs: int | None = None,
     eval_ref: str | None = None,
 ) -> ClassRequest | None:

@@ -36,6 +36,8 @@ from edgefl.profiles import get_profile
 from edgefl.progress import no_progress
 from edgefl.search import METHODS as SEARCHES
 from edgefl.search import PSOConfig
+from edgefl.server.classes import EPOCHS as FOR_EPOCHS
+from edgefl.server.classes import SAMPLES as FOR_SAMPLES
 from edgefl.server.classes import ClassRequest, parse_request
 from edgefl.server.fuse import fuse_methods, resolve_device
 from edgefl.server.fuse import plan as plan_fuse
@@ -90,8 +92,8 @@ class SimJob:
     generator_batch_size: int | None = None
     # --for: every global model distilled into one model per device class (server fuse --for).
     for_classes: str | None = None
-    for_epochs: int = 20
-    for_samples: int = 5000
+    for_epochs: int = FOR_EPOCHS
+    for_samples: int = FOR_SAMPLES
     for_max_macs: int | None = None
 
     def classes(self) -> ClassRequest | None:

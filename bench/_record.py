@@ -1,0 +1,25 @@
+"""What every recorded bench result names: the command, when, on what machine, at which commit."""
+
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run_header(script: str) -> dict:
+    """`script` is the bench's path from the repository root (e.g. "bench/bench_scale.py")."""
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT
+    ).stdout.strip()
+    return {
+        "command": " ".join(["python", script, *sys.argv[1:]]),
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "machine": f"{platform.machine()} {os.cpu_count()} CPUs (shared), {platform.platform()}",
+        "commit": commit,
+    }
