@@ -48,6 +48,7 @@ from edgefl.fusion.base import (
     federation_label_counts,
     kd_loss,
     largest_remainder,
+    student_jitter,
     teacher_logits,
     train_student,
 )
@@ -545,6 +546,8 @@ def test_fedmho_teachers(uploads, monkeypatch):
             x=x,
             teacher=kw["teacher"],
             lam=kw["lam"],
+            lr=kw["lr"],
+            augment=kw["augment"],
         )
         return real(model, x, y, **kw)
 
@@ -577,6 +580,19 @@ def test_fedmho_teachers(uploads, monkeypatch):
 
     run("fedmho")
     assert seen["teacher"] is None and seen["lam"] == 1.0
+    assert seen["lr"] == 1e-5 and seen["augment"] == "none"  # images: the paper's setting
+
+
+def test_fedmho_defaults_follow_the_input():
+    """The paper's lr and no jitter on images; on sensor windows the clients' rotation and a
+    step that moves off w0 (bench/results/fedmho_windows.md). An explicit value always wins."""
+    image, window = (1, 28, 28), (3, 1, 128)
+    assert fedmho.learning_rate(None, image) == 1e-5
+    assert fedmho.learning_rate(None, window) == 1e-3
+    assert fedmho.learning_rate(3e-4, image) == fedmho.learning_rate(3e-4, window) == 3e-4
+    assert student_jitter("clients", image) == "none"
+    assert student_jitter("clients", window) == "rotate"
+    assert student_jitter("none", window) == "none"
 
 
 def test_decode_draws_bernoulli_pixels_around_the_decoder_mean(uploads):

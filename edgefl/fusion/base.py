@@ -622,6 +622,24 @@ AUGMENT_HELP = (
     "small 3-D rotation and gain), auto (affine on images, rotate on windows) or none"
 )
 
+# A student trains under the jitter the clients' classifiers trained under by default
+# (edgefl.client.run): their teachers and labels are invariant to it, and on windows the test
+# users' own orientations need it (HAPT FedHydra seed 0: 60.3 -> 68.5%; FedMHO on the issue-32
+# federation: see bench/results/min_steps.md). Images: the clients train with no jitter, and an
+# affine one cost FedHydra 18 points on MNIST Dir(0.1).
+STUDENT_JITTER_HELP = (
+    "clients (the clients' own default: rotate on sensor windows, none on images), or "
+    + AUGMENT_HELP
+)
+
+
+def student_jitter(augment: str, input_shape) -> str:
+    """`augment` for `edgefl.models.augment.jitter`: "clients" is the jitter a client's
+    classifier trains under by default (edgefl.client.run: rotate on sensor windows, else none)."""
+    if augment != "clients":
+        return augment
+    return "none" if input_kind(tuple(input_shape)) == "image" else "rotate"
+
 
 def train_student(
     model: nn.Module,

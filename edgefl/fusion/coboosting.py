@@ -43,6 +43,7 @@ from edgefl.fusion.base import (
     Reference,
     fedmho_table3,
     jitter,
+    student_jitter,
 )
 from edgefl.fusion.generator import (
     PAPER_GENERATOR,
@@ -54,7 +55,6 @@ from edgefl.fusion.generator import (
     make_generator,
     sample_noise,
     set_trainable,
-    student_jitter,
     teacher_forward,
 )
 from edgefl.fusion.options import option

@@ -30,6 +30,7 @@ from edgefl.fusion.base import (
     fedmho_table3,
     jitter,
     pfedzkd_table2,
+    student_jitter,
 )
 from edgefl.fusion.generator import (
     PAPER_GENERATOR,
@@ -40,7 +41,6 @@ from edgefl.fusion.generator import (
     make_generator,
     sample_noise,
     set_trainable,
-    student_jitter,
     teacher_forward,
 )
 from edgefl.fusion.options import option

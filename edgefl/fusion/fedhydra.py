@@ -51,7 +51,14 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from edgefl.fusion.base import FusionContext, FusionResult, Method, Reference, jitter
+from edgefl.fusion.base import (
+    FusionContext,
+    FusionResult,
+    Method,
+    Reference,
+    jitter,
+    student_jitter,
+)
 from edgefl.fusion.generator import (
     PAPER_GENERATOR,
     BNStatLoss,
@@ -63,7 +70,6 @@ from edgefl.fusion.generator import (
     make_generator,
     sample_noise,
     set_trainable,
-    student_jitter,
     teacher_forward,
 )
 from edgefl.fusion.options import option

@@ -20,9 +20,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from edgefl.fusion.base import AUGMENT, AUGMENT_HELP, FusionConfig
+from edgefl.fusion.base import AUGMENT, STUDENT_JITTER_HELP, FusionConfig
 from edgefl.fusion.options import option
-from edgefl.models.zoo import input_kind
 
 
 @dataclass(frozen=True)
@@ -53,16 +52,8 @@ class GeneratorConfig(FusionConfig):
     adv_weight: float = option(1.0, "generator loss: weight of the adversarial -KL term", low=0)
     nz: int = option(256, "generator noise dimension", low=1)
     ngf: int = option(16, "generator width (channels 2*ngf, ngf; paper: 64)", low=1)
-    # The teachers label a window turned the way their training turned it as the original; the
-    # student learns that invariance from the synthetic samples too, which the test users' own
-    # orientations need (HAPT FedHydra seed 0: 60.3 -> 68.5%). Images: the clients train with
-    # no jitter by default, and an affine one cost FedHydra 18 points on MNIST Dir(0.1).
-    augment: str = option(
-        "clients",
-        "clients (the clients' own default: rotate on sensor windows, none on images), or "
-        + AUGMENT_HELP,
-        choices=("clients", *AUGMENT),
-    )
+    # The teachers label a turned window as the original (base.STUDENT_JITTER_HELP's note).
+    augment: str = option("clients", STUDENT_JITTER_HELP, choices=("clients", *AUGMENT))
 
 
 PAPER_GENERATOR = {"epochs": 200, "batch_size": 256, "gen_steps": 30, "ngf": 64}
@@ -221,14 +212,6 @@ def kl_at(teacher_logits, student_logits, temperature: float = 1.0, reduction="b
     s = F.log_softmax(student_logits / temperature, 1)
     kl = F.kl_div(s, t, log_target=True, reduction="none").sum(1) * temperature**2
     return kl if reduction == "none" else kl.mean()
-
-
-def student_jitter(augment: str, input_shape) -> str:
-    """`augment` for `edgefl.models.augment.jitter`: "clients" is the jitter a client's
-    classifier trains under by default (edgefl.client.run: rotate on sensor windows, else none)."""
-    if augment != "clients":
-        return augment
-    return "none" if input_kind(tuple(input_shape)) == "image" else "rotate"
 
 
 def set_trainable(model: nn.Module, on: bool) -> None:
