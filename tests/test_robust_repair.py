@@ -15,7 +15,7 @@ from torch import nn
 import exporters
 from edgefl.artifacts import Upload
 from edgefl.client.attacks import derangement
-from edgefl.fusion.robust import _adjusted, _relabelling, apply, judge
+from edgefl.fusion.robust import _adjusted, _relabelling, apply, judge, shards
 
 K, DECODERS, PER = 10, 3, 64
 # every decoder draws every class: (reference class, decoder) per sample
@@ -372,3 +372,42 @@ def test_inverted_images_that_do_not_transfer_never_move_an_honest_output():
     held = np.full(K, 100)
     held[4] = 0
     assert _relabelling(_client(held), _probs(answers), reference, source) is None
+
+
+def _judge_upload(i: int) -> Upload:
+    meta = {"kind": "classifier", "client_id": f"client-1{i:02d}", "label_counts": [9] * K}
+    art = exporters.Artifact(
+        path=f"client-1{i:02d}.onnx",
+        size_bytes=0,
+        model=None,
+        input_names=[],
+        output_names=[],
+        metadata=meta,
+    )
+    return Upload(art, _Nearest())
+
+
+def test_a_large_federation_is_judged_in_shards_with_the_same_verdict():
+    """Past `shard` uploads the screen judges seeded shards (linear, not quadratic, in the
+    uploads); every shard gets its share of each kind, and a noise decoder and a flipped one are
+    found as they are in one judgement."""
+    held = [np.roll([100] * 6 + [0] * 4, 2 * i) for i in range(10)]
+    decoders = [_decoder(i, _Decoder(range(K)), held[i]) for i in range(8)]
+    decoders += [
+        _decoder(8, _Decoder(derangement(K, 1)), held[8]),
+        _decoder(9, _Decoder(range(K), noise=True), held[9]),
+    ]
+    federation = [*(_judge_upload(i) for i in range(6)), *decoders]
+    parts = shards(federation, 8, seed=0)
+    assert len(parts) == 2
+    assert sorted(u.name for p in parts for u in p) == sorted(u.name for u in federation)
+    assert [sum(u.kind == "classifier" for u in p) for p in parts] == [3, 3]
+    assert [sum(u.kind == "decoder" for u in p) for p in parts] == [5, 5]
+    assert shards(federation, 16, seed=0) == [federation]
+    steps = []
+    cpu = torch.device("cpu")
+    whole = judge(federation, cpu)
+    split = judge(federation, cpu, shard=8, progress=lambda *step: steps.append(step))
+    assert set(split.out) == set(whole.out) == {"client-009.onnx"}, (split.out, whole.out)
+    assert set(split.swap) == set(whole.swap) == {"client-008.onnx"}
+    assert [s[1:3] for s in steps] == [(0, 2), (1, 2), (2, 2)]

@@ -45,6 +45,8 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
+import math
 import time
 from collections.abc import Callable
 from typing import NamedTuple
@@ -69,6 +71,12 @@ INVERSION_STEPS = 200  # Adam steps per inverted image (pFedZKD's default invers
 INVERSION_LR = 0.1  # pFedZKD's default inversion_lr; tau 1: plain cross-entropy to the class
 COVER = 40  # inverted images per class the probe lacks (MIN_SAMPLES twice; cost is per image)
 REPAIR_GAIN = 0.3  # a class moves when read as another this much more often than as itself
+# Every classifier reads every decoder's draws, so one judgement costs uploads^2 (20.8 s at
+# 100 uploads, past 600 s at 1,000: bench/results/scale.md). A larger federation is judged as
+# seeded shards of at most this many, each kind dealt evenly over them: linear in the uploads,
+# and each shard's committee as large as a 100-upload federation's (a minority of attackers
+# overall is a minority of a shard but by a rare draw).
+SHARD = 100
 
 
 class Relabelling(NamedTuple):
@@ -115,11 +123,56 @@ def judge(
     seed: int = 0,
     public: Callable[[], np.ndarray | None] | None = None,
     progress=None,
+    shard: int = SHARD,
 ) -> Verdict:
     """Judge every upload of the federation. `public()`: the method's public set, the probe when
     the federation has no decoder (read only then: a 5,000-sample set costs a dataset load).
-    `progress(task, done, total, note)`: the steps of its one long part (`_cover`)."""
+    `progress(task, done, total, note)`: the shards of a large federation, and the steps of
+    its one long part (`_cover`)."""
     start = time.perf_counter()
+    parts = shards(federation, shard, seed)
+    if len(parts) == 1:
+        verdict = _judge_shard(federation, device, seed, public, progress)
+        verdict.seconds = time.perf_counter() - start
+        return verdict
+    read = functools.cache(public) if public is not None else None
+    progress = progress or no_progress
+    verdict = Verdict({}, {}, [])
+    progress("robust screen: shard", 0, len(parts))
+    for i, part in enumerate(parts):
+        v = _judge_shard(part, device, seed + i, read)
+        verdict.out |= v.out
+        verdict.swap |= v.swap
+        # a federation-wide note holds for its shard only
+        verdict.notes += [
+            (n, t if n else f"shard {i + 1} of {len(parts)}: {t}") for n, t in v.notes
+        ]
+        progress(
+            "robust screen: shard", i + 1, len(parts), f"{len(verdict.out)} screened out so far"
+        )
+    verdict.seconds = time.perf_counter() - start
+    return verdict
+
+
+def shards(federation: list[Upload], size: int, seed: int) -> list[list[Upload]]:
+    """The federation in ceil(n / size) seeded shards, each kind shuffled and dealt round-robin
+    so that every shard holds its share of classifiers, decoders and predictions."""
+    n = max(1, math.ceil(len(federation) / size))
+    if n == 1:
+        return [federation]
+    rng = np.random.default_rng(seed)
+    parts: list[list[Upload]] = [[] for _ in range(n)]
+    dealt = 0
+    for kind in sorted({u.kind for u in federation}):
+        group = [u for u in federation if u.kind == kind]
+        for j, k in enumerate(rng.permutation(len(group))):
+            parts[(dealt + j) % n].append(group[k])
+        dealt += len(group)
+    return parts
+
+
+def _judge_shard(federation, device, seed, public, progress=None) -> Verdict:
+    """One judgement over all of `federation` (quadratic: see SHARD)."""
     gen = torch.Generator().manual_seed(seed)
     decoders = [u for u in federation if u.kind == "decoder"]
     classifiers = [u for u in federation if u.kind == "classifier"]
@@ -266,7 +319,7 @@ def judge(
         if len({p.shape for p in probs}) == 1:  # one public set (fedol checks fingerprints)
             out |= _judge(predictions, probs, None)[0]
     notes = [(name, text) for name, text in notes if name not in out]  # repaired, then dropped
-    return Verdict(out, swap, notes, time.perf_counter() - start)
+    return Verdict(out, swap, notes)
 
 
 def _repair_note(u: Upload, fix: Relabelling) -> str:
