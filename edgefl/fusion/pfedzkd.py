@@ -31,18 +31,14 @@ from torch.nn import functional as F
 from edgefl.artifacts import Upload
 from edgefl.errors import ConfigError, FusionError
 from edgefl.fusion.base import (
-    AUGMENT,
-    STUDENT_JITTER_HELP,
     FusionConfig,
     FusionContext,
     FusionResult,
     Method,
     inversion_defaults,
     invert,
-    jitter,
     largest_remainder,
     pfedzkd_table2,
-    student_jitter,
 )
 from edgefl.fusion.options import option
 from edgefl.models.zoo import input_kind
@@ -95,7 +91,6 @@ class PFedZKDConfig(FusionConfig):
         1e-3, "student Adam learning rate (the paper's client rate)", low=0, low_open=True
     )
     batch_size: int = option(64, "batch size (the paper's)", low=1)
-    augment: str = option("none", STUDENT_JITTER_HELP, choices=("clients", *AUGMENT))
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "betas", _parse_betas(self.betas))
@@ -161,11 +156,8 @@ def consensus(teachers: list[nn.Module], x: torch.Tensor, tau: float, device, ba
     return torch.cat(out)
 
 
-def distill(
-    student, x, labels, *, tau, epochs, lr, batch_size, seed, device, augment="none", progress=None
-):
-    """KL(labels || softmax(S(x) / tau)) * tau^2 with Adam, each batch under `augment`'s
-    jitter; returns the loss per epoch."""
+def distill(student, x, labels, *, tau, epochs, lr, batch_size, seed, device, progress=None):
+    """KL(labels || softmax(S(x) / tau)) * tau^2 with Adam; returns the loss per epoch."""
     gen = torch.Generator().manual_seed(seed)
     student.to(device).train()
     opt = torch.optim.Adam(student.parameters(), lr=lr)
@@ -175,7 +167,7 @@ def distill(
     for epoch in range(epochs):
         total = 0.0
         for idx in torch.randperm(len(x), generator=gen).split(batch_size):
-            logp = F.log_softmax(student(jitter(x[idx], augment, gen).to(device)) / tau, dim=1)
+            logp = F.log_softmax(student(x[idx].to(device)) / tau, dim=1)
             loss = F.kl_div(logp, labels[idx].to(device), reduction="batchmean") * tau**2
             opt.zero_grad(set_to_none=True)
             loss.backward()
@@ -261,7 +253,6 @@ def fuse(ctx: FusionContext, cfg: PFedZKDConfig) -> FusionResult:
             batch_size=cfg.batch_size,
             seed=cfg.seed,
             device=ctx.device,
-            augment=student_jitter(cfg.augment, ctx.input_shape),
             progress=ctx.progress,
         )
     info = {
