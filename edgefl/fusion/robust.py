@@ -64,7 +64,7 @@ MIN_SHARE = 0.05  # a class a client holds less of than this is not one it is ju
 MIN_SAMPLES = 20  # probe samples a class needs before anyone is judged on it
 PER_CLASS = 64  # probe samples a decoder draws per class it claims
 SURE = 0.5  # committee probability a probe sample needs to count (it looks like that class)
-RATIO = 0.5  # screened below this fraction of the median client's worst-class agreement
+RATIO = 0.5  # screened below this fraction of the median upload's score (mean over its classes)
 SCALE_RATIO = 5.0
 COMMITTEE = 3  # a median of fewer than this is moved by one poisoned member
 INVERSION_STEPS = 200  # Adam steps per inverted image (pFedZKD's default inversion_steps)
@@ -458,16 +458,14 @@ def _judge(uploads: list[Upload], probs: list[np.ndarray], scale, asked=None):
     scores = [
         _agreement(p.argmax(1), committee, _claimed(u)) for u, p in zip(uploads, probs, strict=True)
     ]
-    known = [s for s, _ in scores if s is not None]
-    mid = float(np.median(known)) if known else None
-    bad = {}
-    for u, (score, cls) in zip(uploads, scores, strict=True):
-        if mid is not None and score is not None and score < RATIO * mid:
-            bad[u.name] = (
-                f"agrees with the committee on {100 * score:.0f}% of the samples of "
-                f"its classes (median client: {100 * mid:.0f}%; its worst: class "
-                f"{cls})"
-            )
+    bad = _below_median(
+        uploads,
+        scores,
+        lambda s, mid, c: (
+            f"agrees with the committee on {100 * s:.0f}% of the samples of its classes "
+            f"(median client: {100 * mid:.0f}%; its worst: class {c})"
+        ),
+    )
     rescale = {}  # name -> (factor to the median scale, why)
     if scale is not None:
         typical = float(np.median(scale))
@@ -668,18 +666,14 @@ def _judge_decoders(decoders, source, asked, classifiers, probs, judges) -> dict
         scores.append(
             (float(np.mean(list(per.values()))), min(per, key=per.get)) if per else (None, None)
         )
-    known = [s for s, _ in scores if s is not None]
-    if not known:
-        return {}
-    mid = float(np.median(known))
-    return {
-        u.name: (
+    return _below_median(
+        decoders,
+        scores,
+        lambda s, mid, c: (
             f"the classifiers read {100 * s:.0f}% of its draws as the class asked for "
             f"(median decoder: {100 * mid:.0f}%; its worst: class {c})"
-        )
-        for u, (s, c) in zip(decoders, scores, strict=True)
-        if s is not None and s < RATIO * mid
-    }
+        ),
+    )
 
 
 def _repair_decoders(decoders, source, asked, classifiers, probs, judges, swap, notes):
@@ -814,16 +808,29 @@ def _judge_decoders_alone(decoders, probe: torch.Tensor, asked, source) -> dict[
         scores.append(
             (float(np.mean(list(per.values()))), min(per, key=per.get)) if per else (None, None)
         )
+    # Here the judged are their own reference: fewer than a committee's scores judge nothing.
+    return _below_median(
+        decoders,
+        scores,
+        lambda s, mid, c: (
+            f"{100 * s:.0f}% of its draws lie nearest the other decoders' images of the class "
+            f"asked for (median decoder: {100 * mid:.0f}%; its worst: class {c})"
+        ),
+        least=COMMITTEE,
+    )
+
+
+def _below_median(uploads, scores, why, least: int = 1) -> dict[str, str]:
+    """The screen's one rule: {name: why(score, median, worst class)} for each upload whose
+    score (None: not judged) is under RATIO x the median of the known scores, when at least
+    `least` are known. Classifiers and decoders judged by the decoders' labels or by other
+    classifiers have a reference outside themselves, so a median of few still judges them."""
     known = [s for s, _ in scores if s is not None]
-    if len(known) < COMMITTEE:
+    if not known or len(known) < least:
         return {}
     mid = float(np.median(known))
     return {
-        u.name: (
-            f"{100 * s:.0f}% of its draws lie nearest the other decoders' images of "
-            f"the class asked for (median decoder: {100 * mid:.0f}%; its worst: class "
-            f"{c})"
-        )
-        for u, (s, c) in zip(decoders, scores, strict=True)
+        u.name: why(s, mid, c)
+        for u, (s, c) in zip(uploads, scores, strict=True)
         if s is not None and s < RATIO * mid
     }
