@@ -16,7 +16,7 @@ from torch.nn import functional as F
 
 from edgefl.client.run import ClientJob, run_client
 from edgefl.data import load_dataset
-from edgefl.errors import ConfigError
+from edgefl.errors import ConfigError, FusionError
 from edgefl.fusion import METHODS
 from edgefl.fusion.fedhydra import (
     guidance,
@@ -431,3 +431,24 @@ def test_the_cli_names_every_file_a_method_writes(federation, tmp_path, cli):
     assert r.exit_code == 0, r.output
     text = " ".join(r.output.split())
     assert f"also wrote stratification_png: {tmp_path / 'g.stratification.png'}" in text, text
+
+
+@pytest.mark.parametrize("method", ["dense", "fedhydra", "pfedzkd", "coboosting"])
+def test_more_teachers_than_the_cap_are_refused_before_any_work(federation, tmp_path, method):
+    """A data-free method's cost grows with every teacher (hours on 2 CPUs past a few hundred):
+    over its max_teachers it refuses up front, says why and how to run it anyway."""
+    out = tmp_path / "g.onnx"
+    job = FuseJob(
+        uploads=str(federation),
+        method=method,
+        out=str(out),
+        options={"max_teachers": 1},
+        device="cpu",
+    )
+    with pytest.raises(FusionError) as err:
+        run_fuse(job)
+    assert f"{method} refuses 2 classifier uploads, more than its max_teachers (1)" in str(
+        err.value.message
+    )
+    assert f"--opt {method}:max_teachers=2" in err.value.hint
+    assert not out.exists()

@@ -291,12 +291,24 @@ class FusionContext:
     def stage(self, name: str) -> contextlib.AbstractContextManager[None]:
         return exporters.timed(self.stages, name)
 
-    def require(self, kind: str, method: str, at_least: int = 1) -> list[Upload]:
+    def require(
+        self, kind: str, method: str, at_least: int = 1, at_most: int = 0, cost: str = ""
+    ) -> list[Upload]:
+        """The uploads of `kind`; refused when fewer than `at_least`, or more than `at_most`
+        (0: no cap) for a method whose `cost` grows with each (its option max_teachers)."""
         found = [u for u in self.uploads if u.kind == kind]
         if len(found) < at_least:
             raise FusionError(
                 f"{method} needs at least {at_least} {kind} upload(s), got {len(found)}",
                 hint="`edgefl server methods` lists which artifact kinds each method consumes",
+            )
+        if at_most and len(found) > at_most:
+            raise FusionError(
+                f"{method} refuses {len(found):,} {kind} uploads, more than its max_teachers "
+                f"({at_most:,}): {cost}",
+                hint=f"--opt {method}:max_teachers={len(found)} runs it anyway (a GPU helps); "
+                "fedmho-md, fedcvae-ens and ensemble fuse 10,000 uploads in minutes "
+                "(docs/performance.md)",
             )
         return found
 
@@ -630,6 +642,15 @@ AUGMENT_HELP = (
 STUDENT_JITTER_HELP = (
     "clients (the clients' own default: rotate on sensor windows, none on images), or "
     + AUGMENT_HELP
+)
+
+
+# Data-free methods distil every classifier at every step: on 2 CPUs FedHydra took 143 s for 20
+# teachers and over 15 minutes for 200, DENSE 57 s and 350 s (bench/results/scale.md). Past
+# this many, a run would take hours on such a server; each such method refuses it up front.
+MAX_TEACHERS = 500
+MAX_TEACHERS_HELP = (
+    "refuse more classifier uploads than this (0: no cap); their cost grows with each"
 )
 
 

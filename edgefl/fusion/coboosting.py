@@ -181,7 +181,12 @@ def diversify(teachers, x, w, eps: float, temperature: float, rng: torch.Generat
 
 
 def fuse(ctx: FusionContext, cfg: CoBoostingConfig) -> FusionResult:
-    uploads = ctx.require("classifier", "coboosting")
+    uploads = ctx.require(
+        "classifier",
+        "coboosting",
+        at_most=cfg.max_teachers,
+        cost="every generator step forwards every teacher",
+    )
     dev = ctx.device
     torch.manual_seed(cfg.seed)
     rng = torch.Generator().manual_seed(cfg.seed)

@@ -72,7 +72,12 @@ class DenseConfig(GeneratorConfig):
 
 
 def fuse(ctx: FusionContext, cfg: DenseConfig) -> FusionResult:
-    uploads = ctx.require("classifier", "dense")
+    uploads = ctx.require(
+        "classifier",
+        "dense",
+        at_most=cfg.max_teachers,
+        cost="every generator step forwards every teacher",
+    )
     dev = ctx.device
     torch.manual_seed(cfg.seed)
     rng = torch.Generator().manual_seed(cfg.seed)

@@ -240,7 +240,12 @@ def stratified_aggregate(
 
 
 def fuse(ctx: FusionContext, cfg: FedHydraConfig) -> FusionResult:
-    uploads = ctx.require("classifier", "fedhydra")
+    uploads = ctx.require(
+        "classifier",
+        "fedhydra",
+        at_most=cfg.max_teachers,
+        cost="it trains a generator per teacher and class, and every generator step forwards every teacher",
+    )
     dev = ctx.device
     torch.manual_seed(cfg.seed)
     teachers = frozen_teachers(uploads, dev)

@@ -20,7 +20,13 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from edgefl.fusion.base import AUGMENT, STUDENT_JITTER_HELP, FusionConfig
+from edgefl.fusion.base import (
+    AUGMENT,
+    MAX_TEACHERS,
+    MAX_TEACHERS_HELP,
+    STUDENT_JITTER_HELP,
+    FusionConfig,
+)
 from edgefl.fusion.options import option
 
 
@@ -54,6 +60,7 @@ class GeneratorConfig(FusionConfig):
     ngf: int = option(16, "generator width (channels 2*ngf, ngf; paper: 64)", low=1)
     # The teachers label a turned window as the original (base.STUDENT_JITTER_HELP's note).
     augment: str = option("clients", STUDENT_JITTER_HELP, choices=("clients", *AUGMENT))
+    max_teachers: int = option(MAX_TEACHERS, MAX_TEACHERS_HELP, low=0)
 
 
 PAPER_GENERATOR = {"epochs": 200, "batch_size": 256, "gen_steps": 30, "ngf": 64}

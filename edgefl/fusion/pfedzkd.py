@@ -31,6 +31,8 @@ from torch.nn import functional as F
 from edgefl.artifacts import Upload
 from edgefl.errors import ConfigError, FusionError
 from edgefl.fusion.base import (
+    MAX_TEACHERS,
+    MAX_TEACHERS_HELP,
     FusionConfig,
     FusionContext,
     FusionResult,
@@ -91,6 +93,7 @@ class PFedZKDConfig(FusionConfig):
         1e-3, "student Adam learning rate (the paper's client rate)", low=0, low_open=True
     )
     batch_size: int = option(64, "batch size (the paper's)", low=1)
+    max_teachers: int = option(MAX_TEACHERS, MAX_TEACHERS_HELP, low=0)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "betas", _parse_betas(self.betas))
@@ -235,7 +238,12 @@ def synthesize(teachers: list[Upload], ctx: FusionContext, cfg: PFedZKDConfig):
 
 
 def fuse(ctx: FusionContext, cfg: PFedZKDConfig) -> FusionResult:
-    teachers = ctx.require("classifier", "pfedzkd")
+    teachers = ctx.require(
+        "classifier",
+        "pfedzkd",
+        at_most=cfg.max_teachers,
+        cost="it inverts every teacher and labels each pseudo-image by all of them",
+    )
     torch.manual_seed(cfg.seed)
     with ctx.stage("invert"):
         x, _, stats = synthesize(teachers, ctx, cfg)
