@@ -100,6 +100,11 @@ class Verdict:
     notes: list[tuple[str | None, str]]  # (the upload it is about, or None for all; the note)
     seconds: float = 0.0
 
+    def merge(self, other: Verdict) -> None:
+        self.out |= other.out
+        self.swap |= other.swap
+        self.notes += other.notes
+
 
 def apply(verdict: Verdict, usable: list[Upload], log=None):
     """A method's share of the verdict: (its uploads kept, changed ones swapped in, [{file,
@@ -171,155 +176,179 @@ def shards(federation: list[Upload], size: int, seed: int) -> list[list[Upload]]
     return parts
 
 
+class Probe(NamedTuple):
+    """What every upload is judged on: inputs, the class each decoder draw was asked for (None
+    for a public set, labelled by a committee), and the decoder that drew each (-1 - j for
+    images inverted for class cover, 0 for a public set)."""
+
+    x: torch.Tensor
+    asked: np.ndarray | None
+    source: np.ndarray
+
+
 def _judge_shard(federation, device, seed, public, progress=None) -> Verdict:
-    """One judgement over all of `federation` (quadratic: see SHARD)."""
-    gen = torch.Generator().manual_seed(seed)
+    """One judgement over all of `federation` (quadratic: see SHARD): probe -> classifiers
+    (reference, repairs, screen, tempering) -> decoders -> predictions."""
     decoders = [u for u in federation if u.kind == "decoder"]
     classifiers = [u for u in federation if u.kind == "classifier"]
-    out: dict[str, str] = {}
-    swap: dict[str, Upload] = {}  # uploads used changed: repaired or tempered copies
-    notes = []
-    probe, asked, source = _probe(decoders, gen, device) if decoders else (None, None, None)
-    if (probe is None or not len(probe)) and public is not None:
-        x = public()
-        if x is not None:
-            probe, asked, source = torch.from_numpy(x), None, np.zeros(len(x), dtype=np.int64)
-    if classifiers and probe is not None and asked is None and len(classifiers) < COMMITTEE:
-        notes.append(
-            (
-                None,
-                f"classifiers not screened: {len(classifiers)} are too few for a "
-                f"committee that one poisoned cannot outvote (needs {COMMITTEE}, or a "
-                "decoder whose draws say their class)",
-            )
-        )
-    elif classifiers and probe is not None:
-        probs, scale = map(
-            list, zip(*(_classify(u, probe, device) for u in classifiers), strict=True)
-        )
-        reference = asked if asked is not None else _committee(probs)
-        # A first judgement, to know whom to trust for the reference of the repair: the
-        # decoders' draws count where the classifiers not doubted read them as asked (a flipped
-        # decoder's draws would make honest classifiers look relabelled); without decoders, the
-        # committee of those classifiers (half of them poisoned would move a median of all).
-        first = _judge(classifiers, probs, None, asked)[0]
-        judges = [i for i, u in enumerate(classifiers) if u.name not in first]
-        if asked is not None:
-            doubted = _judge_decoders(decoders, source, asked, classifiers, probs, judges)
-            reference = np.where(
-                np.isin(source, [i for i, d in enumerate(decoders) if d.name in doubted]), -1, asked
-            )
-        elif judges:
-            reference = _committee([probs[i] for i in judges])
-        found = [_relabelling(u, probs[i], reference, source) for i, u in enumerate(classifiers)]
-        # The probe covers only classes some decoder draws (or the public set holds); a
-        # relabelled classifier's class outside them cannot be placed, so when one is found,
-        # each such class a judge holds gets images inverted from the judges that hold it most
-        # (measured, seed-1 bench uploads: an attacker's 1,350 8s, no decoder drawing 8, was an
-        # ensemble's 8-point loss). Not otherwise: inverting a VGG-9 costs ~45 s a class on 2
-        # CPUs, and a clean federation, or one whose attackers are only screened, has nobody
-        # to place.
-        extra = None
-        if any(f is not None for f in found):
-            extra = _cover(
-                reference,
-                classifiers,
-                judges,
-                probe.shape[1:],
-                probs[0].shape[1],
-                seed,
-                device,
-                notes,
-                progress,
-            )
-        if extra is not None:  # judged again with the inverted images as move targets
-            x, ref_x, src_x = extra
-            ref_r, src_r = np.concatenate([reference, ref_x]), np.concatenate([source, src_x])
-            found = [
-                _relabelling(
-                    u, np.concatenate([probs[i], _classify(u, x, device)[0]]), ref_r, src_r
-                )
-                for i, u in enumerate(classifiers)
-            ]
-        wanted = sum(f is not None for f in found)
-        if 2 * wanted > len(classifiers):
-            # A repair says this classifier is the odd one out; when most would need one, the
-            # reference is (measured: 4 flipped decoders of 5 had every honest classifier
-            # "repaired", costing an ensemble that uses no decoder 24 points).
-            notes.append(
-                (
-                    None,
-                    f"no classifier repaired: {wanted} of {len(classifiers)} "
-                    "disagree with the decoders' draws the same way, so the draws are "
-                    "the odd ones",
-                )
-            )
-            found = [None] * len(classifiers)
-        for i, (u, fix) in enumerate(zip(classifiers, found, strict=True)):
-            repaired = (
-                None
-                if fix is None
-                else _adjusted(u, perm=fix.perm, sign=fix.sign, abstain=fix.abstain)
-            )
-            if repaired is None:  # as sent (an onnxruntime-only upload cannot be changed)
-                continue
-            swap[u.name] = repaired
-            probs[i] = _classify(repaired, probe, device)[0]
-            notes.append((u.name, _repair_note(u, fix)))  # dropped below if it is screened
-        current = [swap.get(u.name, u) for u in classifiers]
-        # without decoders, the committee of the repaired clients
-        bad, rescale = _judge(current, probs, scale, reference if asked is not None else None)
-        for i, u in enumerate(current):
-            if u.name in rescale:  # its knowledge is sound, only its confidence is off: tempered
-                factor, why = rescale[u.name]
-                tempered = _adjusted(u, factor=factor)
-                if tempered is None:
-                    bad[u.name] = why
-                    continue
-                swap[u.name] = tempered
-                probs[i] = _classify(tempered, probe, device)[0]
-                note = f"{u.client_id}: logits divided by {1 / factor:.3g} ({why})"
-                notes.append((u.name, note))
-        out |= bad
-        if decoders and asked is not None:
-            judges = [i for i, u in enumerate(classifiers) if u.name not in bad]
-            asked = _repair_decoders(decoders, source, asked, current, probs, judges, swap, notes)
-            out |= _judge_decoders(decoders, source, asked, current, probs, judges)
-    elif classifiers:
-        notes.append(
-            (
-                None,
-                "classifiers not screened: no decoder in the federation and no "
-                "public set to probe them with",
-            )
-        )
-    if decoders and not classifiers and probe is not None and len(probe):
-        if len(decoders) < COMMITTEE:
-            notes.append(
-                (
-                    None,
-                    f"decoders not screened: no classifier to judge their draws, "
-                    f"and {len(decoders)} are too few for a committee of their own "
-                    f"(needs {COMMITTEE})",
-                )
-            )
-        else:
-            out |= _judge_decoders_alone(decoders, probe, asked, source)
     predictions = [u for u in federation if u.kind == "predictions"]
-    if 0 < len(predictions) < COMMITTEE:
+    probe = _make_probe(decoders, torch.Generator().manual_seed(seed), device, public)
+    verdict = Verdict({}, {}, [])
+    if classifiers:
+        verdict.merge(_screen_classifiers(classifiers, decoders, probe, device, seed, progress))
+    if decoders and not classifiers and probe is not None and probe.asked is not None:
+        verdict.merge(_screen_decoders_alone(decoders, probe))
+    verdict.merge(_screen_predictions(predictions))
+    verdict.notes = [(name, text) for name, text in verdict.notes if name not in verdict.out]
+    return verdict  # a repaired upload that was screened out after all has no note
+
+
+def _make_probe(decoders, gen, device, public) -> Probe | None:
+    """The decoders' draws of every class each claims; else the method's public set."""
+    if decoders:
+        x, asked, source = _probe(decoders, gen, device)
+        if len(x):
+            return Probe(x, asked, source)
+    x = public() if public is not None else None
+    return None if x is None else Probe(torch.from_numpy(x), None, np.zeros(len(x), np.int64))
+
+
+def _screen_classifiers(classifiers, decoders, probe, device, seed, progress) -> Verdict:
+    if probe is None:
+        return _note(
+            "classifiers not screened: no decoder in the federation and no public set to "
+            "probe them with"
+        )
+    if probe.asked is None and len(classifiers) < COMMITTEE:
+        return _note(
+            f"classifiers not screened: {len(classifiers)} are too few for a committee that "
+            f"one poisoned cannot outvote (needs {COMMITTEE}, or a decoder whose draws say "
+            "their class)"
+        )
+    verdict = Verdict({}, {}, [])
+    probs, scale = map(
+        list, zip(*(_classify(u, probe.x, device) for u in classifiers), strict=True)
+    )
+    reference, judges = _trusted_reference(classifiers, decoders, probs, probe)
+    found = _relabellings(
+        classifiers, probs, reference, judges, probe, seed, device, verdict.notes, progress
+    )
+    for i, (u, fix) in enumerate(zip(classifiers, found, strict=True)):
+        repaired = (
+            None if fix is None else _adjusted(u, perm=fix.perm, sign=fix.sign, abstain=fix.abstain)
+        )
+        if repaired is None:  # as sent (an onnxruntime-only upload cannot be changed)
+            continue
+        verdict.swap[u.name] = repaired
+        probs[i] = _classify(repaired, probe.x, device)[0]
+        verdict.notes.append((u.name, _repair_note(u, fix)))  # dropped if it is screened
+    current = [verdict.swap.get(u.name, u) for u in classifiers]
+    # without decoders, the committee of the repaired clients
+    bad, rescale = _judge(current, probs, scale, reference if probe.asked is not None else None)
+    for i, u in enumerate(current):
+        if u.name in rescale:  # its knowledge is sound, only its confidence is off: tempered
+            factor, why = rescale[u.name]
+            tempered = _adjusted(u, factor=factor)
+            if tempered is None:
+                bad[u.name] = why
+                continue
+            verdict.swap[u.name] = tempered
+            probs[i] = _classify(tempered, probe.x, device)[0]
+            note = f"{u.client_id}: logits divided by {1 / factor:.3g} ({why})"
+            verdict.notes.append((u.name, note))
+    verdict.out |= bad
+    if decoders and probe.asked is not None:
+        judges = [i for i, u in enumerate(classifiers) if u.name not in bad]
+        asked = _repair_decoders(
+            decoders,
+            probe.source,
+            probe.asked,
+            current,
+            probs,
+            judges,
+            verdict.swap,
+            verdict.notes,
+        )
+        verdict.out |= _judge_decoders(decoders, probe.source, asked, current, probs, judges)
+    return verdict
+
+
+def _trusted_reference(classifiers, decoders, probs, probe) -> tuple[np.ndarray, list[int]]:
+    """(the label of each probe sample for the repair, -1 where none; the judges: classifiers
+    a first judgement does not doubt). The decoders' draws count where the judges read them as
+    asked (a flipped decoder's draws would make honest classifiers look relabelled); without
+    decoders, the committee of the judges (half of them poisoned would move a median of all)."""
+    first = _judge(classifiers, probs, None, probe.asked)[0]
+    judges = [i for i, u in enumerate(classifiers) if u.name not in first]
+    if probe.asked is not None:
+        doubted = _judge_decoders(decoders, probe.source, probe.asked, classifiers, probs, judges)
+        mask = np.isin(probe.source, [i for i, d in enumerate(decoders) if d.name in doubted])
+        return np.where(mask, -1, probe.asked), judges
+    return _committee([probs[i] for i in judges] if judges else probs), judges
+
+
+def _relabellings(classifiers, probs, reference, judges, probe, seed, device, notes, progress):
+    """Each classifier's repair (a Relabelling) or None; none at all when most would need one."""
+    found = [_relabelling(u, probs[i], reference, probe.source) for i, u in enumerate(classifiers)]
+    # The probe covers only classes some decoder draws (or the public set holds); a
+    # relabelled classifier's class outside them cannot be placed, so when one is found,
+    # each such class a judge holds gets images inverted from the judges that hold it most
+    # (measured, seed-1 bench uploads: an attacker's 1,350 8s, no decoder drawing 8, was an
+    # ensemble's 8-point loss). Not otherwise: inverting a VGG-9 costs ~45 s a class on 2
+    # CPUs, and a clean federation, or one whose attackers are only screened, has nobody
+    # to place.
+    extra = None
+    if any(f is not None for f in found):
+        shape, k = probe.x.shape[1:], probs[0].shape[1]
+        extra = _cover(reference, classifiers, judges, shape, k, seed, device, notes, progress)
+    if extra is not None:  # judged again with the inverted images as move targets
+        x, ref_x, src_x = extra
+        ref_r = np.concatenate([reference, ref_x])
+        src_r = np.concatenate([probe.source, src_x])
+        found = [
+            _relabelling(u, np.concatenate([probs[i], _classify(u, x, device)[0]]), ref_r, src_r)
+            for i, u in enumerate(classifiers)
+        ]
+    wanted = sum(f is not None for f in found)
+    if 2 * wanted > len(classifiers):
+        # A repair says this classifier is the odd one out; when most would need one, the
+        # reference is (measured: 4 flipped decoders of 5 had every honest classifier
+        # "repaired", costing an ensemble that uses no decoder 24 points).
         notes.append(
             (
                 None,
-                f"predictions not screened: {len(predictions)} are too few for a "
-                f"committee (needs {COMMITTEE})",
+                f"no classifier repaired: {wanted} of {len(classifiers)} disagree with the "
+                "decoders' draws the same way, so the draws are the odd ones",
             )
         )
-    if len(predictions) >= COMMITTEE:
+        return [None] * len(classifiers)
+    return found
+
+
+def _screen_decoders_alone(decoders, probe: Probe) -> Verdict:
+    if len(decoders) < COMMITTEE:
+        return _note(
+            f"decoders not screened: no classifier to judge their draws, and {len(decoders)} "
+            f"are too few for a committee of their own (needs {COMMITTEE})"
+        )
+    return Verdict(_judge_decoders_alone(decoders, probe.x, probe.asked, probe.source), {}, [])
+
+
+def _screen_predictions(predictions) -> Verdict:
+    if 0 < len(predictions) < COMMITTEE:
+        return _note(
+            f"predictions not screened: {len(predictions)} are too few for a committee "
+            f"(needs {COMMITTEE})"
+        )
+    if predictions:
         probs = [_prediction_probs(u) for u in predictions]
         if len({p.shape for p in probs}) == 1:  # one public set (fedol checks fingerprints)
-            out |= _judge(predictions, probs, None)[0]
-    notes = [(name, text) for name, text in notes if name not in out]  # repaired, then dropped
-    return Verdict(out, swap, notes)
+            return Verdict(_judge(predictions, probs, None)[0], {}, [])
+    return Verdict({}, {}, [])
+
+
+def _note(text: str) -> Verdict:
+    return Verdict({}, {}, [(None, text)])
 
 
 def _repair_note(u: Upload, fix: Relabelling) -> str:
