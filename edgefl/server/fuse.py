@@ -27,7 +27,8 @@ import signal
 import sys
 import threading
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -391,12 +392,11 @@ def fuse_methods(
         for p in plans:  # before workers fork: they all read the one verdict
             if p.config.robust == "screen":
                 _screen_verdict(p, found, dev, log, progress)
+        run = FuseRun(found, dev, eval, data_dir, len(plans), log, progress)
         if workers > 1:
-            outcomes = _fuse_forked(plans, found, dev, eval, data_dir, log, progress, workers)
+            outcomes = _fuse_forked(plans, run, workers)
         else:
-            outcomes = [
-                _outcome(p, found, dev, eval, data_dir, len(plans), log, progress) for p in plans
-            ]
+            outcomes = [_outcome(p, run) for p in plans]
         reports: dict[str, dict[str, Any]] = {}
         for p, (report, error) in zip(plans, outcomes, strict=True):
             name = p.method.name
@@ -409,10 +409,25 @@ def fuse_methods(
         return reports
 
 
-def _outcome(p: Planned, found, device, eval_ref, data_dir, shared: int, log, progress):
+@dataclass(frozen=True)
+class FuseRun:
+    """What every planned method of one `fuse_methods` call shares: the one ingest, the device,
+    the evaluation split, how many methods the ingest serves, and where lines and steps go
+    (in a forked worker: back to the parent)."""
+
+    found: Ingest
+    device: torch.device
+    eval_ref: str | None
+    data_dir: str | None
+    shared: int
+    log: Callable[[str], None]
+    progress: Callable[..., None]
+
+
+def _outcome(p: Planned, run: FuseRun):
     """(report, None) or (None, the FusionError that refused it)."""
     try:
-        return _fuse_planned(p, found, device, eval_ref, data_dir, shared, log, progress), None
+        return _fuse_planned(p, run), None
     except FusionError as exc:
         return None, exc
 
@@ -424,7 +439,7 @@ def _method_workers(jobs: int | None, methods: int, device: torch.device) -> int
     return max(1, min(methods, jobs if jobs is not None else default_jobs()))
 
 
-_FORKED: tuple = ()  # what forked workers read: set just before the pool forks them
+_FORKED: tuple = ()  # (plans, run, events, workers): set just before the pool forks them
 
 
 def _work(p: Planned) -> float:
@@ -438,15 +453,15 @@ def _work(p: Planned) -> float:
     return size
 
 
-def _fuse_forked(plans, found, device, eval_ref, data_dir, log, progress, workers: int) -> list:
+def _fuse_forked(plans, run: FuseRun, workers: int) -> list:
     global _FORKED
     ctx = multiprocessing.get_context("fork")
     # The workers' lines and steps come back to this process, which alone draws them (a
     # terminal's progress bars live here; a forked copy could not redraw them).
     events = ctx.SimpleQueue()
-    _FORKED = (plans, found, device, eval_ref, data_dir, events, workers)
+    _FORKED = (plans, run, events, workers)
     order = sorted(range(len(plans)), key=lambda i: -_work(plans[i]))
-    listener = threading.Thread(target=_relay, args=(events, log, progress), daemon=True)
+    listener = threading.Thread(target=_relay, args=(events, run.log, run.progress), daemon=True)
     _flush()  # lines still buffered here would otherwise be printed again by every worker
     listener.start()
     try:
@@ -491,7 +506,7 @@ def _relay(events, log, progress) -> None:
 
 
 def _forked_one(i: int):
-    plans, found, device, eval_ref, data_dir, events, workers = _FORKED
+    plans, run, events, workers = _FORKED
 
     def log(msg: str) -> None:
         events.put(("log", (msg,)))
@@ -502,9 +517,7 @@ def _forked_one(i: int):
     # The cores are shared among the workers; torch's pool must not outnumber its share.
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // workers))
     try:
-        report, error = _outcome(
-            plans[i], found, device, eval_ref, data_dir, len(plans), log, progress
-        )
+        report, error = _outcome(plans[i], replace(run, log=log, progress=progress))
     except EdgeflError as exc:  # a user error met while fusing (e.g. no public set given)
         return None, ("raise", exc.message, exc.hint)
     finally:
@@ -513,10 +526,9 @@ def _forked_one(i: int):
     return report, None if error is None else ("refused", error.message, error.hint)
 
 
-def _fuse_planned(
-    p: Planned, found: Ingest, device, eval_ref, data_dir, shared: int, log, progress=None
-):
+def _fuse_planned(p: Planned, run: FuseRun):
     start = time.perf_counter()
+    found, device, log, progress = run.found, run.device, run.log, run.progress
     usable, skipped = select(p.method, found)
     screened, notes = [], []
     if p.config.robust == "screen":
@@ -560,13 +572,11 @@ def _fuse_planned(
         )
         if p.classes is not None:
             t = time.perf_counter()
-            report["for_classes"] = _for_classes(
-                p, ctx, result, stage, eval_ref, data_dir, log, progress
-            )
+            report["for_classes"] = _for_classes(p, ctx, result, stage, run)
             stages["for_classes"] = time.perf_counter() - t
-        if eval_ref:
+        if run.eval_ref:
             t = time.perf_counter()
-            report |= evaluate_global(p, input_shape, eval_ref, data_dir, staged)
+            report |= evaluate_global(p, input_shape, run.eval_ref, run.data_dir, staged)
             stages["eval"] = time.perf_counter() - t
             if near_chance(report.get("accuracy"), ctx.num_classes):
                 report["warnings"] = [
@@ -576,8 +586,8 @@ def _fuse_planned(
                 ]
         report["seconds"] = stages
         report["ingest_stages"] = found.stages
-        if shared > 1:
-            report["ingest_shared_by"] = shared  # one ingest served this many methods
+        if run.shared > 1:
+            report["ingest_shared_by"] = run.shared  # one ingest served this many methods
         report["total_seconds"] = found.seconds + time.perf_counter() - start
         text = json.dumps(report, indent=2, default=_jsonable)
         exporters.atomic_write_text(stage.path(p.report), text)
@@ -587,16 +597,10 @@ def _fuse_planned(
 
 
 def _for_classes(
-    p: Planned,
-    ctx: FusionContext,
-    result: FusionResult,
-    stage: Staging,
-    eval_ref,
-    data_dir,
-    log,
-    progress,
+    p: Planned, ctx: FusionContext, result: FusionResult, stage: Staging, run: FuseRun
 ) -> dict[str, Any]:
     """One model per device class of `--for`, staged with the global model (same unit)."""
+    log, progress, eval_ref, data_dir = run.log, run.progress, run.eval_ref, run.data_dir
     if p.method.judged != "global":
         why = (
             f"{p.method.name} yields no global classifier (it is judged per client), so "
