@@ -28,7 +28,7 @@ from edgefl.flower import wire
 from edgefl.flower.collect import Collected, collect, wait_for_nodes
 from edgefl.fusion import DEFAULT_METHODS, METHODS
 from edgefl.outputs import check_writable
-from edgefl.server.fuse import fuse_methods, plan
+from edgefl.server.fuse import fuse_methods, plan, refused_report
 
 DEFAULTS: dict[str, Any] = {
     "methods": ",".join(DEFAULT_METHODS),
@@ -203,7 +203,7 @@ def _fuse(methods, quarantine: Path, out_dir: Path, config, log) -> dict[str, di
         )
     except EdgeflError as exc:  # e.g. every upload rejected: reported, the round still recorded
         log(f"fusion refused: {exc.message}")
-        return {m: {"error": exc.message} for m in methods}
+        return {m: refused_report(m, exc) for m in methods}
 
 
 def _second_messages(grid, methods, reports, names: dict[int, str], config, log) -> dict[str, dict]:

@@ -404,9 +404,14 @@ def fuse_methods(
                 if not keep_going:
                     raise error
                 log(f"{name} refused: {error.message}")
-                report = {"method": name, "error": error.message, "used": [], "total_seconds": 0.0}
+                report = refused_report(name, error)
             reports[name] = report
         return reports
+
+
+def refused_report(method: str, error: EdgeflError) -> dict[str, Any]:
+    """A method's report slot when it could not fuse: a result of the run, not a crash."""
+    return {"method": method, "error": error.message, "used": [], "total_seconds": 0.0}
 
 
 @dataclass(frozen=True)

@@ -39,7 +39,7 @@ from edgefl.search import PSOConfig
 from edgefl.server.classes import EPOCHS as FOR_EPOCHS
 from edgefl.server.classes import SAMPLES as FOR_SAMPLES
 from edgefl.server.classes import ClassRequest, parse_request
-from edgefl.server.fuse import fuse_methods, resolve_device
+from edgefl.server.fuse import fuse_methods, refused_report, resolve_device
 from edgefl.server.fuse import plan as plan_fuse
 from edgefl.server.ingest import Ingest, ingest
 from edgefl.simulate.personalized import run_per_client
@@ -414,7 +414,7 @@ def fuse_all(
                     job, method, client_jobs(job), clients or [], options, log
                 )
             except FusionError as exc:
-                reports[name] = {"error": exc.message, "used": [], "total_seconds": 0.0}
+                reports[name] = refused_report(name, exc)
             continue
         model = out / "global" / f"{name}.onnx"
         report = model.with_suffix(".json")
@@ -444,7 +444,7 @@ def fuse_all(
             )[name]
         except FusionError as exc:  # e.g. fedavg over mixed architectures: a result, not a crash
             log(f"{name} refused: {exc.message}")
-            reports[name] = {"error": exc.message, "used": [], "total_seconds": 0.0}
+            reports[name] = refused_report(name, exc)
     progress("methods fused", len(reports), len(job.methods))
     return reports
 
