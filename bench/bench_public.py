@@ -32,8 +32,8 @@ import onnxruntime
 import torch
 
 import exporters
-from edgefl.client.public import apply_header
 from edgefl.client.run import ClientJob, client_shard, run_client
+from edgefl.client.weightless import apply_header
 from edgefl.data import load_dataset, train_val_split
 from edgefl.data.public import load_public
 from edgefl.evaluate import evaluate_artifact

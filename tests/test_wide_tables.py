@@ -14,7 +14,7 @@ import sys
 import pytest
 from rich.console import Console
 
-from edgefl.cli.tables import Col, blocks
+from edgefl.cli.wide_tables import Col, blocks
 
 CLI = [
     sys.executable,

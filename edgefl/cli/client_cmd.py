@@ -457,7 +457,7 @@ def apply_header_cmd(
     json_out: bool = JSON_SUMMARY,
 ) -> None:
     """Splice FedGH's global header into this device's model and re-export it."""
-    from edgefl.client.public import apply_header
+    from edgefl.client.weightless import apply_header
     from edgefl.errors import ConfigError
     from edgefl.outputs import check_replace, check_writable, existing_result
 

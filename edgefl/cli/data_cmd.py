@@ -8,7 +8,7 @@ import typer
 from rich.markup import escape
 
 from edgefl.cli.common import MAKES_FOLDERS, console, err_console, print_json
-from edgefl.cli.tables import Col, blocks
+from edgefl.cli.wide_tables import Col, blocks
 
 app = typer.Typer(help="Datasets and partitions.", no_args_is_help=True, rich_markup_mode=None)
 

@@ -6,7 +6,7 @@ import typer
 from rich.markup import escape
 
 from edgefl.cli.common import console, fmt_bytes, fmt_count, print_json
-from edgefl.cli.tables import Col, fitted
+from edgefl.cli.wide_tables import Col, fitted
 from edgefl.data.registry import dataset_info
 from edgefl.models.cost import ORT_FLOOR_BYTES, costs
 from edgefl.models.plan import check_fit, default_samples, runtimes_that_fit

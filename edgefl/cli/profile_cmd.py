@@ -6,7 +6,7 @@ import typer
 from rich.markup import escape
 
 from edgefl.cli.common import console, fmt_bytes, fmt_count, print_json
-from edgefl.cli.tables import Col, fitted
+from edgefl.cli.wide_tables import Col, fitted
 from edgefl.profiles import get_profile, list_profiles
 
 app = typer.Typer(

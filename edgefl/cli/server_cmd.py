@@ -20,7 +20,7 @@ from edgefl.cli.common import (
     upload_text,
 )
 from edgefl.cli.progress import reporter
-from edgefl.cli.tables import Col, fitted
+from edgefl.cli.wide_tables import Col, fitted
 
 app = typer.Typer(
     help="Validate uploads and fuse them into a global model.",

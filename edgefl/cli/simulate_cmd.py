@@ -19,7 +19,7 @@ from edgefl.cli.common import (
     upload_text,
 )
 from edgefl.cli.progress import reporter
-from edgefl.cli.tables import Col, fitted
+from edgefl.cli.wide_tables import Col, fitted
 
 
 def register(app: typer.Typer) -> None:

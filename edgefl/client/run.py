@@ -19,7 +19,7 @@ from torch.nn import functional as F
 
 import edgefl
 import exporters
-from edgefl.client import public as public_uploads
+from edgefl.client import weightless
 from edgefl.client.attacks import ATTACKS, attack_for
 from edgefl.client.rerun import check_upload_target, search_record
 from edgefl.data import (
@@ -304,7 +304,7 @@ def run_client(job: ClientJob, *, on_epoch=None, on_status=None, on_progress=Non
     attack = attack_for(job.attack, role)
     status(f"{client_id}: {role} {spec.label} on {len(train_idx)} samples ({profile.name})")
 
-    public = public_uploads.prepare(job, role)  # before training: fail fast on a bad --public
+    public = weightless.prepare(job, role)  # before training: fail fast on a bad --public
     if not job.search:  # what this run's inputs allow, then what is at the output path
         _check_targets(job, client_id, spec, info.name)
     # An image jitter on sensor windows (or the reverse) is said here, before training.
@@ -387,7 +387,7 @@ def run_client(job: ClientJob, *, on_epoch=None, on_status=None, on_progress=Non
     quant = None
     if job.kind != "model":
         held = data if x is data.x and y is data.y else dataclasses.replace(data, x=x, y=y)
-        _, meta = public_uploads.export_data_artifact(
+        _, meta = weightless.export_data_artifact(
             job, model, spec, held, train_idx, meta, path, public
         )
     elif job.quantize:

@@ -44,7 +44,7 @@ __all__ = [
     "parse_dataset_ref",
     "read_idx",
 ]
-_npz_images = npz_images  # edgefl.client.public imports it under this name
+_npz_images = npz_images  # edgefl.client.weightless imports it under this name
 
 
 @dataclass

@@ -115,7 +115,7 @@ def personalize_node(
 ) -> dict[str, Any]:
     """Apply the server's output (FedGH: its global header) to the model this device kept when
     it uploaded, and keep the personalized model beside it."""
-    from edgefl.client.public import personalize
+    from edgefl.client.weightless import personalize
 
     keep = node_config.get("keep-model")
     client_id = node_config.get("client-id") or f"client-{node_config.get('partition-id', 0):03d}"

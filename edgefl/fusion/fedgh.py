@@ -2,7 +2,7 @@
 (Yi et al., ACM MM 2023; shared/papers/fedgh.txt, Sec. 3.2 and Algorithm 1), one-shot.
 
 Clients upload, per class s they hold, the local averaged representation R_k^s (prototypes
-artifacts, edgefl.client.public). The server trains one shared header H = Linear(R, C) with
+artifacts, edgefl.client.weightless). The server trains one shared header H = Linear(R, C) with
 cross-entropy on the (R_k^s, s) pairs (eq. 4) and exports it as the global model: input
 "representation" [B, R] -> logits. Each client splices it in with `edgefl client apply-header`.
 

@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 
 import exporters
-from edgefl.client.public import derive_upload, personalize
 from edgefl.client.run import client_shard
+from edgefl.client.weightless import derive_upload, personalize
 from edgefl.data import load_dataset, train_val_split
 from edgefl.errors import FusionError
 from edgefl.fusion.base import Method
