@@ -228,6 +228,20 @@ class _Nearest(nn.Module):
         return -((x.reshape(len(x), 1, -1) - TEMPLATES.reshape(1, K, -1)) ** 2).sum(-1)
 
 
+def _judge_upload(i: int) -> Upload:
+    """A nearest-template classifier upload that holds every class."""
+    meta = {"kind": "classifier", "client_id": f"client-1{i:02d}", "label_counts": [9] * K}
+    art = exporters.Artifact(
+        path=f"client-1{i:02d}.onnx",
+        size_bytes=0,
+        model=None,
+        input_names=[],
+        output_names=[],
+        metadata=meta,
+    )
+    return Upload(art, _Nearest())
+
+
 def test_a_flipped_decoder_is_relabelled_a_noise_one_screened_honest_ones_left():
     held = [np.roll([100] * 6 + [0] * 4, 2 * i) for i in range(5)]
     pi = derangement(K, 1)  # asked for label l, the flipped decoder draws class pi[l]
@@ -236,18 +250,7 @@ def test_a_flipped_decoder_is_relabelled_a_noise_one_screened_honest_ones_left()
         _decoder(3, _Decoder(pi), held[3]),
         _decoder(4, _Decoder(range(K), noise=True), held[4]),
     ]
-    judges = []
-    for i in range(3):
-        meta = {"kind": "classifier", "client_id": f"client-1{i:02d}", "label_counts": [9] * K}
-        art = exporters.Artifact(
-            path=f"client-1{i:02d}.onnx",
-            size_bytes=0,
-            model=None,
-            input_names=[],
-            output_names=[],
-            metadata=meta,
-        )
-        judges.append(Upload(art, _Nearest()))
+    judges = [_judge_upload(i) for i in range(3)]
     verdict = judge([*judges, *decoders], torch.device("cpu"))
     assert set(verdict.out) == {"client-004.onnx"}, verdict.out  # noise: nothing to repair
     assert set(verdict.swap) == {"client-003.onnx"}
@@ -372,19 +375,6 @@ def test_inverted_images_that_do_not_transfer_never_move_an_honest_output():
     held = np.full(K, 100)
     held[4] = 0
     assert _relabelling(_client(held), _probs(answers), reference, source) is None
-
-
-def _judge_upload(i: int) -> Upload:
-    meta = {"kind": "classifier", "client_id": f"client-1{i:02d}", "label_counts": [9] * K}
-    art = exporters.Artifact(
-        path=f"client-1{i:02d}.onnx",
-        size_bytes=0,
-        model=None,
-        input_names=[],
-        output_names=[],
-        metadata=meta,
-    )
-    return Upload(art, _Nearest())
 
 
 def test_a_large_federation_is_judged_in_shards_with_the_same_verdict():
