@@ -8,7 +8,9 @@ Server, as in the paper and its code (shared/notes/methods.md):
 4. Train w from w0 on the kept samples. FedMHO: CE only. MD: lam*CE + (1-lam)*KL(mean classifier
    logits || w). SD: the same with the frozen w0 as teacher (both against knowledge forgetting).
 
-The defaults (budgets `cpu` and `paper` alike) are the paper's MNIST column of Table 7. The
+The defaults (budgets `cpu` and `paper` alike) are the paper's MNIST column of Table 7; on sensor
+windows, which the paper never ran, the server trains under the clients' jitter at lr 1e-3
+(`augment`, `lr`: bench/results/fedmho_windows.md), and images keep the paper's values. The
 authors' public code (YXShi2000/FedMHO: pcode/aggregation/semi_supervised.py, parameters.py,
 pcode/utils/data_clean.py, pcode/models/cnn.py; read 2026-11) runs otherwise in four places,
 listed in `CODE_DIVERGENCES` below (`server methods fedmho` prints them). Only its global epochs
