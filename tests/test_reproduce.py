@@ -138,12 +138,9 @@ def test_reproduce_end_to_end_then_skips_finished_cells(cli, tmp_path, tiny_tabl
     assert r.exit_code == 2 and "trained with other settings" in r.output
     assert "Traceback" not in r.output
 
-
-def test_federation_switch_reuses_the_federations_uploads(tmp_path, tiny_table, monkeypatch):
-    """--federation fedmho: every method of the table on the FedMHO federation's uploads."""
-    out = tmp_path / "t3"
-    only = dict(table="tiny-table3", out=str(out))
-    rep.reproduce(ReproduceJob(**only))
+    # --federation fedmho on the same folder: every method of the table on the FedMHO
+    # federation's uploads, none trained again (one tiny reproduce serves both checks).
+    monkeypatch.undo()
     trained = []
     real = rep.simulate
 
@@ -158,7 +155,7 @@ def test_federation_switch_reuses_the_federations_uploads(tmp_path, tiny_table, 
             sim._train_one = before
 
     monkeypatch.setattr(rep, "simulate", spy)
-    summary = rep.reproduce(ReproduceJob(**only, federation="fedmho"))
+    summary = rep.reproduce(ReproduceJob(table="tiny-table3", out=str(out), federation="fedmho"))
     assert trained == []  # the FedMHO cell's uploads serve every method
     assert {r["setting"] for r in summary["rows"]} == {"fedmho"}
     rows = {r["method"]: r["partitions"]["dirichlet:1.0"] for r in summary["rows"]}
