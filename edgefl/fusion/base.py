@@ -636,8 +636,8 @@ AUGMENT_HELP = (
 
 # A student trains under the jitter the clients' classifiers trained under by default
 # (edgefl.client.run): their teachers and labels are invariant to it, and on windows the test
-# users' own orientations need it (HAPT FedHydra seed 0: 60.3 -> 68.5%; FedMHO on the issue-32
-# federation: see bench/results/min_steps.md). Images: the clients train with no jitter, and an
+# users' own orientations need it (HAPT FedHydra seed 0: 60.3 -> 68.5%; FedMHO on issue 32's
+# command: 73.35 -> 84.54, bench/results/fedmho_windows.md). Images: the clients train with no jitter, and an
 # affine one cost FedHydra 18 points on MNIST Dir(0.1).
 STUDENT_JITTER_HELP = (
     "clients (the clients' own default: rotate on sensor windows, none on images), or "

@@ -244,7 +244,8 @@ def fuse(ctx: FusionContext, cfg: FedHydraConfig) -> FusionResult:
         "classifier",
         "fedhydra",
         at_most=cfg.max_teachers,
-        cost="it trains a generator per teacher and class, and every generator step forwards every teacher",
+        cost="it trains a generator per teacher and class, and every generator step "
+        "forwards every teacher",
     )
     dev = ctx.device
     torch.manual_seed(cfg.seed)

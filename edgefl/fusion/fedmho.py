@@ -140,13 +140,14 @@ def _fuse(ctx: FusionContext, cfg: FedMHOConfig, variant: str) -> FusionResult:
         elif variant == "sd":
             teacher = teacher_logits(_Frozen(w0), xk, ctx.device)
             lam = cfg.lam
+    lr = learning_rate(cfg.lr, ctx.input_shape)
     with ctx.stage("train"):
         history = train_student(
             model,
             xk,
             yk,
             epochs=cfg.epochs,
-            lr=learning_rate(cfg.lr, ctx.input_shape),
+            lr=lr,
             batch_size=cfg.batch_size,
             seed=cfg.seed,
             device=ctx.device,
@@ -164,7 +165,7 @@ def _fuse(ctx: FusionContext, cfg: FedMHOConfig, variant: str) -> FusionResult:
         "synthetic_generated_per_class": per_class_counts(y, ctx.num_classes),
         "synthetic_kept_per_class": per_class_counts(yk, ctx.num_classes),
         "loss_history": history,
-        "lr": learning_rate(cfg.lr, ctx.input_shape),
+        "lr": lr,
     }
     scope = average_scope(kept, classifiers)
     return FusionResult(model, spec, info, samples=xk, scope=scope and f"w0 from {scope}")

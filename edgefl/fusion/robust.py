@@ -146,12 +146,9 @@ def judge(
     progress("robust screen: shard", 0, len(parts))
     for i, part in enumerate(parts):
         v = _judge_shard(part, device, seed + i, read)
-        verdict.out |= v.out
-        verdict.swap |= v.swap
         # a federation-wide note holds for its shard only
-        verdict.notes += [
-            (n, t if n else f"shard {i + 1} of {len(parts)}: {t}") for n, t in v.notes
-        ]
+        v.notes = [(n, t if n else f"shard {i + 1} of {len(parts)}: {t}") for n, t in v.notes]
+        verdict.merge(v)
         progress(
             "robust screen: shard", i + 1, len(parts), f"{len(verdict.out)} screened out so far"
         )
@@ -178,8 +175,8 @@ def shards(federation: list[Upload], size: int, seed: int) -> list[list[Upload]]
 
 class Probe(NamedTuple):
     """What every upload is judged on: inputs, the class each decoder draw was asked for (None
-    for a public set, labelled by a committee), and the decoder that drew each (-1 - j for
-    images inverted for class cover, 0 for a public set)."""
+    for a public set, labelled by a committee), and the decoder that drew each (0 for a public
+    set; `_cover`'s inverted images, kept outside the probe, use -1 - j)."""
 
     x: torch.Tensor
     asked: np.ndarray | None
@@ -205,10 +202,9 @@ def _judge_shard(federation, device, seed, public, progress=None) -> Verdict:
 
 def _make_probe(decoders, gen, device, public) -> Probe | None:
     """The decoders' draws of every class each claims; else the method's public set."""
-    if decoders:
-        x, asked, source = _probe(decoders, gen, device)
-        if len(x):
-            return Probe(x, asked, source)
+    probe = _probe(decoders, gen, device)
+    if probe is not None:
+        return probe
     x = public() if public is not None else None
     return None if x is None else Probe(torch.from_numpy(x), None, np.zeros(len(x), np.int64))
 
@@ -371,9 +367,9 @@ def _repair_note(u: Upload, fix: Relabelling) -> str:
     )
 
 
-def _probe(decoders: list[Upload], gen, device):
-    """Draws of every decoder for each class it claims: (images, the class each was asked for,
-    the index of the decoder that drew it)."""
+def _probe(decoders: list[Upload], gen, device) -> Probe | None:
+    """Draws of every decoder for each class it claims, with the class each was asked for and
+    the index of the decoder that drew it (None: no decoder claims a class)."""
     xs, ys, src = [], [], []
     for i, u in enumerate(decoders):
         for c in _claimed(u):
@@ -381,8 +377,8 @@ def _probe(decoders: list[Upload], gen, device):
             ys.append(np.full(PER_CLASS, c))
             src.append(np.full(PER_CLASS, i))
     if not xs:
-        return torch.empty(0), np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
-    return torch.cat(xs), np.concatenate(ys), np.concatenate(src)
+        return None
+    return Probe(torch.cat(xs), np.concatenate(ys), np.concatenate(src))
 
 
 def _cover(reference, classifiers, judges, shape, k, seed, device, notes, progress=None):
