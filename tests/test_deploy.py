@@ -134,9 +134,19 @@ def test_every_phone_classifier_deploys(files, tmp_path, target):
                 eval_samples=64,
             )
         )
-        (deployed,) = [Path(f["path"]) for f in rep.files]
+        deployed, *rest = [Path(f["path"]) for f in rep.files]
         assert deployed.parent == out and deployed.stat().st_size == rep.files[0]["bytes"]
         assert deployed.suffix == (".onnx" if target == "onnx" else ".ort")
+        if target == "ort-mobile":  # the record of what it was deployed from, beside it
+            (sidecar,) = rest
+            record = json.loads(sidecar.read_text())
+            assert record["deployed"] and record["files"] == {"ort": deployed.name}
+            assert (
+                record["source"]["weights_sha256"]
+                == exporters.read_artifact(path).metadata["weights_sha256"]
+            )
+        else:
+            assert not rest
         # Runs in onnxruntime (from the file) with the source's outputs, one sample at a time.
         x = np.random.default_rng(1).random((4, *DIGITS), dtype=np.float32)
         session = ort.InferenceSession(str(deployed), providers=["CPUExecutionProvider"])

@@ -80,6 +80,18 @@ def test_rerun_of_the_same_command_replaces_its_own(cli, uploads):
             ("--profile", "smartphone", "--model", "mlp", "--epochs", "1", "--quantize", "int8"),
             "quantize none -> int8",
         ),
+        (
+            ("--profile", "smartphone", "--model", "mlp", "--epochs", "1", "--seed", "1"),
+            "seed 0 -> 1",
+        ),
+        (
+            ("--profile", "smartphone", "--model", "mlp", "--epochs", "1", "--fed-seed", "2"),
+            "fed_seed 0 -> 2",
+        ),
+        (
+            ("--profile", "smartphone", "--model", "mlp", "--epochs", "1", "--augment", "affine"),
+            "augment none -> affine",
+        ),
     ],
 )
 def test_other_settings_are_another_command(cli, uploads, change, differs):
@@ -287,3 +299,17 @@ def test_deploy_replaces_its_own_deploy_only(cli, federation, tmp_path):
     _refused(r, "fedavg.smartphone.onnx already holds", "deployed for onnx")
     assert (out / "fedavg.smartphone.onnx").read_bytes() == before
     assert cli(*deploy, str(tmp_path / "other" / "fedavg.onnx"), "--overwrite").exit_code == 0
+
+
+def test_an_ort_mobile_deploy_reruns_and_refuses_another_model(cli, federation, tmp_path):
+    """An .ort file records nothing itself: the sidecar beside it says what it came from."""
+    out = tmp_path / "phone"
+    deploy = ("deploy", "--profile", "smartphone", "--target", "ort-mobile", "--out", str(out))
+    assert cli(*deploy, str(federation / "fedavg.onnx"), "--quiet").exit_code == 0
+    r = cli(*deploy, str(federation / "fedavg.onnx"), "--quiet")  # the same deploy again
+    assert r.exit_code == 0, r.output
+    before = (out / "fedavg.smartphone.ort").read_bytes()
+    assert _copy(federation / "up" / "client-001.onnx", tmp_path / "other" / "fedavg.onnx")
+    r = cli(*deploy, str(tmp_path / "other" / "fedavg.onnx"), "--quiet")
+    _refused(r, "already holds", "deployed for ort-mobile")
+    assert (out / "fedavg.smartphone.ort").read_bytes() == before

@@ -6,8 +6,8 @@ replaced the phone's upload an earlier plain `client train` had made).
 "The same command" is read from what the upload records: its profile, dataset, partition and
 client, its kind (model, predictions, prototypes), its model (the spec this job would train:
 `--model`, `--spec`, the planner's pick, or the `--search` and its settings) and its training
-settings (epochs, lr, batch size, optimizer, window treatment). Seeds and jitter are not
-recorded in an upload, so a rerun that changes only those counts as the same command.
+settings (epochs, lr, batch size, optimizer, window treatment, seeds, jitter). Uploads made
+before the seeds and jitter were recorded are compared on the rest.
 `edgefl simulate` reads the same rule to decide whether a finished upload can be reused.
 """
 
@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from edgefl.errors import ConfigError
+from edgefl.models.augment import resolve as resolve_augment
 from edgefl.models.spec import ModelSpec, parse_model_arg
 from edgefl.outputs import describe_result, existing_result, replacing_error
 from edgefl.profiles import get_profile
@@ -45,7 +46,8 @@ def training_differs(cjob: ClientJob, made: ModelSpec, role: str, trained: dict)
     """What an existing upload (its spec, role and training metadata) has differently from the
     job ('' if nothing): the model (when the job names one), the search (when the upload
     records one), epochs, lr, batch size, optimizer and window treatment."""
-    from edgefl.client.run import local_schedule, window_treatment  # run imports this module
+    # run imports this module
+    from edgefl.client.run import default_augment, local_schedule, window_treatment
 
     diffs = []
     if cjob.model is not None:
@@ -71,7 +73,20 @@ def training_differs(cjob: ClientJob, made: ModelSpec, role: str, trained: dict)
     windows = window_treatment(made, role)
     if trained.get("windows") != windows:  # a decoder trained on unaligned windows (older runs)
         diffs.append(f"windows {trained.get('windows') or 'as recorded'} -> {windows}")
+    augment = (
+        resolve_augment(cjob.augment, made.input_shape)
+        if cjob.augment
+        else default_augment(made, role)
+    )
+    diffs += _seeds_differ(cjob, trained, {"augment": augment})
     return ", ".join(diffs)
+
+
+def _seeds_differ(job: ClientJob, trained: dict, more: dict | None = None) -> list[str]:
+    """The seeds (and `more`) the upload records that differ from the job's; a key an older
+    upload does not record is not compared."""
+    want = {"seed": job.seed, "fed_seed": job.fed_seed} | (more or {})
+    return [f"{k} {trained[k]} -> {v}" for k, v in want.items() if k in trained and trained[k] != v]
 
 
 def _search_text(record: dict | None) -> str:
@@ -157,7 +172,8 @@ def _settings_differ(job: ClientJob, trained: dict) -> str:
         "batch_size": job.batch_size or profile.batch_size,
         "optimizer": job.optimizer or profile.optimizer,
     }
-    return ", ".join(f"{k} {trained.get(k)} -> {v}" for k, v in want.items() if trained.get(k) != v)
+    diffs = [f"{k} {trained.get(k)} -> {v}" for k, v in want.items() if trained.get(k) != v]
+    return ", ".join(diffs + _seeds_differ(job, trained))
 
 
 def _spec_of(meta: dict[str, Any]) -> ModelSpec | None:

@@ -154,7 +154,7 @@ def dataset_info_for(ref: str, data: ArrayDataset) -> DatasetInfo:
     )
 
 
-def _default_augment(spec: ModelSpec, role: str) -> str:
+def default_augment(spec: ModelSpec, role: str) -> str:
     """A classifier of sensor windows learns each user's own wearing angle unless its windows
     are turned (edgefl.models.augment: 54 % -> 71 % on other users, UCI HAPT). A CVAE is not:
     its 2-D latent then spends itself on the angle, and FedCVAE trained on its samples lost 3-5
@@ -311,7 +311,7 @@ def run_client(job: ClientJob, *, on_epoch=None, on_status=None, on_progress=Non
     augment = (
         resolve_augment(job.augment, spec.input_shape)
         if job.augment
-        else _default_augment(spec, role)
+        else default_augment(spec, role)
     )
 
     model = init_model(spec, job.fed_seed)
@@ -368,6 +368,11 @@ def run_client(job: ClientJob, *, on_epoch=None, on_status=None, on_progress=Non
             "lr": cfg.lr,
             "batch_size": cfg.batch_size,
             "device": cfg.device,
+            # What a rerun compares besides the schedule (edgefl.client.rerun): a changed seed
+            # or jitter trains another model.
+            "seed": job.seed,
+            "fed_seed": job.fed_seed,
+            "augment": augment,
         }
         | ({"windows": windows} if windows else {})
         | ({"search": search_record(job)} if job.search else {}),

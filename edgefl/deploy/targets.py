@@ -201,7 +201,7 @@ def build_ort_mobile(plan: Plan, stage: Path, status) -> Built:
     status("plain fixed-batch graph" + (", static int8" if plan.quantize == "int8" else ""))
     with tempfile.TemporaryDirectory(prefix="edgefl-deploy-") as tmp:
         model, quant = _onnx_model(plan, Path(tmp))
-        _stamp(model, plan, quant, {})
+        meta = _stamp(model, plan, quant, {})
         src = Path(tmp, "onnx", f"{plan.base}.onnx")
         src.parent.mkdir()
         onnx.save(model, src)
@@ -220,7 +220,12 @@ def build_ort_mobile(plan: Plan, stage: Path, status) -> Built:
             raise ArtifactError("ORT format conversion wrote no .ort file")
         path = stage / f"{plan.base}.ort"
         shutil.move(made[0], path)
-    built = Built(files=[(path, "ORT format model, batch 1")])
+    # An .ort file holds no metadata onnxruntime's tools let us read back: the record beside it
+    # says what it was deployed from (what a rerun's overwrite check reads).
+    meta["files"] = {"ort": path.name}
+    sidecar = stage / f"{plan.base}.json"
+    sidecar.write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+    built = Built(files=[(path, "ORT format model, batch 1"), (sidecar, "metadata sidecar (JSON)")])
     built.runtime["mobile_usability"] = verdict
     _ort_measures(path, plan, built, status)
     return built
