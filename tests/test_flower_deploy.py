@@ -277,7 +277,7 @@ def test_one_shot_federation_over_superlink_and_supernodes(deployment, tmp_path)
     # The labeller labels the public set the server sends (FedOL); every client holds it out.
     config = (
         f'methods="fedavg,ensemble,fedol,fedgh" out-dir="{out}" dataset="digits" epochs=2 '
-        f'min-nodes={len(nodes)} wait-nodes-s=120.0 deadline-s=60.0 eval="digits:test" '
+        f'min-nodes={len(nodes)} wait-nodes-s=120.0 deadline-s=40.0 eval="digits:test" '
         'public="digits:public" public-size=200'
     )
     run = subprocess.Popen(
