@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import typer
 from rich.markup import escape
 
 from edgefl.cli.common import MAKES_FOLDERS, QUIET, console, fmt_bytes, fmt_count, print_json
 from edgefl.cli.progress import reporter
 from edgefl.data.registry import dataset_info
-from edgefl.models.plan import Plan, plan
 from edgefl.profiles import get_profile
+
+if TYPE_CHECKING:
+    from edgefl.models.plan import Plan
 
 app = typer.Typer(
     help="Plan, train and export a device's model.", no_args_is_help=True, rich_markup_mode=None
@@ -110,6 +114,8 @@ def plan_cmd(
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """The device's role and the largest model of that role that fits its budget."""
+    from edgefl.models.plan import plan  # torch, through the cost model: only when planning
+
     p = plan(
         get_profile(profile),
         dataset_info(dataset),

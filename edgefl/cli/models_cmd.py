@@ -8,9 +8,6 @@ from rich.markup import escape
 from edgefl.cli.common import console, fmt_bytes, fmt_count, print_json
 from edgefl.cli.wide_tables import Col, fitted
 from edgefl.data.registry import dataset_info
-from edgefl.models.cost import ORT_FLOOR_BYTES, costs
-from edgefl.models.plan import check_fit, default_samples, runtimes_that_fit
-from edgefl.models.zoo import ZOO, candidate_specs, input_kind, make_spec
 from edgefl.profiles import get_profile
 
 
@@ -31,6 +28,12 @@ def models_cmd(
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Every zoo model with params, MACs, FLOPs, weight bytes, inference peak and training memory."""
+    # torch (through the cost model) only when the command runs: every other command's start,
+    # and --help, would otherwise wait a second for it.
+    from edgefl.models.cost import ORT_FLOOR_BYTES, costs
+    from edgefl.models.plan import check_fit, default_samples, runtimes_that_fit
+    from edgefl.models.zoo import ZOO, candidate_specs, input_kind, make_spec
+
     info = dataset_info(dataset)
     prof = get_profile(profile) if profile else None
     batch = batch_size or (prof.batch_size if prof else 64)
