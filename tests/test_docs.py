@@ -44,7 +44,8 @@ def test_readme_is_short():
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
 def test_every_command_on_the_page_parses(page):
     """Every `edgefl ...` line of a page's bash blocks names a real command with options it
-    takes (the README's tour also runs, tests/test_tour.py; the benches run the rest)."""
+    takes (the README's tour also runs, tests/test_tour.py; the docs pages' commands run in
+    tests/test_docs_commands.py)."""
     lines = edgefl_lines(page.read_text())
     for line in lines:
         parses(line)

@@ -33,7 +33,7 @@ def readable(text: str, width: int) -> None:
     assert "…" not in text, text
 
 
-@pytest.mark.parametrize("width", [80, 200])
+@pytest.mark.parametrize("width", [80])  # the narrow terminal is where a name could be cut
 def test_name_tables_fit_and_keep_every_name(width):
     first_column = set()
     for dataset in ("mnist", "hapt"):  # image models, then the models of sensor windows

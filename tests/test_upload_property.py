@@ -7,7 +7,8 @@ Real uploads (a cnn classifier and a CVAE decoder from the client path) are muta
 hypothesis: bytes of the file; protobuf edits of tensors, initializers, nodes, attributes and
 versions; the metadata JSON. Each example is checked in a forked child under an address-space
 cap and a deadline, so that a crash, a hang or a memory blow-up fails the example instead of
-the test process. bench/bench_fuzz.py runs the same kind of mutations at scale.
+the test process. bench/bench_fuzz.py runs the same kind of mutations at scale (100,000 items,
+bench/results/fuzz.md); here 215 derandomized examples keep each kind of edit in every run.
 
 The last tests hold two classes this fuzzing found: graphs that validate but cannot be rebuilt
 or run are refused as RebuildRejected, and a graph whose intermediate shapes grow far beyond its
@@ -370,13 +371,13 @@ def _parse(data: bytes) -> onnx.ModelProto:
 KINDS = st.sampled_from(["classifier", "decoder"])
 
 
-@settings(max_examples=80, **SETTINGS)
+@settings(max_examples=40, **SETTINGS)
 @given(kind=KINDS, edits=st.lists(byte_edits(), min_size=1, max_size=4))
 def test_byte_mutations_are_refused_or_rebuilt(sources, scratch, kind, edits):
     assert_safe(apply_bytes(sources[kind], edits), scratch, edits)
 
 
-@settings(max_examples=200, **SETTINGS)
+@settings(max_examples=100, **SETTINGS)
 @given(kind=KINDS, edits=st.lists(proto_edits, min_size=1, max_size=3), stamp=st.booleans())
 def test_graph_mutations_are_refused_or_rebuilt(sources, scratch, kind, edits, stamp):
     m = _parse(sources[kind])
@@ -387,7 +388,7 @@ def test_graph_mutations_are_refused_or_rebuilt(sources, scratch, kind, edits, s
     assert_safe(m.SerializeToString(), scratch, edits)
 
 
-@settings(max_examples=150, **SETTINGS)
+@settings(max_examples=75, **SETTINGS)
 @given(kind=KINDS, edits=st.lists(meta_edits, min_size=1, max_size=3))
 def test_metadata_mutations_are_refused_or_rebuilt(sources, scratch, kind, edits):
     m = _parse(sources[kind])
