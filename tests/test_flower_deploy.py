@@ -8,9 +8,11 @@ admits the stranger."""
 from __future__ import annotations
 
 import contextlib
-import datetime
 import json
 import os
+import re
+import shlex
+import shutil
 import signal
 import socket
 import subprocess
@@ -22,6 +24,10 @@ import pytest
 
 pytest.importorskip("flwr")
 pytest.importorskip("ray")
+if not (shutil.which("openssl") and shutil.which("ssh-keygen")):
+    pytest.skip(
+        "docs/flower.md makes its keys with openssl and ssh-keygen", allow_module_level=True
+    )
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -50,71 +56,40 @@ def _port() -> int:
         return s.getsockname()[1]
 
 
+def _page_lines(*programs: str) -> list[str]:
+    """docs/flower.md's bash lines that start with one of `programs` (continuations joined,
+    comments cut): the test makes its certificates and keys with the page's own commands."""
+    text = (ROOT / "docs" / "flower.md").read_text()
+    blocks = re.findall(r"```bash\n(.*?)```", text, re.S)
+    assert blocks, "docs/flower.md has no bash block"
+    lines = [
+        ln.split(" #", 1)[0].strip()
+        for block in blocks
+        for ln in block.replace("\\\n", " ").splitlines()
+    ]
+    return [ln for ln in lines if ln.split(" ", 1)[0] in programs]
+
+
+def _shell(line: str, cwd: Path) -> None:
+    r = subprocess.run(["bash", "-c", line], cwd=cwd, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, f"$ {line}\n{r.stdout}{r.stderr}"
+
+
 def _certs(d: Path) -> None:
-    """A CA and a server certificate for localhost/127.0.0.1 signed by it (PEM files)."""
-    import ipaddress
-
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
-
-    now = datetime.datetime.now(datetime.timezone.utc)
-    ca_key, key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
-    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "edgefl test CA")])
-    ca = (
-        x509.CertificateBuilder()
-        .subject_name(ca_name)
-        .issuer_name(ca_name)
-        .public_key(ca_key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now)
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .sign(ca_key, hashes.SHA256())
-    )
-    san = x509.SubjectAlternativeName(
-        [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
-    )
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")]))
-        .issuer_name(ca_name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now)
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(san, critical=False)
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-        .sign(ca_key, hashes.SHA256())
-    )
-    pem = serialization.Encoding.PEM
-    (d / "ca.crt").write_bytes(ca.public_bytes(pem))
-    (d / "server.pem").write_bytes(cert.public_bytes(pem))
-    (d / "server.key").write_bytes(
-        key.private_bytes(pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
-    )
+    """A CA and a server certificate for localhost/127.0.0.1 signed by it, by the page's
+    openssl lines."""
+    lines = _page_lines("openssl", "printf")
+    assert len(lines) == 4, lines
+    for line in lines:
+        _shell(line, d)
+    assert all((d / f).is_file() for f in ("ca.crt", "server.pem", "server.key"))
 
 
 def _node_key(path: Path) -> None:
-    """A SuperNode's key pair: EC P-384 in OpenSSH format (as `ssh-keygen -t ecdsa -b 384`)."""
-    from cryptography.hazmat.primitives import serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-
-    key = ec.generate_private_key(ec.SECP384R1())
-    path.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.OpenSSH,
-            serialization.NoEncryption(),
-        )
-    )
-    path.chmod(0o600)
-    Path(f"{path}.pub").write_bytes(
-        key.public_key().public_bytes(
-            serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH
-        )
-    )
+    """A SuperNode's key pair, by the page's ssh-keygen line (EC P-384, OpenSSH format)."""
+    (line,) = _page_lines("ssh-keygen")
+    assert line.endswith(" -f phone0"), line
+    _shell(line.removesuffix("phone0") + shlex.quote(path.name), path.parent)
 
 
 class Procs:
@@ -180,24 +155,11 @@ def start_superlink(procs: Procs, d: Path) -> tuple[int, dict]:
     loopback port, and the operator's `flwr` connection "tls" to it -> (port, flwr's env)."""
     _certs(d)
     port = _port()
-    procs.start(
-        "link",
-        [
-            "flower-superlink",
-            "--ssl-ca-certfile",
-            "ca.crt",
-            "--ssl-certfile",
-            "server.pem",
-            "--ssl-keyfile",
-            "server.key",
-            "--enable-supernode-auth",
-            "--disable-runtime-dependency-installation",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-        ],
-    )
+    # The page's SuperLink line, on a free port.
+    (line,) = _page_lines("flower-superlink")
+    argv = shlex.split(line)
+    assert argv[-2] == "--port", argv
+    procs.start("link", [*argv[:-1], str(port)])
     _wait(lambda: _listening(port), 60, "the SuperLink", procs, "link")
     cli_home = d / "homes" / "cli"
     cli_home.mkdir(parents=True)
