@@ -359,6 +359,19 @@ def test_fuse_budget_code_is_the_authors_code(federation, tmp_path):
     assert "--budget cpu, paper, code: all the defaults" in plain
 
 
+def test_an_option_unset_by_default_is_shown_and_hinted_as_unset(tmp_path):
+    """FedMHO's lr is chosen by the input when unset: never shown as a value to type (None)."""
+    out = run("server", "methods", "fedmho", env={"COLUMNS": "200"}).output
+    assert "--lr unset" in flat("".join(" " if 0x2500 <= ord(c) <= 0x257F else c for c in out))
+    from edgefl.errors import ConfigError
+    from edgefl.fusion import METHODS
+    from edgefl.fusion.options import validate
+
+    with pytest.raises(ConfigError, match="--lr must be > 0") as err:
+        validate(METHODS.get("fedmho").config_cls(lr=0.0))
+    assert "leave --lr out" in err.value.hint and "None" not in err.value.hint
+
+
 def test_no_usable_upload_lists_every_rejection_in_the_error(tmp_path):
     # Nothing is printed before this failure, so the message itself must say why (issue 19).
     up = tmp_path / "up"

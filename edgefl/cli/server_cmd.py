@@ -434,7 +434,7 @@ def _print_budgets(r: dict) -> None:
         cols = [Col("option", right=False)] + [Col(b, right=False, wrap=True) for b in budgets]
         cells = [
             ["--" + flag(k)]
-            + [escape(repr(over.get(k, r["options"][k]["default"]))) for over in budgets.values()]
+            + [escape(_shown(over.get(k, r["options"][k]["default"]))) for over in budgets.values()]
             for k in changed
         ]
         console.print(fitted(cols, cells, console.width, title="--budget NAME"))
@@ -442,6 +442,12 @@ def _print_budgets(r: dict) -> None:
         console.print(f"  --budget {', '.join(budgets)}: all the defaults")
     for d in r["divergences"]:
         console.print(f"  code vs paper: {escape(d)}")
+
+
+def _shown(default) -> str:
+    """An option's default as a user would type it; None is "unset" (its help says what the
+    method then does), never a value to pass."""
+    return "unset" if default is None else repr(default)
 
 
 def _print_method(r: dict) -> None:
@@ -456,7 +462,7 @@ def _print_method(r: dict) -> None:
         Col("what", right=False, wrap=True),
     ]
     cells = [
-        [o["flag"], escape(repr(o["default"])), escape(o["constraint"]), escape(o["help"])]
+        [o["flag"], escape(_shown(o["default"])), escape(o["constraint"]), escape(o["help"])]
         for o in r["options"].values()
     ]
     console.print(

@@ -126,9 +126,12 @@ def validate(cfg: Any) -> None:
             value = float(value)
         broken = opt.problem(value)
         if broken:
+            if default is None:  # no value to show: leaving the option out is the default
+                usual = f"unset by default: leave --{flag(name)} out for that"
+            else:
+                usual = f"default {default!r} (e.g. --{flag(name)} {_example(default)})"
             raise ConfigError(
-                f"--{flag(name)} must be {broken}, got {value!r}",
-                hint=f"{opt.help}; default {default!r} (e.g. --{flag(name)} {_example(default)})",
+                f"--{flag(name)} must be {broken}, got {value!r}", hint=f"{opt.help}; {usual}"
             )
 
 
