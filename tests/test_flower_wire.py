@@ -127,15 +127,11 @@ def test_uploads_land_privately_under_safe_unique_names(tmp_path):
     assert stat.S_IMODE((tmp_path / "node-2.onnx").stat().st_mode) == 0o600
 
 
-def test_a_node_finds_its_job_in_the_table_or_builds_it_from_its_config():
-    table = {
-        "jobs": [{"profile": "wristband", "client_index": i, "num_clients": 3} for i in range(3)],
-        "done": [1],
-    }
-    assert node_job(table, {"partition-id": 2}).client_index == 2
-    assert node_job(table, {"partition-id": 1}) is None  # resumed: already uploaded
-    with pytest.raises(ConfigError, match="outside the run"):
-        node_job(table, {"partition-id": 3})
+def test_a_node_takes_the_job_it_is_sent_or_builds_it_from_its_config():
+    sent = {"job": {"profile": "wristband", "client_index": 2, "num_clients": 3}}
+    assert node_job(sent, {"partition-id": 0}).client_index == 2  # the job, not the node's id
+    with pytest.raises(ConfigError, match="unknown client settings: evil"):
+        node_job({"job": {"profile": "wristband", "evil": 1}}, {})
     shared = {"client": {"dataset": "digits", "num_clients": 4, "seed": 1}}
     job = node_job(shared, {"profile": "smartphone", "partition-id": 2, "data-dir": "/d"})
     assert (job.profile, job.client_index, job.num_clients, job.data_dir) == (
@@ -228,3 +224,29 @@ def test_the_apps_run_config_lists_every_setting_the_server_reads():
     app = Path(__file__).resolve().parents[1] / "flower_app" / "pyproject.toml"
     config = tomllib.loads(app.read_text())["tool"]["flwr"]["app"]["config"]
     assert set(config) == set(DEFAULTS)
+
+
+def test_each_node_is_sent_its_own_job_alone(monkeypatch):
+    """A simulation's message holds one job, not the run's table: with the whole table in every
+    message the engine's cost per client grew with the number of clients."""
+    import flwr.app
+
+    from edgefl.flower.collect import collect
+
+    sent = []
+
+    class Grid:  # takes the messages, delivers none: every node is then missing
+        def push_messages(self, msgs):
+            sent.extend(msgs)
+            return [None] * len(msgs)
+
+    class Message:  # outside a run, flwr's Message needs a run id: the content is what counts
+        def __init__(self, content, dst_node_id, message_type):
+            self.content, self.dst = content, dst_node_id
+
+    monkeypatch.setattr(flwr.app, "Message", Message)
+    jobs = [{"job": {"client_index": i}} for i in range(3)]
+    got = collect(Grid(), [7, 8, 9], {"shared": 1}, deadline_s=0, max_bytes=1, per_node=jobs)
+    assert got.missing == [7, 8, 9]
+    asked = {m.dst: wire.read_request(m.content)[0] for m in sent}
+    assert asked == {n: {"shared": 1} | job for n, job in zip((7, 8, 9), jobs, strict=True)}

@@ -34,17 +34,12 @@ NODE_KEYS = {
 _JOB_FIELDS = {f.name for f in fields(ClientJob)}
 
 
-def node_job(settings: dict[str, Any], node_config: dict[str, Any]) -> ClientJob | None:
-    """This node's job, or None when a resumed simulation already holds its upload.
-    Simulation: the server's table of jobs, this node's by its partition id. Deployment: the
-    server's shared settings, completed by the node's own config."""
-    pid = node_config.get("partition-id")
-    if "jobs" in settings:  # simulation: the same ClientJob the local engine would run
-        if not isinstance(pid, int) or not 0 <= pid < len(settings["jobs"]):
-            raise ConfigError(f"node has partition-id {pid!r}, outside the run's clients")
-        if pid in settings.get("done", []):
-            return None
-        return _job(settings["jobs"][pid], "the server's job table")
+def node_job(settings: dict[str, Any], node_config: dict[str, Any]) -> ClientJob:
+    """This node's job. Simulation: the server sends each node the very ClientJob the local
+    engine would run. Deployment: the server's shared settings, completed by the node's own
+    config."""
+    if "job" in settings:  # simulation
+        return _job(settings["job"], "the server's job")
     job = dict(settings.get("client", {}))
     for key, value in node_config.items():
         if key in NODE_KEYS:
@@ -93,9 +88,7 @@ def handle(msg, context):
         summary = personalize_node(settings, node, wire.request_file(msg.content, "global"))
         return Message(wire.reply({}, summary), reply_to=msg)
     job = node_job(settings, node)
-    if job is None:
-        return Message(wire.reply({}, {}, skipped=True), reply_to=msg)
-    return Message(wire.reply(*answer(job, public, simulated="jobs" in settings)), reply_to=msg)
+    return Message(wire.reply(*answer(job, public, simulated="job" in settings)), reply_to=msg)
 
 
 def answer(job: ClientJob, public, simulated: bool) -> tuple[dict[str, bytes], dict[str, Any]]:

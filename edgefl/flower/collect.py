@@ -43,19 +43,24 @@ def collect(
     files=None,
     log=None,
     progress=no_progress,
+    per_node: list[dict[str, Any]] | None = None,
 ) -> Collected:
+    """Send every node the train message (`settings`, plus its own entry of `per_node`, which
+    is aligned with `nodes`) and take each reply as it comes."""
     from flwr.app import Message, MessageType
 
     log = log or (lambda m: None)
     start = time.monotonic()
     out = Collected()
+    if per_node is not None and len(per_node) != len(nodes):
+        raise ValueError(f"{len(per_node)} per-node settings for {len(nodes)} nodes")
     msgs = [
         Message(
-            content=wire.request(settings, public, files),
+            content=wire.request(settings | (per_node[i] if per_node else {}), public, files),
             dst_node_id=n,
             message_type=MessageType.TRAIN,
         )
-        for n in nodes
+        for i, n in enumerate(nodes)
     ]
     ids = {mid: n for mid, n in zip(grid.push_messages(msgs), nodes, strict=True) if mid}
     waiting = dict(ids)
