@@ -128,13 +128,19 @@ def test_fuses_heterogeneous_teachers_deterministically(uploads, tmp_path):
 
 
 def test_config_parses_betas_and_refuses_bad_values():
+    from edgefl.fusion.layering import layer
+
     method = METHODS.get("pfedzkd")
-    assert method.make_config({"betas": "0.1,1.0"}).betas == (0.1, 1.0)
-    assert method.make_config({"betas": "0.5x2"}).betas == (0.5, 2.0)
-    assert method.make_config({"betas": 1}).betas == (1.0,)
+    assert layer(["pfedzkd"], shared={"betas": "0.1,1.0"})["pfedzkd"]["betas"] == (0.1, 1.0)
+    assert layer(["pfedzkd"], shared={"betas": "0.5x2"})["pfedzkd"]["betas"] == (0.5, 2.0)
+    assert layer(["pfedzkd"], shared={"betas": "1"})["pfedzkd"]["betas"] == (1.0,)
+    assert method.make_config({"betas": [0.1, 1]}).betas == (0.1, 1.0)  # as JSON gives it back
+    with pytest.raises(ConfigError, match="--betas must be"):
+        layer(["pfedzkd"], shared={"betas": "a,b"})
     for bad in (
-        {"betas": "a,b"},
+        {"betas": "0.1,1.0"},  # text is typed by the layer, not by the config
         {"betas": [0.0]},
+        {"betas": []},
         {"tau": 0},
         {"inversion_steps": 0},
         {"synthetic": 0},

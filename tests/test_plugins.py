@@ -252,7 +252,7 @@ def test_many_methods_user_error_while_fusing_is_one_message(federation, tmp_pat
         (["--method", "fedavg,fedavg", "--out-dir", "g"], "distinct names"),
         (
             ["--method", "fedavg,ensemble", "--out-dir", "g", "--lam", "0.5"],
-            "method 'fedavg' has no option(s) --lam",
+            "--lam: none of fedavg, ensemble has an option --lam",
         ),
         (
             ["--method", "fedavg,ensemble", "--out-dir", "g", "--opt", "fedmho:lam=0.5"],

@@ -3,8 +3,6 @@ declares is a flag (`--lam 0.3`) or an `--opt` (`--opt lam=0.3`, `--opt fedmho-m
 
 from __future__ import annotations
 
-from typing import Any
-
 import typer
 from rich.markup import escape
 
@@ -72,39 +70,27 @@ def _extra_flags(args: list[str]) -> list[str]:
 def method_options(
     methods: list[str], flags: list[str], opts: list[str], budget: str = "cpu"
 ) -> dict[str, dict]:
-    """Per-method config overrides: the named budget's, then the user's. A flag or a plain
-    --opt goes to every chosen method that has the option (an error if none has it);
-    `--opt METHOD:key=value` to that method alone."""
+    """Per-method config overrides (edgefl.fusion.layering): the named budget's, then the
+    user's. A flag or a plain --opt goes to every chosen method that has the option (an error
+    if none has it); `--opt METHOD:key=value` to that method alone."""
     from edgefl.errors import ConfigError
-    from edgefl.fusion import METHODS
+    from edgefl.fusion.layering import layer, split_items
 
-    chosen = {m: METHODS.get(m) for m in methods}
-    out: dict[str, dict[str, Any]] = {m: chosen[m].budget_options(budget) for m in methods}
-    targeted = []
-    shared = dict(_parse_opts(flags))
+    shared = split_items(flags, "a method flag")
+    targeted: dict[str, dict[str, str]] = {}
     for item in opts:
         key = item.partition("=")[0]
-        if ":" in key:
-            targeted.append(item)
-        else:
-            shared |= _parse_opts([item])
-    for key, value in shared.items():
-        takers = [m for m, meth in chosen.items() if key in meth.option_names()]
-        if not takers:  # the first method's own message lists its options
-            chosen[methods[0]].make_config({key: value})
-        for m in takers:
-            out[m][key] = value
-    for item in targeted:
+        if ":" not in key:
+            shared |= split_items([item], "--opt")
+            continue
         method, _, kv = item.partition(":")
-        if method not in chosen:
+        if method not in methods:
             raise ConfigError(
                 f"--opt {item!r} names {method!r}, which is not among --method {','.join(methods)}",
                 hint="name one of the chosen methods, or leave METHOD: out to set it for all",
             )
-        out[method] |= _parse_opts([kv])
-    for m, options in out.items():  # every value checked now, before any upload is read
-        chosen[m].make_config(options)
-    return out
+        targeted.setdefault(method, {}).update(split_items([kv], "--opt"))
+    return layer(methods, budget, shared, targeted)
 
 
 @app.command("fuse", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})

@@ -27,18 +27,20 @@ def register(app: typer.Typer) -> None:
     app.command("demo")(demo_cmd)
 
 
-def _fuse_options(items: list[str]) -> dict[str, dict]:
-    """--fuse-opt METHOD:key=value (METHOD may be 'all')."""
-    from edgefl.cli.server_cmd import _parse_opts
+def _fuse_options(items: list[str]) -> tuple[dict[str, str], dict[str, dict[str, str]]]:
+    """--fuse-opt METHOD:key=value (METHOD may be 'all') -> (for all, {method: for it})."""
     from edgefl.errors import ConfigError
+    from edgefl.fusion.layering import split_items
 
-    out: dict[str, dict] = {}
+    shared: dict[str, str] = {}
+    targeted: dict[str, dict[str, str]] = {}
     for item in items:
         method, sep, kv = item.partition(":")
         if not sep:
             raise ConfigError(f"--fuse-opt expects METHOD:key=value, got {item!r}")
-        out.setdefault(method, {}).update(_parse_opts([kv]))
-    return out
+        into = shared if method == "all" else targeted.setdefault(method, {})
+        into.update(split_items([kv], "--fuse-opt"))
+    return shared, targeted
 
 
 def _client_models(items: list[str]) -> dict[str, str]:
@@ -197,23 +199,18 @@ def simulate_cmd(
 ) -> None:
     """Run a whole one-shot federation: train every client, fuse with each method, evaluate."""
     from edgefl.client.attacks import parse_attacks
-    from edgefl.fusion import DEFAULT_METHODS, METHODS, check_budget
+    from edgefl.fusion import DEFAULT_METHODS, check_budget
+    from edgefl.fusion.layering import layer
     from edgefl.simulate.run import SimJob, simulate
 
     trainer = _trainer(engine)  # an unknown engine or a missing extra: before any work
-    opts = _fuse_options(fuse_opt)
+    shared, targeted = _fuse_options(fuse_opt)
     method_list = (
         tuple(m.strip() for m in methods.split(",") if m.strip()) if methods else DEFAULT_METHODS
     )
-    if "all" in opts:  # shared options go to every method that has them
-        shared = opts.pop("all")
-        for m in method_list:
-            names = METHODS.get(m).option_names()
-            opts[m] = {k: v for k, v in shared.items() if k in names} | opts.get(m, {})
     check_budget(budget)  # before anything runs, whichever methods are named
-    for m in method_list:  # a named budget's options, under the user's own
-        if m in METHODS:
-            opts[m] = METHODS.get(m).budget_options(budget) | opts.get(m, {})
+    # The budget's options, then all:, then METHOD: (edgefl.fusion.layering), as server fuse.
+    opts = layer(method_list, budget, shared, targeted, shared_flag="--fuse-opt all:{key}")
     job = SimJob(
         dataset=dataset,
         clients=clients,

@@ -124,6 +124,10 @@ def validate(cfg: Any) -> None:
         if opt.kind == "float" and isinstance(value, int) and not isinstance(value, bool):
             object.__setattr__(cfg, name, float(value))  # --lr 1 means 1.0
             value = float(value)
+        if opt.kind == "floats" and isinstance(value, list | tuple):  # a list read from JSON
+            number = all(isinstance(v, int | float) and not isinstance(v, bool) for v in value)
+            value = tuple(float(v) for v in value) if number else tuple(value)
+            object.__setattr__(cfg, name, value)
         broken = opt.problem(value)
         if broken:
             if default is None:  # no value to show: leaving the option out is the default

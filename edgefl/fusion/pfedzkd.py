@@ -29,7 +29,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from edgefl.artifacts import Upload
-from edgefl.errors import ConfigError, FusionError
+from edgefl.errors import FusionError
 from edgefl.fusion.base import (
     MAX_TEACHERS,
     MAX_TEACHERS_HELP,
@@ -94,37 +94,6 @@ class PFedZKDConfig(FusionConfig):
     )
     batch_size: int = option(64, "batch size (the paper's)", low=1)
     max_teachers: int = option(MAX_TEACHERS, MAX_TEACHERS_HELP, low=0)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "betas", _parse_betas(self.betas))
-        super().__post_init__()
-
-
-BETAS_HINT = "Dirichlet concentrations of the soft targets; default 0.1,1.0 (the paper's)"
-
-
-def _parse_betas(value) -> tuple[float, ...]:
-    """A tuple, a list, one number, or text like "0.1,1.0" / "0.1x1.0" (from --opt)."""
-    if isinstance(value, str):
-        parts = value.replace("x", ",").split(",")
-        try:
-            value = [float(p) for p in parts if p.strip()]
-        except ValueError:
-            raise ConfigError(
-                f"--betas must be numbers like 0.1,1.0, got {value!r}", hint=BETAS_HINT
-            ) from None
-    elif isinstance(value, int | float) and not isinstance(value, bool):
-        value = [value]
-    if not isinstance(value, list | tuple) or not all(
-        isinstance(b, int | float) and not isinstance(b, bool) for b in value
-    ):
-        raise ConfigError(f"--betas must be numbers like 0.1,1.0, got {value!r}", hint=BETAS_HINT)
-    betas = tuple(float(b) for b in value)
-    if not betas or not all(b > 0 for b in betas):
-        raise ConfigError(
-            f"--betas must be one or more positive numbers, got {value!r}", hint=BETAS_HINT
-        )
-    return betas
 
 
 def smoothness_default(input_shape) -> float:

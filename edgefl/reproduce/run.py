@@ -24,7 +24,8 @@ import torch
 import exporters
 from edgefl.data.partition import parse_scheme
 from edgefl.errors import ConfigError
-from edgefl.fusion import METHODS, paper_reference
+from edgefl.fusion import paper_reference
+from edgefl.fusion.layering import layer
 from edgefl.reproduce.render import plot_table, table_markdown
 from edgefl.reproduce.tables import TABLES, Budget, Table
 from edgefl.server.fuse import resolve_device
@@ -120,10 +121,11 @@ def cells(job: ReproduceJob, table: Table, budget: Budget) -> list[Cell]:
         extra = dict(budget.simulate)
         if not any(m.startswith(SEARCH) for m in models.values()):
             extra.pop("search_options", None)  # for the settings whose clients search
-        fuse = {
-            m: METHODS.get(m).budget_options(budget.fusion) | budget.fuse_options.get(m, {})
-            for m in methods
-        }
+        fuse = layer(
+            methods,
+            budget.fusion,
+            targeted={m: o for m, o in budget.fuse_options.items() if m in methods},
+        )
         for partition in job.partitions or budget.partitions:
             for seed in job.seeds if job.seeds is not None else budget.seeds:
                 run_dir = Path(job.out) / setting.name / f"{partition.replace(':', '')}-s{seed}"

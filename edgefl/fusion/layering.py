@@ -1,0 +1,105 @@
+"""The one way every command layers a method's options (`server fuse`, `simulate`, `reproduce`):
+the named budget's, then the options given for every chosen method (`--opt key=value`, a
+method flag, simulate's `all:key=value`), then the options given for one method
+(`METHOD:key=value`). Command-line text is typed by the option's own declaration (an int field
+parses `3`, a float field `3` as 3.0, a list of numbers `0.1,1.0`), never guessed. An option no
+chosen method has, or one aimed at a method that is not chosen, is one message; every value is
+checked against its declaration before any upload is read or any client trained.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from edgefl.errors import ConfigError
+from edgefl.fusion.options import Opt, declared, flag
+
+_TRUE, _FALSE = ("true", "yes", "1"), ("false", "no", "0")
+
+
+def parse_text(name: str, opt: Opt, text: str) -> Any:
+    """A command line's text for option `name`, as the type the option declares."""
+    value = text.strip()
+    if opt.nullable and value.lower() in ("none", "unset"):
+        return None
+    try:
+        if opt.kind == "int":
+            return int(value)
+        if opt.kind == "float":
+            return float(value)
+        if opt.kind == "floats":
+            parts = value.replace("x", ",").split(",")
+            return tuple(float(p) for p in parts if p.strip())
+    except ValueError:
+        raise ConfigError(
+            f"--{flag(name)} must be {opt.describe()}, got {text!r}",
+            hint=f"{opt.help}",
+        ) from None
+    if opt.kind == "bool":
+        if value.lower() in _TRUE + _FALSE:
+            return value.lower() in _TRUE
+        raise ConfigError(f"--{flag(name)} must be true or false, got {text!r}", hint=opt.help)
+    return value
+
+
+def split_items(items: Sequence[str], what: str) -> dict[str, str]:
+    """`key=value` texts -> {key: value text}, keys with - or _ alike."""
+    out = {}
+    for item in items:
+        key, eq, value = item.partition("=")
+        if not eq or not key.strip():
+            raise ConfigError(f"{what} expects key=value, got {item!r}")
+        out[key.strip().replace("-", "_")] = value
+    return out
+
+
+def layer(
+    methods: Sequence[str],
+    budget: str = "cpu",
+    shared: Mapping[str, Any] | None = None,
+    targeted: Mapping[str, Mapping[str, Any]] | None = None,
+    *,
+    shared_flag: str = "--{key}",
+) -> dict[str, dict[str, Any]]:
+    """{method: options} for `methods`: the budget's, then `shared` for every method that has
+    each option (an error when none has it), then `targeted[method]`. Text values are typed by
+    each method's declaration of the option; every method's result is validated.
+    `shared_flag` shows how the user gave a shared option (`{key}` is its flag name)."""
+    from edgefl.fusion import METHODS
+
+    chosen = {m: METHODS.get(m) for m in methods}
+    kinds = {
+        m: {name: opt for name, _, opt in declared(meth.config_cls)} for m, meth in chosen.items()
+    }
+    out = {m: meth.budget_options(budget) for m, meth in chosen.items()}
+
+    def typed(m: str, key: str, value: Any) -> Any:
+        opt = kinds[m].get(key)
+        return parse_text(key, opt, value) if opt and isinstance(value, str) else value
+
+    for key, value in (shared or {}).items():
+        takers = [m for m in methods if key in kinds[m]]
+        if not takers and len(methods) == 1:  # the method's own message lists its options
+            chosen[methods[0]].make_config({key: value})
+        if not takers:
+            names = sorted({n for k in kinds.values() for n in k})
+            raise ConfigError(
+                f"{shared_flag.format(key=flag(key))}: none of {', '.join(methods)} has an "
+                f"option --{flag(key)}",
+                hint=f"their options: {', '.join('--' + flag(n) for n in names)} "
+                "(`edgefl server methods METHOD` explains each)",
+            )
+        for m in takers:
+            out[m][key] = typed(m, key, value)
+    for m, options in (targeted or {}).items():
+        if m not in chosen:
+            raise ConfigError(
+                f"options for {m!r}, which is not among the chosen methods ({', '.join(methods)})",
+                hint="name one of the chosen methods, or give the option for all of them",
+            )
+        for key, value in options.items():
+            out[m][key] = typed(m, key, value)
+    for m, options in out.items():  # unknown names and bad values: now, before any work
+        chosen[m].make_config(options)
+    return out

@@ -1,0 +1,88 @@
+"""One options layer for every command (edgefl.fusion.layering, issue 35): the budget's, then
+options for all chosen methods, then a method's own; text typed by the option's declaration;
+contract over every registered method's options."""
+
+from __future__ import annotations
+
+from dataclasses import fields
+
+import pytest
+
+from edgefl.errors import ConfigError
+from edgefl.fusion import METHODS
+from edgefl.fusion.layering import layer, parse_text
+from edgefl.fusion.options import _example, declared
+
+ANNOTATION = {
+    "int": {"int", "int | None"},
+    "float": {"float", "float | None"},
+    "str": {"str", "str | None"},
+    "bool": {"bool"},
+    "floats": {"tuple[float, ...]"},
+}
+
+
+@pytest.mark.parametrize("name", METHODS.names())
+def test_every_option_is_declared_as_its_field_is_typed(name):
+    """An option's kind is what its field says (a float field with default 1 is a float)."""
+    config = METHODS.get(name).config_cls
+    types = {f.name: f.type for f in fields(config)}
+    for key, _, opt in declared(config):
+        assert types[key] in ANNOTATION[opt.kind], (name, key, opt.kind, types[key])
+
+
+@pytest.mark.parametrize("name", METHODS.names())
+def test_every_default_typed_back_from_its_text_is_itself(name):
+    """What `server methods` shows as a default, typed on a command line, is that default."""
+    for key, default, opt in declared(METHODS.get(name).config_cls):
+        if default is None:
+            assert parse_text(key, opt, "unset") is None
+            continue
+        got = parse_text(key, opt, _example(default))
+        assert got == default and type(got) is type(default), (name, key, got, default)
+
+
+def test_text_is_typed_by_the_declaration_not_guessed():
+    opts = layer(["pfedzkd", "fedmho"], "cpu", {"seed": "3"}, {"pfedzkd": {"betas": "0.1,1"}})
+    assert opts["pfedzkd"]["betas"] == (0.1, 1.0)
+    assert opts["pfedzkd"]["seed"] == 3 and opts["fedmho"]["seed"] == 3
+    lr = layer(["fedmho"], targeted={"fedmho": {"lr": "1"}})["fedmho"]["lr"]
+    assert lr == 1.0 and isinstance(lr, float)
+    with pytest.raises(ConfigError, match="--epochs must be an integer >= 1, got '2.5'"):
+        layer(["fedmho"], shared={"epochs": "2.5"})
+    with pytest.raises(ConfigError, match="--augment must be one of"):
+        layer(["fedmho"], shared={"augment": "sideways"})
+
+
+def test_the_budget_then_all_then_one_method():
+    opts = layer(["fedmho", "fedmho-md"], "paper", {"epochs": "4"}, {"fedmho-md": {"epochs": "6"}})
+    assert (opts["fedmho"]["epochs"], opts["fedmho-md"]["epochs"]) == (4, 6)
+    assert layer(["fedmho"], "paper")["fedmho"] == METHODS.get("fedmho").budget_options("paper")
+
+
+def test_an_option_no_chosen_method_has_and_a_method_not_chosen_are_refused():
+    with pytest.raises(ConfigError, match="none of fedavg, ensemble has an option --epochs"):
+        layer(["fedavg", "ensemble"], shared={"epochs": "1"})
+    with pytest.raises(ConfigError, match="method 'fedavg' has no option"):
+        layer(["fedavg"], shared={"epochs": "1"})
+    with pytest.raises(ConfigError, match="'dense', which is not among the chosen methods"):
+        layer(["fedavg"], targeted={"dense": {"epochs": "1"}})
+
+
+def test_simulate_refuses_an_all_option_no_method_has_before_any_work(cli, tmp_path):
+    """simulate used to drop such an option in silence (server fuse refused it)."""
+    out = tmp_path / "run"
+    r = cli(
+        "simulate",
+        "--dataset",
+        "digits",
+        "--methods",
+        "fedavg,ensemble",
+        "--fuse-opt",
+        "all:epochs=1",
+        "--out",
+        str(out),
+    )
+    assert r.exit_code == 2, r.output
+    assert "none of fedavg, ensemble has an option --epochs" in " ".join(r.output.split())
+    assert not out.exists()
