@@ -65,7 +65,7 @@ def test_an_option_no_chosen_method_has_and_a_method_not_chosen_are_refused():
         layer(["fedavg", "ensemble"], shared={"epochs": "1"})
     with pytest.raises(ConfigError, match="method 'fedavg' has no option"):
         layer(["fedavg"], shared={"epochs": "1"})
-    with pytest.raises(ConfigError, match="'dense', which is not among the chosen methods"):
+    with pytest.raises(ConfigError, match="dense:KEY=VALUE: 'dense' is not among the chosen"):
         layer(["fedavg"], targeted={"dense": {"epochs": "1"}})
 
 

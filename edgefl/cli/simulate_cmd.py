@@ -210,7 +210,14 @@ def simulate_cmd(
     )
     check_budget(budget)  # before anything runs, whichever methods are named
     # The budget's options, then all:, then METHOD: (edgefl.fusion.layering), as server fuse.
-    opts = layer(method_list, budget, shared, targeted, shared_flag="--fuse-opt all:{key}")
+    opts = layer(
+        method_list,
+        budget,
+        shared,
+        targeted,
+        shared_flag="--fuse-opt all:{key}",
+        targeted_flag="--fuse-opt {method}:KEY=VALUE",
+    )
     job = SimJob(
         dataset=dataset,
         clients=clients,

@@ -61,11 +61,13 @@ def layer(
     targeted: Mapping[str, Mapping[str, Any]] | None = None,
     *,
     shared_flag: str = "--{key}",
+    targeted_flag: str = "--opt {method}:KEY=VALUE",
 ) -> dict[str, dict[str, Any]]:
     """{method: options} for `methods`: the budget's, then `shared` for every method that has
     each option (an error when none has it), then `targeted[method]`. Text values are typed by
     each method's declaration of the option; every method's result is validated.
-    `shared_flag` shows how the user gave a shared option (`{key}` is its flag name)."""
+    `shared_flag` and `targeted_flag` show how the user gave them (`{key}`: the option's flag
+    name, `{method}`: the method named)."""
     from edgefl.fusion import METHODS
 
     chosen = {m: METHODS.get(m) for m in methods}
@@ -95,7 +97,8 @@ def layer(
     for m, options in (targeted or {}).items():
         if m not in chosen:
             raise ConfigError(
-                f"options for {m!r}, which is not among the chosen methods ({', '.join(methods)})",
+                f"{targeted_flag.format(method=m)}: {m!r} is not among the chosen methods "
+                f"({', '.join(methods)})",
                 hint="name one of the chosen methods, or give the option for all of them",
             )
         for key, value in options.items():
