@@ -50,6 +50,8 @@ def test_text_is_typed_by_the_declaration_not_guessed():
     assert lr == 1.0 and isinstance(lr, float)
     with pytest.raises(ConfigError, match="--epochs must be an integer >= 1, got '2.5'"):
         layer(["fedmho"], shared={"epochs": "2.5"})
+    with pytest.raises(ConfigError, match=r"--lr must be > 0, got 'unset' \(pfedzkd's\)"):
+        layer(["fedmho", "pfedzkd"], shared={"lr": "unset"})  # fedmho's lr may be unset
     with pytest.raises(ConfigError, match="--augment must be one of"):
         layer(["fedmho"], shared={"augment": "sideways"})
 

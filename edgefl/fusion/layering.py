@@ -78,7 +78,13 @@ def layer(
 
     def typed(m: str, key: str, value: Any) -> Any:
         opt = kinds[m].get(key)
-        return parse_text(key, opt, value) if opt and isinstance(value, str) else value
+        if not (opt and isinstance(value, str)):
+            return value
+        try:
+            return parse_text(key, opt, value)
+        except ConfigError as exc:  # several methods may read one option differently: say whose
+            who = f" ({m}'s)" if len(methods) > 1 else ""
+            raise ConfigError(exc.message + who, hint=exc.hint) from None
 
     for key, value in (shared or {}).items():
         takers = [m for m in methods if key in kinds[m]]
