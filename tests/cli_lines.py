@@ -26,12 +26,16 @@ def parses(line: str) -> None:
     ctx.close()
 
 
+def bash_lines(markdown: str) -> list[str]:
+    """Every line of the page's bash blocks, continuations joined, comments cut, blanks dropped."""
+    lines = (
+        line.split(" #", 1)[0].strip()
+        for block in BASH.findall(markdown)
+        for line in block.replace("\\\n", " ").splitlines()
+    )
+    return [line for line in lines if line]
+
+
 def edgefl_lines(markdown: str) -> list[str]:
-    """Every `edgefl ...` command of the page's bash blocks, continuations joined, comments cut."""
-    out = []
-    for block in BASH.findall(markdown):
-        for line in block.replace("\\\n", " ").splitlines():
-            line = line.split(" #", 1)[0].strip()
-            if line.startswith("edgefl "):
-                out.append(line)
-    return out
+    """Every `edgefl ...` command of the page's bash blocks."""
+    return [line for line in bash_lines(markdown) if line.startswith("edgefl ")]

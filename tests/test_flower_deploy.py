@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import shlex
 import shutil
 import signal
@@ -21,6 +20,7 @@ import time
 from pathlib import Path
 
 import pytest
+from cli_lines import bash_lines
 
 pytest.importorskip("flwr")
 pytest.importorskip("ray")
@@ -57,16 +57,9 @@ def _port() -> int:
 
 
 def _page_lines(*programs: str) -> list[str]:
-    """docs/flower.md's bash lines that start with one of `programs` (continuations joined,
-    comments cut): the test makes its certificates and keys with the page's own commands."""
-    text = (ROOT / "docs" / "flower.md").read_text()
-    blocks = re.findall(r"```bash\n(.*?)```", text, re.S)
-    assert blocks, "docs/flower.md has no bash block"
-    lines = [
-        ln.split(" #", 1)[0].strip()
-        for block in blocks
-        for ln in block.replace("\\\n", " ").splitlines()
-    ]
+    """docs/flower.md's bash lines that start with one of `programs`: the test makes its
+    certificates and keys with the page's own commands."""
+    lines = bash_lines((ROOT / "docs" / "flower.md").read_text())
     return [ln for ln in lines if ln.split(" ", 1)[0] in programs]
 
 

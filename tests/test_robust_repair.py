@@ -146,18 +146,12 @@ def test_a_repaired_copy_permutes_and_negates_the_head_and_its_label_counts():
 def test_too_few_for_a_committee_is_said_not_silently_kept():
     # Without decoders the reference is a median committee: of 2, one poisoned moves it.
     torch.manual_seed(0)
-    arts = [
-        exporters.Artifact(
-            path=f"client-00{i}.onnx",
-            size_bytes=0,
-            model=None,
-            input_names=[],
-            output_names=[],
-            metadata={"kind": "classifier", "label_counts": [5] * K, "client_id": f"client-00{i}"},
+    uploads = [
+        _stand_in(
+            {"kind": "classifier", "label_counts": [5] * K, "client_id": f"client-00{i}"}, _Net()
         )
         for i in range(2)
     ]
-    uploads = [Upload(a, _Net()) for a in arts]
     x = np.random.default_rng(0).standard_normal((200, 4)).astype(np.float32)
     verdict = judge(uploads, torch.device("cpu"), public=lambda: x)
     assert verdict.out == {} and verdict.swap == {}
@@ -187,6 +181,19 @@ class _Decoder(nn.Module):
 TEMPLATES = torch.rand(K, 1, 8, 8, generator=torch.Generator().manual_seed(0))
 
 
+def _stand_in(meta: dict, module: nn.Module) -> Upload:
+    """An upload of `module` with `meta` and no file behind it (named after its client id)."""
+    art = exporters.Artifact(
+        path=f"{meta['client_id']}.onnx",
+        size_bytes=0,
+        model=None,
+        input_names=[],
+        output_names=[],
+        metadata=meta,
+    )
+    return Upload(art, module)
+
+
 def _decoder(i: int, module: nn.Module, counts) -> Upload:
     meta = {
         "kind": "decoder",
@@ -196,15 +203,7 @@ def _decoder(i: int, module: nn.Module, counts) -> Upload:
         "input_shape": [1, 8, 8],
         "label_counts": list(counts),
     }
-    art = exporters.Artifact(
-        path=f"client-{i:03d}.onnx",
-        size_bytes=0,
-        model=None,
-        input_names=[],
-        output_names=[],
-        metadata=meta,
-    )
-    return Upload(art, module)
+    return _stand_in(meta, module)
 
 
 def test_a_cvae_only_federation_is_screened_by_a_committee_of_its_decoders():
@@ -231,15 +230,7 @@ class _Nearest(nn.Module):
 def _judge_upload(i: int) -> Upload:
     """A nearest-template classifier upload that holds every class."""
     meta = {"kind": "classifier", "client_id": f"client-1{i:02d}", "label_counts": [9] * K}
-    art = exporters.Artifact(
-        path=f"client-1{i:02d}.onnx",
-        size_bytes=0,
-        model=None,
-        input_names=[],
-        output_names=[],
-        metadata=meta,
-    )
-    return Upload(art, _Nearest())
+    return _stand_in(meta, _Nearest())
 
 
 def test_a_flipped_decoder_is_relabelled_a_noise_one_screened_honest_ones_left():
@@ -281,15 +272,7 @@ class _Templates(nn.Module):
 
 def _classifier(i: int, pi, counts) -> Upload:
     meta = {"kind": "classifier", "client_id": f"client-{i:03d}", "label_counts": list(counts)}
-    art = exporters.Artifact(
-        path=f"client-{i:03d}.onnx",
-        size_bytes=0,
-        model=None,
-        input_names=[],
-        output_names=[],
-        metadata=meta,
-    )
-    return Upload(art, _Templates(pi))
+    return _stand_in(meta, _Templates(pi))
 
 
 def test_a_class_no_decoder_draws_is_covered_by_images_inverted_from_its_holders():

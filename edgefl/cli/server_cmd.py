@@ -31,20 +31,6 @@ def register(root: typer.Typer) -> None:
     root.add_typer(app, name="server")
 
 
-def _parse_opts(items: list[str]) -> dict:
-    """key=value items -> {key: parsed value} (keys with - or _ alike)."""
-    from edgefl.errors import ConfigError
-    from edgefl.models.spec import parse_value
-
-    out = {}
-    for item in items:
-        key, eq, value = item.partition("=")
-        if not eq:
-            raise ConfigError(f"--opt expects key=value, got {item!r}")
-        out[key.strip().replace("-", "_")] = parse_value(value.strip())
-    return out
-
-
 def _extra_flags(args: list[str]) -> list[str]:
     """`--name value` / `--name=value` tokens left over by the parser -> ['name=value', ...]."""
     from edgefl.errors import ConfigError

@@ -60,9 +60,11 @@ def _client_models(items: list[str]) -> dict[str, str]:
 
 
 def _search_options(items: list[str]) -> dict:
-    """--search-opt key=value (repeatable), values typed as for --fuse-opt."""
-    from edgefl.cli.server_cmd import _parse_opts
+    """--search-opt key=value (repeatable); values are typed by their look (true/false, a
+    number, 32x16), as the search's own options are not declared like a method's."""
     from edgefl.errors import ConfigError
+    from edgefl.fusion.layering import split_items
+    from edgefl.models.spec import parse_value
 
     for item in items:
         if "=" not in item:
@@ -70,7 +72,7 @@ def _search_options(items: list[str]) -> dict:
                 f"--search-opt expects key=value, got {item!r}",
                 hint="e.g. --search-opt particles=5",
             )
-    return _parse_opts(items)
+    return {k: parse_value(v.strip()) for k, v in split_items(items, "--search-opt").items()}
 
 
 def _trainer(engine: str):

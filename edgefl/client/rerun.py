@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from edgefl.errors import ConfigError
-from edgefl.models.augment import resolve as resolve_augment
 from edgefl.models.spec import ModelSpec, parse_model_arg
 from edgefl.outputs import describe_result, existing_result, replacing_error
 from edgefl.profiles import get_profile
@@ -45,9 +44,10 @@ def search_record(job: ClientJob) -> dict[str, Any] | None:
 def training_differs(cjob: ClientJob, made: ModelSpec, role: str, trained: dict) -> str:
     """What an existing upload (its spec, role and training metadata) has differently from the
     job ('' if nothing): the model (when the job names one), the search (when the upload
-    records one), epochs, lr, batch size, optimizer and window treatment."""
+    records one), epochs, lr, batch size, optimizer, window treatment, and the seeds and jitter
+    where the upload records them."""
     # run imports this module
-    from edgefl.client.run import default_augment, local_schedule, window_treatment
+    from edgefl.client.run import job_augment, local_schedule, window_treatment
 
     diffs = []
     if cjob.model is not None:
@@ -73,12 +73,7 @@ def training_differs(cjob: ClientJob, made: ModelSpec, role: str, trained: dict)
     windows = window_treatment(made, role)
     if trained.get("windows") != windows:  # a decoder trained on unaligned windows (older runs)
         diffs.append(f"windows {trained.get('windows') or 'as recorded'} -> {windows}")
-    augment = (
-        resolve_augment(cjob.augment, made.input_shape)
-        if cjob.augment
-        else default_augment(made, role)
-    )
-    diffs += _seeds_differ(cjob, trained, {"augment": augment})
+    diffs += _seeds_differ(cjob, trained, {"augment": job_augment(cjob, made, role)})
     return ", ".join(diffs)
 
 

@@ -154,12 +154,22 @@ def dataset_info_for(ref: str, data: ArrayDataset) -> DatasetInfo:
     )
 
 
-def default_augment(spec: ModelSpec, role: str) -> str:
+def _default_augment(spec: ModelSpec, role: str) -> str:
     """A classifier of sensor windows learns each user's own wearing angle unless its windows
     are turned (edgefl.models.augment: 54 % -> 71 % on other users, UCI HAPT). A CVAE is not:
     its 2-D latent then spends itself on the angle, and FedCVAE trained on its samples lost 3-5
     points (bench/results/hapt.md). Images: none, as every recorded MNIST result."""
     return "rotate" if role == "classifier" and input_kind(spec.input_shape) == "signal" else "none"
+
+
+def job_augment(job: ClientJob, spec: ModelSpec, role: str) -> str:
+    """The jitter a job trains under: its --augment (checked against the input kind), else the
+    default for the model and role. An upload records it; a rerun compares it (client.rerun)."""
+    return (
+        resolve_augment(job.augment, spec.input_shape)
+        if job.augment
+        else _default_augment(spec, role)
+    )
 
 
 def client_shard(job: ClientJob, data: ArrayDataset) -> np.ndarray:
@@ -308,11 +318,7 @@ def run_client(job: ClientJob, *, on_epoch=None, on_status=None, on_progress=Non
     if not job.search:  # what this run's inputs allow, then what is at the output path
         _check_targets(job, client_id, spec, info.name)
     # An image jitter on sensor windows (or the reverse) is said here, before training.
-    augment = (
-        resolve_augment(job.augment, spec.input_shape)
-        if job.augment
-        else default_augment(spec, role)
-    )
+    augment = job_augment(job, spec, role)
 
     model = init_model(spec, job.fed_seed)
     epochs, lr = local_schedule(job, profile, role, len(train_idx))

@@ -34,7 +34,7 @@ def parse_text(name: str, opt: Opt, text: str) -> Any:
     except ValueError:
         raise ConfigError(
             f"--{flag(name)} must be {opt.describe()}, got {text!r}",
-            hint=f"{opt.help}",
+            hint=opt.help,
         ) from None
     if opt.kind == "bool":
         if value.lower() in _TRUE + _FALSE:
