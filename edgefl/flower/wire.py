@@ -33,7 +33,7 @@ class Refused(Exception):
 class Reply:
     files: dict[str, bytes]  # role -> bytes, hashes checked
     summary: dict[str, Any]
-    skipped: bool = False  # the client had nothing to do (a resumed simulation)
+    skipped: bool = False  # no edgefl node sends it now (simulations send unfinished jobs only)
 
 
 PUBLIC = "edgefl-public"
