@@ -54,6 +54,8 @@ def test_flower_engine_gives_the_local_engines_uploads_and_accuracies(tmp_path, 
     need = {c.profile: client_resources(c, gpu=False).memory_bytes for c in cjobs}
     assert len(set(need.values())) == 2, need
     monkeypatch.setattr(engine, "available_memory", lambda: 2 * min(need.values()))
+    # One SuperNode for each run: the light kind's clients then take turns on it.
+    monkeypatch.setattr(engine, "worker_nodes", lambda clients, at_once: 1)
     flower = simulate(job(tmp_path / "flower"), trainer=train_clients_flower)
     light = min(need, key=need.get)
     for c in flower["clients"]:

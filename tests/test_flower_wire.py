@@ -226,27 +226,65 @@ def test_the_apps_run_config_lists_every_setting_the_server_reads():
     assert set(config) == set(DEFAULTS)
 
 
-def test_each_node_is_sent_its_own_job_alone(monkeypatch):
-    """A simulation's message holds one job, not the run's table: with the whole table in every
-    message the engine's cost per client grew with the number of clients."""
+def test_a_simulations_jobs_are_dealt_to_its_nodes_one_at_a_time(monkeypatch):
+    """Each job travels alone, once, and a node is sent its next job only after it answered;
+    a job that fails is named by its position, and the others still run."""
     import flwr.app
 
-    from edgefl.flower.collect import collect
+    from edgefl.flower.collect import dispatch
 
-    sent = []
+    sent, held = [], {}  # every message; node -> the message id it has not answered yet
 
-    class Grid:  # takes the messages, delivers none: every node is then missing
+    class Meta:
+        def __init__(self, mid):
+            self.reply_to_message_id = mid
+
+    class Reply:
+        def __init__(self, mid, job):
+            self.metadata = Meta(mid)
+            self.content = wire.reply({"upload": b"x"}, {"client_id": f"c{job}"})
+            self.fails = job == 3
+
+        def has_error(self):
+            return self.fails
+
+        @property
+        def error(self):
+            return type("E", (), {"reason": "out of memory"})
+
+    class Grid:
         def push_messages(self, msgs):
-            sent.extend(msgs)
-            return [None] * len(msgs)
+            out = []
+            for m in msgs:
+                assert m.dst not in held, "a node was sent a second job before it answered"
+                sent.append(m)
+                held[m.dst] = str(len(sent))
+                out.append(str(len(sent)))
+            return out
+
+        def pull_messages(self, ids):
+            node = min(held)  # one reply per poll, the lowest node first
+            mid = held.pop(node)
+            assert mid in ids
+            return [Reply(mid, wire.read_request(sent[int(mid) - 1].content)[0]["job"])]
 
     class Message:  # outside a run, flwr's Message needs a run id: the content is what counts
         def __init__(self, content, dst_node_id, message_type):
             self.content, self.dst = content, dst_node_id
 
     monkeypatch.setattr(flwr.app, "Message", Message)
-    jobs = [{"job": {"client_index": i}} for i in range(3)]
-    got = collect(Grid(), [7, 8, 9], {"shared": 1}, deadline_s=0, max_bytes=1, per_node=jobs)
-    assert got.missing == [7, 8, 9]
-    asked = {m.dst: wire.read_request(m.content)[0] for m in sent}
-    assert asked == {n: {"shared": 1} | job for n, job in zip((7, 8, 9), jobs, strict=True)}
+    logged = []
+    got = dispatch(
+        Grid(),
+        [7, 8],
+        [{"job": i} for i in range(5)],
+        max_bytes=1 << 20,
+        log=logged.append,
+        progress=lambda *a: None,
+    )
+    assert sorted(wire.read_request(m.content)[0]["job"] for m in sent) == [0, 1, 2, 3, 4]
+    assert {m.dst for m in sent} == {7, 8}
+    assert sorted(got.replies) == [0, 1, 2, 4] and got.missing == []
+    assert got.refused == {3: "the client failed: out of memory"}
+    assert got.replies[4].summary == {"client_id": "c4"}
+    assert any(line.startswith("job 3 on node") for line in logged)

@@ -1,6 +1,8 @@
 """The server's one round: wait for the nodes, send each one `train` message, and take each
 reply as it comes until all have answered or the deadline passes. A node that fails, sends
 something malformed or never answers is named in the outcome; it never sinks the others.
+A simulation instead deals its clients' jobs to a few nodes, the next job to whichever node
+answers (`dispatch`).
 """
 
 from __future__ import annotations
@@ -15,9 +17,10 @@ from edgefl.progress import no_progress
 
 @dataclass
 class Collected:
-    replies: dict[int, wire.Reply] = field(default_factory=dict)  # node id -> checked reply
-    refused: dict[int, str] = field(default_factory=dict)  # node id -> why
-    missing: list[int] = field(default_factory=list)  # nodes sent a message, no reply in time
+    # Keyed by node id (by job position after a `dispatch`).
+    replies: dict[int, wire.Reply] = field(default_factory=dict)  # -> checked reply
+    refused: dict[int, str] = field(default_factory=dict)  # -> why
+    missing: list[int] = field(default_factory=list)  # sent a message, no reply in time
     seconds: float = 0.0
 
 
@@ -43,25 +46,12 @@ def collect(
     files=None,
     log=None,
     progress=no_progress,
-    per_node: list[dict[str, Any]] | None = None,
 ) -> Collected:
-    """Send every node the train message (`settings`, plus its own entry of `per_node`, which
-    is aligned with `nodes`) and take each reply as it comes."""
-    from flwr.app import Message, MessageType
-
+    """Send every node the train message and take each reply as it comes."""
     log = log or (lambda m: None)
     start = time.monotonic()
     out = Collected()
-    if per_node is not None and len(per_node) != len(nodes):
-        raise ValueError(f"{len(per_node)} per-node settings for {len(nodes)} nodes")
-    msgs = [
-        Message(
-            content=wire.request(settings | (per_node[i] if per_node else {}), public, files),
-            dst_node_id=n,
-            message_type=MessageType.TRAIN,
-        )
-        for i, n in enumerate(nodes)
-    ]
+    msgs = [_train(settings, n, public, files) for n in nodes]
     ids = {mid: n for mid, n in zip(grid.push_messages(msgs), nodes, strict=True) if mid}
     waiting = dict(ids)
     progress("clients trained", 0, len(nodes))
@@ -86,15 +76,71 @@ def collect(
     return out
 
 
-def _take(out: Collected, node: int, msg, max_bytes: int, log) -> None:
+def dispatch(
+    grid, nodes: list[int], jobs: list[dict[str, Any]], *, max_bytes: int, log, progress
+) -> Collected:
+    """A simulation's round: each job (a train message's settings) runs once, on one of the
+    `nodes`, each node holding one job at a time; whichever node answers is sent the next.
+    The outcome is keyed by job position, not node. Why not a node per client: Flower's
+    simulation runtime looks for messages node by node ten times a second, so its cost per
+    message grew with the number of nodes (0.53 s a client at 200 nodes, 0.76 s at 1,000)."""
+    start = time.monotonic()
+    out = Collected()
+    queue = list(range(len(jobs)))[::-1]  # popped from the end: job 0 first
+    waiting: dict[str, tuple[int, int]] = {}  # message id -> (node, job)
+
+    def send(node: int) -> None:
+        while queue:  # a job whose message was not taken is missing; the node tries the next
+            k = queue.pop()
+            (mid,) = grid.push_messages([_train(jobs[k], node)])
+            if mid:
+                waiting[mid] = (node, k)
+                return
+            out.missing.append(k)
+
+    for node in nodes:
+        send(node)
+    progress("clients trained", 0, len(jobs))
+    done = 0
+    while waiting:
+        got = list(grid.pull_messages(list(waiting)))
+        for msg in got:
+            node, k = waiting.pop(msg.metadata.reply_to_message_id, (None, None))
+            if node is None:
+                continue
+            _take(out, k, msg, max_bytes, log, who=f"job {k} on node {node}")
+            done += 1
+            rep = out.replies.get(k)
+            who = (rep.summary.get("client_id") if rep else None) or f"job {k}"
+            progress("clients trained", done, len(jobs), str(who))
+            send(node)
+        if not got:
+            time.sleep(0.2)
+    out.missing.sort()
+    out.seconds = time.monotonic() - start
+    return out
+
+
+def _train(settings: dict[str, Any], node: int, public=None, files=None):
+    from flwr.app import Message, MessageType
+
+    return Message(
+        content=wire.request(settings, public, files),
+        dst_node_id=node,
+        message_type=MessageType.TRAIN,
+    )
+
+
+def _take(out: Collected, key: int, msg, max_bytes: int, log, who: str = "") -> None:
+    who = who or f"node {key}"
     if msg.has_error():
         # The reason is the node's own text: kept as data, shortened, never interpreted.
         reason = f"the client failed: {str(msg.error.reason)[:300]}"
-        out.refused[node] = reason
-        log(f"node {node}: {ascii(reason)[1:-1]}")
+        out.refused[key] = reason
+        log(f"{who}: {ascii(reason)[1:-1]}")
         return
     try:
-        out.replies[node] = wire.read_reply(msg.content, max_bytes)
+        out.replies[key] = wire.read_reply(msg.content, max_bytes)
     except wire.Refused as exc:
-        out.refused[node] = str(exc)
-        log(f"node {node}: refused: {ascii(str(exc))[1:-1]}")
+        out.refused[key] = str(exc)
+        log(f"{who}: refused: {ascii(str(exc))[1:-1]}")

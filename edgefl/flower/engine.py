@@ -1,6 +1,6 @@
 """`edgefl simulate --engine flower`: the clients of a simulation run as Flower ClientApps under
-Flower's simulation engine (Ray), one SuperNode per client, each training the very ClientJob the
-local engine would run (so the weights and accuracies are the same); the ServerApp collects the
+Flower's simulation engine (Ray), dealt to a few SuperNodes (`worker_nodes`), each training the
+very ClientJob the local engine would run (so the weights and accuracies are the same); the ServerApp collects the
 replies, checks and lands them where the local engine writes its uploads; fusion then goes on
 as in any simulate. Resumable like the local engine: a finished upload is not retrained.
 """
@@ -17,7 +17,7 @@ import exporters
 from edgefl.errors import ConfigError
 from edgefl.flower import require_flower
 from edgefl.flower.client_app import make_client_app
-from edgefl.flower.collect import Collected, collect, wait_for_nodes
+from edgefl.flower.collect import Collected, dispatch, wait_for_nodes
 from edgefl.flower.resources import Group, available_memory, client_resources, plan_groups
 from edgefl.progress import no_progress
 from edgefl.simulate.resume import finished
@@ -65,26 +65,30 @@ def _attacks(results, cjobs) -> list[dict]:
     return [r | {"attack": c.attack} for r, c in zip(results, cjobs, strict=True)]
 
 
+def worker_nodes(clients: int, at_once: int) -> int:
+    """SuperNodes for a run: two per client Flower may train at a time, so that one queued job
+    waits for each worker as it frees (never more nodes than clients)."""
+    return max(1, min(clients, 2 * at_once))
+
+
 def _run_group(cjobs, group: Group, log, progress) -> Collected:
-    # Each node is sent its own job alone: the whole table in every message made the engine's
-    # cost per client grow with the number of clients (0.67 MB a message at 1,000 clients).
+    # A message holds one job, not the run's table (which made each message grow with the run:
+    # 0.67 MB at 1,000 clients); a few nodes take the jobs in turn (collect.dispatch says why).
     jobs = [{"job": asdict(c)} for c in cjobs]
     box: dict[str, Collected] = {}
+    nodes = worker_nodes(len(cjobs), group.at_once)
 
     def main(grid, context) -> None:
-        nodes = wait_for_nodes(grid, len(cjobs), 120.0, log)
-        box["got"] = collect(
+        box["got"] = dispatch(
             grid,
-            nodes,
-            {},
-            per_node=jobs,
-            deadline_s=None,
+            wait_for_nodes(grid, nodes, 120.0, log),
+            jobs,
             max_bytes=exporters.DEFAULT_MAX_UPLOAD_BYTES,
             log=log,
             progress=progress,
         )
 
-    _run(main, len(cjobs), group)
+    _run(main, nodes, group)
     if "got" not in box:
         raise ConfigError(
             "Flower's simulation ended before the server collected any reply",
@@ -94,19 +98,20 @@ def _run_group(cjobs, group: Group, log, progress) -> Collected:
 
 
 def _check(got: Collected, ids: list[int], cjobs) -> dict[int, dict]:
-    """Each client's landed upload by its index; a failed, missing or misdirected one stops the
-    simulation (a rerun resumes from the uploads already landed)."""
+    """Each client's landed upload by its index (`got` is keyed by position in `ids`); a
+    failed, missing or misdirected one stops the simulation (a rerun resumes from the uploads
+    already landed)."""
     problems = got.refused | dict.fromkeys(got.missing, "no reply")
     if problems:
-        shown = "; ".join(f"node {n}: {ascii(w)[1:-1]}" for n, w in sorted(problems.items()))
+        shown = "; ".join(f"client {ids[k]}: {ascii(w)[1:-1]}" for k, w in sorted(problems.items()))
         raise ConfigError(
             f"{len(problems)} simulated client(s) failed: {shown}",
             hint="rerun to resume (finished uploads are kept), or try --engine local",
         )
     out: dict[int, dict] = {}
-    for rep in got.replies.values():
+    for k, rep in got.replies.items():
         i = rep.summary.get("client_index")
-        if not isinstance(i, int) or i not in ids or i in out:
+        if type(i) is not int or i != ids[k]:
             raise ConfigError(f"a simulated client replied for client index {i!r}, not its own")
         out[i] = _land(cjobs[i], rep)
     return out
