@@ -17,6 +17,7 @@ from fed_fixtures import build_federation, snapshot
 
 import edgefl.server.fuse
 import edgefl.server.ingest
+from edgefl.client.weightless import APPLIERS
 from edgefl.errors import ConfigError, FusionError
 from edgefl.fusion import BUDGETS, METHODS
 from edgefl.fusion.base import FusionConfig, FusionResult, Method, Reference
@@ -44,7 +45,7 @@ class _Scaled(torch.nn.Module):
 
 
 def _pick(ctx, cfg: PickConfig) -> FusionResult:
-    classifiers = ctx.require("classifier", "toy-pick")
+    classifiers = ctx.require("classifier")
     if cfg.pick >= len(classifiers):
         raise FusionError(f"--pick {cfg.pick}: only {len(classifiers)} classifier uploads")
     chosen = classifiers[cfg.pick]
@@ -56,7 +57,7 @@ TOY = Method(
     description="the chosen client's classifier, as is",
     paper="a test",
     consumes=("classifier",),
-    needs_gradients=True,
+    needs_modules=True,
     config_cls=PickConfig,
     fuse=_pick,
     references=(Reference("digits", 4, "dirichlet:1", 12.34, "made up for the test"),),
@@ -309,6 +310,8 @@ def test_contract_fields(name):
     m = METHODS.get(name)
     assert m.description and m.paper and m.consumes
     assert m.public_data == ({"public", "public_size", "public_seed"} <= m.option_names())
+    # What a device is sent to personalize with is a name it can apply.
+    assert m.personalize is None or m.personalize in APPLIERS
     for ref in m.references:
         assert 0 < ref.accuracy <= 100 and ref.source
         # One number per paper and setting (two papers may print different ones for it).

@@ -358,7 +358,7 @@ def methods_cmd(
             "description": m.description,
             "paper": m.paper,
             "consumes": list(m.consumes),
-            "needs_gradients": m.needs_gradients,
+            "needs_modules": m.needs_modules,
             "public_data": m.public_data,
             "judged": m.judged,
             "personalize": m.personalize,

@@ -228,14 +228,14 @@ def derive_upload(
 
 
 def personalize(how: str, model_path: str, global_path: str, out: str) -> dict[str, Any]:
-    """Apply a per-client method's global output to this device's model (`Method.personalize`)."""
-    appliers = {"header": apply_header}
-    if how not in appliers:
+    """Apply a per-client method's global output to this device's model (`Method.personalize`
+    names one of `APPLIERS`: the name, not a function, is what travels to a device)."""
+    if how not in APPLIERS:
         raise ConfigError(
             f"no way to personalize a model with a {how!r} output",
-            hint=f"known: {', '.join(appliers)}",
+            hint=f"known: {', '.join(APPLIERS)}",
         )
-    return appliers[how](model_path, global_path, out)
+    return APPLIERS[how](model_path, global_path, out)
 
 
 # --- FedGH: the global header back into the device's model ------------------------------------
@@ -288,3 +288,7 @@ def apply_header(model_path: str, header_path: str, out: str) -> dict[str, Any]:
         "header": str(header_path),
         "header_method": header_meta.get("method"),
     }
+
+
+# What a per-client method's output is, by the name a device is sent: how it applies it.
+APPLIERS = {"header": apply_header}

@@ -27,6 +27,7 @@ from edgefl.errors import ConfigError, EdgeflError
 from edgefl.flower import wire
 from edgefl.flower.collect import Collected, collect, wait_for_nodes
 from edgefl.fusion import DEFAULT_METHODS, METHODS
+from edgefl.fusion.public_set import PublicSetConfig
 from edgefl.outputs import check_writable
 from edgefl.server.fuse import fuse_methods, plan, refused_report
 
@@ -174,13 +175,13 @@ def _options(name: str, config) -> dict[str, Any]:
     """A method that reads public data reads the set the server sent (the same carve)."""
     if not METHODS.get(name).public_data or not config["public"]:
         return {}
-    return {
-        "public": config["public"],
-        "public_size": int(config["public-size"]),
-        "public_seed": int(config["seed"]),
-        "public_subset": int(config["subset"]) or None,
-        "public_partition": str(config["partition"]),
-    }
+    return PublicSetConfig.carved(
+        config["public"],
+        int(config["public-size"]),
+        int(config["seed"]),
+        int(config["subset"]) or None,
+        str(config["partition"]),
+    )
 
 
 def _fuse(methods, quarantine: Path, out_dir: Path, config, log) -> dict[str, dict]:

@@ -119,16 +119,17 @@ class Method:
     description: str
     paper: str
     consumes: tuple[str, ...]  # artifact kinds: classifier, decoder, predictions, prototypes
-    needs_gradients: bool  # teachers must be rebuilt torch modules (not ORT-only)
+    # Its uploads must be rebuilt torch modules (weights to average, gradients to take); an
+    # upload only onnxruntime can run is left out of it, with the reason.
+    needs_modules: bool
     config_cls: type[FusionConfig]
     fuse: Callable[[FusionContext, Any], FusionResult]
-    # Reads the shared unlabeled public set: its config has public, public_size, public_seed
-    # and public_subset, which a simulation fills with the slice it carved for its clients.
-    public_data: bool = False
     # How it is judged: "global" = its one global model on the test split; "per-client" = each
     # client applies the global output to its own model (`personalize`) and is tested locally.
     judged: str = "global"
-    personalize: str | None = None  # per-client: how a client applies the output ("header")
+    # Per-client: what its output is, the name of the device's applier (`APPLIERS` in
+    # client/weightless.py; a contract test checks every method names one).
+    personalize: str | None = None
     references: tuple[Reference, ...] = ()
     # Extra outputs beside the global model (a picture): (result, global model path) -> report
     # entries naming the files written.
@@ -154,6 +155,14 @@ class Method:
     @property
     def options(self) -> list[dict[str, Any]]:
         return describe_options(self.config_cls)
+
+    @property
+    def public_data(self) -> bool:
+        """Reads the shared unlabeled public set: its config derives from PublicSetConfig,
+        whose options a simulation fills with the slice it carved for its clients."""
+        from edgefl.fusion.public_set import PublicSetConfig  # it builds on this module
+
+        return issubclass(self.config_cls, PublicSetConfig)
 
     def option_names(self) -> set[str]:
         return {f.name for f in fields(self.config_cls)}
@@ -250,8 +259,10 @@ class FusionContext:
         log=None,
         federation: list[Upload] | None = None,
         progress=None,
+        method: str = "",
     ):
         self.uploads = uploads
+        self.method = method  # its registry name, for the messages that name it
         first = uploads[0].meta
         self.input_shape = tuple(first["input_shape"])
         self.num_classes = int(first["num_classes"])
@@ -292,11 +303,13 @@ class FusionContext:
         return exporters.timed(self.stages, name)
 
     def require(
-        self, kind: str, method: str, at_least: int = 1, at_most: int = 0, cost: str = ""
+        self, kind: str, at_least: int = 1, at_most: int = 0, cost: str = ""
     ) -> list[Upload]:
         """The uploads of `kind`; refused when fewer than `at_least`, or more than `at_most`
         (0: no cap) for a method whose `cost` grows with each (its option max_teachers)."""
         found = [u for u in self.uploads if u.kind == kind]
+        method = self.method or "this method"
+        scoped = f"{self.method}:" if self.method else ""
         if len(found) < at_least:
             raise FusionError(
                 f"{method} needs at least {at_least} {kind} upload(s), got {len(found)}",
@@ -306,7 +319,7 @@ class FusionContext:
             raise FusionError(
                 f"{method} refuses {len(found):,} {kind} uploads, more than its max_teachers "
                 f"({at_most:,}): {cost}",
-                hint=f"--opt {method}:max_teachers={len(found)} runs it anyway (a GPU helps); "
+                hint=f"--opt {scoped}max_teachers={len(found)} runs it anyway (a GPU helps); "
                 "fedmho-md, fedcvae-ens and ensemble fuse 10,000 uploads in minutes "
                 "(docs/performance.md)",
             )

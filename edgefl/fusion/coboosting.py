@@ -183,7 +183,6 @@ def diversify(teachers, x, w, eps: float, temperature: float, rng: torch.Generat
 def fuse(ctx: FusionContext, cfg: CoBoostingConfig) -> FusionResult:
     uploads = ctx.require(
         "classifier",
-        "coboosting",
         at_most=cfg.max_teachers,
         cost="every generator step forwards every teacher",
     )
@@ -308,7 +307,7 @@ METHOD = Method(
     "the whole diversified pool",
     paper="Dai et al., Co-Boosting, ICLR 2024 (arXiv 2402.15070)",
     consumes=("classifier",),
-    needs_gradients=True,  # the generator and the diversifying step backpropagate through them
+    needs_modules=True,  # the generator and the diversifying step backpropagate through them
     config_cls=CoBoostingConfig,
     fuse=fuse,
     references=fedmho_table3((91.42, 89.27, 81.30)) + _fedhydra_tables(),

@@ -74,7 +74,6 @@ class DenseConfig(GeneratorConfig):
 def fuse(ctx: FusionContext, cfg: DenseConfig) -> FusionResult:
     uploads = ctx.require(
         "classifier",
-        "dense",
         at_most=cfg.max_teachers,
         cost="every generator step forwards every teacher",
     )
@@ -171,7 +170,7 @@ METHOD = Method(
     "(CE + BN statistics + adversarial), the ensemble distilled at T=20 on its samples",
     paper="Zhang et al., DENSE, NeurIPS 2022",
     consumes=("classifier",),
-    needs_gradients=True,  # the generator backpropagates through the teachers
+    needs_modules=True,  # the generator backpropagates through the teachers
     config_cls=DenseConfig,
     fuse=fuse,
     references=fedmho_table3((90.51, 86.12, 73.76)) + pfedzkd_table2((75.92, 85.54, 92.54)),

@@ -15,7 +15,7 @@ class EnsembleConfig(FusionConfig):
 
 
 def fuse(ctx: FusionContext, cfg: EnsembleConfig) -> FusionResult:
-    classifiers = ctx.require("classifier", "ensemble")
+    classifiers = ctx.require("classifier")
     onnx_only = [u.name for u in classifiers if u.module is None]
     if onnx_only:
         raise FusionError(
@@ -34,7 +34,7 @@ METHOD = Method(
     consumes=("classifier",),
     # Its global model is the members' rebuilt modules, exported as one graph: an upload that
     # runs through onnxruntime only (int8, another tool's) is set aside by name, not fatal.
-    needs_gradients=True,
+    needs_modules=True,
     config_cls=EnsembleConfig,
     fuse=fuse,
 )

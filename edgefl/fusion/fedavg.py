@@ -27,7 +27,7 @@ class FedAvgConfig(FusionConfig):
 
 
 def fuse(ctx: FusionContext, cfg: FedAvgConfig) -> FusionResult:
-    classifiers = ctx.require("classifier", "fedavg")
+    classifiers = ctx.require("classifier")
     kept, left = one_architecture(classifiers, "fedavg")
     ctx.set_aside(left)
     with ctx.stage("average"):
@@ -46,7 +46,7 @@ METHOD = Method(
     "largest group of one architecture; the others set aside by name)",
     paper="McMahan et al., AISTATS 2017 (one-shot baseline in FedMHO)",
     consumes=("classifier",),
-    needs_gradients=True,  # needs the weights themselves, i.e. rebuildable edgefl classifiers
+    needs_modules=True,  # needs the weights themselves, i.e. rebuildable edgefl classifiers
     config_cls=FedAvgConfig,
     fuse=fuse,
     references=fedmho_table3((85.91, 74.57, 49.12)) + pfedzkd_table2((51.62, 74.92, 86.91)),

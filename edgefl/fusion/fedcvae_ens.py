@@ -68,7 +68,7 @@ class FedCVAEConfig(FusionConfig):
 
 
 def fuse(ctx: FusionContext, cfg: FedCVAEConfig) -> FusionResult:
-    decoders = ctx.require("decoder", "fedcvae-ens")
+    decoders = ctx.require("decoder")
     weights = class_totals(ctx, decoders, cfg.labels)
     alloc = allocate(decoders, weights, cfg.synthetic)
     with ctx.stage("generate"):
@@ -103,7 +103,7 @@ METHOD = Method(
     description="decoders only: sample by label counts, train a classifier from scratch",
     paper="Heinbaugh et al., ICLR 2023 (FedCVAE-Ens; baseline in FedMHO)",
     consumes=("decoder",),
-    needs_gradients=False,
+    needs_modules=False,
     config_cls=FedCVAEConfig,
     fuse=fuse,
     references=fedmho_table3((92.61, 91.37, 89.73)),

@@ -6,8 +6,7 @@ uploads (the paper's AVGLOGITS), and distils a student with KL at temperature T,
 annealing. The student is fresh (`--student`, any zoo classifier), or, with `init=average`, starts
 from the parameter average of same-architecture uploads as in the paper.
 
-Also home of what FedOL shares with it: the public-set options and building a `--student` spec
-such as `scnn:width=32`.
+Its public-set options are `fusion.public_set`'s, shared with FedOL.
 """
 
 from __future__ import annotations
@@ -15,14 +14,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 from torch.nn import functional as F
 
-from edgefl.data.public import DEFAULT_PUBLIC_SIZE, load_public
-from edgefl.errors import ConfigError, FusionError
 from edgefl.fusion.base import (
-    FusionConfig,
     FusionContext,
     FusionResult,
     Method,
@@ -33,60 +28,7 @@ from edgefl.fusion.base import (
     pfedzkd_table2,
 )
 from edgefl.fusion.options import option
-
-
-@dataclass(frozen=True)
-class PublicSetConfig(FusionConfig):
-    """Where the server finds the public set: the same reference, size and seed as the clients."""
-
-    public: str | None = option(
-        None,
-        "the public set: NAME:public (carved from NAME's train split) or a .npz with x",
-        kind="str",
-    )
-    public_size: int = option(
-        DEFAULT_PUBLIC_SIZE, "public samples carved (FedOL paper: 5,000)", low=1
-    )
-    public_seed: int = option(0, "the clients' --partition-seed (the carve uses it)", low=0)
-    public_subset: int | None = option(
-        None, "the clients' --subset, if they used one", kind="int", low=1
-    )
-    public_partition: str | None = option(
-        None,
-        "the clients' --partition, if it names users (user:ID,...): the carve never "
-        "makes those users public",
-        kind="str",
-    )
-    data_dir: str | None = option(None, "folder with standard dataset files", kind="str")
-
-    def public_args(self) -> dict | None:
-        """load_public's arguments for this public set; None without one."""
-        if not self.public:
-            return None
-        return {
-            "ref": self.public,
-            "public_size": self.public_size,
-            "seed": self.public_seed,
-            "subset": self.public_subset,
-            "data_dir": self.data_dir,
-            "partition": self.public_partition,
-        }
-
-
-def public_samples(ctx: FusionContext, cfg: PublicSetConfig, method: str) -> np.ndarray:
-    if not cfg.public:
-        raise ConfigError(
-            f"{method} distils on a public set: pass --opt public=NAME:public (or a .npz)",
-            hint=f"the same set the clients used, e.g. --opt public=mnist:public "
-            f"--opt public_size={DEFAULT_PUBLIC_SIZE}",
-        )
-    x = load_public(**cfg.public_args())
-    if tuple(x.shape[1:]) != tuple(ctx.input_shape):
-        raise FusionError(
-            f"public set {cfg.public} has samples of shape {list(x.shape[1:])}, the uploads "
-            f"expect {list(ctx.input_shape)}"
-        )
-    return x
+from edgefl.fusion.public_set import PublicSetConfig, public_samples
 
 
 @dataclass(frozen=True)
@@ -120,9 +62,9 @@ def kl_at(student_logits, target_probs, temperature: float) -> torch.Tensor:
 
 
 def fuse(ctx: FusionContext, cfg: FedDFConfig) -> FusionResult:
-    teachers = ctx.require("classifier", "feddf")
+    teachers = ctx.require("classifier")
     with ctx.stage("public"):
-        x = torch.from_numpy(public_samples(ctx, cfg, "feddf"))
+        x = torch.from_numpy(public_samples(ctx, cfg))
     with ctx.stage("teacher"):
         targets = torch.softmax(mean_teacher_logits(teachers, x, ctx.device) / cfg.temperature, 1)
     if cfg.init == "average":
@@ -168,9 +110,8 @@ METHOD = Method(
     description="ensemble distillation of the classifiers into a student on a public set",
     paper="Lin et al., FedDF, NeurIPS 2020",
     consumes=("classifier",),
-    needs_gradients=False,  # teachers only run forward (onnxruntime for non-rebuildable ones)
+    needs_modules=False,  # teachers only run forward (onnxruntime for non-rebuildable ones)
     config_cls=FedDFConfig,
     fuse=fuse,
-    public_data=True,
     references=fedmho_table3((88.73, 78.46, 62.58)) + pfedzkd_table2((65.34, 78.12, 89.23)),
 )

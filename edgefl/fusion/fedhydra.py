@@ -242,7 +242,6 @@ def stratified_aggregate(
 def fuse(ctx: FusionContext, cfg: FedHydraConfig) -> FusionResult:
     uploads = ctx.require(
         "classifier",
-        "fedhydra",
         at_most=cfg.max_teachers,
         cost="it trains a generator per teacher and class, and every generator step "
         "forwards every teacher",
@@ -427,7 +426,7 @@ METHOD = Method(
     "the stratified logit aggregate, distilled with KL + CE on its hard labels",
     paper="Bai et al., FedHydra: a unified solution to diverse heterogeneities in OSFL",
     consumes=("classifier",),
-    needs_gradients=True,  # generators backpropagate through the teachers
+    needs_modules=True,  # generators backpropagate through the teachers
     config_cls=FedHydraConfig,
     fuse=fuse,
     # Table 1, MNIST, m = 5 clients (the paper's default).

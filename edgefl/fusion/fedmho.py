@@ -119,8 +119,8 @@ def generate_fedmho(ctx: FusionContext, decoders, total: int, seed: int, pixels:
 
 def _fuse(ctx: FusionContext, cfg: FedMHOConfig, variant: str) -> FusionResult:
     name = {"plain": "fedmho", "md": "fedmho-md", "sd": "fedmho-sd"}[variant]
-    classifiers = ctx.require("classifier", name)
-    decoders = ctx.require("decoder", name)
+    classifiers = ctx.require("classifier")
+    decoders = ctx.require("decoder")
     torch.manual_seed(cfg.seed)
     # w0 averages one architecture; the others still teach in MD, else they go unused.
     kept, left = one_architecture(classifiers, name)
@@ -200,7 +200,7 @@ def _method(variant: str, description: str, table3: tuple[float, float, float]) 
         description=description,
         paper="Yao et al., FedMHO, WWW 2026",
         consumes=("classifier", "decoder"),
-        needs_gradients=True,  # averages classifier weights for w0
+        needs_modules=True,  # averages classifier weights for w0
         config_cls=FedMHOConfig,
         fuse=lambda ctx, cfg: _fuse(ctx, cfg, variant),
         references=fedmho_table3(table3),

@@ -118,8 +118,8 @@ def evidence_share(decoders, classifiers, num_classes: int) -> torch.Tensor:
 
 
 def fuse(ctx: FusionContext, cfg: FedMHOCWConfig) -> FusionResult:
-    classifiers = ctx.require("classifier", "fedmho-cw")
-    decoders = ctx.require("decoder", "fedmho-cw")
+    classifiers = ctx.require("classifier")
+    decoders = ctx.require("decoder")
     kept, left = one_architecture(classifiers, "fedmho-cw")
     ctx.set_aside(left, used_for="teachers")  # w0 is one architecture; every classifier teaches
     spec, model = average_classifiers(kept, "fedmho-cw")
@@ -176,7 +176,7 @@ METHOD = Method(
     "hold each sample's class, each side weighted by its data",
     paper="edgefl (not a paper's method; FedMHO's federation, Yao et al., WWW 2026)",
     consumes=("classifier", "decoder"),
-    needs_gradients=True,  # averages classifier weights for w0
+    needs_modules=True,  # averages classifier weights for w0
     config_cls=FedMHOCWConfig,
     fuse=fuse,
 )

@@ -29,8 +29,8 @@ import exporters
 from edgefl.data.public import public_fingerprint
 from edgefl.errors import FusionError
 from edgefl.fusion.base import FusionContext, FusionResult, Method
-from edgefl.fusion.feddf import PublicSetConfig, public_samples
 from edgefl.fusion.options import option
+from edgefl.fusion.public_set import PublicSetConfig, public_samples
 
 
 @dataclass(frozen=True)
@@ -144,7 +144,7 @@ def matching_predictions(ctx: FusionContext, fingerprint: str, size: int):
 
 def fuse(ctx: FusionContext, cfg: FedOLConfig) -> FusionResult:
     with ctx.stage("public"):
-        x_np = public_samples(ctx, cfg, "fedol")
+        x_np = public_samples(ctx, cfg)
         fingerprint = public_fingerprint(x_np)
         x = torch.from_numpy(x_np)
     used, rejected = matching_predictions(ctx, fingerprint, len(x_np))
@@ -245,10 +245,9 @@ METHOD = Method(
     description="server model from client predictions on a public set (no weights uploaded)",
     paper="Ye et al., FedOL (Towards a Larger Model via One-Shot FL)",
     consumes=("predictions",),
-    needs_gradients=False,
+    needs_modules=False,
     config_cls=FedOLConfig,
     fuse=fuse,
-    public_data=True,
     # Sec. V's "50 epochs" per model training, each round; no public code of the authors is
     # known, so `--budget code` runs this too.
     budgets={"paper": {"epochs": 50}},

@@ -209,7 +209,6 @@ def synthesize(teachers: list[Upload], ctx: FusionContext, cfg: PFedZKDConfig):
 def fuse(ctx: FusionContext, cfg: PFedZKDConfig) -> FusionResult:
     teachers = ctx.require(
         "classifier",
-        "pfedzkd",
         at_most=cfg.max_teachers,
         cost="it inverts every teacher and labels each pseudo-image by all of them",
     )
@@ -245,7 +244,7 @@ METHOD = Method(
     description="Multi-ZSKD: invert each classifier from noise, distil all teachers' consensus",
     paper="Yang et al., pFedZKD, Appl. Sci. 2026",
     consumes=("classifier",),
-    needs_gradients=True,  # pseudo-images are optimised through each teacher
+    needs_modules=True,  # pseudo-images are optimised through each teacher
     config_cls=PFedZKDConfig,
     fuse=fuse,
     references=pfedzkd_table2((87.58, 94.54, 95.82)),

@@ -41,6 +41,7 @@ from edgefl.chance import global_warning, near_chance
 from edgefl.errors import ConfigError, EdgeflError, FusionError
 from edgefl.fusion import METHODS
 from edgefl.fusion.base import FusionConfig, FusionContext, FusionResult, Method
+from edgefl.fusion.public_set import PublicSetConfig
 from edgefl.fusion.robust import apply as apply_screen
 from edgefl.fusion.robust import judge as judge_screen
 from edgefl.outputs import Staging, check_replace, check_writable, lock_outputs, sha256_file
@@ -174,7 +175,7 @@ def select(method: Method, found: Ingest) -> tuple[list[Upload], list[tuple[str,
         for u in found.uploads
         if u.kind not in method.consumes
     ]
-    if method.needs_gradients:
+    if method.needs_modules:
         for u in [u for u in usable if u.module is None]:
             skipped.append(
                 (u.name, f"{method.name} needs a rebuilt torch module: {u.forward_only}")
@@ -233,6 +234,7 @@ def fuse_one(
         log=named,
         federation=everyone,
         progress=steps if progress else None,
+        method=name,
     )
     return ctx, p.method.fuse(ctx, p.config)
 
@@ -743,7 +745,7 @@ def _screen_verdict(p: Planned, found: Ingest, device, log, progress=None):
     first time a method asks and kept with the ingest for the others (the decoders' draws, or
     else the method's public set, are the probe: with decoders the public set plays no part)."""
     cfg = p.config
-    public = cfg.public_args() if hasattr(cfg, "public_args") else None  # FedDF's options
+    public = cfg.public_args() if isinstance(cfg, PublicSetConfig) else None
     decoders = any(u.kind == "decoder" for u in found.uploads)
     key = (cfg.seed, None if decoders or public is None else tuple(public.items()))
     if key not in found.screens:

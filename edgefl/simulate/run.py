@@ -28,6 +28,7 @@ from edgefl.data.public import DEFAULT_PUBLIC_SIZE
 from edgefl.data.registry import DATASETS
 from edgefl.errors import ConfigError, FusionError
 from edgefl.fusion import DEFAULT_METHODS, METHODS, paper_reference
+from edgefl.fusion.public_set import PublicSetConfig
 from edgefl.models.plan import plan
 from edgefl.models.spec import parse_model_arg
 from edgefl.models.zoo import role_of
@@ -372,13 +373,9 @@ def method_options(job: SimJob, name: str) -> dict[str, Any]:
     method = METHODS.get(name)
     options = dict(job.fuse_options.get(name, {})) | {"seed": job.seed}
     if method.public_data and method.judged == "global":
-        options |= {
-            "public": f"{job.dataset}:public",
-            "public_size": job.public,
-            "public_seed": job.seed,
-            "public_subset": job.subset,
-            "public_partition": str(job.partition),
-        }
+        options |= PublicSetConfig.carved(
+            f"{job.dataset}:public", job.public, job.seed, job.subset, str(job.partition)
+        )
     return options
 
 
