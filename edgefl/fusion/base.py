@@ -647,11 +647,12 @@ AUGMENT_HELP = (
     "small 3-D rotation and gain), auto (affine on images, rotate on windows) or none"
 )
 
-# A student trains under the jitter the clients' classifiers trained under by default
-# (edgefl.client.run): their teachers and labels are invariant to it, and on windows the test
-# users' own orientations need it (HAPT FedHydra seed 0: 60.3 -> 68.5%; FedMHO on issue 32's
-# command: 73.35 -> 84.54, bench/results/fedmho_windows.md). Images: the clients train with no jitter, and an
-# affine one cost FedHydra 18 points on MNIST Dir(0.1).
+# "clients": the jitter the clients' classifiers trained under by default (edgefl.client.run).
+# A student of decoders' samples trains under it: their teachers and labels are invariant to it
+# near real data, and on windows the test users' own orientations need it (FedMHO on issue 32's
+# command: 73.35 -> 84.54, bench/results/fedmho_windows.md). Images: the clients train with no
+# jitter, and an affine one cost FedHydra 18 points on MNIST Dir(0.1). The generator methods
+# default to none (generator.GeneratorConfig says why).
 STUDENT_JITTER_HELP = (
     "clients (the clients' own default: rotate on sensor windows, none on images), or "
     + AUGMENT_HELP

@@ -35,8 +35,6 @@ import torch
 from torch.nn import functional as F
 
 from edgefl.fusion.base import (
-    AUGMENT,
-    AUGMENT_HELP,
     FusionContext,
     FusionResult,
     Method,
@@ -91,8 +89,8 @@ class CoBoostingConfig(GeneratorConfig):
         "generator loss: weight of the BatchNorm-statistics term (Co-Boosting has none: 0)",
         low=0,
     )
-    # Co-Boosting's own diversification of the pooled samples is `ods_eps`.
-    augment: str = option("none", AUGMENT_HELP, choices=("clients", *AUGMENT))
+    # Co-Boosting's own diversification of the pooled samples is `ods_eps` (`augment`, the
+    # shared jitter, stays off by default as for every generator method).
     hard_gamma: float = option(
         1.0, "L_H: focal exponent gamma on (1 - p_y) (0: plain CE; code: 1)", low=0
     )
