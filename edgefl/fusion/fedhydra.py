@@ -239,6 +239,108 @@ def stratified_aggregate(
 # --- HASA -----------------------------------------------------------------------------------
 
 
+def _stratify(ctx: FusionContext, cfg: FedHydraConfig, teachers) -> np.ndarray:
+    u, _ = stratify(
+        teachers,
+        ctx.num_classes,
+        image_shape=ctx.input_shape,
+        steps=cfg.strat_steps or cfg.gen_steps,
+        batch_size=cfg.strat_batch or cfg.batch_size,
+        lr=cfg.gen_lr,
+        nz=cfg.nz,
+        ngf=cfg.ngf,
+        seed=cfg.seed,
+        device=ctx.device,
+        scale=cfg.guidance_scale,
+        progress=ctx.progress,
+    )
+    return u
+
+
+class Hasa:
+    """HASA's game (Alg. 1): the generator, the student, their optimisers and one random stream
+    (`rng`: noise, rehearsal draws and jitter, in that order every epoch)."""
+
+    def __init__(self, ctx: FusionContext, cfg: FedHydraConfig, teachers, u_r, u_c):
+        dev = ctx.device
+        self.ctx, self.cfg, self.teachers = ctx, cfg, teachers
+        self.u_r = torch.tensor(u_r, dtype=torch.float32, device=dev)
+        self.u_c = torch.tensor(u_c, dtype=torch.float32, device=dev)
+        self.bn = BNStatLoss(teachers)
+        self.spec, self.student = ctx.student(cfg.student)
+        # Alg. 1 line 11: a new generator for HASA (seed + 1: not the stratification's init).
+        self.gen = make_generator(cfg.nz, cfg.ngf, ctx.input_shape, cfg.seed + 1, dev)
+        self.opt_g = torch.optim.Adam(self.gen.parameters(), lr=cfg.gen_lr)
+        self.opt_s = torch.optim.SGD(self.student.parameters(), lr=cfg.lr, momentum=cfg.momentum)
+        self.rng = torch.Generator().manual_seed(cfg.seed + 1)
+        self.val_rng = torch.Generator().manual_seed(cfg.seed + 2)  # keeps `rng`'s stream
+        self.replay = ReplayPool(cfg.replay)
+        self.augment = student_jitter(cfg.augment, ctx.input_shape)
+        self.hist: dict[str, list[float]] = {
+            k: [] for k in ("generator", "ce", "bn", "adv", "global")
+        }
+
+    def aggregate(self, x, y, bn=None):
+        return stratified_aggregate(teacher_forward(self.teachers, x, bn), y, self.u_r, self.u_c)
+
+    def generate(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """T_G generator steps on one noise batch (more until `finish` of it is labelled its
+        target), with Eq. 16's loss; every step's (images, aggregate) is returned."""
+        cfg, dev, student = self.cfg, self.ctx.device, self.student
+        z, y = sample_noise(self.rng, cfg.batch_size, cfg.nz, self.ctx.num_classes, dev)
+        set_trainable(student, False)
+        intermediates = []
+        step, agree = 0, 0.0
+        while step < cfg.gen_steps or (step < cfg.max_gen_steps and agree < cfg.finish):
+            step += 1
+            x = self.gen(z)
+            p = self.aggregate(x, y, self.bn)
+            l_ce = F.cross_entropy(p, y)
+            l_bn = self.bn.value(dev)
+            l_adv = -kl_at(p, student(x), cfg.temperature)
+            loss = cfg.ce_weight * l_ce + cfg.bn_weight * l_bn + cfg.adv_weight * l_adv
+            intermediates.append((x.detach(), p.detach()))
+            agree = float((p.argmax(1) == y).float().mean())
+            self.opt_g.zero_grad(set_to_none=True)
+            loss.backward()
+            self.opt_g.step()
+        for k, v in zip(("generator", "ce", "bn", "adv"), (loss, l_ce, l_bn, l_adv), strict=True):
+            self.hist[k].append(float(v.detach()))
+        return intermediates
+
+    @torch.no_grad()
+    def hold_out(self, val: SyntheticValidation) -> None:
+        """Fresh images from the current generator that the teachers take for their target."""
+        cfg = self.cfg
+        zv, yv = sample_noise(
+            self.val_rng, val.per_epoch, cfg.nz, self.ctx.num_classes, self.ctx.device
+        )
+        xv = self.gen(zv)
+        hard = self.aggregate(xv, yv).argmax(1)
+        keep = hard == yv
+        val.add(xv[keep], hard[keep])
+
+    def distill(self, intermediates) -> None:
+        """Eq. 19 on each intermediate batch (`distill_passes` times), each step with as many
+        rehearsed earlier images; then the batches join the rehearsal pool."""
+        cfg, student, rng = self.cfg, self.student, self.rng
+        set_trainable(student, True)
+        total = 0.0
+        for x, p in intermediates * cfg.distill_passes:
+            if self.replay.size:  # always 0 with --replay 0
+                rx, rp = self.replay.sample(len(x), rng)
+                x, p = torch.cat([x, rx]), torch.cat([p, rp])
+            s = student(jitter(x, self.augment, rng))
+            loss = kl_at(p, s, cfg.temperature) + cfg.beta * F.cross_entropy(s, p.argmax(1))
+            self.opt_s.zero_grad(set_to_none=True)
+            loss.backward()
+            self.opt_s.step()
+            total += float(loss.detach())
+        self.hist["global"].append(total / (len(intermediates) * cfg.distill_passes))
+        for x, p in intermediates:  # after the steps: they rehearse earlier epochs only
+            self.replay.add(x, p, rng)
+
+
 def fuse(ctx: FusionContext, cfg: FedHydraConfig) -> FusionResult:
     uploads = ctx.require(
         "classifier",
@@ -246,90 +348,27 @@ def fuse(ctx: FusionContext, cfg: FedHydraConfig) -> FusionResult:
         cost="it trains a generator per teacher and class, and every generator step "
         "forwards every teacher",
     )
-    dev = ctx.device
     torch.manual_seed(cfg.seed)
-    teachers = frozen_teachers(uploads, dev)
+    teachers = frozen_teachers(uploads, ctx.device)
     with ctx.stage("stratify"):
-        u, _ = stratify(
-            teachers,
-            ctx.num_classes,
-            image_shape=ctx.input_shape,
-            steps=cfg.strat_steps or cfg.gen_steps,
-            batch_size=cfg.strat_batch or cfg.batch_size,
-            lr=cfg.gen_lr,
-            nz=cfg.nz,
-            ngf=cfg.ngf,
-            seed=cfg.seed,
-            device=dev,
-            scale=cfg.guidance_scale,
-            progress=ctx.progress,
-        )
+        u = _stratify(ctx, cfg, teachers)
     u_r, u_c = stratification_weights(u, cfg.relative_classes)
-    ur_t = torch.tensor(u_r, dtype=torch.float32, device=dev)
-    uc_t = torch.tensor(
-        u_c if cfg.class_weights else np.ones_like(u_c), dtype=torch.float32, device=dev
-    )
-
-    bn = BNStatLoss(teachers)
-    spec, student = ctx.student(cfg.student)
-    # Alg. 1 line 11: a new generator for HASA (seed + 1: not the stratification's init).
-    gen = make_generator(cfg.nz, cfg.ngf, ctx.input_shape, cfg.seed + 1, dev)
-    opt_g = torch.optim.Adam(gen.parameters(), lr=cfg.gen_lr)
-    opt_s = torch.optim.SGD(student.parameters(), lr=cfg.lr, momentum=cfg.momentum)
-    rng = torch.Generator().manual_seed(cfg.seed + 1)
-    hist: dict[str, list[float]] = {k: [] for k in ("generator", "ce", "bn", "adv", "global")}
+    game = Hasa(ctx, cfg, teachers, u_r, u_c if cfg.class_weights else np.ones_like(u_c))
     val = SyntheticValidation(cfg.val_size, cfg.epochs)
-    replay = ReplayPool(cfg.replay)
-    val_rng = torch.Generator().manual_seed(cfg.seed + 2)  # the training stream stays as it was
-    augment = student_jitter(cfg.augment, ctx.input_shape)
-
     ctx.progress("epoch", 0, cfg.epochs)
     for epoch in range(cfg.epochs):
-        z, y = sample_noise(rng, cfg.batch_size, cfg.nz, ctx.num_classes, dev)
-        set_trainable(student, False)
-        intermediates = []
         with ctx.stage("generator"):
-            step, agree = 0, 0.0
-            while step < cfg.gen_steps or (step < cfg.max_gen_steps and agree < cfg.finish):
-                step += 1
-                x = gen(z)
-                p = stratified_aggregate(teacher_forward(teachers, x, bn), y, ur_t, uc_t)
-                l_ce = F.cross_entropy(p, y)
-                l_bn = bn.value(dev)
-                l_adv = -kl_at(p, student(x), cfg.temperature)
-                loss = cfg.ce_weight * l_ce + cfg.bn_weight * l_bn + cfg.adv_weight * l_adv
-                intermediates.append((x.detach(), p.detach()))
-                agree = float((p.argmax(1) == y).float().mean())
-                opt_g.zero_grad(set_to_none=True)
-                loss.backward()
-                opt_g.step()
-        for k, v in zip(("generator", "ce", "bn", "adv"), (loss, l_ce, l_bn, l_adv), strict=True):
-            hist[k].append(float(v.detach()))
+            intermediates = game.generate()
         if cfg.val_size:
-            with torch.no_grad():
-                zv, yv = sample_noise(val_rng, val.per_epoch, cfg.nz, ctx.num_classes, dev)
-                xv = gen(zv)
-                hard = stratified_aggregate(teacher_forward(teachers, xv), yv, ur_t, uc_t).argmax(1)
-                keep = hard == yv  # images the teachers take for their target class
-                val.add(xv[keep], hard[keep])
-
-        set_trainable(student, True)
+            game.hold_out(val)
         with ctx.stage("distill"):
-            total = 0.0
-            for x, p in intermediates * cfg.distill_passes:
-                if replay.size:  # always 0 with --replay 0
-                    rx, rp = replay.sample(len(x), rng)
-                    x, p = torch.cat([x, rx]), torch.cat([p, rp])
-                s = student(jitter(x, augment, rng))
-                loss = kl_at(p, s, cfg.temperature) + cfg.beta * F.cross_entropy(s, p.argmax(1))
-                opt_s.zero_grad(set_to_none=True)
-                loss.backward()
-                opt_s.step()
-                total += float(loss.detach())
-            hist["global"].append(total / (len(intermediates) * cfg.distill_passes))
-            for x, p in intermediates:  # after the steps: they rehearse earlier epochs only
-                replay.add(x, p, rng)
-        agree = f", held-out agreement {val.update(student, epoch + 1):.3f}" if cfg.val_size else ""
+            game.distill(intermediates)
+        agree = (
+            f", held-out agreement {val.update(game.student, epoch + 1):.3f}"
+            if cfg.val_size
+            else ""
+        )
+        hist = game.hist
         ctx.progress(
             "epoch",
             epoch + 1,
@@ -340,10 +379,15 @@ def fuse(ctx: FusionContext, cfg: FedHydraConfig) -> FusionResult:
         if cfg.val_size and cfg.patience and val.stale >= cfg.patience:
             ctx.log(f"stopping: no better held-out agreement for {cfg.patience} epochs")
             break
-    val.restore_best(student)
-    bn.remove()
-    student.eval()
+    val.restore_best(game.student)
+    game.bn.remove()
+    game.student.eval()
 
+    info = _info(ctx, cfg, uploads, game, u, u_r, u_c)
+    return FusionResult(game.student, game.spec, info)
+
+
+def _info(ctx, cfg: FedHydraConfig, uploads, game: Hasa, u, u_r, u_c) -> dict:
     ids = [u.client_id for u in uploads]
     names = [str(c) for c in ctx.class_names]
     heatmap = None
@@ -352,7 +396,7 @@ def fuse(ctx: FusionContext, cfg: FedHydraConfig) -> FusionResult:
             heatmap = str(plot_stratification(u_r, ids, names, cfg.heatmap))
     info = {
         "teachers": ids,
-        "bn_teachers": [ids[k] for k in bn.with_bn],
+        "bn_teachers": [ids[k] for k in game.bn.with_bn],
         "stratification": {
             "client_ids": ids,
             "class_names": names,
@@ -364,9 +408,9 @@ def fuse(ctx: FusionContext, cfg: FedHydraConfig) -> FusionResult:
             "guidance_scale": cfg.guidance_scale,
         },
         "stratification_heatmap": heatmap,
-        "loss_history": hist,
+        "loss_history": game.hist,
     }
-    return FusionResult(student, spec, info)
+    return info
 
 
 def plot_stratification(weights, client_ids, class_names, path) -> Path:
