@@ -173,7 +173,9 @@ _RSS = (
 )
 
 
-def fuse(uploads: Path, method: str, out: Path, timeout: float, jobs: int) -> dict:
+def fuse(
+    uploads: Path, method: str, out: Path, timeout: float, jobs: int, device: str = "cpu"
+) -> dict:
     """One `server fuse` of `method` ("NAME" or "NAME:key=value", e.g. the robust screen)."""
     edgefl = Path(sys.executable).parent / "edgefl"
     name, _, opt = method.partition(":")
@@ -194,7 +196,7 @@ def fuse(uploads: Path, method: str, out: Path, timeout: float, jobs: int) -> di
         "--eval",
         "mnist:test",
         "--device",
-        "cpu",
+        device,
         "--jobs",
         str(jobs),
         "--json",
@@ -275,6 +277,7 @@ def main() -> None:
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "scale"))
     ap.add_argument("--timeout", type=float, default=1800, help="seconds per method and size")
     ap.add_argument("--jobs", type=int, default=2, help="server fuse --jobs")
+    ap.add_argument("--device", default="cpu", help="server fuse --device (cuda on a GPU machine)")
     ap.add_argument(
         "--merge", nargs="+", metavar="JSON", help="only write --out from earlier runs' JSON"
     )
@@ -295,7 +298,9 @@ def main() -> None:
         federations[n] = make_federation(n, fed, args.partition, args.min_size)
         print(f"[{n}] {json.dumps(federations[n])}", flush=True)
         for method in filter(None, args.methods.split(",")):
-            row = {"n": n} | fuse(fed / "uploads", method, fed / "global", args.timeout, args.jobs)
+            row = {"n": n} | fuse(
+                fed / "uploads", method, fed / "global", args.timeout, args.jobs, args.device
+            )
             print(f"[{n}] {json.dumps(row)}", flush=True)
             rows.append(row)
             write(args, rows, federations)
