@@ -413,6 +413,26 @@ def test_fedhydra_rehearses_earlier_batches(federation, tmp_path):
     assert hist[0][1:] != pytest.approx(hist[1][1:])
 
 
+def test_fedhydra_temperature_is_the_students_alone(federation, tmp_path):
+    """Eq. 16's adversarial KL has no temperature: the first epoch's generator game is the same
+    at any T (the student is untrained then), and only the distillation changes."""
+    reps = {
+        t: run_fuse(
+            FuseJob(
+                uploads=str(federation),
+                method="fedhydra",
+                out=str(tmp_path / f"t{t}.onnx"),
+                options=TINY_OPTS["fedhydra"] | {"temperature": t},
+                device="cpu",
+                eval="digits",
+            )
+        )["loss_history"]
+        for t in (1.0, 4.0)
+    }
+    assert reps[1.0]["adv"][0] == pytest.approx(reps[4.0]["adv"][0], rel=1e-6)
+    assert reps[1.0]["global"][0] != pytest.approx(reps[4.0]["global"][0])
+
+
 def test_the_cli_names_every_file_a_method_writes(federation, tmp_path, cli):
     opts = [
         x for k, v in (TINY_OPTS["fedhydra"] | {"epochs": 1}).items() for x in ("--opt", f"{k}={v}")

@@ -297,7 +297,7 @@ class Hasa:
             p = self.aggregate(x, y, self.bn)
             l_ce = F.cross_entropy(p, y)
             l_bn = self.bn.value(dev)
-            l_adv = -kl_at(p, student(x), cfg.temperature)
+            l_adv = -kl_at(p, student(x))  # Eq. 16: no temperature (it is Eq. 19's)
             loss = cfg.ce_weight * l_ce + cfg.bn_weight * l_bn + cfg.adv_weight * l_adv
             intermediates.append((x.detach(), p.detach()))
             agree = float((p.argmax(1) == y).float().mean())
