@@ -413,24 +413,24 @@ def test_fedhydra_rehearses_earlier_batches(federation, tmp_path):
     assert hist[0][1:] != pytest.approx(hist[1][1:])
 
 
-def test_fedhydra_temperature_is_the_students_alone(federation, tmp_path):
-    """Eq. 16's adversarial KL has no temperature: the first epoch's generator game is the same
-    at any T (the student is untrained then), and only the distillation changes."""
-    reps = {
-        t: run_fuse(
-            FuseJob(
-                uploads=str(federation),
-                method="fedhydra",
-                out=str(tmp_path / f"t{t}.onnx"),
-                options=TINY_OPTS["fedhydra"] | {"temperature": t},
-                device="cpu",
-                eval="digits",
-            )
-        )["loss_history"]
-        for t in (1.0, 4.0)
-    }
-    assert reps[1.0]["adv"][0] == pytest.approx(reps[4.0]["adv"][0], rel=1e-6)
-    assert reps[1.0]["global"][0] != pytest.approx(reps[4.0]["global"][0])
+def test_fedhydra_temperature_is_the_students_alone(federation):
+    """Eq. 16's adversarial KL has no temperature: one generator batch against the same
+    student gives the same adversarial term at any distillation temperature T."""
+    from edgefl.fusion.base import FusionContext
+    from edgefl.fusion.fedhydra import FedHydraConfig, Hasa
+    from edgefl.fusion.generator import frozen_teachers
+    from edgefl.server.ingest import ingest
+
+    uploads = ingest(federation, max_upload_bytes=1 << 26).uploads
+    ctx = FusionContext(uploads, device=torch.device("cpu"), seed=0, method="fedhydra")
+    flat = np.ones((ctx.num_classes, len(uploads))) / len(uploads)
+    adv = {}
+    for t in (1.0, 4.0):
+        cfg = FedHydraConfig(gen_steps=2, max_gen_steps=2, batch_size=16, temperature=t)
+        game = Hasa(ctx, cfg, frozen_teachers(uploads, ctx.device), flat, flat)
+        game.generate()
+        adv[t] = game.hist["adv"][0]
+    assert adv[1.0] == pytest.approx(adv[4.0], rel=1e-6)
 
 
 def test_the_cli_names_every_file_a_method_writes(federation, tmp_path, cli):
