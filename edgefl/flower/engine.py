@@ -1,8 +1,9 @@
 """`edgefl simulate --engine flower`: the clients of a simulation run as Flower ClientApps under
 Flower's simulation engine (Ray), dealt to a few SuperNodes (`worker_nodes`), each training the
-very ClientJob the local engine would run (so the weights and accuracies are the same); the ServerApp collects the
-replies, checks and lands them where the local engine writes its uploads; fusion then goes on
-as in any simulate. Resumable like the local engine: a finished upload is not retrained.
+very ClientJob the local engine would run (so the weights and accuracies are the same); the
+ServerApp collects the replies, checks and lands them where the local engine writes its
+uploads; fusion then goes on as in any simulate. Resumable like the local engine: a finished
+upload is not retrained.
 """
 
 from __future__ import annotations

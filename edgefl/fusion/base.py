@@ -262,7 +262,7 @@ class FusionContext:
         method: str = "",
     ):
         self.uploads = uploads
-        self.method = method  # its registry name, for the messages that name it
+        self.method = method  # its registry name ("" where a caller gave none)
         first = uploads[0].meta
         self.input_shape = tuple(first["input_shape"])
         self.num_classes = int(first["num_classes"])
@@ -302,13 +302,18 @@ class FusionContext:
     def stage(self, name: str) -> contextlib.AbstractContextManager[None]:
         return exporters.timed(self.stages, name)
 
+    @property
+    def who(self) -> str:
+        """The method as messages name it."""
+        return self.method or "this method"
+
     def require(
         self, kind: str, at_least: int = 1, at_most: int = 0, cost: str = ""
     ) -> list[Upload]:
         """The uploads of `kind`; refused when fewer than `at_least`, or more than `at_most`
         (0: no cap) for a method whose `cost` grows with each (its option max_teachers)."""
         found = [u for u in self.uploads if u.kind == kind]
-        method = self.method or "this method"
+        method = self.who
         scoped = f"{self.method}:" if self.method else ""
         if len(found) < at_least:
             raise FusionError(

@@ -65,7 +65,7 @@ class PublicSetConfig(FusionConfig):
 
 
 def public_samples(ctx: FusionContext, cfg: PublicSetConfig) -> np.ndarray:
-    method = ctx.method or "this method"
+    method = ctx.who
     if not cfg.public:
         raise ConfigError(
             f"{method} distils on a public set: pass --opt public=NAME:public (or a .npz)",
