@@ -52,8 +52,9 @@ class GeneratorConfig(FusionConfig):
     gen_lr: float = option(1e-3, "generator Adam learning rate", low=0, low_open=True)
     lr: float = option(0.01, "student SGD learning rate", low=0, low_open=True)
     momentum: float = option(0.9, "student SGD momentum", low=0, high=1, high_open=True)
-    # The student's distillation: every generator's adversarial KL is at T = 1 (DENSE's, Co-Boosting's,
-    # FedHydra's Eq. 16); softened there, FedHydra's generator made one class on HAPT at T = 20.
+    # The student's distillation: every generator's adversarial KL is at T = 1 (DENSE's,
+    # Co-Boosting's, FedHydra's Eq. 16); softened there, FedHydra's generator made one class on
+    # HAPT at T = 20.
     temperature: float = option(1.0, "distillation temperature T", low=0, low_open=True)
     ce_weight: float = option(1.0, "generator loss: weight of CE(teachers(x), y)", low=0)
     bn_weight: float = option(1.0, "generator loss: weight of the BatchNorm-statistics term", low=0)
