@@ -46,3 +46,25 @@ def test_an_upload_whose_finite_weights_give_nan_is_refused(tmp_path):
         "client-001.onnx": "its outputs are not finite on valid inputs (NaN or infinity)"
     }
     assert sorted(u.name for u in found.uploads) == ["client-000.onnx", "client-002.onnx"]
+
+
+def test_a_fused_model_never_steps_on_a_non_finite_loss():
+    """Every fusion method's student loop steps through `descend`: a NaN loss stops the fusion
+    with the fix, and the weights are those before the step, not NaN."""
+    import pytest
+    import torch
+
+    from edgefl.errors import FusionError
+    from edgefl.fusion.base import descend
+
+    model = torch.nn.Linear(3, 2)
+    before = [p.detach().clone() for p in model.parameters()]
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    loss = model(torch.ones(1, 3)).sum()
+    assert descend(opt, loss) == pytest.approx(float(loss))
+    moved = [p.detach().clone() for p in model.parameters()]
+    assert any(not torch.equal(a, b) for a, b in zip(before, moved, strict=True))
+    with pytest.raises(FusionError, match="training loss became nan") as err:
+        descend(opt, model(torch.full((1, 3), float("nan"))).sum())
+    assert "learning rate" in err.value.hint
+    assert all(torch.equal(a, p) for a, p in zip(moved, model.parameters(), strict=True))

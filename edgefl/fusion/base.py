@@ -681,6 +681,23 @@ def student_jitter(augment: str, input_shape) -> str:
     return "none" if input_kind(tuple(input_shape)) == "image" else "rotate"
 
 
+def descend(opt: torch.optim.Optimizer, loss: torch.Tensor, what: str = "the student") -> float:
+    """One step of `opt` on `loss`, the step every fused model's training loop takes; returns the
+    loss. A non-finite loss stops the fusion before the step: past it every weight, and so every
+    later output, is NaN, and the export would carry a model that cannot classify."""
+    value = float(loss.detach())
+    if not math.isfinite(value):
+        raise FusionError(
+            f"{what}'s training loss became {value}: its weights would be NaN from this step on",
+            hint="lower the method's learning rate (--opt lr=...), or check the uploads it "
+            "learns from",
+        )
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    opt.step()
+    return value
+
+
 def train_student(
     model: nn.Module,
     x: torch.Tensor,
@@ -733,10 +750,7 @@ def train_student(
                 if lam < 1 and teacher is not None:
                     kd = kd_loss(logits, teacher[idx].to(device), kd_reduction)
                     loss = loss + (1 - lam) * kd
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-            total += loss.item() * len(idx)
+            total += descend(opt, loss) * len(idx)
             n += len(idx)
         history.append(total / n)
         progress("epoch", epoch + 1, epochs, f"loss {history[-1]:.4f}")

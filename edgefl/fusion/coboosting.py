@@ -39,6 +39,7 @@ from edgefl.fusion.base import (
     FusionResult,
     Method,
     Reference,
+    descend,
     fedmho_table3,
     jitter,
     student_jitter,
@@ -282,10 +283,7 @@ def _distill(student, opt, teachers, pool, w, rng, augment: str, cfg: CoBoosting
         else:  # the stored logits: no teacher pass
             target = weighted_ensemble(logits_all[idx].transpose(0, 1), w)
         loss = kl_at(target, student(jitter(x, augment, rng)), cfg.temperature)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        total += float(loss.detach())
+        total += descend(opt, loss)
     return total / max(1, len(batches))
 
 

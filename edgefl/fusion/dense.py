@@ -25,6 +25,7 @@ from edgefl.fusion.base import (
     FusionContext,
     FusionResult,
     Method,
+    descend,
     fedmho_table3,
     jitter,
     pfedzkd_table2,
@@ -153,10 +154,7 @@ def _distill(student, opt, pool_x, pool_t, rng: torch.Generator, cfg: DenseConfi
             student(jitter(x[idx], student_jitter(cfg.augment, x.shape[1:]), rng)),
             cfg.temperature,
         )
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        total += float(loss.detach())
+        total += descend(opt, loss)
     return total / len(batches)
 
 

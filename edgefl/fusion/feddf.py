@@ -22,6 +22,7 @@ from edgefl.fusion.base import (
     FusionResult,
     Method,
     average_classifiers,
+    descend,
     fedmho_table3,
     mean_teacher_logits,
     one_architecture,
@@ -88,11 +89,8 @@ def fuse(ctx: FusionContext, cfg: FedDFConfig) -> FusionResult:
                 loss = kl_at(
                     student(x[idx].to(ctx.device)), targets[idx].to(ctx.device), cfg.temperature
                 )
-                opt.zero_grad(set_to_none=True)
-                loss.backward()
-                opt.step()
+                total += descend(opt, loss) * len(idx)
                 sched.step()
-                total += loss.item() * len(idx)
             history.append(total / len(x))
             ctx.progress("epoch", epoch + 1, cfg.epochs, f"KL {history[-1]:.4f}")
     student.eval()

@@ -24,7 +24,7 @@ from torch.nn import functional as F
 import exporters
 from edgefl.artifacts import read_header
 from edgefl.errors import ArtifactError, ConfigError, FusionError
-from edgefl.fusion.base import FusionConfig, FusionContext, FusionResult, Method
+from edgefl.fusion.base import FusionConfig, FusionContext, FusionResult, Method, descend
 from edgefl.fusion.options import option
 
 
@@ -93,10 +93,7 @@ def train_header(
         total = 0.0
         for idx in torch.randperm(len(x), generator=gen).split(cfg.batch_size):
             loss = F.cross_entropy(header(x[idx].to(device)), y[idx].to(device))
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-            total += loss.item() * len(idx)
+            total += descend(opt, loss, "the global header") * len(idx)
         history.append(total / len(x))
         progress("epoch", epoch + 1, cfg.epochs, f"CE {history[-1]:.4f}")
     header.eval()

@@ -56,6 +56,7 @@ from edgefl.fusion.base import (
     FusionResult,
     Method,
     Reference,
+    descend,
     jitter,
     student_jitter,
 )
@@ -332,10 +333,7 @@ class Hasa:
                 x, p = torch.cat([x, rx]), torch.cat([p, rp])
             s = student(jitter(x, self.augment, rng))
             loss = kl_at(p, s, cfg.temperature) + cfg.beta * F.cross_entropy(s, p.argmax(1))
-            self.opt_s.zero_grad(set_to_none=True)
-            loss.backward()
-            self.opt_s.step()
-            total += float(loss.detach())
+            total += descend(self.opt_s, loss)
         self.hist["global"].append(total / (len(intermediates) * cfg.distill_passes))
         for x, p in intermediates:  # after the steps: they rehearse earlier epochs only
             self.replay.add(x, p, rng)

@@ -28,7 +28,7 @@ from torch.nn import functional as F
 import exporters
 from edgefl.data.public import public_fingerprint
 from edgefl.errors import FusionError
-from edgefl.fusion.base import FusionContext, FusionResult, Method
+from edgefl.fusion.base import FusionContext, FusionResult, Method, descend
 from edgefl.fusion.options import option
 from edgefl.fusion.public_set import PublicSetConfig, public_samples
 
@@ -193,10 +193,7 @@ def fuse(ctx: FusionContext, cfg: FedOLConfig) -> FusionResult:
                         cfg.tau,
                         ctx.device,
                     )
-                    opt.zero_grad(set_to_none=True)
-                    loss.backward()
-                    opt.step()
-                    totals += np.array([loss.item(), *parts]) * len(idx)
+                    totals += np.array([descend(opt, loss), *parts]) * len(idx)
         totals /= len(x)
         rounds.append(
             {

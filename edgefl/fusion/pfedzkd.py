@@ -37,6 +37,7 @@ from edgefl.fusion.base import (
     FusionContext,
     FusionResult,
     Method,
+    descend,
     inversion_defaults,
     invert,
     largest_remainder,
@@ -141,10 +142,7 @@ def distill(student, x, labels, *, tau, epochs, lr, batch_size, seed, device, pr
         for idx in torch.randperm(len(x), generator=gen).split(batch_size):
             logp = F.log_softmax(student(x[idx].to(device)) / tau, dim=1)
             loss = F.kl_div(logp, labels[idx].to(device), reduction="batchmean") * tau**2
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-            total += loss.item() * len(idx)
+            total += descend(opt, loss) * len(idx)
         history.append(total / len(x))
         progress("distill epoch", epoch + 1, epochs, f"KL {history[-1]:.4f}")
     student.eval()
