@@ -88,3 +88,32 @@ def test_simulate_refuses_an_all_option_no_method_has_before_any_work(cli, tmp_p
     assert r.exit_code == 2, r.output
     assert "none of fedavg, ensemble has an option --epochs" in " ".join(r.output.split())
     assert not out.exists()
+
+
+def test_an_options_kind_comes_from_its_annotation_not_its_default():
+    from dataclasses import dataclass
+
+    from edgefl.fusion.options import option, validate
+
+    @dataclass(frozen=True)
+    class Typed:
+        lr: float = option(1, "a float field whose default is written 1")
+        steps: int | None = option(None, "unset by default, no kind= needed")
+        betas: tuple[float, ...] = option((1, 2), "numbers")
+
+    kinds = {key: opt.kind for key, _, opt in declared(Typed)}
+    assert kinds == {"lr": "float", "steps": "int", "betas": "floats"}
+    cfg = Typed()
+    validate(cfg)
+    assert cfg.lr == 1.0 and isinstance(cfg.lr, float)
+    steps = declared(Typed)[1][2]
+    assert parse_text("steps", steps, "3") == 3 and parse_text("steps", steps, "unset") is None
+
+    @dataclass(frozen=True)
+    class Wrong:
+        epochs: int = option(0.5, "a float default on an int field")
+
+    with pytest.raises(
+        TypeError, match=r"Wrong.epochs: default 0.5 does not fit its annotation 'int'"
+    ):
+        declared(Wrong)

@@ -36,7 +36,7 @@ class FedGHConfig(FusionConfig):
     lr: float = option(0.01, "header SGD learning rate (paper's eta_theta)", low=0, low_open=True)
     batch_size: int = option(10, "batch size (HtFLlib: 10)", low=1)
     header: str | None = option(
-        None, "a previous global header (.onnx) to continue training (multi-round)", kind="str"
+        None, "a previous global header (.onnx) to continue training (multi-round)"
     )
 
 

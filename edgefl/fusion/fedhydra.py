@@ -138,7 +138,6 @@ class FedHydraConfig(GeneratorConfig):
     heatmap: str | None = option(
         None,
         "also write the stratification heat map PNG here (missing folders are created)",
-        kind="str",
     )
 
 

@@ -87,7 +87,6 @@ class FedMHOConfig(FusionConfig):
         "code's; 1e-3 on sensor windows)",
         low=0,
         low_open=True,
-        kind="float",
     )
     epochs: int = option(
         10, "global training epochs (paper: 10; the authors' code: 20, --budget code)", low=1

@@ -7,7 +7,7 @@ the contract tests read the same declarations.
 from __future__ import annotations
 
 import math
-from dataclasses import MISSING, dataclass, field, fields
+from dataclasses import MISSING, dataclass, field, fields, replace
 from typing import Any
 
 from edgefl.errors import ConfigError
@@ -89,17 +89,57 @@ def _num(x: float) -> str:
 
 def option(default: Any, help: str, *, kind: str | None = None, **bounds: Any):
     """A config field with its constraint: `epochs: int = option(10, "global epochs", low=1)`.
-    The kind is taken from the default unless given (needed when the default is None)."""
-    if kind is None:
-        kind = {bool: "bool", int: "int", float: "float", str: "str", tuple: "floats"}.get(
-            type(default)
-        )
-        if kind is None:
-            raise TypeError(f"option default {default!r}: pass kind=")
+    The kind is the field's annotation's (`declared` reads it): `lr: float = option(1, ...)` is
+    a float option; `kind=` is only for a field without a plain annotation."""
     opt = Opt(
-        help=help, kind=kind, nullable=default is None or bounds.pop("nullable", False), **bounds
+        help=help,
+        kind=kind or "",
+        nullable=default is None or bounds.pop("nullable", False),
+        **bounds,
     )
     return field(default=default, metadata={"option": opt})
+
+
+# The annotations an option may carry, and the kind each one declares.
+_ANNOTATED = {
+    "bool": "bool",
+    "int": "int",
+    "float": "float",
+    "str": "str",
+    "tuple[float, ...]": "floats",
+}
+# A default of one kind that a field of another kind holds as it is (1 for 1.0).
+_FITS = {("int", "float")}
+
+
+def annotated_kind(annotation: Any) -> str | None:
+    """The kind an annotation declares ('float', 'int | None', 'tuple[float, ...]'), or None
+    for one that declares no single kind."""
+    text = annotation if isinstance(annotation, str) else getattr(annotation, "__name__", "")
+    parts = [p.strip() for p in text.split("|") if p.strip() != "None"]
+    return _ANNOTATED.get(parts[0]) if len(parts) == 1 else None
+
+
+def _default_kind(default: Any) -> str | None:
+    return {bool: "bool", int: "int", float: "float", str: "str", tuple: "floats"}.get(
+        type(default)
+    )
+
+
+def _resolved(cls, f) -> Opt:
+    """A field's Opt with its kind from the annotation; a default the annotation does not hold
+    (`n: int = option(0.5, ...)`) or a kind declared nowhere is a bug in the config class."""
+    opt = f.metadata["option"]
+    kind = annotated_kind(f.type) or opt.kind or _default_kind(f.default)
+    given = _default_kind(f.default) if f.default is not None else kind
+    where = f"{cls.__name__}.{f.name}"
+    if not kind:
+        raise TypeError(f"{where}: annotate it with one of {', '.join(_ANNOTATED)}, or pass kind=")
+    if opt.kind and opt.kind != kind:
+        raise TypeError(f"{where}: kind={opt.kind!r} but its annotation is {f.type!r}")
+    if given != kind and (given, kind) not in _FITS:
+        raise TypeError(f"{where}: default {f.default!r} does not fit its annotation {f.type!r}")
+    return replace(opt, kind=kind)
 
 
 def flag(name: str) -> str:
@@ -110,10 +150,9 @@ def declared(cls) -> list[tuple[str, Any, Opt]]:
     """(name, default, Opt) of every option field of a config class."""
     out = []
     for f in fields(cls):
-        opt = f.metadata.get("option")
-        if opt is None:
+        if "option" not in f.metadata:
             raise TypeError(f"{cls.__name__}.{f.name} is not declared with option(...)")
-        out.append((f.name, None if f.default is MISSING else f.default, opt))
+        out.append((f.name, None if f.default is MISSING else f.default, _resolved(cls, f)))
     return out
 
 

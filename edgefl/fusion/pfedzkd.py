@@ -80,7 +80,6 @@ class PFedZKDConfig(FusionConfig):
         "weight of the smoothness prior on pseudo-images (squared steps between "
         "neighbouring values; default by input: 1 on windows, 0 on images, the paper's)",
         low=0,
-        kind="float",
     )
     similarity_floor: float = option(
         1e-3, "class similarities are clamped to [floor, 1] (ours)", low=0, low_open=True, high=1

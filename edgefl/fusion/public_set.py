@@ -21,22 +21,18 @@ class PublicSetConfig(FusionConfig):
     public: str | None = option(
         None,
         "the public set: NAME:public (carved from NAME's train split) or a .npz with x",
-        kind="str",
     )
     public_size: int = option(
         DEFAULT_PUBLIC_SIZE, "public samples carved (FedOL paper: 5,000)", low=1
     )
     public_seed: int = option(0, "the clients' --partition-seed (the carve uses it)", low=0)
-    public_subset: int | None = option(
-        None, "the clients' --subset, if they used one", kind="int", low=1
-    )
+    public_subset: int | None = option(None, "the clients' --subset, if they used one", low=1)
     public_partition: str | None = option(
         None,
         "the clients' --partition, if it names users (user:ID,...): the carve never "
         "makes those users public",
-        kind="str",
     )
-    data_dir: str | None = option(None, "folder with standard dataset files", kind="str")
+    data_dir: str | None = option(None, "folder with standard dataset files")
 
     @staticmethod
     def carved(ref: str, size: int, seed: int, subset: int | None, partition: str) -> dict:
