@@ -210,6 +210,33 @@ def _make_probe(decoders, gen, device, public) -> Probe | None:
 
 
 def _screen_classifiers(classifiers, decoders, probe, device, seed, progress) -> Verdict:
+    """Probe -> reference -> findings (repairs, then the screen and tempering) -> verdict; then
+    the decoders, judged by the classifiers kept."""
+    unscreened = _unscreenable(classifiers, probe)
+    if unscreened is not None:
+        return unscreened
+    probs, scale = map(
+        list, zip(*(_classify(u, probe.x, device) for u in classifiers), strict=True)
+    )
+    reference, judges = _trusted_reference(classifiers, decoders, probs, probe)
+    found, notes = _relabellings(
+        classifiers, probs, reference, judges, probe, seed, device, progress
+    )
+    repairs, probs = _repaired(classifiers, found, probs, probe.x, device)
+    current = [repairs.swap.get(u.name, u) for u in classifiers]
+    # without decoders, the committee of the repaired clients
+    bad, rescale = _judge(current, probs, scale, reference if probe.asked is not None else None)
+    tempering, probs = _tempered(current, rescale, probs, probe.x, device)
+    verdict = Verdict(bad, {}, notes)
+    verdict.merge(repairs)
+    verdict.merge(tempering)
+    if decoders and probe.asked is not None:
+        verdict.merge(_screen_decoders(decoders, probe, current, probs, verdict.out))
+    return verdict
+
+
+def _unscreenable(classifiers, probe) -> Verdict | None:
+    """The note saying why the classifiers cannot be screened, or None when they can."""
     if probe is None:
         return _note(
             "classifiers not screened: no decoder in the federation and no public set to "
@@ -221,14 +248,13 @@ def _screen_classifiers(classifiers, decoders, probe, device, seed, progress) ->
             f"one poisoned cannot outvote (needs {COMMITTEE}, or a decoder whose draws say "
             "their class)"
         )
-    verdict = Verdict({}, {}, [])
-    probs, scale = map(
-        list, zip(*(_classify(u, probe.x, device) for u in classifiers), strict=True)
-    )
-    reference, judges = _trusted_reference(classifiers, decoders, probs, probe)
-    found = _relabellings(
-        classifiers, probs, reference, judges, probe, seed, device, verdict.notes, progress
-    )
+    return None
+
+
+def _repaired(classifiers, found, probs, x, device) -> tuple[Verdict, list[np.ndarray]]:
+    """(the repaired copies of the classifiers a Relabelling was found for and their notes, the
+    probabilities on the probe `x` with the copies')."""
+    verdict, probs = Verdict({}, {}, []), list(probs)
     for i, (u, fix) in enumerate(zip(classifiers, found, strict=True)):
         repaired = (
             None if fix is None else _adjusted(u, perm=fix.perm, sign=fix.sign, abstain=fix.abstain)
@@ -236,36 +262,39 @@ def _screen_classifiers(classifiers, decoders, probe, device, seed, progress) ->
         if repaired is None:  # as sent (an onnxruntime-only upload cannot be changed)
             continue
         verdict.swap[u.name] = repaired
-        probs[i] = _classify(repaired, probe.x, device)[0]
+        probs[i] = _classify(repaired, x, device)[0]
         verdict.notes.append((u.name, _repair_note(u, fix)))  # dropped if it is screened
-    current = [verdict.swap.get(u.name, u) for u in classifiers]
-    # without decoders, the committee of the repaired clients
-    bad, rescale = _judge(current, probs, scale, reference if probe.asked is not None else None)
+    return verdict, probs
+
+
+def _tempered(current, rescale, probs, x, device) -> tuple[Verdict, list[np.ndarray]]:
+    """(the tempered copies of the classifiers in `rescale` and their notes, screened out where
+    one cannot be changed; the probabilities on the probe `x` with the copies')."""
+    verdict, probs = Verdict({}, {}, []), list(probs)
     for i, u in enumerate(current):
-        if u.name in rescale:  # its knowledge is sound, only its confidence is off: tempered
-            factor, why = rescale[u.name]
-            tempered = _adjusted(u, factor=factor)
-            if tempered is None:
-                bad[u.name] = why
-                continue
-            verdict.swap[u.name] = tempered
-            probs[i] = _classify(tempered, probe.x, device)[0]
-            note = f"{u.client_id}: logits divided by {1 / factor:.3g} ({why})"
-            verdict.notes.append((u.name, note))
-    verdict.out |= bad
-    if decoders and probe.asked is not None:
-        judges = [i for i, u in enumerate(classifiers) if u.name not in bad]
-        asked = _repair_decoders(
-            decoders,
-            probe.source,
-            probe.asked,
-            current,
-            probs,
-            judges,
-            verdict.swap,
-            verdict.notes,
-        )
-        verdict.out |= _judge_decoders(decoders, probe.source, asked, current, probs, judges)
+        if u.name not in rescale:
+            continue
+        # its knowledge is sound, only its confidence is off: tempered
+        factor, why = rescale[u.name]
+        tempered = _adjusted(u, factor=factor)
+        if tempered is None:
+            verdict.out[u.name] = why
+            continue
+        verdict.swap[u.name] = tempered
+        probs[i] = _classify(tempered, x, device)[0]
+        note = f"{u.client_id}: logits divided by {1 / factor:.3g} ({why})"
+        verdict.notes.append((u.name, note))
+    return verdict, probs
+
+
+def _screen_decoders(decoders, probe: Probe, classifiers, probs, out) -> Verdict:
+    """The decoders judged by the classifiers not screened out (`out`): repaired where they
+    draw other classes than asked for, then screened on what the repaired ones were asked."""
+    judges = [i for i, u in enumerate(classifiers) if u.name not in out]
+    verdict, asked = _repair_decoders(
+        decoders, probe.source, probe.asked, classifiers, probs, judges
+    )
+    verdict.out = _judge_decoders(decoders, probe.source, asked, classifiers, probs, judges)
     return verdict
 
 
@@ -283,9 +312,11 @@ def _trusted_reference(classifiers, decoders, probs, probe) -> tuple[np.ndarray,
     return _committee([probs[i] for i in judges] if judges else probs), judges
 
 
-def _relabellings(classifiers, probs, reference, judges, probe, seed, device, notes, progress):
-    """Each classifier's repair (a Relabelling) or None; none at all when most would need one."""
+def _relabellings(classifiers, probs, reference, judges, probe, seed, device, progress):
+    """(each classifier's repair (a Relabelling) or None, the notes); none at all when most
+    would need one."""
     found = [_relabelling(u, probs[i], reference, probe.source) for i, u in enumerate(classifiers)]
+    notes = []
     # The probe covers only classes some decoder draws (or the public set holds); a
     # relabelled classifier's class outside them cannot be placed, so when one is found,
     # each such class a judge holds gets images inverted from the judges that hold it most
@@ -296,13 +327,15 @@ def _relabellings(classifiers, probs, reference, judges, probe, seed, device, no
     extra = None
     if any(f is not None for f in found):
         shape, k = probe.x.shape[1:], probs[0].shape[1]
-        extra = _cover(reference, classifiers, judges, shape, k, seed, device, notes, progress)
+        extra = _cover(reference, classifiers, judges, shape, k, seed, device, progress)
     if extra is not None:  # judged again with the inverted images as move targets
-        x, ref_x, src_x = extra
-        ref_r = np.concatenate([reference, ref_x])
-        src_r = np.concatenate([probe.source, src_x])
+        notes.append((None, extra.note))
+        ref_r = np.concatenate([reference, extra.asked])
+        src_r = np.concatenate([probe.source, extra.source])
         found = [
-            _relabelling(u, np.concatenate([probs[i], _classify(u, x, device)[0]]), ref_r, src_r)
+            _relabelling(
+                u, np.concatenate([probs[i], _classify(u, extra.x, device)[0]]), ref_r, src_r
+            )
             for i, u in enumerate(classifiers)
         ]
     wanted = sum(f is not None for f in found)
@@ -317,8 +350,8 @@ def _relabellings(classifiers, probs, reference, judges, probe, seed, device, no
                 "decoders' draws the same way, so the draws are the odd ones",
             )
         )
-        return [None] * len(classifiers)
-    return found
+        return [None] * len(classifiers), notes
+    return found, notes
 
 
 def _screen_decoders_alone(decoders, probe: Probe) -> Verdict:
@@ -381,12 +414,22 @@ def _probe(decoders: list[Upload], gen, device) -> Probe | None:
     return Probe(torch.cat(xs), np.concatenate(ys), np.concatenate(src))
 
 
-def _cover(reference, classifiers, judges, shape, k, seed, device, notes, progress=None):
+class Cover(NamedTuple):
+    """`_cover`'s images, the class each was inverted for, a source < 0 per judge and class,
+    and the note that says which classes were covered from whom."""
+
+    x: torch.Tensor
+    asked: np.ndarray
+    source: np.ndarray
+    note: str
+
+
+def _cover(reference, classifiers, judges, shape, k, seed, device, progress=None) -> Cover | None:
     """Images of each class the probe lacks (fewer than MIN_SAMPLES reference samples) that a
     judge holds: COVER in all, inverted from the (at most COMMITTEE) judges holding most of it
-    in turn (Adam on the input, as Multi-ZSKD does), those it then reads as the class:
+    in turn (Adam on the input, as Multi-ZSKD does), those it then reads as the class: a Cover
     (images, their class, a source < 0 per judge and class, so `_most` counts judges as it
-    counts decoders and `_relabelling` tells them from draws), or None. Inverted images of
+    counts decoders and `_relabelling` tells them from draws; the note), or None. Inverted images of
     one small CNN are read as their class by others that hold it (measured on the bench's
     MNIST clients: 64 of 64 for 6 of 8 classes; not always, so they only serve as a target).
     Deterministic for a seed on a CPU (a GPU's convolution gradients are not bit-exact)."""
@@ -394,17 +437,7 @@ def _cover(reference, classifiers, judges, shape, k, seed, device, notes, progre
     progress = progress or no_progress
     xs, ys, src, covered = [], [], [], {}
     todo = [
-        (
-            a,
-            sorted(
-                (
-                    i
-                    for i in judges
-                    if classifiers[i].module is not None and a in _claimed(classifiers[i])
-                ),
-                key=lambda i, a=a: -_shares(classifiers[i])[a],
-            )[:COMMITTEE],
-        )
+        (a, _holders(classifiers, judges, a))
         for a in range(k)
         if (reference == a).sum() < MIN_SAMPLES
     ]
@@ -418,17 +451,7 @@ def _cover(reference, classifiers, judges, shape, k, seed, device, notes, progre
                 f"class {a} from {classifiers[i].client_id}",
             )
             n = COVER // len(holders) + (j < COVER % len(holders))
-            x = invert(
-                classifiers[i].module,
-                torch.eye(k)[[a] * n],
-                shape,
-                steps=INVERSION_STEPS,
-                lr=INVERSION_LR,
-                tau=1.0,
-                gen=gen,
-                device=device,
-            )
-            x = x[torch.from_numpy(_classify(classifiers[i], x, device)[0][:, a] >= SURE)]
+            x = _inverted(classifiers[i], a, n, k, shape, gen, device)
             done += 1
             if not len(x):
                 continue
@@ -440,15 +463,35 @@ def _cover(reference, classifiers, judges, shape, k, seed, device, notes, progre
         progress("robust screen: inversion", total, total)
     if not xs:
         return None
-    notes.append(
-        (
-            None,
-            "for the repair, classes no probe sample showed were covered by images "
-            "inverted from classifiers that hold them: "
-            + "; ".join(f"{a} ({', '.join(who)})" for a, who in covered.items()),
-        )
+    note = (
+        "for the repair, classes no probe sample showed were covered by images "
+        "inverted from classifiers that hold them: "
+        + "; ".join(f"{a} ({', '.join(who)})" for a, who in covered.items())
     )
-    return torch.cat(xs), np.concatenate(ys), np.concatenate(src)
+    return Cover(torch.cat(xs), np.concatenate(ys), np.concatenate(src), note)
+
+
+def _holders(classifiers, judges, a: int) -> list[int]:
+    """The judges (at most COMMITTEE) with a rebuilt module that hold class a, most of it first."""
+    held = [
+        i for i in judges if classifiers[i].module is not None and a in _claimed(classifiers[i])
+    ]
+    return sorted(held, key=lambda i: -_shares(classifiers[i])[a])[:COMMITTEE]
+
+
+def _inverted(u: Upload, a: int, n: int, k: int, shape, gen, device) -> torch.Tensor:
+    """n images inverted from the classifier for class a, those it then reads as a."""
+    x = invert(
+        u.module,
+        torch.eye(k)[[a] * n],
+        shape,
+        steps=INVERSION_STEPS,
+        lr=INVERSION_LR,
+        tau=1.0,
+        gen=gen,
+        device=device,
+    )
+    return x[torch.from_numpy(_classify(u, x, device)[0][:, a] >= SURE)]
 
 
 def _shares(u: Upload) -> np.ndarray:
@@ -546,62 +589,106 @@ def _relabelling(
     if not claimed or not any(c in drawn for c in claimed):
         return None
     before = _agreement(probs.argmax(1), np.where(real, reference, -1), claimed)[0] or 0.0
-    judged = np.isin(reference, rows)
-    judged_claims = [c for c in claimed if c in drawn]
+    basis = _Basis(reference, source, k, rows, drawn, claimed)
     best = None
     for sign in (1, -1):
         answers = probs.argmax(1) if sign > 0 else probs.argmin(1)  # argmin: negated logits
-        rate = np.array(
-            [[float((answers[reference == a] == c).mean()) for c in range(k)] for a in rows]
-        )
-        own = {c: rate[rows.index(c), c] if c in drawn else 0.0 for c in range(k)}
-        match = {
-            c: (rows[i], rate[i, c])
-            for i, c in zip(*linear_sum_assignment(rate, maximize=True), strict=True)
-        }
-        moves = {}
-        for c, (a, r) in match.items():
-            says_c = judged & (answers == c)
-            if (
-                a != c
-                and r >= SURE
-                and r > own[c]
-                and says_c.any()
-                and (reference[says_c] == a).mean() >= 2 * (reference[judged] == a).mean()
-                and _most(answers, reference, source, a, c)
-                and not _most(answers, reference, source, c, c)
-            ):
-                moves[c] = a
-        # evidence only where c's own samples were drawn too: unseen, what c means is unknown
-        clear = [
-            c
-            for c in claimed
-            if c in moves
-            and c in drawn
-            and match[c][1] >= SURE
-            and match[c][1] >= own[c] + REPAIR_GAIN
-        ]
-        if sign > 0 and not clear:
-            continue  # as sent
-        # A client that relabels most of what it holds (a flip) relabels what it barely holds
-        # too; one that relabels a few classes (a swap) or none (a negation) leaves the rest,
-        # and an unseen class its answers happen to match is not moved (measured: moving them
-        # cost a repaired swap's or negation's ensemble 5-6 points on one seed).
-        mostly = 2 * len(clear) >= len(judged_claims)
-        if not mostly:
-            moves = {c: a for c, a in moves.items() if c in clear}
-        read = [match[c][1] if c in moves else own[c] for c in claimed if c in moves or c in drawn]
-        after = float(np.mean(read))
-        # negating every logit is one global change: it must lift the whole client clearly
-        if sign < 0 and after < before + REPAIR_GAIN:
-            continue
-        if best is None or after > best.after:
-            # Relabelled throughout, an output it gave no evidence for could stand for any
-            # class (its true class not drawn here): it abstains (the mean logit) rather than
-            # answer a guessed class with confidence.
-            unsure = {a for a in range(k) if a not in moves.values()} if mostly else set()
-            best = Relabelling(_permutation(k, moves), sign, before, after, unsure)
+        fix = _signed_relabelling(answers, sign, before, basis)
+        if fix is not None and (best is None or fix.after > best.after):
+            best = fix
     return best
+
+
+class _Basis(NamedTuple):
+    """What `_relabelling` judges a classifier against: each sample's reference label and
+    source, the number of classes, those with enough samples to be judged on (`rows`), those of
+    them with enough drawn ones, and the classes the client claims."""
+
+    reference: np.ndarray
+    source: np.ndarray
+    k: int
+    rows: list[int]
+    drawn: list[int]
+    claimed: list[int]
+
+
+def _signed_relabelling(answers, sign: int, before: float, b: _Basis) -> Relabelling | None:
+    """The repair found for the classifier's `answers` (its logits as sent for sign 1, negated
+    for -1), or None when they give no clear evidence of one."""
+    own, match, moves = _moves(answers, b)
+    clear = _clear(b, own, match, moves)
+    if sign > 0 and not clear:
+        return None  # as sent
+    # A client that relabels most of what it holds (a flip) relabels what it barely holds
+    # too; one that relabels a few classes (a swap) or none (a negation) leaves the rest,
+    # and an unseen class its answers happen to match is not moved (measured: moving them
+    # cost a repaired swap's or negation's ensemble 5-6 points on one seed).
+    mostly = 2 * len(clear) >= len([c for c in b.claimed if c in b.drawn])
+    if not mostly:
+        moves = {c: a for c, a in moves.items() if c in clear}
+    after = _agreement_as_moved(b, own, match, moves)
+    # negating every logit is one global change: it must lift the whole client clearly
+    if sign < 0 and after < before + REPAIR_GAIN:
+        return None
+    # Relabelled throughout, an output it gave no evidence for could stand for any class (its
+    # true class not drawn here): it abstains (the mean logit) rather than answer a guessed
+    # class with confidence.
+    unsure = {a for a in range(b.k) if a not in moves.values()} if mostly else set()
+    return Relabelling(_permutation(b.k, moves), sign, before, after, unsure)
+
+
+def _clear(b: _Basis, own, match, moves) -> list[int]:
+    """The claimed outputs whose move has clear evidence: read as their new class at least SURE
+    of the time and REPAIR_GAIN more often than as their own."""
+    # evidence only where c's own samples were drawn too: unseen, what c means is unknown
+    return [
+        c
+        for c in b.claimed
+        if c in moves
+        and c in b.drawn
+        and match[c][1] >= SURE
+        and match[c][1] >= own[c] + REPAIR_GAIN
+    ]
+
+
+def _agreement_as_moved(b: _Basis, own, match, moves) -> float:
+    """The mean agreement over the claimed classes that are drawn or moved, each output read
+    as the class it is moved to."""
+    read = [match[c][1] if c in moves else own[c] for c in b.claimed if c in moves or c in b.drawn]
+    return float(np.mean(read))
+
+
+def _moves(answers, b: _Basis):
+    """(how often each output answers its own class's samples, 0 where they are not drawn;
+    {output c: (the class a it is matched to, how often it answers a's samples)}; {output c:
+    the class a it clearly stands for})."""
+    rate = np.array(
+        [[float((answers[b.reference == a] == c).mean()) for c in range(b.k)] for a in b.rows]
+    )
+    own = {c: rate[b.rows.index(c), c] if c in b.drawn else 0.0 for c in range(b.k)}
+    match = {
+        c: (b.rows[i], rate[i, c])
+        for i, c in zip(*linear_sum_assignment(rate, maximize=True), strict=True)
+    }
+    judged = np.isin(b.reference, b.rows)
+    moves = {
+        c: a
+        for c, (a, r) in match.items()
+        if a != c and r >= SURE and r > own[c] and _stands_for(answers, b, judged, c, a)
+    }
+    return own, match, moves
+
+
+def _stands_for(answers, b: _Basis, judged: np.ndarray, c: int, a: int) -> bool:
+    """Whether output c answers class a's samples beyond chance (at least twice a's share of
+    the judged samples), most decoders' draws of a read as c, and not most of those of c."""
+    says_c = judged & (answers == c)
+    return bool(
+        says_c.any()
+        and (b.reference[says_c] == a).mean() >= 2 * (b.reference[judged] == a).mean()
+        and _most(answers, b.reference, b.source, a, c)
+        and not _most(answers, b.reference, b.source, c, c)
+    )
 
 
 def _most(answers, reference, source, a: int, c: int) -> bool:
@@ -668,6 +755,11 @@ def _agreement(answers: np.ndarray, committee: np.ndarray, classes: list[int]):
         mask = committee == c
         if mask.sum() >= MIN_SAMPLES:
             per[c] = float((answers[mask] == c).mean())
+    return _mean_and_worst(per)
+
+
+def _mean_and_worst(per: dict[int, float]):
+    """(the mean of the per-class scores, the class scored worst), (None, None) for none."""
     if not per:
         return None, None
     return float(np.mean(list(per.values()))), min(per, key=per.get)
@@ -688,9 +780,7 @@ def _judge_decoders(decoders, source, asked, classifiers, probs, judges) -> dict
             who = [i for i in judges if c in _claimed(classifiers[i])] or judges
             p = np.mean([probs[i][mask] for i in who], axis=0)
             per[int(c)] = float((p.argmax(1) == c).mean())
-        scores.append(
-            (float(np.mean(list(per.values()))), min(per, key=per.get)) if per else (None, None)
-        )
+        scores.append(_mean_and_worst(per))
     return _below_median(
         decoders,
         scores,
@@ -701,14 +791,16 @@ def _judge_decoders(decoders, source, asked, classifiers, probs, judges) -> dict
     )
 
 
-def _repair_decoders(decoders, source, asked, classifiers, probs, judges, swap, notes):
+def _repair_decoders(decoders, source, asked, classifiers, probs, judges):
     """Decoders whose draws the judges read as other classes, consistently (a flip: asked for
     label l it draws class c), used relabelled: a copy that, asked for c, is given l (its label
     counts relabelled alike). Dropping one loses the data behind it (measured: two flipped
-    decoders of five screened cost FedMHO 6 points on one seed). -> the probe's labels as the
-    repaired decoders would have been asked for them; adds the copies to `swap`."""
+    decoders of five screened cost FedMHO 6 points on one seed). -> (a Verdict with the copies
+    and their notes, the probe's labels as the repaired decoders would have been asked for
+    them)."""
+    verdict = Verdict({}, {}, [])
     if not judges:
-        return asked
+        return verdict, asked
     k = probs[judges[0]].shape[1]
     reading = np.mean([probs[i] for i in judges], axis=0).argmax(1)
     found = {}
@@ -717,35 +809,31 @@ def _repair_decoders(decoders, source, asked, classifiers, probs, judges, swap, 
         if got is not None and u.module is not None:
             found[d] = got
     if 2 * len(found) > len(decoders):  # honest majority: then the judges are the odd ones
-        notes.append(
-            (
-                None,
-                f"no decoder repaired: {len(found)} of {len(decoders)} draw other "
-                "classes than asked for, by the classifiers' reading",
-            )
-        )
-        return asked
+        return _note(
+            f"no decoder repaired: {len(found)} of {len(decoders)} draw other "
+            "classes than asked for, by the classifiers' reading"
+        ), asked
     asked = asked.copy()
     for d, (perm, seen) in found.items():
         u = decoders[d]
         inverse = np.argsort(perm)  # old label -> the class it draws
         mask = source == d
         asked[mask] = inverse[asked[mask]]
-        swap[u.name] = _relabelled_decoder(u, perm, seen)
+        verdict.swap[u.name] = _relabelled_decoder(u, perm, seen)
         moved = ", ".join(f"{int(perm[c])}->{c}" for c in range(k) if perm[c] != c and c in seen)
-        notes.append(
+        verdict.notes.append(
             (
                 u.name,
                 f"{u.client_id}: draws repaired (labels relabelled {moved}: "
                 "asked for the class on the right, it is given the label on the left)",
             )
         )
-    return asked
+    return verdict, asked
 
 
 def _decoder_relabelling(d, source, asked, reading, k):
-    """(perm: new label c -> the decoder's label perm[c], the classes whose label is known) when the judges read its draws for
-    some label l clearly as another class c: most of them, c read for l's draws and rarely for
+    """(perm: new label c -> the decoder's label perm[c], the classes whose label is known)
+    when the judges read its draws for some label l clearly as another class c: most of them, c read for l's draws and rarely for
     its others (not a constant reading, as of noise), its own draws of c (if it has any) not
     read as c, and the other decoders' draws of l not read as c too (else the judges confuse l
     with c, or the draws of l all look like c)."""
@@ -754,19 +842,11 @@ def _decoder_relabelling(d, source, asked, reading, k):
     rate = np.array(
         [[float((reading[mine & (asked == a)] == c).mean()) for c in range(k)] for a in labels]
     )
-    moves = {}
-    for i, c in zip(*linear_sum_assignment(rate, maximize=True), strict=True):
-        a = labels[i]
-        says_c = mine & (reading == c)
-        others = ~mine & (asked == a)
-        if (
-            a != c
-            and rate[i, c] >= SURE
-            and (asked[says_c] == a).mean() >= SURE
-            and not (c in labels and rate[labels.index(c), c] >= SURE)
-            and (not others.any() or (reading[others] == c).mean() < SURE)
-        ):
-            moves[a] = c  # the label a draws class c: asked for c, it is to be given a
+    moves = {
+        labels[i]: c  # the label draws class c: asked for c, it is to be given that label
+        for i, c in zip(*linear_sum_assignment(rate, maximize=True), strict=True)
+        if _draws_as(labels, rate, i, c, mine, asked, reading)
+    }
     # A relabelled decoder moves most of its labels (a flip) or a closed set of them (a swap);
     # one label read as a similar class the judges hold better is not a relabelling (measured:
     # an honest decoder's 6s read as 5 and "repaired" cost FedMHO 2.7 points).
@@ -777,6 +857,21 @@ def _decoder_relabelling(d, source, asked, reading, k):
     # asked for (measured: left in place, it gave another class's images 147 times).
     seen = set(moves.values()) | {a for i, a in enumerate(labels) if rate[i, a] >= SURE}
     return _permutation(k, moves), seen
+
+
+def _draws_as(labels, rate, i, c, mine, asked, reading) -> bool:
+    """Whether the decoder's (`mine`) label a = labels[i] clearly draws another class c, by
+    `_decoder_relabelling`'s tests (`rate[i, c]`: how often its draws of a are read as c)."""
+    a = labels[i]
+    says_c = mine & (reading == c)
+    others = ~mine & (asked == a)
+    return bool(
+        a != c
+        and rate[i, c] >= SURE
+        and (asked[says_c] == a).mean() >= SURE
+        and not (c in labels and rate[labels.index(c), c] >= SURE)
+        and (not others.any() or (reading[others] == c).mean() < SURE)
+    )
 
 
 def _relabelled_decoder(u: Upload, perm: np.ndarray, seen: set[int]) -> Upload:
@@ -830,9 +925,7 @@ def _judge_decoders_alone(decoders, probe: torch.Tensor, asked, source) -> dict[
             for c in np.unique(asked[source == d])
             if c in shared
         }
-        scores.append(
-            (float(np.mean(list(per.values()))), min(per, key=per.get)) if per else (None, None)
-        )
+        scores.append(_mean_and_worst(per))
     # Here the judged are their own reference: fewer than a committee's scores judge nothing.
     return _below_median(
         decoders,
