@@ -9,7 +9,7 @@ package knows nothing about which method consumes an artifact and never imports 
 from .atomic import atomic_write_bytes, atomic_write_text, write_model_atomic
 from .constant import read_constant_outputs, write_constant_artifact
 from .errors import ExportError, UploadRejected
-from .export import ExportReport, export_onnx
+from .export import MAX_INLINE_BYTES, ExportReport, export_onnx
 from .graph import weights_hash, without_weights
 from .quantize import QUANTIZED_TAG, quantize_int8
 from .read import Artifact, get_metadata, read_artifact, set_metadata
@@ -41,6 +41,7 @@ __all__ = [
     "SCHEMA_VERSION",
     "Artifact",
     "ExportError",
+    "MAX_INLINE_BYTES",
     "ExportReport",
     "IngestResult",
     "UploadRejected",

@@ -26,6 +26,8 @@ if TYPE_CHECKING:
 MIN_OPSET = 18
 # onnxruntime 1.31 loads IR <= 13 but older runtimes on devices stop earlier; torch 2.13 emits 10.
 MAX_IR_VERSION = 10
+# One ONNX file is one protobuf message, which ends at 2 GiB; exports keep the weights inline.
+MAX_INLINE_BYTES = 2**31 - 1
 _PARITY_BATCHES = (1, 5)
 
 

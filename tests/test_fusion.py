@@ -606,3 +606,20 @@ def test_decode_draws_bernoulli_pixels_around_the_decoder_mean(uploads):
     assert set(draws.unique().tolist()) <= {0.0, 1.0}
     assert not set(means.unique().tolist()) <= {0.0, 1.0}
     assert (draws.mean(0) - means.mean(0)).abs().max() < 0.05
+
+
+def test_ensemble_refuses_members_one_onnx_file_cannot_hold(uploads, monkeypatch):
+    """Its members' weights go into one file: past what one ONNX file holds it says so before
+    exporting, with the way out, instead of failing inside the exporter."""
+    from edgefl.fusion import ensemble
+
+    classifiers = [u for u in uploads if u.kind == "classifier"]
+    weights = sum(p.numel() * 4 for u in classifiers for p in u.module.parameters())
+    ctx = FusionContext(classifiers, device=torch.device("cpu"), seed=0, method="ensemble")
+    cfg = ensemble.EnsembleConfig()
+    monkeypatch.setattr(exporters, "MAX_INLINE_BYTES", weights)
+    assert len(ensemble.fuse(ctx, cfg).model.members) == len(classifiers)  # at the limit
+    monkeypatch.setattr(exporters, "MAX_INLINE_BYTES", weights - 1)
+    with pytest.raises(FusionError, match="more than one ONNX file holds") as err:
+        ensemble.fuse(ctx, cfg)
+    assert "distil them" in err.value.hint

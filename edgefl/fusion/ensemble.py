@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import exporters
 from edgefl.errors import FusionError
 from edgefl.fusion.base import EnsembleModule, FusionConfig, FusionContext, FusionResult, Method
 
@@ -22,6 +23,16 @@ def fuse(ctx: FusionContext, cfg: EnsembleConfig) -> FusionResult:
             f"ensemble exports one ONNX graph from rebuilt modules; {', '.join(onnx_only)} "
             "have no edgefl spec (or are int8) and cannot be rebuilt",
             hint="remove them, or use fedmho-md, which only needs their forward passes",
+        )
+    # The members' weights all go into one file: what an ensemble can hold is bounded by the
+    # bytes one ONNX file holds (8 VGG-9s pass it), not by a count (2,000 CNNs are 68 MB).
+    weights = sum(p.numel() * p.element_size() for u in classifiers for p in u.module.parameters())
+    if weights > exporters.MAX_INLINE_BYTES:
+        raise FusionError(
+            f"ensemble exports its {len(classifiers):,} members as one ONNX graph, and their "
+            f"weights take {weights / 2**30:.1f} GiB, more than one ONNX file holds (2 GiB)",
+            hint="distil them into one model instead (fedmho-md, feddf or dense), or fuse "
+            "fewer classifiers",
         )
     model = EnsembleModule([u.module for u in classifiers])
     return FusionResult(model, None, {"members": [u.client_id for u in classifiers]})
