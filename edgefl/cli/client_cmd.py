@@ -231,6 +231,10 @@ def train_cmd(
     if json_out:
         print_json(summary | ({"warnings": warnings} if warnings else {}))
         return
+    _print_trained(result, warnings)
+
+
+def _print_trained(result, warnings: list[str]) -> None:
     s, f, prof = result.summary, result.fit, result.profile
     console.print(
         f"[bold]{result.client_id}[/] ({prof.name}): [cyan]{result.role}[/] {result.spec.label}"

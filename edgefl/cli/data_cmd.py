@@ -89,27 +89,15 @@ def partition_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
 ) -> None:
     """Partition a dataset's train split among clients and show each client's label counts."""
-    import numpy as np
-
-    from edgefl.data import (
-        client_users,
-        label_count_matrix,
-        load_dataset,
-        parse_scheme,
-        partition,
-    )
+    from edgefl.data import parse_scheme
 
     parsed = parse_scheme(old_scheme or scheme)  # fail on a bad flag before loading any data
     if plot is not None:
         from edgefl.outputs import check_writable
 
         check_writable(plot, "--plot", "heatmap.png")
-    ds = load_dataset(dataset, "train", data_dir=data_dir, download=download)
-    parts = partition(ds.y, num_clients, parsed, seed, num_classes=ds.num_classes, groups=ds.groups)
-    counts = label_count_matrix(ds.y, parts, ds.num_classes)
+    ds, counts, users = _split(dataset, num_clients, parsed, seed, data_dir, download)
     sizes = counts.sum(axis=1)
-    # Whose data each client holds, on a user partition (a draw of users is named, not hidden).
-    users = client_users(ds.groups, parts) if parsed.kind == "user" else None
 
     saved = None
     if plot is not None:
@@ -135,17 +123,23 @@ def partition_cmd(
             }
         )
         return
-
     title = f"{ds.name} train, {parsed}, {num_clients} clients, seed {seed}"
-    wide = ds.num_classes > MAX_CLASS_COLUMNS
-    headers = ["classes held", "largest class"] if wide else list(ds.class_names)
-    # Every count matters: at a narrow width the classes wrap into blocks, never cut to "13…".
-    cols = [
-        Col("client", key=True),
-        *([Col("user", key=True)] if users is not None else []),
-        *(Col(escape(str(name))) for name in headers),
-        Col("total"),
-    ]
+    _print_counts(ds, counts, sizes, users, title)
+
+
+def _split(dataset: str, num_clients: int, parsed, seed: int, data_dir, download: bool):
+    """The train split, its clients x classes label counts, and on a user partition whose
+    data each client holds (a draw of users is named, not hidden; None otherwise)."""
+    from edgefl.data import client_users, label_count_matrix, load_dataset, partition
+
+    ds = load_dataset(dataset, "train", data_dir=data_dir, download=download)
+    parts = partition(ds.y, num_clients, parsed, seed, num_classes=ds.num_classes, groups=ds.groups)
+    counts = label_count_matrix(ds.y, parts, ds.num_classes)
+    users = client_users(ds.groups, parts) if parsed.kind == "user" else None
+    return ds, counts, users
+
+
+def _count_cells(ds, counts, sizes, users, wide: bool) -> list[list[str]]:
     cells = []
     for i, row in enumerate(counts):
         if wide:
@@ -155,6 +149,22 @@ def partition_cmd(
             held = [str(v) for v in row]
         who = [] if users is None else [str(users[i])]
         cells.append([str(i), *who, *held, f"[bold]{sizes[i]}[/]"])
+    return cells
+
+
+def _print_counts(ds, counts, sizes, users, title: str) -> None:
+    import numpy as np
+
+    wide = ds.num_classes > MAX_CLASS_COLUMNS
+    headers = ["classes held", "largest class"] if wide else list(ds.class_names)
+    # Every count matters: at a narrow width the classes wrap into blocks, never cut to "13…".
+    cols = [
+        Col("client", key=True),
+        *([Col("user", key=True)] if users is not None else []),
+        *(Col(escape(str(name))) for name in headers),
+        Col("total"),
+    ]
+    cells = _count_cells(ds, counts, sizes, users, wide)
     for table in blocks(cols, cells, console.width, title=title):
         console.print(table)
     console.print(

@@ -30,15 +30,24 @@ def models_cmd(
     """Every zoo model with params, MACs, FLOPs, weight bytes, inference peak and training memory."""
     # torch (through the cost model) only when the command runs: every other command's start,
     # and --help, would otherwise wait a second for it.
-    from edgefl.models.cost import ORT_FLOOR_BYTES, costs
-    from edgefl.models.plan import check_fit, default_samples, runtimes_that_fit
-    from edgefl.models.zoo import ZOO, candidate_specs, input_kind, make_spec
+    from edgefl.models.plan import default_samples
 
     info = dataset_info(dataset)
     prof = get_profile(profile) if profile else None
     batch = batch_size or (prof.batch_size if prof else 64)
     optimizer = prof.optimizer if prof else "adam"
     n = samples or default_samples(info)
+    rows = [_model_row(spec, batch, optimizer, prof, n) for spec in _zoo_specs(info, ladder)]
+    if json_out:
+        print_json([{k: v for k, v in r.items() if not k.startswith("_")} for r in rows])
+        return
+    _print_models(rows, info, batch, optimizer, prof)
+
+
+def _zoo_specs(info, ladder: bool) -> list:
+    """The zoo's models for this dataset's inputs; with --ladder every size of a family."""
+    from edgefl.models.zoo import ZOO, candidate_specs, input_kind, make_spec
+
     specs = []
     for entry in ZOO:
         if input_kind(info.input_shape) not in entry.inputs:
@@ -51,40 +60,70 @@ def models_cmd(
             ]
         else:
             specs.append(make_spec(entry.name, info.input_shape, info.num_classes))
-    rows = []
-    for spec in specs:
-        c = costs(spec)
-        row = {
-            "name": spec.label,
-            "role": c.role,
-            "params": c.params,
-            "macs": c.macs,
-            "flops": c.flops,
-            "weight_bytes": c.weight_bytes,
-            "weight_bytes_int8": c.weight_bytes_int8,
-            "upload_bytes": c.upload_bytes,
-            "upload_weight_bytes": c.upload_weight_bytes,
-            "infer_peak_bytes": c.infer_peak_bytes,
-            "tflm_arena_bytes": c.tflm_arena_bytes,
-            "onnxruntime_bytes": ORT_FLOOR_BYTES + c.infer_peak_bytes,
-            "train_bytes": c.train_bytes(batch, optimizer),
-            "batch_size": batch,
-            "optimizer": optimizer,
-            "spec": spec.to_dict(),
-        }
-        if prof:
-            fit = check_fit(spec, prof, samples=n, batch_size=batch)
-            row.update(
-                fits=fit.fits,
-                reasons=list(fit.reasons),
-                epoch_seconds=fit.epoch_seconds,
-                runs_in=runtimes_that_fit(c, prof),
-            )
-            row["_short"] = ", ".join(fit.short)
-        rows.append(row)
-    if json_out:
-        print_json([{k: v for k, v in r.items() if not k.startswith("_")} for r in rows])
-        return
+    return specs
+
+
+def _model_row(spec, batch: int, optimizer: str, prof, n: int) -> dict:
+    """One model's costs (and with a profile, its fit) as --json prints them; `_short`, the
+    fit's short reasons, only for the table."""
+    from edgefl.models.cost import ORT_FLOOR_BYTES, costs
+    from edgefl.models.plan import check_fit, runtimes_that_fit
+
+    c = costs(spec)
+    row = {
+        "name": spec.label,
+        "role": c.role,
+        "params": c.params,
+        "macs": c.macs,
+        "flops": c.flops,
+        "weight_bytes": c.weight_bytes,
+        "weight_bytes_int8": c.weight_bytes_int8,
+        "upload_bytes": c.upload_bytes,
+        "upload_weight_bytes": c.upload_weight_bytes,
+        "infer_peak_bytes": c.infer_peak_bytes,
+        "tflm_arena_bytes": c.tflm_arena_bytes,
+        "onnxruntime_bytes": ORT_FLOOR_BYTES + c.infer_peak_bytes,
+        "train_bytes": c.train_bytes(batch, optimizer),
+        "batch_size": batch,
+        "optimizer": optimizer,
+        "spec": spec.to_dict(),
+    }
+    if prof:
+        fit = check_fit(spec, prof, samples=n, batch_size=batch)
+        row.update(
+            fits=fit.fits,
+            reasons=list(fit.reasons),
+            epoch_seconds=fit.epoch_seconds,
+            runs_in=runtimes_that_fit(c, prof),
+        )
+        row["_short"] = ", ".join(fit.short)
+    return row
+
+
+def _model_cells(r: dict, prof) -> list[str]:
+    row = [
+        escape(r["name"]),
+        r["role"],
+        fmt_count(r["params"]),
+        f"{r['macs']:,}",
+        fmt_count(r["flops"]),
+        fmt_bytes(r["weight_bytes"]),
+        fmt_bytes(r["weight_bytes_int8"]),
+        fmt_bytes(r["upload_bytes"]),
+        fmt_bytes(r["infer_peak_bytes"]),
+        fmt_bytes(r["tflm_arena_bytes"]),
+        fmt_bytes(r["train_bytes"]),
+    ]
+    if prof:
+        row.append(f"{r['epoch_seconds']:.1f}s")
+        row.append(", ".join(r["runs_in"]) or "[red]none[/]")
+        row.append("[green]yes[/]" if r["fits"] else f"[red]no[/] ({escape(r.pop('_short'))})")
+    return row
+
+
+def _print_models(rows: list[dict], info, batch: int, optimizer: str, prof) -> None:
+    from edgefl.models.cost import ORT_FLOOR_BYTES
+
     title = f"Model zoo on {info.name} {info.input_shape}, {info.num_classes} classes"
     title += f" (training: batch {batch}, {optimizer})"
     cols = [
@@ -107,26 +146,7 @@ def models_cmd(
             Col("runs in", right=False, drop=8),
             Col(f"fits {prof.name}", right=False, wrap=True),
         ]
-    cells = []
-    for r in rows:
-        row = [
-            escape(r["name"]),
-            r["role"],
-            fmt_count(r["params"]),
-            f"{r['macs']:,}",
-            fmt_count(r["flops"]),
-            fmt_bytes(r["weight_bytes"]),
-            fmt_bytes(r["weight_bytes_int8"]),
-            fmt_bytes(r["upload_bytes"]),
-            fmt_bytes(r["infer_peak_bytes"]),
-            fmt_bytes(r["tflm_arena_bytes"]),
-            fmt_bytes(r["train_bytes"]),
-        ]
-        if prof:
-            row.append(f"{r['epoch_seconds']:.1f}s")
-            row.append(", ".join(r["runs_in"]) or "[red]none[/]")
-            row.append("[green]yes[/]" if r["fits"] else f"[red]no[/] ({escape(r.pop('_short'))})")
-        cells.append(row)
+    cells = [_model_cells(r, prof) for r in rows]
     table = fitted(
         cols,
         cells,

@@ -101,6 +101,18 @@ def search_cmd(
     if json_out:
         print_json(result.as_dict() | ({"saved": save} if save else {}))
         return
+    _print_best(result)
+    console.print(_candidate_table(result, top))
+    console.print(f"spec: {result.spec.to_json()}", markup=False)
+    if save is not None:
+        console.print(
+            f"wrote {save}: train it with `edgefl client train --profile {profile} "
+            f"--dataset {dataset} --spec {save}`",
+            markup=False,
+        )
+
+
+def _print_best(result) -> None:
     from edgefl.models.cost import costs
 
     best, c, b = result.best, costs(result.spec), result.budget
@@ -120,6 +132,9 @@ def search_cmd(
         f"  {len(result.candidates)} architectures trained ({result.evaluations} evaluations) "
         f"in {result.seconds:.1f} s"
     )
+
+
+def _candidate_table(result, top: int) -> Table:
     table = Table(title="Candidates: accuracy vs MACs (best fitness first)")
     for col in ("gen", "architecture", "MACs", "params", "train mem", "val acc", "val CE"):
         table.add_column(col, justify="left" if col == "architecture" else "right")
@@ -133,11 +148,4 @@ def search_cmd(
             f"{100 * cand.val_accuracy:.1f}%",
             f"{cand.fitness:.4f}",
         )
-    console.print(table)
-    console.print(f"spec: {result.spec.to_json()}", markup=False)
-    if save is not None:
-        console.print(
-            f"wrote {save}: train it with `edgefl client train --profile {profile} "
-            f"--dataset {dataset} --spec {save}`",
-            markup=False,
-        )
+    return table

@@ -140,18 +140,10 @@ def fuse_cmd(
     quiet: bool = QUIET,
 ) -> None:
     """Validate every upload once, fuse the usable ones with each METHOD, export global models."""
-    from pathlib import Path
-
-    from edgefl.errors import ConfigError
     from edgefl.server.classes import parse_request
     from edgefl.server.fuse import fuse_methods, plan, resolve_device
 
-    methods = [m.strip() for m in method.split(",") if m.strip()]
-    if not methods or len(set(methods)) != len(methods):
-        raise ConfigError(
-            f"--method expects distinct names, got {method!r}",
-            hint="e.g. --method fedmho or --method fedavg,fedmho-md",
-        )
+    methods = _method_names(method)
     options = method_options(methods, _extra_flags(list(ctx.args)), opt, budget)
     classes = parse_request(
         for_classes,
@@ -160,42 +152,20 @@ def fuse_cmd(
         max_macs=for_max_macs,
         eval_ref=eval_ref,
     )
-    if len(methods) > 1:
-        if out is not None or report is not None:
-            raise ConfigError(
-                "--out and --report name one method's outputs; several methods write to a folder",
-                hint=f"use --out-dir DIR (writes DIR/{methods[0]}.onnx, ...)",
-            )
-        if out_dir is None:
-            raise ConfigError("several methods need --out-dir", hint="e.g. --out-dir global")
-        plans = [
-            plan(
-                m,
-                options[m],
-                Path(out_dir) / f"{m}.onnx",
-                uploads,
-                out_flag="--out-dir",
-                classes=classes,
-                overwrite=overwrite,
-            )
-            for m in methods
-        ]
-    else:
-        if out_dir is not None and out is not None:
-            raise ConfigError("give --out or --out-dir, not both")
-        target = out or (str(Path(out_dir) / f"{methods[0]}.onnx") if out_dir else "global.onnx")
-        plans = [
-            plan(
-                methods[0],
-                options[methods[0]],
-                target,
-                uploads,
-                report,
-                classes=classes,
-                out_flag="--out-dir" if out_dir else "--out",
-                overwrite=overwrite,
-            )
-        ]
+    targets, report_path, out_flag = _fuse_targets(methods, out, out_dir, report)
+    plans = [
+        plan(
+            m,
+            options[m],
+            target,
+            uploads,
+            report_path,
+            classes=classes,
+            out_flag=out_flag,
+            overwrite=overwrite,
+        )
+        for m, target in zip(methods, targets, strict=True)
+    ]
     resolve_device(device)
     cap = {} if max_upload_bytes is None else {"max_upload_bytes": max_upload_bytes}
     with reporter(quiet) as watch:
@@ -214,15 +184,56 @@ def fuse_cmd(
             recursive=recursive,
             **cap,
         )
-    if json_out:
-        print_json(reps[methods[0]] if len(methods) == 1 else reps)
-    else:
-        _print_one(reps[methods[0]]) if len(methods) == 1 else _print_many(reps)
-        for r in reps.values():
-            for w in r.get("warnings", []):
-                console.print(f"[yellow]warning[/] {upload_text(w)}")
+    _print_fused(reps, methods, json_out)
     if all("error" in r for r in reps.values()):
         raise typer.Exit(2)
+
+
+def _method_names(method: str) -> list[str]:
+    """--method as a list of distinct names."""
+    from edgefl.errors import ConfigError
+
+    methods = [m.strip() for m in method.split(",") if m.strip()]
+    if not methods or len(set(methods)) != len(methods):
+        raise ConfigError(
+            f"--method expects distinct names, got {method!r}",
+            hint="e.g. --method fedmho or --method fedavg,fedmho-md",
+        )
+    return methods
+
+
+def _fuse_targets(
+    methods: list[str], out: str | None, out_dir: str | None, report: str | None
+) -> tuple[list, str | None, str]:
+    """Each method's global model path, the report path and the flag that named them: one
+    method writes --out (or into --out-dir), several write DIR/METHOD.onnx each."""
+    from pathlib import Path
+
+    from edgefl.errors import ConfigError
+
+    if len(methods) > 1:
+        if out is not None or report is not None:
+            raise ConfigError(
+                "--out and --report name one method's outputs; several methods write to a folder",
+                hint=f"use --out-dir DIR (writes DIR/{methods[0]}.onnx, ...)",
+            )
+        if out_dir is None:
+            raise ConfigError("several methods need --out-dir", hint="e.g. --out-dir global")
+        return [Path(out_dir) / f"{m}.onnx" for m in methods], None, "--out-dir"
+    if out_dir is not None and out is not None:
+        raise ConfigError("give --out or --out-dir, not both")
+    target = out or (str(Path(out_dir) / f"{methods[0]}.onnx") if out_dir else "global.onnx")
+    return [target], report, "--out-dir" if out_dir else "--out"
+
+
+def _print_fused(reps: dict[str, dict], methods: list[str], json_out: bool) -> None:
+    if json_out:
+        print_json(reps[methods[0]] if len(methods) == 1 else reps)
+        return
+    _print_one(reps[methods[0]]) if len(methods) == 1 else _print_many(reps)
+    for r in reps.values():
+        for w in r.get("warnings", []):
+            console.print(f"[yellow]warning[/] {upload_text(w)}")
 
 
 def _print_one(rep: dict) -> None:
@@ -291,15 +302,7 @@ def _print_extra(rep: dict) -> None:
 def _print_many(reps: dict[str, dict]) -> None:
     first = next((r for r in reps.values() if "error" not in r), None)
     if first is not None:
-        ingest = first["seconds"]["ingest"]
-        console.print(
-            f"ingested once in {ingest:.1f}s: {len(first['accepted'])} accepted, "
-            f"{len(first['rejected'])} rejected"
-        )
-        for r in first["rejected"]:
-            console.print(
-                f"  [red]rejected[/] {upload_text(r['file'])}: {upload_text(r['reason'])}"
-            )
+        _print_ingest(first)
     cols = [
         Col("method", right=False),
         Col("used", drop=1),
@@ -307,37 +310,55 @@ def _print_many(reps: dict[str, dict]) -> None:
         Col("fuse time", drop=2),
         Col("global model", right=False, wrap=True),
     ]
-    rows = []
-    for name, r in reps.items():
-        if "error" in r:
-            rows.append([name, "-", "[red]refused[/]", "-", escape(r["error"])])
-            continue
-        acc = f"{100 * r['accuracy']:.2f}%" if "accuracy" in r else "-"
-        own = r["total_seconds"] - r["seconds"]["ingest"]
-        rows.append([name, str(len(r["used"])), acc, f"{own:.1f}s", upload_text(r["global_model"])])
+    rows = [_fused_row(name, r) for name, r in reps.items()]
     console.print(fitted(cols, rows, console.width, title="fused"))
     for name, r in reps.items():
-        if r.get("scope"):
-            console.print(
-                f"{upload_text(name)}: [yellow]global model from {upload_text(r['scope'])}[/]"
-            )
-        for x in r.get("set_aside", []) + r.get("partly_used", []):
-            what = "partly used" if x in r.get("partly_used", []) else "set aside"
-            console.print(
-                f"{upload_text(name)}: [yellow]{what}[/] {upload_text(x['file'])}: "
-                f"{upload_text(x['reason'])}"
-            )
-        for x in r.get("screened", []):
-            console.print(
-                f"{upload_text(name)}: [yellow]screened out[/] {upload_text(x['file'])}: "
-                f"{upload_text(x['reason'])}"
-            )
-        for n in r.get("robust_notes", []):
-            console.print(f"{upload_text(name)}: [cyan]robust[/] {upload_text(n)}")
-        if r.get("extra_outputs") or r.get("for_classes"):
-            console.print(f"{name}:", markup=False)
-            _print_extra(r)
-            _print_classes(r)
+        _print_notes(name, r)
+
+
+def _print_ingest(first: dict) -> None:
+    """The one ingest all methods shared: its time, and the uploads it rejected."""
+    ingest = first["seconds"]["ingest"]
+    console.print(
+        f"ingested once in {ingest:.1f}s: {len(first['accepted'])} accepted, "
+        f"{len(first['rejected'])} rejected"
+    )
+    for r in first["rejected"]:
+        console.print(f"  [red]rejected[/] {upload_text(r['file'])}: {upload_text(r['reason'])}")
+
+
+def _fused_row(name: str, r: dict) -> list[str]:
+    if "error" in r:
+        return [name, "-", "[red]refused[/]", "-", escape(r["error"])]
+    acc = f"{100 * r['accuracy']:.2f}%" if "accuracy" in r else "-"
+    own = r["total_seconds"] - r["seconds"]["ingest"]
+    return [name, str(len(r["used"])), acc, f"{own:.1f}s", upload_text(r["global_model"])]
+
+
+def _print_notes(name: str, r: dict) -> None:
+    """What set one method's fusion apart, below the table: its scope, the uploads it set
+    aside or screened out, its robust notes, extra outputs and --for models."""
+    if r.get("scope"):
+        console.print(
+            f"{upload_text(name)}: [yellow]global model from {upload_text(r['scope'])}[/]"
+        )
+    for x in r.get("set_aside", []) + r.get("partly_used", []):
+        what = "partly used" if x in r.get("partly_used", []) else "set aside"
+        console.print(
+            f"{upload_text(name)}: [yellow]{what}[/] {upload_text(x['file'])}: "
+            f"{upload_text(x['reason'])}"
+        )
+    for x in r.get("screened", []):
+        console.print(
+            f"{upload_text(name)}: [yellow]screened out[/] {upload_text(x['file'])}: "
+            f"{upload_text(x['reason'])}"
+        )
+    for n in r.get("robust_notes", []):
+        console.print(f"{upload_text(name)}: [cyan]robust[/] {upload_text(n)}")
+    if r.get("extra_outputs") or r.get("for_classes"):
+        console.print(f"{name}:", markup=False)
+        _print_extra(r)
+        _print_classes(r)
 
 
 @app.command("methods")

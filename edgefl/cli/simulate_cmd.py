@@ -93,6 +93,30 @@ def _trainer(engine: str):
     return train_clients_flower
 
 
+def _methods_and_options(
+    methods: str | None, budget: str, fuse_opt: list[str]
+) -> tuple[tuple[str, ...], dict[str, dict]]:
+    """--methods (default: the FedMHO paper's table) and each one's fusion options."""
+    from edgefl.fusion import DEFAULT_METHODS, check_budget
+    from edgefl.fusion.layering import layer
+
+    shared, targeted = _fuse_options(fuse_opt)
+    method_list = (
+        tuple(m.strip() for m in methods.split(",") if m.strip()) if methods else DEFAULT_METHODS
+    )
+    check_budget(budget)  # before anything runs, whichever methods are named
+    # The budget's options, then all:, then METHOD: (edgefl.fusion.layering), as server fuse.
+    opts = layer(
+        method_list,
+        budget,
+        shared,
+        targeted,
+        shared_flag="--fuse-opt all:{key}",
+        targeted_flag="--fuse-opt {method}:KEY=VALUE",
+    )
+    return method_list, opts
+
+
 def simulate_cmd(
     dataset: str = typer.Option("mnist", help="Registered dataset."),
     clients: int = typer.Option(10, help="Number of clients."),
@@ -201,25 +225,10 @@ def simulate_cmd(
 ) -> None:
     """Run a whole one-shot federation: train every client, fuse with each method, evaluate."""
     from edgefl.client.attacks import parse_attacks
-    from edgefl.fusion import DEFAULT_METHODS, check_budget
-    from edgefl.fusion.layering import layer
     from edgefl.simulate.run import SimJob, simulate
 
     trainer = _trainer(engine)  # an unknown engine or a missing extra: before any work
-    shared, targeted = _fuse_options(fuse_opt)
-    method_list = (
-        tuple(m.strip() for m in methods.split(",") if m.strip()) if methods else DEFAULT_METHODS
-    )
-    check_budget(budget)  # before anything runs, whichever methods are named
-    # The budget's options, then all:, then METHOD: (edgefl.fusion.layering), as server fuse.
-    opts = layer(
-        method_list,
-        budget,
-        shared,
-        targeted,
-        shared_flag="--fuse-opt all:{key}",
-        targeted_flag="--fuse-opt {method}:KEY=VALUE",
-    )
+    method_list, opts = _methods_and_options(methods, budget, fuse_opt)
     job = SimJob(
         dataset=dataset,
         clients=clients,
@@ -263,7 +272,27 @@ def simulate_cmd(
 
 
 def print_results(results: dict) -> None:
-    from edgefl.simulate.render import accuracy_text, val_acc_text
+    _print_methods(results)
+    for r in results["results"]:
+        _print_method_notes(r)
+    for w in results.get("warnings", []):
+        console.print(f"[yellow]warning[/] {escape(w)}")
+    _print_clients(results)
+    from edgefl.simulate.render import reused_text
+
+    j, s = results["job"], results["seconds"]
+    console.print(
+        f"clients {s['clients']:.0f} s, fusion {s['fusion']:.0f} s, total {s['total']:.0f} s"
+        f"{escape(reused_text(s))}; results in {escape(j['out'])}/results.md"
+    )
+    if results.get("pictures"):
+        names = ", ".join(Path(p).name for p in results["pictures"])
+        console.print(f"pictures in {escape(j['out'])}: {escape(names)}")
+
+
+def _print_methods(results: dict) -> None:
+    """One row per fusion method: its accuracy beside the paper's."""
+    from edgefl.simulate.render import accuracy_text
 
     j = results["job"]
     title = f"{j['dataset']}, {j['clients']} clients, {j['partition']}, {j['mix']}" + (
@@ -284,24 +313,30 @@ def print_results(results: dict) -> None:
             [r["method"], acc, paper, f"{r['fuse_seconds']:.1f}s", fmt_bytes(r["upload_bytes"])]
         )
     console.print(fitted(cols, rows, console.width, title=title))
-    for r in results["results"]:
-        if r.get("error"):
-            console.print(f"  [yellow]{r['method']}[/]: {escape(r['error'])}")
-        for x in r.get("screened", []):
-            console.print(f"  {r['method']}: [yellow]screened out[/] {escape(x)}")
-        for x in r.get("robust_notes", []):
-            console.print(f"  {r['method']}: [cyan]robust[/] {escape(x)}")
-        for name, c in (r.get("for_classes") or {}).items():  # --for
-            if name == "refused":
-                console.print(f"  {r['method']}: [yellow]--for refused[/] {upload_text(c)}")
-                continue
-            acc = f", {100 * c['accuracy']:.2f}%" if c.get("accuracy") is not None else ""
-            console.print(
-                f"  {r['method']} for {upload_text(name)}: {upload_text(c['model'])}"
-                f" ({c['costs']['macs']:,} MACs{acc}; {upload_text(c['from'])})"
-            )
-    for w in results.get("warnings", []):
-        console.print(f"[yellow]warning[/] {escape(w)}")
+
+
+def _print_method_notes(r: dict) -> None:
+    """Below the table, one method's error, screened uploads, robust notes and --for models."""
+    if r.get("error"):
+        console.print(f"  [yellow]{r['method']}[/]: {escape(r['error'])}")
+    for x in r.get("screened", []):
+        console.print(f"  {r['method']}: [yellow]screened out[/] {escape(x)}")
+    for x in r.get("robust_notes", []):
+        console.print(f"  {r['method']}: [cyan]robust[/] {escape(x)}")
+    for name, c in (r.get("for_classes") or {}).items():  # --for
+        if name == "refused":
+            console.print(f"  {r['method']}: [yellow]--for refused[/] {upload_text(c)}")
+            continue
+        acc = f", {100 * c['accuracy']:.2f}%" if c.get("accuracy") is not None else ""
+        console.print(
+            f"  {r['method']} for {upload_text(name)}: {upload_text(c['model'])}"
+            f" ({c['costs']['macs']:,} MACs{acc}; {upload_text(c['from'])})"
+        )
+
+
+def _print_clients(results: dict) -> None:
+    from edgefl.simulate.render import val_acc_text
+
     cols = [
         Col("client", right=False),
         Col("profile", right=False),
@@ -322,16 +357,6 @@ def print_results(results: dict) -> None:
         for c in results["clients"]
     ]
     console.print(fitted(cols, rows, console.width, title="clients"))
-    from edgefl.simulate.render import reused_text
-
-    s = results["seconds"]
-    console.print(
-        f"clients {s['clients']:.0f} s, fusion {s['fusion']:.0f} s, total {s['total']:.0f} s"
-        f"{escape(reused_text(s))}; results in {escape(j['out'])}/results.md"
-    )
-    if results.get("pictures"):
-        names = ", ".join(Path(p).name for p in results["pictures"])
-        console.print(f"pictures in {escape(j['out'])}: {escape(names)}")
 
 
 def _demo_options(method) -> dict:
@@ -405,6 +430,11 @@ def print_way_on(results: dict) -> None:
     models = [out / "global" / f"{r['method']}.onnx" for r in fused]
     models = [m for m in models if m.exists()]
     console.rule("Where everything is, and what to try next")
+    _print_places(results, out, folders, models)
+    _print_next(results["job"]["dataset"], out, folders, fused)
+
+
+def _print_places(results: dict, out: Path, folders: list[str], models: list[Path]) -> None:
     for folder in folders or [str(out / "uploads")]:
         count = sum(1 for c in results["clients"] if str(Path(c.get("path", "")).parent) == folder)
         console.print(f"uploads: {escape(folder)}/ ({count} client .onnx files)")
@@ -416,10 +446,13 @@ def print_way_on(results: dict) -> None:
     console.print(
         f"results: {escape(str(out / 'results.md'))}, {escape(str(out / 'results.json'))}"
     )
+
+
+def _print_next(dataset: str, out: Path, folders: list[str], fused: list[dict]) -> None:
+    """Commands to run next on the best global model and the demo's uploads."""
     best = max(fused, key=lambda r: r["accuracy"], default=None)
     model = out / "global" / f"{best['method']}.onnx" if best else out / "global" / "fedmho.onnx"
     uploads = folders[0] if folders else str(out / "uploads")
-    dataset = results["job"]["dataset"]
     console.print("next:")
     for line, why in (
         (f"edgefl eval {model} --dataset {dataset}", "the global model on the test set"),
