@@ -30,44 +30,7 @@ def gap_text(cell: dict) -> str:
 
 
 def table_markdown(summary: dict) -> str:
-    b = summary["budget"]
-    parts = summary["partitions"]
-    fed = summary["federation"]
-    lines = [
-        f"# {summary['title']}",
-        "",
-        f"`edgefl reproduce {summary['table']} --budget {b['name']}"
-        + ("" if fed == "own" else f" --federation {fed}")
-        + "`: "
-        f"{summary['date_utc']} UTC, {summary['host']['cpu_count']} CPU cores"
-        + (f", {summary['host']['cuda']}" if summary["host"]["cuda"] else "")
-        + f", torch {summary['host']['torch']}. Paper's numbers: {summary['source']}.",
-        "",
-        f"Budget **{b['name']}**: {b['description']} ({b['estimate']}).",
-    ]
-    if b["reductions"]:
-        lines += ["Differs from the paper:", ""] + [f"- {r}" for r in b["reductions"]]
-    lines += [
-        "",
-        "Client settings"
-        + (
-            " (each method in its own paper's setting):"
-            if fed == "own"
-            else f" (every method on the {fed} federation):"
-        ),
-        "",
-    ]
-    for s in summary["settings"]:
-        models = ", ".join(f"{p} {m}" for p, m in s["models"].items())
-        lines.append(f"- **{s['name']}**: {models}. {s['description']}.")
-    head = " | ".join(f"{p} edgefl | paper | gap" for p in parts)
-    lines += ["", f"| method | setting | {head} |", "|---|---|" + "---:|---:|---:|" * len(parts)]
-    for row in summary["rows"]:
-        cells = [
-            f"{ours_text(c)} | {paper_text(c)} | {gap_text(c)}"
-            for c in (row["partitions"][p] for p in parts)
-        ]
-        lines.append(f"| {row['method']} | {row['setting']} | " + " | ".join(cells) + " |")
+    lines = _heading(summary) + _settings_lines(summary) + _table_lines(summary)
     refused = {
         (r["method"], c["error"])
         for r in summary["rows"]
@@ -86,6 +49,60 @@ def table_markdown(summary: dict) -> str:
             f"{c['seconds']['total']:.0f} s ({when}), `{c['dir']}`"
         )
     return "\n".join(lines) + "\n"
+
+
+def _heading(summary: dict) -> list[str]:
+    """The title, the command and host that made the table, and its budget."""
+    b = summary["budget"]
+    fed = summary["federation"]
+    lines = [
+        f"# {summary['title']}",
+        "",
+        f"`edgefl reproduce {summary['table']} --budget {b['name']}"
+        + ("" if fed == "own" else f" --federation {fed}")
+        + "`: "
+        f"{summary['date_utc']} UTC, {summary['host']['cpu_count']} CPU cores"
+        + (f", {summary['host']['cuda']}" if summary["host"]["cuda"] else "")
+        + f", torch {summary['host']['torch']}. Paper's numbers: {summary['source']}.",
+        "",
+        f"Budget **{b['name']}**: {b['description']} ({b['estimate']}).",
+    ]
+    if b["reductions"]:
+        lines += ["Differs from the paper:", ""] + [f"- {r}" for r in b["reductions"]]
+    return lines
+
+
+def _settings_lines(summary: dict) -> list[str]:
+    """The client settings the cells ran, one line each."""
+    fed = summary["federation"]
+    lines = [
+        "",
+        "Client settings"
+        + (
+            " (each method in its own paper's setting):"
+            if fed == "own"
+            else f" (every method on the {fed} federation):"
+        ),
+        "",
+    ]
+    for s in summary["settings"]:
+        models = ", ".join(f"{p} {m}" for p, m in s["models"].items())
+        lines.append(f"- **{s['name']}**: {models}. {s['description']}.")
+    return lines
+
+
+def _table_lines(summary: dict) -> list[str]:
+    """The table itself: per method, ours | paper | gap for each partition."""
+    parts = summary["partitions"]
+    head = " | ".join(f"{p} edgefl | paper | gap" for p in parts)
+    lines = ["", f"| method | setting | {head} |", "|---|---|" + "---:|---:|---:|" * len(parts)]
+    for row in summary["rows"]:
+        cells = [
+            f"{ours_text(c)} | {paper_text(c)} | {gap_text(c)}"
+            for c in (row["partitions"][p] for p in parts)
+        ]
+        lines.append(f"| {row['method']} | {row['setting']} | " + " | ".join(cells) + " |")
+    return lines
 
 
 def plot_table(summary: dict, path: Path) -> Path:

@@ -242,42 +242,10 @@ def summarize(job: ReproduceJob, table: Table, budget: Budget, records: list[dic
     """Per method and partition: our accuracies over the finished seeds (mean +- sample std),
     the paper's number (the method's registry reference) and the gap, ours - paper."""
     partitions = list(job.partitions or budget.partitions)
-    methods = table.methods
     rows = []
-    for m in methods:
+    for m in table.methods:
         setting = table.setting_of(m).name if job.federation == OWN else job.federation
-        per: dict[str, dict] = {}
-        for p in partitions:
-            hits = [
-                (r["seed"], x)
-                for r in records
-                if (r["setting"], r["partition"]) == (setting, p)
-                for x in r["results"]
-                if x["method"] == m
-            ]
-            accs = [(s, 100 * x["accuracy"]) for s, x in hits if x["accuracy"] is not None]
-            # What the numbers stand for where a method fused part of the federation only
-            # (FedAvg over two architectures: "5 of 10: vgg9 only"), with the seeds it held for.
-            scopes: dict[str, list[int]] = {}
-            for seed, x in hits:
-                if x.get("scope") and x["accuracy"] is not None:
-                    scopes.setdefault(x["scope"], []).append(seed)
-            values = [a for _, a in accs]
-            mean = statistics.mean(values) if values else None
-            std = statistics.stdev(values) if len(values) > 1 else (0.0 if values else None)
-            paper = paper_reference(table.dataset, p, table.clients, table.source).get(m)
-            per[p] = {
-                "seeds": [s for s, _ in accs],
-                "accuracies": values,
-                "n": len(values),
-                "mean": mean,
-                "std": std,
-                "paper": paper,
-                # Not the paper's row when part of the federation was left out: no gap.
-                "gap": None if mean is None or paper is None or scopes else mean - paper,
-                "scope": scopes,
-                "error": next((x["error"] for _, x in hits if x["accuracy"] is None), None),
-            }
+        per = {p: _partition_summary(table, m, setting, p, records) for p in partitions}
         rows.append({"method": m, "setting": setting, "partitions": per})
     return {
         "table": table.name,
@@ -310,6 +278,53 @@ def summarize(job: ReproduceJob, table: Table, budget: Budget, records: list[dic
         },
         "date_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()),
     }
+
+
+def _partition_summary(
+    table: Table, m: str, setting: str, p: str, records: list[dict]
+) -> dict[str, Any]:
+    """Method `m` on partition `p` in `setting`, over the seeds the records finished."""
+    hits = [  # (seed, m's result in that cell)
+        (r["seed"], x)
+        for r in records
+        if (r["setting"], r["partition"]) == (setting, p)
+        for x in r["results"]
+        if x["method"] == m
+    ]
+    accs = [(s, 100 * x["accuracy"]) for s, x in hits if x["accuracy"] is not None]
+    scopes = _scopes(hits)
+    values = [a for _, a in accs]
+    mean, std = _mean_std(values)
+    paper = paper_reference(table.dataset, p, table.clients, table.source).get(m)
+    return {
+        "seeds": [s for s, _ in accs],
+        "accuracies": values,
+        "n": len(values),
+        "mean": mean,
+        "std": std,
+        "paper": paper,
+        # Not the paper's row when part of the federation was left out: no gap.
+        "gap": None if mean is None or paper is None or scopes else mean - paper,
+        "scope": scopes,
+        "error": next((x["error"] for _, x in hits if x["accuracy"] is None), None),
+    }
+
+
+def _mean_std(values: list[float]) -> tuple[float | None, float | None]:
+    """(mean, sample std) of `values`: std 0 for one value, both None for none."""
+    mean = statistics.mean(values) if values else None
+    std = statistics.stdev(values) if len(values) > 1 else (0.0 if values else None)
+    return mean, std
+
+
+def _scopes(hits: list[tuple[int, dict]]) -> dict[str, list[int]]:
+    """What the numbers stand for where a method fused part of the federation only (FedAvg over
+    two architectures: "5 of 10: vgg9 only"), with the seeds it held for."""
+    scopes: dict[str, list[int]] = {}
+    for seed, x in hits:
+        if x.get("scope") and x["accuracy"] is not None:
+            scopes.setdefault(x["scope"], []).append(seed)
+    return scopes
 
 
 def write(stem: Path, summary: dict) -> None:

@@ -75,6 +75,16 @@ def parse_request(
     names = [n.strip() for n in text.split(",") if n.strip()]
     if not names:
         raise ConfigError("--for expects device profiles", hint="e.g. --for smartphone,wristband")
+    _check_numbers(epochs, samples, max_macs)
+    profiles = _profiles(names)
+    req = ClassRequest(tuple(profiles), epochs, samples, max_macs)
+    tasks = _tasks(eval_ref)
+    for p in profiles:
+        _check_fits(p, tasks, max_macs)
+    return req
+
+
+def _check_numbers(epochs: int, samples: int, max_macs: int | None) -> None:
     for flag, value in (("--for-epochs", epochs), ("--for-samples", samples)):
         if value < 1:
             raise ConfigError(f"{flag} must be at least 1, got {value}", hint=f"e.g. {flag} 20")
@@ -82,6 +92,10 @@ def parse_request(
         raise ConfigError(
             f"--for-max-macs must be positive, got {max_macs}", hint="leave it out for no cap"
         )
+
+
+def _profiles(names: list[str]) -> list[Profile]:
+    """The profile of each name (or TOML path), each device class named once."""
     profiles = []
     for name in names:
         try:
@@ -93,19 +107,19 @@ def parse_request(
         raise ConfigError(
             f"--for names a device class twice: {', '.join(seen)}", hint="name each profile once"
         )
-    req = ClassRequest(tuple(profiles), epochs, samples, max_macs)
-    tasks = _tasks(eval_ref)
-    for p in profiles:
-        errors = []
-        for shape, classes in tasks:
-            try:
-                plan_inference(p, shape, classes, max_macs=max_macs)
-                break
-            except EdgeflError as exc:
-                errors.append(exc)
-        else:
-            raise ConfigError(f"--for {p.name}: {errors[0].message}", hint=errors[0].hint)
-    return req
+    return profiles
+
+
+def _check_fits(p: Profile, tasks: list[tuple[tuple[int, ...], int]], max_macs: int | None) -> None:
+    """The class holds some zoo classifier for one of `tasks`, else the first task's reason."""
+    errors = []
+    for shape, classes in tasks:
+        try:
+            plan_inference(p, shape, classes, max_macs=max_macs)
+            return
+        except EdgeflError as exc:
+            errors.append(exc)
+    raise ConfigError(f"--for {p.name}: {errors[0].message}", hint=errors[0].hint)
 
 
 def _tasks(eval_ref: str | None) -> list[tuple[tuple[int, ...], int]]:

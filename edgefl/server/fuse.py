@@ -28,7 +28,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -371,26 +371,16 @@ def fuse_methods(
         for p in plans:
             check_replacing(p)
         if found is None:
-            log(f"ingesting {uploads}")
-            found = ingest(
+            found = _ingest_logged(
                 uploads,
+                log,
+                progress,
                 max_upload_bytes=max_upload_bytes,
                 strict=strict,
                 jobs=jobs,
-                progress=progress,
                 recursive=recursive,
             )
-            for name, why in found.folders:
-                log(f"not read: folder {name}: {why}")  # the log escapes upload text
-            log(
-                f"{len(found.uploads)} upload(s) accepted, {len(found.rejected)} rejected "
-                f"({found.seconds:.1f}s)"
-            )
-        if found.uploads:  # --for: a class no classifier for this task fits, refused now
-            task = found.uploads[0].meta
-            for p in plans:
-                if p.classes is not None and p.method.judged == "global":
-                    device_classes.check_task(p.classes, task["input_shape"], task["num_classes"])
+        _check_classes(plans, found)
         for p in plans:  # before workers fork: they all read the one verdict
             if p.config.robust == "screen":
                 _screen_verdict(p, found, dev, log, progress)
@@ -399,16 +389,63 @@ def fuse_methods(
             outcomes = _fuse_forked(plans, run, workers)
         else:
             outcomes = [_outcome(p, run) for p in plans]
-        reports: dict[str, dict[str, Any]] = {}
-        for p, (report, error) in zip(plans, outcomes, strict=True):
-            name = p.method.name
-            if error is not None:
-                if not keep_going:
-                    raise error
-                log(f"{name} refused: {error.message}")
-                report = refused_report(name, error)
-            reports[name] = report
-        return reports
+        return _reports(plans, outcomes, keep_going, log)
+
+
+def _ingest_logged(
+    uploads: str,
+    log,
+    progress,
+    *,
+    max_upload_bytes: int,
+    strict: bool,
+    jobs: int | None,
+    recursive: bool,
+) -> Ingest:
+    """The run's one ingest, its folders not read and its counts logged."""
+    log(f"ingesting {uploads}")
+    found = ingest(
+        uploads,
+        max_upload_bytes=max_upload_bytes,
+        strict=strict,
+        jobs=jobs,
+        progress=progress,
+        recursive=recursive,
+    )
+    for name, why in found.folders:
+        log(f"not read: folder {name}: {why}")  # the log escapes upload text
+    log(
+        f"{len(found.uploads)} upload(s) accepted, {len(found.rejected)} rejected "
+        f"({found.seconds:.1f}s)"
+    )
+    return found
+
+
+def _check_classes(plans: list[Planned], found: Ingest) -> None:
+    """--for: a class no classifier for this task fits, refused now (before any fusion)."""
+    if not found.uploads:
+        return
+    task = found.uploads[0].meta
+    for p in plans:
+        if p.classes is not None and p.method.judged == "global":
+            device_classes.check_task(p.classes, task["input_shape"], task["num_classes"])
+
+
+def _reports(
+    plans: list[Planned], outcomes: list, keep_going: bool, log
+) -> dict[str, dict[str, Any]]:
+    """Each method's report by its name; a refused one's as `refused_report` when `keep_going`,
+    else its error raised."""
+    reports: dict[str, dict[str, Any]] = {}
+    for p, (report, error) in zip(plans, outcomes, strict=True):
+        name = p.method.name
+        if error is not None:
+            if not keep_going:
+                raise error
+            log(f"{name} refused: {error.message}")
+            report = refused_report(name, error)
+        reports[name] = report
+    return reports
 
 
 def refused_report(method: str, error: EdgeflError) -> dict[str, Any]:
@@ -533,69 +570,37 @@ def _forked_one(i: int):
     return report, None if error is None else ("refused", error.message, error.hint)
 
 
+@dataclass(frozen=True)
+class _Used:
+    """What one method fuses: the uploads it uses, and (file, why not) for those it does not;
+    with --robust screen, those screened out, the screen's notes and its verdict."""
+
+    usable: list[Upload]
+    skipped: list[tuple[str, str]]
+    screened: list = field(default_factory=list)
+    notes: list = field(default_factory=list)
+    verdict: Any = None
+
+
 def _fuse_planned(p: Planned, run: FuseRun):
     start = time.perf_counter()
-    found, device, log, progress = run.found, run.device, run.log, run.progress
-    usable, skipped = select(p.method, found)
-    screened, notes = [], []
-    if p.config.robust == "screen":
-        verdict = _screen_verdict(p, found, device, log)
-        usable, screened, notes = apply_screen(
-            verdict, usable, lambda m: log(f"{p.method.name}: {m}")
-        )
-        if not usable:
-            raise FusionError(
-                f"{p.method.name}: every upload it could use was screened out",
-                hint="see the reasons above; --robust off fuses them all",
-            )
-    log(
-        f"{p.method.name}: {len(usable)} upload(s) used; {len(found.rejected)} rejected"
-        + (f"; {len(screened)} screened out" if screened else "")
+    used = _used(p, run)
+    run.log(
+        f"{p.method.name}: {len(used.usable)} upload(s) used; {len(run.found.rejected)} rejected"
+        + (f"; {len(used.screened)} screened out" if used.screened else "")
     )
     try:
-        ctx, result = fuse_one(p, usable, device, log, found.uploads, progress)
+        ctx, result = fuse_one(p, used.usable, run.device, run.log, run.found.uploads, run.progress)
     except FusionError as exc:  # e.g. too few of a kind: say what became of the others
-        why = _why_not(found.rejected, skipped, found.folders)
+        why = _why_not(run.found.rejected, used.skipped, run.found.folders)
         raise FusionError(exc.message + why, exc.hint) from None
-    # What the method itself set aside (FedAvg's other architectures) joins the pipeline's.
-    aside = {id(u) for u, _ in ctx.aside}
-    usable = [u for u in usable if id(u) not in aside]
-    skipped = skipped + [(u.name, why) for u, why in ctx.aside]
-    if ctx.aside:  # the line above counted them as used
-        log(f"{p.method.name}: {len(usable)} upload(s) used in the end, {len(ctx.aside)} set aside")
-    stages = {"ingest": found.seconds, **ctx.stages}
-    if p.config.robust == "screen":
-        stages["screen"] = verdict.seconds  # the one judgement all methods of the run share
+    used = _set_aside(p, used, ctx, run.log)
     # Everything is written into a staging folder beside its target and published only once
     # the model, its extra outputs, its evaluation and its report are all complete: a failure
     # or Ctrl-C before then leaves the previous outputs byte-identical.
     with Staging() as stage:
-        staged = stage.path(p.out)
-        t = time.perf_counter()
-        input_shape = export_global(p, ctx, result, staged)
-        stages["export"] = time.perf_counter() - t
-        report = _report(
-            p, ctx, found, usable, skipped, screened, notes, device, result, staged, stage
-        )
-        if p.classes is not None:
-            t = time.perf_counter()
-            report["for_classes"] = _for_classes(p, ctx, result, stage, run)
-            stages["for_classes"] = time.perf_counter() - t
-        if run.eval_ref:
-            t = time.perf_counter()
-            report |= evaluate_global(p, input_shape, run.eval_ref, run.data_dir, staged)
-            stages["eval"] = time.perf_counter() - t
-            if near_chance(report.get("accuracy"), ctx.num_classes):
-                report["warnings"] = [
-                    global_warning(
-                        p.method.name, report["accuracy"], ctx.num_classes, _val_accuracies(usable)
-                    )
-                ]
-        report["seconds"] = stages
-        report["ingest_stages"] = found.stages
-        if run.shared > 1:
-            report["ingest_shared_by"] = run.shared  # one ingest served this many methods
-        report["total_seconds"] = found.seconds + time.perf_counter() - start
+        report = _staged_report(p, run, used, ctx, result, stage)
+        report["total_seconds"] = run.found.seconds + time.perf_counter() - start
         text = json.dumps(report, indent=2, default=_jsonable)
         exporters.atomic_write_text(stage.path(p.report), text)
         stage.publish(last=p.report)
@@ -603,73 +608,102 @@ def _fuse_planned(p: Planned, run: FuseRun):
     return report
 
 
+def _used(p: Planned, run: FuseRun) -> _Used:
+    """The uploads the method's contract admits, less those the robust screen leaves out."""
+    usable, skipped = select(p.method, run.found)
+    if p.config.robust != "screen":
+        return _Used(usable, skipped)
+    verdict = _screen_verdict(p, run.found, run.device, run.log)
+    usable, screened, notes = apply_screen(
+        verdict, usable, lambda m: run.log(f"{p.method.name}: {m}")
+    )
+    if not usable:
+        raise FusionError(
+            f"{p.method.name}: every upload it could use was screened out",
+            hint="see the reasons above; --robust off fuses them all",
+        )
+    return _Used(usable, skipped, screened, notes, verdict)
+
+
+def _set_aside(p: Planned, used: _Used, ctx: FusionContext, log) -> _Used:
+    """What the method itself set aside (FedAvg's other architectures) joins the pipeline's."""
+    aside = {id(u) for u, _ in ctx.aside}
+    usable = [u for u in used.usable if id(u) not in aside]
+    skipped = used.skipped + [(u.name, why) for u, why in ctx.aside]
+    if ctx.aside:  # the line before the fusion counted them as used
+        log(f"{p.method.name}: {len(usable)} upload(s) used in the end, {len(ctx.aside)} set aside")
+    return replace(used, usable=usable, skipped=skipped)
+
+
+def _staged_report(
+    p: Planned,
+    run: FuseRun,
+    used: _Used,
+    ctx: FusionContext,
+    result: FusionResult,
+    stage: Staging,
+) -> dict[str, Any]:
+    """The global model, its device classes' models and extra outputs staged, evaluated, and
+    the report on them (all but its total time), the seconds of each stage included."""
+    stages = {"ingest": run.found.seconds, **ctx.stages}
+    if p.config.robust == "screen":
+        stages["screen"] = used.verdict.seconds  # the one judgement all methods of the run share
+    staged = stage.path(p.out)
+    t = time.perf_counter()
+    input_shape = export_global(p, ctx, result, staged)
+    stages["export"] = time.perf_counter() - t
+    report = _report(p, ctx, run, used, result, staged, stage)
+    if p.classes is not None:
+        t = time.perf_counter()
+        report["for_classes"] = _for_classes(p, ctx, result, stage, run)
+        stages["for_classes"] = time.perf_counter() - t
+    if run.eval_ref:
+        t = time.perf_counter()
+        report |= evaluate_global(p, input_shape, run.eval_ref, run.data_dir, staged)
+        stages["eval"] = time.perf_counter() - t
+        if near_chance(report.get("accuracy"), ctx.num_classes):
+            report["warnings"] = [
+                global_warning(
+                    p.method.name,
+                    report["accuracy"],
+                    ctx.num_classes,
+                    _val_accuracies(used.usable),
+                )
+            ]
+    report["seconds"] = stages
+    report["ingest_stages"] = run.found.stages
+    if run.shared > 1:
+        report["ingest_shared_by"] = run.shared  # one ingest served this many methods
+    return report
+
+
 def _for_classes(
     p: Planned, ctx: FusionContext, result: FusionResult, stage: Staging, run: FuseRun
 ) -> dict[str, Any]:
     """One model per device class of `--for`, staged with the global model (same unit)."""
-    log, progress, eval_ref, data_dir = run.log, run.progress, run.eval_ref, run.data_dir
     if p.method.judged != "global":
         why = (
             f"{p.method.name} yields no global classifier (it is judged per client), so "
             "there is nothing to distil per device class"
         )
-        log(f"{p.method.name}: --for refused: {why}")
+        run.log(f"{p.method.name}: --for refused: {why}")
         return {"refused": why}
-    req = p.classes
-    name = p.method.name
     teacher = result.model.to("cpu").eval()
     transfer, out = None, {}
     for i, (profile, target) in enumerate(p.class_outs):
         start = time.perf_counter()
-        spec, model = device_classes.student_for(profile, ctx, result, req.max_macs)
-        entry: dict[str, Any] = {}
+        spec, model = device_classes.student_for(profile, ctx, result, p.classes.max_macs)
         if model is None:
             if transfer is None:  # one transfer set serves every class
-                try:
-                    transfer = device_classes.transfer_set(
-                        ctx, result, teacher, req.samples, p.config.seed
-                    )
-                except RuntimeError as exc:  # e.g. a global model with no gradient to invert
-                    raise FusionError(
-                        f"--for: no transfer data for distillation: {exc}",
-                        hint="use a method that exposes its samples",
-                    ) from None
-            x, source = transfer
-            log(
-                f"{name}: distilling {spec.label} for {profile.name} on {len(x)} samples ({source})"
-            )
-            steps = (
-                (
-                    lambda task, d, n, note="", pn=profile.name: progress(
-                        f"{name} {pn} {task}", d, n, note
-                    )
-                )
-                if progress
-                else None
-            )
-            model, history = device_classes.distil(
-                teacher,
-                spec,
-                x,
-                epochs=req.epochs,
-                seed=p.config.seed + i,
-                device=ctx.device,
-                progress=steps,
-            )
-            entry |= {
-                "from": "distilled",
-                "transfer": {"source": source, "samples": len(x)},
-                "epochs": req.epochs,
-                "temperature": device_classes.TEMPERATURE,
-                "loss_history": history,
-            }
+                transfer = _transfer_set(p, ctx, result, teacher)
+            model, entry = _distil_class(p, ctx, run, teacher, transfer, profile, spec, i)
         else:
-            entry["from"] = "the global model itself (it fits this class)"
+            entry = {"from": "the global model itself (it fits this class)"}
         staged = stage.path(target)
         sub = FusionResult(model, spec, {})
         shape = export_global(p, ctx, sub, staged, extra={"profile": profile.name})
-        if eval_ref:
-            entry |= evaluate_global(p, shape, eval_ref, data_dir, staged)
+        if run.eval_ref:
+            entry |= evaluate_global(p, shape, run.eval_ref, run.data_dir, staged)
         entry["seconds"] = time.perf_counter() - start
         out[profile.name] = device_classes.class_entry(
             profile, spec, target, staged, sha256_file(staged), **entry
@@ -678,21 +712,66 @@ def _for_classes(
     return out
 
 
+def _transfer_set(p: Planned, ctx: FusionContext, result: FusionResult, teacher):
+    """(samples, where they came from): what every device class's student is distilled on."""
+    try:
+        return device_classes.transfer_set(ctx, result, teacher, p.classes.samples, p.config.seed)
+    except RuntimeError as exc:  # e.g. a global model with no gradient to invert
+        raise FusionError(
+            f"--for: no transfer data for distillation: {exc}",
+            hint="use a method that exposes its samples",
+        ) from None
+
+
+def _distil_class(
+    p: Planned,
+    ctx: FusionContext,
+    run: FuseRun,
+    teacher,
+    transfer,
+    profile,
+    spec,
+    i: int,
+) -> tuple[Any, dict[str, Any]]:
+    """(the `i`th device class's student distilled from `teacher`, its report entries)."""
+    req, name, progress = p.classes, p.method.name, run.progress
+    x, source = transfer
+    run.log(f"{name}: distilling {spec.label} for {profile.name} on {len(x)} samples ({source})")
+    steps = (
+        (lambda task, d, n, note="": progress(f"{name} {profile.name} {task}", d, n, note))
+        if progress
+        else None
+    )
+    model, history = device_classes.distil(
+        teacher,
+        spec,
+        x,
+        epochs=req.epochs,
+        seed=p.config.seed + i,
+        device=ctx.device,
+        progress=steps,
+    )
+    return model, {
+        "from": "distilled",
+        "transfer": {"source": source, "samples": len(x)},
+        "epochs": req.epochs,
+        "temperature": device_classes.TEMPERATURE,
+        "loss_history": history,
+    }
+
+
 def _report(
     p: Planned,
     ctx: FusionContext,
-    found: Ingest,
-    usable,
-    skipped,
-    screened,
-    notes,
-    device,
-    result,
+    run: FuseRun,
+    used: _Used,
+    result: FusionResult,
     staged: Path,
     stage: Staging,
 ) -> dict[str, Any]:
     """The report's entries known once the model is staged: the method's own first, so that
     the core keys below can never be overwritten by a method."""
+    found, device = run.found, run.device
     extra = p.method.outputs(result, staged) if p.method.outputs is not None else {}
     # A method names its extra outputs where it wrote them (staged): the report, where they go.
     extra = {k: str(stage.final(v)) if isinstance(v, str | Path) else v for k, v in extra.items()}
@@ -717,17 +796,17 @@ def _report(
             }
             for u in found.uploads
         ],
-        "used": [u.client_id for u in usable],
+        "used": [u.client_id for u in used.usable],
         "rejected": [{"file": n, "reason": r} for n, r in found.rejected],
-        "skipped": [{"file": n, "reason": r} for n, r in skipped],
+        "skipped": [{"file": n, "reason": r} for n, r in used.skipped],
         # Of skipped, those the method itself set aside (FedAvg's other architectures); those
         # it used in part only (FedMHO-MD's other architectures: teachers, not in w0); and what
         # the global model stands for when the method left uploads out ("5 of 10: vgg9 only").
         "set_aside": [{"file": u.name, "reason": r} for u, r in ctx.aside],
         "partly_used": [{"file": u.name, "reason": r} for u, r in ctx.partly],
         "scope": result.scope,
-        "screened": screened,  # --robust screen: poisoned-looking uploads left out, and why
-        "robust_notes": notes,
+        "screened": used.screened,  # --robust screen: poisoned-looking uploads left out, and why
+        "robust_notes": used.notes,
         "notes": found.notes,
         "folders_not_read": [{"folder": n, "reason": r} for n, r in found.folders],
         "device": str(device),

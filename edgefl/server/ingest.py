@@ -70,30 +70,47 @@ def ingest(
         raise ConfigError(f"--jobs must be >= 1, got {jobs}")
     start = time.perf_counter()
     stages: dict[str, float] = {}
-
-    def one(art: exporters.Artifact) -> tuple[Upload | None, tuple[str, str] | None, dict]:
-        # In the validating worker, right after the checks: the rebuilt module then holds the
-        # weights and the file's bytes are released before more files are read.
-        times: dict[str, float] = {}
-        try:
-            module, why = rebuild(art, timings=times)
-        except RebuildRejected as exc:
-            return None, (art.name, str(exc)), times
-        except Exception as exc:  # a hostile spec must never crash the server
-            reason = f"cannot rebuild from its spec: {type(exc).__name__}: {str(exc)[:200]}"
-            return None, (art.name, reason), times
-        return Upload(art, module, why), None, times
-
     result = exporters.ingest_dir(
         d,
         max_bytes=max_upload_bytes,
         jobs=jobs or default_jobs(),
         timings=stages,
-        then=one,
+        then=_rebuilt,
         inflight_bytes=inflight_budget(d),
         recursive=recursive,
         on_file=(lambda done, total: progress("ingest upload", done, total)) if progress else None,
     )
+    out = _gathered(result, d, stages, recursive)
+    out.seconds = time.perf_counter() - start
+    if strict and out.rejected:
+        listing = "; ".join(f"{printable(n)}: {r}" for n, r in out.rejected)
+        raise FusionError(
+            f"--strict: {len(out.rejected)} upload(s) rejected: {listing}",
+            hint="remove the rejected files or run without --strict to fuse the accepted ones",
+        )
+    if not out.uploads:
+        raise _none_usable(out, d, recursive, any(count for _, count, _ in result.folders))
+    return out
+
+
+def _rebuilt(art: exporters.Artifact) -> tuple[Upload | None, tuple[str, str] | None, dict]:
+    """(the upload, None, its timings) or (None, (file, why rejected), its timings)."""
+    # In the validating worker, right after the checks: the rebuilt module then holds the
+    # weights and the file's bytes are released before more files are read.
+    times: dict[str, float] = {}
+    try:
+        module, why = rebuild(art, timings=times)
+    except RebuildRejected as exc:
+        return None, (art.name, str(exc)), times
+    except Exception as exc:  # a hostile spec must never crash the server
+        reason = f"cannot rebuild from its spec: {type(exc).__name__}: {str(exc)[:200]}"
+        return None, (art.name, reason), times
+    return Upload(art, module, why), None, times
+
+
+def _gathered(result, d: Path, stages: dict[str, float], recursive: bool) -> Ingest:
+    """The checked and rebuilt uploads, the rejected ones and the folders not read, as an
+    Ingest whose stages are `stages` with each upload's rebuild times added."""
     # A reason is one line of the server's own words, whatever upload text it quotes (a graph's
     # value names, a torch error on a hostile spec): its control characters are escaped once,
     # here, for the report, the console and the log alike. File names stay exact (the report
@@ -116,30 +133,27 @@ def ingest(
         else:
             out.rejected.append((rejected[0], printable(rejected[1])))
     out.rejected.sort()
-    out.seconds = time.perf_counter() - start
-    if strict and out.rejected:
-        listing = "; ".join(f"{printable(n)}: {r}" for n, r in out.rejected)
-        raise FusionError(
-            f"--strict: {len(out.rejected)} upload(s) rejected: {listing}",
-            hint="remove the rejected files or run without --strict to fuse the accepted ones",
-        )
+    return out
+
+
+def _none_usable(out: Ingest, d: Path, recursive: bool, in_folders: bool) -> FusionError:
+    """Why a directory gave no usable upload: it holds none (`in_folders`: its subfolders do),
+    or every one was rejected."""
     folders = "".join(f"; folder {printable(n)} not read ({w})" for n, w in out.folders)
-    if not out.uploads and not out.rejected:
-        raise FusionError(
+    if not out.rejected:
+        return FusionError(
             f"no uploads in {d}: it holds no .onnx files" + folders,
             hint="pass --recursive to read its subfolders"
-            if not recursive and any(count for _, count, _ in result.folders)
+            if not recursive and in_folders
             else "point at the folder of edgefl uploads (.onnx files written by `edgefl client "
             "train`)",
         )
-    if not out.uploads:
-        # The reasons go in the message itself: nothing else is printed before it fails.
-        shown = [f"{printable(n)}: {r}" for n, r in out.rejected[:10]]
-        more = len(out.rejected) - len(shown)
-        listing = "; ".join(shown) + (f"; and {more} more" if more > 0 else "")
-        raise FusionError(
-            f"no usable uploads in {d}: {len(out.rejected)} rejected ({listing})" + folders,
-            hint="fix or remove the rejected files, or point at the folder of edgefl uploads "
-            "(.onnx files written by `edgefl client train`)",
-        )
-    return out
+    # The reasons go in the message itself: nothing else is printed before it fails.
+    shown = [f"{printable(n)}: {r}" for n, r in out.rejected[:10]]
+    more = len(out.rejected) - len(shown)
+    listing = "; ".join(shown) + (f"; and {more} more" if more > 0 else "")
+    return FusionError(
+        f"no usable uploads in {d}: {len(out.rejected)} rejected ({listing})" + folders,
+        hint="fix or remove the rejected files, or point at the folder of edgefl uploads "
+        "(.onnx files written by `edgefl client train`)",
+    )

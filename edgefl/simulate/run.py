@@ -118,6 +118,15 @@ class SimJob:
         for m in self.fuse_options:
             METHODS.get(m)
         resolve_device(self.train_device, "--train-device")
+        self._check_public()
+        profiles = set(parse_mix(self.mix, self.clients))
+        if self.attacks:
+            parse_attacks(",".join(f"{k}:{n}" for k, n in self.attacks.items()))
+        self._check_searches()
+        self._check_client_models(profiles)
+        self._check_training()
+
+    def _check_public(self) -> None:
         train = DATASETS.get(self.dataset).train_size if self.dataset in DATASETS else None
         if self.public and train is not None and self.public >= train:
             # Said now, not by every client worker once training starts.
@@ -126,9 +135,9 @@ class SimJob:
                 f"{train:,} training samples",
                 hint=f"e.g. --public-size {max(1, train // 5)}",
             )
-        profiles = set(parse_mix(self.mix, self.clients))
-        if self.attacks:
-            parse_attacks(",".join(f"{k}:{n}" for k, n in self.attacks.items()))
+
+    def _check_searches(self) -> None:
+        """--client-model PROFILE=search:NAME names a known search; --search-opt, one asked for."""
         searched = {p: m for p, m in self.client_models.items() if m.startswith(SEARCH)}
         for prof, model in searched.items():
             if model[len(SEARCH) :] not in SEARCHES:
@@ -144,6 +153,8 @@ class SimJob:
                     hint=f"e.g. --client-model wristband={SEARCH}{SEARCHES[0]}",
                 )
             PSOConfig.from_options(self.search_options)  # an unknown or bad option: now
+
+    def _check_client_models(self, profiles: set[str]) -> None:
         for prof in self.client_models:
             if prof not in profiles:
                 raise ConfigError(
@@ -151,6 +162,9 @@ class SimJob:
                     hint=f"name one of {', '.join(sorted(profiles))}, e.g. --client-model "
                     f"{sorted(profiles)[0]}=cnn",
                 )
+
+    def _check_training(self) -> None:
+        """The clients' optimizers, batch sizes and schedules."""
         for flag, name in (
             ("--classifier-optimizer", self.classifier_optimizer),
             ("--generator-optimizer", self.generator_optimizer),
@@ -254,53 +268,58 @@ def client_jobs(job: SimJob) -> list[ClientJob]:
         for p, m in models.items()
     }
     attacks = assign(job.attacks, [roles[p] for p in profiles])
-    jobs = []
-    for i, prof in enumerate(profiles):
-        model = models[prof]
-        search = model[len(SEARCH) :] if model.startswith(SEARCH) else None
-        if search:  # the client finds its classifier; search options as the job's
-            model = None
-        is_gen = roles[prof] != "classifier"
-        # Classifier clients of a FedOL run train once and send predictions; their model stays
-        # on the device (kept in uploads/ so model-based methods can run side by side).
-        predictions = job.needs_predictions and not is_gen
-        extra = (
-            dict(
-                kind="predictions",
-                public=f"{job.dataset}:public",
-                keep_model=str(Path(job.out) / "uploads"),
-            )
-            if predictions
-            else {}
+    return [
+        _client_job(
+            job, i, prof, models[prof], roles[prof] != "classifier", attacks[i], train_device
         )
-        jobs.append(
-            ClientJob(
-                **extra,
-                public_size=job.public,
-                profile=prof,
-                dataset=job.dataset,
-                out_dir=str(Path(job.out) / ("uploads-predictions" if predictions else "uploads")),
-                data_dir=job.data_dir,
-                partition=job.partition,
-                num_clients=job.clients,
-                client_index=i,
-                partition_seed=job.seed,
-                model=model,
-                seed=job.seed,
-                fed_seed=job.seed,
-                force=job.paper_models or prof in job.client_models,
-                epochs=job.generator_epochs if is_gen else job.classifier_epochs,
-                lr=job.generator_lr if is_gen else job.classifier_lr,
-                optimizer=job.generator_optimizer if is_gen else job.classifier_optimizer,
-                batch_size=job.generator_batch_size if is_gen else job.classifier_batch_size,
-                train_device=train_device,
-                subset=job.subset,
-                search=search,
-                search_options=dict(job.search_options) if search else None,
-                attack=attacks[i],
-            )
+        for i, prof in enumerate(profiles)
+    ]
+
+
+def _client_job(
+    job: SimJob, i: int, prof: str, model: str, is_gen: bool, attack, train_device: str
+) -> ClientJob:
+    """Client `i` (a `prof`, training `model`): its data, its schedule by role, its attack."""
+    search = model[len(SEARCH) :] if model.startswith(SEARCH) else None
+    if search:  # the client finds its classifier; search options as the job's
+        model = None
+    # Classifier clients of a FedOL run train once and send predictions; their model stays
+    # on the device (kept in uploads/ so model-based methods can run side by side).
+    predictions = job.needs_predictions and not is_gen
+    extra = (
+        dict(
+            kind="predictions",
+            public=f"{job.dataset}:public",
+            keep_model=str(Path(job.out) / "uploads"),
         )
-    return jobs
+        if predictions
+        else {}
+    )
+    return ClientJob(
+        **extra,
+        public_size=job.public,
+        profile=prof,
+        dataset=job.dataset,
+        out_dir=str(Path(job.out) / ("uploads-predictions" if predictions else "uploads")),
+        data_dir=job.data_dir,
+        partition=job.partition,
+        num_clients=job.clients,
+        client_index=i,
+        partition_seed=job.seed,
+        model=model,
+        seed=job.seed,
+        fed_seed=job.seed,
+        force=job.paper_models or prof in job.client_models,
+        epochs=job.generator_epochs if is_gen else job.classifier_epochs,
+        lr=job.generator_lr if is_gen else job.classifier_lr,
+        optimizer=job.generator_optimizer if is_gen else job.classifier_optimizer,
+        batch_size=job.generator_batch_size if is_gen else job.classifier_batch_size,
+        train_device=train_device,
+        subset=job.subset,
+        search=search,
+        search_options=dict(job.search_options) if search else None,
+        attack=attack,
+    )
 
 
 def _train_one(cjob: ClientJob) -> dict:
@@ -503,9 +522,35 @@ def simulate(job: SimJob, log=None, progress=None, trainer=None) -> dict:
     t1 = time.perf_counter()
     reports = fuse_all(job, log, clients, progress)
     t_fuse = time.perf_counter() - t1
+    reference = paper_reference(job.dataset, job.partition, job.clients)
+    rows = _rows(reports, clients, reference, out)
+    results = {
+        "job": {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(job).items()},
+        "engine": getattr(trainer, "engine", "local"),  # where the clients ran
+        "clients": clients,
+        "results": rows,
+        "warnings": chance_warnings(clients, reports),
+        "seconds": kept_timings(out, clients, reports, t_clients, t_fuse, time.perf_counter() - t0),
+        "paper_reference": reference,
+        "host": {
+            "cpu_count": os.cpu_count(),
+            "torch": torch.__version__,
+            # A method refused before fusing has no device in its report.
+            "device": next((r["device"] for r in reports.values() if "device" in r), None),
+        },
+        "date_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()),
+    }
+    results["pictures"] = pictures(job, results, out)
+    results["files"] = [str(out / "results.json"), str(out / "results.md"), *results["pictures"]]
+    exporters.atomic_write_text(out / "results.json", json.dumps(results, indent=2, default=str))
+    exporters.atomic_write_text(out / "results.md", results_markdown(results))
+    return results
+
+
+def _rows(reports: dict[str, dict], clients: list[dict], reference: dict, out: Path) -> list[dict]:
+    """Each method's line of results.json, from its report."""
     models = {c["client_id"]: c["upload_bytes"] for c in clients}
     pred_bytes = {c["client_id"]: c.get("predictions_bytes", 0) for c in clients}
-    reference = paper_reference(job.dataset, job.partition, job.clients)
     rows = []
     for m, rep in reports.items():
         rows.append(
@@ -529,24 +574,4 @@ def simulate(job: SimJob, log=None, progress=None, trainer=None) -> dict:
                 "for_classes": rep.get("for_classes"),  # --for: a model per device class
             }
         )
-    results = {
-        "job": {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(job).items()},
-        "engine": getattr(trainer, "engine", "local"),  # where the clients ran
-        "clients": clients,
-        "results": rows,
-        "warnings": chance_warnings(clients, reports),
-        "seconds": kept_timings(out, clients, reports, t_clients, t_fuse, time.perf_counter() - t0),
-        "paper_reference": reference,
-        "host": {
-            "cpu_count": os.cpu_count(),
-            "torch": torch.__version__,
-            # A method refused before fusing has no device in its report.
-            "device": next((r["device"] for r in reports.values() if "device" in r), None),
-        },
-        "date_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()),
-    }
-    results["pictures"] = pictures(job, results, out)
-    results["files"] = [str(out / "results.json"), str(out / "results.md"), *results["pictures"]]
-    exporters.atomic_write_text(out / "results.json", json.dumps(results, indent=2, default=str))
-    exporters.atomic_write_text(out / "results.md", results_markdown(results))
-    return results
+    return rows
