@@ -79,26 +79,31 @@ def describe_result(meta: dict | None) -> str:
     kind = meta.get("kind")
     spec = meta.get("spec") if isinstance(meta.get("spec"), dict) else {}
     model = meta.get("model") or spec.get("name")
-    what = {
+    what = _result_kind(meta, kind)
+    who = meta.get("client_id")
+    owner = f"{who}'s " if isinstance(who, str) and kind != "global" and who != "server" else ""
+    profile = meta.get("profile") if isinstance(meta.get("profile"), str) else None
+    details = ", ".join(x for x in (model, profile) if isinstance(x, str))
+    return f"{owner}{what}" + (f" ({details})" if details and "spec" not in what else "")
+
+
+def _result_kind(meta: dict, kind) -> str:
+    """`classifier upload`, `fedmho global model`, `model spec (cnn)`: what kind of result."""
+    if meta.get("deployed"):
+        return f"{kind} model deployed for {meta.get('target')}"
+    if meta.get("personalized_from"):
+        return "personalized model"
+    if kind is None and "name" in meta and "input_shape" in meta:
+        return f"model spec ({meta['name']})"
+    if kind is None and "method" in meta:
+        return f"{meta['method']} fusion report"
+    return {
         "classifier": "classifier upload",
         "decoder": "decoder upload",
         "predictions": "predictions upload",
         "prototypes": "prototypes upload",
         "global": f"{meta.get('method')} global model",
     }.get(kind, f"{kind} file")
-    if meta.get("deployed"):
-        what = f"{kind} model deployed for {meta.get('target')}"
-    elif meta.get("personalized_from"):
-        what = "personalized model"
-    elif kind is None and "name" in meta and "input_shape" in meta:
-        what = f"model spec ({meta['name']})"
-    elif kind is None and "method" in meta:
-        what = f"{meta['method']} fusion report"
-    who = meta.get("client_id")
-    owner = f"{who}'s " if isinstance(who, str) and kind != "global" and who != "server" else ""
-    profile = meta.get("profile") if isinstance(meta.get("profile"), str) else None
-    details = ", ".join(x for x in (model, profile) if isinstance(x, str))
-    return f"{owner}{what}" + (f" ({details})" if details and "spec" not in what else "")
 
 
 def replacing_error(path: str | Path, flag: str, holds: str, other: str = "") -> ConfigError:

@@ -81,6 +81,16 @@ def draw_accuracy_bars(
         fontsize=7,
         color="white",
     )
+    _draw_paper_marks(ax, xs, paper)
+    ax.set_xticks(xs, list(names), rotation=30, ha="right")
+    ax.set_xlim(-0.6, len(names) - 0.4)
+    ax.set_ylim(*ACCURACY_LIMITS)
+    ax.set_yticks(np.arange(0, 101, 20))
+    ax.set_ylabel("top-1 accuracy (%)")
+
+
+def _draw_paper_marks(ax, xs: np.ndarray, paper: Sequence[float | None] | None) -> None:
+    """The paper's number (%) as a black line across each bar that has one."""
     marks = [(x, float(p)) for x, p in zip(xs, paper or [], strict=False) if p is not None]
     if marks:
         ax.hlines(
@@ -92,11 +102,6 @@ def draw_accuracy_bars(
             label=PAPER_LABEL,
             zorder=3,
         )
-    ax.set_xticks(xs, list(names), rotation=30, ha="right")
-    ax.set_xlim(-0.6, len(names) - 0.4)
-    ax.set_ylim(*ACCURACY_LIMITS)
-    ax.set_yticks(np.arange(0, 101, 20))
-    ax.set_ylabel("top-1 accuracy (%)")
 
 
 def accuracy_legend(ax, panels: Sequence = ()) -> None:

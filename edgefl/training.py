@@ -155,21 +155,8 @@ def train(
     model.train()
     try:
         for epoch in range(cfg.epochs):
-            total, count = 0.0, 0
-            for idx in _batches(len(xt), cfg.batch_size, gen):  # order drawn on the CPU
-                idx = idx.to(dev)
-                xb, yb = jitter(xt[idx], cfg.augment, gen), yt[idx]
-                if role == "classifier":
-                    loss = F.cross_entropy(model(xb), yb)
-                else:
-                    recon, mu, logvar = model(xb, F.one_hot(yb, num_classes).float())
-                    loss = cvae_loss(recon, xb, mu, logvar)
-                opt.zero_grad(set_to_none=True)
-                loss.backward()
-                opt.step()
-                total += loss.item() * len(idx)
-                count += len(idx)
-            loss_value, epochs_done = total / count, epoch + 1
+            loss_value = _train_epoch(model, role, xt, yt, num_classes, cfg, opt, gen)
+            epochs_done = epoch + 1
             if not math.isfinite(loss_value):
                 raise ConfigError(
                     f"training diverged (loss {loss_value}) at epoch {epoch + 1}",
@@ -192,6 +179,25 @@ def train(
         samples=len(x),
         interrupted=interrupted,
     )
+
+
+def _train_epoch(model, role, xt, yt, num_classes, cfg: TrainConfig, opt, gen) -> float:
+    """One pass over (xt, yt) in `cfg.batch_size` batches; the mean loss per sample."""
+    total, count = 0.0, 0
+    for idx in _batches(len(xt), cfg.batch_size, gen):  # order drawn on the CPU
+        idx = idx.to(xt.device)
+        xb, yb = jitter(xt[idx], cfg.augment, gen), yt[idx]
+        if role == "classifier":
+            loss = F.cross_entropy(model(xb), yb)
+        else:
+            recon, mu, logvar = model(xb, F.one_hot(yb, num_classes).float())
+            loss = cvae_loss(recon, xb, mu, logvar)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        total += loss.item() * len(idx)
+        count += len(idx)
+    return total / count
 
 
 @torch.no_grad()

@@ -300,11 +300,7 @@ def upload_val_accuracy(job: ClientJob, path: Path, data=None, val_idx=None) -> 
 
 def run_client(job: ClientJob, *, on_epoch=None, on_status=None, on_progress=None) -> ClientResult:
     status = on_status or (lambda msg: None)
-    check_writable(job.out_dir, "--out", "uploads", folder_ok=True)  # before the training
-    if job.augment:
-        check_augment(job.augment)  # before the data; its kind is checked once the model is known
-    if job.attack:
-        ATTACKS.get(job.attack)  # an unknown name, before the data loads
+    _check_job(job)
     profile, data, info, train_idx, val_idx, local = _local_data(job)
     client_id = job.client_id or f"client-{job.client_index:03d}"
     if job.search:  # what is at the output path, before the search: its result is not known yet
@@ -321,46 +317,14 @@ def run_client(job: ClientJob, *, on_epoch=None, on_status=None, on_progress=Non
     augment = job_augment(job, spec, role)
 
     model = init_model(spec, job.fed_seed)
-    epochs, lr = local_schedule(job, profile, role, len(train_idx))
-    cfg = TrainConfig(
-        epochs=epochs,
-        batch_size=job.batch_size or profile.batch_size,
-        optimizer=job.optimizer or profile.optimizer,
-        lr=lr,
-        seed=job.seed * 1000 + job.client_index,
-        device=job.train_device,
-        augment=augment,
-    )
-    x, y = data.x, data.y
-    shard = np.concatenate([train_idx, val_idx])  # the split is a partition of the shard
-    if attack is not None:  # the device's own data, poisoned where it is held
-        seed = job.seed * 1000 + job.client_index
-        x, y = x.copy() if attack.images else x, y.copy()
-        if attack.labels:
-            y[shard] = attack.labels(y[shard], data.num_classes, seed)
-        if attack.images:
-            x[shard] = attack.images(x[shard], seed)
-    x_train, x_val = x[train_idx], x[val_idx]
+    cfg = _train_config(job, profile, role, len(train_idx), augment)
+    own = _device_data(data, train_idx, val_idx, attack, job.seed * 1000 + job.client_index)
     windows = window_treatment(spec, role)
-    if windows == "aligned":  # a decoder's mean keeps movement only of aligned windows
-        x_train, x_val = align_windows(x_train, y[train_idx]), align_windows(x_val, y[val_idx])
-    summary = train(
-        model,
-        role,
-        x_train,
-        y[train_idx],
-        data.num_classes,
-        cfg,
-        x_val=x_val,
-        y_val=y[val_idx],
-        on_epoch=on_epoch,
-    )
-    if summary.interrupted:
-        raise KeyboardInterrupt  # nothing was written: an interrupted client publishes nothing
+    summary = _train_local(model, role, cfg, own, windows, on_epoch)
     if attack is not None and attack.weights:
         attack.weights(model, job.seed * 1000 + job.client_index)
 
-    counts = np.bincount(y[shard], minlength=data.num_classes).astype(int).tolist()
+    counts = np.bincount(own.y[own.shard], minlength=data.num_classes).astype(int).tolist()
     meta = model_metadata(
         spec,
         class_names=list(data.class_names),
@@ -368,54 +332,16 @@ def run_client(job: ClientJob, *, on_epoch=None, on_status=None, on_progress=Non
         client_id=client_id,
         profile=profile.name,
         costs_extra={"train_bytes_used": fit.train_bytes},
-        training=summary.as_dict()
-        | {
-            "optimizer": cfg.optimizer,
-            "lr": cfg.lr,
-            "batch_size": cfg.batch_size,
-            "device": cfg.device,
-            # What a rerun compares besides the schedule (edgefl.client.rerun): a changed seed
-            # or jitter trains another model.
-            "seed": job.seed,
-            "fed_seed": job.fed_seed,
-            "augment": augment,
-        }
-        | ({"windows": windows} if windows else {})
-        | ({"search": search_record(job)} if job.search else {}),
+        training=_training_record(job, summary, cfg, augment, windows),
         dataset=info.name,
-        partition={
-            "scheme": job.partition,
-            "num_clients": job.num_clients,
-            "client_index": job.client_index,
-            "seed": job.partition_seed,
-        }
-        | _whose(job, data, shard),
+        partition=_partition_record(job, data, own.shard),
     )
-    out_dir = Path(job.out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / f"{client_id}.onnx"
+    Path(job.out_dir).mkdir(parents=True, exist_ok=True)
+    path = Path(job.out_dir) / f"{client_id}.onnx"
     start = time.perf_counter()
-    quant = None
-    if job.kind != "model":
-        held = data if x is data.x and y is data.y else dataclasses.replace(data, x=x, y=y)
-        _, meta = weightless.export_data_artifact(
-            job, model, spec, held, train_idx, meta, path, public
-        )
-    elif job.quantize:
-        if job.quantize != "int8":
-            raise ConfigError(f"--quantize supports only 'int8', got {job.quantize!r}")
-        with tempfile.TemporaryDirectory(dir=out_dir) as tmp:
-            fp32 = Path(tmp) / "fp32.onnx"
-            export_model(model, spec, meta, fp32)
-            sizes = exporters.quantize_int8(fp32, path)
-            quant = sizes | _local_accuracy_pair(fp32, path, data, val_idx, role)
-    else:
-        export_model(model, spec, meta, path)
+    meta, quant = _write_upload(job, model, spec, meta, path, own, role, public)
     export_seconds = time.perf_counter() - start
     status(f"{client_id}: wrote {path} ({path.stat().st_size:,} bytes)")
-    upload_acc = None
-    if attack is not None and role == "classifier" and job.kind == "model" and len(val_idx):
-        upload_acc = upload_val_accuracy(job, path, data, val_idx)
     return ClientResult(
         path,
         client_id,
@@ -429,8 +355,149 @@ def run_client(job: ClientJob, *, on_epoch=None, on_status=None, on_progress=Non
         export_seconds,
         quant,
         meta,
-        upload_acc,
+        _attacker_upload_accuracy(job, attack, role, path, own),
     )
+
+
+def _check_job(job: ClientJob) -> None:
+    """What the job names, checked before the data loads."""
+    check_writable(job.out_dir, "--out", "uploads", folder_ok=True)  # before the training
+    if job.augment:
+        check_augment(job.augment)  # before the data; its kind is checked once the model is known
+    if job.attack:
+        ATTACKS.get(job.attack)  # an unknown name, before the data loads
+
+
+def _attacker_upload_accuracy(
+    job: ClientJob, attack, role: str, path: Path, own: _DeviceData
+) -> float | None:
+    """An attacker's classifier upload on true labels (ClientResult.upload_val_accuracy)."""
+    if attack is not None and role == "classifier" and job.kind == "model" and len(own.val_idx):
+        return upload_val_accuracy(job, path, own.data, own.val_idx)
+    return None
+
+
+def _train_config(
+    job: ClientJob, profile: Profile, role: str, samples: int, augment: str
+) -> TrainConfig:
+    epochs, lr = local_schedule(job, profile, role, samples)
+    return TrainConfig(
+        epochs=epochs,
+        batch_size=job.batch_size or profile.batch_size,
+        optimizer=job.optimizer or profile.optimizer,
+        lr=lr,
+        seed=job.seed * 1000 + job.client_index,
+        device=job.train_device,
+        augment=augment,
+    )
+
+
+@dataclass(frozen=True)
+class _DeviceData:
+    """The data a device trains on: `x` and `y` are `data`'s arrays, or copies poisoned where
+    the shard is (an attacker's)."""
+
+    data: ArrayDataset
+    x: np.ndarray
+    y: np.ndarray
+    train_idx: np.ndarray
+    val_idx: np.ndarray
+    shard: np.ndarray
+
+    def held(self) -> ArrayDataset:
+        """`data` as the device holds it."""
+        if self.x is self.data.x and self.y is self.data.y:
+            return self.data
+        return dataclasses.replace(self.data, x=self.x, y=self.y)
+
+
+def _device_data(data: ArrayDataset, train_idx, val_idx, attack, seed: int) -> _DeviceData:
+    x, y = data.x, data.y
+    shard = np.concatenate([train_idx, val_idx])  # the split is a partition of the shard
+    if attack is not None:  # the device's own data, poisoned where it is held
+        x, y = x.copy() if attack.images else x, y.copy()
+        if attack.labels:
+            y[shard] = attack.labels(y[shard], data.num_classes, seed)
+        if attack.images:
+            x[shard] = attack.images(x[shard], seed)
+    return _DeviceData(data, x, y, train_idx, val_idx, shard)
+
+
+def _train_local(
+    model, role: str, cfg: TrainConfig, own: _DeviceData, windows: str | None, on_epoch
+) -> TrainSummary:
+    """Train `model` in place on the device's split; an interrupted run raises."""
+    x, y = own.x, own.y
+    x_train, x_val = x[own.train_idx], x[own.val_idx]
+    if windows == "aligned":  # a decoder's mean keeps movement only of aligned windows
+        x_train = align_windows(x_train, y[own.train_idx])
+        x_val = align_windows(x_val, y[own.val_idx])
+    summary = train(
+        model,
+        role,
+        x_train,
+        y[own.train_idx],
+        own.data.num_classes,
+        cfg,
+        x_val=x_val,
+        y_val=y[own.val_idx],
+        on_epoch=on_epoch,
+    )
+    if summary.interrupted:
+        raise KeyboardInterrupt  # nothing was written: an interrupted client publishes nothing
+    return summary
+
+
+def _training_record(
+    job: ClientJob, summary: TrainSummary, cfg: TrainConfig, augment: str, windows: str | None
+) -> dict[str, Any]:
+    """The upload's "training" metadata."""
+    return (
+        summary.as_dict()
+        | {
+            "optimizer": cfg.optimizer,
+            "lr": cfg.lr,
+            "batch_size": cfg.batch_size,
+            "device": cfg.device,
+            # What a rerun compares besides the schedule (edgefl.client.rerun): a changed seed
+            # or jitter trains another model.
+            "seed": job.seed,
+            "fed_seed": job.fed_seed,
+            "augment": augment,
+        }
+        | ({"windows": windows} if windows else {})
+        | ({"search": search_record(job)} if job.search else {})
+    )
+
+
+def _partition_record(job: ClientJob, data: ArrayDataset, shard: np.ndarray) -> dict[str, Any]:
+    return {
+        "scheme": job.partition,
+        "num_clients": job.num_clients,
+        "client_index": job.client_index,
+        "seed": job.partition_seed,
+    } | _whose(job, data, shard)
+
+
+def _write_upload(
+    job: ClientJob, model, spec: ModelSpec, meta: dict, path: Path, own: _DeviceData, role, public
+) -> tuple[dict, dict[str, Any] | None]:
+    """Export the job's upload to `path`: (its metadata, the int8 quantization's figures)."""
+    if job.kind != "model":
+        _, meta = weightless.export_data_artifact(
+            job, model, spec, own.held(), own.train_idx, meta, path, public
+        )
+        return meta, None
+    if not job.quantize:
+        export_model(model, spec, meta, path)
+        return meta, None
+    if job.quantize != "int8":
+        raise ConfigError(f"--quantize supports only 'int8', got {job.quantize!r}")
+    with tempfile.TemporaryDirectory(dir=path.parent) as tmp:
+        fp32 = Path(tmp) / "fp32.onnx"
+        export_model(model, spec, meta, fp32)
+        sizes = exporters.quantize_int8(fp32, path)
+        return meta, sizes | _local_accuracy_pair(fp32, path, own.data, own.val_idx, role)
 
 
 def _check_targets(job: ClientJob, client_id: str, spec: ModelSpec | None, dataset: str) -> None:

@@ -19,6 +19,8 @@ from edgefl.plots import new_figure as _new_figure
 ANNOTATE_MAX_CELLS = 400  # beyond this many cells the numbers are unreadable anyway
 NOT_HELD = "not held"  # the mark on a sample row whose class the client never trained on
 NOT_HELD_GREY = "0.55"
+# An image grid is one mosaic image with a 1-pixel white gutter: far faster than rows x cols axes.
+_PAD = 1
 
 
 def plot_label_heatmap(
@@ -108,8 +110,6 @@ def image_grid_figure(
     held: Sequence[bool] | None = None,
 ):
     """The Figure `plot_image_grid` saves (tests read its axes)."""
-    from matplotlib.patches import Rectangle
-
     images = np.asarray(images, dtype=np.float32)
     if images.ndim != 5 or images.shape[2] not in (1, 3):
         raise DataError(
@@ -118,15 +118,7 @@ def image_grid_figure(
         )
     rows, cols, ch, h, w = images.shape
     _check_rows(rows, row_labels, held)
-    # One mosaic image with a 1-pixel white gutter draws far faster than rows x cols axes.
-    pad = 1
-    mosaic = np.ones((rows * (h + pad) - pad, cols * (w + pad) - pad, ch), dtype=np.float32)
-    for r in range(rows):
-        for c in range(cols):
-            y0, x0 = r * (h + pad), c * (w + pad)
-            mosaic[y0 : y0 + h, x0 : x0 + w] = images[r, c].transpose(1, 2, 0)
-    mosaic = np.clip(np.nan_to_num(mosaic), 0.0, 1.0)
-
+    mosaic = _mosaic(images)
     scale = max(1.0, 48.0 / max(h, w))  # small images (8x8 digits) get more room per pixel
     width = min(1.5 + cols * w * scale / 100 * 1.2, 30.0)
     height = min(0.8 + rows * h * scale / 100 * 1.2, 30.0)
@@ -139,23 +131,10 @@ def image_grid_figure(
     ax.set_xticks([])
     names = _row_names(rows, row_labels, held)
     if names is not None:
-        ax.set_yticks([r * (h + pad) + (h - 1) / 2 for r in range(rows)], names)
+        ax.set_yticks([r * (h + _PAD) + (h - 1) / 2 for r in range(rows)], names)
     else:
         ax.set_yticks([])
-    ticks = ax.get_yticklabels()
-    for r in range(rows):
-        if held is not None and not held[r]:  # a grey veil over the row: drawn, but not learnt
-            ticks[r].set_color(NOT_HELD_GREY)
-            ax.add_patch(
-                Rectangle(
-                    (-0.5, r * (h + pad) - 0.5),
-                    mosaic.shape[1],
-                    h,
-                    facecolor=NOT_HELD_GREY,
-                    alpha=0.7,
-                    gid=NOT_HELD,
-                )
-            )
+    _grey_rows(ax, held, rows, h, mosaic.shape[1])
     for spine in ax.spines.values():
         spine.set_visible(False)
     if title:
@@ -163,6 +142,38 @@ def image_grid_figure(
     if note := _not_held_note(held):
         ax.set_xlabel(note, fontsize=8, color=NOT_HELD_GREY)
     return fig
+
+
+def _mosaic(images: np.ndarray) -> np.ndarray:
+    """(rows, cols, C, H, W) images as one (H', W', C) picture in [0, 1], white between them."""
+    rows, cols, ch, h, w = images.shape
+    pad = _PAD
+    mosaic = np.ones((rows * (h + pad) - pad, cols * (w + pad) - pad, ch), dtype=np.float32)
+    for r in range(rows):
+        for c in range(cols):
+            y0, x0 = r * (h + pad), c * (w + pad)
+            mosaic[y0 : y0 + h, x0 : x0 + w] = images[r, c].transpose(1, 2, 0)
+    return np.clip(np.nan_to_num(mosaic), 0.0, 1.0)
+
+
+def _grey_rows(ax, held: Sequence[bool] | None, rows: int, h: int, width: int) -> None:
+    """Grey the label of each row not held, and lay a veil over it."""
+    from matplotlib.patches import Rectangle
+
+    ticks = ax.get_yticklabels()
+    for r in range(rows):
+        if held is not None and not held[r]:  # a grey veil over the row: drawn, but not learnt
+            ticks[r].set_color(NOT_HELD_GREY)
+            ax.add_patch(
+                Rectangle(
+                    (-0.5, r * (h + _PAD) - 0.5),
+                    width,
+                    h,
+                    facecolor=NOT_HELD_GREY,
+                    alpha=0.7,
+                    gid=NOT_HELD,
+                )
+            )
 
 
 def plot_signal_grid(

@@ -203,14 +203,7 @@ def _check_fit(target: Target, profile: Profile, est: dict[str, Any]) -> None:
 
 def plan_deploy(req: DeployRequest) -> Plan:
     """Every check, in the order a user would fix them; nothing is converted or written."""
-    if req.target not in TARGETS:
-        raise UnknownNameError("target", req.target, TARGETS)
-    target = TARGETS[req.target]
-    if req.quantize is not None and req.quantize not in QUANTIZE_CHOICES:
-        raise ConfigError(
-            f"--quantize {req.quantize}: not a choice",
-            hint=f"--quantize {' or '.join(QUANTIZE_CHOICES)}, or leave it out",
-        )
+    target = _requested_target(req)
     quantize = "int8" if target.always_int8 else req.quantize
     art = _read_source(req.model)
     profile = get_profile(req.profile)
@@ -219,26 +212,11 @@ def plan_deploy(req: DeployRequest) -> Plan:
         raise ConfigError(
             f"--target {target.name} needs {', '.join(missing)}, not installed", hint=target.install
         )
-    out = Path(req.out)
-    if out.exists() and not out.is_dir():
-        raise ConfigError(f"--out {out} is a file", hint="name a folder, e.g. --out deploy")
-    from edgefl.outputs import check_writable
-
-    check_writable(out, "--out", "deploy", folder_ok=True)
+    _check_out_folder(Path(req.out))
     calibration = calibrate_ref = None
     dataset = art.metadata.get("dataset")
     if quantize == "int8":
-        if not req.calibrate:
-            raise ConfigError(
-                f"--target {target.name}"
-                + ("" if target.always_int8 else " --quantize int8")
-                + " needs calibration data",
-                hint="add --calibrate DATASET:SPLIT of the model's task, e.g. --calibrate "
-                f"{dataset or 'mnist'}:train",
-            )
-        calibration, _, name = _load_split(
-            req.calibrate, "--calibrate", art, req.data_dir, req.calibrate_samples, seed=0
-        )
+        calibration, name = _calibration(req, target, art, dataset)
         calibrate_ref, dataset = req.calibrate, dataset or name
     eval_x = eval_y = None
     if req.eval:
@@ -246,11 +224,6 @@ def plan_deploy(req: DeployRequest) -> Plan:
             req.eval, "--eval", art, req.data_dir, req.eval_samples, seed=1
         )
         dataset = dataset or name
-    if calibration is not None:
-        probe = calibration[:_PROBE_SAMPLES]
-    else:
-        shape = tuple(art.metadata["input_shape"])
-        probe = np.random.default_rng(0).random((_PROBE_SAMPLES, *shape), dtype=np.float32)
     est = _estimate(art, quantize == "int8")
     _check_fit(target, profile, est)
     made = Plan(
@@ -265,11 +238,58 @@ def plan_deploy(req: DeployRequest) -> Plan:
         eval_x,
         eval_y,
         req.eval,
-        probe,
+        _probe(art, calibration),
         est,
     )
     _check_outputs(made)
     return made
+
+
+def _requested_target(req: DeployRequest) -> Target:
+    """The --target, once it and --quantize are known choices."""
+    if req.target not in TARGETS:
+        raise UnknownNameError("target", req.target, TARGETS)
+    target = TARGETS[req.target]
+    if req.quantize is not None and req.quantize not in QUANTIZE_CHOICES:
+        raise ConfigError(
+            f"--quantize {req.quantize}: not a choice",
+            hint=f"--quantize {' or '.join(QUANTIZE_CHOICES)}, or leave it out",
+        )
+    return target
+
+
+def _check_out_folder(out: Path) -> None:
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"--out {out} is a file", hint="name a folder, e.g. --out deploy")
+    from edgefl.outputs import check_writable
+
+    check_writable(out, "--out", "deploy", folder_ok=True)
+
+
+def _calibration(
+    req: DeployRequest, target: Target, art: exporters.Artifact, dataset: str | None
+) -> tuple[np.ndarray, str]:
+    """(the int8 calibration samples, their dataset's name), from --calibrate."""
+    if not req.calibrate:
+        raise ConfigError(
+            f"--target {target.name}"
+            + ("" if target.always_int8 else " --quantize int8")
+            + " needs calibration data",
+            hint="add --calibrate DATASET:SPLIT of the model's task, e.g. --calibrate "
+            f"{dataset or 'mnist'}:train",
+        )
+    calibration, _, name = _load_split(
+        req.calibrate, "--calibrate", art, req.data_dir, req.calibrate_samples, seed=0
+    )
+    return calibration, name
+
+
+def _probe(art: exporters.Artifact, calibration: np.ndarray | None) -> np.ndarray:
+    """What a build runs without --eval: the first calibration samples, else seeded noise."""
+    if calibration is not None:
+        return calibration[:_PROBE_SAMPLES]
+    shape = tuple(art.metadata["input_shape"])
+    return np.random.default_rng(0).random((_PROBE_SAMPLES, *shape), dtype=np.float32)
 
 
 def _check_outputs(plan: Plan) -> None:

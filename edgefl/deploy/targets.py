@@ -254,6 +254,60 @@ def c_array(data: bytes, name: str) -> tuple[str, str]:
 
 
 def build_tflite_micro(plan: Plan, stage: Path, status) -> Built:
+    path = _convert_tflite(plan, stage, status)
+    flash = path.stat().st_size
+    limit = plan.profile.ram_budget_bytes
+    status(f"measuring the TFLite Micro arena (bisection up to {limit:,} bytes)")
+    arena = measure.min_arena(path, limit)
+    _check_tflm_budget(plan, arena, flash)
+    built = Built()
+    x = plan.eval_x if plan.eval_x is not None else plan.probe_x
+    status(f"running {len(x)} samples in TFLite Micro")
+    outputs, figures = measure.tflm_run(path, arena, _nhwc(x))
+    built.outputs = outputs
+    split = measure.tflm_split(path, arena)
+    if split:  # activations (head) and what persists (tail), as the allocator reports them
+        built.runtime["arena_split"] = {"activations": split["head"], "persistent": split["tail"]}
+    built.runtime.update(
+        {
+            "memory_bytes": arena,
+            "memory_what": "TFLite Micro arena (minimum, found by bisection)",
+            "flash_bytes": flash,
+            "latency_ms_per_sample": 1000 * figures["seconds_per_sample"],
+            "latency_what": "TFLite Micro reference kernels on this machine's CPU",
+        }
+    )
+    h_path, cc_path = _write_c_array(path, plan, stage)
+    costs = plan.cost_estimate | {
+        "flash_bytes": flash,
+        "arena_bytes": arena,
+        "weight_dtype": "int8",
+    }
+    meta = deployed_metadata(
+        plan.artifact.metadata,
+        target=plan.target.name,
+        profile=plan.profile_summary,
+        dataset=plan.dataset,
+        quantization=_tflite_quantization(plan, figures),
+        costs=costs,
+        layout="NHWC (channels last)",
+    )
+    meta["doc_string"] = doc_string(meta)
+    meta["model_version"] = version_number(plan.artifact.metadata)
+    meta["files"] = {"tflite": path.name, "c_source": cc_path.name, "c_header": h_path.name}
+    sidecar = stage / f"{plan.base}.json"
+    sidecar.write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+    built.files = [
+        (path, "full-integer int8 TFLite flatbuffer"),
+        (cc_path, "C array (firmware)"),
+        (h_path, "C header"),
+        (sidecar, "metadata sidecar (JSON)"),
+    ]
+    return built
+
+
+def _convert_tflite(plan: Plan, stage: Path, status) -> Path:
+    """The plain graph as a full-integer int8 .tflite in `stage` (onnx2tf, in a child)."""
     model = _plain(plan)
     with tempfile.TemporaryDirectory(prefix="edgefl-tflite-") as tmp:
         src = Path(tmp, "model.onnx")
@@ -274,10 +328,12 @@ def build_tflite_micro(plan: Plan, stage: Path, status) -> Built:
             )
         path = stage / f"{plan.base}.tflite"
         shutil.copyfile(result["tflite"], path)
-    flash = path.stat().st_size
+    return path
+
+
+def _check_tflm_budget(plan: Plan, arena: int | None, flash: int) -> None:
+    """BudgetError unless the measured arena fits the profile's RAM and the file its storage."""
     limit = plan.profile.ram_budget_bytes
-    status(f"measuring the TFLite Micro arena (bisection up to {limit:,} bytes)")
-    arena = measure.min_arena(path, limit)
     if arena is None or arena > limit or flash > plan.profile.storage_bytes:
         need = f"more than {limit:,}" if arena is None else f"{arena:,}"
         raise BudgetError(
@@ -287,23 +343,10 @@ def build_tflite_micro(plan: Plan, stage: Path, status) -> Built:
             hint="deploy a smaller model (`edgefl models --profile "
             f"{plan.profile.name}` lists what fits) or choose a larger --profile",
         )
-    built = Built()
-    x = plan.eval_x if plan.eval_x is not None else plan.probe_x
-    status(f"running {len(x)} samples in TFLite Micro")
-    outputs, figures = measure.tflm_run(path, arena, _nhwc(x))
-    built.outputs = outputs
-    split = measure.tflm_split(path, arena)
-    if split:  # activations (head) and what persists (tail), as the allocator reports them
-        built.runtime["arena_split"] = {"activations": split["head"], "persistent": split["tail"]}
-    built.runtime.update(
-        {
-            "memory_bytes": arena,
-            "memory_what": "TFLite Micro arena (minimum, found by bisection)",
-            "flash_bytes": flash,
-            "latency_ms_per_sample": 1000 * figures["seconds_per_sample"],
-            "latency_what": "TFLite Micro reference kernels on this machine's CPU",
-        }
-    )
+
+
+def _write_c_array(path: Path, plan: Plan, stage: Path) -> tuple[Path, Path]:
+    """The .tflite as C source for firmware in `stage`: (.h path, .cc path)."""
     name = re.sub(r"\W", "_", plan.base)
     if not re.match(r"[A-Za-z_]", name):
         name = f"model_{name}"
@@ -311,7 +354,12 @@ def build_tflite_micro(plan: Plan, stage: Path, status) -> Built:
     h_path, cc_path = stage / f"{name}.h", stage / f"{name}.cc"
     h_path.write_text(header)
     cc_path.write_text(source)
-    quant = {
+    return h_path, cc_path
+
+
+def _tflite_quantization(plan: Plan, figures: dict) -> dict:
+    """The deployed metadata's quantization record, with the int8 tensors' scales."""
+    return {
         "scheme": "full-integer int8 (onnx2tf + TFLite converter, per-channel weights)",
         "calibration": plan.calibrate_ref,
         "calibration_samples": len(plan.calibration),
@@ -327,32 +375,6 @@ def build_tflite_micro(plan: Plan, stage: Path, status) -> Built:
             "zero_point": figures["output_zero_point"],
         },
     }
-    costs = plan.cost_estimate | {
-        "flash_bytes": flash,
-        "arena_bytes": arena,
-        "weight_dtype": "int8",
-    }
-    meta = deployed_metadata(
-        plan.artifact.metadata,
-        target=plan.target.name,
-        profile=plan.profile_summary,
-        dataset=plan.dataset,
-        quantization=quant,
-        costs=costs,
-        layout="NHWC (channels last)",
-    )
-    meta["doc_string"] = doc_string(meta)
-    meta["model_version"] = version_number(plan.artifact.metadata)
-    meta["files"] = {"tflite": path.name, "c_source": cc_path.name, "c_header": h_path.name}
-    sidecar = stage / f"{plan.base}.json"
-    sidecar.write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
-    built.files = [
-        (path, "full-integer int8 TFLite flatbuffer"),
-        (cc_path, "C array (firmware)"),
-        (h_path, "C header"),
-        (sidecar, "metadata sidecar (JSON)"),
-    ]
-    return built
 
 
 _TFLITE_NEEDS = ("onnx2tf", "tensorflow", "tf_keras", "tflite_micro")

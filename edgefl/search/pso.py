@@ -69,6 +69,15 @@ class PSOConfig:
     redraws: int = 8  # edgefl: infeasible random draws before repairing one
 
     def __post_init__(self) -> None:
+        self._check_counts()
+        self._check_space()
+        for name in ("fitness_samples", "max_macs"):
+            v = getattr(self, name)
+            if v is not None and (not _is_int(v) or v < 1):
+                raise ConfigError(f"--{_flag(name)} must be a positive integer, got {v!r}")
+
+    def _check_counts(self) -> None:
+        """Swarm sizes, epochs and rates."""
         positive = ("particles", "candidate_epochs", "max_channels", "max_hidden", "redraws")
         for name in positive:
             if not _is_int(getattr(self, name)) or getattr(self, name) < 1:
@@ -80,6 +89,9 @@ class PSOConfig:
         for name in ("cg", "p_conv"):
             if not 0 <= getattr(self, name) <= 1:
                 raise ConfigError(f"--{_flag(name)} must be in [0, 1], got {getattr(self, name)}")
+
+    def _check_space(self) -> None:
+        """The caps stay inside the `nas-cnn` search space."""
         if not MIN_DEPTH <= self.max_depth <= MAX_DEPTH:
             raise ConfigError(
                 f"--max-depth must be in {MIN_DEPTH}..{MAX_DEPTH}, got {self.max_depth}"
@@ -92,10 +104,6 @@ class PSOConfig:
             raise ConfigError(f"--max-kernel must be one of {KERNELS}, got {self.max_kernel}")
         if not 0 <= self.max_fc_layers <= 4:
             raise ConfigError(f"--max-fc-layers must be in 0..4, got {self.max_fc_layers}")
-        for name in ("fitness_samples", "max_macs"):
-            v = getattr(self, name)
-            if v is not None and (not _is_int(v) or v < 1):
-                raise ConfigError(f"--{_flag(name)} must be a positive integer, got {v!r}")
 
     @classmethod
     def from_options(cls, options: dict[str, Any] | None) -> PSOConfig:
@@ -159,6 +167,12 @@ def legalize(genes: Genes, cfg: PSOConfig, input_shape: tuple[int, ...]) -> Gene
             k = int(min(max(1, g["kernel"]), cfg.max_kernel))
             g["kernel"] = k if k % 2 else k - 1
     hidden = [int(min(max(1, h), cfg.max_hidden)) for h in hidden][: cfg.max_fc_layers]
+    body = _fit_pools(body, input_shape)
+    return _join(*_fit_depth(body, hidden, cfg.max_depth))
+
+
+def _fit_pools(body: Genes, input_shape: tuple[int, ...]) -> Genes:
+    """`body` without the pools that would shrink the map below 1x1."""
     h, w = input_shape[1], input_shape[2]
     kept = []
     for g in body:
@@ -167,8 +181,14 @@ def legalize(genes: Genes, cfg: PSOConfig, input_shape: tuple[int, ...]) -> Gene
                 continue
             h, w = h // 2, w // 2
         kept.append(g)
-    body = kept
-    while len(body) + len(hidden) + 1 > cfg.max_depth:
+    return kept
+
+
+def _fit_depth(body: Genes, hidden: list[int], max_depth: int) -> tuple[Genes, list[int]]:
+    """(body, hidden) with depth in MIN_DEPTH..max_depth: too deep drops hidden FC layers, then
+    the last body genes; too shallow repeats the last conv."""
+    body, hidden = list(body), list(hidden)
+    while len(body) + len(hidden) + 1 > max_depth:
         if hidden:
             hidden.pop()
         else:
@@ -176,7 +196,7 @@ def legalize(genes: Genes, cfg: PSOConfig, input_shape: tuple[int, ...]) -> Gene
     while len(body) + len(hidden) + 1 < MIN_DEPTH:
         last_conv = next(g for g in reversed(body) if g["type"] == "conv")
         body.append(dict(last_conv))
-    return _join(body, hidden)
+    return body, hidden
 
 
 def _log_uniform_int(rng: np.random.Generator, lo: int, hi: int) -> int:
@@ -312,53 +332,80 @@ class Budget:
         return self.check(genes).fits
 
 
+Move = tuple[Genes, list[int]]  # (body, hidden FC widths) of a candidate reduction
+
+
 def _shrink_moves(genes: Genes, input_shape) -> list[Genes]:
     """Candidate one-step reductions, aimed at the layers that cost most."""
     body, hidden = _split(genes)
+    convs = _conv_costs(body, input_shape)
+    moves = (
+        _width_moves(body, hidden, convs)
+        + _kernel_moves(body, hidden, convs)
+        + _fc_moves(body, hidden)
+        + _layer_moves(body, hidden, convs)
+    )
+    return [_join(b, h) for b, h in moves]
+
+
+def _conv_costs(body: Genes, input_shape) -> list[tuple[int, int, int, int]]:
+    """(index, activation elems, params, macs) of each conv in `body`."""
     sizes = _sizes(body, (input_shape[1], input_shape[2]))
-    cin, convs = input_shape[0], []  # (index, activation elems, params, macs)
+    cin, convs = input_shape[0], []
     for i, (g, (h, w)) in enumerate(zip(body, sizes, strict=True)):
         if g["type"] == "conv":
             k2 = g["kernel"] ** 2
             convs.append((i, g["out"] * h * w, cin * g["out"] * k2, g["out"] * h * w * cin * k2))
             cin = g["out"]
-    moves: list[Genes] = []
+    return convs
 
-    def with_body(new_body: Genes, new_hidden: list[int] | None = None) -> None:
-        moves.append(_join(new_body, hidden if new_hidden is None else new_hidden))
 
+def _width_moves(body: Genes, hidden: list[int], convs) -> list[Move]:
+    moves: list[Move] = []
     if any(body[c[0]]["out"] > 1 for c in convs) or any(h > 1 for h in hidden):
         # Far over budget: halve every width at once (few steps from a huge draw).
         b = [dict(g, out=max(1, g["out"] // 2)) if g["type"] == "conv" else g for g in body]
-        with_body(b, [max(1, h // 2) for h in hidden])
+        moves.append((b, [max(1, h // 2) for h in hidden]))
     for key in (1, 2):  # halve the conv with the most activations, then the most parameters
         wide = [c for c in convs if body[c[0]]["out"] > 1]
         if wide:
             i = max(wide, key=lambda c: c[key])[0]
             b = copy.deepcopy(body)
             b[i]["out"] = max(1, b[i]["out"] // 2)
-            with_body(b)
+            moves.append((b, hidden))
+    return moves
+
+
+def _kernel_moves(body: Genes, hidden: list[int], convs) -> list[Move]:
     big_k = [c for c in convs if body[c[0]]["kernel"] > 1]
-    if big_k:
-        b = copy.deepcopy(body)
-        b[max(big_k, key=lambda c: c[3])[0]]["kernel"] -= 2
-        with_body(b)
-    n_depth = len(body) + len(hidden) + 1
+    if not big_k:
+        return []
+    b = copy.deepcopy(body)
+    b[max(big_k, key=lambda c: c[3])[0]]["kernel"] -= 2
+    return [(b, hidden)]
+
+
+def _fc_moves(body: Genes, hidden: list[int]) -> list[Move]:
+    moves: list[Move] = []
     if hidden:
         i = int(np.argmax(hidden))
         if hidden[i] > 1:
-            with_body(body, hidden[:i] + [max(1, hidden[i] // 2)] + hidden[i + 1 :])
-        if n_depth > MIN_DEPTH:
-            with_body(body, hidden[:-1])
+            moves.append((body, hidden[:i] + [max(1, hidden[i] // 2)] + hidden[i + 1 :]))
+        if len(body) + len(hidden) + 1 > MIN_DEPTH:
+            moves.append((body, hidden[:-1]))
+    return moves
+
+
+def _layer_moves(body: Genes, hidden: list[int], convs) -> list[Move]:
     # One more pool right after the first conv: the activations and MACs of everything after
     # it drop ~4x, and the head's input with them (legalize drops it if the map is too small).
-    with_body(body[:1] + [{"type": "pool", "kind": "max"}] + body[1:])
+    moves: list[Move] = [(body[:1] + [{"type": "pool", "kind": "max"}] + body[1:], hidden)]
     pools = [i for i, g in enumerate(body) if g["type"] == "pool"]
     if pools:  # fewer pool outputs to keep for backward (helps only a big batch on a tiny net)
-        with_body(body[: pools[-1]] + body[pools[-1] + 1 :])
-    if n_depth > MIN_DEPTH and len(convs) > 1:
+        moves.append((body[: pools[-1]] + body[pools[-1] + 1 :], hidden))
+    if len(body) + len(hidden) + 1 > MIN_DEPTH and len(convs) > 1:
         i = max(convs[1:], key=lambda c: c[3])[0]
-        with_body(body[:i] + body[i + 1 :])
+        moves.append((body[:i] + body[i + 1 :], hidden))
     return moves
 
 
@@ -540,15 +587,70 @@ def search_architecture(
     the time the search will take is said first (`shorten`: the flags that cut it)."""
     cfg = config or PSOConfig()
     status = on_status or (lambda msg: None)
-    progress = on_progress or no_progress
     total_evals = cfg.particles * (cfg.generations + 1)
+    rng = np.random.default_rng(seed)
+    data = _fitness_data(local, cfg, rng)
+    budget = Budget(
+        profile,
+        info.input_shape,
+        info.num_classes,
+        samples=samples or len(local[0]),
+        batch_size=batch_size,
+        max_macs=cfg.max_macs,
+    )
+    train_cfg = _candidate_training(profile, cfg, batch_size, seed)
+    start = time.perf_counter()
+    evals = _Evaluations(budget, data, train_cfg, on_progress or no_progress, total_evals)
+    status(
+        f"PSO-FedNAS on {profile.name}: {cfg.particles} particles x ({cfg.generations} "
+        f"generations + the first swarm) = {total_evals} candidates, {cfg.candidate_epochs} "
+        f"epoch(s) each on {len(data[0]):,} samples"
+    )
+    guess = None
+    if estimate:
+        guess = estimate_search_seconds(budget, cfg, train_cfg, *data[:2], info.num_classes, seed)
+        status(
+            f"this will take about {fmt_seconds(guess)} here (at most: a repeated architecture "
+            f"is not trained again); shorter with smaller {', '.join(shorten)}"
+        )
+    evals.progress("search candidate", 0, total_evals)
+    gbest, gbest_c, history = _swarm(rng, budget, cfg, evals.evaluate, status)
+    return SearchResult(
+        spec=budget.spec(gbest),
+        best=gbest_c,
+        candidates=evals.order,
+        history=history,
+        evaluations=evals.count,
+        seconds=time.perf_counter() - start,
+        config=cfg,
+        profile=profile,
+        estimate_seconds=guess,
+        budget=_budget_record(budget, cfg, train_cfg.batch_size),
+    )
+
+
+def _candidate_training(
+    profile: Profile, cfg: PSOConfig, batch_size: int | None, seed: int
+) -> TrainConfig:
+    """How every candidate is trained: the profile's optimizer and batch size."""
+    return TrainConfig(
+        epochs=cfg.candidate_epochs,
+        batch_size=batch_size or profile.batch_size,
+        optimizer=profile.optimizer,
+        lr=DEFAULT_LR[("classifier", profile.optimizer)],
+        seed=seed,
+    )
+
+
+def _fitness_data(local, cfg: PSOConfig, rng: np.random.Generator):
+    """(x_tr, y_tr, x_val, y_val) candidates are trained and scored on: a held-out fifth of a
+    shard with no validation split, then at most `cfg.fitness_samples` training samples."""
     x_tr, y_tr, x_val, y_val = local
     if len(x_tr) < 2:
         raise DataError(
             f"architecture search needs local training data, got {len(x_tr)} sample(s)",
             hint="use fewer clients, a larger alpha, or another --client-index",
         )
-    rng = np.random.default_rng(seed)
     if len(x_val) == 0:  # a tiny shard: hold out a fifth of the training samples instead
         order = rng.permutation(len(x_tr))
         cut = max(1, len(x_tr) // 5)
@@ -561,58 +663,52 @@ def search_architecture(
     if cfg.fitness_samples and cfg.fitness_samples < len(x_tr):
         keep = np.sort(rng.choice(len(x_tr), cfg.fitness_samples, replace=False))
         x_tr, y_tr = x_tr[keep], y_tr[keep]
-    budget = Budget(
-        profile,
-        info.input_shape,
-        info.num_classes,
-        samples=samples or len(local[0]),
-        batch_size=batch_size,
-        max_macs=cfg.max_macs,
-    )
-    batch = batch_size or profile.batch_size
-    train_cfg = TrainConfig(
-        epochs=cfg.candidate_epochs,
-        batch_size=batch,
-        optimizer=profile.optimizer,
-        lr=DEFAULT_LR[("classifier", profile.optimizer)],
-        seed=seed,
-    )
-    start = time.perf_counter()
-    seen: dict[str, Candidate] = {}
-    order: list[Candidate] = []
-    evaluations = 0
+    return x_tr, y_tr, x_val, y_val
 
-    def evaluate(genes: Genes, generation: int) -> Candidate:
-        cand = _evaluate(genes, generation)
-        best = min(seen.values(), key=lambda c: c.fitness)
-        progress(
+
+class _Evaluations:
+    """Every particle evaluation of one search: each distinct architecture is trained once,
+    in order; a repeat reuses its candidate."""
+
+    def __init__(self, budget: Budget, data, train_cfg: TrainConfig, progress, total: int):
+        self.budget, self.data, self.train_cfg = budget, data, train_cfg
+        self.progress, self.total = progress, total
+        self.seen: dict[str, Candidate] = {}
+        self.order: list[Candidate] = []  # every distinct architecture trained, in order
+        self.count = 0  # particle evaluations, repeats included
+
+    def evaluate(self, genes: Genes, generation: int) -> Candidate:
+        self.count += 1
+        key = json.dumps(genes, sort_keys=True)
+        if key not in self.seen:  # same architecture, same seed: same fitness; skip retraining
+            cand = self._train(genes, generation)
+            self.seen[key] = cand
+            self.order.append(cand)
+        best = min(self.seen.values(), key=lambda c: c.fitness)
+        self.progress(
             "search candidate",
-            evaluations,
-            total_evals,
+            self.count,
+            self.total,
             f"generation {generation}, best val CE {best.fitness:.4f}",
         )
-        return cand
+        return self.seen[key]
 
-    def _evaluate(genes: Genes, generation: int) -> Candidate:
-        nonlocal evaluations
-        evaluations += 1
-        key = json.dumps(genes, sort_keys=True)
-        if key in seen:  # same architecture, same seed: same fitness; skip retraining
-            return seen[key]
-        chk = budget.check(genes)
+    def _train(self, genes: Genes, generation: int) -> Candidate:
+        chk = self.budget.check(genes)
         if not chk.fits:  # never reached: every particle is repaired first
             raise BudgetError(f"internal: {arch_string(genes)} does not fit the budget")
-        spec = budget.spec(genes)
+        spec = self.budget.spec(genes)
+        x_tr, y_tr, x_val, y_val = self.data
         t = time.perf_counter()
-        model = init_model(spec, seed)
+        model = init_model(spec, self.train_cfg.seed)
         try:
             s = train(
                 model,
                 "classifier",
                 x_tr,
                 y_tr,
-                info.num_classes,
-                train_cfg,
+                self.budget.num_classes,
+                self.train_cfg,
                 x_val=x_val,
                 y_val=y_val,
             )
@@ -622,7 +718,7 @@ def search_architecture(
         if s is not None and s.interrupted:
             raise KeyboardInterrupt
         c = costs(spec)
-        cand = Candidate(
+        return Candidate(
             genes,
             arch_string(genes),
             generation,
@@ -634,23 +730,16 @@ def search_architecture(
             fitness,
             time.perf_counter() - t,
         )
-        seen[key] = cand
-        order.append(cand)
-        return cand
 
-    status(
-        f"PSO-FedNAS on {profile.name}: {cfg.particles} particles x ({cfg.generations} "
-        f"generations + the first swarm) = {total_evals} candidates, {cfg.candidate_epochs} "
-        f"epoch(s) each on {len(x_tr):,} samples"
-    )
-    guess = None
-    if estimate:
-        guess = estimate_search_seconds(budget, cfg, train_cfg, x_tr, y_tr, info.num_classes, seed)
-        status(
-            f"this will take about {fmt_seconds(guess)} here (at most: a repeated architecture "
-            f"is not trained again); shorter with smaller {', '.join(shorten)}"
-        )
-    progress("search candidate", 0, total_evals)
+
+def _swarm(
+    rng: np.random.Generator,
+    budget: Budget,
+    cfg: PSOConfig,
+    evaluate: Callable[[Genes, int], Candidate],
+    status: Status,
+) -> tuple[Genes, Candidate, list[dict[str, Any]]]:
+    """The PSO loop: (gBest, its candidate, the per-generation history)."""
     particles = [sample_feasible(rng, budget, cfg) for _ in range(cfg.particles)]
     scores = [evaluate(p, 0) for p in particles]
     pbest, pbest_c = [copy.deepcopy(p) for p in particles], list(scores)
@@ -668,28 +757,20 @@ def search_architecture(
                 if cand.fitness < gbest_c.fitness:
                     gbest, gbest_c = copy.deepcopy(particles[i]), cand
         history.append(_report(t, cfg.generations, gbest_c, budget, status))
-    spec = budget.spec(gbest)
-    p = profile
-    return SearchResult(
-        spec=spec,
-        best=gbest_c,
-        candidates=order,
-        history=history,
-        evaluations=evaluations,
-        seconds=time.perf_counter() - start,
-        config=cfg,
-        profile=profile,
-        estimate_seconds=guess,
-        budget={
-            "ram_budget_bytes": p.ram_budget_bytes,
-            "storage_bytes": p.storage_bytes,
-            "max_epoch_seconds": p.max_epoch_seconds,
-            "max_macs": cfg.max_macs,
-            "batch_size": batch,
-            "optimizer": p.optimizer,
-            "samples": budget.samples,
-        },
-    )
+    return gbest, gbest_c, history
+
+
+def _budget_record(budget: Budget, cfg: PSOConfig, batch: int) -> dict[str, Any]:
+    p = budget.profile
+    return {
+        "ram_budget_bytes": p.ram_budget_bytes,
+        "storage_bytes": p.storage_bytes,
+        "max_epoch_seconds": p.max_epoch_seconds,
+        "max_macs": cfg.max_macs,
+        "batch_size": batch,
+        "optimizer": p.optimizer,
+        "samples": budget.samples,
+    }
 
 
 def _report(t: int, total: int, best: Candidate, budget: Budget, status: Status) -> dict:
