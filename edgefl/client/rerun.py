@@ -97,6 +97,25 @@ def upload_differs(
     """How the upload described by `meta` differs from what `job` would write ([] if it is
     this job's own). `want`: the spec the job trains (None for a search, not yet run);
     `dataset`: the name of the job's dataset, as uploads record it."""
+    diffs = _federation_differs(job, meta, dataset)
+    if diffs:  # another client's or another federation's upload: its model says no more
+        return diffs
+    trained = meta.get("training") or {}
+    made = _spec_of(meta)
+    diffs = _model_differs(job, meta, made, want, "search" in trained)
+    if job.kind == "predictions":
+        public = {"public": job.public, "dtype": "float16" if job.fp16 else "float32"}
+        diffs += [f"{k} {meta.get(k)} -> {v}" for k, v in public.items() if meta.get(k) != v]
+    if not diffs:
+        diffs += _training_found(job, meta, made, trained)
+    quantized = bool(meta.get("quantized"))
+    if job.kind == "model" and quantized != (job.quantize == "int8"):
+        diffs.append(f"quantize {'int8' if quantized else 'none'} -> {job.quantize or 'none'}")
+    return diffs
+
+
+def _federation_differs(job: ClientJob, meta: dict[str, Any], dataset: str) -> list[str]:
+    """The upload's kind, profile, dataset and place in a federation, where not the job's."""
     diffs = []
     kind = meta.get("kind")
     if kind not in _KINDS[job.kind]:
@@ -118,33 +137,38 @@ def upload_differs(
         "client_index": part.get("client_index"),
         "partition_seed": part.get("seed"),
     }
-    diffs += [f"{k} {theirs[k]} -> {ours[k]}" for k in ours if theirs[k] != ours[k]]
-    if diffs:  # another client's or another federation's upload: its model says no more
-        return diffs
-    trained = meta.get("training") or {}
-    made = _spec_of(meta)
+    return diffs + [f"{k} {theirs[k]} -> {ours[k]}" for k in ours if theirs[k] != ours[k]]
+
+
+def _model_differs(
+    job: ClientJob,
+    meta: dict[str, Any],
+    made: ModelSpec | None,
+    want: ModelSpec | None,
+    searched: bool,
+) -> list[str]:
+    """The upload's model (`made`, else the name it records) where not `want`; with no `want`
+    (a search job), an upload not made by a search."""
     if want is not None:
         label = made.label if made is not None else meta.get("model")
         same = made.to_dict() == want.to_dict() if made is not None else label == want.label
-        if not same:
-            diffs.append(f"model {label} -> {want.label}")
-    elif "search" not in trained:  # not made by a search (or by one too old to say)
+        return [] if same else [f"model {label} -> {want.label}"]
+    if not searched:  # not made by a search (or by one too old to say)
         label = made.label if made is not None else meta.get("model")
-        diffs.append(f"model {label} -> a --search {job.search} result")
-    if job.kind == "predictions":
-        public = {"public": job.public, "dtype": "float16" if job.fp16 else "float32"}
-        diffs += [f"{k} {meta.get(k)} -> {v}" for k, v in public.items() if meta.get(k) != v]
-    if not diffs and made is not None:
+        return [f"model {label} -> a --search {job.search} result"]
+    return []
+
+
+def _training_found(
+    job: ClientJob, meta: dict[str, Any], made: ModelSpec | None, trained: dict
+) -> list[str]:
+    """The training settings the upload records differently from the job's ([] if none)."""
+    if made is not None:
         role = "classifier" if meta.get("kind") == "classifier" else "generator"
         found = training_differs(_without_model(job), made, role, trained)
-        diffs += [found] if found else []
-    elif not diffs:  # a data upload: its training settings, without the spec it dropped
+    else:  # a data upload: its training settings, without the spec it dropped
         found = _settings_differ(job, trained)
-        diffs += [found] if found else []
-    quantized = bool(meta.get("quantized"))
-    if job.kind == "model" and quantized != (job.quantize == "int8"):
-        diffs.append(f"quantize {'int8' if quantized else 'none'} -> {job.quantize or 'none'}")
-    return diffs
+    return [found] if found else []
 
 
 def _without_model(job: ClientJob) -> ClientJob:

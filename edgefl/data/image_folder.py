@@ -25,8 +25,21 @@ def _class_folders(root: Path) -> list[Path]:
 
 
 def load_image_folder(root: Path, split: str) -> tuple[np.ndarray, np.ndarray, tuple[str, ...]]:
-    from PIL import Image, UnidentifiedImageError
+    root = _split_root(root, split)
+    classes = _class_folders(root)
+    if not classes:
+        raise DataError(
+            f"{root} has no class sub-folders",
+            hint="put the images of each class in their own folder: DIR/<class>/*.png",
+        )
+    files = _labelled_files(classes)
+    x = _stack(_read_images([p for p, _ in files]))
+    y = np.array([label for _, label in files], dtype=np.int64)
+    return to_unit_float(x), y, tuple(d.name for d in classes)
 
+
+def _split_root(root: Path, split: str) -> Path:
+    """The folder that holds `split`'s class folders (`root` itself without a split layout)."""
     top = {d.name for d in _class_folders(root)}
     if top and top <= {"train", "test"} and "train" in top:
         root = root / split  # split layout: root/train/<class>/..., root/test/<class>/...
@@ -40,12 +53,11 @@ def load_image_folder(root: Path, split: str) -> tuple[np.ndarray, np.ndarray, t
             f"{root} has no test split: expected sub-folders train/ and test/ with class folders",
             hint="arrange the images as DIR/train/<class>/*.png and DIR/test/<class>/*.png",
         )
-    classes = _class_folders(root)
-    if not classes:
-        raise DataError(
-            f"{root} has no class sub-folders",
-            hint="put the images of each class in their own folder: DIR/<class>/*.png",
-        )
+    return root
+
+
+def _labelled_files(classes: list[Path]) -> list[tuple[Path, int]]:
+    """Every image of every class folder with its label (the folder's index), in order."""
     files: list[tuple[Path, int]] = []
     for label, d in enumerate(classes):
         imgs = sorted(p for p in d.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
@@ -55,17 +67,23 @@ def load_image_folder(root: Path, split: str) -> tuple[np.ndarray, np.ndarray, t
                 hint="remove the empty folder or add its images",
             )
         files += [(p, label) for p in imgs]
+    return files
+
+
+def _read_images(paths: list[Path]) -> list[np.ndarray]:
+    """Each image as uint8 (H, W) if grey, else (H, W, 3); all must share one size."""
+    from PIL import Image, UnidentifiedImageError
 
     gray_modes = {"1", "L", "LA", "I", "I;16", "F"}
     arrays, size = [], None
-    for p, _ in files:
+    for p in paths:
         try:
             with Image.open(p) as im:
                 if size is None:
                     size = im.size
                 elif im.size != size:
                     raise DataError(
-                        f"image {p} is {im.size[0]}x{im.size[1]} but {files[0][0]} is "
+                        f"image {p} is {im.size[0]}x{im.size[1]} but {paths[0]} is "
                         f"{size[0]}x{size[1]}; all images must share one size",
                         hint="resize the images to one size first",
                     )
@@ -73,11 +91,13 @@ def load_image_folder(root: Path, split: str) -> tuple[np.ndarray, np.ndarray, t
                 arrays.append(np.asarray(im.convert("L" if gray else "RGB"), dtype=np.uint8))
         except (OSError, UnidentifiedImageError) as exc:
             raise DataError(f"cannot read image {p}: {exc}", hint="fix or remove it") from None
+    return arrays
+
+
+def _stack(arrays: list[np.ndarray]) -> np.ndarray:
+    """(N, C, H, W) uint8."""
     # One colour image makes the whole dataset RGB (grey repeated); otherwise keep one channel.
     if any(a.ndim == 3 for a in arrays):
         x = np.stack([a if a.ndim == 3 else np.repeat(a[:, :, None], 3, axis=2) for a in arrays])
-        x = x.transpose(0, 3, 1, 2)
-    else:
-        x = np.stack(arrays)[:, None, :, :]
-    y = np.array([label for _, label in files], dtype=np.int64)
-    return to_unit_float(x), y, tuple(d.name for d in classes)
+        return x.transpose(0, 3, 1, 2)
+    return np.stack(arrays)[:, None, :, :]

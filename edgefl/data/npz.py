@@ -45,6 +45,22 @@ def npz_images(x: np.ndarray, where: str) -> np.ndarray:
 
 
 def load_npz(path: Path, split: str) -> tuple[np.ndarray, np.ndarray, tuple[str, ...]]:
+    arrays = _read_arrays(path)
+    x_key, y_key = ("x", "y") if split == "train" else ("x_test", "y_test")
+    if x_key not in arrays or y_key not in arrays:
+        raise DataError(
+            f"{path} has no test split: expected arrays 'x_test' and 'y_test'",
+            hint="add x_test/y_test to the .npz, or evaluate on a held-out part of its train split",
+        )
+    x = npz_images(arrays[x_key], f"{path} [{x_key}]")
+    y = as_int_labels(arrays[y_key], f"{path} [{y_key}]", n=len(x))
+    class_names = _class_names(arrays, y, split)
+    check_label_range(y, len(class_names), f"{path} [{y_key}]")
+    return x, y, class_names
+
+
+def _read_arrays(path: Path) -> dict[str, np.ndarray]:
+    """Every array in the .npz at `path`, which must hold at least `x` and `y`."""
     try:
         with np.load(path, allow_pickle=False) as npz:
             arrays = {k: npz[k] for k in npz.files}
@@ -58,22 +74,16 @@ def load_npz(path: Path, split: str) -> tuple[np.ndarray, np.ndarray, tuple[str,
             f"{path}: expected arrays 'x' and 'y', found {sorted(arrays) or 'none'}",
             hint="save user data with np.savez(path, x=images, y=labels[, class_names=names])",
         )
-    x_key, y_key = ("x", "y") if split == "train" else ("x_test", "y_test")
-    if x_key not in arrays or y_key not in arrays:
-        raise DataError(
-            f"{path} has no test split: expected arrays 'x_test' and 'y_test'",
-            hint="add x_test/y_test to the .npz, or evaluate on a held-out part of its train split",
-        )
-    x = npz_images(arrays[x_key], f"{path} [{x_key}]")
-    y = as_int_labels(arrays[y_key], f"{path} [{y_key}]", n=len(x))
+    return arrays
+
+
+def _class_names(arrays: dict[str, np.ndarray], y: np.ndarray, split: str) -> tuple[str, ...]:
+    """The file's `class_names`, else "0".."C-1" for the largest label in either split."""
     if "class_names" in arrays:
-        class_names = tuple(str(n) for n in np.asarray(arrays["class_names"]).reshape(-1))
-    else:
-        # Count classes over both splits so that train and test agree on C.
-        other = "y_test" if split == "train" else "y"
-        tops = [int(y.max())] if y.size else []
-        if other in arrays and arrays[other].size and np.issubdtype(arrays[other].dtype, np.number):
-            tops.append(int(np.nanmax(arrays[other])))
-        class_names = tuple(str(i) for i in range(max(tops, default=-1) + 1))
-    check_label_range(y, len(class_names), f"{path} [{y_key}]")
-    return x, y, class_names
+        return tuple(str(n) for n in np.asarray(arrays["class_names"]).reshape(-1))
+    # Count classes over both splits so that train and test agree on C.
+    other = "y_test" if split == "train" else "y"
+    tops = [int(y.max())] if y.size else []
+    if other in arrays and arrays[other].size and np.issubdtype(arrays[other].dtype, np.number):
+        tops.append(int(np.nanmax(arrays[other])))
+    return tuple(str(i) for i in range(max(tops, default=-1) + 1))

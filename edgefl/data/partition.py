@@ -272,8 +272,18 @@ def carve_public(
         perm = np.random.default_rng(seed).permutation(n)
         return np.sort(perm[size:]).astype(np.int64), np.sort(perm[:size]).astype(np.int64)
     groups = np.asarray(groups)
+    public = np.isin(groups, _public_users(groups, size, seed, _named_users(partition)))
+    return np.flatnonzero(~public).astype(np.int64), np.flatnonzero(public).astype(np.int64)
+
+
+def _named_users(partition: str | PartitionScheme | None) -> set[int]:
+    """The users a user:ID,... `partition` gives the clients (none for any other scheme)."""
     scheme = parse_scheme(partition) if partition is not None else None
-    named = set(scheme.users or ()) if scheme is not None and scheme.kind == "user" else set()
+    return set(scheme.users or ()) if scheme is not None and scheme.kind == "user" else set()
+
+
+def _public_users(groups: np.ndarray, size: int, seed: int, named: set[int]) -> np.ndarray:
+    """The fewest users of a seeded draw, none of them `named`, holding >= `size` samples."""
     users = np.random.default_rng(seed).permutation(np.unique(groups))
     users = users[[u not in named for u in users.tolist()]]
     counts = np.array([np.count_nonzero(groups == u) for u in users], dtype=np.int64)
@@ -281,20 +291,23 @@ def carve_public(
     # Every user left to draw from may go public when the clients are named ones; otherwise
     # at least one user must stay behind to be a client.
     if counts.sum() < size or (not named and len(taken) == len(users)):
-        pool = "users the clients' --partition does not name" if named else "users"
-        raise ConfigError(
-            f"a public set of {size:,} samples is whole users here, and the {len(users)} "
-            f"{pool} hold {counts.sum():,} samples: too few"
-            + ("" if named else " to leave any for the clients"),
-            hint="lower --public-size"
-            + (
-                f" (users here hold {counts.min():,}-{counts.max():,} samples each)"
-                if len(counts)
-                else ""
-            ),
-        )
-    public = np.isin(groups, taken)
-    return np.flatnonzero(~public).astype(np.int64), np.flatnonzero(public).astype(np.int64)
+        raise _too_few_users(size, len(users), counts, named)
+    return taken
+
+
+def _too_few_users(size: int, n_users: int, counts: np.ndarray, named: set[int]) -> ConfigError:
+    pool = "users the clients' --partition does not name" if named else "users"
+    return ConfigError(
+        f"a public set of {size:,} samples is whole users here, and the {n_users} "
+        f"{pool} hold {counts.sum():,} samples: too few"
+        + ("" if named else " to leave any for the clients"),
+        hint="lower --public-size"
+        + (
+            f" (users here hold {counts.min():,}-{counts.max():,} samples each)"
+            if len(counts)
+            else ""
+        ),
+    )
 
 
 def train_val_split(

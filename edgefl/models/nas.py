@@ -48,56 +48,83 @@ def _int(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
+# The keys each gene type has, exactly.
+_GENE_KEYS = {
+    "conv": {"type", "out", "kernel"},
+    "pool": {"type", "kind"},
+    "fc": {"type", "hidden"},
+}
+
+
 def gene_problems(genes: Any, input_shape: tuple[int, ...]) -> list[str]:
     """Every reason `genes` is not in the search space (empty list: valid)."""
     if not isinstance(genes, list) or not genes:
         return ["genes must be a non-empty list"]
     problems: list[str] = []
-    h, w = input_shape[1], input_shape[2]
+    hw = (input_shape[1], input_shape[2])
     for i, g in enumerate(genes):
-        where = f"gene {i}"
-        if not isinstance(g, dict):
-            problems.append(f"{where}: expected an object, got {type(g).__name__}")
-            continue
-        kind = g.get("type")
-        last = i == len(genes) - 1
-        keys = {
-            "conv": {"type", "out", "kernel"},
-            "pool": {"type", "kind"},
-            "fc": {"type", "hidden"},
-        }
-        if kind not in keys:
-            problems.append(f"{where}: type must be conv, pool or fc, got {kind!r}")
-            continue
-        if set(g) != keys[kind]:
-            problems.append(f"{where}: {kind} genes have exactly the keys {sorted(keys[kind])}")
-            continue
-        if i == 0 and kind != "conv":
-            problems.append("gene 0 must be a conv (the paper's topology rule)")
-        if kind == "fc" and not last:
-            problems.append(f"{where}: the fc gene must be the last one")
-        if last and kind != "fc":
-            problems.append("the last gene must be the fc head")
-        if kind == "conv":
-            if not _int(g["out"]) or not 1 <= g["out"] <= MAX_CHANNELS:
-                problems.append(f"{where}: out must be an integer in 1..{MAX_CHANNELS}")
-            if g["kernel"] not in KERNELS or not _int(g["kernel"]):
-                problems.append(f"{where}: kernel must be one of {KERNELS}")
-        elif kind == "pool":
-            if g["kind"] not in POOL_KINDS:
-                problems.append(f"{where}: pool kind must be one of {POOL_KINDS}")
-            if min(h, w) < 2:
-                problems.append(f"{where}: pooling a {h}x{w} map would leave nothing")
-            h, w = h // 2, w // 2
-        else:
-            hidden = g["hidden"]
-            if not isinstance(hidden, list) or not all(
-                _int(n) and 1 <= n <= MAX_HIDDEN for n in hidden
-            ):
-                problems.append(f"{where}: hidden must be a list of integers in 1..{MAX_HIDDEN}")
+        found, hw = _gene_problems(i, g, i == len(genes) - 1, hw)
+        problems += found
     if not problems and not MIN_DEPTH <= depth(genes) <= MAX_DEPTH:
         problems.append(f"depth {depth(genes)} is outside {MIN_DEPTH}..{MAX_DEPTH}")
     return problems
+
+
+def _gene_problems(
+    i: int, g: Any, last: bool, hw: tuple[int, int]
+) -> tuple[list[str], tuple[int, int]]:
+    """Problems of gene `i` on an `hw` (height, width) map, and the map's size after it."""
+    where = f"gene {i}"
+    if not isinstance(g, dict):
+        return [f"{where}: expected an object, got {type(g).__name__}"], hw
+    kind = g.get("type")
+    if kind not in _GENE_KEYS:
+        return [f"{where}: type must be conv, pool or fc, got {kind!r}"], hw
+    if set(g) != _GENE_KEYS[kind]:
+        return [f"{where}: {kind} genes have exactly the keys {sorted(_GENE_KEYS[kind])}"], hw
+    problems = _position_problems(i, kind, last)
+    if kind == "conv":
+        return problems + _conv_problems(where, g), hw
+    if kind == "pool":
+        return problems + _pool_problems(where, g, hw), (hw[0] // 2, hw[1] // 2)
+    return problems + _fc_problems(where, g), hw
+
+
+def _position_problems(i: int, kind: str, last: bool) -> list[str]:
+    problems = []
+    if i == 0 and kind != "conv":
+        problems.append("gene 0 must be a conv (the paper's topology rule)")
+    if kind == "fc" and not last:
+        problems.append(f"gene {i}: the fc gene must be the last one")
+    if last and kind != "fc":
+        problems.append("the last gene must be the fc head")
+    return problems
+
+
+def _conv_problems(where: str, g: dict[str, Any]) -> list[str]:
+    problems = []
+    if not _int(g["out"]) or not 1 <= g["out"] <= MAX_CHANNELS:
+        problems.append(f"{where}: out must be an integer in 1..{MAX_CHANNELS}")
+    if g["kernel"] not in KERNELS or not _int(g["kernel"]):
+        problems.append(f"{where}: kernel must be one of {KERNELS}")
+    return problems
+
+
+def _pool_problems(where: str, g: dict[str, Any], hw: tuple[int, int]) -> list[str]:
+    h, w = hw
+    problems = []
+    if g["kind"] not in POOL_KINDS:
+        problems.append(f"{where}: pool kind must be one of {POOL_KINDS}")
+    if min(h, w) < 2:
+        problems.append(f"{where}: pooling a {h}x{w} map would leave nothing")
+    return problems
+
+
+def _fc_problems(where: str, g: dict[str, Any]) -> list[str]:
+    hidden = g["hidden"]
+    if not isinstance(hidden, list) or not all(_int(n) and 1 <= n <= MAX_HIDDEN for n in hidden):
+        return [f"{where}: hidden must be a list of integers in 1..{MAX_HIDDEN}"]
+    return []
 
 
 def check_genes(genes: Any, input_shape: tuple[int, ...]) -> None:

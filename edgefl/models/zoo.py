@@ -381,30 +381,31 @@ def make_spec(name: str, input_shape, num_classes: int, **params: Any) -> ModelS
 
 def _typed(entry: ZooEntry, params: dict[str, Any]) -> dict[str, Any]:
     """Params must have their default's type (`hidden=64` for a list param means [64])."""
-    out = {}
-    for key, value in params.items():
-        default = entry.defaults[key]
-        if isinstance(default, list) and isinstance(value, int) and not isinstance(value, bool):
-            value = [value]
-        ok = (
-            isinstance(value, bool) == isinstance(default, bool)
-            and (isinstance(value, type(default)) or (default is None))
-            or (
-                isinstance(default, float)
-                and isinstance(value, int)
-                and not isinstance(value, bool)
-            )
+    return {key: _typed_value(entry, key, value) for key, value in params.items()}
+
+
+def _typed_value(entry: ZooEntry, key: str, value: Any) -> Any:
+    default = entry.defaults[key]
+    if isinstance(default, list) and isinstance(value, int) and not isinstance(value, bool):
+        value = [value]
+    if not _fits(default, value):
+        raise ConfigError(
+            f"model {entry.name!r}: parameter {key}={value!r} should be like {default!r}",
+            hint="e.g. --model scnn:width=16 or --model mlp:hidden=64x32",
         )
-        int_list = isinstance(default, list) and all(type(v) is int for v in default) and default
-        if int_list and isinstance(value, list):  # layer widths
-            ok = all(type(v) is int and v > 0 for v in value)
-        if not ok:
-            raise ConfigError(
-                f"model {entry.name!r}: parameter {key}={value!r} should be like {default!r}",
-                hint="e.g. --model scnn:width=16 or --model mlp:hidden=64x32",
-            )
-        out[key] = value
-    return out
+    return value
+
+
+def _fits(default: Any, value: Any) -> bool:
+    """Whether `value` has the type of `default` (an int list: positive ints)."""
+    int_list = isinstance(default, list) and all(type(v) is int for v in default) and default
+    if int_list and isinstance(value, list):  # layer widths
+        return all(type(v) is int and v > 0 for v in value)
+    return (
+        isinstance(value, bool) == isinstance(default, bool)
+        and (isinstance(value, type(default)) or (default is None))
+        or (isinstance(default, float) and isinstance(value, int) and not isinstance(value, bool))
+    )
 
 
 def build_model(spec: ModelSpec) -> nn.Module:
