@@ -208,31 +208,18 @@ def fuse(ctx: FusionContext, cfg: CoBoostingConfig) -> FusionResult:
         z, y = sample_noise(rng, cfg.batch_size, cfg.nz, ctx.num_classes, dev)
         set_trainable(student, False)
         with ctx.stage("generator"):  # 1. hard samples for the current ensemble and student
-            for step in range(cfg.gen_steps):
-                x = gen(z)
-                logits = teacher_forward(teachers, x, bn)
-                ens = weighted_ensemble(logits, w)
-                l_h = hard_ce(ens, y, cfg.hard_gamma)
-                l_adv = -kl_at(ens, student(x))
-                loss = cfg.ce_weight * l_h + cfg.adv_weight * l_adv
-                if bn is not None:
-                    loss = loss + cfg.bn_weight * bn.value(dev)
-                if cfg.pool_every_step or step == cfg.gen_steps - 1:
-                    # x and its logits come before this step's update: a pair
-                    pool.add(x.detach(), (logits.detach().transpose(0, 1), y), rng)
-                opt_g.zero_grad(set_to_none=True)
-                loss.backward()
-                opt_g.step()
-        for k, v in zip(("generator", "hard_ce", "adv"), (loss, l_h, l_adv), strict=True):
+            losses = _generator_epoch(gen, opt_g, z, y, teachers, bn, w, student, pool, rng, cfg)
+        for k, v in zip(("generator", "hard_ce", "adv"), losses, strict=True):
             hist[k].append(float(v.detach()))
 
         with ctx.stage("weights"):  # 2. the ensemble re-weighted on the hard samples
             _, (pool_logits, pool_y) = pool.contents()
+            step = cfg.weight_lr * cfg.weight_decay**epoch
             w, ce = enhance_weights(
                 w,
                 pool_logits,
                 pool_y,
-                step=cfg.weight_lr * cfg.weight_decay**epoch,
+                step=step,
                 steps=cfg.weight_steps,
                 constraint=cfg.weight_constraint,
             )
@@ -251,17 +238,40 @@ def fuse(ctx: FusionContext, cfg: CoBoostingConfig) -> FusionResult:
         )
     if bn is not None:
         bn.remove()
-    student.eval()
-    info = {
-        "teachers": [u.client_id for u in uploads],
-        "ensemble_weights": dict(
-            zip([u.client_id for u in uploads], hist["weights"][-1], strict=True)
-        ),
+    return FusionResult(student.eval(), spec, _info(uploads, hist, pool))
+
+
+def _info(uploads, hist, pool: ReplayPool) -> dict:
+    ids = [u.client_id for u in uploads]
+    return {
+        "teachers": ids,
+        "ensemble_weights": dict(zip(ids, hist["weights"][-1], strict=True)),
         "synthetic_pool": pool.size,
         "synthetic_made": pool.seen,
         "loss_history": hist,
     }
-    return FusionResult(student, spec, info)
+
+
+def _generator_epoch(gen, opt_g, z, y, teachers, bn, w, student, pool, rng, cfg):
+    """T_G generator steps on one noise batch, each step's images (or the last's) joining the
+    pool with their teachers' logits; returns the last step's losses (total, hard CE, adv)."""
+    dev = z.device
+    for step in range(cfg.gen_steps):
+        x = gen(z)
+        logits = teacher_forward(teachers, x, bn)
+        ens = weighted_ensemble(logits, w)
+        l_h = hard_ce(ens, y, cfg.hard_gamma)
+        l_adv = -kl_at(ens, student(x))
+        loss = cfg.ce_weight * l_h + cfg.adv_weight * l_adv
+        if bn is not None:
+            loss = loss + cfg.bn_weight * bn.value(dev)
+        if cfg.pool_every_step or step == cfg.gen_steps - 1:
+            # x and its logits come before this step's update: a pair
+            pool.add(x.detach(), (logits.detach().transpose(0, 1), y), rng)
+        opt_g.zero_grad(set_to_none=True)
+        loss.backward()
+        opt_g.step()
+    return loss, l_h, l_adv
 
 
 def _distill(student, opt, teachers, pool, w, rng, augment: str, cfg: CoBoostingConfig) -> float:

@@ -92,28 +92,10 @@ def fuse(ctx: FusionContext, cfg: DenseConfig) -> FusionResult:
         z, y = sample_noise(rng, cfg.batch_size, cfg.nz, ctx.num_classes, dev)
         set_trainable(student, False)
         with ctx.stage("generator"):
-            for _ in range(cfg.gen_steps):
-                x = gen(z)
-                ens = teacher_forward(teachers, x, bn).mean(0)
-                l_ce = F.cross_entropy(ens, y)
-                l_bn = bn.value(dev)
-                s = student(x)
-                kl = kl_at(ens, s, reduction="none")
-                agree = (s.argmax(1) == ens.argmax(1)).float() if cfg.adv_mask else 1.0
-                l_adv = -(kl * agree).mean()
-                loss = cfg.ce_weight * l_ce + cfg.bn_weight * l_bn + cfg.adv_weight * l_adv
-                if cfg.pool_every_step:  # x and ens come before this step's update: a pair
-                    pool_x.append(x.detach())
-                    pool_t.append(ens.detach())
-                opt_g.zero_grad(set_to_none=True)
-                loss.backward()
-                opt_g.step()
-            if not cfg.pool_every_step:
-                with torch.no_grad():
-                    x = gen(z)
-                    pool_x.append(x)
-                    pool_t.append(teacher_forward(teachers, x).mean(0))
-        for k, v in zip(("generator", "ce", "bn", "adv"), (loss, l_ce, l_bn, l_adv), strict=True):
+            pooled, losses = _generator_epoch(gen, opt_g, z, y, teachers, bn, student, cfg, dev)
+        pool_x += [x for x, _ in pooled]
+        pool_t += [t for _, t in pooled]
+        for k, v in zip(("generator", "ce", "bn", "adv"), losses, strict=True):
             hist[k].append(float(v.detach()))
 
         set_trainable(student, True)
@@ -135,6 +117,32 @@ def fuse(ctx: FusionContext, cfg: DenseConfig) -> FusionResult:
         "loss_history": hist,
     }
     return FusionResult(student, spec, info)
+
+
+def _generator_epoch(gen, opt_g, z, y, teachers, bn, student, cfg: DenseConfig, dev):
+    """T_G generator steps on one noise batch -> ((images, ensemble logits) to pool, the last
+    step's losses: total, CE, BN, adversarial)."""
+    pooled = []
+    for _ in range(cfg.gen_steps):
+        x = gen(z)
+        ens = teacher_forward(teachers, x, bn).mean(0)
+        l_ce = F.cross_entropy(ens, y)
+        l_bn = bn.value(dev)
+        s = student(x)
+        kl = kl_at(ens, s, reduction="none")
+        agree = (s.argmax(1) == ens.argmax(1)).float() if cfg.adv_mask else 1.0
+        l_adv = -(kl * agree).mean()
+        loss = cfg.ce_weight * l_ce + cfg.bn_weight * l_bn + cfg.adv_weight * l_adv
+        if cfg.pool_every_step:  # x and ens come before this step's update: a pair
+            pooled.append((x.detach(), ens.detach()))
+        opt_g.zero_grad(set_to_none=True)
+        loss.backward()
+        opt_g.step()
+    if not cfg.pool_every_step:
+        with torch.no_grad():
+            x = gen(z)
+            pooled.append((x, teacher_forward(teachers, x).mean(0)))
+    return pooled, (loss, l_ce, l_bn, l_adv)
 
 
 def _distill(student, opt, pool_x, pool_t, rng: torch.Generator, cfg: DenseConfig) -> float:

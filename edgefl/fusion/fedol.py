@@ -147,24 +147,7 @@ def fuse(ctx: FusionContext, cfg: FedOLConfig) -> FusionResult:
         x_np = public_samples(ctx, cfg)
         fingerprint = public_fingerprint(x_np)
         x = torch.from_numpy(x_np)
-    used, rejected = matching_predictions(ctx, fingerprint, len(x_np))
-    for name, reason in rejected:
-        ctx.log(f"rejected {name}: {reason}")
-    if not used:
-        listing = "; ".join(f"{n}: {r}" for n, r in rejected) or "no predictions uploads"
-        raise FusionError(
-            f"fedol: no predictions match the server's public set {cfg.public} ({listing})",
-            hint="clients and server must name the same public set, --public-size and seed",
-        )
-    # float16 uploads are renormalised after the cast so every row is a distribution again.
-    probs = np.stack(
-        [
-            exporters.read_constant_outputs(u.artifact.model)["predictions"].astype(np.float32)
-            for u in used
-        ]
-    )
-    probs = np.clip(probs, 0.0, None)
-    probs /= probs.sum(-1, keepdims=True)
+    used, rejected, probs = _uploaded_predictions(ctx, cfg, fingerprint, len(x_np))
     q, const = (torch.from_numpy(a) for a in distillation_targets(probs))
 
     spec, student = ctx.student(cfg.student, images="scnn:width=32")
@@ -181,20 +164,7 @@ def fuse(ctx: FusionContext, cfg: FedOLConfig) -> FusionResult:
             labels_np, reliable = fedol_pseudo_labels(sources, rho)
             labels = torch.from_numpy(labels_np)
         with ctx.stage("train"):
-            student.train()
-            for _ in range(cfg.epochs):
-                totals = np.zeros(3)
-                for idx in torch.randperm(len(x), generator=gen).split(cfg.batch_size):
-                    loss, parts = _loss(
-                        student(x[idx].to(ctx.device)),
-                        q[idx],
-                        const[idx],
-                        labels[idx],
-                        cfg.tau,
-                        ctx.device,
-                    )
-                    totals += np.array([descend(opt, loss), *parts]) * len(idx)
-        totals /= len(x)
+            totals = _train_round(student, opt, x, (q, const, labels), gen, cfg, ctx.device)
         rounds.append(
             {
                 "round": t,
@@ -224,6 +194,45 @@ def fuse(ctx: FusionContext, cfg: FedOLConfig) -> FusionResult:
         "rounds": rounds,
     }
     return FusionResult(student, spec, info, samples=x)
+
+
+def _uploaded_predictions(ctx: FusionContext, cfg: FedOLConfig, fingerprint: str, n: int):
+    """(the predictions uploads made on the server's public set, the others with why, their
+    probabilities (clients x samples x classes)); none made on it is refused."""
+    used, rejected = matching_predictions(ctx, fingerprint, n)
+    for name, reason in rejected:
+        ctx.log(f"rejected {name}: {reason}")
+    if not used:
+        listing = "; ".join(f"{n}: {r}" for n, r in rejected) or "no predictions uploads"
+        raise FusionError(
+            f"fedol: no predictions match the server's public set {cfg.public} ({listing})",
+            hint="clients and server must name the same public set, --public-size and seed",
+        )
+    # float16 uploads are renormalised after the cast so every row is a distribution again.
+    probs = np.stack(
+        [
+            exporters.read_constant_outputs(u.artifact.model)["predictions"].astype(np.float32)
+            for u in used
+        ]
+    )
+    probs = np.clip(probs, 0.0, None)
+    probs /= probs.sum(-1, keepdims=True)
+    return used, rejected, probs
+
+
+def _train_round(student, opt, x, targets, gen, cfg: FedOLConfig, device) -> np.ndarray:
+    """One round's epochs of Eq. (7) on the public set; the last epoch's mean (loss, distill,
+    pseudo-label CE)."""
+    q, const, labels = targets
+    student.train()
+    for _ in range(cfg.epochs):
+        totals = np.zeros(3)
+        for idx in torch.randperm(len(x), generator=gen).split(cfg.batch_size):
+            loss, parts = _loss(
+                student(x[idx].to(device)), q[idx], const[idx], labels[idx], cfg.tau, device
+            )
+            totals += np.array([descend(opt, loss), *parts]) * len(idx)
+    return totals / len(x)
 
 
 def _loss(logits, q, const, labels, tau: float, device):

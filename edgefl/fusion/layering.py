@@ -75,31 +75,9 @@ def layer(
         m: {name: opt for name, _, opt in declared(meth.config_cls)} for m, meth in chosen.items()
     }
     out = {m: meth.budget_options(budget) for m, meth in chosen.items()}
-
-    def typed(m: str, key: str, value: Any) -> Any:
-        opt = kinds[m].get(key)
-        if not (opt and isinstance(value, str)):
-            return value
-        try:
-            return parse_text(key, opt, value)
-        except ConfigError as exc:  # several methods may read one option differently: say whose
-            who = f" ({m}'s)" if len(methods) > 1 else ""
-            raise ConfigError(exc.message + who, hint=exc.hint) from None
-
     for key, value in (shared or {}).items():
-        takers = [m for m in methods if key in kinds[m]]
-        if not takers and len(methods) == 1:  # the method's own message lists its options
-            chosen[methods[0]].make_config({key: value})
-        if not takers:
-            names = sorted({n for k in kinds.values() for n in k})
-            raise ConfigError(
-                f"{shared_flag.format(key=flag(key))}: none of {', '.join(methods)} has an "
-                f"option --{flag(key)}",
-                hint=f"their options: {', '.join('--' + flag(n) for n in names)} "
-                "(`edgefl server methods METHOD` explains each)",
-            )
-        for m in takers:
-            out[m][key] = typed(m, key, value)
+        for m in _takers(key, value, methods, chosen, kinds, shared_flag):
+            out[m][key] = _typed(kinds, m, key, value, len(methods) > 1)
     for m, options in (targeted or {}).items():
         if m not in chosen:
             raise ConfigError(
@@ -108,7 +86,36 @@ def layer(
                 hint="name one of the chosen methods, or give the option for all of them",
             )
         for key, value in options.items():
-            out[m][key] = typed(m, key, value)
+            out[m][key] = _typed(kinds, m, key, value, len(methods) > 1)
     for m, options in out.items():  # unknown names and bad values: now, before any work
         chosen[m].make_config(options)
     return out
+
+
+def _typed(kinds, m: str, key: str, value: Any, several: bool) -> Any:
+    """`value` as method `m` declares option `key` (text only; other values as they are)."""
+    opt = kinds[m].get(key)
+    if not (opt and isinstance(value, str)):
+        return value
+    try:
+        return parse_text(key, opt, value)
+    except ConfigError as exc:  # several methods may read one option differently: say whose
+        who = f" ({m}'s)" if several else ""
+        raise ConfigError(exc.message + who, hint=exc.hint) from None
+
+
+def _takers(key: str, value: Any, methods, chosen, kinds, shared_flag: str) -> list[str]:
+    """The chosen methods that have option `key`; none is an error (a single method's own
+    message lists its options)."""
+    takers = [m for m in methods if key in kinds[m]]
+    if takers:
+        return takers
+    if len(methods) == 1:
+        chosen[methods[0]].make_config({key: value})
+    names = sorted({n for k in kinds.values() for n in k})
+    raise ConfigError(
+        f"{shared_flag.format(key=flag(key))}: none of {', '.join(methods)} has an "
+        f"option --{flag(key)}",
+        hint=f"their options: {', '.join('--' + flag(n) for n in names)} "
+        "(`edgefl server methods METHOD` explains each)",
+    )

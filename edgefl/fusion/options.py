@@ -54,20 +54,19 @@ class Opt:
 
     def problem(self, value: Any) -> str | None:
         """None if `value` is allowed, else the constraint it breaks."""
+        return None if self._allows(value) else self.describe()
+
+    def _allows(self, value: Any) -> bool:
         if value is None:
-            return None if self.nullable else self.describe()
+            return self.nullable
         if self.kind == "bool":
-            return None if isinstance(value, bool) else self.describe()
+            return isinstance(value, bool)
         if self.kind == "floats":
-            ok = isinstance(value, tuple) and value and all(self._number_ok(v) for v in value)
-            return None if ok else self.describe()
+            return bool(isinstance(value, tuple) and value) and all(map(self._number_ok, value))
         if self.kind in ("int", "float"):
-            return None if self._number_ok(value) else self.describe()
-        if isinstance(value, bool):  # True is an int to Python, never to a user
-            return self.describe()
-        if not isinstance(value, str) or (self.choices and value not in self.choices):
-            return self.describe()
-        return None
+            return self._number_ok(value)
+        # A string: True is an int to Python, never a name to a user.
+        return isinstance(value, str) and (not self.choices or value in self.choices)
 
     def _number_ok(self, value: Any) -> bool:
         if isinstance(value, bool) or not isinstance(value, int | float):
