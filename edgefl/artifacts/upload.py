@@ -107,21 +107,35 @@ def release_weights(art: exporters.Artifact) -> None:
 
 
 def _rebuild(art: exporters.Artifact) -> tuple[nn.Module | None, str | None]:
-    meta = art.metadata
-    if art.kind == "global":
-        if meta.get("spec"):
-            _checked_spec(art)  # a report names every accepted upload's model by its spec
-        return None, "a global model, not a client upload"
-    if art.kind in ("predictions", "prototypes"):
-        return None, "a data artifact (predictions/prototypes): nothing to rebuild"
-    if not meta.get("spec"):
-        return None, "no edgefl spec (exported by another tool): usable through onnxruntime only"
+    why = _not_rebuilt(art)
+    if why:
+        return None, why
     # Checked before the int8 shortcut: every method and report reads a kept upload's spec
     # (Upload.spec), whether or not its weights can be rebuilt from it.
     spec, shell = _checked_spec(art)
-    if meta.get("quantized"):
+    if art.metadata.get("quantized"):
         return None, "int8-quantized weights: usable through onnxruntime only"
     weights = art.state_dict()
+    expected = _expected_shapes(shell, weights, spec)
+    return _load_weights(shell, weights, expected).eval(), None
+
+
+def _not_rebuilt(art: exporters.Artifact) -> str | None:
+    """Why an artifact has no torch module whatever its weights, or None."""
+    if art.kind == "global":
+        if art.metadata.get("spec"):
+            _checked_spec(art)  # a report names every accepted upload's model by its spec
+        return "a global model, not a client upload"
+    if art.kind in ("predictions", "prototypes"):
+        return "a data artifact (predictions/prototypes): nothing to rebuild"
+    if not art.metadata.get("spec"):
+        return "no edgefl spec (exported by another tool): usable through onnxruntime only"
+    return None
+
+
+def _expected_shapes(shell: nn.Module, weights: dict, spec: ModelSpec) -> dict[str, tuple]:
+    """The shape of each weight the spec's module holds; RebuildRejected unless the file's
+    weights have the same names and shapes."""
     # BatchNorm's num_batches_tracked is an unused buffer the exporter drops.
     expected = {
         k: tuple(v.shape)
@@ -132,6 +146,11 @@ def _rebuild(art: exporters.Artifact) -> tuple[nn.Module | None, str | None]:
     if got != expected:
         missing = sorted(set(expected) - set(got))[:3]
         raise RebuildRejected(f"weights do not match spec {spec.label} (e.g. missing {missing})")
+    return expected
+
+
+def _load_weights(shell: nn.Module, weights: dict, expected: dict) -> nn.Module:
+    """The shell, holding the `expected` weights (taken out of `weights`)."""
     # The shell becomes the module: assign=True makes its parameters the arrays just read, so
     # no random initialisation is computed only to be overwritten (0.6 s for a VGG-9) and no
     # second copy of the weights is made.
@@ -149,7 +168,7 @@ def _rebuild(art: exporters.Artifact) -> tuple[nn.Module | None, str | None]:
         # BatchNorm's step counter: not exported, unused in eval.
         owner, _, attr = name.rpartition(".")
         setattr(module.get_submodule(owner), attr, torch.zeros_like(buf, device="cpu"))
-    return module.eval(), None
+    return module
 
 
 def _checked_spec(art: exporters.Artifact) -> tuple[ModelSpec, nn.Module]:

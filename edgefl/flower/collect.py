@@ -56,18 +56,10 @@ def collect(
     waiting = dict(ids)
     progress("clients trained", 0, len(nodes))
     end = None if deadline_s is None else start + deadline_s
-    while waiting and (end is None or time.monotonic() < end):
-        got = list(grid.pull_messages(list(waiting)))
-        for msg in got:
-            node = waiting.pop(msg.metadata.reply_to_message_id, None)
-            if node is None:
-                continue
-            _take(out, node, msg, max_bytes, log)
-            rep = out.replies.get(node)  # named by its client id where it sent one (as text)
-            who = (rep.summary.get("client_id") if rep else None) or f"node {node}"
-            progress("clients trained", len(nodes) - len(waiting), len(nodes), str(who))
-        if not got:
-            time.sleep(0.2)
+    for node, msg in _arrivals(grid, waiting, end):
+        _take(out, node, msg, max_bytes, log)
+        who = _named(out, node, f"node {node}")
+        progress("clients trained", len(nodes) - len(waiting), len(nodes), who)
     out.missing = sorted(waiting.values()) + sorted(set(nodes) - set(ids.values()))
     within = "" if deadline_s is None else f" within the deadline ({deadline_s:g} s)"
     for node in out.missing:  # never sent (no message id), or no reply by the deadline
@@ -101,24 +93,33 @@ def dispatch(
     for node in nodes:
         send(node)
     progress("clients trained", 0, len(jobs))
-    done = 0
-    while waiting:
-        got = list(grid.pull_messages(list(waiting)))
-        for msg in got:
-            node, k = waiting.pop(msg.metadata.reply_to_message_id, (None, None))
-            if node is None:
-                continue
-            _take(out, k, msg, max_bytes, log, who=f"job {k} on node {node}")
-            done += 1
-            rep = out.replies.get(k)
-            who = (rep.summary.get("client_id") if rep else None) or f"job {k}"
-            progress("clients trained", done, len(jobs), str(who))
-            send(node)
-        if not got:
-            time.sleep(0.2)
+    for done, ((node, k), msg) in enumerate(_arrivals(grid, waiting), 1):
+        _take(out, k, msg, max_bytes, log, who=f"job {k} on node {node}")
+        progress("clients trained", done, len(jobs), _named(out, k, f"job {k}"))
+        send(node)
     out.missing.sort()
     out.seconds = time.monotonic() - start
     return out
+
+
+def _arrivals(grid, waiting: dict, end: float | None = None):
+    """(what a message was sent for, its reply) as replies come, each popped from `waiting`
+    (message id -> what it was sent for) first; until nothing waits (the caller may add
+    messages between replies) or the monotonic `end` passes."""
+    while waiting and (end is None or time.monotonic() < end):
+        got = list(grid.pull_messages(list(waiting)))
+        for msg in got:
+            sent_for = waiting.pop(msg.metadata.reply_to_message_id, None)
+            if sent_for is not None:
+                yield sent_for, msg
+        if not got:
+            time.sleep(0.2)
+
+
+def _named(out: Collected, key: int, fallback: str) -> str:
+    """Who sent `key`'s reply: its client id where it sent one (as text), else `fallback`."""
+    rep = out.replies.get(key)
+    return str((rep.summary.get("client_id") if rep else None) or fallback)
 
 
 def _train(settings: dict[str, Any], node: int, public=None, files=None):

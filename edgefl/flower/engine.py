@@ -32,10 +32,8 @@ def train_clients_flower(job: SimJob, log, progress=no_progress) -> list[dict]:
     require_flower()
     cjobs = client_jobs(job)
     check_attackers(job, cjobs)
-    results: list[dict | None] = [finished(c) for c in cjobs]
+    results = _reused(cjobs, log)
     todo = [i for i, r in enumerate(results) if r is None]
-    if len(todo) < len(cjobs):
-        log(f"reusing {len(cjobs) - len(todo)} finished upload(s)")
     if not todo:
         return _attacks(results, cjobs)
     gpu = job.train_device in ("cuda", "auto") and _cuda()
@@ -43,13 +41,7 @@ def train_clients_flower(job: SimJob, log, progress=no_progress) -> list[dict]:
     memory = available_memory()
     for group in plan_groups([needs[i] for i in todo], job.jobs, memory):
         ids = [todo[k] for k in group.clients]
-        kinds = ", ".join(dict.fromkeys(f"{needs[i].profile} ({needs[i].model})" for i in ids))
-        most = max(needs[i].memory_bytes for i in ids) / 2**30
-        log(
-            f"Flower's simulation engine: {len(ids)} SuperNode(s), {kinds}: {group.num_cpus} "
-            f"core and ~{most:.1f} GiB each, {group.at_once} at a time "
-            f"({memory / 2**30:.1f} GiB available)"
-        )
+        log(_group_line([needs[i] for i in ids], group, memory))
         before = sum(r is not None for r in results)
 
         def overall(task, done, total, note="", before=before):  # one count over every run
@@ -60,6 +52,26 @@ def train_clients_flower(job: SimJob, log, progress=no_progress) -> list[dict]:
             resources = needs[i].as_dict() | {"at_once": group.at_once}
             results[i] = summary | {"host_resources": resources}
     return _attacks(results, cjobs)
+
+
+def _reused(cjobs, log) -> list[dict | None]:
+    """Each client's finished upload (None where it is still to train), as a rerun resumes."""
+    results: list[dict | None] = [finished(c) for c in cjobs]
+    reused = sum(r is not None for r in results)
+    if reused:
+        log(f"reusing {reused} finished upload(s)")
+    return results
+
+
+def _group_line(needs, group: Group, memory: int) -> str:
+    """What one simulation of `group` runs and asks of the host (`needs`: its clients')."""
+    kinds = ", ".join(dict.fromkeys(f"{n.profile} ({n.model})" for n in needs))
+    most = max(n.memory_bytes for n in needs) / 2**30
+    return (
+        f"Flower's simulation engine: {len(needs)} SuperNode(s), {kinds}: {group.num_cpus} "
+        f"core and ~{most:.1f} GiB each, {group.at_once} at a time "
+        f"({memory / 2**30:.1f} GiB available)"
+    )
 
 
 def _attacks(results, cjobs) -> list[dict]:

@@ -101,32 +101,46 @@ def read_reply(content, max_bytes: int) -> Reply:
         raise Refused("the reply is not an edgefl upload (no files or metadata record)") from None
     if meta.get("skipped") is True:
         return Reply({}, {}, skipped=True)
+    declared, summary = _declared_and_summary(meta)
+    names = set(files_rec.keys())
+    if not names and not declared and summary.get("acknowledged") is True:
+        return Reply({}, summary)  # an answer to a second message: nothing uploaded
+    _check_roles(names, declared)
+    files = {
+        role: _checked_file(role, files_rec[role], declared, max_bytes) for role in sorted(names)
+    }
+    return Reply(files, summary)
+
+
+def _declared_and_summary(meta) -> tuple[dict, dict]:
+    """The reply's declared hashes and its training summary, each a bounded JSON object."""
     declared = _json(meta.get("sha256"), "sha256", 4096)
     summary = _json(meta.get("summary"), "summary", MAX_SUMMARY_BYTES)
     if not isinstance(declared, dict) or not isinstance(summary, dict):
         raise Refused("the reply's sha256 and summary must be JSON objects")
-    names = set(files_rec.keys())
-    if not names and not declared and summary.get("acknowledged") is True:
-        return Reply({}, summary)  # an answer to a second message: nothing uploaded
+    return declared, summary
+
+
+def _check_roles(names: set, declared: dict) -> None:
     if not names or not names <= set(ROLES) or names != set(declared):
         shown = ", ".join(sorted(ascii(n) for n in names)) or "none"
         raise Refused(
             f"the reply's files must be {' and/or '.join(ROLES)}, each with a "
             f"declared sha256; got {shown}"
         )
-    files = {}
-    for role in sorted(names):
-        arr = files_rec[role]
-        size = _declared_size(arr)
-        if size > max_bytes:
-            raise Refused(f"its {role} declares {size:,} bytes, over the limit of {max_bytes:,}")
-        data = bytes(arr.data)
-        if len(data) != size:
-            raise Refused(f"its {role} holds {len(data):,} bytes but declares {size:,}")
-        if hashlib.sha256(data).hexdigest() != declared[role]:
-            raise Refused(f"its {role} does not match its declared SHA-256")
-        files[role] = data
-    return Reply(files, summary)
+
+
+def _checked_file(role: str, arr, declared: dict, max_bytes: int) -> bytes:
+    """One file's bytes, its size checked on the declared shape before they are read."""
+    size = _declared_size(arr)
+    if size > max_bytes:
+        raise Refused(f"its {role} declares {size:,} bytes, over the limit of {max_bytes:,}")
+    data = bytes(arr.data)
+    if len(data) != size:
+        raise Refused(f"its {role} holds {len(data):,} bytes but declares {size:,}")
+    if hashlib.sha256(data).hexdigest() != declared[role]:
+        raise Refused(f"its {role} does not match its declared SHA-256")
+    return data
 
 
 def _declared_size(arr) -> int:
