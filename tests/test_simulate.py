@@ -149,17 +149,17 @@ def test_cli_budget_under_the_users_options(cli, tmp_path, monkeypatch):
 
 
 def test_resume_after_interruption(tmp_path, monkeypatch):
+    import edgefl.server.fuse as server_fuse
+
     out = tmp_path / "run"
-    real_fuse = sim.fuse_methods
-    calls = []
+    real_outcome = server_fuse._outcome
 
-    def flaky(plans, uploads, **kw):
-        calls.append(plans[0].method.name)
-        if plans[0].method.name == "fedmho-sd":
+    def flaky(p, run):  # fedavg and fedmho-sd fuse in one call: the second is interrupted
+        if p.method.name == "fedmho-sd":
             raise KeyboardInterrupt
-        return real_fuse(plans, uploads, **kw)
+        return real_outcome(p, run)
 
-    monkeypatch.setattr(sim, "fuse_methods", flaky)
+    monkeypatch.setattr(server_fuse, "_outcome", flaky)
     with pytest.raises(KeyboardInterrupt):
         simulate(tiny(out))
     before = upload_state(out)
@@ -167,7 +167,7 @@ def test_resume_after_interruption(tmp_path, monkeypatch):
     assert not (out / "global" / "fedmho-sd.onnx").exists()
     assert not list((out / "global").glob("*.tmp*"))
 
-    monkeypatch.setattr(sim, "fuse_methods", real_fuse)
+    monkeypatch.setattr(server_fuse, "_outcome", real_outcome)
     trained = []
     real_train = sim._train_one
     monkeypatch.setattr(sim, "_train_one", lambda c: trained.append(c) or real_train(c))

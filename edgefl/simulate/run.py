@@ -414,16 +414,30 @@ def check_resumable(job: SimJob) -> None:
 def fuse_all(
     job: SimJob, log, clients: list[dict] | None = None, progress=no_progress
 ) -> dict[str, dict]:
-    """Every method, each upload folder ingested once for all the methods that read it."""
+    """Every method, in the job's order: a per-client method on its own, a finished one reused,
+    and each run of methods that read one upload folder through one `fuse_methods` call (the
+    many-method path of `server fuse`), the folder ingested once for all of them."""
     out = Path(job.out)
     reports: dict[str, dict] = {}
     ingested: dict[Path, Ingest] = {}
+    batch: list = []  # (name, planned) of consecutive methods reading `batch_folder`
+    batch_folder = None
     classes = job.classes()
+
+    def fuse_batch() -> None:
+        names = ", ".join(name for name, _ in batch)
+        progress("methods fused", len(reports), len(job.methods), f"next: {names}")
+        reports.update(_fuse_batch(job, batch, batch_folder, ingested, log, progress))
+        batch.clear()
+
     for name in job.methods:
-        progress("methods fused", len(reports), len(job.methods), f"next: {name}")
         method = METHODS.get(name)
         options = method_options(job, name)
+        folder = upload_folder(out, method.consumes)
+        if batch and (method.judged == "per-client" or folder != batch_folder):
+            fuse_batch()
         if method.judged == "per-client":
+            progress("methods fused", len(reports), len(job.methods), f"next: {name}")
             log(f"{name}: client artifacts -> server -> personalized client models")
             try:
                 reports[name] = run_per_client(
@@ -439,30 +453,41 @@ def fuse_all(
             reports[name] = reuse_global(name, options, report) | {"reused": True}
             log(f"reusing finished {name}")
             continue
-        folder = upload_folder(out, method.consumes)
-        planned = plan_fuse(name, options, model, folder, classes=classes)
-        try:
-            if folder not in ingested:
-                log(f"ingesting {folder.name}/ (once for every method that reads it)")
-                ingested[folder] = ingest(
-                    folder, max_upload_bytes=exporters.DEFAULT_MAX_UPLOAD_BYTES, progress=progress
-                )
-            log(f"fusing with {name}")
-            reports[name] = fuse_methods(
-                [planned],
-                str(folder),
-                device=job.device,
-                eval=f"{job.dataset}:test",
-                data_dir=job.data_dir,
-                log=log,
-                found=ingested[folder],
-                progress=progress,
-            )[name]
-        except FusionError as exc:  # e.g. fedavg over mixed architectures: a result, not a crash
-            log(f"{name} refused: {exc.message}")
-            reports[name] = refused_report(name, exc)
+        batch.append((name, plan_fuse(name, options, model, folder, classes=classes)))
+        batch_folder = folder
+    if batch:
+        fuse_batch()
     progress("methods fused", len(reports), len(job.methods))
-    return reports
+    return {name: reports[name] for name in job.methods}
+
+
+def _fuse_batch(job: SimJob, batch, folder: Path, ingested, log, progress) -> dict[str, dict]:
+    """The planned methods of `batch`, one after another in this process (jobs=1: each trains
+    with all of the run's torch threads, as `server fuse` of one method does; forked workers
+    would each get fewer and sum their floats in another order)."""
+    names = [name for name, _ in batch]
+    try:
+        if folder not in ingested:
+            log(f"ingesting {folder.name}/ (once for every method that reads it)")
+            ingested[folder] = ingest(
+                folder, max_upload_bytes=exporters.DEFAULT_MAX_UPLOAD_BYTES, progress=progress
+            )
+        log(f"fusing with {', '.join(names)}")
+        return fuse_methods(
+            [planned for _, planned in batch],
+            str(folder),
+            device=job.device,
+            eval=f"{job.dataset}:test",
+            data_dir=job.data_dir,
+            jobs=1,
+            log=log,
+            found=ingested[folder],
+            progress=progress,
+        )
+    except FusionError as exc:  # no usable uploads in the folder: every method's result
+        for name in names:
+            log(f"{name} refused: {exc.message}")
+        return {name: refused_report(name, exc) for name in names}
 
 
 def chance_warnings(clients: list[dict], reports: dict[str, dict]) -> list[str]:
