@@ -105,7 +105,8 @@ def test_metadata_written_by_run_client(trained):
     assert meta["costs"]["params"] > 0 and "train_bytes_used" in meta["costs"]
     training = meta["training"]
     assert training["epochs"] == 2 and training["final_loss"] > 0
-    assert 0.0 <= training["val_accuracy"] <= 1.0
+    # What the device measured, and well above chance (10 %): 2 epochs on a quarter of digits.
+    assert training["val_accuracy"] == result.summary.val_accuracy > 0.3
     assert meta["edgefl_version"] == edgefl.__version__
     assert meta["weights_sha256"] == exporters.weights_hash(
         exporters.read_artifact(result.path).model
