@@ -11,6 +11,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from fed_fixtures import build_federation, snapshot
@@ -64,13 +65,47 @@ TOY = Method(
 )
 
 
+@dataclass(frozen=True)
+class CentroidConfig(FusionConfig):
+    per_class: int = option(50, "samples drawn per class from the decoders", low=1)
+
+
+def _centroids(ctx, cfg: CentroidConfig) -> FusionResult:
+    """Nearest class mean of the decoders' draws, as one linear layer: argmax_c of
+    x . mu_c - |mu_c|^2 / 2 is the nearest mean in Euclidean distance."""
+    from edgefl.fusion.base import generate
+
+    decoders = ctx.require("decoder")
+    alloc = np.stack([np.where(u.label_counts > 0, cfg.per_class, 0) for u in decoders])
+    x, y = generate(decoders, alloc, ctx.seed, ctx.device)
+    mu = torch.stack([x[y == c].flatten(1).mean(0) for c in range(ctx.num_classes)])
+    layer = torch.nn.Linear(mu.shape[1], ctx.num_classes)
+    with torch.no_grad():
+        layer.weight.copy_(mu)
+        layer.bias.copy_(-0.5 * (mu**2).sum(1))
+    return FusionResult(torch.nn.Sequential(torch.nn.Flatten(), layer), None, {"drawn": len(x)})
+
+
+CENTROID = Method(
+    name="toy-centroid",
+    description="nearest class mean of the decoders' samples",
+    paper="a test",
+    consumes=("decoder",),
+    needs_modules=True,
+    config_cls=CentroidConfig,
+    fuse=_centroids,
+)
+
+
 @pytest.fixture
 def toy():
     METHODS.add(TOY.name, TOY)
+    METHODS.add(CENTROID.name, CENTROID)
     try:
         yield TOY
     finally:
         METHODS.remove(TOY.name)
+        METHODS.remove(CENTROID.name)
 
 
 @pytest.fixture
@@ -120,6 +155,17 @@ def test_toy_method_through_server_fuse(toy, federation, tmp_path, cli):
         "-1",
     )
     assert bad.exit_code == 2 and "--pick must be an integer >= 0, got -1" in bad.output
+
+
+def test_toy_decoder_method_through_server_fuse(toy, federation, tmp_path, cli):
+    """A method that learns from the decoders alone, also defined only in this module."""
+    out = tmp_path / "c.onnx"
+    args = ["--method", "toy-centroid", "--out", out, "--eval", "digits", "--opt", "per_class=20"]
+    r = cli("server", "fuse", federation, *args)
+    assert r.exit_code == 0, r.output
+    report = json.loads(out.with_suffix(".json").read_text())
+    assert sorted(report["used"]) == ["client-002", "client-003"]  # the decoders, not the rest
+    assert report["drawn"] > 0 and report["accuracy"] > 0.3  # chance is 0.1
 
 
 def test_toy_method_through_simulate(toy, tmp_path, cli):
