@@ -21,13 +21,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from edgefl.fusion.base import (
-    AUGMENT,
-    AUGMENT_HELP,
-    LABELS,
-    LABELS_HELP,
-    PIXELS,
-    PIXELS_HELP,
-    FusionConfig,
     FusionContext,
     FusionResult,
     Method,
@@ -38,33 +31,28 @@ from edgefl.fusion.base import (
     per_class_counts,
     train_student,
 )
-from edgefl.fusion.options import option
+from edgefl.fusion.options import option, redefault
+from edgefl.fusion.student_options import ScratchStudentConfig
 
 
 @dataclass(frozen=True)
-class FedCVAEConfig(FusionConfig):
-    synthetic: int = option(5_000, "samples generated (the official code's count)", low=1)
+class FedCVAEConfig(ScratchStudentConfig):
+    """The shared student options (`student_options`) with its own sample count and epochs, and
+    the architecture of its student."""
+
+    synthetic: int = redefault(
+        ScratchStudentConfig, "synthetic", 5_000, "samples generated (the official code's count)"
+    )
+    # With the jitter every epoch shows new images, so training longer keeps paying: 40 epochs
+    # gave +1.6 at Dir(0.1) over 20 (bench/results/fedcvae_diagnosis.md, third pass). Drawing
+    # the pixels (`pixels` auto: bernoulli on images) rather than the decoders' mean images
+    # (blurred averages, against sharp test digits): +2.3 points on MNIST Dir(0.5) (same file).
+    epochs: int = redefault(ScratchStudentConfig, "epochs", 40)
     student: str = option(
         "auto",
         "zoo architecture of the global model, trained from scratch (auto: cnn on images, "
         "cnn1d on sensor windows)",
     )
-    # With the jitter below every epoch shows new images, so training longer keeps paying:
-    # 40 epochs gave +1.6 at Dir(0.1) over 20 (bench/results/fedcvae_diagnosis.md, third pass).
-    epochs: int = option(40, "global training epochs", low=1)
-    lr: float = option(1e-3, "global Adam learning rate", low=0, low_open=True)
-    batch_size: int = option(64, "global batch size", low=1)
-    # A classifier trained from scratch on the decoders' mean images (blurred averages) meets
-    # sharp real digits at test time; drawing the pixels: +2.3 points on MNIST Dir(0.5)
-    # (bench/results/fedcvae_diagnosis.md).
-    pixels: str = option("auto", PIXELS_HELP, choices=PIXELS)
-    labels: str = option("federation", LABELS_HELP, choices=LABELS)
-    # cvae-small's decoder draws a class from a 2-D latent (its MACs are Table 2's): its samples
-    # vary along two learnt style axes, while test digits also vary in slant, size and place.
-    # A classifier trained on them alone never sees those nuisances; a random small affine map
-    # per sample restores them (+3.6 / +2.0 points at Dir(0.5) / Dir(0.1)). "none" is the
-    # paper's procedure.
-    augment: str = option("auto", AUGMENT_HELP, choices=AUGMENT)
 
 
 def fuse(ctx: FusionContext, cfg: FedCVAEConfig) -> FusionResult:

@@ -32,10 +32,7 @@ import torch
 
 from edgefl.fusion.base import (
     AUGMENT,
-    PIXELS,
-    PIXELS_HELP,
     STUDENT_JITTER_HELP,
-    FusionConfig,
     FusionContext,
     FusionResult,
     Method,
@@ -52,18 +49,24 @@ from edgefl.fusion.base import (
     teacher_logits,
     train_student,
 )
-from edgefl.fusion.options import option
+from edgefl.fusion.options import option, redefault
+from edgefl.fusion.student_options import SampledStudentConfig
 from edgefl.models.zoo import input_kind
 
 
 @dataclass(frozen=True)
-class FedMHOConfig(FusionConfig):
+class FedMHOConfig(SampledStudentConfig):
     """Defaults: the paper's MNIST column of Table 7 (`CODE` is the authors' code's)."""
 
-    synthetic: int = option(6_000, "samples generated from the decoders (paper: 6,000)", low=1)
+    synthetic: int = redefault(
+        SampledStudentConfig,
+        "synthetic",
+        6_000,
+        "samples generated from the decoders (paper: 6,000)",
+    )
     # The global model starts from w0, trained on real digits, at a tiny lr: it did slightly
     # better on the mean images (MD 85.7 vs 85.2, bench/results/fedcvae_diagnosis.md).
-    pixels: str = option("mean", PIXELS_HELP, choices=PIXELS)
+    pixels: str = redefault(SampledStudentConfig, "pixels", "mean")
     keep_ratio: float = option(
         0.8,
         "share of each class kept by the class-mean filter (paper's R_th)",
@@ -88,10 +91,12 @@ class FedMHOConfig(FusionConfig):
         low=0,
         low_open=True,
     )
-    epochs: int = option(
-        10, "global training epochs (paper: 10; the authors' code: 20, --budget code)", low=1
+    epochs: int = redefault(
+        SampledStudentConfig,
+        "epochs",
+        10,
+        "global training epochs (paper: 10; the authors' code: 20, --budget code)",
     )
-    batch_size: int = option(64, "global batch size", low=1)
     kd_reduction: str = option(
         "mean",
         "KL reduction: mean (the paper code's, 1/C-scaled) or batchmean (textbook KL)",

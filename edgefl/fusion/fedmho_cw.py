@@ -29,13 +29,6 @@ import numpy as np
 import torch
 
 from edgefl.fusion.base import (
-    AUGMENT,
-    AUGMENT_HELP,
-    LABELS,
-    LABELS_HELP,
-    PIXELS,
-    PIXELS_HELP,
-    FusionConfig,
     FusionContext,
     FusionResult,
     Method,
@@ -51,13 +44,13 @@ from edgefl.fusion.base import (
     train_student,
 )
 from edgefl.fusion.options import option
+from edgefl.fusion.student_options import ScratchStudentConfig
 
 
 @dataclass(frozen=True)
-class FedMHOCWConfig(FusionConfig):
-    synthetic: int = option(6_000, "samples generated from the decoders", low=1)
-    labels: str = option("federation", LABELS_HELP, choices=LABELS)
-    pixels: str = option("auto", PIXELS_HELP, choices=PIXELS)
+class FedMHOCWConfig(ScratchStudentConfig):
+    """The shared student options (`student_options`) at their defaults, plus its teacher."""
+
     teacher: str = option(
         "both",
         "both: the clients holding the sample's class, each class's probability from its "
@@ -77,12 +70,6 @@ class FedMHOCWConfig(FusionConfig):
         "the teacher by how many class-y samples each side's clients hold",
         choices=("fixed", "data"),
     )
-    lr: float = option(1e-3, "global Adam learning rate", low=0, low_open=True)
-    epochs: int = option(20, "global training epochs", low=1)
-    batch_size: int = option(64, "global batch size", low=1)
-    # The decoders' 2-D latent cannot draw slant, size or place (see fedcvae_ens.py): +0.6 / +2.3
-    # at Dir(0.5) / Dir(0.1) with the jitter, three federations each (bench/results/fedmho_cw.md).
-    augment: str = option("auto", AUGMENT_HELP, choices=AUGMENT)
 
 
 def class_shares(classifiers) -> torch.Tensor:

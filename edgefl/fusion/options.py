@@ -99,6 +99,13 @@ def option(default: Any, help: str, *, kind: str | None = None, **bounds: Any):
     return field(default=default, metadata={"option": opt})
 
 
+def redefault(base, name: str, default: Any, help: str | None = None):
+    """Option `name` as config class `base` declares it, with another default (and help, where
+    a method says more): a subclass changes a shared option without declaring it again."""
+    opt = base.__dataclass_fields__[name].metadata["option"]
+    return field(default=default, metadata={"option": replace(opt, help=help) if help else opt})
+
+
 # The annotations an option may carry, and the kind each one declares.
 _ANNOTATED = {
     "bool": "bool",
