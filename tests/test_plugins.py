@@ -199,6 +199,48 @@ def test_toy_method_through_simulate(toy, tmp_path, cli):
     assert json.loads((out / "global" / "toy-pick.json").read_text())["picked"] == "client-001"
 
 
+def test_toy_methods_through_reproduce(toy, tmp_path, cli):
+    """A table registered here, of the two toy methods, runs through `edgefl reproduce`: its
+    cells name each toy's accuracy, and the classifier toy's paper number from its contract."""
+    from edgefl.reproduce.tables import TABLES, Budget, Setting, Table
+
+    budget = Budget(
+        name="cpu",
+        description="a test's seconds",
+        partitions=("dirichlet:1.0",),
+        seeds=(0,),
+        estimate="seconds",
+        simulate={"classifier_epochs": 1, "generator_epochs": 4},  # the decoders learn
+        fuse_options={"toy-pick": {"pick": 1}, "toy-centroid": {"per_class": 20}},
+    )
+    models = {"smartphone": "cnn", "wristband": "cvae-small"}
+    setting = Setting("mixed", "phones and bands", models, ("toy-pick", "toy-centroid"))
+    table = Table(
+        name="toy-table",
+        title="toys",
+        source="made up for the test",  # the toy's Reference names this source
+        dataset="digits",
+        clients=4,
+        mix="smartphone:2,wristband:2",
+        settings=(setting,),
+        budgets={"cpu": budget},
+    )
+    TABLES.add(table.name, table)
+    try:
+        r = cli("reproduce", "toy-table", "--out", tmp_path / "t", "--jobs", "1")
+    finally:
+        TABLES.remove(table.name)
+    assert r.exit_code == 0, r.output
+    rows = {
+        row["method"]: row
+        for row in json.loads((tmp_path / "t" / "table.json").read_text())["rows"]
+    }
+    assert list(rows) == ["toy-pick", "toy-centroid"]
+    cells = {m: rows[m]["partitions"]["dirichlet:1.0"] for m in rows}
+    assert cells["toy-pick"]["n"] == 1 and cells["toy-pick"]["paper"] == 12.34
+    assert cells["toy-centroid"]["n"] == 1 and cells["toy-centroid"]["mean"] > 30  # chance: 10
+
+
 # --- one ingest, many methods ----------------------------------------------------------------
 
 
