@@ -186,7 +186,7 @@ def test_toy_method_through_simulate(toy, tmp_path, cli):
         "--generator-epochs",
         "1",
         "--methods",
-        "toy-pick,fedavg",
+        "toy-pick,toy-centroid,fedavg",
         "--fuse-opt",
         "toy-pick:pick=1",
         "--out",
@@ -197,6 +197,8 @@ def test_toy_method_through_simulate(toy, tmp_path, cli):
     assert rows["toy-pick"]["error"] is None and 0 < rows["toy-pick"]["accuracy"] <= 1
     assert rows["toy-pick"]["paper"] == 12.34  # its reference, read from its contract
     assert json.loads((out / "global" / "toy-pick.json").read_text())["picked"] == "client-001"
+    # one generator epoch: the decoders draw little yet, but above chance (0.1)
+    assert rows["toy-centroid"]["error"] is None and rows["toy-centroid"]["accuracy"] > 0.15
 
 
 def test_toy_methods_through_reproduce(toy, tmp_path, cli):
