@@ -196,17 +196,28 @@ def _evaluate(node, known, small, shapes, opset, evaluator) -> list[np.ndarray] 
         return None
     inputs = [i for i in node.input if i]
     if node.op_type == "Shape":
-        source = known.get(node.input[0])
-        shape = list(source.dims) if source is not None else shapes.get(node.input[0])
-        if shape is None:
-            return None
-        attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
-        start, end = attrs.get("start", 0), attrs.get("end", len(shape))
-        return [np.asarray(shape[slice(start, end)], dtype=np.int64)]
+        return _shape_value(node, known, shapes)
     if node.op_type == "Size" and node.input[0] in shapes:
         return [np.asarray(math.prod(shapes[node.input[0]]), dtype=np.int64)]
     if not inputs or not all(i in small for i in inputs):
         return None
+    return _run_alone(node, known, inputs, opset, evaluator)
+
+
+def _shape_value(node, known, shapes) -> list[np.ndarray] | None:
+    """A Shape node's output, where its input's shape is static."""
+    source = known.get(node.input[0])
+    shape = list(source.dims) if source is not None else shapes.get(node.input[0])
+    if shape is None:
+        return None
+    attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    start, end = attrs.get("start", 0), attrs.get("end", len(shape))
+    return [np.asarray(shape[slice(start, end)], dtype=np.int64)]
+
+
+def _run_alone(node, known, inputs, opset, evaluator) -> list[np.ndarray] | None:
+    """``node``'s outputs from the reference evaluator, fed the constants ``inputs`` name;
+    None where it cannot run the node or an output is not small."""
     feeds = {i: numpy_helper.to_array(known[i]) for i in inputs}
     single = helper.make_graph(
         [node],
@@ -268,34 +279,12 @@ def fold_batchnorm(model: onnx.ModelProto) -> int:
     producer = {o: n for n in graph.node for o in n.output}
     drop, folded = set(), 0
     for bn in graph.node:
-        conv = producer.get(bn.input[0]) if bn.op_type == "BatchNormalization" else None
-        if conv is None or conv.op_type != "Conv" or len(bn.output) != 1:
+        found = _conv_to_fold(bn, producer, inits, readers)
+        if found is None:
             continue
-        params = [inits.get(n) for n in (*bn.input[1:5], *conv.input[1:3])]
-        if readers.get(bn.input[0]) != 1 or any(p is None for p in params[:5]):
-            continue
-        if any(readers.get(n) != 1 for n in conv.input[1:3]):
-            continue  # a weight shared with another node keeps its values
-        scale, shift, mean, var, weight = (numpy_helper.to_array(p) for p in params[:5])
-        eps = next((a.f for a in bn.attribute if a.name == "epsilon"), 1e-5)
-        factor = scale / np.sqrt(var + eps)
-        bias = numpy_helper.to_array(params[5]) if params[5] is not None else np.zeros_like(mean)
-        new_w = weight * factor.reshape(-1, *[1] * (weight.ndim - 1))
-        new_b = (bias - mean) * factor + shift
-        inits[conv.input[1]].CopyFrom(
-            numpy_helper.from_array(new_w.astype(weight.dtype), conv.input[1])
-        )
-        bias_name = (
-            conv.input[2] if len(conv.input) > 2 and conv.input[2] else conv.output[0] + "_bias"
-        )
-        tensor = numpy_helper.from_array(new_b.astype(weight.dtype), bias_name)
-        if bias_name in inits:
-            inits[bias_name].CopyFrom(tensor)
-        else:
-            graph.initializer.append(tensor)
-            inits[bias_name] = graph.initializer[-1]
-            del conv.input[2:]
-            conv.input.append(bias_name)
+        conv, params = found
+        new_w, new_b = _folded_weights(bn, params)
+        _rewrite_conv(graph, inits, conv, new_w, new_b)
         conv.output[0] = bn.output[0]
         drop.add(bn.output[0])
         folded += 1
@@ -306,3 +295,43 @@ def fold_batchnorm(model: onnx.ModelProto) -> int:
     graph.node.extend(keep)
     _prune(graph)
     return folded
+
+
+def _conv_to_fold(bn, producer, inits, readers) -> tuple[onnx.NodeProto, list] | None:
+    """The Conv that alone feeds ``bn`` (a BatchNormalization) and the initializers of both
+    (scale, shift, mean, var, weight[, bias]), or None where ``bn`` cannot be folded."""
+    conv = producer.get(bn.input[0]) if bn.op_type == "BatchNormalization" else None
+    if conv is None or conv.op_type != "Conv" or len(bn.output) != 1:
+        return None
+    params = [inits.get(n) for n in (*bn.input[1:5], *conv.input[1:3])]
+    if readers.get(bn.input[0]) != 1 or any(p is None for p in params[:5]):
+        return None
+    if any(readers.get(n) != 1 for n in conv.input[1:3]):
+        return None  # a weight shared with another node keeps its values
+    return conv, params
+
+
+def _folded_weights(bn: onnx.NodeProto, params: list) -> tuple[np.ndarray, np.ndarray]:
+    """The conv's weight and bias with the batch norm applied, in the weight's dtype."""
+    scale, shift, mean, var, weight = (numpy_helper.to_array(p) for p in params[:5])
+    eps = next((a.f for a in bn.attribute if a.name == "epsilon"), 1e-5)
+    factor = scale / np.sqrt(var + eps)
+    bias = numpy_helper.to_array(params[5]) if params[5] is not None else np.zeros_like(mean)
+    new_w = weight * factor.reshape(-1, *[1] * (weight.ndim - 1))
+    new_b = (bias - mean) * factor + shift
+    return new_w.astype(weight.dtype), new_b.astype(weight.dtype)
+
+
+def _rewrite_conv(graph, inits, conv, new_w: np.ndarray, new_b: np.ndarray) -> None:
+    """Give ``conv`` the folded weight and bias: in place where it has them, a new bias
+    initializer (added to ``inits`` too) where it has none."""
+    inits[conv.input[1]].CopyFrom(numpy_helper.from_array(new_w, conv.input[1]))
+    bias_name = conv.input[2] if len(conv.input) > 2 and conv.input[2] else conv.output[0] + "_bias"
+    tensor = numpy_helper.from_array(new_b, bias_name)
+    if bias_name in inits:
+        inits[bias_name].CopyFrom(tensor)
+    else:
+        graph.initializer.append(tensor)
+        inits[bias_name] = graph.initializer[-1]
+        del conv.input[2:]
+        conv.input.append(bias_name)

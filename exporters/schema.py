@@ -8,7 +8,9 @@ from __future__ import annotations
 import json
 import math
 import re
-from typing import Any
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, NamedTuple
 
 METADATA_KEY = "edgefl"
 SCHEMA_VERSION = 1
@@ -49,160 +51,215 @@ def validate_metadata(meta: object) -> list[str]:
     """Return every problem with ``meta`` (empty list: valid). Each message names its key."""
     if not isinstance(meta, dict):
         return [f"metadata must be a JSON object, got {_tname(meta)}"]
-    problems: list[str] = []
-
-    def missing(key: str) -> bool:
-        if key not in meta:
-            problems.append(f"missing required key '{key}'")
-            return True
-        return False
-
-    def wrong(key: str, expected: str) -> None:
-        problems.append(f"'{key}' must be {expected}, got {_tname(meta[key])} {meta[key]!r:.60}")
-
-    if not missing("schema_version") and (
-        not _is_int(meta["schema_version"]) or meta["schema_version"] != SCHEMA_VERSION
-    ):
-        wrong("schema_version", f"the integer {SCHEMA_VERSION}")
-
-    kind = meta.get("kind")
-    if not missing("kind") and kind not in ARTIFACT_KINDS:
-        wrong("kind", f"one of {', '.join(ARTIFACT_KINDS)}")
-
-    if not missing("input_shape"):
-        shape = meta["input_shape"]
-        if not (
-            isinstance(shape, list)
-            and 1 <= len(shape) <= _MAX_INPUT_RANK
-            and all(_is_int(d) and d > 0 for d in shape)
-        ):
-            wrong("input_shape", "a list of 1 to 3 positive ints (per sample, no batch)")
-        elif math.prod(shape) > MAX_SAMPLE_ELEMENTS:
-            wrong("input_shape", f"at most {MAX_SAMPLE_ELEMENTS:,} values per sample")
-        elif kind in _MODEL_KINDS and len(shape) != 3:
-            wrong("input_shape", f"[channels, height, width] for a {kind}")
-
     num_classes = meta.get("num_classes")
-    classes_ok = _is_int(num_classes) and 2 <= num_classes <= MAX_CLASSES
-    if not missing("num_classes") and not classes_ok:
-        wrong("num_classes", f"an int from 2 to {MAX_CLASSES:,}")
-
-    if not missing("class_names"):
-        names = meta["class_names"]
-        if not (isinstance(names, list) and all(isinstance(n, str) for n in names)):
-            wrong("class_names", "a list of strings")
-        elif classes_ok and len(names) != num_classes:
-            problems.append(
-                f"'class_names' has {len(names)} entries but 'num_classes' is {num_classes}"
-            )
-
-    if not missing("edgefl_version") and not isinstance(meta["edgefl_version"], str):
-        wrong("edgefl_version", "a string")
-
-    if not missing("weights_sha256") and not (
-        isinstance(meta["weights_sha256"], str) and _HEX64.fullmatch(meta["weights_sha256"])
-    ):
-        wrong("weights_sha256", "64 lowercase hex characters")
-
-    if not missing("spec"):
-        spec = meta["spec"]
-        if spec is not None and not (isinstance(spec, dict) and isinstance(spec.get("name"), str)):
-            wrong("spec", "an object with a string 'name', or null")
-
-    if not missing("client_id") and not (isinstance(meta["client_id"], str) and meta["client_id"]):
-        wrong("client_id", "a non-empty string")
-
-    # Every kind's label counts are summed into the federation's: checked wherever they appear.
-    counted = kind in ("classifier", "decoder", "predictions") or "label_counts" in meta
-    if counted and not missing("label_counts"):
-        counts = meta["label_counts"]
-        if not (isinstance(counts, list) and all(_is_int(c) and c >= 0 for c in counts)):
-            wrong("label_counts", "a list of non-negative ints")
-        elif classes_ok and len(counts) != num_classes:
-            problems.append(
-                f"'label_counts' has {len(counts)} entries but 'num_classes' is {num_classes}"
-            )
-        elif not 0 < sum(counts) <= MAX_SAMPLES:
-            problems.append(f"'label_counts' must sum to more than 0 and at most {MAX_SAMPLES:,}")
-    if kind in ("classifier", "decoder"):
-        if not missing("profile") and not (
-            meta["profile"] is None or isinstance(meta["profile"], str)
-        ):
-            wrong("profile", "a string or null")
-        for key in ("costs", "training"):
-            if not missing(key) and not isinstance(meta[key], dict):
-                wrong(key, "an object")
-
-    if meta.get("quantized", False) not in (None, False, QUANTIZED_TAG):
-        wrong("quantized", f"absent, false or {QUANTIZED_TAG!r}")
-
-    if kind == "decoder" and not missing("latent_dim"):
-        latent = meta["latent_dim"]
-        if not (_is_int(latent) and 1 <= latent <= MAX_LATENT):
-            wrong("latent_dim", f"an int from 1 to {MAX_LATENT:,}")
-
-    if kind in CONSTANT_KINDS and meta.get("spec") is not None:
-        # No weights travel in a data artifact: a spec would invite the server to rebuild one.
-        wrong("spec", f"null for a {kind} artifact")
-    if kind == "predictions":
-        _check_predictions(meta, missing, wrong)
-    if kind == "prototypes":
-        _check_prototypes(meta, missing, wrong, problems, num_classes if classes_ok else None)
-
-    if kind == "global":
-        if not missing("method") and not isinstance(meta["method"], str):
-            wrong("method", "a string")
-        if not missing("config") and not isinstance(meta["config"], dict):
-            wrong("config", "an object")
-        if not missing("client_ids"):
-            ids = meta["client_ids"]
-            if not (isinstance(ids, list) and all(isinstance(i, str) for i in ids)):
-                wrong("client_ids", "a list of strings")
-
+    ctx = _Context(meta, meta.get("kind"), num_classes if _num_classes_ok(num_classes) else None)
+    problems = [p for rule in _RULES if (p := _apply(rule, ctx)) is not None]
     problems.extend(_non_finite(meta, ""))
     return problems
 
 
-def _check_predictions(meta: dict[str, Any], missing, wrong) -> None:
-    if not missing("public_fingerprint") and not (
-        isinstance(meta["public_fingerprint"], str) and _HEX64.fullmatch(meta["public_fingerprint"])
-    ):
-        wrong("public_fingerprint", "64 lowercase hex characters (sha256 of the public samples)")
-    if not missing("public_size") and not (
-        _is_int(meta["public_size"]) and 1 <= meta["public_size"] <= MAX_PUBLIC
-    ):
-        wrong("public_size", f"an int from 1 to {MAX_PUBLIC:,}")
+@dataclass(frozen=True)
+class _Context:
+    """What a rule may look at beside its own value."""
+
+    meta: dict[str, Any]
+    kind: Any
+    num_classes: int | None  # None unless 'num_classes' itself is valid
 
 
-def _check_prototypes(meta: dict[str, Any], missing, wrong, problems, num_classes) -> None:
-    if not missing("representation_size") and not (
-        _is_int(meta["representation_size"]) and 1 <= meta["representation_size"] <= MAX_LATENT
+# A check gets (key, value, context) and returns one problem or None.
+_Check = Callable[[str, Any, _Context], str | None]
+
+
+def _always(ctx: _Context) -> bool:
+    return True
+
+
+class _Rule(NamedTuple):
+    key: str
+    check: _Check
+    applies: Callable[[_Context], bool] = _always
+    # An optional key is checked only when present; a required one is reported when missing.
+    required: bool = True
+
+
+def _apply(rule: _Rule, ctx: _Context) -> str | None:
+    if not rule.applies(ctx):
+        return None
+    if rule.key not in ctx.meta:
+        return f"missing required key '{rule.key}'" if rule.required else None
+    return rule.check(rule.key, ctx.meta[rule.key], ctx)
+
+
+def _wrong(key: str, value: Any, expected: str) -> str:
+    return f"'{key}' must be {expected}, got {_tname(value)} {value!r:.60}"
+
+
+def _entries(key: str, n: int, other: str, m: int) -> str:
+    return f"'{key}' has {n} entries but '{other}' is {m}"
+
+
+def _unless(ok: Callable[[Any], Any], expected: str) -> _Check:
+    """A check that refuses any value for which ``ok`` is falsy."""
+    return lambda key, value, ctx: None if ok(value) else _wrong(key, value, expected)
+
+
+def _int_in(low: int, high: int) -> Callable[[Any], bool]:
+    return lambda value: _is_int(value) and low <= value <= high
+
+
+def _hex64(value: Any) -> Any:
+    return isinstance(value, str) and _HEX64.fullmatch(value)
+
+
+def _is_str(value: Any) -> bool:
+    return isinstance(value, str)
+
+
+def _is_dict(value: Any) -> bool:
+    return isinstance(value, dict)
+
+
+def _str_list(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(v, str) for v in value)
+
+
+def _check_input_shape(key: str, shape: Any, ctx: _Context) -> str | None:
+    if not (
+        isinstance(shape, list)
+        and 1 <= len(shape) <= _MAX_INPUT_RANK
+        and all(_is_int(d) and d > 0 for d in shape)
     ):
-        wrong("representation_size", f"an int from 1 to {MAX_LATENT:,}")
-    classes_valid = False
-    if not missing("classes"):
-        classes = meta["classes"]
-        if not (isinstance(classes, list) and classes and all(_is_int(c) for c in classes)):
-            wrong("classes", "a non-empty list of class ids")
-        elif len(set(classes)) != len(classes):
-            problems.append("'classes' lists a class more than once")
-        elif num_classes is not None and not all(0 <= c < num_classes for c in classes):
-            problems.append(f"'classes' has ids outside 0..{num_classes - 1}")
-        else:
-            classes_valid = True
-    if not missing("counts"):
-        counts = meta["counts"]
-        if not (
-            isinstance(counts, list) and all(_is_int(c) and 1 <= c <= MAX_SAMPLES for c in counts)
-        ):
-            wrong(
-                "counts",
-                f"a list of ints from 1 to {MAX_SAMPLES:,} (samples behind each class mean)",
-            )
-        elif classes_valid and len(counts) != len(meta["classes"]):
-            problems.append(
-                f"'counts' has {len(counts)} entries but 'classes' has {len(meta['classes'])}"
-            )
+        return _wrong(key, shape, "a list of 1 to 3 positive ints (per sample, no batch)")
+    if math.prod(shape) > MAX_SAMPLE_ELEMENTS:
+        return _wrong(key, shape, f"at most {MAX_SAMPLE_ELEMENTS:,} values per sample")
+    if ctx.kind in _MODEL_KINDS and len(shape) != 3:
+        return _wrong(key, shape, f"[channels, height, width] for a {ctx.kind}")
+    return None
+
+
+def _check_class_names(key: str, names: Any, ctx: _Context) -> str | None:
+    if not _str_list(names):
+        return _wrong(key, names, "a list of strings")
+    if ctx.num_classes is not None and len(names) != ctx.num_classes:
+        return _entries(key, len(names), "num_classes", ctx.num_classes)
+    return None
+
+
+def _check_label_counts(key: str, counts: Any, ctx: _Context) -> str | None:
+    if not (isinstance(counts, list) and all(_is_int(c) and c >= 0 for c in counts)):
+        return _wrong(key, counts, "a list of non-negative ints")
+    if ctx.num_classes is not None and len(counts) != ctx.num_classes:
+        return _entries(key, len(counts), "num_classes", ctx.num_classes)
+    if not 0 < sum(counts) <= MAX_SAMPLES:
+        return f"'{key}' must sum to more than 0 and at most {MAX_SAMPLES:,}"
+    return None
+
+
+def _check_constant_spec(key: str, spec: Any, ctx: _Context) -> str | None:
+    # No weights travel in a data artifact: a spec would invite the server to rebuild one.
+    return None if spec is None else _wrong(key, spec, f"null for a {ctx.kind} artifact")
+
+
+def _check_classes(key: str, classes: Any, ctx: _Context) -> str | None:
+    if not (isinstance(classes, list) and classes and all(_is_int(c) for c in classes)):
+        return _wrong(key, classes, "a non-empty list of class ids")
+    if len(set(classes)) != len(classes):
+        return f"'{key}' lists a class more than once"
+    if ctx.num_classes is not None and not all(0 <= c < ctx.num_classes for c in classes):
+        return f"'{key}' has ids outside 0..{ctx.num_classes - 1}"
+    return None
+
+
+def _check_counts(key: str, counts: Any, ctx: _Context) -> str | None:
+    if not (isinstance(counts, list) and all(_is_int(c) and 1 <= c <= MAX_SAMPLES for c in counts)):
+        return _wrong(
+            key,
+            counts,
+            f"a list of ints from 1 to {MAX_SAMPLES:,} (samples behind each class mean)",
+        )
+    # Compared with 'classes' only where that key passed its own check (the rule before).
+    classes = ctx.meta.get("classes")
+    classes_valid = "classes" in ctx.meta and _check_classes("classes", classes, ctx) is None
+    if classes_valid and len(counts) != len(classes):
+        return f"'{key}' has {len(counts)} entries but 'classes' has {len(classes)}"
+    return None
+
+
+def _kind_is(*kinds: str) -> Callable[[_Context], bool]:
+    return lambda ctx: ctx.kind in kinds
+
+
+def _counted(ctx: _Context) -> bool:
+    # Every kind's label counts are summed into the federation's: checked wherever they appear.
+    return ctx.kind in ("classifier", "decoder", "predictions") or "label_counts" in ctx.meta
+
+
+_num_classes_ok = _int_in(2, MAX_CLASSES)
+_model = _kind_is(*_MODEL_KINDS)
+_predictions = _kind_is("predictions")
+_prototypes = _kind_is("prototypes")
+_global = _kind_is("global")
+
+# Evaluated in this order, one problem per rule at most: the order of the messages is the
+# order of the rules.
+_RULES: tuple[_Rule, ...] = (
+    _Rule(
+        "schema_version",
+        _unless(lambda v: _is_int(v) and v == SCHEMA_VERSION, f"the integer {SCHEMA_VERSION}"),
+    ),
+    _Rule("kind", _unless(lambda v: v in ARTIFACT_KINDS, f"one of {', '.join(ARTIFACT_KINDS)}")),
+    _Rule("input_shape", _check_input_shape),
+    _Rule("num_classes", _unless(_num_classes_ok, f"an int from 2 to {MAX_CLASSES:,}")),
+    _Rule("class_names", _check_class_names),
+    _Rule("edgefl_version", _unless(_is_str, "a string")),
+    _Rule("weights_sha256", _unless(_hex64, "64 lowercase hex characters")),
+    _Rule(
+        "spec",
+        _unless(
+            lambda v: v is None or (isinstance(v, dict) and isinstance(v.get("name"), str)),
+            "an object with a string 'name', or null",
+        ),
+    ),
+    _Rule("client_id", _unless(lambda v: isinstance(v, str) and v, "a non-empty string")),
+    _Rule("label_counts", _check_label_counts, _counted),
+    _Rule(
+        "profile", _unless(lambda v: v is None or isinstance(v, str), "a string or null"), _model
+    ),
+    _Rule("costs", _unless(_is_dict, "an object"), _model),
+    _Rule("training", _unless(_is_dict, "an object"), _model),
+    _Rule(
+        "quantized",
+        _unless(lambda v: v in (None, False, QUANTIZED_TAG), f"absent, false or {QUANTIZED_TAG!r}"),
+        required=False,
+    ),
+    _Rule(
+        "latent_dim",
+        _unless(_int_in(1, MAX_LATENT), f"an int from 1 to {MAX_LATENT:,}"),
+        _kind_is("decoder"),
+    ),
+    _Rule("spec", _check_constant_spec, _kind_is(*CONSTANT_KINDS), required=False),
+    _Rule(
+        "public_fingerprint",
+        _unless(_hex64, "64 lowercase hex characters (sha256 of the public samples)"),
+        _predictions,
+    ),
+    _Rule(
+        "public_size",
+        _unless(_int_in(1, MAX_PUBLIC), f"an int from 1 to {MAX_PUBLIC:,}"),
+        _predictions,
+    ),
+    _Rule(
+        "representation_size",
+        _unless(_int_in(1, MAX_LATENT), f"an int from 1 to {MAX_LATENT:,}"),
+        _prototypes,
+    ),
+    _Rule("classes", _check_classes, _prototypes),
+    _Rule("counts", _check_counts, _prototypes),
+    _Rule("method", _unless(_is_str, "a string"), _global),
+    _Rule("config", _unless(_is_dict, "an object"), _global),
+    _Rule("client_ids", _unless(_str_list, "a list of strings"), _global),
+)
 
 
 def _non_finite(value: Any, where: str) -> list[str]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import os
 import stat
@@ -184,22 +185,26 @@ def _check_declarations(model: onnx.ModelProto, sizes: dict[str, list[int]]) -> 
         if declared is None:
             continue
         known = weights.get(value.name, sizes.get(value.name))
-        ints = [d for d in declared if isinstance(d, int)]
-        if known is None:
-            agrees = all(0 <= d <= MAX_DECLARED_DIM for d in ints) and (
-                math.prod(ints) <= MAX_ACTIVATION_ELEMENTS
-            )
-        else:
-            agrees = len(declared) == len(known) and all(
-                not isinstance(d, int) or d == k for d, k in zip(declared, known, strict=True)
-            )
-        if not agrees:
+        if not _declaration_agrees(declared, known):
             shown = [d if d is not None else "?" for d in declared]
             raise UploadRejected(
                 f"value_info declares shape {shown} for tensor {value.name[:80]!r}, which the "
                 f"graph computes as {known if known is not None else 'nothing'}: a declaration "
                 "must agree with the graph"
             )
+
+
+def _declaration_agrees(declared: list, known: list[int] | None) -> bool:
+    """A declared shape agrees with the dims computed for its tensor (None: nothing computes
+    it, so it must stay under the per-tensor limit); a symbolic dim agrees with any."""
+    ints = [d for d in declared if isinstance(d, int)]
+    if known is None:
+        return all(0 <= d <= MAX_DECLARED_DIM for d in ints) and (
+            math.prod(ints) <= MAX_ACTIVATION_ELEMENTS
+        )
+    return len(declared) == len(known) and all(
+        not isinstance(d, int) or d == k for d, k in zip(declared, known, strict=True)
+    )
 
 
 def _first_line(exc: BaseException, limit: int = 240) -> str:
@@ -538,52 +543,109 @@ def ingest_dir(
     """
     result = IngestResult()
     names = _list_uploads(Path(directory), recursive, result)
-
-    budget = _ByteBudget(inflight_bytes)
-
-    def check(name: str) -> tuple[str, Artifact | None, str | None, dict[str, float]]:
-        own: dict[str, float] = {}
-        with budget.hold(_size(Path(directory, name))):
-            try:
-                art = validate_upload(Path(directory, name), timings=own, **validate_kwargs)
-            except UploadRejected as exc:
-                return name, None, exc.reason, own, None
-            art.name = name
-            return name, art, None, own, then(art) if then else None
-
+    outcomes = _validate_each(
+        directory,
+        names,
+        jobs=jobs,
+        timings=timings,
+        then=then,
+        inflight_bytes=inflight_bytes,
+        on_file=on_file,
+        validate_kwargs=validate_kwargs,
+    )
     candidates: list[Artifact] = []
+    for name, art, reason, after in outcomes:
+        if art is None:
+            result.rejected.append((name, reason))
+        else:
+            candidates.append(art)
+            result.then[name] = after
+    majority, note = _majority(candidates)
+    if note is not None:
+        result.notes.append(note)
+    accepted, rejected = _admit(candidates, majority)
+    result.accepted.extend(accepted)
+    result.rejected.extend(rejected)
+    result.rejected.sort()
+    result.notes.append(f"{len(result.accepted)} accepted, {len(result.rejected)} rejected")
+    return result
+
+
+def _check_one(
+    directory: str | os.PathLike[str],
+    budget: _ByteBudget,
+    then: Callable[[Artifact], Any] | None,
+    validate_kwargs: dict[str, Any],
+    name: str,
+) -> tuple[str, Artifact | None, str | None, dict[str, float], Any]:
+    """(name, artifact or None, reason or None, seconds per stage, what ``then`` returned)."""
+    own: dict[str, float] = {}
+    with budget.hold(_size(Path(directory, name))):
+        try:
+            art = validate_upload(Path(directory, name), timings=own, **validate_kwargs)
+        except UploadRejected as exc:
+            return name, None, exc.reason, own, None
+        art.name = name
+        return name, art, None, own, then(art) if then else None
+
+
+def _validate_each(
+    directory: str | os.PathLike[str],
+    names: list[str],
+    *,
+    jobs: int,
+    timings: dict[str, float] | None,
+    then: Callable[[Artifact], Any] | None,
+    inflight_bytes: int | None,
+    on_file: Callable[[int, int], None] | None,
+    validate_kwargs: dict[str, Any],
+) -> Iterator[tuple[str, Artifact | None, str | None, Any]]:
+    """Each file's (name, artifact or None, reason or None, then's result), in `names` order,
+    reported to ``on_file`` and ``timings`` as it comes."""
+    check = functools.partial(
+        _check_one, directory, _ByteBudget(inflight_bytes), then, validate_kwargs
+    )
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
         # map keeps the sorted order
         for i, (name, art, reason, own, after) in enumerate(pool.map(check, names)):
             if on_file is not None:
                 on_file(i + 1, len(names))
             add_times(timings, own)
-            if art is None:
-                result.rejected.append((name, reason))
-            else:
-                candidates.append(art)
-                result.then[name] = after
+            yield name, art, reason, after
 
+
+def _task(a: Artifact) -> tuple[tuple[int, ...], int] | None:
+    if "input_shape" not in a.metadata:  # only with require_metadata=False
+        return None
+    return tuple(a.metadata["input_shape"]), a.metadata["num_classes"]
+
+
+def _majority(candidates: list[Artifact]) -> tuple[tuple[tuple[int, ...], int] | None, str | None]:
+    """The most common task (input shape, class count) and a note when uploads disagree on it."""
     # Uploads that disagree with the majority on the task cannot be fused with it.
-    def task(a: Artifact) -> tuple[tuple[int, ...], int] | None:
-        if "input_shape" not in a.metadata:  # only with require_metadata=False
-            return None
-        return tuple(a.metadata["input_shape"]), a.metadata["num_classes"]
-
-    tally = Counter(t for t in map(task, candidates) if t is not None)
+    tally = Counter(t for t in map(_task, candidates) if t is not None)
     majority = tally.most_common(1)[0][0] if tally else None
-    if majority is not None and len(tally) > 1:
-        result.notes.append(
-            f"majority task: input shape {_shape_text(majority[0])}, {majority[1]} classes "
-            f"({tally[majority]} of {sum(tally.values())} uploads)"
-        )
+    if majority is None or len(tally) <= 1:
+        return majority, None
+    return majority, (
+        f"majority task: input shape {_shape_text(majority[0])}, {majority[1]} classes "
+        f"({tally[majority]} of {sum(tally.values())} uploads)"
+    )
+
+
+def _admit(
+    candidates: list[Artifact], majority: tuple[tuple[int, ...], int] | None
+) -> tuple[list[Artifact], list[tuple[str, str]]]:
+    """The valid uploads that fit the set (accepted) and the others with why (rejected)."""
+    accepted: list[Artifact] = []
+    rejected: list[tuple[str, str]] = []
     # One client may send one artifact of each kind (e.g. a classifier and its predictions).
     seen_clients: dict[tuple[str, str | None], str] = {}
     for artifact in candidates:
         name = artifact.name
-        own = task(artifact)
+        own = _task(artifact)
         if majority is not None and own is not None and own != majority:
-            result.rejected.append(
+            rejected.append(
                 (
                     name,
                     f"input shape {_shape_text(own[0])} / class count {own[1]} disagrees with "
@@ -594,7 +656,7 @@ def ingest_dir(
         client = artifact.client_id
         key = (client, artifact.kind)
         if client is not None and key in seen_clients:
-            result.rejected.append(
+            rejected.append(
                 (
                     name,
                     f"duplicate client id '{client}' for a {artifact.kind} "
@@ -604,7 +666,5 @@ def ingest_dir(
             continue
         if client is not None:
             seen_clients[key] = name
-        result.accepted.append(artifact)
-    result.rejected.sort()
-    result.notes.append(f"{len(result.accepted)} accepted, {len(result.rejected)} rejected")
-    return result
+        accepted.append(artifact)
+    return accepted, rejected
