@@ -1,13 +1,16 @@
 """Fusion methods are plugins: the pipeline, `simulate` and the CLI read each method's contract,
-never its name. Proved by a toy method registered from this module alone and run through
-`edgefl server fuse` and `edgefl simulate`; plus one ingest for many methods, and the option
-declarations checked for every registered method (scikit-learn style: invalid values are
-generated from the declarations)."""
+never its name. Proved by a toy method of each kind (classifier, decoder, predictions,
+per-client) registered from this module alone and run through `edgefl server fuse`,
+`edgefl simulate` (local engine and Flower's) and `edgefl reproduce`; plus one ingest for many
+methods, and the option declarations checked for every registered method (scikit-learn style:
+invalid values are generated from the declarations)."""
 
 from __future__ import annotations
 
 import ast
+import contextlib
 import json
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,11 +21,14 @@ from fed_fixtures import build_federation, snapshot
 
 import edgefl.server.fuse
 import edgefl.server.ingest
+import exporters
 from edgefl.client.weightless import APPLIERS
+from edgefl.data.public import public_fingerprint
 from edgefl.errors import ConfigError, FusionError
 from edgefl.fusion import BUDGETS, METHODS
-from edgefl.fusion.base import FusionConfig, FusionResult, Method, Reference
+from edgefl.fusion.base import FusionConfig, FusionResult, Method, Reference, train_student
 from edgefl.fusion.options import declared, option
+from edgefl.fusion.public_set import PublicSetConfig, public_samples
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -97,15 +103,130 @@ CENTROID = Method(
 )
 
 
+@dataclass(frozen=True)
+class VoteConfig(PublicSetConfig):
+    epochs: int = option(20, "student epochs on the voted public set", low=1)
+    lr: float = option(1e-2, "student Adam learning rate", low=0, low_open=True)
+
+
+def _vote(ctx, cfg: VoteConfig) -> FusionResult:
+    """An MLP student trained on the public set, each sample labelled by the argmax of the mean
+    of the clients' predictions on it (those made on another public set are set aside)."""
+    x = public_samples(ctx, cfg)
+    mine = public_fingerprint(x)
+    uploads = ctx.require("predictions")
+    voters = [u for u in uploads if u.meta["public_fingerprint"] == mine]
+    ctx.set_aside([(u, "predictions on another public set") for u in uploads if u not in voters])
+    if not voters:
+        raise FusionError("toy-vote: no predictions on the server's public set")
+    probs = [exporters.read_constant_outputs(u.artifact.model)["predictions"] for u in voters]
+    labels = torch.from_numpy(np.mean([p.astype(np.float32) for p in probs], 0).argmax(1))
+    spec, student = ctx.student("mlp")
+    x = torch.from_numpy(x)
+    history = train_student(
+        student,
+        x,
+        labels,
+        epochs=cfg.epochs,
+        lr=cfg.lr,
+        batch_size=64,
+        seed=cfg.seed,
+        device=ctx.device,
+    )
+    info = {"voters": [u.client_id for u in voters], "public_samples": len(x), "loss": history}
+    return FusionResult(student, spec, info, samples=x)
+
+
+VOTE = Method(
+    name="toy-vote",
+    description="a student of the public set, labelled by the clients' mean prediction",
+    paper="a test",
+    consumes=("predictions",),
+    needs_modules=False,
+    config_cls=VoteConfig,
+    fuse=_vote,
+)
+
+
+@dataclass(frozen=True)
+class HeaderConfig(FusionConfig):
+    weighted: bool = option(True, "weigh each client's class mean by its sample count")
+
+
+def _nearest_mean_header(
+    protos: list[tuple[list[int], np.ndarray, list[int]]], classes: int, weighted: bool
+):
+    """(weight C x R, bias C) of the linear layer whose argmax is the nearest of the class means
+    pooled over the clients' prototypes ((classes, means, counts) each); a class no client holds
+    gets no weights and a bias of -1e4, far below a held class's logit."""
+    size = protos[0][1].shape[1]
+    sums, total = np.zeros((classes, size)), np.zeros(classes)
+    for held, means, counts in protos:
+        w = np.asarray(counts, dtype=np.float64) if weighted else np.ones(len(held))
+        np.add.at(sums, held, means * w[:, None])
+        np.add.at(total, held, w)
+    mu = sums / np.maximum(total, 1)[:, None]
+    bias = np.where(total > 0, -0.5 * (mu**2).sum(1), -1e4)
+    return mu.astype(np.float32), bias.astype(np.float32)
+
+
+def _prototypes(upload) -> tuple[list[int], np.ndarray, list[int]]:
+    means = exporters.read_constant_outputs(upload.artifact.model)["prototypes"]
+    return upload.meta["classes"], means.astype(np.float64), upload.meta["counts"]
+
+
+def _header(ctx, cfg: HeaderConfig) -> FusionResult:
+    """Per client: a global nearest-class-mean header each device splices onto its own
+    features (FedGH's `header` output, with no training)."""
+    uploads = ctx.require("prototypes")
+    sizes = {u.meta["representation_size"] for u in uploads}
+    if len(sizes) > 1:
+        raise FusionError(f"toy-header: representations of sizes {sorted(sizes)}")
+    protos = [_prototypes(u) for u in uploads]
+    weight, bias = _nearest_mean_header(protos, ctx.num_classes, cfg.weighted)
+    layer = torch.nn.Linear(weight.shape[1], ctx.num_classes)
+    with torch.no_grad():
+        layer.weight.copy_(torch.from_numpy(weight))
+        layer.bias.copy_(torch.from_numpy(bias))
+        fit = [layer(torch.from_numpy(m).float()).argmax(1).numpy() == h for h, m, _ in protos]
+    info = {"prototype_accuracy": float(np.concatenate(fit).mean())}
+    return FusionResult(
+        layer, None, info, input_shape=weight.shape[1:], input_name="representation"
+    )
+
+
+HEADER = Method(
+    name="toy-header",
+    description="a nearest-class-mean header of the clients' prototypes, spliced per client",
+    paper="a test",
+    consumes=("prototypes",),
+    needs_modules=False,
+    config_cls=HeaderConfig,
+    fuse=_header,
+    judged="per-client",
+    personalize="header",
+)
+
+
+TOYS = (TOY, CENTROID, VOTE, HEADER)
+
+
+@contextlib.contextmanager
+def registered():
+    """The toy methods in the registry for the block, as a plugin would add its own."""
+    for m in TOYS:
+        METHODS.add(m.name, m)
+    try:
+        yield
+    finally:
+        for m in TOYS:
+            METHODS.remove(m.name)
+
+
 @pytest.fixture
 def toy():
-    METHODS.add(TOY.name, TOY)
-    METHODS.add(CENTROID.name, CENTROID)
-    try:
+    with registered():
         yield TOY
-    finally:
-        METHODS.remove(TOY.name)
-        METHODS.remove(CENTROID.name)
 
 
 @pytest.fixture
@@ -116,6 +237,53 @@ def cli(cli):
 @pytest.fixture(scope="session")
 def federation(tmp_path_factory):
     return build_federation(tmp_path_factory.mktemp("fed"))
+
+
+# One federation for every toy: cnn phones (predictions sent, models kept) and CVAE bands, on
+# digits less a 300-sample public set. 15 epochs at lr 0.05 cost the phones no more time than 2
+# (their shards are ~280 samples) and make them classify: 0.83-0.85 local val accuracy.
+SIMULATE = [
+    "simulate",
+    "--dataset",
+    "digits",
+    "--clients",
+    "4",
+    "--mix",
+    "smartphone:2,wristband:2",
+    "--partition",
+    "dirichlet:1.0",
+    "--paper-models",
+    "--classifier-epochs",
+    "15",
+    "--classifier-lr",
+    "0.05",
+    "--generator-epochs",
+    "4",
+    "--public-size",
+    "300",
+    "--methods",
+    "toy-pick,toy-centroid,fedavg,toy-vote,toy-header",
+    "--fuse-opt",
+    "toy-pick:pick=1",
+]
+
+
+@pytest.fixture(scope="module")
+def simulated(tmp_path_factory) -> Path:
+    """The run directory of `edgefl simulate` (local engine) of every toy, made once."""
+    from typer.testing import CliRunner
+
+    from edgefl.cli import app
+
+    out = tmp_path_factory.mktemp("sim") / "run"
+    with registered():
+        r = CliRunner().invoke(app, [*SIMULATE, "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    return out
+
+
+def _results(run: Path) -> dict[str, dict]:
+    return {row["method"]: row for row in json.loads((run / "results.json").read_text())["results"]}
 
 
 def test_toy_method_through_server_fuse(toy, federation, tmp_path, cli):
@@ -168,42 +336,137 @@ def test_toy_decoder_method_through_server_fuse(toy, federation, tmp_path, cli):
     assert report["drawn"] > 0 and report["accuracy"] > 0.3  # chance is 0.1
 
 
-def test_toy_method_through_simulate(toy, tmp_path, cli):
-    out = tmp_path / "run"
-    r = cli(
-        "simulate",
-        "--dataset",
-        "digits",
-        "--clients",
-        "4",
-        "--mix",
-        "smartphone:2,wristband:2",
-        "--partition",
-        "dirichlet:1.0",
-        "--paper-models",
-        "--classifier-epochs",
-        "2",
-        "--generator-epochs",
-        "1",
-        "--methods",
-        "toy-pick,toy-centroid,fedavg",
-        "--fuse-opt",
-        "toy-pick:pick=1",
-        "--out",
-        str(out),
-    )
-    assert r.exit_code == 0, r.output
-    rows = {row["method"]: row for row in json.loads((out / "results.json").read_text())["results"]}
+def test_toy_method_through_simulate(simulated):
+    rows = _results(simulated)
     assert rows["toy-pick"]["error"] is None and 0 < rows["toy-pick"]["accuracy"] <= 1
     assert rows["toy-pick"]["paper"] == 12.34  # its reference, read from its contract
-    assert json.loads((out / "global" / "toy-pick.json").read_text())["picked"] == "client-001"
-    # one generator epoch: the decoders draw little yet, but above chance (0.1)
-    assert rows["toy-centroid"]["error"] is None and rows["toy-centroid"]["accuracy"] > 0.15
+    picked = json.loads((simulated / "global" / "toy-pick.json").read_text())["picked"]
+    assert picked == "client-001"
+    # Four generator epochs: the decoders' draws sit near their class means (chance: 0.1).
+    assert rows["toy-centroid"]["error"] is None and rows["toy-centroid"]["accuracy"] > 0.3
 
 
-def test_toy_methods_through_reproduce(toy, tmp_path, cli):
-    """A table registered here, of the two toy methods, runs through `edgefl reproduce`: its
-    cells name each toy's accuracy, and the classifier toy's paper number from its contract."""
+def test_toy_predictions_method_through_simulate(simulated):
+    """The phones send predictions on the public slice the run carved (their models stay on the
+    device): the vote's student beats chance (0.1) by far, on the test split."""
+    rows = _results(simulated)
+    assert rows["toy-vote"]["error"] is None and rows["toy-vote"]["clients_used"] == 2
+    assert rows["toy-vote"]["accuracy"] > 0.6
+    report = json.loads((simulated / "global" / "toy-vote.json").read_text())
+    assert report["voters"] == ["client-000", "client-001"] and report["public_samples"] == 300
+    assert report["loss"][-1] < 0.5 * report["loss"][0]
+
+
+def test_toy_per_client_method_through_simulate(simulated):
+    """Each phone derives prototypes from the model it kept, the header comes back and is
+    spliced onto that model (`personalize`), and each is tested on its own local split."""
+    row = _results(simulated)["toy-header"]
+    assert row["error"] is None and row["clients_used"] == 2
+    assert row["metric"].startswith("mean accuracy of personalized models")
+    assert row["accuracy"] > 0.5  # chance on a local split: about 0.1
+    report = json.loads((simulated / "global" / "toy-header.json").read_text())
+    assert sorted(report["per_client"]) == ["client-000", "client-001"]
+    assert (simulated / "global" / "toy-header-header.onnx").is_file()
+    personalized = sorted(p.name for p in (simulated / "personalized").iterdir())
+    assert personalized == ["client-000.onnx", "client-001.onnx"]
+
+
+def _vote_reference(uploads: Path, x: np.ndarray) -> np.ndarray:
+    """The vote, from the upload files alone: argmax of the summed class probabilities."""
+    total = sum(
+        exporters.read_constant_outputs(exporters.read_artifact(p).model)["predictions"]
+        for p in sorted(uploads.glob("*.onnx"))
+    )
+    return total.argmax(1)
+
+
+def _header_reference(uploads: Path, classes: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per class, the count-weighted mean of the clients' prototypes, class by class."""
+    sums: dict[int, np.ndarray] = {}
+    counts: dict[int, int] = {}
+    for p in sorted(uploads.glob("*.onnx")):
+        art = exporters.read_artifact(p)
+        means = exporters.read_constant_outputs(art.model)["prototypes"].astype(np.float64)
+        for c, mean, n in zip(art.metadata["classes"], means, art.metadata["counts"], strict=True):
+            sums[c] = sums.get(c, 0) + n * mean
+            counts[c] = counts.get(c, 0) + n
+    held = sorted(counts)
+    assert held == list(range(classes)), held  # dirichlet:1.0: the two phones hold every digit
+    mu = np.stack([sums[c] / counts[c] for c in held])
+    return mu, -0.5 * (mu**2).sum(1)
+
+
+def test_toy_predictions_method_through_server_fuse(toy, simulated, tmp_path, cli):
+    """The simulation's predictions through `edgefl server fuse`: the student agrees with the
+    vote computed here from the upload files."""
+    from edgefl.data.public import load_public
+
+    public = ["--opt", "public=digits:public", "--opt", "public_size=300"]
+    out = tmp_path / "vote.onnx"
+    r = cli(
+        "server",
+        "fuse",
+        simulated / "uploads-predictions",
+        "--method",
+        "toy-vote",
+        "--out",
+        out,
+        "--eval",
+        "digits",
+        *public,
+    )
+    assert r.exit_code == 0, r.output
+    report = json.loads(out.with_suffix(".json").read_text())
+    assert report["voters"] == ["client-000", "client-001"] and report["accuracy"] > 0.6
+    x = load_public("digits:public", public_size=300, seed=0)
+    vote = _vote_reference(simulated / "uploads-predictions", x)
+    agree = (exporters.read_artifact(out).run(x).argmax(1) == vote).mean()
+    assert agree > 0.9, agree
+
+
+def test_toy_per_client_method_through_server_fuse(toy, simulated, tmp_path, cli):
+    """The simulation's prototypes through `edgefl server fuse`: the header is the nearest
+    class mean computed here from the upload files."""
+    from edgefl.artifacts import read_header
+
+    out = tmp_path / "header.onnx"
+    r = cli(
+        "server", "fuse", simulated / "uploads-prototypes", "--method", "toy-header", "--out", out
+    )
+    assert r.exit_code == 0, r.output
+    report = json.loads(out.with_suffix(".json").read_text())
+    assert sorted(report["used"]) == ["client-000", "client-001"]
+    # Two extractors trained apart: the pooled means place about half of each one's own class
+    # means (chance: 0.1); spliced onto each phone's features it classifies (simulate's test).
+    assert report["prototype_accuracy"] > 0.3
+    mu, bias = _header_reference(simulated / "uploads-prototypes", 10)
+    weight, b = read_header(str(out), mu.shape[1], 10)
+    assert np.allclose(weight, mu, atol=1e-5) and np.allclose(b, bias, rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.slow
+def test_toy_methods_through_simulate_on_flower(toy, simulated, tmp_path, cli):
+    """The same simulation with its clients on Flower's simulation engine (Ray): the clients
+    never look a method up (each is sent its ClientJob: what to upload, whether to keep its
+    model), and fusion runs in this process, where the toys are registered. The same uploads
+    give every toy the local engine's accuracy."""
+    pytest.importorskip("flwr")
+    pytest.importorskip("ray")
+    out = tmp_path / "flower"
+    r = cli(*SIMULATE, "--engine", "flower", "--out", out)
+    assert r.exit_code == 0, r.output
+    local, flower = _results(simulated), _results(out)
+    assert json.loads((out / "results.json").read_text())["engine"] == "flower"
+    for m in ("toy-pick", "toy-centroid", "toy-vote", "toy-header"):
+        assert flower[m]["error"] is None, flower[m]
+        assert abs(flower[m]["accuracy"] - local[m]["accuracy"]) <= 1e-6, (m, flower[m], local[m])
+
+
+def test_toy_methods_through_reproduce(toy, simulated, tmp_path, cli):
+    """A table registered here, of the four toy methods, runs through `edgefl reproduce`: its
+    cells name each toy's accuracy, and the classifier toy's paper number from its contract.
+    Its one cell is the simulation above: it resumes from that run's client uploads (simulate
+    refuses uploads made with other settings) and fuses every toy itself."""
     from edgefl.reproduce.tables import TABLES, Budget, Setting, Table
 
     budget = Budget(
@@ -212,11 +475,12 @@ def test_toy_methods_through_reproduce(toy, tmp_path, cli):
         partitions=("dirichlet:1.0",),
         seeds=(0,),
         estimate="seconds",
-        simulate={"classifier_epochs": 1, "generator_epochs": 4},  # the decoders learn
+        # SIMULATE's clients
+        simulate={"classifier_epochs": 15, "classifier_lr": 0.05, "generator_epochs": 4},
         fuse_options={"toy-pick": {"pick": 1}, "toy-centroid": {"per_class": 20}},
     )
     models = {"smartphone": "cnn", "wristband": "cvae-small"}
-    setting = Setting("mixed", "phones and bands", models, ("toy-pick", "toy-centroid"))
+    setting = Setting("mixed", "phones and bands", models, tuple(m.name for m in TOYS))
     table = Table(
         name="toy-table",
         title="toys",
@@ -226,21 +490,32 @@ def test_toy_methods_through_reproduce(toy, tmp_path, cli):
         mix="smartphone:2,wristband:2",
         settings=(setting,),
         budgets={"cpu": budget},
+        public_size=300,  # the predictions toy's public set
     )
+    cell = tmp_path / "t" / "mixed" / "dirichlet1.0-s0"
+    for folder in ("uploads", "uploads-predictions"):
+        shutil.copytree(simulated / folder, cell / folder)
     TABLES.add(table.name, table)
     try:
         r = cli("reproduce", "toy-table", "--out", tmp_path / "t", "--jobs", "1")
     finally:
         TABLES.remove(table.name)
     assert r.exit_code == 0, r.output
-    rows = {
-        row["method"]: row
-        for row in json.loads((tmp_path / "t" / "table.json").read_text())["rows"]
-    }
-    assert list(rows) == ["toy-pick", "toy-centroid"]
+    ran = json.loads((cell / "results.json").read_text())
+    assert all(c["reused"] for c in ran["clients"])  # trained once, above
+    summary = json.loads((tmp_path / "t" / "table.json").read_text())
+    rows = {row["method"]: row for row in summary["rows"]}
+    assert list(rows) == ["toy-pick", "toy-centroid", "toy-vote", "toy-header"]
     cells = {m: rows[m]["partitions"]["dirichlet:1.0"] for m in rows}
-    assert cells["toy-pick"]["n"] == 1 and cells["toy-pick"]["paper"] == 12.34
-    assert cells["toy-centroid"]["n"] == 1 and cells["toy-centroid"]["mean"] > 30  # chance: 10
+    assert all(c["n"] == 1 and c["error"] is None for c in cells.values()), cells
+    assert cells["toy-pick"]["paper"] == 12.34
+    assert cells["toy-centroid"]["mean"] > 30  # chance: 10
+    assert cells["toy-vote"]["mean"] > 60 and cells["toy-header"]["mean"] > 50
+    # The same uploads fused again with the same options: the simulation's numbers (toy-centroid
+    # draws 20 per class here, 50 there).
+    local = _results(simulated)
+    for m in ("toy-pick", "toy-vote", "toy-header"):
+        assert abs(cells[m]["mean"] - 100 * local[m]["accuracy"]) < 1e-6, (m, cells[m], local[m])
 
 
 # --- one ingest, many methods ----------------------------------------------------------------
@@ -435,6 +710,15 @@ def test_code_budget_is_the_paper_with_the_codes_divergences(name):
         assert value != paper.get(key, getattr(defaults, key)), key
     if own:  # what the code budget follows is written where the method is, saying so
         assert any("--budget code" in d for d in m.divergences), m.divergences
+
+
+@pytest.mark.parametrize("method", TOYS, ids=lambda m: m.name)
+def test_toys_keep_every_methods_contract(toy, method):
+    """The toys registered here pass the checks every built-in method passes."""
+    test_every_option_is_declared_and_enforced(method.name)
+    test_contract_fields(method.name)
+    test_every_budget_is_a_valid_config(method.name)
+    test_code_budget_is_the_paper_with_the_codes_divergences(method.name)
 
 
 @pytest.mark.parametrize("name", ["fedmho", "fedmho-md", "fedmho-sd"])
