@@ -1,7 +1,8 @@
 """edgefl.exporters: the boundary between devices and the server.
 
 Devices export self-describing ONNX files (``export_onnx``); the server reads its own files
-(``read_artifact``) and validates untrusted uploads (``validate_upload``, ``ingest_dir``). Data
+(``read_artifact``) and validates untrusted uploads (``validate_upload``, ``ingest_dir``),
+after a cheap count of what they declare (``declared_kinds``, ``peek_kind``: no parsing). Data
 uploads (predictions, prototypes) are ONNX too (``write_constant_artifact``). This
 package knows nothing about which method consumes an artifact and never imports ``edgefl``.
 """
@@ -11,6 +12,7 @@ from .constant import read_constant_outputs, write_constant_artifact
 from .errors import ExportError, UploadRejected
 from .export import MAX_INLINE_BYTES, ExportReport, export_onnx
 from .graph import weights_hash, without_weights
+from .peek import declared_kinds, peek_kind, peek_metadata
 from .quantize import QUANTIZED_TAG, quantize_int8
 from .read import Artifact, get_metadata, read_artifact, set_metadata
 from .schema import (
@@ -27,6 +29,7 @@ from .validate import (
     DEFAULT_MAX_UPLOAD_BYTES,
     IngestResult,
     ingest_dir,
+    list_uploads,
     validate_upload,
 )
 
@@ -48,9 +51,13 @@ __all__ = [
     "add_times",
     "atomic_write_bytes",
     "atomic_write_text",
+    "declared_kinds",
     "export_onnx",
     "get_metadata",
     "ingest_dir",
+    "list_uploads",
+    "peek_kind",
+    "peek_metadata",
     "quantize_int8",
     "read_artifact",
     "read_constant_outputs",

@@ -214,6 +214,26 @@ def _first_line(exc: BaseException, limit: int = 240) -> str:
 
 
 def _read_capped(path: Path, max_bytes: int) -> bytes:
+    fd = open_upload(path, max_bytes)
+    try:
+        chunks, remaining = [], max_bytes + 1
+        while remaining > 0:
+            chunk = os.read(fd, min(remaining, 1 << 20))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            remaining -= len(chunk)
+    finally:
+        os.close(fd)
+    data = b"".join(chunks)
+    if len(data) > max_bytes:  # grew after stat
+        raise UploadRejected(f"file is over the {max_bytes}-byte limit")
+    return data
+
+
+def open_upload(path: Path, max_bytes: int) -> int:
+    """A read-only descriptor on the upload at `path` (the caller closes it), or UploadRejected:
+    a symlink, not a regular file, hard-linked, over `max_bytes`, or swapped while opened."""
     try:
         info = os.lstat(path)
     except OSError as exc:
@@ -243,19 +263,10 @@ def _read_capped(path: Path, max_bytes: int) -> bytes:
             raise UploadRejected("not a regular file")
         if (opened.st_dev, opened.st_ino) != (info.st_dev, info.st_ino) or opened.st_nlink > 1:
             raise UploadRejected("was replaced or hard-linked while being opened")
-        chunks, remaining = [], max_bytes + 1
-        while remaining > 0:
-            chunk = os.read(fd, min(remaining, 1 << 20))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            remaining -= len(chunk)
-    finally:
+    except BaseException:
         os.close(fd)
-    data = b"".join(chunks)
-    if len(data) > max_bytes:  # grew after stat
-        raise UploadRejected(f"file is over the {max_bytes}-byte limit")
-    return data
+        raise
+    return fd
 
 
 def _parse(data: bytes) -> onnx.ModelProto:
@@ -465,6 +476,12 @@ def _list_uploads(root: Path, recursive: bool, result: IngestResult) -> list[str
     for name, count, why in result.folders:
         result.notes.append(f"skipped folder '{name}': {why}; it holds {count} .onnx file(s)")
     return names
+
+
+def list_uploads(directory: str | os.PathLike[str], recursive: bool = False) -> list[str]:
+    """The .onnx names ``ingest_dir`` would validate in ``directory`` (same walk, same skip
+    rules, same bounds), relative to it and sorted; OSError if it cannot be listed."""
+    return _list_uploads(Path(directory), recursive, IngestResult())
 
 
 def _count_onnx(folder: Path) -> int:

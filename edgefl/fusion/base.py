@@ -141,6 +141,10 @@ class Method:
     # Where the authors' public code differs from the paper's text, in words, each saying
     # whether `--budget code` follows it (printed by `server methods NAME`).
     divergences: tuple[str, ...] = ()
+    # A method whose config has the option max_teachers caps its classifier uploads there (its
+    # cost grows with each); this says what grows, in the refusal `server fuse` gives before it
+    # ingests a folder declaring more (`over_cap`) as in the one after (`FusionContext.require`).
+    teacher_cost: str = ""
 
     def __post_init__(self) -> None:
         if set(self.budgets) - set(BUDGETS[1:]):
@@ -177,6 +181,19 @@ class Method:
                 f"(`edgefl server methods {self.name}` explains each)",
             )
         return replace(self.config_cls(), **overrides)
+
+    def teacher_cap(self, cfg: FusionConfig) -> int:
+        """The most classifier uploads `cfg` lets this method take (its option max_teachers),
+        0 for no cap."""
+        cap = getattr(cfg, "max_teachers", 0) if "classifier" in self.consumes else 0
+        return cap if isinstance(cap, int) and cap > 0 else 0
+
+    def over_cap(self, cfg: FusionConfig, classifiers: int) -> FusionError | None:
+        """The refusal of `classifiers` classifier uploads when they are more than its cap."""
+        cap = self.teacher_cap(cfg)
+        if not cap or classifiers <= cap:
+            return None
+        return too_many(self.name, "classifier", classifiers, cap, self.teacher_cost or GROWS)
 
     def budget_options(self, budget: str) -> dict[str, Any]:
         """The option overrides of a named budget ({} where the defaults already are it);
@@ -313,21 +330,13 @@ class FusionContext:
         """The uploads of `kind`; refused when fewer than `at_least`, or more than `at_most`
         (0: no cap) for a method whose `cost` grows with each (its option max_teachers)."""
         found = [u for u in self.uploads if u.kind == kind]
-        method = self.who
-        scoped = f"{self.method}:" if self.method else ""
         if len(found) < at_least:
             raise FusionError(
-                f"{method} needs at least {at_least} {kind} upload(s), got {len(found)}",
+                f"{self.who} needs at least {at_least} {kind} upload(s), got {len(found)}",
                 hint="`edgefl server methods` lists which artifact kinds each method consumes",
             )
         if at_most and len(found) > at_most:
-            raise FusionError(
-                f"{method} refuses {len(found):,} {kind} uploads, more than its max_teachers "
-                f"({at_most:,}): {cost}",
-                hint=f"--opt {scoped}max_teachers={len(found)} runs it anyway (a GPU helps); "
-                "fedmho-md, fedcvae-ens and ensemble fuse 10,000 uploads in minutes "
-                "(docs/performance.md)",
-            )
+            raise too_many(self.method, kind, len(found), at_most, cost or GROWS)
         return found
 
     def student(self, text: str, images: str = "cnn") -> tuple[ModelSpec, nn.Module]:
@@ -671,6 +680,23 @@ MAX_TEACHERS = 500
 MAX_TEACHERS_HELP = (
     "refuse more classifier uploads than this (0: no cap); their cost grows with each"
 )
+
+
+GROWS = "its cost grows with each teacher"  # a capped method that says no more (teacher_cost)
+
+
+def too_many(method: str, kind: str, count: int, at_most: int, cost: str) -> FusionError:
+    """The refusal of `count` uploads of `kind`, more than the method's max_teachers `at_most`
+    (`cost`: what grows with each): the same words before the ingest (from what the files
+    declare) as after it (what was accepted)."""
+    scoped = f"{method}:" if method else ""
+    return FusionError(
+        f"{method or 'this method'} refuses {count:,} {kind} uploads, more than its "
+        f"max_teachers ({at_most:,}): {cost}",
+        hint=f"--opt {scoped}max_teachers={count} runs it anyway (a GPU helps); "
+        "fedmho-md, fedcvae-ens and ensemble fuse 10,000 uploads in minutes "
+        "(docs/performance.md)",
+    )
 
 
 def student_jitter(augment: str, input_shape) -> str:

@@ -179,11 +179,15 @@ def diversify(teachers, x, w, eps: float, temperature: float, rng: torch.Generat
     return (x.detach() + eps * grad.sign()).clamp(0.0, 1.0)
 
 
+# What grows with each classifier teacher (max_teachers caps them).
+TEACHER_COST = "every generator step forwards every teacher"
+
+
 def fuse(ctx: FusionContext, cfg: CoBoostingConfig) -> FusionResult:
     uploads = ctx.require(
         "classifier",
         at_most=cfg.max_teachers,
-        cost="every generator step forwards every teacher",
+        cost=TEACHER_COST,
     )
     dev = ctx.device
     torch.manual_seed(cfg.seed)
@@ -314,6 +318,7 @@ METHOD = Method(
     paper="Dai et al., Co-Boosting, ICLR 2024 (arXiv 2402.15070)",
     consumes=("classifier",),
     needs_modules=True,  # the generator and the diversifying step backpropagate through them
+    teacher_cost=TEACHER_COST,
     config_cls=CoBoostingConfig,
     fuse=fuse,
     references=fedmho_table3((91.42, 89.27, 81.30)) + _fedhydra_tables(),

@@ -68,11 +68,15 @@ class DenseConfig(GeneratorConfig):
     )
 
 
+# What grows with each classifier teacher (max_teachers caps them).
+TEACHER_COST = "every generator step forwards every teacher"
+
+
 def fuse(ctx: FusionContext, cfg: DenseConfig) -> FusionResult:
     uploads = ctx.require(
         "classifier",
         at_most=cfg.max_teachers,
-        cost="every generator step forwards every teacher",
+        cost=TEACHER_COST,
     )
     dev = ctx.device
     torch.manual_seed(cfg.seed)
@@ -173,6 +177,7 @@ METHOD = Method(
     paper="Zhang et al., DENSE, NeurIPS 2022",
     consumes=("classifier",),
     needs_modules=True,  # the generator backpropagates through the teachers
+    teacher_cost=TEACHER_COST,
     config_cls=DenseConfig,
     fuse=fuse,
     references=fedmho_table3((90.51, 86.12, 73.76)) + pfedzkd_table2((75.92, 85.54, 92.54)),

@@ -338,13 +338,14 @@ class Hasa:
             self.replay.add(x, p, rng)
 
 
+# What grows with each classifier teacher (max_teachers caps them).
+TEACHER_COST = (
+    "it trains a generator per teacher and class, and every generator step forwards every teacher"
+)
+
+
 def fuse(ctx: FusionContext, cfg: FedHydraConfig) -> FusionResult:
-    uploads = ctx.require(
-        "classifier",
-        at_most=cfg.max_teachers,
-        cost="it trains a generator per teacher and class, and every generator step "
-        "forwards every teacher",
-    )
+    uploads = ctx.require("classifier", at_most=cfg.max_teachers, cost=TEACHER_COST)
     torch.manual_seed(cfg.seed)
     teachers = frozen_teachers(uploads, ctx.device)
     with ctx.stage("stratify"):
@@ -468,6 +469,7 @@ METHOD = Method(
     paper="Bai et al., FedHydra: a unified solution to diverse heterogeneities in OSFL",
     consumes=("classifier",),
     needs_modules=True,  # generators backpropagate through the teachers
+    teacher_cost=TEACHER_COST,
     config_cls=FedHydraConfig,
     fuse=fuse,
     # Table 1, MNIST, m = 5 clients (the paper's default).

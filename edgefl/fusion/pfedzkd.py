@@ -203,11 +203,15 @@ def synthesize(teachers: list[Upload], ctx: FusionContext, cfg: PFedZKDConfig):
     return torch.cat(xs), torch.cat(ys), stats
 
 
+# What grows with each classifier teacher (max_teachers caps them).
+TEACHER_COST = "it inverts every teacher and labels each pseudo-image by all of them"
+
+
 def fuse(ctx: FusionContext, cfg: PFedZKDConfig) -> FusionResult:
     teachers = ctx.require(
         "classifier",
         at_most=cfg.max_teachers,
-        cost="it inverts every teacher and labels each pseudo-image by all of them",
+        cost=TEACHER_COST,
     )
     torch.manual_seed(cfg.seed)
     with ctx.stage("invert"):
@@ -242,6 +246,7 @@ METHOD = Method(
     paper="Yang et al., pFedZKD, Appl. Sci. 2026",
     consumes=("classifier",),
     needs_modules=True,  # pseudo-images are optimised through each teacher
+    teacher_cost=TEACHER_COST,
     config_cls=PFedZKDConfig,
     fuse=fuse,
     references=pfedzkd_table2((87.58, 94.54, 95.82)),

@@ -1,8 +1,9 @@
 """The server pipeline every method shares, in named stages:
 
     plan (options, output paths: checked before any long work) -> claim (--eval and public
-    sets resolved, the outputs locked) -> ingest (once per run) -> select (what each method can
-    use) -> fuse -> export -> extra outputs -> evaluate -> report -> publish
+    sets resolved, the outputs locked) -> count (a method over its max_teachers by what the
+    files declare, refused) -> ingest (once per run) -> select (what each method can use) ->
+    fuse -> export -> extra outputs -> evaluate -> report -> publish
 
 Any number of methods fuse one ingest (`fuse_methods`); `run_fuse` is the one-method case.
 Several methods on a CPU run side by side in worker processes forked after the ingest: they
@@ -364,13 +365,20 @@ def fuse_methods(
     log = log or (lambda msg: None)
     progress = progress or no_progress
     dev = resolve_device(device)
-    workers = _method_workers(jobs, len(plans), dev)
     check_inputs(plans, eval)
     # Held until every method has published or failed; forked workers share it.
     with lock_outputs(t for p in plans for t in p.targets):
         for p in plans:
             check_replacing(p)
-        if found is None:
+        early = {}
+        if found is None:  # counted before the ingest reads a single file
+            early = refused_early(
+                plans, uploads, recursive=recursive, max_upload_bytes=max_upload_bytes
+            )
+        left = [p for p in plans if p.method.name not in early]
+        if early and not keep_going:
+            raise next(iter(early.values()))
+        if left and found is None:
             found = _ingest_logged(
                 uploads,
                 log,
@@ -380,16 +388,48 @@ def fuse_methods(
                 jobs=jobs,
                 recursive=recursive,
             )
-        _check_classes(plans, found)
-        for p in plans:  # before workers fork: they all read the one verdict
-            if p.config.robust == "screen":
-                _screen_verdict(p, found, dev, log, progress)
-        run = FuseRun(found, dev, eval, data_dir, len(plans), log, progress)
-        if workers > 1:
-            outcomes = _fuse_forked(plans, run, workers)
-        else:
-            outcomes = [_outcome(p, run) for p in plans]
-        return _reports(plans, outcomes, keep_going, log)
+        run = FuseRun(found, dev, eval, data_dir, len(left), log, progress)
+        outcomes = _fuse_all(left, run, jobs) if left else []
+        return _reports(plans, _with_refused(plans, early, outcomes), keep_going, log)
+
+
+def refused_early(
+    plans: list[Planned], uploads: str | Path, *, recursive: bool, max_upload_bytes: int
+) -> dict[str, FusionError]:
+    """The methods refused before the ingest, by name: those whose cap on classifier teachers
+    (max_teachers) the upload files exceed by what they declare, counted without parsing any
+    (`exporters.declared_kinds`: seconds for 10,000 files, where validating them takes
+    minutes). The refusal is the method's own after the ingest (`FusionContext.require`),
+    which stays: a declaration is the client's word, and a file may yet be rejected."""
+    if not any(p.method.teacher_cap(p.config) for p in plans):
+        return {}
+    declared = exporters.declared_kinds(uploads, recursive=recursive, max_bytes=max_upload_bytes)
+    refused = {}
+    for p in plans:
+        error = p.method.over_cap(p.config, declared["classifier"])
+        if error is not None:
+            refused[p.method.name] = error
+    return refused
+
+
+def _with_refused(plans: list[Planned], early: dict[str, FusionError], outcomes: list) -> list:
+    """Each planned method's outcome in order: (None, its refusal) for those refused before
+    the ingest, `outcomes` (of the others, in order) for the rest."""
+    fused = iter(outcomes)
+    return [(None, early[p.method.name]) if p.method.name in early else next(fused) for p in plans]
+
+
+def _fuse_all(plans: list[Planned], run: FuseRun, jobs: int | None) -> list:
+    """Each planned method's (report, None) or (None, its refusal), in order, from the one
+    ingest of `run`: side by side in forked workers where that pays."""
+    _check_classes(plans, run.found)
+    for p in plans:  # before workers fork: they all read the one verdict
+        if p.config.robust == "screen":
+            _screen_verdict(p, run.found, run.device, run.log, run.progress)
+    workers = _method_workers(jobs, len(plans), run.device)
+    if workers > 1:
+        return _fuse_forked(plans, run, workers)
+    return [_outcome(p, run) for p in plans]
 
 
 def _ingest_logged(

@@ -40,7 +40,7 @@ from edgefl.search import PSOConfig
 from edgefl.server.classes import EPOCHS as FOR_EPOCHS
 from edgefl.server.classes import SAMPLES as FOR_SAMPLES
 from edgefl.server.classes import ClassRequest, parse_request
-from edgefl.server.fuse import fuse_methods, refused_report, resolve_device
+from edgefl.server.fuse import fuse_methods, refused_early, refused_report, resolve_device
 from edgefl.server.fuse import plan as plan_fuse
 from edgefl.server.ingest import Ingest, ingest
 from edgefl.simulate.personalized import run_per_client
@@ -465,7 +465,12 @@ def _fuse_batch(job: SimJob, batch, folder: Path, ingested, log, progress) -> di
     """The planned methods of `batch`, one after another in this process (jobs=1: each trains
     with all of the run's torch threads, as `server fuse` of one method does; forked workers
     would each get fewer and sum their floats in another order)."""
-    names = [name for name, _ in batch]
+    plans = [planned for _, planned in batch]
+    reports = _refused_early(plans, folder, ingested, log)
+    plans = [p for p in plans if p.method.name not in reports]
+    names = [p.method.name for p in plans]
+    if not plans:
+        return reports
     try:
         if folder not in ingested:
             log(f"ingesting {folder.name}/ (once for every method that reads it)")
@@ -473,8 +478,8 @@ def _fuse_batch(job: SimJob, batch, folder: Path, ingested, log, progress) -> di
                 folder, max_upload_bytes=exporters.DEFAULT_MAX_UPLOAD_BYTES, progress=progress
             )
         log(f"fusing with {', '.join(names)}")
-        return fuse_methods(
-            [planned for _, planned in batch],
+        return reports | fuse_methods(
+            plans,
             str(folder),
             device=job.device,
             eval=f"{job.dataset}:test",
@@ -487,7 +492,20 @@ def _fuse_batch(job: SimJob, batch, folder: Path, ingested, log, progress) -> di
     except FusionError as exc:  # no usable uploads in the folder: every method's result
         for name in names:
             log(f"{name} refused: {exc.message}")
-        return {name: refused_report(name, exc) for name in names}
+        return reports | {name: refused_report(name, exc) for name in names}
+
+
+def _refused_early(plans: list, folder: Path, ingested, log) -> dict[str, dict]:
+    """The reports of the methods over their max_teachers by what the folder's files declare,
+    refused before its ingest (`server fuse` does the same); once the folder is ingested, the
+    fusion's own check costs nothing more."""
+    if folder in ingested:
+        return {}
+    cap = exporters.DEFAULT_MAX_UPLOAD_BYTES
+    early = refused_early(plans, folder, recursive=False, max_upload_bytes=cap)
+    for name, exc in early.items():
+        log(f"{name} refused: {exc.message}")
+    return {name: refused_report(name, exc) for name, exc in early.items()}
 
 
 def chance_warnings(clients: list[dict], reports: dict[str, dict]) -> list[str]:

@@ -1,0 +1,182 @@
+"""Issue 36: a method over its max_teachers is refused before the ingest, from what the files
+declare (exporters.declared_kinds), with the words of the refusal after it, and exit code 2:
+ingest's per-file validation (minutes for 10,000 uploads) never runs for it. At or under the
+cap the run fuses as before; beside other methods, the refused one is reported and the rest
+fuse (`server fuse` and simulate's batches alike)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from fed_fixtures import build_federation
+
+import exporters
+from edgefl.errors import FusionError
+from edgefl.fusion import METHODS
+from edgefl.fusion.base import GROWS
+from edgefl.server.fuse import FuseJob, plan, run_fuse
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+# dense in a second: what is checked here is who runs, not what it learns.
+TINY = ["--epochs", "1", "--gen-steps", "2", "--batch-size", "16", "--nz", "8", "--ngf", "4"]
+
+
+@pytest.fixture(scope="session")
+def federation(tmp_path_factory):
+    """Two classifiers (client-000/001) and two decoders."""
+    return build_federation(tmp_path_factory.mktemp("fed"))
+
+
+@pytest.fixture
+def validated(monkeypatch) -> list[str]:
+    """The files ingest's per-file validation is asked to check, in the order asked."""
+    seen: list[str] = []
+    real = exporters.validate.validate_upload
+
+    def spy(path, **kw):
+        seen.append(Path(path).name)
+        return real(path, **kw)
+
+    monkeypatch.setattr(exporters.validate, "validate_upload", spy)
+    return seen
+
+
+def _fuse(cli, federation, method: str, *args: str):
+    return cli("server", "fuse", str(federation), "--method", method, *args, "--quiet")
+
+
+def test_over_the_cap_is_refused_before_any_file_is_validated(cli, federation, tmp_path, validated):
+    r = _fuse(
+        cli,
+        federation,
+        "dense",
+        "--out",
+        str(tmp_path / "g.onnx"),
+        "--opt",
+        "max_teachers=1",
+        *TINY,
+    )
+    assert r.exit_code == 2, r.output
+    text = " ".join(r.output.split())
+    assert "dense refuses 2 classifier uploads, more than its max_teachers (1): every " in text
+    assert "generator step forwards every teacher" in text
+    assert "--opt dense:max_teachers=2 runs it anyway" in text
+    assert validated == []
+    assert not (tmp_path / "g.onnx").exists()
+
+
+def test_at_the_cap_it_fuses_as_before(cli, federation, tmp_path, validated):
+    out = tmp_path / "g.onnx"
+    r = _fuse(cli, federation, "dense", "--out", str(out), "--opt", "max_teachers=2", *TINY)
+    assert r.exit_code == 0, r.output
+    assert sorted(validated) == [f"client-00{i}.onnx" for i in range(4)]
+    assert json.loads(out.with_suffix(".json").read_text())["used"] == [
+        "client-000",
+        "client-001",
+    ]
+
+
+def test_beside_other_methods_only_the_capped_one_is_refused(cli, federation, tmp_path, validated):
+    r = _fuse(
+        cli,
+        federation,
+        "dense,fedavg",
+        "--out-dir",
+        str(tmp_path / "g"),
+        "--opt",
+        "dense:max_teachers=1",
+        "--json",
+    )
+    assert r.exit_code == 0, r.output
+    reps = json.loads(r.stdout)
+    assert reps["dense"]["error"].startswith("dense refuses 2 classifier uploads")
+    assert reps["dense"]["used"] == [] and not (tmp_path / "g" / "dense.onnx").exists()
+    assert reps["fedavg"]["used"] == ["client-000", "client-001"]
+    assert "ingest_shared_by" not in reps["fedavg"]  # the ingest served fedavg alone
+    assert len(validated) == 4  # once each
+
+
+def test_every_method_over_its_cap_means_no_ingest_and_exit_2(cli, federation, tmp_path, validated):
+    r = _fuse(
+        cli,
+        federation,
+        "dense,pfedzkd",
+        "--out-dir",
+        str(tmp_path / "g"),
+        "--opt",
+        "max_teachers=1",
+    )
+    assert r.exit_code == 2, r.output
+    text = " ".join(r.output.split())
+    assert "pfedzkd refuses 2 classifier uploads" in text and "dense refuses 2" in text
+    assert validated == []
+
+
+@pytest.mark.parametrize("name", ["dense", "coboosting", "pfedzkd", "fedhydra"])
+def test_the_refusal_before_the_ingest_is_the_one_after_it(federation, tmp_path, monkeypatch, name):
+    """Counted before the ingest (Method.over_cap) or after it (the method's own
+    FusionContext.require, reached here by hiding every declaration): the same words."""
+    method = METHODS.get(name)
+    cfg = method.make_config({"max_teachers": 1})
+    early = method.over_cap(cfg, 2)
+    assert method.over_cap(cfg, 1) is None
+    assert method.over_cap(method.make_config({"max_teachers": 0}), 10**6) is None
+    monkeypatch.setattr(exporters.peek, "peek_kind", lambda *a, **k: None)
+    job = FuseJob(
+        uploads=str(federation),
+        method=name,
+        out=str(tmp_path / "g.onnx"),
+        options={"max_teachers": 1},
+        device="cpu",
+    )
+    with pytest.raises(FusionError) as late:
+        run_fuse(job)
+    assert late.value.hint == early.hint
+    # Every capped method says what grows with each teacher; the late message may add which
+    # uploads it did not use.
+    assert method.teacher_cost and not early.message.endswith(GROWS)
+    assert late.value.message.startswith(early.message)
+
+
+def test_methods_without_a_cap_are_never_refused_by_count():
+    for method in METHODS:
+        if "max_teachers" not in method.option_names():
+            assert method.over_cap(method.make_config({}), 10**6) is None, method.name
+
+
+def test_declarations_that_lie_still_meet_the_refusal_after_the_ingest(
+    federation, tmp_path, monkeypatch, validated
+):
+    """A count before the ingest that misses a classifier (here: every file reads as
+    undeclared) leaves the refusal to the fusion's own check, after the ingest, as before."""
+    monkeypatch.setattr(exporters.peek, "peek_kind", lambda *a, **k: None)
+    job = FuseJob(
+        uploads=str(federation),
+        method="dense",
+        out=str(tmp_path / "g.onnx"),
+        options={"max_teachers": 1},
+        device="cpu",
+    )
+    with pytest.raises(FusionError, match="dense refuses 2 classifier uploads"):
+        run_fuse(job)
+    assert len(validated) == 4
+
+
+def test_simulate_refuses_a_batch_method_before_its_ingest(federation, tmp_path, validated):
+    from edgefl.simulate.run import _fuse_batch
+
+    batch = [
+        (name, plan(name, {"max_teachers": 1}, tmp_path / f"{name}.onnx", federation))
+        for name in ("dense", "pfedzkd")
+    ]
+    job = SimpleNamespace(device="cpu", dataset="digits", data_dir=None)
+    lines: list[str] = []
+    reports = _fuse_batch(job, batch, federation, {}, lines.append, lambda *a, **k: None)
+    assert set(reports) == {"dense", "pfedzkd"}
+    assert reports["dense"]["error"].startswith("dense refuses 2 classifier uploads")
+    assert "pfedzkd refused: pfedzkd refuses 2 classifier uploads" in lines[-1]
+    assert validated == []
