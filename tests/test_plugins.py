@@ -445,6 +445,7 @@ def test_toy_per_client_method_through_server_fuse(toy, simulated, tmp_path, cli
 
 
 @pytest.mark.slow
+@pytest.mark.serial  # Ray's workers and deadlines: alone (conftest.py)
 def test_toy_methods_through_simulate_on_flower(toy, simulated, tmp_path, cli):
     """The same simulation with its clients on Flower's simulation engine (Ray): the clients
     never look a method up (each is sent its ClientJob: what to upload, whether to keep its
