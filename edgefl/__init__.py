@@ -42,5 +42,10 @@ def _share_cores_politely() -> None:
 
 
 _share_cores_politely()
+# `server fuse` forks a worker per method after the ingest has run torch (MKL) in threads. MKL's
+# own buffer cache can then spin forever in the child (seen 2026-11-27: a forked FedMHO worker at
+# 100% CPU for 8 minutes inside mkl_serv_allocate, in the suite's piped-progress test); without
+# the cache MKL allocates with malloc, which is fork-safe. Read when MKL starts: set before torch.
+os.environ.setdefault("MKL_DISABLE_FAST_MM", "1")
 
 __version__ = "0.1.0"

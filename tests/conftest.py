@@ -4,6 +4,7 @@ import os
 # neighbours were measured 4x slower in wall time than one. Set before torch is imported.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("MKL_NUM_THREADS", "1")
+os.environ.setdefault("MKL_DISABLE_FAST_MM", "1")  # fork-safe MKL (edgefl/__init__.py says why)
 # Tests must not depend on the caller's terminal width.
 os.environ.setdefault("COLUMNS", "160")
 
