@@ -20,6 +20,8 @@ import shutil
 import stat
 from pathlib import Path
 
+from hypothesis import HealthCheck
+
 from edgefl.client.run import ClientJob, run_client
 
 DATASET = "digits"
@@ -132,3 +134,14 @@ def fuse_digits(federation: Path, out_dir: Path, method: str, **options):
         eval="digits",
     )
     return run_fuse(job)
+
+
+# Hypothesis settings of the hostile-bytes property tests: reproducible examples, no stored
+# database, no per-example deadline (a slow CI core is not a failure), big inputs allowed.
+HOSTILE_SETTINGS = dict(
+    derandomize=True,
+    database=None,
+    deadline=None,
+    print_blob=False,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)

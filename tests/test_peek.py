@@ -14,21 +14,13 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from fed_fixtures import build_federation, copy_uploads
-from hypothesis import HealthCheck, given, settings
+from fed_fixtures import HOSTILE_SETTINGS, build_federation, copy_uploads
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import exporters
 from exporters import peek
 from exporters.peek import declared_kinds, peek_kind, peek_metadata
-
-SETTINGS = dict(
-    derandomize=True,
-    database=None,
-    deadline=None,
-    print_blob=False,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
 
 
 @pytest.fixture(scope="session")
@@ -276,7 +268,7 @@ def test_kind_is_a_string_or_none():
 # --- hostile bytes: never raises, agrees with the parser wherever the parser reads them --------
 
 
-@settings(max_examples=300, **SETTINGS)
+@settings(max_examples=300, **HOSTILE_SETTINGS)
 @given(st.binary(max_size=512))
 def test_random_bytes(data):
     for message in (data, OURS + data, data + OURS):
@@ -288,7 +280,7 @@ def sources(federation) -> dict[str, bytes]:
     return {n: (federation / f"{n}.onnx").read_bytes() for n in ("client-000", "client-002")}
 
 
-@settings(max_examples=200, **SETTINGS)
+@settings(max_examples=200, **HOSTILE_SETTINGS)
 @given(
     name=st.sampled_from(["client-000", "client-002"]),
     edits=st.lists(

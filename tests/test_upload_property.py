@@ -30,8 +30,8 @@ from pathlib import Path
 
 import onnx
 import pytest
-from fed_fixtures import build_federation
-from hypothesis import HealthCheck, given, settings
+from fed_fixtures import HOSTILE_SETTINGS, build_federation
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import exporters
@@ -44,13 +44,6 @@ MEMORY_CAP = 1 << 30  # bytes of address space a child may add to what it inheri
 CLEAN = {"rejected", "rebuild-rejected", "module", "no-module"}
 # An exception from rebuild other than RebuildRejected: ingest's `except Exception` turns it
 # into a rejection ("cannot rebuild from its spec: ..."); a known bug, not a crash of the server.
-SETTINGS = dict(
-    derandomize=True,
-    database=None,
-    deadline=None,
-    print_blob=False,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
 _MEMORY = re.compile(r"bad_alloc|Failed to allocate|Cannot allocate memory|out of memory", re.I)
 
 
@@ -371,13 +364,13 @@ def _parse(data: bytes) -> onnx.ModelProto:
 KINDS = st.sampled_from(["classifier", "decoder"])
 
 
-@settings(max_examples=40, **SETTINGS)
+@settings(max_examples=40, **HOSTILE_SETTINGS)
 @given(kind=KINDS, edits=st.lists(byte_edits(), min_size=1, max_size=4))
 def test_byte_mutations_are_refused_or_rebuilt(sources, scratch, kind, edits):
     assert_safe(apply_bytes(sources[kind], edits), scratch, edits)
 
 
-@settings(max_examples=100, **SETTINGS)
+@settings(max_examples=100, **HOSTILE_SETTINGS)
 @given(kind=KINDS, edits=st.lists(proto_edits, min_size=1, max_size=3), stamp=st.booleans())
 def test_graph_mutations_are_refused_or_rebuilt(sources, scratch, kind, edits, stamp):
     m = _parse(sources[kind])
@@ -388,7 +381,7 @@ def test_graph_mutations_are_refused_or_rebuilt(sources, scratch, kind, edits, s
     assert_safe(m.SerializeToString(), scratch, edits)
 
 
-@settings(max_examples=75, **SETTINGS)
+@settings(max_examples=75, **HOSTILE_SETTINGS)
 @given(kind=KINDS, edits=st.lists(meta_edits, min_size=1, max_size=3))
 def test_metadata_mutations_are_refused_or_rebuilt(sources, scratch, kind, edits):
     m = _parse(sources[kind])
