@@ -180,3 +180,46 @@ def test_simulate_refuses_a_batch_method_before_its_ingest(federation, tmp_path,
     assert reports["dense"]["error"].startswith("dense refuses 2 classifier uploads")
     assert "pfedzkd refused: pfedzkd refuses 2 classifier uploads" in lines[-1]
     assert validated == []
+
+
+def _sim(out, methods, cap):
+    from edgefl.simulate.run import SimJob
+
+    return SimJob(
+        dataset="digits",
+        clients=4,
+        mix="smartphone:2,wristband:2",  # two classifier clients, two decoder clients
+        partition="dirichlet:1.0",
+        out=str(out),
+        paper_models=True,
+        classifier_epochs=1,
+        generator_epochs=1,
+        methods=methods,
+        fuse_options={"dense": {"max_teachers": cap}},
+    )
+
+
+def test_simulate_over_the_cap_alone_is_refused_before_any_client_trains(tmp_path):
+    from edgefl.simulate.run import simulate
+
+    with pytest.raises(FusionError, match="dense refuses 2 classifier uploads") as err:
+        simulate(_sim(tmp_path / "run", ("dense",), 1))
+    assert "--fuse-opt dense:max_teachers=2" in err.value.hint
+    assert not (tmp_path / "run" / "uploads").exists()
+
+
+def test_simulate_names_the_capped_method_before_training_the_rest_runs(tmp_path):
+    from edgefl.simulate.run import check_caps, refused_by_plan
+
+    job = _sim(tmp_path / "run", ("fedavg", "dense", "fedmho"), 1)
+    assert set(refused_by_plan(job)) == {"dense"}
+    lines: list[str] = []
+    check_caps(job, lines.append)
+    assert lines == [
+        "dense will be refused: dense refuses 2 classifier uploads, more than its "
+        f"max_teachers (1): {METHODS.get('dense').teacher_cost}"
+    ]
+    assert refused_by_plan(_sim(tmp_path / "at", ("dense",), 2)) == {}
+    # Only decoder clients: nothing to count against the cap.
+    bands = _sim(tmp_path / "bands", ("dense",), 1)
+    assert refused_by_plan(SimpleNamespace(**(vars(bands) | {"mix": "wristband:4"}))) == {}

@@ -188,12 +188,16 @@ class Method:
         cap = getattr(cfg, "max_teachers", 0) if "classifier" in self.consumes else 0
         return cap if isinstance(cap, int) and cap > 0 else 0
 
-    def over_cap(self, cfg: FusionConfig, classifiers: int) -> FusionError | None:
-        """The refusal of `classifiers` classifier uploads when they are more than its cap."""
+    def over_cap(
+        self, cfg: FusionConfig, classifiers: int, flag: str = "--opt"
+    ) -> FusionError | None:
+        """The refusal of `classifiers` classifier uploads when they are more than its cap
+        (`flag`: the command's option flag the fix names)."""
         cap = self.teacher_cap(cfg)
         if not cap or classifiers <= cap:
             return None
-        return too_many(self.name, "classifier", classifiers, cap, self.teacher_cost or GROWS)
+        cost = self.teacher_cost or GROWS
+        return too_many(self.name, "classifier", classifiers, cap, cost, flag)
 
     def budget_options(self, budget: str) -> dict[str, Any]:
         """The option overrides of a named budget ({} where the defaults already are it);
@@ -685,7 +689,9 @@ MAX_TEACHERS_HELP = (
 GROWS = "its cost grows with each teacher"  # a capped method that says no more (teacher_cost)
 
 
-def too_many(method: str, kind: str, count: int, at_most: int, cost: str) -> FusionError:
+def too_many(
+    method: str, kind: str, count: int, at_most: int, cost: str, flag: str = "--opt"
+) -> FusionError:
     """The refusal of `count` uploads of `kind`, more than the method's max_teachers `at_most`
     (`cost`: what grows with each): the same words before the ingest (from what the files
     declare) as after it (what was accepted)."""
@@ -693,7 +699,7 @@ def too_many(method: str, kind: str, count: int, at_most: int, cost: str) -> Fus
     return FusionError(
         f"{method or 'this method'} refuses {count:,} {kind} uploads, more than its "
         f"max_teachers ({at_most:,}): {cost}",
-        hint=f"--opt {scoped}max_teachers={count} runs it anyway (a GPU helps); "
+        hint=f"{flag} {scoped}max_teachers={count} runs it anyway (a GPU helps); "
         "fedmho-md, fedcvae-ens and ensemble fuse 10,000 uploads in minutes "
         "(docs/performance.md)",
     )

@@ -255,18 +255,24 @@ def _fmt(v) -> str:
     return str(v).lower() if isinstance(v, bool) else str(v)
 
 
-def client_jobs(job: SimJob) -> list[ClientJob]:
+def _roles(job: SimJob) -> tuple[list[str], dict[str, str], dict[str, str]]:
+    """(each client's profile, each profile's model, each profile's role)."""
     profiles = parse_mix(job.mix, job.clients)
     info = DATASETS.get(job.dataset)  # unknown name: UnknownNameError listing the datasets
     n_train = job.subset or info.train_size
     models = {p: _model_for(job, p, info, n_train) for p in dict.fromkeys(profiles)}
-    train_device = resolve_device(job.train_device, "--train-device").type
     roles = {
         p: "classifier"
         if m.startswith(SEARCH)
         else role_of(parse_model_arg(m, info.input_shape, info.num_classes))
         for p, m in models.items()
     }
+    return profiles, models, roles
+
+
+def client_jobs(job: SimJob) -> list[ClientJob]:
+    profiles, models, roles = _roles(job)
+    train_device = resolve_device(job.train_device, "--train-device").type
     attacks = assign(job.attacks, [roles[p] for p in profiles])
     return [
         _client_job(
@@ -396,6 +402,37 @@ def method_options(job: SimJob, name: str) -> dict[str, Any]:
             f"{job.dataset}:public", job.public, job.seed, job.subset, str(job.partition)
         )
     return options
+
+
+def refused_by_plan(job: SimJob) -> dict[str, FusionError]:
+    """The methods whose max_teachers this job's classifier clients exceed, known from the mix
+    before any client trains (the refusal after training is the same, from the files)."""
+    configs = {
+        name: METHODS.get(name).make_config(method_options(job, name))
+        for name in job.methods
+        if METHODS.get(name).judged == "global"
+    }
+    capped = {name: c for name, c in configs.items() if METHODS.get(name).teacher_cap(c)}
+    if not capped:
+        return {}
+    profiles, _, roles = _roles(job)
+    classifiers = sum(roles[p] == "classifier" for p in profiles)
+    refused = {}
+    for name, cfg in capped.items():
+        error = METHODS.get(name).over_cap(cfg, classifiers, flag="--fuse-opt")
+        if error is not None:
+            refused[name] = error
+    return refused
+
+
+def check_caps(job: SimJob, log) -> None:
+    """Before any client trains: every method over its cap is an error (exit 2, nothing would
+    be fused); some of them, a line each now (their reports say it again after training)."""
+    refused = refused_by_plan(job)
+    if refused and len(refused) == len(job.methods):
+        raise next(iter(refused.values()))
+    for name, exc in refused.items():
+        log(f"{name} will be refused: {exc.message}")
 
 
 def check_resumable(job: SimJob) -> None:
@@ -557,6 +594,7 @@ def simulate(job: SimJob, log=None, progress=None, trainer=None) -> dict:
     log = log or (lambda m: None)
     progress = progress or no_progress
     job.validate()
+    check_caps(job, log)
     out = Path(job.out)
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
