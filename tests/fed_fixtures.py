@@ -145,3 +145,34 @@ HOSTILE_SETTINGS = dict(
     print_blob=False,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
+
+
+# Metadata of the data kinds (predictions, prototypes) as a client writes it, on digits' 8x8
+# images: the tests that write such files by hand start from these.
+def base_meta(kind: str, client: str, n_classes: int = 10) -> dict:
+    return {
+        "kind": kind,
+        "input_shape": [1, 8, 8],
+        "num_classes": n_classes,
+        "class_names": [str(i) for i in range(n_classes)],
+        "edgefl_version": "0.1.0",
+        "spec": None,
+        "client_id": client,
+    }
+
+
+def pred_meta(client: str, n: int, fingerprint: str = "a" * 64, n_classes: int = 10) -> dict:
+    return base_meta("predictions", client, n_classes) | {
+        "label_counts": [5] * n_classes,
+        "public_fingerprint": fingerprint,
+        "public_size": n,
+    }
+
+
+def proto_meta(client: str, classes=(0, 1, 2), rep: int = 6) -> dict:
+    """Prototypes of the held `classes` (their indices), `rep` numbers each."""
+    return base_meta("prototypes", client) | {
+        "representation_size": rep,
+        "classes": list(classes),
+        "counts": [4] * len(classes),
+    }

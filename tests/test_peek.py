@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from fed_fixtures import HOSTILE_SETTINGS, build_federation, copy_uploads
+from fed_fixtures import HOSTILE_SETTINGS, build_federation, copy_uploads, pred_meta, proto_meta
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -26,25 +26,6 @@ from exporters.peek import declared_kinds, peek_kind, peek_metadata
 @pytest.fixture(scope="session")
 def federation(tmp_path_factory):
     return build_federation(tmp_path_factory.mktemp("fed"))
-
-
-def _data_meta(kind: str, client: str, n_classes: int = 10) -> dict:
-    base = {
-        "kind": kind,
-        "input_shape": [1, 8, 8],
-        "num_classes": n_classes,
-        "class_names": [str(i) for i in range(n_classes)],
-        "edgefl_version": "0.1.0",
-        "spec": None,
-        "client_id": client,
-    }
-    if kind == "predictions":
-        return base | {
-            "label_counts": [5] * n_classes,
-            "public_fingerprint": "a" * 64,
-            "public_size": 20,
-        }
-    return base | {"representation_size": 6, "classes": [0, 1, 2], "counts": [4, 4, 4]}
 
 
 @pytest.fixture(scope="module")
@@ -64,12 +45,10 @@ def every_kind(federation, tmp_path_factory) -> dict[str, Path]:
     }
     probs = np.random.default_rng(0).dirichlet(np.ones(10), size=20).astype(np.float32)
     exporters.write_constant_artifact(
-        files["predictions"], {"predictions": probs}, _data_meta("predictions", "p")
+        files["predictions"], {"predictions": probs}, pred_meta("p", n=20)
     )
     means = np.random.default_rng(1).normal(size=(3, 6)).astype(np.float32)
-    exporters.write_constant_artifact(
-        files["prototypes"], {"prototypes": means}, _data_meta("prototypes", "q")
-    )
+    exporters.write_constant_artifact(files["prototypes"], {"prototypes": means}, proto_meta("q"))
     exporters.quantize_int8(files["classifier"], files["int8"])
     job = FuseJob(uploads=str(federation), method="fedavg", out=str(files["global"]), device="cpu")
     run_fuse(job)

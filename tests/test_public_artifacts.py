@@ -8,6 +8,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from fed_fixtures import pred_meta as fixture_pred_meta
+from fed_fixtures import proto_meta
 
 import exporters
 from edgefl.data.public import load_public, public_fingerprint
@@ -20,32 +22,8 @@ C = 10
 N = 40
 
 
-def base_meta(kind: str, client: str) -> dict:
-    return {
-        "kind": kind,
-        "input_shape": [1, 8, 8],
-        "num_classes": C,
-        "class_names": [str(i) for i in range(C)],
-        "edgefl_version": "0.1.0",
-        "spec": None,
-        "client_id": client,
-    }
-
-
 def pred_meta(client: str, n: int = N, fingerprint: str = "a" * 64) -> dict:
-    return base_meta("predictions", client) | {
-        "label_counts": [5] * C,
-        "public_fingerprint": fingerprint,
-        "public_size": n,
-    }
-
-
-def proto_meta(client: str, classes=(0, 1, 2), rep: int = 6) -> dict:
-    return base_meta("prototypes", client) | {
-        "representation_size": rep,
-        "classes": list(classes),
-        "counts": [4] * len(classes),
-    }
+    return fixture_pred_meta(client, n, fingerprint, C)
 
 
 def probs(n: int = N, seed: int = 0, dtype=np.float32) -> np.ndarray:
