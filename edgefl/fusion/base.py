@@ -730,6 +730,37 @@ def descend(opt: torch.optim.Optimizer, loss: torch.Tensor, what: str = "the stu
     return value
 
 
+def shuffled_epochs(
+    opt: torch.optim.Optimizer,
+    n: int,
+    loss_of,
+    *,
+    epochs: int,
+    batch_size: int,
+    gen: torch.Generator,
+    progress=no_progress,
+    task: str = "epoch",
+    note: str = "loss",
+    what: str = "the student",
+    after_step=None,
+) -> list[float]:
+    """The loop every fused model that learns from a fixed set trains in: `epochs` passes over
+    its n samples, each in a fresh order drawn from `gen`, one `descend` per batch on
+    `loss_of(indices)` (then `after_step()`, e.g. a rate schedule). Returns each epoch's mean
+    loss per sample; reports each epoch to `progress` as `task`, its loss named `note`."""
+    history = []
+    progress(task, 0, epochs)
+    for epoch in range(epochs):
+        total = 0.0
+        for idx in torch.randperm(n, generator=gen).split(batch_size):
+            total += descend(opt, loss_of(idx), what) * len(idx)
+            if after_step is not None:
+                after_step()
+        history.append(total / n)
+        progress(task, epoch + 1, epochs, f"{note} {history[-1]:.4f}")
+    return history
+
+
 def train_student(
     model: nn.Module,
     x: torch.Tensor,
@@ -762,30 +793,27 @@ def train_student(
         if optimizer == "adam"
         else torch.optim.SGD(params, lr=lr, momentum=0.9)
     )
-    history = []
-    progress = progress or no_progress
-    progress("epoch", 0, epochs)
-    for epoch in range(epochs):
-        total, n = 0.0, 0
-        for idx in torch.randperm(len(x), generator=gen).split(batch_size):
-            xb = x[idx]
-            xb = jitter(xb, augment, gen)
-            logits = model(xb.to(device))
-            loss = torch.zeros((), device=device)
-            if isinstance(lam, torch.Tensor):
-                loss = _per_sample_loss(
-                    logits, y[idx], teacher[idx], lam[idx], kd_reduction, device
-                )
-            else:
-                if lam > 0 and y is not None:
-                    loss = loss + lam * F.cross_entropy(logits, y[idx].to(device))
-                if lam < 1 and teacher is not None:
-                    kd = kd_loss(logits, teacher[idx].to(device), kd_reduction)
-                    loss = loss + (1 - lam) * kd
-            total += descend(opt, loss) * len(idx)
-            n += len(idx)
-        history.append(total / n)
-        progress("epoch", epoch + 1, epochs, f"loss {history[-1]:.4f}")
+
+    def loss_of(idx):
+        logits = model(jitter(x[idx], augment, gen).to(device))
+        if isinstance(lam, torch.Tensor):
+            return _per_sample_loss(logits, y[idx], teacher[idx], lam[idx], kd_reduction, device)
+        loss = torch.zeros((), device=device)
+        if lam > 0 and y is not None:
+            loss = loss + lam * F.cross_entropy(logits, y[idx].to(device))
+        if lam < 1 and teacher is not None:
+            loss = loss + (1 - lam) * kd_loss(logits, teacher[idx].to(device), kd_reduction)
+        return loss
+
+    history = shuffled_epochs(
+        opt,
+        len(x),
+        loss_of,
+        epochs=epochs,
+        batch_size=batch_size,
+        gen=gen,
+        progress=progress or no_progress,
+    )
     model.eval()
     return history
 

@@ -22,11 +22,11 @@ from edgefl.fusion.base import (
     FusionResult,
     Method,
     average_classifiers,
-    descend,
     fedmho_table3,
     mean_teacher_logits,
     one_architecture,
     pfedzkd_table2,
+    shuffled_epochs,
 )
 from edgefl.fusion.options import option
 from edgefl.fusion.public_set import PublicSetConfig, public_samples
@@ -79,20 +79,24 @@ def fuse(ctx: FusionContext, cfg: FedDFConfig) -> FusionResult:
     steps = cfg.epochs * math.ceil(len(x) / cfg.batch_size)
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=steps)
     gen = torch.Generator().manual_seed(cfg.seed)
-    history = []
+
+    def loss_of(idx):
+        logits = student(x[idx].to(ctx.device))
+        return kl_at(logits, targets[idx].to(ctx.device), cfg.temperature)
+
     with ctx.stage("distill"):
         student.train()
-        ctx.progress("epoch", 0, cfg.epochs)
-        for epoch in range(cfg.epochs):
-            total = 0.0
-            for idx in torch.randperm(len(x), generator=gen).split(cfg.batch_size):
-                loss = kl_at(
-                    student(x[idx].to(ctx.device)), targets[idx].to(ctx.device), cfg.temperature
-                )
-                total += descend(opt, loss) * len(idx)
-                sched.step()
-            history.append(total / len(x))
-            ctx.progress("epoch", epoch + 1, cfg.epochs, f"KL {history[-1]:.4f}")
+        history = shuffled_epochs(
+            opt,
+            len(x),
+            loss_of,
+            epochs=cfg.epochs,
+            batch_size=cfg.batch_size,
+            gen=gen,
+            progress=ctx.progress,
+            note="KL",
+            after_step=sched.step,
+        )
     student.eval()
     info = {
         "teachers": [u.client_id for u in teachers],

@@ -24,7 +24,7 @@ from torch.nn import functional as F
 import exporters
 from edgefl.artifacts import read_header
 from edgefl.errors import ArtifactError, ConfigError, FusionError
-from edgefl.fusion.base import FusionConfig, FusionContext, FusionResult, Method, descend
+from edgefl.fusion.base import FusionConfig, FusionContext, FusionResult, Method, shuffled_epochs
 from edgefl.fusion.options import option
 
 
@@ -87,15 +87,21 @@ def train_header(
     opt = torch.optim.SGD(header.parameters(), lr=cfg.lr)
     gen = torch.Generator().manual_seed(cfg.seed)
     header.to(device).train()
-    history = []
-    progress("epoch", 0, cfg.epochs)
-    for epoch in range(cfg.epochs):
-        total = 0.0
-        for idx in torch.randperm(len(x), generator=gen).split(cfg.batch_size):
-            loss = F.cross_entropy(header(x[idx].to(device)), y[idx].to(device))
-            total += descend(opt, loss, "the global header") * len(idx)
-        history.append(total / len(x))
-        progress("epoch", epoch + 1, cfg.epochs, f"CE {history[-1]:.4f}")
+
+    def loss_of(idx):
+        return F.cross_entropy(header(x[idx].to(device)), y[idx].to(device))
+
+    history = shuffled_epochs(
+        opt,
+        len(x),
+        loss_of,
+        epochs=cfg.epochs,
+        batch_size=cfg.batch_size,
+        gen=gen,
+        progress=progress,
+        note="CE",
+        what="the global header",
+    )
     header.eval()
     return history
 

@@ -37,11 +37,11 @@ from edgefl.fusion.base import (
     FusionContext,
     FusionResult,
     Method,
-    descend,
     inversion_defaults,
     invert,
     largest_remainder,
     pfedzkd_table2,
+    shuffled_epochs,
 )
 from edgefl.fusion.options import option
 from edgefl.models.zoo import input_kind
@@ -133,17 +133,22 @@ def distill(student, x, labels, *, tau, epochs, lr, batch_size, seed, device, pr
     gen = torch.Generator().manual_seed(seed)
     student.to(device).train()
     opt = torch.optim.Adam(student.parameters(), lr=lr)
-    history = []
-    progress = progress or no_progress
-    progress("distill epoch", 0, epochs)
-    for epoch in range(epochs):
-        total = 0.0
-        for idx in torch.randperm(len(x), generator=gen).split(batch_size):
-            logp = F.log_softmax(student(x[idx].to(device)) / tau, dim=1)
-            loss = F.kl_div(logp, labels[idx].to(device), reduction="batchmean") * tau**2
-            total += descend(opt, loss) * len(idx)
-        history.append(total / len(x))
-        progress("distill epoch", epoch + 1, epochs, f"KL {history[-1]:.4f}")
+
+    def loss_of(idx):
+        logp = F.log_softmax(student(x[idx].to(device)) / tau, dim=1)
+        return F.kl_div(logp, labels[idx].to(device), reduction="batchmean") * tau**2
+
+    history = shuffled_epochs(
+        opt,
+        len(x),
+        loss_of,
+        epochs=epochs,
+        batch_size=batch_size,
+        gen=gen,
+        progress=progress or no_progress,
+        task="distill epoch",
+        note="KL",
+    )
     student.eval()
     return history
 
