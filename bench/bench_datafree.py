@@ -75,6 +75,7 @@ VARIANTS = {
     "dense": ("dense", {}),
     "fedhydra": ("fedhydra", {}),
     "pfedzkd": ("pfedzkd", {}),
+    "pfedzkd-fixed": ("pfedzkd", {"mix": False}),  # the paper's fixed pseudo-set
     "coboosting": ("coboosting", {}),
     "coboosting-simplex": ("coboosting", {"weight_constraint": "simplex"}),
     "coboosting-no-weights": ("coboosting", {"weight_lr": 0.0}),
