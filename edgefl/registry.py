@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Generic, TypeVar
 
-from edgefl.errors import UnknownNameError
+from edgefl.errors import ConfigError, UnknownNameError
 
 T = TypeVar("T")
 
@@ -18,6 +18,7 @@ class Registry(Generic[T]):
     def __init__(self, kind: str):
         self.kind = kind
         self._entries: dict[str, T] = {}
+        self._broken: dict[str, str] = {}  # name -> why its plugin did not load
 
     def add(self, name: str, entry: T) -> T:
         if name in self._entries:
@@ -31,10 +32,20 @@ class Registry(Generic[T]):
         del self._entries[name]
         return entry
 
+    def mark_broken(self, name: str, why: str) -> None:
+        """`name` is an installed plugin's that failed to load: asking for it says so."""
+        self._broken[name] = why
+
     def get(self, name: str) -> T:
         try:
             return self._entries[name]
         except KeyError:
+            if name in self._broken:
+                raise ConfigError(
+                    f"{self.kind} {name!r} comes from an installed plugin that did not load: "
+                    f"{self._broken[name]}",
+                    hint="reinstall or upgrade the package that provides it, or uninstall it",
+                ) from None
             raise UnknownNameError(self.kind, name, self._entries) from None
 
     def names(self) -> list[str]:

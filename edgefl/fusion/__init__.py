@@ -1,4 +1,7 @@
-"""Fusion methods, one file each, registered by name in METHODS (explicit list, no magic)."""
+"""Fusion methods, one file each, registered by name in METHODS (explicit list, no magic);
+methods of other packages come in through the entry-point group `edgefl.methods`."""
+
+from importlib.metadata import entry_points
 
 from edgefl.fusion import (
     coboosting,
@@ -41,6 +44,33 @@ for _m in (
 ):
     METHODS.add(_m.name, _m)
 
+PLUGIN_GROUP = "edgefl.methods"
+
+
+def load_plugins(group: str = PLUGIN_GROUP) -> None:
+    """Register the methods installed packages declare (`[project.entry-points."edgefl.methods"]`
+    `NAME = "package.module:METHOD"`): every process edgefl starts, a `server fuse` worker or
+    Flower's deployed ServerApp, then knows them with no edit to edgefl. A plugin that fails to
+    load, or names a Method otherwise, is not registered; asking for it says why (the other
+    methods still run). A built-in name is never replaced."""
+    for ep in entry_points(group=group):
+        if ep.name in METHODS:
+            continue
+        try:
+            method = ep.load()
+            if not isinstance(method, Method):
+                kind = type(method).__name__
+                raise TypeError(f"{ep.value} is of type {kind}, not an edgefl Method")
+            if method.name != ep.name:
+                raise ValueError(f"{ep.value} is named {method.name!r}, not {ep.name!r}")
+        except Exception as exc:  # any error in foreign code: the built-in methods still run
+            METHODS.mark_broken(ep.name, f"{type(exc).__name__}: {exc}")
+            continue
+        METHODS.add(ep.name, method)
+
+
+load_plugins()
+
 # What `edgefl simulate` runs when no --methods is given: the FedMHO paper's MNIST table.
 DEFAULT_METHODS = ("fedavg", "ensemble", "fedcvae-ens", "fedmho", "fedmho-md", "fedmho-sd")
 
@@ -68,5 +98,6 @@ __all__ = [
     "FusionResult",
     "Method",
     "Reference",
+    "load_plugins",
     "paper_reference",
 ]
