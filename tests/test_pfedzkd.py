@@ -15,7 +15,14 @@ from edgefl.client.run import ClientJob, run_client
 from edgefl.data import load_dataset
 from edgefl.errors import ConfigError
 from edgefl.fusion import METHODS
-from edgefl.fusion.pfedzkd import PFedZKDConfig, class_similarity, invert, soft_targets
+from edgefl.fusion.pfedzkd import (
+    PFedZKDConfig,
+    class_similarity,
+    consensus,
+    invert,
+    soft_targets,
+    with_mixes,
+)
 from edgefl.models.zoo import make_spec
 from edgefl.server.fuse import FuseJob, run_fuse
 from edgefl.training import TrainConfig, init_model, train
@@ -123,8 +130,40 @@ def test_fuses_heterogeneous_teachers_deterministically(uploads, tmp_path):
     assert a["accuracy"] > 0.35  # chance is 0.1; a tiny budget on purpose (~0.55)
     assert {u["model"].split("(")[0] for u in a["accepted"]} == {"scnn", "nas-cnn"}
     assert [t["images"] for t in a["teachers"]] == [200, 200]
+    assert a["mixes"] == 400 and sum(a["synthetic_per_class"]) == 800
     assert json.loads(json.dumps(a["config"]))["betas"] == [0.1, 1.0]
     assert {p.name: _digest(p) for p in uploads.iterdir()} == before
+
+
+def test_mixes_lie_between_two_pseudo_samples_and_the_teachers_label_them(teacher):
+    x = torch.rand(50, 1, 8, 8, generator=torch.Generator().manual_seed(0))
+    labels = consensus([teacher], x, 4.0, "cpu")
+    xs, ys = with_mixes(x, labels, [teacher], 4.0, seed=0, device="cpu")
+    assert torch.equal(xs[:50], x) and torch.equal(ys[:50], labels)
+    mixed, flat = xs[50:], x.flatten(1)
+    for m in mixed.flatten(1):
+        # Some pair (i, j) and lam in [0, 1] with m = lam * x_i + (1 - lam) * x_j.
+        d = flat[:, None, :] - flat[None, :, :]  # x_i - x_j
+        lam = ((m - flat[None, :, :]) * d).sum(-1) / (d * d).sum(-1).clamp_min(1e-12)
+        fit = lam[:, :, None] * d + flat[None, :, :]
+        best = (fit - m).norm(dim=-1).min()
+        assert best < 1e-4
+    assert torch.allclose(ys[50:], consensus([teacher], mixed, 4.0, "cpu"))
+    assert torch.allclose(ys.sum(1), torch.ones(100))
+    # Not one x repeated: the mixes are new points.
+    assert (mixed[:, None] - x[None]).flatten(2).norm(dim=-1).min() > 1e-3
+
+
+def test_without_mixes_the_student_learns_the_papers_set_alone(uploads, tmp_path):
+    job = FuseJob(
+        uploads=str(uploads),
+        method="pfedzkd",
+        out=str(tmp_path / "g.onnx"),
+        options=SMALL | {"mix": False},
+        device="cpu",
+    )
+    rep = run_fuse(job)
+    assert rep["mixes"] == 0 and sum(rep["synthetic_per_class"]) == 400
 
 
 def test_config_parses_betas_and_refuses_bad_values():
