@@ -689,6 +689,17 @@ MAX_TEACHERS_HELP = (
 GROWS = "its cost grows with each teacher"  # a capped method that says no more (teacher_cost)
 
 
+def over_caps(configured, classifiers: int, flag: str = "--opt") -> dict[str, FusionError]:
+    """Each (method, config) of `configured` that `classifiers` classifier uploads put over its
+    max_teachers, by name, with its refusal (`flag`: the command's option flag the fix names)."""
+    refused = {}
+    for method, cfg in configured:
+        error = method.over_cap(cfg, classifiers, flag)
+        if error is not None:
+            refused[method.name] = error
+    return refused
+
+
 def too_many(
     method: str, kind: str, count: int, at_most: int, cost: str, flag: str = "--opt"
 ) -> FusionError:
@@ -738,7 +749,7 @@ def shuffled_epochs(
     epochs: int,
     batch_size: int,
     gen: torch.Generator,
-    progress=no_progress,
+    progress=None,
     task: str = "epoch",
     note: str = "loss",
     what: str = "the student",
@@ -747,7 +758,8 @@ def shuffled_epochs(
     """The loop every fused model that learns from a fixed set trains in: `epochs` passes over
     its n samples, each in a fresh order drawn from `gen`, one `descend` per batch on
     `loss_of(indices)` (then `after_step()`, e.g. a rate schedule). Returns each epoch's mean
-    loss per sample; reports each epoch to `progress` as `task`, its loss named `note`."""
+    loss per sample; reports each epoch to `progress` (if any) as `task`, its loss named `note`."""
+    progress = progress or no_progress
     history = []
     progress(task, 0, epochs)
     for epoch in range(epochs):
@@ -812,7 +824,7 @@ def train_student(
         epochs=epochs,
         batch_size=batch_size,
         gen=gen,
-        progress=progress or no_progress,
+        progress=progress,
     )
     model.eval()
     return history

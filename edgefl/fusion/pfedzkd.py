@@ -47,7 +47,6 @@ from edgefl.fusion.base import (
 )
 from edgefl.fusion.options import option
 from edgefl.models.zoo import input_kind
-from edgefl.progress import no_progress
 
 
 @dataclass(frozen=True)
@@ -157,7 +156,7 @@ def distill(student, x, labels, *, tau, epochs, lr, batch_size, seed, device, pr
         epochs=epochs,
         batch_size=batch_size,
         gen=gen,
-        progress=progress or no_progress,
+        progress=progress,
         task="distill epoch",
         note="KL",
     )

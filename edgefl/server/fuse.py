@@ -41,7 +41,7 @@ from edgefl.artifacts import Upload
 from edgefl.chance import global_warning, near_chance
 from edgefl.errors import ConfigError, EdgeflError, FusionError
 from edgefl.fusion import METHODS
-from edgefl.fusion.base import FusionConfig, FusionContext, FusionResult, Method
+from edgefl.fusion.base import FusionConfig, FusionContext, FusionResult, Method, over_caps
 from edgefl.fusion.public_set import PublicSetConfig
 from edgefl.fusion.robust import apply as apply_screen
 from edgefl.fusion.robust import judge as judge_screen
@@ -404,12 +404,7 @@ def refused_early(
     if not any(p.method.teacher_cap(p.config) for p in plans):
         return {}
     declared = exporters.declared_kinds(uploads, recursive=recursive, max_bytes=max_upload_bytes)
-    refused = {}
-    for p in plans:
-        error = p.method.over_cap(p.config, declared["classifier"])
-        if error is not None:
-            refused[p.method.name] = error
-    return refused
+    return over_caps(((p.method, p.config) for p in plans), declared["classifier"])
 
 
 def _with_refused(plans: list[Planned], early: dict[str, FusionError], outcomes: list) -> list:

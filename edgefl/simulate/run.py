@@ -28,6 +28,7 @@ from edgefl.data.public import DEFAULT_PUBLIC_SIZE
 from edgefl.data.registry import DATASETS
 from edgefl.errors import ConfigError, FusionError
 from edgefl.fusion import DEFAULT_METHODS, METHODS, paper_reference
+from edgefl.fusion.base import over_caps
 from edgefl.fusion.public_set import PublicSetConfig
 from edgefl.models.plan import plan
 from edgefl.models.spec import parse_model_arg
@@ -407,22 +408,15 @@ def method_options(job: SimJob, name: str) -> dict[str, Any]:
 def refused_by_plan(job: SimJob) -> dict[str, FusionError]:
     """The methods whose max_teachers this job's classifier clients exceed, known from the mix
     before any client trains (the refusal after training is the same, from the files)."""
-    configs = {
-        name: METHODS.get(name).make_config(method_options(job, name))
-        for name in job.methods
-        if METHODS.get(name).judged == "global"
-    }
-    capped = {name: c for name, c in configs.items() if METHODS.get(name).teacher_cap(c)}
-    if not capped:
+    methods = [METHODS.get(name) for name in job.methods]
+    configured = [
+        (m, m.make_config(method_options(job, m.name))) for m in methods if m.judged == "global"
+    ]
+    if not any(m.teacher_cap(cfg) for m, cfg in configured):
         return {}
     profiles, _, roles = _roles(job)
     classifiers = sum(roles[p] == "classifier" for p in profiles)
-    refused = {}
-    for name, cfg in capped.items():
-        error = METHODS.get(name).over_cap(cfg, classifiers, flag="--fuse-opt")
-        if error is not None:
-            refused[name] = error
-    return refused
+    return over_caps(configured, classifiers, flag="--fuse-opt")
 
 
 def check_caps(job: SimJob, log) -> None:
