@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import functools
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -114,6 +115,38 @@ def seal_metadata(model, metadata: dict, what: str) -> dict:
     return meta
 
 
+@functools.cache
+def _torchlib_registry(cls, opset_version):
+    return _REGISTRY_FROM_TORCHLIB(cls, opset_version=opset_version)
+
+
+def _registry_copy(cls, opset_version=None):
+    """torch's ONNX exporter rebuilds its operator registry from torchlib on every export, about
+    0.5 s of a small model's 0.7 (parsing ~500 functions' Python source). It is built once per
+    process here, and each export gets its own copy of the tables (cheap: the entries are shared,
+    the lists are not), so a registration made during one export cannot leak into the next."""
+    from torch.onnx._internal.exporter import _constants
+
+    base = _torchlib_registry(cls, opset_version or _constants.TORCHLIB_OPSET)
+    fresh = cls.__new__(cls)
+    fresh.__dict__.update(base.__dict__)
+    fresh.functions = {k: list(v) for k, v in base.functions.items()}
+    return fresh
+
+
+_REGISTRY_FROM_TORCHLIB = None
+
+
+def _reuse_torchlib_registry() -> None:
+    """Install the per-process registry once (idempotent)."""
+    global _REGISTRY_FROM_TORCHLIB
+    from torch.onnx._internal.exporter._registration import ONNXRegistry
+
+    if _REGISTRY_FROM_TORCHLIB is None:
+        _REGISTRY_FROM_TORCHLIB = ONNXRegistry.from_torchlib.__func__
+        ONNXRegistry.from_torchlib = classmethod(_registry_copy)
+
+
 def _torch_to_onnx(
     module: torch.nn.Module,
     example_inputs: tuple[torch.Tensor, ...],
@@ -129,6 +162,7 @@ def _torch_to_onnx(
     # "conv.weight" on the fused values, silently breaking load-by-name on the server.
     # f=None returns the program in memory; the file is written once, atomically, by us, always
     # with weights inline (the equivalent of external_data=False).
+    _reuse_torchlib_registry()
     batch = torch.export.Dim("batch")
     try:
         with quiet(), torch.no_grad():

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import gc
 import json
 import multiprocessing
 import os
@@ -543,12 +544,19 @@ def _fuse_forked(plans, run: FuseRun, workers: int) -> list:
     listener = threading.Thread(target=_relay, args=(events, run.log, run.progress), daemon=True)
     _flush()  # lines still buffered here would otherwise be printed again by every worker
     listener.start()
+    # A worker that garbage-collects an onnxruntime session made here (an upload's or the
+    # screen's, left in a reference cycle) waits forever in its destructor for this process's
+    # runtime threads, which the fork did not copy. Collected here, where they run, then frozen:
+    # a worker's collector never looks at what it inherited.
+    gc.collect()
+    gc.freeze()
     try:
         with ctx.Pool(workers, initializer=_worker_start, initargs=(os.getpid(),)) as pool:
             done = dict(zip(order, pool.imap(_forked_one, order, chunksize=1), strict=True))
             pool.close()  # let the workers exit on their own: terminating them drops output
             pool.join()
     finally:
+        gc.unfreeze()
         _FORKED = ()
         events.put(None)
         listener.join()
