@@ -20,6 +20,7 @@ from edgefl.errors import ConfigError, FusionError
 from edgefl.fusion import METHODS
 from edgefl.fusion.fedhydra import (
     guidance,
+    label_skew,
     plot_stratification,
     stratification_weights,
     stratified_aggregate,
@@ -94,6 +95,8 @@ def test_fuses_heterogeneous_federation_deterministically(federation, tmp_path, 
         np.testing.assert_allclose(u_r.sum(1), 1)
         np.testing.assert_allclose(u_c.sum(0), 1)
         assert rep["stratification_heatmap"] is None
+        # Dirichlet label skew: the clients' declared counts differ, so Alg. 2 ran.
+        assert strat["label_skew"] >= 0.1 and len(strat["U"]) == 10
 
 
 @pytest.fixture(scope="session")
@@ -472,3 +475,85 @@ def test_more_teachers_than_the_cap_are_refused_before_any_work(federation, tmp_
     )
     assert f"--opt {method}:max_teachers=2" in err.value.hint
     assert not out.exists()
+
+
+def test_label_skew_is_cramers_v_of_the_declared_counts():
+    alike = np.array([[500, 600, 700], [1000, 1200, 1400]])  # the same proportions, other sizes
+    assert label_skew(alike) == pytest.approx(0.0, abs=1e-12)
+    assert label_skew(np.eye(3) * 400) == pytest.approx(1.0, abs=0.01)  # a class per client
+    # Empty clients and classes do not count; one client or one class says nothing.
+    padded = np.array([[400, 0, 0, 0], [0, 400, 0, 0], [0, 0, 0, 0]])
+    assert label_skew(padded) == pytest.approx(1.0, abs=0.01)
+    assert label_skew(np.array([[5, 7, 9]])) == 0.0
+    # Bias-corrected: chi2 = 200 / 110 + 200 / 90 over 400 samples, less the 1 / 399 that
+    # noise alone gives, over min(r, k) - 1 shrunk alike.
+    mild = np.array([[100, 100], [120, 80]])
+    phi2 = (200 / 110 + 200 / 90) / 400 - 1 / 399
+    assert label_skew(mild) == pytest.approx(np.sqrt(phi2 / (1 - 1 / 399)))
+    # Two small clients drawn from one distribution read near 0, not at raw V's 0.17.
+    rng = np.random.default_rng(0)
+    draws = [rng.multinomial(100, [1 / 6] * 6) for _ in range(200)]
+    pairs = [label_skew(np.stack(draws[i : i + 2])) for i in range(0, 200, 2)]
+    assert np.median(pairs) < 0.05
+
+
+def test_pair_mixes_are_convex_combinations_of_two_rows():
+    from edgefl.fusion.base import pair_mixes
+
+    x = torch.randn(64, 1, 4, 4)
+    gen = torch.Generator().manual_seed(3)
+    mixed = pair_mixes(x, gen)
+    gen = torch.Generator().manual_seed(3)  # the same draws, in pair_mixes' order
+    lam = torch.rand(64, generator=gen).view(-1, 1, 1, 1)
+    perm = torch.randperm(64, generator=gen)
+    torch.testing.assert_close(mixed, lam * x + (1 - lam) * x[perm])
+    assert mixed.shape == x.shape and not torch.equal(perm, torch.arange(64))
+
+
+@pytest.mark.parametrize("mix", [True, False])
+def test_fedhydra_distils_mixes_labelled_by_the_aggregate(federation, tmp_path, monkeypatch, mix):
+    """With `mix`, every student step's batch gains as many mixes of its own samples, and each
+    mix is labelled by the stratified aggregate for its first sample's label."""
+    from edgefl.fusion import fedhydra
+
+    made, labelled, seen = [], [], []
+    real_mixes, real_aggregate = fedhydra.pair_mixes, fedhydra.Hasa.aggregate
+
+    def spy_mixes(x, gen):
+        made.append((x, real_mixes(x, gen)))
+        return made[-1][1]
+
+    def spy_aggregate(self, x, y, bn=None):
+        labelled.append((x, y))
+        return real_aggregate(self, x, y, bn)
+
+    real_student_forward = None
+
+    def spy_distill(self, intermediates):
+        nonlocal real_student_forward
+        student = self.student
+        real_student_forward = student.forward
+        student.forward = lambda x: (seen.append(len(x)), real_student_forward(x))[1]
+        try:
+            return real_distill(self, intermediates)
+        finally:
+            del student.forward
+
+    real_distill = fedhydra.Hasa.distill
+    monkeypatch.setattr(fedhydra, "pair_mixes", spy_mixes)
+    monkeypatch.setattr(fedhydra.Hasa, "aggregate", spy_aggregate)
+    monkeypatch.setattr(fedhydra.Hasa, "distill", spy_distill)
+    opts = TINY_OPTS["fedhydra"] | {"mix": mix, "replay": 0, "val_size": 0}
+    job = FuseJob(
+        uploads=str(federation), method="fedhydra", out=str(tmp_path / "g.onnx"), options=opts
+    )
+    run_fuse(job)
+    if not mix:
+        assert not made and set(seen) == {32}  # the generator's batches alone
+        return
+    assert made and set(seen) == {64}  # each batch of 32 and its 32 mixes
+    for batch, mixes in made:
+        assert mixes.shape == batch.shape
+        # labelled right after being made, for the batch's own hard labels
+        (x, y), *_ = [(x, y) for x, y in labelled if x is mixes]
+        assert y.shape == (len(batch),)

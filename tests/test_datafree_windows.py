@@ -13,7 +13,7 @@ import torch
 
 from edgefl.client.run import ClientJob, run_client
 from edgefl.fusion.base import inversion_defaults, invert
-from edgefl.fusion.fedhydra import stratification_weights
+from edgefl.fusion.fedhydra import declared_skew, stratification_weights
 from edgefl.server.fuse import FuseJob, run_fuse
 
 GEN = dict(epochs=2, gen_steps=3, batch_size=32, nz=16, ngf=4)
@@ -169,3 +169,35 @@ def test_the_smoothness_prior_leaves_windows_as_smooth_as_real_ones(phones):
     step = lambda x: float(x.diff(dim=-1).abs().mean())  # noqa: E731
     assert step(smooth) < 0.02 < step(rough)
     assert ce(smooth) < ce(start)
+
+
+@pytest.mark.parametrize("min_skew", [0.1, 0.0])
+def test_fedhydra_stratifies_only_clients_whose_labels_differ(phones, tmp_path, min_skew):
+    """Two HAPT users hold every activity in about the same proportions (their declared label
+    counts' Cramer's V is under 0.1): FedHydra weighs them alike instead of stratifying, and
+    says so; min_label_skew=0 (the paper's budget) stratifies them anyway."""
+    import exporters
+
+    counts = [exporters.peek_metadata(p)["label_counts"] for p in sorted(phones.glob("*.onnx"))]
+    assert len(counts) == 2 and all(min(c) > 0 for c in counts)
+    out = tmp_path / "g.onnx"
+    opts = OPTS["fedhydra"] | {"min_label_skew": min_skew}
+    run_fuse(FuseJob(uploads=str(phones), method="fedhydra", out=str(out), options=opts))
+    strat = json.loads(out.with_suffix(".json").read_text())["stratification"]
+    assert strat["label_skew"] < 0.1
+    if min_skew:
+        assert strat["U"] is None
+        np.testing.assert_allclose(strat["U_r"], 0.5)  # 2 clients, alike for every class
+        np.testing.assert_allclose(strat["U_c"], 1 / 6)
+    else:
+        assert np.array(strat["U"]).shape == (6, 2)
+        assert not np.allclose(strat["U_r"], 0.5)
+
+
+def test_an_upload_without_label_counts_is_stratified():
+    class Up:
+        def __init__(self, counts):
+            self.label_counts = np.asarray(counts, dtype=np.int64)
+
+    assert declared_skew([Up([5, 5]), Up([5, 5])], 2) == 0.0
+    assert declared_skew([Up([5, 5]), Up([])], 2) is None  # nothing says they are alike

@@ -724,6 +724,14 @@ def student_jitter(augment: str, input_shape) -> str:
     return "none" if input_kind(tuple(input_shape)) == "image" else "rotate"
 
 
+def pair_mixes(x: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+    """As many mixes lam * x_i + (1 - lam) * x_j as x has rows: lam ~ U(0, 1) per row, j a random
+    permutation of the rows (drawn from `gen` in that order). A distilled student meets the
+    teachers only at the samples it is shown; mixes ask the teachers between them."""
+    lam = torch.rand(len(x), generator=gen).view(-1, *[1] * (x.dim() - 1)).to(x.device)
+    return lam * x + (1 - lam) * x[torch.randperm(len(x), generator=gen).to(x.device)]
+
+
 def descend(opt: torch.optim.Optimizer, loss: torch.Tensor, what: str = "the student") -> float:
     """One step of `opt` on `loss`, the step every fused model's training loop takes; returns the
     loss. A non-finite loss stops the fusion before the step: past it every weight, and so every

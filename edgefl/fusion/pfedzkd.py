@@ -42,6 +42,7 @@ from edgefl.fusion.base import (
     inversion_defaults,
     invert,
     largest_remainder,
+    pair_mixes,
     pfedzkd_table2,
     shuffled_epochs,
 )
@@ -168,8 +169,7 @@ def with_mixes(x, labels, teachers: list[nn.Module], tau: float, seed: int, devi
     """(x, labels) followed by as many mixes lam * x_i + (1 - lam) * x_j (lam ~ U(0, 1), j a
     random pseudo-sample) and their consensus labels."""
     gen = torch.Generator().manual_seed(seed + 1)  # not the distillation's order stream
-    lam = torch.rand(len(x), generator=gen).view(-1, *[1] * (x.dim() - 1))
-    mixed = lam * x + (1 - lam) * x[torch.randperm(len(x), generator=gen)]
+    mixed = pair_mixes(x, gen)
     return torch.cat([x, mixed]), torch.cat([labels, consensus(teachers, mixed, tau, device)])
 
 
