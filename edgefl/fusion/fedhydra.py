@@ -38,7 +38,15 @@ tests/test_datafree.py has a test for each):
 - On sensor windows (bench/results/datafree_hapt.md): Eq. 6 passes a class factor every client
   shares into U_c, a class prior no client stated, so U_c is built from each class's guidance
   relative to the clients' mean (`stratification_weights`); a batch is distilled only once the
-  aggregate takes most of it for its targets (`finish`); the student sees the clients' jitter.
+  aggregate takes most of it for its targets (`finish`); synthetic windows are not jittered
+  (`augment`: the teachers never labelled a turned sample at their decision boundaries).
+- Alg. 2 measures how easily a generator turns each client to each class. Under label skew
+  that is who holds the class; where every client holds every class alike (HAPT users) it is
+  something else, reliably (split-half 0.63-0.96), and weighting by it cost 2.5 points on the
+  mean and 8.5 on one seed (bench/results/datafree_hapt_fedhydra.md). Alg. 2 runs when the
+  teachers' declared label counts differ (`min_label_skew`); otherwise every client is
+  weighted alike; the paper budget always stratifies. `mix` (off: it costs 2-3x the time)
+  also distils mixes of each batch labelled by the aggregate.
 """
 
 from __future__ import annotations
@@ -151,13 +159,16 @@ class FedHydraConfig(GeneratorConfig):
         high=1,
     )
     # The student meets the aggregate only at the generator's samples; mixes of two of them,
-    # labelled by the aggregate as the rest are, ask it between those points (MNIST Dir(0.5 /
-    # 0.1) +1.4 / +2.6, HAPT +1.4 over 3 seeds: bench/results/datafree_fedhydra_mix_mnist.md).
+    # labelled by the aggregate as the rest are, ask it between those points: HAPT 71.08 ->
+    # 75.75 (with min_label_skew), MNIST Dir(0.5 / 0.1) 92.63 -> 93.45 / 69.16 -> 78.37, but a
+    # HAPT fusion takes 2.8x as long (each step's batch doubles and its mixes go through every
+    # teacher; on windows an epoch holds 30 batches), which the 10-minute HAR bench cannot
+    # afford. Fewer epochs or passes with mixes lost what they gained
+    # (bench/results/datafree_fedhydra_gate_mix.md).
     mix: bool = option(
-        True,
+        False,
         "each student step also distils as many mixes lam * x_i + (1 - lam) * x_j of its "
-        "batch (lam uniform), labelled by the stratified aggregate for x_i's label (false: "
-        "the paper's samples alone)",
+        "batch (lam uniform), labelled by the aggregate for x_i's label (about 2-3x the time)",
     )
     heatmap: str | None = option(
         None,
