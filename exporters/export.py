@@ -116,35 +116,26 @@ def seal_metadata(model, metadata: dict, what: str) -> dict:
 
 
 @functools.cache
-def _torchlib_registry(cls, opset_version):
-    return _REGISTRY_FROM_TORCHLIB(cls, opset_version=opset_version)
-
-
-def _registry_copy(cls, opset_version=None):
-    """torch's ONNX exporter rebuilds its operator registry from torchlib on every export, about
-    0.5 s of a small model's 0.7 (parsing ~500 functions' Python source). It is built once per
-    process here, and each export gets its own copy of the tables (cheap: the entries are shared,
-    the lists are not), so a registration made during one export cannot leak into the next."""
-    from torch.onnx._internal.exporter import _constants
-
-    base = _torchlib_registry(cls, opset_version or _constants.TORCHLIB_OPSET)
-    fresh = cls.__new__(cls)
-    fresh.__dict__.update(base.__dict__)
-    fresh.functions = {k: list(v) for k, v in base.functions.items()}
-    return fresh
-
-
-_REGISTRY_FROM_TORCHLIB = None
-
-
 def _reuse_torchlib_registry() -> None:
-    """Install the per-process registry once (idempotent)."""
-    global _REGISTRY_FROM_TORCHLIB
+    """torch's ONNX exporter rebuilds its operator registry from torchlib on every export, about
+    0.5 s of a small model's 0.7 (parsing ~500 functions' Python source). Installed once per
+    process (cached), this builds it once per opset and gives each export its own copy of the
+    tables (cheap: the entries are shared, the lists are not), so a registration made during
+    one export cannot leak into the next."""
+    from torch.onnx._internal.exporter import _constants
     from torch.onnx._internal.exporter._registration import ONNXRegistry
 
-    if _REGISTRY_FROM_TORCHLIB is None:
-        _REGISTRY_FROM_TORCHLIB = ONNXRegistry.from_torchlib.__func__
-        ONNXRegistry.from_torchlib = classmethod(_registry_copy)
+    build = ONNXRegistry.from_torchlib.__func__
+    built = functools.cache(lambda cls, opset: build(cls, opset_version=opset))
+
+    def fresh_copy(cls, opset_version=None):
+        base = built(cls, opset_version or _constants.TORCHLIB_OPSET)
+        fresh = cls.__new__(cls)
+        fresh.__dict__.update(base.__dict__)
+        fresh.functions = {k: list(v) for k, v in base.functions.items()}
+        return fresh
+
+    ONNXRegistry.from_torchlib = classmethod(fresh_copy)
 
 
 def _torch_to_onnx(
