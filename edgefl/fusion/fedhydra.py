@@ -160,7 +160,7 @@ class FedHydraConfig(GeneratorConfig):
     )
     # The student meets the aggregate only at the generator's samples; mixes of two of them,
     # labelled by the aggregate as the rest are, ask it between those points: HAPT 71.08 ->
-    # 75.75 (with min_label_skew), MNIST Dir(0.5 / 0.1) 92.63 -> 93.45 / 69.16 -> 78.37, but a
+    # 75.75 (with min_label_skew), MNIST Dir(0.5 / 0.1) 91.76 -> 93.45 / 72.53 -> 78.37, but a
     # HAPT fusion takes 2.8x as long (each step's batch doubles and its mixes go through every
     # teacher; on windows an epoch holds 30 batches), which the 10-minute HAR bench cannot
     # afford. Fewer epochs or passes with mixes lost what they gained
