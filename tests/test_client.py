@@ -128,7 +128,10 @@ def test_int8_quantization(tmp_path):
     q = result.quantization
     assert result.upload_bytes == result.path.stat().st_size == q["size_after"]
     assert q["size_after"] < q["size_before"] and result.upload_bytes < fp32.upload_bytes
-    assert 0 <= q["val_accuracy_fp32"] <= 1 and 0 <= q["val_accuracy_int8"] <= 1
+    # The int8 model answers as the fp32 one does (seen: 0.44 both, outputs 0.007 apart on a
+    # 16-sample split after 2 epochs; chance is 0.1).
+    assert q["val_accuracy_fp32"] > 0.2 and q["max_abs_diff"] < 0.05
+    assert abs(q["val_accuracy_int8"] - q["val_accuracy_fp32"]) <= 0.125
     art = exporters.validate_upload(result.path)
     assert art.metadata["quantized"] == exporters.QUANTIZED_TAG
     with pytest.raises(ConfigError, match="only 'int8'"):
