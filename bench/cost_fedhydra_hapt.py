@@ -21,7 +21,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_datafree_hapt  # noqa: E402
 
 from edgefl.data import load_dataset  # noqa: E402
+from edgefl.errors import EdgeflError  # noqa: E402
 from edgefl.fusion import fedhydra  # noqa: E402
+
+
+def key_value(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"{text!r} is not key=value (e.g. mix=true)")
+    return key, value
 
 
 def main() -> None:
@@ -29,7 +37,7 @@ def main() -> None:
     ap.add_argument("--work", default="/tmp/bench-datafree-hapt")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("options", nargs="*", help="fedhydra options as key=value")
+    ap.add_argument("options", nargs="*", type=key_value, help="fedhydra options as key=value")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     steps: list[int] = []
@@ -49,9 +57,13 @@ def main() -> None:
         spent["student_s"] += time.monotonic() - start
 
     fedhydra.Hasa.generate, fedhydra.Hasa.distill = timed_generate, timed_distill
-    overrides = dict(o.split("=", 1) for o in args.options)
+    overrides = dict(args.options)
     folder = Path(args.work) / f"s{args.seed}" / "uploads"
-    r = bench_datafree_hapt.fuse("fedhydra", folder, overrides, load_dataset("hapt:test"))
+    try:
+        r = bench_datafree_hapt.fuse("fedhydra", folder, overrides, load_dataset("hapt:test"))
+    except EdgeflError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(2)
     line = {"seed": args.seed, "options": overrides, "accuracy": round(100 * r["accuracy"], 2)}
     line |= {"seconds": r["seconds"], **{k: round(v, 1) for k, v in spent.items()}}
     print(json.dumps(line | {"generator_steps": steps}))

@@ -527,19 +527,16 @@ def test_fedhydra_distils_mixes_labelled_by_the_aggregate(federation, tmp_path, 
         labelled.append((x, y))
         return real_aggregate(self, x, y, bn)
 
-    real_student_forward = None
+    real_distill = fedhydra.Hasa.distill
 
     def spy_distill(self, intermediates):
-        nonlocal real_student_forward
-        student = self.student
-        real_student_forward = student.forward
-        student.forward = lambda x: (seen.append(len(x)), real_student_forward(x))[1]
+        forward = self.student.forward
+        self.student.forward = lambda x: (seen.append(len(x)), forward(x))[1]
         try:
             return real_distill(self, intermediates)
         finally:
-            del student.forward
+            del self.student.forward
 
-    real_distill = fedhydra.Hasa.distill
     monkeypatch.setattr(fedhydra, "pair_mixes", spy_mixes)
     monkeypatch.setattr(fedhydra.Hasa, "aggregate", spy_aggregate)
     monkeypatch.setattr(fedhydra.Hasa, "distill", spy_distill)

@@ -17,7 +17,7 @@ def _export() -> bytes:
     return proto.SerializeToString()
 
 
-def test_each_export_gets_its_own_tables_over_shared_entries(tmp_path):
+def test_each_export_gets_its_own_tables_over_shared_entries():
     from torch.onnx._internal.exporter._registration import ONNXRegistry
 
     _reuse_torchlib_registry()

@@ -145,10 +145,11 @@ class FedHydraConfig(GeneratorConfig):
     )
     max_gen_steps: int = option(30, "most generator steps on one batch (finish's cap)", low=1)
     # Alg. 2 measures how easily a generator turns each client to each class. Under label skew
-    # that follows who holds the class (MNIST Dirichlet: Cramer's V of the clients' declared
-    # label counts 0.55-0.88); where every client holds every class alike (HAPT users, V
-    # 0.03-0.04, a chi-square test of homogeneity p 0.61-0.98) it follows something else and
-    # costs 2.5 points (bench/results/datafree_hapt_fedhydra.md). Such clients are trusted alike.
+    # that follows who holds the class (MNIST Dirichlet: `label_skew` of the clients' declared
+    # label counts 0.55-0.88); where every client holds every class alike (HAPT users: 0.00,
+    # raw V 0.03-0.04, a chi-square test of homogeneity p 0.61-0.98) it follows something else
+    # and costs 2.5 points (bench/results/datafree_hapt_fedhydra.md). Such clients are trusted
+    # alike.
     min_label_skew: float = option(
         0.1,
         "stratify (Alg. 2) only when the teachers' declared label counts differ across clients "
