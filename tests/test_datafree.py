@@ -454,6 +454,7 @@ def test_the_cli_names_every_file_a_method_writes(federation, tmp_path, cli):
     assert r.exit_code == 0, r.output
     text = " ".join(r.output.split())
     assert f"also wrote stratification_png: {tmp_path / 'g.stratification.png'}" in text, text
+    assert "stratification_heatmap" not in text  # none asked for: no "also wrote ... None"
 
 
 @pytest.mark.parametrize("method", ["dense", "fedhydra", "pfedzkd", "coboosting"])

@@ -537,7 +537,7 @@ def write_outputs(result: FusionResult, global_model: Path) -> dict:
     heat = Path(global_model).with_suffix(".stratification.png")
     plot_stratification(strat["U_r"], strat["client_ids"], strat["class_names"], heat)
     named = {"stratification_png": str(heat)}
-    if "stratification_heatmap" in result.info:  # --opt heatmap=PATH, drawn while fusing
+    if result.info.get("stratification_heatmap"):  # --opt heatmap=PATH, drawn while fusing
         named["stratification_heatmap"] = result.info["stratification_heatmap"]
     return named
 
