@@ -22,7 +22,7 @@ pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="fork start meth
 HOOK = """
 import gc
 import exporters
-import edgefl.server.fuse as _f
+import edgefl.server.workers as _f
 
 _art = exporters.read_artifact({upload!r})
 _art.session()  # onnxruntime's session with its threads, in this (the server's) process

@@ -18,16 +18,9 @@ the previous ones stay byte-identical, and a report always names its model's SHA
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
-import gc
 import json
-import multiprocessing
-import os
 import platform
-import signal
 import sys
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -50,6 +43,7 @@ from edgefl.outputs import Staging, check_replace, check_writable, lock_outputs,
 from edgefl.progress import no_progress
 from edgefl.server import classes as device_classes
 from edgefl.server.ingest import Ingest, default_jobs, ingest
+from edgefl.server.workers import Died, run_forked
 
 
 @dataclass(frozen=True)
@@ -519,9 +513,6 @@ def _method_workers(jobs: int | None, methods: int, device: torch.device) -> int
     return max(1, min(methods, jobs if jobs is not None else default_jobs()))
 
 
-_FORKED: tuple = ()  # (plans, run, events, workers): set just before the pool forks them
-
-
 def _work(p: Planned) -> float:
     """A rough size of a method's training (epochs x rounds x samples where it has them): the
     workers take the longest first, so that a long method does not start last."""
@@ -534,83 +525,30 @@ def _work(p: Planned) -> float:
 
 
 def _fuse_forked(plans, run: FuseRun, workers: int) -> list:
-    global _FORKED
-    ctx = multiprocessing.get_context("fork")
-    # The workers' lines and steps come back to this process, which alone draws them (a
-    # terminal's progress bars live here; a forked copy could not redraw them).
-    events = ctx.SimpleQueue()
-    _FORKED = (plans, run, events, workers)
     order = sorted(range(len(plans)), key=lambda i: -_work(plans[i]))
-    listener = threading.Thread(target=_relay, args=(events, run.log, run.progress), daemon=True)
-    _flush()  # lines still buffered here would otherwise be printed again by every worker
-    listener.start()
-    # A worker that garbage-collects an onnxruntime session made here (an upload's or the
-    # screen's, left in a reference cycle) waits forever in its destructor for this process's
-    # runtime threads, which the fork did not copy. Collected here, where they run, then frozen:
-    # a worker's collector never looks at what it inherited.
-    gc.collect()
-    gc.freeze()
-    try:
-        with ctx.Pool(workers, initializer=_worker_start, initargs=(os.getpid(),)) as pool:
-            done = dict(zip(order, pool.imap(_forked_one, order, chunksize=1), strict=True))
-            pool.close()  # let the workers exit on their own: terminating them drops output
-            pool.join()
-    finally:
-        gc.unfreeze()
-        _FORKED = ()
-        events.put(None)
-        listener.join()
+
+    def one(i: int, log, progress):
+        try:
+            report, error = _outcome(plans[i], replace(run, log=log, progress=progress))
+        except EdgeflError as exc:  # a user error met while fusing (e.g. no public set given)
+            return None, ("raise", exc.message, exc.hint)
+        # An exception crosses the process boundary as text: only its message and hint matter.
+        return report, None if error is None else ("refused", error.message, error.hint)
+
+    done = run_forked(order, one, workers, run.log, run.progress)
     outcomes = []
-    for i in range(len(plans)):
+    for i, p in enumerate(plans):
+        if isinstance(done[i], Died):
+            why = f"{p.method.name}: {done[i].why} while fusing"
+            run.log(why)
+            hint = "run it alone (--method NAME) or with fewer at once (--jobs 1)"
+            outcomes.append((None, FusionError(why, hint=hint)))
+            continue
         report, error = done[i]
         if error is not None and error[0] == "raise":
             raise ConfigError(error[1], hint=error[2])
         outcomes.append((report, None if error is None else FusionError(*error[1:])))
     return outcomes
-
-
-def _worker_start(parent: int) -> None:
-    """A forked method worker ends with the server: on its SIGKILL too (PR_SET_PDEATHSIG), so
-    no worker writes outputs after the command is gone. Ctrl-C and SIGTERM are the server's to
-    handle (it terminates the pool); a worker printing its own traceback would only add noise."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    if os.getppid() != parent:  # the server died before the line above took effect
-        os._exit(1)
-
-
-def _flush() -> None:
-    for stream in (sys.stdout, sys.stderr):
-        stream.flush()
-
-
-def _relay(events, log, progress) -> None:
-    while (event := events.get()) is not None:
-        kind, args = event
-        (log if kind == "log" else progress)(*args)
-
-
-def _forked_one(i: int):
-    plans, run, events, workers = _FORKED
-
-    def log(msg: str) -> None:
-        events.put(("log", (msg,)))
-
-    def progress(*args) -> None:
-        events.put(("progress", args))
-
-    # The cores are shared among the workers; torch's pool must not outnumber its share.
-    torch.set_num_threads(max(1, (os.cpu_count() or 1) // workers))
-    try:
-        report, error = _outcome(plans[i], replace(run, log=log, progress=progress))
-    except EdgeflError as exc:  # a user error met while fusing (e.g. no public set given)
-        return None, ("raise", exc.message, exc.hint)
-    finally:
-        _flush()  # this method's progress lines, before the parent prints its summary
-    # An exception crosses the process boundary as text: only its message and hint matter.
-    return report, None if error is None else ("refused", error.message, error.hint)
 
 
 @dataclass(frozen=True)

@@ -493,9 +493,11 @@ def fuse_all(
 
 
 def _fuse_batch(job: SimJob, batch, folder: Path, ingested, log, progress) -> dict[str, dict]:
-    """The planned methods of `batch`, one after another in this process (jobs=1: each trains
-    with all of the run's torch threads, as `server fuse` of one method does; forked workers
-    would each get fewer and sum their floats in another order)."""
+    """The planned methods of `batch` as `server fuse --method A,B,..` fuses them with its
+    defaults: on a CPU side by side in forked workers (one per core, up to 4, the cores' threads
+    shared among them), the longest first. Not by `--jobs`, so that the result of a method does
+    not depend on it. Small models cannot keep two cores busy: the HAPT bench's twelve methods
+    took 575 s one after another and FIXME side by side (bench/results/hapt.md)."""
     plans = [planned for _, planned in batch]
     reports = _refused_early(plans, folder, ingested, log)
     plans = [p for p in plans if p.method.name not in reports]
@@ -515,7 +517,6 @@ def _fuse_batch(job: SimJob, batch, folder: Path, ingested, log, progress) -> di
             device=job.device,
             eval=f"{job.dataset}:test",
             data_dir=job.data_dir,
-            jobs=1,
             log=log,
             found=ingested[folder],
             progress=progress,

@@ -1,0 +1,190 @@
+"""Tasks run side by side in worker processes forked from the server (`server fuse` and
+`simulate` with several methods on a CPU): each worker inherits the ingested uploads
+copy-on-write instead of reading them again.
+
+Each worker has its own pipe to the server and nothing shared besides, so a worker killed at any
+moment (the kernel's out-of-memory killer, a crash in native code) cannot leave a lock held that
+the others wait on: its task gets a `Died` outcome, a fresh worker takes its place and the run
+goes on (with a `multiprocessing.Pool` the run waited forever for the lost task). The workers'
+lines and progress steps come back through their pipes to the server, which alone draws them (a
+terminal's progress bars live here; a forked copy could not redraw them).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import gc
+import multiprocessing
+import os
+import pickle
+import signal
+import sys
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from multiprocessing.connection import wait
+from typing import Any
+
+import torch
+
+
+@dataclass(frozen=True)
+class Died:
+    """The outcome of a task whose worker ended without answering."""
+
+    exitcode: int | None
+
+    @property
+    def why(self) -> str:
+        code = self.exitcode
+        if code is not None and code < 0:
+            name = signal.Signals(-code).name if -code in signal.valid_signals() else str(-code)
+            killed = " (killed: out of memory?)" if -code == signal.SIGKILL else ""
+            return f"its worker process died by signal {name}{killed}"
+        return f"its worker process exited with code {code} without an answer"
+
+
+# A task's work: work(task, log, progress) -> a picklable result, run in a worker.
+Work = Callable[[int, Callable[[str], None], Callable[..., None]], Any]
+
+
+def run_forked(tasks: Sequence[int], work: Work, workers: int, log, progress) -> dict[int, Any]:
+    """work(task) for every task, in this order, on `workers` forked processes (the cores'
+    torch threads shared among them): {task: its result, or Died}. An exception raised by a
+    task stops new tasks from starting, lets the running ones finish (their outputs are whole
+    units) and is raised here; Ctrl-C here ends every worker at once."""
+    crew = _Crew(list(tasks), work, workers, log, progress)
+    _flush()  # lines still buffered here would otherwise be printed again by every worker
+    # A worker that garbage-collects an onnxruntime session made here (an upload's or the
+    # screen's, left in a reference cycle) waits forever in its destructor for this process's
+    # runtime threads, which the fork did not copy. Collected here, where they run, then frozen:
+    # a worker's collector never looks at what it inherited.
+    gc.collect()
+    gc.freeze()
+    try:
+        for _ in range(min(workers, len(crew.pending))):
+            crew.start()
+        while crew.busy:
+            by_sentinel = {proc.sentinel: conn for conn, (proc, _) in crew.busy.items()}
+            for ready in wait([*crew.busy, *by_sentinel]):
+                conn = by_sentinel.get(ready, ready)
+                if conn in crew.busy:  # not already seen ending through its other handle
+                    crew.answer(conn)
+    finally:
+        crew.stop()
+        gc.unfreeze()
+    if crew.raised:
+        raise crew.raised[0]
+    return crew.done
+
+
+class _Crew:
+    """The workers, each with its pipe and the task it holds, and what they have answered."""
+
+    def __init__(self, pending: list[int], work: Work, workers: int, log, progress):
+        self.ctx = multiprocessing.get_context("fork")
+        self.pending, self.work, self.log, self.progress = pending, work, log, progress
+        self.threads = max(1, (os.cpu_count() or 1) // workers)
+        self.busy: dict[Any, list] = {}  # connection -> [process, task or None]
+        self.done: dict[int, Any] = {}
+        self.raised: list[BaseException] = []
+
+    def start(self) -> None:
+        here, there = self.ctx.Pipe()
+        args = (os.getpid(), there, self.work, self.threads)
+        proc = self.ctx.Process(target=_serve, args=args, daemon=True)
+        proc.start()
+        there.close()
+        self.busy[here] = [proc, None]
+        self.give(here)
+
+    def give(self, conn) -> None:
+        task = self.pending.pop(0) if self.pending and not self.raised else None
+        try:
+            conn.send(task)  # None: no more work, the worker exits
+        except OSError:  # it ended since its last answer: the task waits for another worker
+            if task is not None:
+                self.pending.insert(0, task)
+            task = None
+        self.busy[conn][1] = task
+
+    def answer(self, conn) -> None:
+        """One message from a worker, or its end."""
+        proc, task = self.busy[conn]
+        try:
+            kind, value = conn.recv()
+        except (EOFError, OSError):  # it ended: after its last task, or killed during one
+            proc.join()
+            del self.busy[conn]
+            conn.close()
+            if task is not None:
+                self.done[task] = Died(proc.exitcode)
+            if self.pending and not self.raised:
+                self.start()  # the run goes on with a fresh worker
+            return
+        if kind == "log":
+            self.log(*value)
+        elif kind == "progress":
+            self.progress(*value)
+        else:  # "done" or "raised": the worker is free again
+            if kind == "raised":
+                self.raised.append(value)
+            else:
+                self.done[task] = value
+            self.give(conn)
+
+    def stop(self) -> None:
+        for conn, (proc, _) in self.busy.items():
+            proc.terminate()
+            proc.join()
+            conn.close()
+        self.busy.clear()
+
+
+def _serve(parent: int, conn, work: Work, threads: int) -> None:
+    _worker_start(parent)
+    torch.set_num_threads(threads)  # the cores are shared: torch must not outnumber its share
+
+    def log(msg: str) -> None:
+        conn.send(("log", (msg,)))
+
+    def progress(*args) -> None:
+        conn.send(("progress", args))
+
+    while (task := conn.recv()) is not None:
+        try:
+            answer = ("done", work(task, log, progress))
+        except BaseException as exc:  # noqa: BLE001 - every failure goes back to the server
+            answer = ("raised", _portable(exc))
+        finally:
+            _flush()  # this task's lines, before the server prints its summary
+        conn.send(answer)
+    conn.close()
+
+
+def _portable(exc: BaseException) -> BaseException:
+    """The exception itself where it pickles, else its type, text and traceback as text."""
+    try:
+        pickle.loads(pickle.dumps(exc))
+    except Exception:  # noqa: BLE001 - anything that does not survive the trip
+        text = "".join(traceback.format_exception(exc))
+        return RuntimeError(f"in a forked worker: {text}")
+    return exc
+
+
+def _worker_start(parent: int) -> None:
+    """A forked worker ends with the server: on its SIGKILL too (PR_SET_PDEATHSIG), so no worker
+    writes outputs after the command is gone. Ctrl-C and SIGTERM are the server's to handle (it
+    terminates the workers); a worker printing its own traceback would only add noise."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    if os.getppid() != parent:  # the server died before the line above took effect
+        os._exit(1)
+
+
+def _flush() -> None:
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()

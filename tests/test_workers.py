@@ -1,0 +1,80 @@
+"""Forked workers (`edgefl.server.workers`, the many-method path of `server fuse` and
+`simulate`): a worker killed mid-task costs that task only, an exception waits for the running
+tasks and is raised, and lines come back to the server in order."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+
+import pytest
+
+from edgefl.server.workers import Died, run_forked
+
+pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="fork start method")
+
+
+def _lines():
+    seen: list = []
+    return seen, seen.append, lambda *args: seen.append(args)
+
+
+def test_results_by_task_and_lines_relayed():
+    seen, log, progress = _lines()
+
+    def work(task, log, progress):
+        log(f"task {task} in {os.getpid()}")
+        progress("steps", 1, 1)
+        return task * task
+
+    done = run_forked([3, 1, 2, 0], work, 2, log, progress)
+    assert done == {0: 0, 1: 1, 2: 4, 3: 9}
+    pids = {line.split()[-1] for line in seen if isinstance(line, str)}
+    assert len(pids) == 2 and str(os.getpid()) not in pids  # two forked workers did the work
+    assert seen.count(("steps", 1, 1)) == 4
+
+
+def test_a_killed_worker_costs_its_task_only():
+    """Killed as the out-of-memory killer would (SIGKILL): a multiprocessing.Pool waited
+    forever for the lost task; here the task is Died and a fresh worker takes the rest."""
+    seen, log, progress = _lines()
+
+    def work(task, log, progress):
+        if task == 1:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return task
+
+    start = time.monotonic()
+    done = run_forked([0, 1, 2, 3, 4], work, 2, log, progress)
+    assert time.monotonic() - start < 60
+    assert isinstance(done[1], Died) and done[1].exitcode == -signal.SIGKILL
+    assert "SIGKILL" in done[1].why and "out of memory" in done[1].why
+    assert {k: v for k, v in done.items() if k != 1} == {0: 0, 2: 2, 3: 3, 4: 4}
+
+
+def test_an_exception_lets_the_running_tasks_finish_then_is_raised(tmp_path):
+    def work(task, log, progress):
+        if task == 0:
+            raise KeyboardInterrupt  # e.g. what a test injects; a real worker ignores SIGINT
+        time.sleep(0.5)
+        (tmp_path / f"{task}.done").write_text("whole")
+        return task
+
+    with pytest.raises(KeyboardInterrupt):
+        run_forked([0, 1, 2, 3], work, 2, print, print)
+    # Task 1 was running beside task 0 and finished; 2 and 3 never started.
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["1.done"]
+
+
+def test_an_exception_that_does_not_pickle_arrives_as_text():
+    class Odd(Exception):
+        def __reduce__(self):
+            raise TypeError("no")
+
+    def work(task, log, progress):
+        raise Odd("the detail")
+
+    with pytest.raises(RuntimeError, match=r"(?s)in a forked worker.*Odd: the detail"):
+        run_forked([0], work, 1, print, print)
