@@ -360,3 +360,29 @@ def test_bad_inputs_exit_2_with_nothing_written(files, cli, tmp_path):
         assert said in err["error"] and err["fix"], (case, err)
         assert not out.exists(), case
         assert sorted(os.listdir(tmp_path)) == before, case  # no staging folder left either
+
+
+@pytest.mark.parametrize(
+    ("fp32", "int8", "says"),
+    [(0.80, 0.75, "5.00 points lost"), (0.561, 0.575, "1.40 points gained"), (0.5, 0.5, "same")],
+)
+def test_report_says_whether_points_were_lost_or_gained(fp32, int8, says):
+    from edgefl.deploy.measure import Agreement
+    from edgefl.deploy.report import DeployReport
+
+    accuracy = Agreement(1000, int8, fp32, 0.97, 0.1).as_dict()
+    report = DeployReport(
+        "m.onnx",
+        "tflite-micro",
+        "tflm",
+        {"name": "wristband"},
+        "int8",
+        [],
+        {"latency_ms_per_sample": 0.1},
+        {},
+        accuracy,
+        "hapt:test",
+        None,
+    )
+    (line,) = [x for x in report.lines() if "deployed vs" in x]
+    assert f"({says});" in line and "-" not in line.split("(")[1]

@@ -60,11 +60,14 @@ class DeployReport:
             )
         if self.accuracy:
             a = self.accuracy
+            drop = a["accuracy_drop_points"]
+            change = (
+                f"{abs(drop):.2f} points {'lost' if drop > 0 else 'gained'}" if drop else "same"
+            )
             out.append(
                 f"  accuracy on {self.eval_ref} ({a['samples']:,} samples): "
                 f"{100 * a['accuracy']:.2f}% deployed vs {100 * a['accuracy_fp32']:.2f}% "
-                f"fp32 source ({a['accuracy_drop_points']:+.2f} points lost); same class on "
-                f"{100 * a['argmax_agreement']:.1f}%"
+                f"fp32 source ({change}); same class on {100 * a['argmax_agreement']:.1f}%"
             )
         elif self.parity:
             p = self.parity
