@@ -497,7 +497,8 @@ def _fuse_batch(job: SimJob, batch, folder: Path, ingested, log, progress) -> di
     defaults: on a CPU side by side in forked workers (one per core, up to 4, the cores' threads
     shared among them), the longest first. Not by `--jobs`, so that the result of a method does
     not depend on it. Small models cannot keep two cores busy: the HAPT bench's twelve methods
-    took 575 s one after another and FIXME side by side (bench/results/hapt.md)."""
+    fused in 575 s one after another and in 318 s side by side, every accuracy the same
+    (bench/results/hapt.md, seed 0)."""
     plans = [planned for _, planned in batch]
     reports = _refused_early(plans, folder, ingested, log)
     plans = [p for p in plans if p.method.name not in reports]
