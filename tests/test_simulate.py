@@ -312,18 +312,25 @@ def test_fedgh_personalized_vs_standalone(tmp_path):
     """FedGH is judged as its paper does: personalized models on each client's local test split,
     beside each client alone; prototypes are what leaves the device."""
     out = tmp_path / "gh"
+    # Trained extractors (3 epochs left them near chance, 0.255, and their representations so
+    # small that the header's loss barely moved: 2.306 -> 2.295 in 100 epochs, personalized 0.08).
     res = simulate(
         tiny(
             out,
             mix="smartphone:4",
             paper_models=False,
+            classifier_epochs=15,
+            classifier_lr=0.05,
             methods=("fedgh",),
-            fuse_options={"fedgh": {"epochs": 20}},
         )
     )
     (row,) = res["results"]
-    assert row["error"] is None and 0 < row["accuracy"] <= 1
-    assert 0 < row["standalone_accuracy"] <= 1
+    # Measured 2026-11-28: personalized 0.84, standalone 0.78 (chance 0.1); the header fits
+    # 84 % of the prototypes it was trained on.
+    assert row["error"] is None and row["standalone_accuracy"] > 0.6
+    assert row["accuracy"] >= row["standalone_accuracy"] - 0.05
+    header = json.loads((out / "global" / "fedgh-header.json").read_text())
+    assert header["prototype_accuracy"] > 0.7
     protos = sorted((out / "uploads-prototypes").glob("*.onnx"))
     assert len(protos) == 4 and row["upload_bytes"] == sum(p.stat().st_size for p in protos)
     assert exporters.read_artifact(protos[0]).metadata["kind"] == "prototypes"

@@ -78,3 +78,39 @@ def test_an_exception_that_does_not_pickle_arrives_as_text():
 
     with pytest.raises(RuntimeError, match=r"(?s)in a forked worker.*Odd: the detail"):
         run_forked([0], work, 1, print, print)
+
+
+HOOK = """
+import os, signal, sys
+import edgefl.server.fuse as _f
+_fuse = _f.fuse_one
+def _hooked(p, *args, **kwargs):
+    if p.method.name == "fedmho":  # as the out-of-memory killer would, mid-fusion
+        os.kill(os.getpid(), signal.SIGKILL)
+    return _fuse(p, *args, **kwargs)
+_f.fuse_one = _hooked
+from edgefl.cli import main
+sys.argv = ["edgefl", *{argv!r}]
+main()
+"""
+
+
+def test_server_fuse_goes_on_when_a_methods_worker_is_killed(tmp_path):
+    import json
+    import subprocess
+
+    from fed_fixtures import build_federation
+
+    federation = build_federation(tmp_path / "fed")
+    out = tmp_path / "global"
+    argv = ["server", "fuse", str(federation), "--method", "fedavg,fedmho", "--jobs", "2"]
+    argv += ["--opt", "fedmho:epochs=1", "--out-dir", str(out), "--json", "--quiet"]
+    done = subprocess.run(
+        [sys.executable, "-c", HOOK.format(argv=argv)], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    reports = json.loads(done.stdout)
+    assert "error" not in reports["fedavg"] and (out / "fedavg.onnx").is_file()
+    assert "worker process died by signal SIGKILL" in reports["fedmho"]["error"]
+    assert not (out / "fedmho.onnx").exists()
+    assert sorted(p.name for p in out.iterdir()) == ["fedavg.json", "fedavg.onnx"]
