@@ -145,6 +145,10 @@ class Method:
     # cost grows with each); this says what grows, in the refusal `server fuse` gives before it
     # ingests a folder declaring more (`over_cap`) as in the one after (`FusionContext.require`).
     teacher_cost: str = ""
+    # About how many samples its training passes through a network, from its config: methods
+    # fused side by side start largest first, so that a long one does not start last. None:
+    # epochs x rounds x synthetic, where its config has them.
+    work: Callable[[Any], float] | None = None
 
     def __post_init__(self) -> None:
         if set(self.budgets) - set(BUDGETS[1:]):

@@ -45,8 +45,8 @@ tests/test_datafree.py has a test for each):
   something else, reliably (split-half 0.63-0.96), and weighting by it cost 2.5 points on the
   mean and 8.5 on one seed (bench/results/datafree_hapt_fedhydra.md). Alg. 2 runs when the
   teachers' declared label counts differ (`min_label_skew`); otherwise every client is
-  weighted alike; the paper budget always stratifies. `mix` (off: it costs 2-3x the time)
-  also distils mixes of each batch labelled by the aggregate.
+  weighted alike; the paper budget always stratifies. `mix` also distils mixes of each batch
+  labelled by the aggregate (24 epochs with them cost ~2x 30 without; the paper budget has none).
 """
 
 from __future__ import annotations
@@ -160,17 +160,18 @@ class FedHydraConfig(GeneratorConfig):
         high=1,
     )
     # The student meets the aggregate only at the generator's samples; mixes of two of them,
-    # labelled by the aggregate as the rest are, ask it between those points: HAPT 71.08 ->
-    # 75.75 (with min_label_skew), MNIST Dir(0.5 / 0.1) 91.76 -> 93.45 / 72.53 -> 78.37, but a
-    # HAPT fusion takes 2.8x as long (each step's batch doubles and its mixes go through every
-    # teacher; on windows an epoch holds 30 batches), which the 10-minute HAR bench cannot
-    # afford. Fewer epochs or passes with mixes lost what they gained
-    # (bench/results/datafree_fedhydra_gate_mix.md).
+    # labelled by the aggregate as the rest are, ask it between those points. At 30 epochs:
+    # HAPT 71.08 -> 75.75 (with min_label_skew), MNIST Dir(0.5 / 0.1) 91.76 -> 93.45 / 72.53 ->
+    # 78.37, at 2.8x the time on windows (each step's batch doubles and its mixes go through
+    # every teacher; an epoch there holds 30 batches). 24 epochs with mixes: HAPT 76.13, MNIST
+    # 90.96 / 78.95 (one seed of Dir(0.5) 2.8 under no mixes), ~2.1x the time of 30 without
+    # (bench/results/datafree_fedhydra_gate_mix.md); fewer passes or mixes lost more.
     mix: bool = option(
-        False,
+        True,
         "each student step also distils as many mixes lam * x_i + (1 - lam) * x_j of its "
-        "batch (lam uniform), labelled by the aggregate for x_i's label (about 2-3x the time)",
+        "batch (lam uniform), labelled by the aggregate for x_i's label (false: about half the time)",
     )
+    epochs: int = option(24, "epochs: generator steps, then distillation (paper: 200)", low=1)
     heatmap: str | None = option(
         None,
         "also write the stratification heat map PNG here (missing folders are created)",
@@ -414,6 +415,13 @@ TEACHER_COST = (
 )
 
 
+def work(cfg: FedHydraConfig) -> float:
+    """Student samples at most: every generator step's batch, each pass with as many rehearsed
+    (and mixed) ones."""
+    per_step = cfg.batch_size * (1 + bool(cfg.replay) + cfg.mix)
+    return cfg.epochs * max(cfg.gen_steps, cfg.max_gen_steps) * cfg.distill_passes * per_step
+
+
 def fuse(ctx: FusionContext, cfg: FedHydraConfig) -> FusionResult:
     uploads = ctx.require("classifier", at_most=cfg.max_teachers, cost=TEACHER_COST)
     torch.manual_seed(cfg.seed)
@@ -550,6 +558,7 @@ METHOD = Method(
     consumes=("classifier",),
     needs_modules=True,  # generators backpropagate through the teachers
     teacher_cost=TEACHER_COST,
+    work=work,
     config_cls=FedHydraConfig,
     fuse=fuse,
     # Table 1, MNIST, m = 5 clients (the paper's default).

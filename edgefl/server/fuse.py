@@ -514,8 +514,11 @@ def _method_workers(jobs: int | None, methods: int, device: torch.device) -> int
 
 
 def _work(p: Planned) -> float:
-    """A rough size of a method's training (epochs x rounds x samples where it has them): the
-    workers take the longest first, so that a long method does not start last."""
+    """A rough size of a method's training (`Method.work`, else epochs x rounds x samples where
+    it has them): the workers take the longest first, so that a long method does not start
+    last."""
+    if p.method.work is not None:
+        return float(p.method.work(p.config))
     cfg = p.config.as_dict()
     size = 1.0
     for key in ("epochs", "rounds", "synthetic"):
