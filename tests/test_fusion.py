@@ -37,7 +37,7 @@ import exporters
 import exporters.atomic
 from edgefl.data import load_dataset
 from edgefl.errors import FusionError
-from edgefl.fusion import METHODS, FusionContext, fedmho, fedmho_cw
+from edgefl.fusion import BUDGETS, METHODS, FusionContext, fedmho, fedmho_cw
 from edgefl.fusion.base import (
     affine_jitter,
     allocate,
@@ -623,3 +623,27 @@ def test_ensemble_refuses_members_one_onnx_file_cannot_hold(uploads, monkeypatch
     with pytest.raises(FusionError, match="more than one ONNX file holds") as err:
         ensemble.fuse(ctx, cfg)
     assert "distil them" in err.value.hint
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_every_method_has_a_size_for_ordering(name, tmp_path):
+    """Side-by-side fusion starts the largest method first (`Method.work`, else epochs x
+    rounds x synthetic): every method's size at each budget is a positive finite number."""
+    from edgefl.server.fuse import _work, plan
+
+    for budget in BUDGETS:
+        options = METHODS.get(name).budget_options(budget)
+        size = _work(plan(name, options, tmp_path / "out" / f"{name}.onnx", tmp_path / "up"))
+        assert 0 < size < float("inf"), (budget, size)
+
+
+def test_the_longest_data_free_method_starts_first(tmp_path):
+    """The HAPT bench's twelve methods on two workers: FedHydra, the longest (183-430 s of
+    one thread against pFedZKD's 172 s and FedCVAE-ENS's 64 s), was ranked eighth by epochs x
+    rounds x synthetic and started after six others (fusion 573 s instead of ~430 s)."""
+    from edgefl.server.fuse import _work, plan
+
+    names = ["fedavg", "ensemble", "fedcvae-ens", "fedmho", "fedmho-md", "fedmho-sd"]
+    names += ["fedmho-cw", "feddf", "fedol", "dense", "fedhydra", "pfedzkd"]
+    sizes = {n: _work(plan(n, {}, tmp_path / "out" / f"{n}.onnx", tmp_path / "up")) for n in names}
+    assert max(sizes, key=sizes.get) == "fedhydra", sizes
