@@ -175,7 +175,7 @@ def test_simulate_refuses_a_batch_method_before_its_ingest(federation, tmp_path,
     ]
     job = SimpleNamespace(device="cpu", dataset="digits", data_dir=None)
     lines: list[str] = []
-    reports = _fuse_batch(job, batch, federation, {}, lines.append, lambda *a, **k: None)
+    reports = _fuse_batch(job, batch, federation, lines.append, lambda *a, **k: None)
     assert set(reports) == {"dense", "pfedzkd"}
     assert reports["dense"]["error"].startswith("dense refuses 2 classifier uploads")
     assert "pfedzkd refused: pfedzkd refuses 2 classifier uploads" in lines[-1]

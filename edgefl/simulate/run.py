@@ -43,7 +43,7 @@ from edgefl.server.classes import SAMPLES as FOR_SAMPLES
 from edgefl.server.classes import ClassRequest, parse_request
 from edgefl.server.fuse import fuse_methods, refused_early, refused_report, resolve_device
 from edgefl.server.fuse import plan as plan_fuse
-from edgefl.server.ingest import Ingest, ingest
+from edgefl.server.ingest import ingest
 from edgefl.simulate.personalized import run_per_client
 from edgefl.simulate.render import pictures, results_markdown, upload_bytes
 from edgefl.simulate.resume import finished, reuse_global, upload_path
@@ -477,16 +477,15 @@ def fuse_all(
         folder = upload_folder(out, method.consumes)
         planned = plan_fuse(name, options, model, folder, classes=classes)
         batches.setdefault(folder, []).append((name, planned))
-    ingested: dict[Path, Ingest] = {}
     for folder, batch in batches.items():
         names = ", ".join(name for name, _ in batch)
         progress("methods fused", len(reports), len(job.methods), f"next: {names}")
-        reports.update(_fuse_batch(job, batch, folder, ingested, log, progress))
+        reports.update(_fuse_batch(job, batch, folder, log, progress))
     progress("methods fused", len(reports), len(job.methods))
     return {name: reports[name] for name in job.methods}
 
 
-def _fuse_batch(job: SimJob, batch, folder: Path, ingested, log, progress) -> dict[str, dict]:
+def _fuse_batch(job: SimJob, batch, folder: Path, log, progress) -> dict[str, dict]:
     """The planned methods of `batch` as `server fuse --method A,B,..` fuses them with its
     defaults: on a CPU side by side in forked workers (one per core, up to 4, the cores' threads
     shared among them), the longest first. Not by `--jobs`, so that the result of a method does
@@ -494,17 +493,16 @@ def _fuse_batch(job: SimJob, batch, folder: Path, ingested, log, progress) -> di
     fused in 575 s one after another and in 318 s side by side, every accuracy the same
     (bench/results/hapt.md, seed 0)."""
     plans = [planned for _, planned in batch]
-    reports = _refused_early(plans, folder, ingested, log)
+    reports = _refused_early(plans, folder, log)
     plans = [p for p in plans if p.method.name not in reports]
     names = [p.method.name for p in plans]
     if not plans:
         return reports
     try:
-        if folder not in ingested:
-            log(f"ingesting {folder.name}/ (once for every method that reads it)")
-            ingested[folder] = ingest(
-                folder, max_upload_bytes=exporters.DEFAULT_MAX_UPLOAD_BYTES, progress=progress
-            )
+        log(f"ingesting {folder.name}/ (once for every method that reads it)")
+        found = ingest(
+            folder, max_upload_bytes=exporters.DEFAULT_MAX_UPLOAD_BYTES, progress=progress
+        )
         log(f"fusing with {', '.join(names)}")
         return reports | fuse_methods(
             plans,
@@ -513,7 +511,7 @@ def _fuse_batch(job: SimJob, batch, folder: Path, ingested, log, progress) -> di
             eval=f"{job.dataset}:test",
             data_dir=job.data_dir,
             log=log,
-            found=ingested[folder],
+            found=found,
             progress=progress,
         )
     except FusionError as exc:  # no usable uploads in the folder: every method's result
@@ -522,12 +520,9 @@ def _fuse_batch(job: SimJob, batch, folder: Path, ingested, log, progress) -> di
         return reports | {name: refused_report(name, exc) for name in names}
 
 
-def _refused_early(plans: list, folder: Path, ingested, log) -> dict[str, dict]:
+def _refused_early(plans: list, folder: Path, log) -> dict[str, dict]:
     """The reports of the methods over their max_teachers by what the folder's files declare,
-    refused before its ingest (`server fuse` does the same); once the folder is ingested, the
-    fusion's own check costs nothing more."""
-    if folder in ingested:
-        return {}
+    refused before its ingest (`server fuse` does the same)."""
     cap = exporters.DEFAULT_MAX_UPLOAD_BYTES
     early = refused_early(plans, folder, recursive=False, max_upload_bytes=cap)
     for name, exc in early.items():
