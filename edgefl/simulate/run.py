@@ -41,9 +41,8 @@ from edgefl.search import PSOConfig
 from edgefl.server.classes import EPOCHS as FOR_EPOCHS
 from edgefl.server.classes import SAMPLES as FOR_SAMPLES
 from edgefl.server.classes import ClassRequest, parse_request
-from edgefl.server.fuse import fuse_methods, refused_early, refused_report, resolve_device
+from edgefl.server.fuse import fuse_methods, refused_report, resolve_device
 from edgefl.server.fuse import plan as plan_fuse
-from edgefl.server.ingest import ingest
 from edgefl.simulate.personalized import run_per_client
 from edgefl.simulate.render import pictures, results_markdown, upload_bytes
 from edgefl.simulate.resume import finished, reuse_global, upload_path
@@ -487,47 +486,28 @@ def fuse_all(
 
 def _fuse_batch(job: SimJob, batch, folder: Path, log, progress) -> dict[str, dict]:
     """The planned methods of `batch` as `server fuse --method A,B,..` fuses them with its
-    defaults: on a CPU side by side in forked workers (one per core, up to 4, the cores' threads
-    shared among them), the longest first. Not by `--jobs`, so that the result of a method does
-    not depend on it. Small models cannot keep two cores busy: the HAPT bench's twelve methods
+    defaults: those over their max_teachers refused before the folder's one ingest, the rest
+    on a CPU side by side in forked workers (one per core, up to 4, the cores' threads shared
+    among them), the longest first. Not by `--jobs`, so that the result of a method does not
+    depend on it. Small models cannot keep two cores busy: the HAPT bench's twelve methods
     fused in 575 s one after another and in 318 s side by side, every accuracy the same
     (bench/results/hapt.md, seed 0)."""
     plans = [planned for _, planned in batch]
-    reports = _refused_early(plans, folder, log)
-    plans = [p for p in plans if p.method.name not in reports]
-    names = [p.method.name for p in plans]
-    if not plans:
-        return reports
+    log(f"fusing {folder.name}/ with {', '.join(p.method.name for p in plans)}")
     try:
-        log(f"ingesting {folder.name}/ (once for every method that reads it)")
-        found = ingest(
-            folder, max_upload_bytes=exporters.DEFAULT_MAX_UPLOAD_BYTES, progress=progress
-        )
-        log(f"fusing with {', '.join(names)}")
-        return reports | fuse_methods(
+        return fuse_methods(
             plans,
             str(folder),
             device=job.device,
             eval=f"{job.dataset}:test",
             data_dir=job.data_dir,
             log=log,
-            found=found,
             progress=progress,
         )
     except FusionError as exc:  # no usable uploads in the folder: every method's result
-        for name in names:
-            log(f"{name} refused: {exc.message}")
-        return reports | {name: refused_report(name, exc) for name in names}
-
-
-def _refused_early(plans: list, folder: Path, log) -> dict[str, dict]:
-    """The reports of the methods over their max_teachers by what the folder's files declare,
-    refused before its ingest (`server fuse` does the same)."""
-    cap = exporters.DEFAULT_MAX_UPLOAD_BYTES
-    early = refused_early(plans, folder, recursive=False, max_upload_bytes=cap)
-    for name, exc in early.items():
-        log(f"{name} refused: {exc.message}")
-    return {name: refused_report(name, exc) for name, exc in early.items()}
+        for p in plans:
+            log(f"{p.method.name} refused: {exc.message}")
+        return {p.method.name: refused_report(p.method.name, exc) for p in plans}
 
 
 def chance_warnings(clients: list[dict], reports: dict[str, dict]) -> list[str]:
