@@ -785,6 +785,18 @@ def shuffled_epochs(
     return history
 
 
+def pool_batches(n: int, batch_size: int, steps: int, rng: torch.Generator) -> list[torch.Tensor]:
+    """The batches a pool of n synthetic samples is distilled in: one shuffled pass, or with
+    `steps` (> 0) exactly that many batches, from fresh permutations as the pool allows
+    (DENSE's and Co-Boosting's kd_steps)."""
+    batches = list(torch.randperm(n, generator=rng).split(batch_size))
+    if steps:
+        while len(batches) < steps:
+            batches += list(torch.randperm(n, generator=rng).split(batch_size))
+        batches = batches[:steps]
+    return batches
+
+
 def train_student(
     model: nn.Module,
     x: torch.Tensor,

@@ -42,6 +42,7 @@ from edgefl.fusion.base import (
     descend,
     fedmho_table3,
     jitter,
+    pool_batches,
     student_jitter,
 )
 from edgefl.fusion.generator import (
@@ -272,20 +273,13 @@ def _generator_epoch(gen, opt_g, z, y, teachers, bn, w, student, pool, rng, cfg)
         if cfg.pool_every_step or step == cfg.gen_steps - 1:
             # x and its logits come before this step's update: a pair
             pool.add(x.detach(), (logits.detach().transpose(0, 1), y), rng)
-        opt_g.zero_grad(set_to_none=True)
-        loss.backward()
-        opt_g.step()
+        descend(opt_g, loss, "Co-Boosting's generator")
     return loss, l_h, l_adv
 
 
 def _distill(student, opt, teachers, pool, w, rng, augment: str, cfg: CoBoostingConfig) -> float:
     x_all, (logits_all, _) = pool.contents()
-    order = torch.randperm(len(x_all), generator=rng)
-    batches = list(order.split(cfg.batch_size))
-    if cfg.kd_steps:  # a fixed number of steps: fresh permutations as the pool allows
-        while len(batches) < cfg.kd_steps:
-            batches += list(torch.randperm(len(x_all), generator=rng).split(cfg.batch_size))
-        batches = batches[: cfg.kd_steps]
+    batches = pool_batches(len(x_all), cfg.batch_size, cfg.kd_steps, rng)
     total = 0.0
     for idx in batches:
         idx = idx.to(x_all.device)

@@ -29,6 +29,7 @@ from edgefl.fusion.base import (
     fedmho_table3,
     jitter,
     pfedzkd_table2,
+    pool_batches,
     student_jitter,
 )
 from edgefl.fusion.generator import (
@@ -139,9 +140,7 @@ def _generator_epoch(gen, opt_g, z, y, teachers, bn, student, cfg: DenseConfig, 
         loss = cfg.ce_weight * l_ce + cfg.bn_weight * l_bn + cfg.adv_weight * l_adv
         if cfg.pool_every_step:  # x and ens come before this step's update: a pair
             pooled.append((x.detach(), ens.detach()))
-        opt_g.zero_grad(set_to_none=True)
-        loss.backward()
-        opt_g.step()
+        descend(opt_g, loss, "DENSE's generator")
     if not cfg.pool_every_step:
         with torch.no_grad():
             x = gen(z)
@@ -151,13 +150,7 @@ def _generator_epoch(gen, opt_g, z, y, teachers, bn, student, cfg: DenseConfig, 
 
 def _distill(student, opt, pool_x, pool_t, rng: torch.Generator, cfg: DenseConfig) -> float:
     x, t = torch.cat(pool_x), torch.cat(pool_t)
-    order = torch.randperm(len(x), generator=rng)
-    batches = list(order.split(cfg.batch_size))
-    if cfg.kd_steps:
-        # A fixed number of steps: cycle through fresh permutations as the pool allows.
-        while len(batches) < cfg.kd_steps:
-            batches += list(torch.randperm(len(x), generator=rng).split(cfg.batch_size))
-        batches = batches[: cfg.kd_steps]
+    batches = pool_batches(len(x), cfg.batch_size, cfg.kd_steps, rng)
     total = 0.0
     for idx in batches:
         idx = idx.to(x.device)

@@ -223,9 +223,7 @@ def stratify(
             x = gen(z).flatten(0, 1)  # (c * b, ...): class-major, like y
             ce = F.cross_entropy(teacher(x).double(), y, reduction="none")
             per_class = ce.view(num_classes, batch_size).mean(1)
-            opt.zero_grad(set_to_none=True)
-            per_class.sum().backward()
-            opt.step()
+            descend(opt, per_class.sum(), "a stratification generator")
             losses[k, :, t] = per_class.detach().cpu().numpy()
         if progress:
             progress("stratification client", k + 1, len(teachers))
@@ -366,9 +364,7 @@ class Hasa:
             loss = cfg.ce_weight * l_ce + cfg.bn_weight * l_bn + cfg.adv_weight * l_adv
             intermediates.append((x.detach(), p.detach()))
             agree = float((p.argmax(1) == y).float().mean())
-            self.opt_g.zero_grad(set_to_none=True)
-            loss.backward()
-            self.opt_g.step()
+            descend(self.opt_g, loss, "FedHydra's generator")
         for k, v in zip(("generator", "ce", "bn", "adv"), (loss, l_ce, l_bn, l_adv), strict=True):
             self.hist[k].append(float(v.detach()))
         return intermediates

@@ -28,7 +28,7 @@ from torch.nn import functional as F
 import exporters
 from edgefl.data.public import public_fingerprint
 from edgefl.errors import FusionError
-from edgefl.fusion.base import FusionContext, FusionResult, Method, descend
+from edgefl.fusion.base import FusionContext, FusionResult, Method, shuffled_epochs
 from edgefl.fusion.options import option
 from edgefl.fusion.public_set import PublicSetConfig, public_samples
 
@@ -225,14 +225,21 @@ def _train_round(student, opt, x, targets, gen, cfg: FedOLConfig, device) -> np.
     pseudo-label CE)."""
     q, const, labels = targets
     student.train()
-    for _ in range(cfg.epochs):
-        totals = np.zeros(3)
-        for idx in torch.randperm(len(x), generator=gen).split(cfg.batch_size):
-            loss, parts = _loss(
-                student(x[idx].to(device)), q[idx], const[idx], labels[idx], cfg.tau, device
-            )
-            totals += np.array([descend(opt, loss), *parts]) * len(idx)
-    return totals / len(x)
+    parts = []  # each step's (distill, CE) and batch size
+
+    def loss_of(idx):
+        loss, (distill, ce) = _loss(
+            student(x[idx].to(device)), q[idx], const[idx], labels[idx], cfg.tau, device
+        )
+        parts.append((distill, ce, len(idx)))
+        return loss
+
+    history = shuffled_epochs(
+        opt, len(x), loss_of, epochs=cfg.epochs, batch_size=cfg.batch_size, gen=gen
+    )
+    last = parts[-math.ceil(len(x) / cfg.batch_size) :]  # the last epoch's steps
+    distill, ce = (sum(p[i] * p[2] for p in last) / len(x) for i in (0, 1))
+    return np.array([history[-1], distill, ce])
 
 
 def _loss(logits, q, const, labels, tau: float, device):

@@ -1,0 +1,48 @@
+"""Every optimiser step of a fused model (students and generators) is `fusion.base.descend`,
+which refuses a non-finite loss; students on a fixed set train in `shuffled_epochs`, those on
+a synthetic pool in `pool_batches` (issue 35: one loop, not seven)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import torch
+
+from edgefl.fusion.base import pool_batches
+
+FUSION = Path(__file__).resolve().parents[1] / "edgefl" / "fusion"
+
+
+def _backward_calls():
+    for path in sorted(FUSION.glob("*.py")):
+        tree = ast.parse(path.read_text())
+        for fn in ast.walk(tree):
+            if not isinstance(fn, ast.FunctionDef):
+                continue
+            for node in ast.walk(fn):
+                if (
+                    isinstance(node, ast.Call)
+                    and isinstance(node.func, ast.Attribute)
+                    and node.func.attr in ("backward", "zero_grad")
+                ):
+                    yield f"{path.name}:{fn.name}"
+
+
+def test_only_descend_steps_an_optimizer():
+    assert sorted(set(_backward_calls())) == ["base.py:descend"]
+
+
+def test_one_pass_over_the_pool_when_no_steps_are_asked():
+    batches = pool_batches(10, 4, 0, torch.Generator().manual_seed(0))
+    assert [len(b) for b in batches] == [4, 4, 2]
+    assert sorted(torch.cat(batches).tolist()) == list(range(10))
+
+
+def test_a_fixed_number_of_steps_cycles_fresh_permutations():
+    batches = pool_batches(10, 4, 7, torch.Generator().manual_seed(0))
+    assert [len(b) for b in batches] == [4, 4, 2, 4, 4, 2, 4]
+    first, second = torch.cat(batches[:3]), torch.cat(batches[3:6])
+    assert sorted(first.tolist()) == sorted(second.tolist()) == list(range(10))
+    assert first.tolist() != second.tolist()  # a fresh order, not the same pass again
+    assert len(pool_batches(10, 4, 2, torch.Generator().manual_seed(0))) == 2
