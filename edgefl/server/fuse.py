@@ -384,7 +384,7 @@ def fuse_methods(
                 recursive=recursive,
             )
         run = FuseRun(found, dev, eval, data_dir, len(left), log, progress)
-        outcomes = _fuse_all(left, run, jobs) if left else []
+        outcomes = _fuse_ingested(left, run, jobs) if left else []
         return _reports(plans, _with_refused(plans, early, outcomes), keep_going, log)
 
 
@@ -409,7 +409,7 @@ def _with_refused(plans: list[Planned], early: dict[str, FusionError], outcomes:
     return [(None, early[p.method.name]) if p.method.name in early else next(fused) for p in plans]
 
 
-def _fuse_all(plans: list[Planned], run: FuseRun, jobs: int | None) -> list:
+def _fuse_ingested(plans: list[Planned], run: FuseRun, jobs: int | None) -> list:
     """Each planned method's (report, None) or (None, its refusal), in order, from the one
     ingest of `run`: side by side in forked workers where that pays."""
     _check_classes(plans, run.found)
