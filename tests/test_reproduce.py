@@ -343,6 +343,14 @@ def test_simulate_clients_that_search_their_own_architecture(cli, tmp_path):
             "unknown search option",
         ),
         (["--client-model", "raspberry-pi-5=search:pso", "--search-opt", "particles"], "key=value"),
+        (
+            ["--client-model", "raspberry-pi-5=search:pso", "--search-opt", "particles=2.5"],
+            "--particles must be an integer, got '2.5'",
+        ),
+        (
+            ["--client-model", "raspberry-pi-5=search:pso", "--search-opt", "max_macs=lots"],
+            "--max-macs must be an integer (or none), got 'lots'",
+        ),
     ):
         r = cli(
             "simulate",

@@ -360,3 +360,16 @@ def test_search_save_is_checked_before_the_search(cli, tmp_path):
         str(tmp_path / "afile" / "best.json"),
     )
     assert res.exit_code == 2 and "--save" in res.output, res.output
+
+
+def test_search_options_are_typed_by_their_fields_not_their_look():
+    cfg = PSOConfig.from_text({"particles": "3", "cg": "1", "max-macs": "none", "p_conv": "0.5"})
+    assert cfg.particles == 3 and cfg.max_macs is None
+    assert isinstance(cfg.cg, float) and cfg.cg == 1.0  # "1" is a float where a float is declared
+    assert PSOConfig.from_text({"fitness_samples": " 60 "}).fitness_samples == 60
+    with pytest.raises(ConfigError, match="--particles must be an integer, got '3.0'"):
+        PSOConfig.from_text({"particles": "3.0"})
+    with pytest.raises(ConfigError, match="--cg must be a number, got 'half'"):
+        PSOConfig.from_text({"cg": "half"})
+    with pytest.raises(ConfigError, match="unknown search option"):
+        PSOConfig.from_text({"swarm": "2"})

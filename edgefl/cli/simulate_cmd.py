@@ -60,19 +60,14 @@ def _client_models(items: list[str]) -> dict[str, str]:
 
 
 def _search_options(items: list[str]) -> dict:
-    """--search-opt key=value (repeatable); values are typed by their look (true/false, a
-    number, 32x16), as the search's own options are not declared like a method's."""
-    from edgefl.errors import ConfigError
+    """--search-opt key=value (repeatable), each value typed by the search's declared option
+    (`PSOConfig`'s field types) and checked now, before any work."""
     from edgefl.fusion.layering import split_items
-    from edgefl.models.spec import parse_value
+    from edgefl.search import PSOConfig
 
-    for item in items:
-        if "=" not in item:
-            raise ConfigError(
-                f"--search-opt expects key=value, got {item!r}",
-                hint="e.g. --search-opt particles=5",
-            )
-    return {k: parse_value(v.strip()) for k, v in split_items(items, "--search-opt").items()}
+    texts = split_items(items, "--search-opt")
+    config = PSOConfig.from_text(texts)
+    return {key: getattr(config, key) for key in texts}
 
 
 def _trainer(engine: str):

@@ -117,8 +117,35 @@ class PSOConfig:
             )
         return cls(**options)
 
+    @classmethod
+    def from_text(cls, texts: dict[str, str]) -> PSOConfig:
+        """Command-line text (`--search-opt key=value`), each value typed by its field's
+        annotation (int, float; `none` for a field that may be unset), not by its look."""
+        kinds = {f.name: f.type for f in fields(cls)}
+        options = {}
+        for key, text in texts.items():
+            name = key.strip().replace("-", "_")
+            options[name] = _typed(name, kinds.get(name), text.strip())
+        return cls.from_options(options)
+
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def _typed(name: str, annotation: str | None, text: str) -> Any:
+    """`text` as the type `annotation` names ("int", "float", "int | None"); an unknown name
+    is left as text for `from_options` to refuse."""
+    if annotation is None:
+        return text
+    if "None" in annotation and text.lower() in ("none", "unset"):
+        return None
+    kind = "int" if annotation.startswith("int") else "float"
+    try:
+        return int(text) if kind == "int" else float(text)
+    except ValueError:
+        what = "an integer" if kind == "int" else "a number"
+        unset = " (or none)" if "None" in annotation else ""
+        raise ConfigError(f"--{_flag(name)} must be {what}{unset}, got {text!r}") from None
 
 
 def _is_int(v: Any) -> bool:
