@@ -373,3 +373,5 @@ def test_search_options_are_typed_by_their_fields_not_their_look():
         PSOConfig.from_text({"cg": "half"})
     with pytest.raises(ConfigError, match="unknown search option"):
         PSOConfig.from_text({"swarm": "2"})
+    with pytest.raises(ConfigError, match="--max-depth must be an integer, got 6.0"):
+        PSOConfig.from_options({"max_depth": 6.0})  # the tables' path checks it too

@@ -1,15 +1,18 @@
-"""Every optimiser step of a fused model (students and generators) is `fusion.base.descend`,
-which refuses a non-finite loss; students on a fixed set train in `shuffled_epochs`, those on
-a synthetic pool in `pool_batches` (issue 35: one loop, not seven)."""
+"""Every optimiser step of a fused model (students and generators; FedHydra's stratification
+aside, see below) is `fusion.base.descend`, which refuses a non-finite loss and names the rate to
+lower; DENSE and Co-Boosting distil their synthetic pools in one schedule, `pool_batches`
+(issue 35: one step and one loop, not seven)."""
 
 from __future__ import annotations
 
 import ast
 from pathlib import Path
 
+import pytest
 import torch
 
-from edgefl.fusion.base import pool_batches
+from edgefl.errors import FusionError
+from edgefl.fusion.base import descend, pool_batches
 
 FUSION = Path(__file__).resolve().parents[1] / "edgefl" / "fusion"
 
@@ -30,7 +33,19 @@ def _backward_calls():
 
 
 def test_only_descend_steps_an_optimizer():
-    assert sorted(set(_backward_calls())) == ["base.py:descend"]
+    # FedHydra's stratification keeps its own step on purpose: a (client, class) generator that
+    # diverges loses only that pair's guidance measure, not the whole fusion.
+    assert sorted(set(_backward_calls())) == ["base.py:descend", "fedhydra.py:stratify"]
+
+
+def test_a_generator_step_on_a_non_finite_loss_names_the_generator_rate():
+    w = torch.zeros(2, requires_grad=True)
+    opt = torch.optim.Adam([w], lr=0.1)
+    with pytest.raises(FusionError, match="the DENSE generator's training loss became nan") as e:
+        descend(opt, (w * float("nan")).sum(), "the DENSE generator", rate="gen_lr")
+    assert "--opt gen_lr=" in e.value.hint
+    assert torch.equal(w, torch.zeros(2))  # no step was taken
+    assert descend(opt, (w - 1).pow(2).sum()) == 2.0 and not torch.equal(w, torch.zeros(2))
 
 
 def test_one_pass_over_the_pool_when_no_steps_are_asked():

@@ -65,7 +65,7 @@ def _search_options(items: list[str]) -> dict:
     from edgefl.fusion.layering import split_items
     from edgefl.search import PSOConfig
 
-    texts = split_items(items, "--search-opt")
+    texts = split_items(items, "--search-opt", hint="e.g. --search-opt particles=5")
     config = PSOConfig.from_text(texts)
     return {key: getattr(config, key) for key in texts}
 

@@ -736,15 +736,18 @@ def pair_mixes(x: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
     return lam * x + (1 - lam) * x[torch.randperm(len(x), generator=gen).to(x.device)]
 
 
-def descend(opt: torch.optim.Optimizer, loss: torch.Tensor, what: str = "the student") -> float:
+def descend(
+    opt: torch.optim.Optimizer, loss: torch.Tensor, what: str = "the student", rate: str = "lr"
+) -> float:
     """One step of `opt` on `loss`, the step every fused model's training loop takes; returns the
     loss. A non-finite loss stops the fusion before the step: past it every weight, and so every
-    later output, is NaN, and the export would carry a model that cannot classify."""
+    later output, is NaN, and the export would carry a model that cannot classify. `rate` is
+    the option whose lowering the message suggests (a generator's is gen_lr)."""
     value = float(loss.detach())
     if not math.isfinite(value):
         raise FusionError(
             f"{what}'s training loss became {value}: its weights would be NaN from this step on",
-            hint="lower the method's learning rate (--opt lr=...), or check the uploads it "
+            hint=f"lower the method's learning rate (--opt {rate}=...), or check the uploads it "
             "learns from",
         )
     opt.zero_grad(set_to_none=True)

@@ -273,7 +273,7 @@ def _generator_epoch(gen, opt_g, z, y, teachers, bn, w, student, pool, rng, cfg)
         if cfg.pool_every_step or step == cfg.gen_steps - 1:
             # x and its logits come before this step's update: a pair
             pool.add(x.detach(), (logits.detach().transpose(0, 1), y), rng)
-        descend(opt_g, loss, "Co-Boosting's generator")
+        descend(opt_g, loss, "the Co-Boosting generator", rate="gen_lr")
     return loss, l_h, l_adv
 
 

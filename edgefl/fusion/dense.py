@@ -140,7 +140,7 @@ def _generator_epoch(gen, opt_g, z, y, teachers, bn, student, cfg: DenseConfig, 
         loss = cfg.ce_weight * l_ce + cfg.bn_weight * l_bn + cfg.adv_weight * l_adv
         if cfg.pool_every_step:  # x and ens come before this step's update: a pair
             pooled.append((x.detach(), ens.detach()))
-        descend(opt_g, loss, "DENSE's generator")
+        descend(opt_g, loss, "the DENSE generator", rate="gen_lr")
     if not cfg.pool_every_step:
         with torch.no_grad():
             x = gen(z)

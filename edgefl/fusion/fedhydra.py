@@ -223,7 +223,11 @@ def stratify(
             x = gen(z).flatten(0, 1)  # (c * b, ...): class-major, like y
             ce = F.cross_entropy(teacher(x).double(), y, reduction="none")
             per_class = ce.view(num_classes, batch_size).mean(1)
-            descend(opt, per_class.sum(), "a stratification generator")
+            # Not `descend`: a (client, class) generator that diverges only loses that pair's
+            # guidance (`guidance` drops non-finite losses), not the whole fusion.
+            opt.zero_grad(set_to_none=True)
+            per_class.sum().backward()
+            opt.step()
             losses[k, :, t] = per_class.detach().cpu().numpy()
         if progress:
             progress("stratification client", k + 1, len(teachers))
@@ -364,7 +368,7 @@ class Hasa:
             loss = cfg.ce_weight * l_ce + cfg.bn_weight * l_bn + cfg.adv_weight * l_adv
             intermediates.append((x.detach(), p.detach()))
             agree = float((p.argmax(1) == y).float().mean())
-            descend(self.opt_g, loss, "FedHydra's generator")
+            descend(self.opt_g, loss, "the FedHydra generator", rate="gen_lr")
         for k, v in zip(("generator", "ce", "bn", "adv"), (loss, l_ce, l_bn, l_adv), strict=True):
             self.hist[k].append(float(v.detach()))
         return intermediates

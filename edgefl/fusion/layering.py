@@ -43,13 +43,13 @@ def parse_text(name: str, opt: Opt, text: str) -> Any:
     return value
 
 
-def split_items(items: Sequence[str], what: str) -> dict[str, str]:
+def split_items(items: Sequence[str], what: str, hint: str | None = None) -> dict[str, str]:
     """`key=value` texts -> {key: value text}, keys with - or _ alike."""
     out = {}
     for item in items:
         key, eq, value = item.partition("=")
         if not eq or not key.strip():
-            raise ConfigError(f"{what} expects key=value, got {item!r}")
+            raise ConfigError(f"{what} expects key=value, got {item!r}", hint=hint)
         out[key.strip().replace("-", "_")] = value
     return out
 

@@ -92,6 +92,11 @@ class PSOConfig:
 
     def _check_space(self) -> None:
         """The caps stay inside the `nas-cnn` search space."""
+        for name in ("max_depth", "max_kernel", "max_fc_layers"):
+            if not _is_int(getattr(self, name)):
+                raise ConfigError(
+                    f"--{_flag(name)} must be an integer, got {getattr(self, name)!r}"
+                )
         if not MIN_DEPTH <= self.max_depth <= MAX_DEPTH:
             raise ConfigError(
                 f"--max-depth must be in {MIN_DEPTH}..{MAX_DEPTH}, got {self.max_depth}"
@@ -132,19 +137,25 @@ class PSOConfig:
         return asdict(self)
 
 
+# PSOConfig's field annotations (strings: this module defers them) -> (type, may be unset).
+_KINDS = {"int": (int, False), "float": (float, False), "int | None": (int, True)}
+
+
 def _typed(name: str, annotation: str | None, text: str) -> Any:
-    """`text` as the type `annotation` names ("int", "float", "int | None"); an unknown name
-    is left as text for `from_options` to refuse."""
+    """`text` as the type `annotation` names; an unknown name is left as text for
+    `from_options` to refuse."""
     if annotation is None:
         return text
-    if "None" in annotation and text.lower() in ("none", "unset"):
+    if annotation not in _KINDS:  # a new field of a kind the command line cannot type yet
+        raise TypeError(f"PSOConfig.{name}: no command-line parsing for {annotation!r}")
+    cast, nullable = _KINDS[annotation]
+    if nullable and text.lower() in ("none", "unset"):
         return None
-    kind = "int" if annotation.startswith("int") else "float"
     try:
-        return int(text) if kind == "int" else float(text)
+        return cast(text)
     except ValueError:
-        what = "an integer" if kind == "int" else "a number"
-        unset = " (or none)" if "None" in annotation else ""
+        what = "an integer" if cast is int else "a number"
+        unset = " (or none)" if nullable else ""
         raise ConfigError(f"--{_flag(name)} must be {what}{unset}, got {text!r}") from None
 
 
