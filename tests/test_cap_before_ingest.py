@@ -223,3 +223,20 @@ def test_simulate_names_the_capped_method_before_training_the_rest_runs(tmp_path
     # Only decoder clients: nothing to count against the cap.
     bands = _sim(tmp_path / "bands", ("dense",), 1)
     assert refused_by_plan(SimpleNamespace(**(vars(bands) | {"mix": "wristband:4"}))) == {}
+
+
+def test_simulate_says_the_early_refusal_before_the_ingest_and_once(federation, tmp_path):
+    from edgefl.simulate.run import _fuse_batch
+
+    batch = [
+        (name, plan(name, opts, tmp_path / f"{name}.onnx", federation))
+        for name, opts in (("dense", {"max_teachers": 1}), ("fedavg", {}))
+    ]
+    job = SimpleNamespace(device="cpu", dataset="digits", data_dir=None)
+    lines: list[str] = []
+    reports = _fuse_batch(job, batch, federation, lines.append, lambda *a, **k: None)
+    assert reports["dense"]["error"].startswith("dense refuses 2 classifier uploads")
+    assert reports["fedavg"]["used"] == ["client-000", "client-001"]
+    refused = [i for i, line in enumerate(lines) if line.startswith("dense refused")]
+    ingest = [i for i, line in enumerate(lines) if line.startswith("ingesting")]
+    assert len(refused) == 1 and len(ingest) == 1 and refused[0] < ingest[0], lines

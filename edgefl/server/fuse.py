@@ -373,6 +373,8 @@ def fuse_methods(
         left = [p for p in plans if p.method.name not in early]
         if early and not keep_going:
             raise next(iter(early.values()))
+        for name, error in early.items():  # said now, not after the others' fusion
+            log(f"{name} refused: {error.message}")
         if left and found is None:
             found = _ingest_logged(
                 uploads,
@@ -385,7 +387,8 @@ def fuse_methods(
             )
         run = FuseRun(found, dev, eval, data_dir, len(left), log, progress)
         outcomes = _fuse_ingested(left, run, jobs) if left else []
-        return _reports(plans, _with_refused(plans, early, outcomes), keep_going, log)
+        outcomes = _with_refused(plans, early, outcomes)
+        return _reports(plans, outcomes, keep_going, log, said=set(early))
 
 
 def refused_early(
@@ -462,17 +465,18 @@ def _check_classes(plans: list[Planned], found: Ingest) -> None:
 
 
 def _reports(
-    plans: list[Planned], outcomes: list, keep_going: bool, log
+    plans: list[Planned], outcomes: list, keep_going: bool, log, said: set[str] = frozenset()
 ) -> dict[str, dict[str, Any]]:
     """Each method's report by its name; a refused one's as `refused_report` when `keep_going`,
-    else its error raised."""
+    else its error raised. Refusals are logged, but those of `said` (logged already)."""
     reports: dict[str, dict[str, Any]] = {}
     for p, (report, error) in zip(plans, outcomes, strict=True):
         name = p.method.name
         if error is not None:
             if not keep_going:
                 raise error
-            log(f"{name} refused: {error.message}")
+            if name not in said:
+                log(f"{name} refused: {error.message}")
             report = refused_report(name, error)
         reports[name] = report
     return reports
