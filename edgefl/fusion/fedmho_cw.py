@@ -38,9 +38,10 @@ from edgefl.fusion.base import (
     class_totals,
     federation_label_counts,
     generate,
+    grouped_teacher_sum,
+    mean_teacher_logits,
     one_architecture,
     per_class_counts,
-    teacher_logits,
     train_student,
 )
 from edgefl.fusion.options import option
@@ -87,12 +88,36 @@ def weighted_mixture(
     """Log of the normalised mixture sum_k rows[n, k] * shares[k, c] * softmax(logits[k, n])[c];
     logits (K, N, C), rows (N, K) (default: all ones). Mixing probabilities, not logits: a
     client's logits are defined only up to a constant."""
+    return _log_normalised(_weighted_probs(logits, shares, rows).sum(0))
+
+
+def _weighted_probs(logits, shares, rows=None) -> torch.Tensor:
+    """(K, N, C): rows[n, k] * shares[k, c] * softmax(logits[k, n])[c], before the sum."""
     probs = logits.softmax(-1) * shares.unsqueeze(1)
     if rows is not None:
         probs = probs * rows.t().unsqueeze(-1)
-    mix = probs.sum(0)
+    return probs
+
+
+def _log_normalised(mix: torch.Tensor) -> torch.Tensor:
     tiny = torch.finfo(mix.dtype).tiny
     return mix.clamp_min(tiny).log() - mix.sum(1, keepdim=True).clamp_min(tiny).log()
+
+
+def _teacher(kind: str, classifiers, x, y, device) -> torch.Tensor:
+    """The teacher's logits on x: the classifiers' mean, or their `weighted_mixture` (by class
+    shares, by the label's shares, or both), summed a group of teachers at a time."""
+    if kind == "mean":
+        return mean_teacher_logits(classifiers, x, device)
+    shares = class_shares(classifiers)
+    weights = torch.ones_like(shares) if kind == "label-weighted" else shares
+    rows = None if kind == "class-weighted" else shares.t()[y]
+
+    def term(logits, group):
+        part = slice(group.start, group.stop)
+        return _weighted_probs(logits, weights[part], None if rows is None else rows[:, part])
+
+    return _log_normalised(grouped_teacher_sum(classifiers, x, device, term))
 
 
 def evidence_share(decoders, classifiers, num_classes: int) -> torch.Tensor:
@@ -114,16 +139,7 @@ def fuse(ctx: FusionContext, cfg: FedMHOCWConfig) -> FusionResult:
     with ctx.stage("generate"):
         x, y = generate(decoders, alloc, cfg.seed, ctx.device, pixels=cfg.pixels)
     with ctx.stage("teacher"):
-        logits = torch.stack([teacher_logits(u, x, ctx.device) for u in classifiers])
-        shares = class_shares(classifiers)
-        if cfg.teacher == "mean":
-            teacher = logits.mean(0)
-        elif cfg.teacher == "class-weighted":
-            teacher = weighted_mixture(logits, shares)
-        elif cfg.teacher == "label-weighted":
-            teacher = weighted_mixture(logits, torch.ones_like(shares), shares.t()[y])
-        else:
-            teacher = weighted_mixture(logits, shares, shares.t()[y])
+        teacher = _teacher(cfg.teacher, classifiers, x, y, ctx.device)
     lam: float | torch.Tensor = cfg.lam
     if cfg.balance == "data":
         lam = evidence_share(decoders, classifiers, ctx.num_classes)[y]
