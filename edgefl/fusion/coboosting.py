@@ -50,10 +50,10 @@ from edgefl.fusion.generator import (
     BNStatLoss,
     GeneratorConfig,
     ReplayPool,
-    frozen_teachers,
     kl_at,
     make_generator,
     sample_noise,
+    seeded_teachers,
     set_trainable,
     teacher_forward,
 )
@@ -185,15 +185,9 @@ TEACHER_COST = "every generator step forwards every teacher"
 
 
 def fuse(ctx: FusionContext, cfg: CoBoostingConfig) -> FusionResult:
-    uploads = ctx.require(
-        "classifier",
-        at_most=cfg.max_teachers,
-        cost=TEACHER_COST,
-    )
+    uploads, teachers = seeded_teachers(ctx, cfg, TEACHER_COST)
     dev = ctx.device
-    torch.manual_seed(cfg.seed)
     rng = torch.Generator().manual_seed(cfg.seed)
-    teachers = frozen_teachers(uploads, dev)
     bn = BNStatLoss(teachers) if cfg.bn_weight else None
     spec, student = ctx.student(cfg.student)
     opt_s = torch.optim.SGD(student.parameters(), lr=cfg.lr, momentum=cfg.momentum)

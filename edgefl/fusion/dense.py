@@ -36,10 +36,10 @@ from edgefl.fusion.generator import (
     PAPER_GENERATOR,
     BNStatLoss,
     GeneratorConfig,
-    frozen_teachers,
     kl_at,
     make_generator,
     sample_noise,
+    seeded_teachers,
     set_trainable,
     teacher_forward,
 )
@@ -74,15 +74,9 @@ TEACHER_COST = "every generator step forwards every teacher"
 
 
 def fuse(ctx: FusionContext, cfg: DenseConfig) -> FusionResult:
-    uploads = ctx.require(
-        "classifier",
-        at_most=cfg.max_teachers,
-        cost=TEACHER_COST,
-    )
+    uploads, teachers = seeded_teachers(ctx, cfg, TEACHER_COST)
     dev = ctx.device
-    torch.manual_seed(cfg.seed)
     rng = torch.Generator().manual_seed(cfg.seed)
-    teachers = frozen_teachers(uploads, dev)
     bn = BNStatLoss(teachers)
     spec, student = ctx.student(cfg.student)
     gen = make_generator(cfg.nz, cfg.ngf, ctx.input_shape, cfg.seed, dev)

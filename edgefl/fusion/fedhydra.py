@@ -75,10 +75,10 @@ from edgefl.fusion.generator import (
     GeneratorConfig,
     ReplayPool,
     SyntheticValidation,
-    frozen_teachers,
     kl_at,
     make_generator,
     sample_noise,
+    seeded_teachers,
     set_trainable,
     teacher_forward,
 )
@@ -423,9 +423,7 @@ def work(cfg: FedHydraConfig) -> float:
 
 
 def fuse(ctx: FusionContext, cfg: FedHydraConfig) -> FusionResult:
-    uploads = ctx.require("classifier", at_most=cfg.max_teachers, cost=TEACHER_COST)
-    torch.manual_seed(cfg.seed)
-    teachers = frozen_teachers(uploads, ctx.device)
+    uploads, teachers = seeded_teachers(ctx, cfg, TEACHER_COST)
     skew = declared_skew(uploads, ctx.num_classes)
     if skew is not None and skew < cfg.min_label_skew:
         ctx.log(

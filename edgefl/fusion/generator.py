@@ -158,6 +158,15 @@ def frozen_teachers(uploads, device) -> list[nn.Module]:
     return out
 
 
+def seeded_teachers(ctx, cfg, cost: str) -> tuple[list, list[nn.Module]]:
+    """How each generator method starts: its classifier uploads (at most `cfg.max_teachers`,
+    else refused with `cost`, what grows with each), torch's global seed set to `cfg.seed`, and
+    the uploads' frozen private copies."""
+    uploads = ctx.require("classifier", at_most=cfg.max_teachers, cost=cost)
+    torch.manual_seed(cfg.seed)
+    return uploads, frozen_teachers(uploads, ctx.device)
+
+
 def sample_noise(rng: torch.Generator, n: int, nz: int, num_classes: int, device):
     """z ~ N(0, I) and uniform target labels, drawn on the CPU from a seeded generator so a run
     is the same on every device."""
