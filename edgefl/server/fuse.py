@@ -350,7 +350,6 @@ def fuse_methods(
     jobs: int | None = None,
     keep_going: bool = True,
     log=None,
-    found: Ingest | None = None,
     progress=None,
     recursive: bool = False,
 ) -> dict[str, dict[str, Any]]:
@@ -365,17 +364,17 @@ def fuse_methods(
     with lock_outputs(t for p in plans for t in p.targets):
         for p in plans:
             check_replacing(p)
-        early = {}
-        if found is None:  # counted before the ingest reads a single file
-            early = refused_early(
-                plans, uploads, recursive=recursive, max_upload_bytes=max_upload_bytes
-            )
+        # counted before the ingest reads a single file
+        early = refused_early(
+            plans, uploads, recursive=recursive, max_upload_bytes=max_upload_bytes
+        )
         left = [p for p in plans if p.method.name not in early]
         if early and not keep_going:
             raise next(iter(early.values()))
         for name, error in early.items():  # said now, not after the others' fusion
             log(f"{name} refused: {error.message}")
-        if left and found is None:
+        outcomes = []
+        if left:
             found = _ingest_logged(
                 uploads,
                 log,
@@ -385,8 +384,8 @@ def fuse_methods(
                 jobs=jobs,
                 recursive=recursive,
             )
-        run = FuseRun(found, dev, eval, data_dir, len(left), log, progress)
-        outcomes = _fuse_ingested(left, run, jobs) if left else []
+            run = FuseRun(found, dev, eval, data_dir, len(left), log, progress)
+            outcomes = _fuse_ingested(left, run, jobs)
         outcomes = _with_refused(plans, early, outcomes)
         return _reports(plans, outcomes, keep_going, log, said=set(early))
 
