@@ -81,6 +81,11 @@ elif _at.startswith("fuse:"):
 # --jobs 2: two forked method workers whatever the machine's core count.
 MANY = ["--method", "fedavg,fedmho", "--opt", f"fedmho:epochs={EPOCHS}", "--jobs", "2"]
 ONE = ["--method", "fedmho", "--epochs", str(EPOCHS)]
+# The stopped runs and their reruns park every checked upload on disk (in the test's own
+# TMPDIR): their folder must go with the run, and the rerun's weights equal the reference's,
+# made with the uploads held in memory.
+PARK = ["--resident-mib", "0"]
+PARKED = "edgefl-parked-*"
 
 
 @pytest.fixture(scope="session")
@@ -107,17 +112,20 @@ def _argv(args: list[str], uploads: Path) -> list[str]:
     return ["server", "fuse", str(uploads), *args, "--quiet"]
 
 
-def _run_plain(args: list[str], uploads: Path) -> subprocess.CompletedProcess:
+def _run_plain(args: list[str], uploads: Path, env=None) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-c", CLI, *_argv(args, uploads)],
         cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=180,
+        env=env,
     )
 
 
-def _stop_at(pause: str, sig: signal.Signals, args: list[str], uploads: Path, logs: Path):
+def _stop_at(
+    pause: str, sig: signal.Signals, args: list[str], uploads: Path, logs: Path, env: dict
+):
     """Run until the hook's marker, send `sig` to the server process (not its group: `kill PID`,
     an OOM kill), wait for it; (returncode, stderr, its session id)."""
     err = logs / "stderr.txt"
@@ -128,7 +136,7 @@ def _stop_at(pause: str, sig: signal.Signals, args: list[str], uploads: Path, lo
         proc = subprocess.Popen(
             [sys.executable, "-c", HOOK + CLI, *argv],
             cwd=ROOT,
-            env=dict(os.environ, EDGEFL_TEST_PAUSE=pause),
+            env=dict(env, EDGEFL_TEST_PAUSE=pause),
             stdout=o,
             stderr=e,
             start_new_session=True,
@@ -165,9 +173,11 @@ def _kill_session(sid: int) -> None:
             os.kill(pid, signal.SIGKILL)
 
 
-def _survivors(sid: int, grace: float = 2.0) -> list[int]:
+def _survivors(sid: int, grace: float = 10.0) -> list[int]:
     """Processes of the stopped run still alive `grace` seconds after the server process ended
-    (forked method workers exit on their own once they notice, if they do)."""
+    (forked method workers exit on their own once they notice, if they do). Generous: this
+    file runs beside other tests, and a loaded core stretches how soon a worker notices; an
+    orphan that lives on (the failure) is alive after any grace."""
     deadline = time.monotonic() + grace
     while (alive := _alive_in_session(sid)) and time.monotonic() < deadline:
         time.sleep(0.1)
@@ -266,7 +276,11 @@ def _check_stop_and_rerun(pause, sig, args, out, expected, uploads, reference, t
     """Stop the run at `pause` with `sig`, check what it left, rerun it, check again; every
     problem found is listed in one failure."""
     before = snapshot(uploads)
-    rc, err, sid = _stop_at(pause, sig, args, uploads, tmp_path)
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    env = dict(os.environ, TMPDIR=str(temp))
+    args = [*args, *PARK]
+    rc, err, sid = _stop_at(pause, sig, args, uploads, tmp_path, env)
     problems = []
     if sig == signal.SIGINT and (rc != 130 or "interrupted" not in err):
         problems.append(f"SIGINT: exit {rc}, not 130 with the 'interrupted' line")
@@ -279,12 +293,15 @@ def _check_stop_and_rerun(pause, sig, args, out, expected, uploads, reference, t
     _kill_session(sid)  # whatever survived must not write during the rerun
     if snapshot(uploads) != before:
         problems.append("the stopped run changed the upload folder")
+    after_stop = set(temp.glob(PARKED))  # a SIGKILL leaves its folder: nothing can run then
+    if sig != signal.SIGKILL and after_stop:
+        problems.append(f"the stopped run left its parked uploads: {sorted(after_stop)}")
     problems += [
         f"after the stop: {p}"
         for p in _output_problems(out, expected, reference, sig == signal.SIGKILL, False)
     ]
 
-    rerun = _run_plain(args, uploads)
+    rerun = _run_plain(args, uploads, env)
     if rerun.returncode != 0:
         problems.append(f"rerun exited {rerun.returncode}: {rerun.stderr[-2000:]}")
     problems += [
@@ -292,4 +309,10 @@ def _check_stop_and_rerun(pause, sig, args, out, expected, uploads, reference, t
     ]
     if snapshot(uploads) != before:
         problems.append("the rerun changed the upload folder")
+    if left := set(temp.glob(PARKED)) - after_stop:
+        problems.append(f"the rerun left its parked uploads: {sorted(left)}")
+    for stem in expected:
+        with contextlib.suppress(OSError, ValueError):
+            if not json.loads((out / f"{stem}.json").read_text()).get("uploads_parked"):
+                problems.append(f"the rerun's {stem}.json says no upload was parked")
     assert not problems, "\n".join(problems) + f"\n--- stopped run's stderr:\n{err[-3000:]}"

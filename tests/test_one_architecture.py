@@ -42,6 +42,7 @@ def fake(name: str, model: str, samples: int, module=True):
         name=name,
         spec=spec,
         module=object() if module else None,
+        rebuilt=module,
         forward_only=None if module else "int8 weights (QDQ)",
         label_counts=np.array([samples]),
     )

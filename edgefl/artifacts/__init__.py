@@ -8,6 +8,7 @@ from edgefl.artifacts.upload import (
     RebuildRejected,
     Upload,
     parity,
+    park,
     random_inputs,
     rebuild,
 )
@@ -16,6 +17,7 @@ __all__ = [
     "PARITY_ATOL",
     "RebuildRejected",
     "Upload",
+    "park",
     "parity",
     "random_inputs",
     "read_header",

@@ -4,8 +4,12 @@ onnxruntime. The server ingests uploads into these; fusion methods and clients r
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import json
-from dataclasses import dataclass
+import os
+import tempfile
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -23,12 +27,46 @@ MAX_SPEC_CHARS = 4096
 
 @dataclass
 class Upload:
-    """One accepted artifact. `module` is the rebuilt torch module (the classifier, or the CVAE's
-    decoder), or None when it can only be run through onnxruntime (`forward_only` says why)."""
+    """One accepted artifact. `resident` is the rebuilt torch module (the classifier, or the
+    CVAE's decoder) held in memory; `parked` is where its verified weights wait on the server's
+    own disk instead (`park`), loaded each time a method reads `module`. Neither: it can only be
+    run through onnxruntime (`forward_only` says why)."""
 
     artifact: exporters.Artifact
-    module: nn.Module | None
+    resident: nn.Module | None = None
     forward_only: str | None = None
+    parked: Path | None = None
+    # A parked module loaded for the span of `loaded()`: read once, not at every `module`.
+    _pinned: nn.Module | None = field(default=None, init=False, repr=False, compare=False)
+
+    @property
+    def rebuilt(self) -> bool:
+        """Whether it has a torch module (held or parked), without loading a parked one."""
+        return self.resident is not None or self.parked is not None
+
+    @property
+    def module(self) -> nn.Module | None:
+        """The torch module, or None (onnxruntime only). A parked upload's is read from the
+        server's disk at each access unless inside `loaded()`: hold it in a name, not here."""
+        if self.resident is not None or self.parked is None:
+            return self.resident
+        return self._pinned if self._pinned is not None else _unparked(self)
+
+    @contextlib.contextmanager
+    def loaded(self):
+        """`module` read once for the block (a no-op for a held upload)."""
+        if self.parked is None or self._pinned is not None:
+            yield self
+            return
+        self._pinned = _unparked(self)
+        try:
+            yield self
+        finally:
+            self._pinned = None
+
+    def with_module(self, module: nn.Module, **changes) -> Upload:
+        """A copy holding `module` (a repaired or relabelled one) in memory."""
+        return dataclasses.replace(self, resident=module, parked=None, **changes)
 
     @property
     def name(self) -> str:
@@ -106,6 +144,26 @@ def release_weights(art: exporters.Artifact) -> None:
     art.model = exporters.without_weights(art.model, keep_shapes=False)
 
 
+def park(upload: Upload, folder: Path) -> Upload:
+    """The upload with its verified module's weights written to `folder` (the server's own, not
+    the upload folder: a client cannot change what was checked) and not held in memory; each
+    read of `module` then maps them back from there. Unchanged when it holds no module."""
+    if upload.resident is None:
+        return upload
+    fd, name = tempfile.mkstemp(suffix=".pt", dir=folder)  # unique among the ingest's threads
+    with os.fdopen(fd, "wb") as f:
+        torch.save(upload.resident.state_dict(), f)
+    return dataclasses.replace(upload, resident=None, parked=Path(name))
+
+
+def _unparked(upload: Upload) -> nn.Module:
+    """A parked upload's module: its spec's shell given the weights mapped from the file (no
+    copy; pages are read as the module is run)."""
+    _, shell = _checked_spec(upload.artifact)
+    tensors = torch.load(upload.parked, map_location="cpu", mmap=True, weights_only=True)
+    return _load_weights(shell, tensors).eval()
+
+
 def _rebuild(art: exporters.Artifact) -> tuple[nn.Module | None, str | None]:
     why = _not_rebuilt(art)
     if why:
@@ -116,8 +174,9 @@ def _rebuild(art: exporters.Artifact) -> tuple[nn.Module | None, str | None]:
     if art.metadata.get("quantized"):
         return None, "int8-quantized weights: usable through onnxruntime only"
     weights = art.state_dict()
-    expected = _expected_shapes(shell, weights, spec)
-    return _load_weights(shell, weights, expected).eval(), None
+    _check_shapes(shell, weights, spec)
+    tensors = {k: torch.from_numpy(v) for k, v in weights.items()}  # the same memory
+    return _load_weights(shell, tensors).eval(), None
 
 
 def _not_rebuilt(art: exporters.Artifact) -> str | None:
@@ -133,30 +192,30 @@ def _not_rebuilt(art: exporters.Artifact) -> str | None:
     return None
 
 
-def _expected_shapes(shell: nn.Module, weights: dict, spec: ModelSpec) -> dict[str, tuple]:
-    """The shape of each weight the spec's module holds; RebuildRejected unless the file's
-    weights have the same names and shapes."""
+def _weight_names(shell: nn.Module) -> list[str]:
     # BatchNorm's num_batches_tracked is an unused buffer the exporter drops.
-    expected = {
-        k: tuple(v.shape)
-        for k, v in shell.state_dict().items()
-        if not k.endswith("num_batches_tracked")
-    }
+    return [k for k in shell.state_dict() if not k.endswith("num_batches_tracked")]
+
+
+def _check_shapes(shell: nn.Module, weights: dict, spec: ModelSpec) -> None:
+    """RebuildRejected unless the file's weights have the names and shapes of the weights the
+    spec's module holds."""
+    held = shell.state_dict()
+    expected = {k: tuple(held[k].shape) for k in _weight_names(shell)}
     got = {k: tuple(v.shape) for k, v in weights.items() if k in expected}
     if got != expected:
         missing = sorted(set(expected) - set(got))[:3]
         raise RebuildRejected(f"weights do not match spec {spec.label} (e.g. missing {missing})")
-    return expected
 
 
-def _load_weights(shell: nn.Module, weights: dict, expected: dict) -> nn.Module:
-    """The shell, holding the `expected` weights (taken out of `weights`)."""
+def _load_weights(shell: nn.Module, tensors: dict[str, torch.Tensor]) -> nn.Module:
+    """The shell, holding the tensors of its weights' names (checked by `_check_shapes`)."""
     # The shell becomes the module: assign=True makes its parameters the arrays just read, so
     # no random initialisation is computed only to be overwritten (0.6 s for a VGG-9) and no
     # second copy of the weights is made.
     module = shell
     missing, _ = module.load_state_dict(
-        {k: torch.from_numpy(weights.pop(k)) for k in expected}, strict=False, assign=True
+        {k: tensors[k] for k in _weight_names(shell)}, strict=False, assign=True
     )
     if any(not k.endswith("num_batches_tracked") for k in missing):  # pragma: no cover
         raise RebuildRejected(f"weights missing for {missing[:3]}")

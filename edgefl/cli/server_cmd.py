@@ -113,6 +113,12 @@ def fuse_cmd(
         None, help="Refuse uploads larger than this (default 512 MiB: VGG-9 is 277 MB)."
     ),
     jobs: int | None = typer.Option(None, help="Uploads ingested at once (default: by the cores)."),
+    resident_mib: int | None = typer.Option(
+        None,
+        help="Hold the checked uploads in memory up to this many MiB of files in all (default "
+        "1024); past it each is parked on the server's disk (TMPDIR) after its checks and read "
+        "back as a method uses it. 0: always park.",
+    ),
     recursive: bool = typer.Option(
         False, help="Read the .onnx uploads in subfolders too (named FOLDER/FILE.onnx)."
     ),
@@ -182,6 +188,7 @@ def fuse_cmd(
             log=watch.message,
             progress=watch,
             recursive=recursive,
+            resident_mib=resident_mib,
             **cap,
         )
     _print_fused(reps, methods, json_out)

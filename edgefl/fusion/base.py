@@ -369,11 +369,12 @@ def teacher_logits(upload: Upload, x: torch.Tensor, device: torch.device, batch:
     """Logits of one classifier upload on x (no gradient): the rebuilt module where there is
     one, onnxruntime otherwise (artifacts from other tools, int8 uploads)."""
     outs = []
+    module = upload.module  # once: a parked upload's is read from disk at each access
     with torch.no_grad():
         for i in range(0, len(x), batch):
             xb = x[i : i + batch]
-            if upload.module is not None:
-                outs.append(upload.module.to(device)(xb.to(device)).float().cpu())
+            if module is not None:
+                outs.append(module.to(device)(xb.to(device)).float().cpu())
             else:
                 outs.append(torch.from_numpy(upload.artifact.run(xb.cpu().numpy())))
     return torch.cat(outs) if outs else torch.zeros(0, upload.meta["num_classes"])
@@ -483,7 +484,7 @@ def one_architecture(
     left: list[tuple[Upload, str]] = []
     groups: dict[str, list[Upload]] = {}
     for u in classifiers:
-        if u.module is None or u.spec is None:
+        if not u.rebuilt or u.spec is None:
             why = u.forward_only or "its metadata names no edgefl architecture"
             left.append(
                 (u, f"{method} averages parameters, which needs a rebuilt edgefl classifier: {why}")
@@ -534,14 +535,21 @@ def average_classifiers(classifiers: list[Upload], method: str) -> tuple[ModelSp
             hint="use a distillation method (ensemble, fedmho-md) for mixed architectures",
         )
     spec = kept[0].spec
-    states = [u.module.state_dict() for u in kept]
-    avg = {
-        k: torch.stack([s[k].float() for s in states]).mean(0).to(states[0][k].dtype)
-        for k in states[0]
-    }
+    # A running sum, one upload's weights at a time: parked uploads are never all in memory.
+    # In float64, so the order of the additions does not show in the float32 average.
+    total: dict[str, torch.Tensor] = {}
+    for u in kept:
+        _add_weights(total, u.module)
     model = build_model(spec)
-    model.load_state_dict(avg)
+    dtypes = {k: v.dtype for k, v in model.state_dict().items()}
+    model.load_state_dict({k: (v / len(kept)).to(dtypes[k]) for k, v in total.items()})
     return spec, model
+
+
+def _add_weights(total: dict[str, torch.Tensor], module: nn.Module) -> None:
+    # Its own frame: no loop variable keeps a tensor (and the file it maps) past the call.
+    for k, v in module.state_dict().items():
+        total[k] = total[k] + v.double() if k in total else v.double()
 
 
 # --- synthetic data from decoders -----------------------------------------------------------
@@ -620,13 +628,14 @@ def decode(
     blurred averages that no real digit looks like."""
     c = upload.meta["num_classes"]
     out = []
+    module = upload.module  # once: a parked upload's is read from disk at each access
     for i in range(0, len(labels), batch):
         lab = torch.from_numpy(labels[i : i + batch]).long()
         z = torch.randn(len(lab), upload.latent_dim, generator=gen)
         onehot = F.one_hot(lab, c).float()
         with torch.no_grad():
-            if upload.module is not None:
-                img = upload.module.to(device)(z.to(device), onehot.to(device)).float().cpu()
+            if module is not None:
+                img = module.to(device)(z.to(device), onehot.to(device)).float().cpu()
             else:
                 img = torch.from_numpy(upload.artifact.run(z.numpy(), onehot.numpy()))
         if _draws(pixels, upload.meta["input_shape"]):

@@ -17,7 +17,7 @@ class EnsembleConfig(FusionConfig):
 
 def fuse(ctx: FusionContext, cfg: EnsembleConfig) -> FusionResult:
     classifiers = ctx.require("classifier")
-    onnx_only = [u.name for u in classifiers if u.module is None]
+    onnx_only = [u.name for u in classifiers if not u.rebuilt]
     if onnx_only:
         raise FusionError(
             f"ensemble exports one ONNX graph from rebuilt modules; {', '.join(onnx_only)} "
@@ -26,7 +26,9 @@ def fuse(ctx: FusionContext, cfg: EnsembleConfig) -> FusionResult:
         )
     # The members' weights all go into one file: what an ensemble can hold is bounded by the
     # bytes one ONNX file holds (8 VGG-9s pass it), not by a count (2,000 CNNs are 68 MB).
-    weights = sum(p.numel() * p.element_size() for u in classifiers for p in u.module.parameters())
+    # Every member at once (parked ones mapped from disk, their pages read by the export).
+    modules = [u.module for u in classifiers]
+    weights = sum(p.numel() * p.element_size() for m in modules for p in m.parameters())
     if weights > exporters.MAX_INLINE_BYTES:
         raise FusionError(
             f"ensemble exports its {len(classifiers):,} members as one ONNX graph, and their "
@@ -34,7 +36,7 @@ def fuse(ctx: FusionContext, cfg: EnsembleConfig) -> FusionResult:
             hint="distil them into one model instead (fedmho-md, feddf or dense), or fuse "
             "fewer classifiers",
         )
-    model = EnsembleModule([u.module for u in classifiers])
+    model = EnsembleModule(modules)
     return FusionResult(model, None, {"members": [u.client_id for u in classifiers]})
 
 

@@ -186,7 +186,8 @@ def synthesize(teachers: list[Upload], ctx: FusionContext, cfg: PFedZKDConfig):
     smooth = smoothness_default(ctx.input_shape) if cfg.smooth is None else cfg.smooth
     ctx.progress("inversion teacher", 0, len(teachers))
     for k, t in enumerate(teachers):
-        head = getattr(t.module, "head", None)
+        module = t.module  # once: a parked upload's is read from disk at each access
+        head = getattr(module, "head", None)
         if not isinstance(head, nn.Linear) or head.out_features != n_cls:
             raise FusionError(
                 f"pfedzkd reads each teacher's last linear layer; {t.name} has none with "
@@ -202,7 +203,7 @@ def synthesize(teachers: list[Upload], ctx: FusionContext, cfg: PFedZKDConfig):
             ]
         )
         x = invert(
-            t.module,
+            module,
             targets,
             ctx.input_shape,
             steps=cfg.inversion_steps,
@@ -214,7 +215,7 @@ def synthesize(teachers: list[Upload], ctx: FusionContext, cfg: PFedZKDConfig):
             smooth=smooth,
         )
         with torch.no_grad():
-            pred = t.module(x.to(ctx.device)).argmax(1).cpu()
+            pred = module(x.to(ctx.device)).argmax(1).cpu()
         agree = float((pred == targets.argmax(1)).float().mean()) if len(x) else 0.0
         stats.append({"client_id": t.client_id, "images": len(x), "target_agreement": agree})
         ctx.progress(

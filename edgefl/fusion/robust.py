@@ -405,10 +405,11 @@ def _probe(decoders: list[Upload], gen, device) -> Probe | None:
     the index of the decoder that drew it (None: no decoder claims a class)."""
     xs, ys, src = [], [], []
     for i, u in enumerate(decoders):
-        for c in _claimed(u):
-            xs.append(decode(u, np.full(PER_CLASS, c), gen, device).cpu())
-            ys.append(np.full(PER_CLASS, c))
-            src.append(np.full(PER_CLASS, i))
+        with u.loaded():  # one read of a parked decoder for all its classes
+            for c in _claimed(u):
+                xs.append(decode(u, np.full(PER_CLASS, c), gen, device).cpu())
+                ys.append(np.full(PER_CLASS, c))
+                src.append(np.full(PER_CLASS, i))
     if not xs:
         return None
     return Probe(torch.cat(xs), np.concatenate(ys), np.concatenate(src))
@@ -473,16 +474,14 @@ def _cover(reference, classifiers, judges, shape, k, seed, device, progress=None
 
 def _holders(classifiers, judges, a: int) -> list[int]:
     """The judges (at most COMMITTEE) with a rebuilt module that hold class a, most of it first."""
-    held = [
-        i for i in judges if classifiers[i].module is not None and a in _claimed(classifiers[i])
-    ]
+    held = [i for i in judges if classifiers[i].rebuilt and a in _claimed(classifiers[i])]
     return sorted(held, key=lambda i: -_shares(classifiers[i])[a])[:COMMITTEE]
 
 
 def _inverted(u: Upload, a: int, n: int, k: int, shape, gen, device) -> torch.Tensor:
     """n images inverted from the classifier for class a, those it then reads as a."""
     x = invert(
-        u.module,
+        u.module,  # read once; `_classify` reads it again, once
         torch.eye(k)[[a] * n],
         shape,
         steps=INVERSION_STEPS,
@@ -727,10 +726,11 @@ def _adjusted(
     """A copy of the upload whose classifier's logit k is sign x factor x its logit perm[k] (its
     head's rows permuted and scaled; label counts relabelled alike), or None when it has no
     rebuilt head to change (an onnxruntime-only upload)."""
-    head = getattr(u.module, "head", None)
+    held = u.module  # once: a parked upload's is read from disk at each access
+    head = getattr(held, "head", None)
     if not isinstance(head, torch.nn.Linear):
         return None
-    module = copy.deepcopy(u.module)  # never the shared upload's: other methods use it as sent
+    module = copy.deepcopy(held)  # never the shared upload's: other methods use it as sent
     index = torch.as_tensor(perm if perm is not None else np.arange(head.out_features))
     with torch.no_grad():
         module.head.weight.copy_(sign * factor * head.weight[index])
@@ -738,7 +738,7 @@ def _adjusted(
         w, b = module.head.weight.mean(0), module.head.bias.mean()
         for a in abstain:  # its logit: the mean of all, so it never stands out
             module.head.weight[a], module.head.bias[a] = w, b
-    out = dataclasses.replace(u, module=module)
+    out = u.with_module(module)
     counts = u.meta.get("label_counts")
     if perm is not None and counts and len(counts) == len(perm):
         meta = dict(u.meta, label_counts=[counts[int(c)] for c in perm])
@@ -806,7 +806,7 @@ def _repair_decoders(decoders, source, asked, classifiers, probs, judges):
     found = {}
     for d, u in enumerate(decoders):
         got = _decoder_relabelling(d, source, asked, reading, k)
-        if got is not None and u.module is not None:
+        if got is not None and u.rebuilt:
             found[d] = got
     if 2 * len(found) > len(decoders):  # honest majority: then the judges are the odd ones
         return _note(
@@ -877,7 +877,7 @@ def _draws_as(labels, rate, i, c, mine, asked, reading) -> bool:
 def _relabelled_decoder(u: Upload, perm: np.ndarray, seen: set[int]) -> Upload:
     """A copy of the decoder upload that, asked for class c, is given label perm[c]; its label
     counts follow, 0 for a class whose label is not known."""
-    out = dataclasses.replace(u, module=_Relabelled(u.module, perm))
+    out = u.with_module(_Relabelled(u.module, perm))
     counts = u.meta.get("label_counts")
     if counts and len(counts) == len(perm):
         relabelled = [counts[int(perm[c])] if c in seen else 0 for c in range(len(perm))]

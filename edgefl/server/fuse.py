@@ -42,7 +42,7 @@ from edgefl.fusion.robust import judge as judge_screen
 from edgefl.outputs import Staging, check_replace, check_writable, lock_outputs, sha256_file
 from edgefl.progress import no_progress
 from edgefl.server import classes as device_classes
-from edgefl.server.ingest import Ingest, default_jobs, ingest
+from edgefl.server.ingest import Ingest, default_jobs, ingest, parking
 from edgefl.server.workers import Died, run_forked
 
 
@@ -61,6 +61,7 @@ class FuseJob:
     max_upload_bytes: int = exporters.DEFAULT_MAX_UPLOAD_BYTES
     report: str | None = None  # default: <out>.json
     jobs: int | None = None  # uploads ingested at once (default: by the cores)
+    resident_mib: int | None = None  # uploads held in memory past this are parked on disk
     classes: device_classes.ClassRequest | None = None  # --for: a model per device class
     overwrite: bool = False  # replace outputs another command made (check_replacing)
 
@@ -172,11 +173,11 @@ def select(method: Method, found: Ingest) -> tuple[list[Upload], list[tuple[str,
         if u.kind not in method.consumes
     ]
     if method.needs_modules:
-        for u in [u for u in usable if u.module is None]:
+        for u in [u for u in usable if not u.rebuilt]:
             skipped.append(
                 (u.name, f"{method.name} needs a rebuilt torch module: {u.forward_only}")
             )
-        usable = [u for u in usable if u.module is not None]
+        usable = [u for u in usable if u.rebuilt]
     if not usable:
         raise FusionError(
             f"none of the {len(found.uploads)} accepted uploads can be used by {method.name} "
@@ -352,10 +353,12 @@ def fuse_methods(
     log=None,
     progress=None,
     recursive: bool = False,
+    resident_mib: int | None = None,
 ) -> dict[str, dict[str, Any]]:
     """Fuse every planned method from one ingest of `uploads`. A method that cannot fuse these
     uploads (FusionError) gets {"error": ...} in its report slot when `keep_going`, else raises.
-    `log(text)` gets one-off lines, `progress(task, done, total, note)` the steps of long work."""
+    `log(text)` gets one-off lines, `progress(task, done, total, note)` the steps of long work.
+    Uploads over `resident_mib` MiB in all are parked on disk after their checks (`parking`)."""
     log = log or (lambda msg: None)
     progress = progress or no_progress
     dev = resolve_device(device)
@@ -375,17 +378,20 @@ def fuse_methods(
             log(f"{name} refused: {error.message}")
         outcomes = []
         if left:
-            found = _ingest_logged(
-                uploads,
-                log,
-                progress,
-                max_upload_bytes=max_upload_bytes,
-                strict=strict,
-                jobs=jobs,
-                recursive=recursive,
-            )
-            run = FuseRun(found, dev, eval, data_dir, len(left), log, progress)
-            outcomes = _fuse_ingested(left, run, jobs)
+            # The parked modules are read until the last method has fused.
+            with parking(uploads, resident_mib, recursive) as park_in:
+                found = _ingest_logged(
+                    uploads,
+                    log,
+                    progress,
+                    max_upload_bytes=max_upload_bytes,
+                    strict=strict,
+                    jobs=jobs,
+                    recursive=recursive,
+                    park_in=park_in,
+                )
+                run = FuseRun(found, dev, eval, data_dir, len(left), log, progress)
+                outcomes = _fuse_ingested(left, run, jobs)
         outcomes = _with_refused(plans, early, outcomes)
         return _reports(plans, outcomes, keep_going, log, said=set(early))
 
@@ -433,9 +439,10 @@ def _ingest_logged(
     strict: bool,
     jobs: int | None,
     recursive: bool,
+    park_in: Path | None,
 ) -> Ingest:
     """The run's one ingest, its folders not read and its counts logged."""
-    log(f"ingesting {uploads}")
+    log(f"ingesting {uploads}" + (", parking each checked model on disk" if park_in else ""))
     found = ingest(
         uploads,
         max_upload_bytes=max_upload_bytes,
@@ -443,6 +450,7 @@ def _ingest_logged(
         jobs=jobs,
         progress=progress,
         recursive=recursive,
+        park_in=park_in,
     )
     for name, why in found.folders:
         log(f"not read: folder {name}: {why}")  # the log escapes upload text
@@ -659,6 +667,7 @@ def _staged_report(
             ]
     report["seconds"] = stages
     report["ingest_stages"] = run.found.stages
+    report["uploads_parked"] = sum(u.parked is not None for u in run.found.uploads)
     if run.shared > 1:
         report["ingest_shared_by"] = run.shared  # one ingest served this many methods
     return report
@@ -858,6 +867,7 @@ def run_fuse(job: FuseJob, log=None, progress=None) -> dict[str, Any]:
         strict=job.strict,
         max_upload_bytes=job.max_upload_bytes,
         jobs=job.jobs,
+        resident_mib=job.resident_mib,
         keep_going=False,
         log=log,
         progress=progress,

@@ -7,13 +7,17 @@ their time in C++ (protobuf, onnx, onnxruntime, torch), not holding Python's loc
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import os
+import shutil
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import exporters
-from edgefl.artifacts import RebuildRejected, Upload, rebuild
+from edgefl.artifacts import RebuildRejected, Upload, park, rebuild
 from edgefl.errors import ConfigError, FusionError
 from edgefl.progress import printable
 
@@ -39,13 +43,54 @@ def default_jobs() -> int:
     return max(1, min(4, os.cpu_count() or 1))
 
 
-def inflight_budget(d: Path) -> int:
+def upload_bytes(d: Path, recursive: bool = False) -> int:
+    """The size of the .onnx files an ingest of `d` reads (links are refused, not counted)."""
+    files = d.rglob("*.onnx") if recursive else d.glob("*.onnx")
+    return sum(p.stat().st_size for p in files if p.is_file() and not p.is_symlink())
+
+
+def inflight_budget(d: Path, recursive: bool = False) -> int:
     """Bytes of uploads checked at once. Checking one file holds ~3 copies of it (bytes, parsed
     model, onnxruntime session) until its rebuilt module (1 copy) replaces them; a quarter of
     the directory in flight keeps the peak near 2x the uploads' total (bench/results/fuse.md:
     5 VGG-9 uploads, 2.0x one at a time, 2.6x two at a time). Small uploads all run at once."""
-    total = sum(p.stat().st_size for p in d.glob("*.onnx") if p.is_file() and not p.is_symlink())
-    return max(64 * 2**20, total // 4)
+    return max(64 * 2**20, upload_bytes(d, recursive) // 4)
+
+
+# Uploads held in memory after their checks, at most (`server fuse --resident-mib`): past it,
+# every verified module is parked on the server's disk and read back when a method uses it.
+DEFAULT_RESIDENT_MIB = 1024
+
+
+@contextlib.contextmanager
+def parking(directory: str | Path, resident_mib: int | None, recursive: bool = False):
+    """The folder where an ingest of `directory` parks its verified modules, or None when its
+    uploads fit in `resident_mib` MiB (None: DEFAULT_RESIDENT_MIB; 0: always park). The folder
+    is the server's own, in the system's temporary directory (TMPDIR), removed with the run;
+    refused up front when that disk cannot take the uploads."""
+    limit = DEFAULT_RESIDENT_MIB if resident_mib is None else resident_mib
+    if limit < 0:
+        raise ConfigError(f"--resident-mib must be >= 0, got {limit}")
+    d = Path(directory)
+    total = upload_bytes(d, recursive) if d.is_dir() else 0
+    if total <= limit * 2**20 and limit > 0:
+        yield None
+        return
+    room = shutil.disk_usage(tempfile.gettempdir()).free
+    if room < total:
+        raise ConfigError(
+            f"parking the uploads' weights after their checks needs up to {total / 2**20:,.1f} "
+            f"MiB in {tempfile.gettempdir()}, which has {room / 2**20:,.1f} MiB free",
+            hint="point TMPDIR at a disk with room, or hold them in memory with a larger "
+            f"--resident-mib (they take {total / 2**20:,.1f} MiB as files)",
+        )
+    folder = tempfile.mkdtemp(prefix="edgefl-parked-")
+    owner = os.getpid()
+    try:
+        yield Path(folder)
+    finally:
+        if os.getpid() == owner:  # never a forked worker's to remove
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 def ingest(
@@ -56,10 +101,12 @@ def ingest(
     jobs: int | None = None,
     progress=None,
     recursive: bool = False,
+    park_in: Path | None = None,
 ) -> Ingest:
     """Every upload in `directory` checked once; with `recursive`, in its subfolders too (each
     named by its path there: "phones/client-000.onnx"), else each subfolder is named, with the
-    .onnx files it holds and how to read them."""
+    .onnx files it holds and how to read them. With `park_in` (`parking`), each verified
+    module is written there and not held in memory."""
     d = Path(directory)
     if not d.is_dir():
         raise ConfigError(
@@ -75,8 +122,8 @@ def ingest(
         max_bytes=max_upload_bytes,
         jobs=jobs or default_jobs(),
         timings=stages,
-        then=_rebuilt,
-        inflight_bytes=inflight_budget(d),
+        then=functools.partial(_rebuilt, park_in=park_in),
+        inflight_bytes=inflight_budget(d, recursive),
         recursive=recursive,
         on_file=(lambda done, total: progress("ingest upload", done, total)) if progress else None,
     )
@@ -93,7 +140,9 @@ def ingest(
     return out
 
 
-def _rebuilt(art: exporters.Artifact) -> tuple[Upload | None, tuple[str, str] | None, dict]:
+def _rebuilt(
+    art: exporters.Artifact, park_in: Path | None = None
+) -> tuple[Upload | None, tuple[str, str] | None, dict]:
     """(the upload, None, its timings) or (None, (file, why rejected), its timings)."""
     # In the validating worker, right after the checks: the rebuilt module then holds the
     # weights and the file's bytes are released before more files are read.
@@ -105,7 +154,11 @@ def _rebuilt(art: exporters.Artifact) -> tuple[Upload | None, tuple[str, str] | 
     except Exception as exc:  # a hostile spec must never crash the server
         reason = f"cannot rebuild from its spec: {type(exc).__name__}: {str(exc)[:200]}"
         return None, (art.name, reason), times
-    return Upload(art, module, why), None, times
+    upload = Upload(art, module, why)
+    if park_in is not None:
+        with exporters.timed(times, "park"):
+            upload = park(upload, park_in)
+    return upload, None, times
 
 
 def _gathered(result, d: Path, stages: dict[str, float], recursive: bool) -> Ingest:
