@@ -203,6 +203,7 @@ class NoNodes:
     [
         ({"methods": "fedavg,fedmhoo"}, "fedmhoo"),
         ({"methods": "fedavg", "wait-nodes-s": 0.0}, "no SuperNode connected"),
+        ({"methods": "fedavg", "resident-mib": -1}, "resident-mib must be >= 0"),
     ],
 )
 def test_a_failed_round_says_why_in_the_out_dir_too(tmp_path, config, says):

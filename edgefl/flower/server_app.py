@@ -5,7 +5,8 @@ reports and `federation.json` (who answered, who was refused and why, who never 
 written to `out-dir`, each atomically.
 
 Run config (`[tool.flwr.app.config]` in the app's pyproject.toml, or `flwr run --run-config`):
-methods, out-dir, eval, device, min-nodes, wait-nodes-s, deadline-s, max-upload-mib, and the
+methods, out-dir, eval, device, min-nodes, wait-nodes-s, deadline-s, max-upload-mib,
+resident-mib (as `server fuse --resident-mib`), and the
 clients' shared settings (dataset, partition, num-clients, seed, epochs, public-size, subset).
 """
 
@@ -30,6 +31,7 @@ from edgefl.fusion import DEFAULT_METHODS, METHODS
 from edgefl.fusion.public_set import PublicSetConfig
 from edgefl.outputs import check_writable
 from edgefl.server.fuse import fuse_methods, plan, refused_report
+from edgefl.server.ingest import DEFAULT_RESIDENT_MIB, resident_limit
 
 DEFAULTS: dict[str, Any] = {
     "methods": ",".join(DEFAULT_METHODS),
@@ -40,6 +42,7 @@ DEFAULTS: dict[str, Any] = {
     "wait-nodes-s": 60.0,
     "deadline-s": 3600.0,
     "max-upload-mib": exporters.DEFAULT_MAX_UPLOAD_BYTES // (1 << 20),
+    "resident-mib": DEFAULT_RESIDENT_MIB,
     "dataset": "mnist",
     "partition": "dirichlet:0.5",
     "num-clients": 0,  # 0: as many as nodes connected
@@ -80,6 +83,7 @@ def run_round(grid, run_config: dict[str, Any], log=print) -> dict[str, Any]:
         METHODS.get(m)
     check_writable(out_dir, "out-dir", "global", folder_ok=True)
     max_bytes = int(float(config["max-upload-mib"]) * (1 << 20))
+    resident_limit(int(config["resident-mib"]), "run config resident-mib")
     nodes = wait_for_nodes(grid, int(config["min-nodes"]), float(config["wait-nodes-s"]), log)
     if not nodes:
         raise ConfigError("no SuperNode connected", hint="start SuperNodes, or raise wait-nodes-s")
@@ -201,6 +205,7 @@ def _fuse(methods, quarantine: Path, out_dir: Path, config, log) -> dict[str, di
             jobs=1,
             keep_going=True,
             log=log,
+            resident_mib=int(config["resident-mib"]),
         )
     except EdgeflError as exc:  # e.g. every upload rejected: reported, the round still recorded
         log(f"fusion refused: {exc.message}")

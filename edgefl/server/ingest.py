@@ -62,15 +62,25 @@ def inflight_budget(d: Path, recursive: bool = False) -> int:
 DEFAULT_RESIDENT_MIB = 1024
 
 
+def resident_limit(resident_mib: int | None, name: str = "--resident-mib") -> int:
+    """The MiB of uploads held in memory for `--resident-mib` (None: the default; `name` is the
+    setting as the user wrote it); refused when negative, with the fix."""
+    limit = DEFAULT_RESIDENT_MIB if resident_mib is None else resident_mib
+    if limit < 0:
+        raise ConfigError(
+            f"{name} must be >= 0, got {limit}",
+            hint="0 parks every checked upload on disk; N holds up to N MiB of them in memory",
+        )
+    return limit
+
+
 @contextlib.contextmanager
 def parking(directory: str | Path, resident_mib: int | None, recursive: bool = False):
     """The folder where an ingest of `directory` parks its verified modules, or None when its
     uploads fit in `resident_mib` MiB (None: DEFAULT_RESIDENT_MIB; 0: always park). The folder
     is the server's own, in the system's temporary directory (TMPDIR), removed with the run;
     refused up front when that disk cannot take the uploads."""
-    limit = DEFAULT_RESIDENT_MIB if resident_mib is None else resident_mib
-    if limit < 0:
-        raise ConfigError(f"--resident-mib must be >= 0, got {limit}")
+    limit = resident_limit(resident_mib)
     d = Path(directory)
     total = upload_bytes(d, recursive) if d.is_dir() else 0
     if total <= limit * 2**20 and limit > 0:
