@@ -57,6 +57,10 @@ def inflight_budget(d: Path, recursive: bool = False) -> int:
     return max(64 * 2**20, upload_bytes(d, recursive) // 4)
 
 
+# Bytes of uploads checked at once when they are parked: nothing piles up behind the checks
+# then, so a small window suffices (small uploads still go many at a time; a larger one alone).
+PARKED_INFLIGHT = 64 * 2**20
+
 # Uploads held in memory after their checks, at most (`server fuse --resident-mib`): past it,
 # every verified module is parked on the server's disk and read back when a method uses it.
 DEFAULT_RESIDENT_MIB = 1024
@@ -133,7 +137,7 @@ def ingest(
         jobs=jobs or default_jobs(),
         timings=stages,
         then=functools.partial(_rebuilt, park_in=park_in),
-        inflight_bytes=inflight_budget(d, recursive),
+        inflight_bytes=inflight_budget(d, recursive) if park_in is None else PARKED_INFLIGHT,
         recursive=recursive,
         on_file=(lambda done, total: progress("ingest upload", done, total)) if progress else None,
     )
