@@ -141,18 +141,22 @@ def test_streaming_methods_hold_one_parked_module_at_a_time(federation, monkeypa
     assert most[0] == 1 and not holders
 
 
-def test_a_negative_budget_is_one_message(cli, federation, tmp_path):
-    r = cli(
+def _fedavg(cli, federation, out: Path, resident_mib: str):
+    return cli(
         "server",
         "fuse",
         str(federation),
         "--method",
         "fedavg",
         "--out",
-        str(tmp_path / "g.onnx"),
+        str(out),
         "--resident-mib",
-        "-1",
+        resident_mib,
     )
+
+
+def test_a_negative_budget_is_one_message(cli, federation, tmp_path):
+    r = _fedavg(cli, federation, tmp_path / "g.onnx", "-1")
     assert r.exit_code == 2
     assert "--resident-mib must be >= 0" in r.output and "Traceback" not in r.output
     assert not (tmp_path / "g.onnx").exists()
@@ -167,17 +171,7 @@ def test_a_disk_without_room_is_refused_before_the_ingest(
     monkeypatch.setattr(ingest_mod.shutil, "disk_usage", lambda path: Full)
     monkeypatch.setattr(ingest_mod, "ingest", lambda *a, **k: pytest.fail("ingested anyway"))
     out = tmp_path / "g.onnx"
-    r = cli(
-        "server",
-        "fuse",
-        str(federation),
-        "--method",
-        "fedavg",
-        "--out",
-        str(out),
-        "--resident-mib",
-        "0",
-    )
+    r = _fedavg(cli, federation, out, "0")
     assert r.exit_code == 2, r.output
     said = " ".join(r.output.split())  # as one line, whatever the terminal's width
     assert f"in {temp}, which has 0.0 MiB free" in said and "point TMPDIR at a disk" in said
