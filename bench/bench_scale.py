@@ -174,7 +174,13 @@ _RSS = (
 
 
 def fuse(
-    uploads: Path, method: str, out: Path, timeout: float, jobs: int, device: str = "cpu"
+    uploads: Path,
+    method: str,
+    out: Path,
+    timeout: float,
+    jobs: int,
+    device: str = "cpu",
+    resident_mib: int | None = None,
 ) -> dict:
     """One `server fuse` of `method` ("NAME" or "NAME:key=value", e.g. the robust screen)."""
     edgefl = Path(sys.executable).parent / "edgefl"
@@ -202,6 +208,7 @@ def fuse(
         "--json",
         "-q",
         "--overwrite",
+        *([] if resident_mib is None else ["--resident-mib", str(resident_mib)]),
     ]
     start = time.perf_counter()
     # Its own process group: a timeout stops the server and its workers, not only the wrapper
@@ -279,6 +286,9 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=2, help="server fuse --jobs")
     ap.add_argument("--device", default="cpu", help="server fuse --device (cuda on a GPU machine)")
     ap.add_argument(
+        "--resident-mib", type=int, default=None, help="server fuse --resident-mib (0: park all)"
+    )
+    ap.add_argument(
         "--merge", nargs="+", metavar="JSON", help="only write --out from earlier runs' JSON"
     )
     args = ap.parse_args()
@@ -299,7 +309,13 @@ def main() -> None:
         print(f"[{n}] {json.dumps(federations[n])}", flush=True)
         for method in filter(None, args.methods.split(",")):
             row = {"n": n} | fuse(
-                fed / "uploads", method, fed / "global", args.timeout, args.jobs, args.device
+                fed / "uploads",
+                method,
+                fed / "global",
+                args.timeout,
+                args.jobs,
+                args.device,
+                args.resident_mib,
             )
             print(f"[{n}] {json.dumps(row)}", flush=True)
             rows.append(row)
