@@ -14,11 +14,11 @@ import torch  # noqa: E402
 torch.set_num_threads(1)
 
 
-# Run alone, after the rest (`make test` runs the others on two workers): Flower's simulation
-# engine, whose Ray workers a neighbour's load (or a second Ray) would stretch.
-# test_fuse_stopped.py waits on markers, not clocks, and test_flower_deploy.py gives its round
-# a deadline with room for a neighbour's load: they run with the others.
-SERIAL_MODULES = {"test_flower_engine.py"}
+# Run alone, after the rest (`make test` runs the others on two workers): real processes
+# whose deadlines or signal timing a neighbour's load stretches (a Flower round's deadline was
+# missed by two honest nodes with a second test beside it).
+# test_fuse_stopped.py waits on markers, not clocks: it runs with the others.
+SERIAL_MODULES = {"test_flower_deploy.py", "test_flower_engine.py"}
 
 
 def pytest_collection_modifyitems(config, items):

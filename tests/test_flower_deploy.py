@@ -234,12 +234,9 @@ def test_one_shot_federation_over_superlink_and_supernodes(deployment, tmp_path)
     )
     out = d / "global"
     # The labeller labels the public set the server sends (FedOL); every client holds it out.
-    # The honest nodes answered 25 s into the round alone on 2 cores, 28 s beside another pytest
-    # process (2026-11-28): this file runs with the others, and the deadline that names the stuck
-    # node leaves twice that.
     config = (
         f'methods="fedavg,ensemble,fedol,fedgh" out-dir="{out}" dataset="digits" epochs=2 '
-        f'min-nodes={len(nodes)} wait-nodes-s=120.0 deadline-s=60.0 eval="digits:test" '
+        f'min-nodes={len(nodes)} wait-nodes-s=120.0 deadline-s=40.0 eval="digits:test" '
         'public="digits:public" public-size=200'
     )
     run = subprocess.Popen(
