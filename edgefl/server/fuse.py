@@ -42,7 +42,7 @@ from edgefl.fusion.robust import judge as judge_screen
 from edgefl.outputs import Staging, check_replace, check_writable, lock_outputs, sha256_file
 from edgefl.progress import no_progress
 from edgefl.server import classes as device_classes
-from edgefl.server.ingest import Ingest, default_jobs, ingest, parking
+from edgefl.server.ingest import Ingest, default_jobs, ingest, parking, resident_limit
 from edgefl.server.workers import Died, run_forked
 
 
@@ -363,6 +363,7 @@ def fuse_methods(
     progress = progress or no_progress
     dev = resolve_device(device)
     check_inputs(plans, eval)
+    resident_limit(resident_mib)  # before the folder is read to count or check a file
     # Held until every method has published or failed; forked workers share it.
     with lock_outputs(t for p in plans for t in p.targets):
         for p in plans:

@@ -11,6 +11,7 @@ import contextlib
 import functools
 import os
 import shutil
+import stat
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -44,9 +45,18 @@ def default_jobs() -> int:
 
 
 def upload_bytes(d: Path, recursive: bool = False) -> int:
-    """The size of the .onnx files an ingest of `d` reads (links are refused, not counted)."""
-    files = d.rglob("*.onnx") if recursive else d.glob("*.onnx")
-    return sum(p.stat().st_size for p in files if p.is_file() and not p.is_symlink())
+    """The size of the .onnx files an ingest of `d` reads: exporters' own walk (bounded, its
+    skip rules), regular files only (a link or a folder so named is refused, not counted)."""
+    try:
+        names = exporters.list_uploads(d, recursive)
+    except OSError:
+        return 0  # the ingest says what is wrong with the folder
+    total = 0
+    for name in names:
+        with contextlib.suppress(OSError):
+            info = (d / name).lstat()
+            total += info.st_size if stat.S_ISREG(info.st_mode) else 0
+    return total
 
 
 def inflight_budget(d: Path, recursive: bool = False) -> int:
@@ -86,7 +96,7 @@ def parking(directory: str | Path, resident_mib: int | None, recursive: bool = F
     refused up front when that disk cannot take the uploads."""
     limit = resident_limit(resident_mib)
     d = Path(directory)
-    total = upload_bytes(d, recursive) if d.is_dir() else 0
+    total = upload_bytes(d, recursive)
     if total <= limit * 2**20 and limit > 0:
         yield None
         return
