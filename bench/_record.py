@@ -23,3 +23,13 @@ def run_header(script: str) -> dict:
         "machine": f"{platform.machine()} {os.cpu_count()} CPUs (shared), {platform.platform()}",
         "commit": commit,
     }
+
+
+# `python -c RSS_WRAPPER CMD...` runs CMD and prints "MAXRSS_KB n" on stderr: the largest
+# resident set of any process CMD started (the server or one of its forked workers).
+RSS_WRAPPER = (
+    "import resource, subprocess, sys\n"
+    "rc = subprocess.run(sys.argv[1:]).returncode\n"
+    "print('MAXRSS_KB', resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, file=sys.stderr)\n"
+    "sys.exit(rc)\n"
+)

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _record import run_header  # noqa: E402
+from _record import RSS_WRAPPER, run_header  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 EDGEFL = [
@@ -32,12 +32,6 @@ EDGEFL = [
     "-c",
     "import sys; from edgefl.cli import main; sys.argv[0]='edgefl'; main()",
 ]
-_RSS = (
-    "import resource, subprocess, sys\n"
-    "rc = subprocess.run(sys.argv[1:]).returncode\n"
-    "print('MAXRSS_KB', resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, file=sys.stderr)\n"
-    "sys.exit(rc)\n"
-)
 OPTIONS = {"fedavg": [], "fedmho-md": ["--opt", "synthetic=300", "--opt", "epochs=1"]}
 
 
@@ -93,7 +87,7 @@ def fuse(uploads: Path, method: str, resident_mib: int, out: Path) -> dict:
     cmd = [
         sys.executable,
         "-c",
-        _RSS,
+        RSS_WRAPPER,
         *EDGEFL,
         "server",
         "fuse",

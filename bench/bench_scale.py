@@ -42,7 +42,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 import numpy as np  # noqa: E402
 import onnx  # noqa: E402
 import torch  # noqa: E402
-from _record import run_header  # noqa: E402
+from _record import RSS_WRAPPER, run_header  # noqa: E402
 from onnx import numpy_helper  # noqa: E402
 
 import exporters  # noqa: E402
@@ -165,14 +165,6 @@ def make_federation(n: int, out: Path, scheme: str, min_size: int | None, seed: 
     return manifest
 
 
-_RSS = (
-    "import resource, subprocess, sys\n"
-    "rc = subprocess.run(sys.argv[1:]).returncode\n"
-    "print('MAXRSS_KB', resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, file=sys.stderr)\n"
-    "sys.exit(rc)\n"
-)
-
-
 def fuse(
     uploads: Path,
     method: str,
@@ -189,7 +181,7 @@ def fuse(
     cmd = [
         sys.executable,
         "-c",
-        _RSS,
+        RSS_WRAPPER,
         str(edgefl),
         "server",
         "fuse",
