@@ -17,10 +17,7 @@ torch.set_num_threads(1)
 # Run alone, after the rest (`make test` runs the others on two workers): real processes
 # whose deadlines or signal timing a neighbour's load stretches (a Flower round's deadline was
 # missed by two honest nodes with a second test beside it).
-# test_fuse_stopped.py too: beside other tests, a SIGTERM landing while the server forks its
-# method workers was once swallowed (logging's after-fork lock handler ignores the exception
-# the handler raises), and the run finished with exit 0.
-SERIAL_MODULES = {"test_flower_deploy.py", "test_flower_engine.py", "test_fuse_stopped.py"}
+SERIAL_MODULES = {"test_flower_deploy.py", "test_flower_engine.py"}
 
 
 def pytest_collection_modifyitems(config, items):

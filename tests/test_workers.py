@@ -114,3 +114,40 @@ def test_server_fuse_goes_on_when_a_methods_worker_is_killed(tmp_path):
     assert "worker process died by signal SIGKILL" in reports["fedmho"]["error"]
     assert not (out / "fedmho.onnx").exists()
     assert sorted(p.name for p in out.iterdir()) == ["fedavg.json", "fedavg.onnx"]
+
+
+SIGNAL_AT_FORK = """
+import os, signal, sys, time
+from edgefl.cli import Terminated, _terminated
+from edgefl.server.workers import run_forked
+
+signal.signal(signal.SIGTERM, _terminated)
+armed = [True]
+def _at_fork():  # the signal lands while the parent runs its after-fork handlers
+    if armed:
+        armed.clear()
+        os.kill(os.getpid(), signal.SIGTERM)
+os.register_at_fork(after_in_parent=_at_fork)
+
+def work(task, log, progress):
+    time.sleep(0.2)
+    return task
+
+try:
+    run_forked([0, 1, 2], work, 2, print, print)
+except Terminated:
+    sys.exit(143)
+sys.exit(0)
+"""
+
+
+def test_a_signal_during_a_fork_is_not_lost():
+    """A SIGTERM whose handler ran inside the parent's after-fork handlers (logging's lock
+    release) was swallowed there ("Exception ignored") and the run finished with exit 0."""
+    import subprocess
+
+    done = subprocess.run(
+        [sys.executable, "-c", SIGNAL_AT_FORK], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 143, (done.returncode, done.stderr[-2000:])
+    assert "Exception ignored" not in done.stderr

@@ -45,6 +45,8 @@ class Died:
         return f"its worker process exited with code {code} without an answer"
 
 
+_STOPS = {signal.SIGINT, signal.SIGTERM}
+
 # A task's work: work(task, log, progress) -> a picklable result, run in a worker.
 Work = Callable[[int, Callable[[str], None], Callable[..., None]], Any]
 
@@ -94,9 +96,16 @@ class _Crew:
         here, there = self.ctx.Pipe()
         args = (os.getpid(), there, self.work, self.threads)
         proc = self.ctx.Process(target=_serve, args=args, daemon=True)
-        proc.start()
-        there.close()
-        self.busy[here] = [proc, None]
+        # Ctrl-C or SIGTERM handled inside the fork's after-fork callbacks (logging's lock
+        # release) would be swallowed there and the run would go on: held by the kernel until
+        # the worker is known here (stop() ends it), and in the worker until it has its handlers.
+        held = signal.pthread_sigmask(signal.SIG_BLOCK, _STOPS)
+        try:
+            proc.start()
+            there.close()
+            self.busy[here] = [proc, None]
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, held)
         self.give(here)
 
     def give(self, conn) -> None:
@@ -179,6 +188,7 @@ def _worker_start(parent: int) -> None:
     terminates the workers); a worker printing its own traceback would only add noise."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOPS)  # held since the fork
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     if os.getppid() != parent:  # the server died before the line above took effect
