@@ -175,13 +175,28 @@ def test_image_grid_marks_rows_not_held():
 
 def test_signal_grid_marks_rows_not_held():
     windows = np.random.default_rng(0).random((3, 2, 3, 1, 16))
-    fig = signal_grid_figure(windows, row_labels=["walk", "sit", "lie"], held=[False, True, True])
-    grey = [ax for ax in fig.axes if ax.get_gid() == NOT_HELD]
-    assert len(grey) == 2  # both columns of the first row
-    ylabels = [ax.get_ylabel() for ax in fig.axes if ax.get_ylabel()]
-    assert ylabels == [f"walk ({NOT_HELD})", "sit", "lie"]
-    assert NOT_HELD in fig.get_supxlabel()
+    fig = signal_grid_figure(
+        windows, row_labels=["walk", "sit", "lie"], held=[False, True, True], channel_names="xyz"
+    )
+    (ax,) = fig.axes
+    veils = [p for p in ax.patches if p.get_gid() == NOT_HELD]
+    assert len(veils) == 1 and veils[0].get_y() > 2 * 1.0  # behind the top row only
+    assert [t.get_text() for t in ax.get_yticklabels()] == [f"walk ({NOT_HELD})", "sit", "lie"]
+    assert NOT_HELD in ax.get_xlabel()
+    # Every window drawn, channel by channel: 3 x 2 cells of 16 steps in each channel's lines,
+    # the not-held row fainter.
+    lines = [c for c in ax.collections if c.get_label() in ("x", "y", "z")]
+    assert [len(c.get_segments()) for c in lines] == [6, 6, 6]
+    assert {len(s) for c in lines for s in c.get_segments()} == {16}
+    alphas = lines[0].get_colors()[:, 3]
+    assert list(alphas) == [0.4, 0.4, 1.0, 1.0, 1.0, 1.0]
+    top = lines[0].get_segments()[0][:, 1]
+    want = windows[0, 0, 0, 0]
+    np.testing.assert_allclose(top - top.min() + want.min(), want, atol=1e-5)  # float32 offset
     _draws(fig)
+    # Every class held: nothing marked.
+    ax = signal_grid_figure(windows, row_labels=["a", "b", "c"], held=[True] * 3).axes[0]
+    assert not [p for p in ax.patches if p.get_gid() == NOT_HELD] and not ax.get_xlabel()
 
 
 @pytest.fixture(scope="module")
