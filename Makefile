@@ -31,11 +31,12 @@ format: setup
 	$(VENV)/bin/ruff check --fix .
 
 # Two workers on the rest, a file to a worker (module fixtures and ordered steps stay together;
-# each test runs one torch thread: one worker left a core idle), then
+# each test runs one torch thread: one worker left a core idle), dealt longest file first
+# (tests/conftest.py), then
 # the serial tests alone: real processes with deadlines or signals that a neighbour's load
 # would stretch (tests/conftest.py names them).
 test: lint
-	$(VENV)/bin/pytest -n 2 --dist loadfile -m "not serial"
+	$(VENV)/bin/pytest -n 2 --dist loadfile --no-loadscope-reorder -m "not serial"
 	$(VENV)/bin/pytest -m serial
 
 demo: setup

@@ -18,9 +18,40 @@ torch.set_num_threads(1)
 # whose deadlines or signal timing a neighbour's load stretches (a Flower round's deadline was
 # missed by two honest nodes with a second test beside it).
 SERIAL_MODULES = {"test_flower_deploy.py", "test_flower_engine.py"}
+# The files that take longest, longest first (a fresh clone's `make test`, 2026-11-28): the two
+# workers are dealt files in collection order (`--no-loadscope-reorder`), so the last dealt are
+# short and neither worker idles at the end (dealt by test count, a 37 s file came last: the
+# other worker waited 24 s).
+LONGEST_FIRST = (
+    "test_docs_commands.py",
+    "test_fuse_stopped.py",
+    "test_datafree.py",
+    "test_deploy.py",
+    "test_simulate.py",
+    "test_fusion.py",
+    "test_progress.py",
+    "test_own_uploads.py",
+    "test_hostile_strings.py",
+    "test_reproduce.py",
+    "test_attacks.py",
+    "test_tour.py",
+)
+
+
+def pytest_ignore_collect(collection_path, config):
+    """`-m serial` alone: a test file that never says "serial" holds no serial test, and
+    importing all of them costs seconds."""
+    if config.option.markexpr != "serial" or collection_path.suffix != ".py":
+        return None
+    name = collection_path.name
+    if not name.startswith("test_") or name in SERIAL_MODULES:
+        return None
+    return True if "serial" not in collection_path.read_text() else None
 
 
 def pytest_collection_modifyitems(config, items):
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: a file's order
     for item in items:
         if item.path.name in SERIAL_MODULES:
             item.add_marker(pytest.mark.serial)
