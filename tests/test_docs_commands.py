@@ -2,8 +2,9 @@
 blocks runs in a scratch folder, in the page's order, with flags appended that shorten the work
 (a later flag wins over the page's), the way tests/test_tour.py runs the README's tour.
 
-Shortened: training to 1 epoch (`client train`, simulate's clients), fusion to 1 epoch
-(`--fuse-opt all:epochs=1`, `server fuse --epochs 1`), simulate on MNIST to a 3,000-sample
+Shortened: training to 1 epoch (`client train`, simulate's clients), fusion to 1 epoch over 600
+synthetic samples where a method draws them (`--fuse-opt all:epochs=1 --fuse-opt
+all:synthetic=600`, `server fuse --epochs 1 --synthetic 600`), simulate on MNIST to a 3,000-sample
 subset, deploy's evaluation to 200 samples. `reproduce` lines are not run here: a paper's whole
 table takes an hour (tests/test_reproduce.py runs the same command on its tiny table; the `cpu`
 line's run is recorded in the results file named in RECORDED, the `paper` and `code` lines need
@@ -24,7 +25,7 @@ from cli_lines import edgefl_lines
 ROOT = Path(__file__).resolve().parents[1]
 SHORTEN = {
     ("client", "train"): ["--epochs", "1"],
-    ("server", "fuse"): ["--epochs", "1"],
+    ("server", "fuse"): ["--epochs", "1", "--synthetic", "600"],
     ("simulate",): [
         "--classifier-epochs",
         "1",
@@ -32,6 +33,8 @@ SHORTEN = {
         "1",
         "--fuse-opt",
         "all:epochs=1",
+        "--fuse-opt",
+        "all:synthetic=600",
         "--jobs",
         "2",
     ],
