@@ -117,11 +117,14 @@ def test_server_fuse_goes_on_when_a_methods_worker_is_killed(tmp_path):
 
 
 SIGNAL_AT_FORK = """
-import os, signal, sys, time
+import os, signal, sys, threading, time
 from edgefl.cli import Terminated, _terminated
 from edgefl.server.workers import run_forked
 
 signal.signal(signal.SIGTERM, _terminated)
+# Another thread, as a server has: the kernel may hand it the signal (a thread mask, the first
+# fix, lost it then in a loaded run).
+threading.Thread(target=time.sleep, args=(60,), daemon=True).start()
 armed = [True]
 def _at_fork():  # the signal lands while the parent runs its after-fork handlers
     if armed:

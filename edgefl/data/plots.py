@@ -200,65 +200,21 @@ def signal_grid_figure(
     """The Figure `plot_signal_grid` saves (tests read its axes). One axes, each window in its
     own framed cell, one line collection per channel: an axes per cell made a HAPT simulate's
     12 x 8 grids cost ~0.8 s each, most of its pictures' time."""
-    from matplotlib.collections import LineCollection
-    from matplotlib.colors import to_rgba
-    from matplotlib.patches import Rectangle
-
     windows = np.asarray(windows, dtype=np.float32)
     if windows.ndim != 5 or windows.shape[3] != 1:
         raise DataError(
             f"expected windows (rows, cols, C, 1, L), got shape {windows.shape}",
             hint="reshape the samples to (rows, cols, C, 1, L)",
         )
-    rows, cols, ch, _, length = windows.shape
+    rows, cols, _, _, length = windows.shape
     _check_rows(rows, row_labels, held)
-    names = _row_names(rows, row_labels, held)
     fig = _new_figure(min(1.5 + 1.6 * cols, 30.0), min(0.6 + 0.9 * rows, 30.0))
     ax = fig.add_subplot()
-    # Cell (r, c) spans x in [x0, x0 + length - 1], y in [y0, y0 + 1] (values in [0, 1]),
-    # row 0 at the top; gutters between cells.
-    step_x, step_y = (length - 1) * 1.15, 1.3
-    x0 = np.arange(cols) * step_x
-    y0 = (rows - 1 - np.arange(rows)) * step_y
-    t = np.arange(length, dtype=np.float32)
+    cells = _Cells(rows, cols, length)
     greyed = [held is not None and not held[r] for r in range(rows)]
     values = np.clip(np.nan_to_num(windows[:, :, :, 0, :]), 0.0, 1.0)  # (rows, cols, C, L)
-    for k in range(ch):
-        segs = np.empty((rows, cols, length, 2), dtype=np.float32)
-        segs[..., 0] = x0[None, :, None] + t
-        segs[..., 1] = y0[:, None, None] + values[:, :, k]
-        rgba = np.array(to_rgba(f"C{k % 10}"))
-        colors = np.repeat(rgba[None], rows * cols, axis=0)
-        colors[:, 3] = np.repeat([0.4 if g else 1.0 for g in greyed], cols)
-        label = label_text(channel_names[k]) if channel_names else None
-        ax.add_collection(
-            LineCollection(segs.reshape(-1, length, 2), colors=colors, linewidths=0.7, label=label)
-        )
-    frame = np.array([(0, 0), (length - 1, 0), (length - 1, 1), (0, 1), (0, 0)], np.float32)
-    frames = [frame + (x, y) for y in y0 for x in x0]
-    ax.add_collection(LineCollection(frames, colors="black", linewidths=0.6))
-    for r in range(rows):
-        if greyed[r]:  # a grey band behind the row: drawn, but not learnt
-            ax.add_patch(
-                Rectangle(
-                    (x0[0] - 0.05 * step_x, y0[r] - 0.1),
-                    x0[-1] + length - 1 + 0.1 * step_x,
-                    1.2,
-                    facecolor="0.85",
-                    zorder=0,
-                    gid=NOT_HELD,
-                )
-            )
-    ax.set_xlim(-0.1 * step_x, x0[-1] + length - 1 + 0.1 * step_x)
-    ax.set_ylim(-0.2, y0[0] + 1.2)
-    ax.set_xticks([])
-    if names is not None:
-        ax.set_yticks(y0 + 0.5, names, fontsize=8)
-        for tick, g in zip(ax.get_yticklabels(), greyed, strict=True):
-            tick.set_color(NOT_HELD_GREY if g else "black")
-    else:
-        ax.set_yticks([])
-    ax.tick_params(left=False)
+    _draw_windows(ax, cells, values, greyed, channel_names)
+    _row_ticks(ax, cells, _row_names(rows, row_labels, held), greyed)
     for spine in ax.spines.values():
         spine.set_visible(False)
     if channel_names:
@@ -268,3 +224,59 @@ def signal_grid_figure(
     if note := _not_held_note(held):
         ax.set_xlabel(note, fontsize=8, color=NOT_HELD_GREY)
     return fig
+
+
+class _Cells:
+    """Where each window sits: cell (r, c) spans x in [x0[c], x0[c] + length - 1] and y in
+    [y0[r], y0[r] + 1] (values in [0, 1]), row 0 at the top, gutters between cells."""
+
+    def __init__(self, rows: int, cols: int, length: int):
+        self.length = length
+        self.step_x = max(length - 1, 1) * 1.15
+        self.x0 = np.arange(cols) * self.step_x
+        self.y0 = (rows - 1 - np.arange(rows)) * 1.3
+        self.right = self.x0[-1] + length - 1
+
+    def frames(self) -> list[np.ndarray]:
+        box = np.array([(0, 0), (self.length - 1, 0), (self.length - 1, 1), (0, 1), (0, 0)])
+        return [box + (x, y) for y in self.y0 for x in self.x0]
+
+
+def _draw_windows(ax, cells: _Cells, values: np.ndarray, greyed: list[bool], channel_names):
+    """Each channel's windows as one line collection (rows not held fainter, over a grey band),
+    the cells' frames, and the limits."""
+    from matplotlib.collections import LineCollection
+    from matplotlib.colors import to_rgba
+    from matplotlib.patches import Rectangle
+
+    rows, cols, ch, length = values.shape
+    alpha = np.repeat([0.4 if g else 1.0 for g in greyed], cols)
+    segs = np.empty((rows, cols, length, 2), dtype=np.float32)
+    segs[..., 0] = cells.x0[None, :, None] + np.arange(length)
+    for k in range(ch):
+        segs[..., 1] = cells.y0[:, None, None] + values[:, :, k]
+        colors = np.repeat(np.array(to_rgba(f"C{k % 10}"))[None], rows * cols, axis=0)
+        colors[:, 3] = alpha
+        label = label_text(channel_names[k]) if channel_names else None
+        lines = LineCollection(segs.reshape(-1, length, 2), colors=colors, linewidths=0.7)
+        lines.set_label(label)
+        ax.add_collection(lines)
+    ax.add_collection(LineCollection(cells.frames(), colors="black", linewidths=0.6))
+    margin = 0.05 * cells.step_x
+    for r in np.flatnonzero(greyed):  # a grey band behind the row: drawn, but not learnt
+        band = Rectangle((-margin, cells.y0[r] - 0.1), cells.right + 2 * margin, 1.2)
+        band.set(facecolor="0.85", zorder=0, gid=NOT_HELD)
+        ax.add_patch(band)
+    ax.set_xlim(-2 * margin, cells.right + 2 * margin)
+    ax.set_ylim(-0.2, cells.y0[0] + 1.2)
+
+
+def _row_ticks(ax, cells: _Cells, names: list[str] | None, greyed: list[bool]) -> None:
+    ax.set_xticks([])
+    ax.tick_params(left=False)
+    if names is None:
+        ax.set_yticks([])
+        return
+    ax.set_yticks(cells.y0 + 0.5, names, fontsize=8)
+    for tick, grey in zip(ax.get_yticklabels(), greyed, strict=True):
+        tick.set_color(NOT_HELD_GREY if grey else "black")

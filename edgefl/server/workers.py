@@ -28,6 +28,8 @@ from typing import Any
 
 import torch
 
+from edgefl.outputs import deferred_signals
+
 
 @dataclass(frozen=True)
 class Died:
@@ -44,8 +46,6 @@ class Died:
             return f"its worker process died by signal {name}{killed}"
         return f"its worker process exited with code {code} without an answer"
 
-
-_STOPS = {signal.SIGINT, signal.SIGTERM}
 
 # A task's work: work(task, log, progress) -> a picklable result, run in a worker.
 Work = Callable[[int, Callable[[str], None], Callable[..., None]], Any]
@@ -97,15 +97,13 @@ class _Crew:
         args = (os.getpid(), there, self.work, self.threads)
         proc = self.ctx.Process(target=_serve, args=args, daemon=True)
         # Ctrl-C or SIGTERM handled inside the fork's after-fork callbacks (logging's lock
-        # release) would be swallowed there and the run would go on: held by the kernel until
-        # the worker is known here (stop() ends it), and in the worker until it has its handlers.
-        held = signal.pthread_sigmask(signal.SIG_BLOCK, _STOPS)
-        try:
+        # release) would be swallowed there and the run would go on: they act once the worker
+        # is known here (stop() ends it). Python-level: a thread mask would not hold a signal
+        # the kernel hands to another of this process's threads.
+        with deferred_signals():
             proc.start()
             there.close()
             self.busy[here] = [proc, None]
-        finally:
-            signal.pthread_sigmask(signal.SIG_SETMASK, held)
         self.give(here)
 
     def give(self, conn) -> None:
@@ -146,7 +144,10 @@ class _Crew:
     def stop(self) -> None:
         for conn, (proc, _) in self.busy.items():
             proc.terminate()
-            proc.join()
+            proc.join(5.0)
+            if proc.is_alive():  # terminated before it set its own handlers: the copy of ours
+                proc.kill()  # kept the signal for later
+                proc.join()
             conn.close()
         self.busy.clear()
 
@@ -188,7 +189,6 @@ def _worker_start(parent: int) -> None:
     terminates the workers); a worker printing its own traceback would only add noise."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOPS)  # held since the fork
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     if os.getppid() != parent:  # the server died before the line above took effect
