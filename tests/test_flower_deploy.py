@@ -254,10 +254,11 @@ def test_one_shot_federation_over_superlink_and_supernodes(deployment, tmp_path)
         stderr=subprocess.STDOUT,
         text=True,
     )
-    # Kill the stuck node once the round has reached it (its ClientApp process is up).
+    # Kill the stuck node once the round has reached it (its ClientApp process is up: started
+    # by the node's SuperExec, in the node's session).
     _wait(
         lambda: (
-            "flwr-clientapp" in _children(deployment.running["stuck"].pid)
+            "flwr-clientapp" in _session(deployment.running["stuck"].pid)
             or (out / "federation.json").exists()
         ),
         180,
@@ -265,6 +266,7 @@ def test_one_shot_federation_over_superlink_and_supernodes(deployment, tmp_path)
         deployment,
         "stuck",
     )
+    killed_mid_round = not (out / "federation.json").exists()
     deployment.kill("stuck")
     try:
         text, _ = run.communicate(timeout=400)
@@ -273,6 +275,7 @@ def test_one_shot_federation_over_superlink_and_supernodes(deployment, tmp_path)
     fed = out / "federation.json"
     assert fed.exists(), text[-4000:] + deployment.log("link")[-4000:]
     report = json.loads(fed.read_text())
+    assert killed_mid_round, "the stuck node's ClientApp was never seen: it was not killed"
     # The stranger was never admitted: it gave up, and the round counted only registered nodes.
     assert stranger.wait(timeout=120) != 0
     assert len(report["nodes"]) == len(nodes), report
@@ -309,6 +312,7 @@ def _listening(port: int) -> bool:
         return s.connect_ex(("127.0.0.1", port)) == 0
 
 
-def _children(pid: int) -> str:
-    r = subprocess.run(["ps", "-o", "args=", "--ppid", str(pid)], capture_output=True, text=True)
+def _session(sid: int) -> str:
+    """The command lines of the processes in session `sid` (a node and what it started)."""
+    r = subprocess.run(["ps", "-o", "args=", "-s", str(sid)], capture_output=True, text=True)
     return r.stdout
