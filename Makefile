@@ -30,14 +30,19 @@ format: setup
 	$(VENV)/bin/ruff format .
 	$(VENV)/bin/ruff check --fix .
 
-# Two workers on the rest, a file to a worker (module fixtures and ordered steps stay together;
-# each test runs one torch thread: one worker left a core idle), dealt longest file first
-# (tests/conftest.py), then
-# the serial tests alone: real processes with deadlines or signals that a neighbour's load
-# would stretch (tests/conftest.py names them).
+# Two workers on the tests, a file to a worker (module fixtures and ordered steps stay
+# together; each test runs one torch thread: one worker left a core idle), dealt longest file
+# first (tests/conftest.py). Beside them, in a pytest process of their own, the tests marked
+# `serial`: real Flower deployments whose rounds mostly wait (on nodes, on a deadline), which
+# a worker would hold idle; their deadlines allow for the load. Their output follows the rest.
 test: lint
-	$(VENV)/bin/pytest -n 2 --dist loadfile --no-loadscope-reorder -m "not serial"
-	$(VENV)/bin/pytest -m serial
+	@lane=$$(mktemp -d); \
+	$(VENV)/bin/pytest -m serial -p no:cacheprovider --basetemp "$$lane/tmp" \
+		>"$$lane/log" 2>&1 & serial=$$!; \
+	$(VENV)/bin/pytest -n 2 --dist loadfile --no-loadscope-reorder -m "not serial"; rc=$$?; \
+	wait $$serial; serial_rc=$$?; \
+	echo "--- the serial tests, run beside the others:"; cat "$$lane/log"; rm -rf "$$lane"; \
+	test $$rc -eq 0 && test $$serial_rc -eq 0
 
 demo: setup
 	$(VENV)/bin/edgefl demo

@@ -144,7 +144,7 @@ class _Crew:
     def stop(self) -> None:
         for conn, (proc, _) in self.busy.items():
             proc.terminate()
-            proc.join(5.0)
+            proc.join(1.0)
             if proc.is_alive():  # terminated before it set its own handlers: the copy of ours
                 proc.kill()  # kept the signal for later
                 proc.join()
