@@ -32,17 +32,19 @@ format: setup
 
 # Two workers on the tests, a file to a worker (module fixtures and ordered steps stay
 # together; each test runs one torch thread: one worker left a core idle), dealt longest file
-# first (tests/conftest.py). Beside them, in a pytest process of their own, the tests marked
-# `serial`: real Flower deployments whose rounds mostly wait (on nodes, on a deadline), which
-# a worker would hold idle; their deadlines allow for the load. Their output follows the rest.
+# first; beside them, in a pytest process of its own, the tests marked `beside` (a Flower
+# deployment that mostly waits; its output follows the rest); then the tests marked `serial`
+# alone (Flower's simulation engine, which load slows eightfold). tests/conftest.py says why.
 test: lint
 	@lane=$$(mktemp -d); \
-	$(VENV)/bin/pytest -m serial -p no:cacheprovider --basetemp "$$lane/tmp" \
-		>"$$lane/log" 2>&1 & serial=$$!; \
-	$(VENV)/bin/pytest -n 2 --dist loadfile --no-loadscope-reorder -m "not serial"; rc=$$?; \
-	wait $$serial; serial_rc=$$?; \
-	echo "--- the serial tests, run beside the others:"; cat "$$lane/log"; rm -rf "$$lane"; \
-	test $$rc -eq 0 && test $$serial_rc -eq 0
+	$(VENV)/bin/pytest -m beside -p no:cacheprovider --basetemp "$$lane/tmp" \
+		>"$$lane/log" 2>&1 & beside=$$!; \
+	$(VENV)/bin/pytest -n 2 --dist loadfile --no-loadscope-reorder \
+		-m "not serial and not beside"; rc=$$?; \
+	wait $$beside; beside_rc=$$?; \
+	echo "--- the tests run beside the others:"; cat "$$lane/log"; rm -rf "$$lane"; \
+	test $$rc -eq 0 && test $$beside_rc -eq 0
+	$(VENV)/bin/pytest -m serial
 
 demo: setup
 	$(VENV)/bin/edgefl demo

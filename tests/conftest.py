@@ -14,10 +14,14 @@ import torch  # noqa: E402
 torch.set_num_threads(1)
 
 
-# Run alone, after the rest (`make test` runs the others on two workers): real processes
-# whose deadlines or signal timing a neighbour's load stretches (a Flower round's deadline was
-# missed by two honest nodes with a second test beside it).
-SERIAL_MODULES = {"test_flower_deploy.py", "test_flower_engine.py"}
+# `make test` runs the tests on two workers, and two kinds in processes of their own:
+# - `serial`: alone, after the rest. Flower's simulation engine (Ray): beside the workers its
+#   run took 393 s instead of 47 (2026-11-28).
+# - `beside`: in a pytest process beside the workers. A real Flower deployment, whose round
+#   mostly waits (on the nodes' start-up, on its deadline): run alone, it held the machine
+#   75 s for ~30 s of CPU; its deadline allows for the load.
+# A module named here has every test marked; a test elsewhere is marked by hand.
+LANES = {"serial": {"test_flower_engine.py"}, "beside": {"test_flower_deploy.py"}}
 # The files that take longest, longest first (a fresh clone's `make test`, 2026-11-28): the two
 # workers are dealt files in collection order (`--no-loadscope-reorder`), so the last dealt are
 # short and neither worker idles at the end (dealt by test count, a 37 s file came last: the
@@ -39,22 +43,24 @@ LONGEST_FIRST = (
 
 
 def pytest_ignore_collect(collection_path, config):
-    """`-m serial` alone: a test file that never says "serial" holds no serial test, and
-    importing all of them costs seconds."""
-    if config.option.markexpr != "serial" or collection_path.suffix != ".py":
+    """`-m serial` (or `-m beside`) alone: a test file that never says the word holds no such
+    test, and importing all of them costs seconds."""
+    lane = config.option.markexpr
+    if lane not in LANES or collection_path.suffix != ".py":
         return None
     name = collection_path.name
-    if not name.startswith("test_") or name in SERIAL_MODULES:
+    if not name.startswith("test_") or name in LANES[lane]:
         return None
-    return True if "serial" not in collection_path.read_text() else None
+    return True if lane not in collection_path.read_text() else None
 
 
 def pytest_collection_modifyitems(config, items):
     rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: a file's order
     for item in items:
-        if item.path.name in SERIAL_MODULES:
-            item.add_marker(pytest.mark.serial)
+        for lane, modules in LANES.items():
+            if item.path.name in modules:
+                item.add_marker(getattr(pytest.mark, lane))
 
 
 @pytest.fixture
