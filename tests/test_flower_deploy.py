@@ -284,7 +284,9 @@ def test_one_shot_federation_over_superlink_and_supernodes(deployment, tmp_path)
     # Honest nodes answered; the killed one is named: missing at the deadline, or refused as
     # unavailable once the SuperLink has missed its heartbeats (whichever comes first).
     assert len(report["answered"]) == 6, report
-    gone = report["missing"] + [n for n, why in report["refused"].items() if "unavailable" in why.lower()]
+    gone = report["missing"] + [
+        n for n, why in report["refused"].items() if "unavailable" in why.lower()
+    ]
     assert len(gone) == 1 and len(report["refused"]) <= 1, report
     names = sorted(report["answered"].values())
     assert names == [f"client-{i:03d}.onnx" for i in (0, 1, 2, 3, 5, 6)]
