@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
 import os
@@ -126,7 +127,11 @@ def _reuse_torchlib_registry() -> None:
     from torch.onnx._internal.exporter._registration import ONNXRegistry
 
     build = ONNXRegistry.from_torchlib.__func__
-    built = functools.cache(lambda cls, opset: build(cls, opset_version=opset))
+
+    @functools.cache
+    def built(cls, opset):
+        with _torchlib_listed_without_parsing():
+            return build(cls, opset_version=opset)
 
     def fresh_copy(cls, opset_version=None):
         base = built(cls, opset_version or _constants.TORCHLIB_OPSET)
@@ -136,6 +141,41 @@ def _reuse_torchlib_registry() -> None:
         return fresh
 
     ONNXRegistry.from_torchlib = classmethod(fresh_copy)
+
+
+def torchlib_functions() -> list:
+    """torchlib's functions as onnxscript lists them for torch's registry build, without parsing
+    each one's Python source for its domain (~0.45 s a process for ~560 functions; the build
+    does not use it): the domain is the function's opset's, equal for every one (checked in
+    tests/test_export_registry.py)."""
+    from onnxscript._framework_apis.torch_2_5 import _OnnxFunctionMeta
+    from onnxscript.function_libs.torch_lib import ops, registration  # noqa: F401 registers
+
+    metas = []
+    for name, funcs in registration.default_registry.items():
+        if name.startswith("internal::"):  # onnxscript's own helpers, not ATen operators
+            continue
+        for is_complex, group in ((False, funcs.overloads), (True, funcs.complex)):
+            metas += [_OnnxFunctionMeta(name, f, f.opset.domain, f.name, is_complex) for f in group]
+    return metas
+
+
+@contextlib.contextmanager
+def _torchlib_listed_without_parsing():
+    """`torchlib_functions` in onnxscript's place while torch builds its registry, only then."""
+    from onnxscript._framework_apis import torch_2_5
+    from torch.onnx._internal._lazy_import import onnxscript_apis
+
+    original = getattr(onnxscript_apis, "get_torchlib_ops", None)  # imports it if lazy
+    module = getattr(onnxscript_apis, "_module", None) or onnxscript_apis
+    if original is not torch_2_5.get_torchlib_ops:  # another onnxscript: left as it is
+        yield
+        return
+    module.get_torchlib_ops = torchlib_functions
+    try:
+        yield
+    finally:
+        module.get_torchlib_ops = original
 
 
 def _torch_to_onnx(

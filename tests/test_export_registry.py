@@ -35,3 +35,21 @@ def test_each_export_gets_its_own_tables_over_shared_entries():
 
 def test_exports_in_one_process_are_identical():
     assert _export() == _export()
+
+
+def test_torchlib_is_listed_as_onnxscript_lists_it():
+    """The registry is built from `torchlib_functions` (no source parsing): the same functions,
+    names, domains and order as onnxscript's own listing, and onnxscript's is back after."""
+    from onnxscript._framework_apis import torch_2_5
+    from torch.onnx._internal._lazy_import import onnxscript_apis
+
+    from exporters.export import torchlib_functions
+
+    def rows(metas):
+        return [(m.qualified_name, id(m.function), m.domain, m.name, m.is_complex) for m in metas]
+
+    ours, theirs = rows(torchlib_functions()), rows(torch_2_5.get_torchlib_ops())
+    assert len(ours) > 500 and ours == theirs
+    _reuse_torchlib_registry()
+    _export()
+    assert onnxscript_apis.get_torchlib_ops is torch_2_5.get_torchlib_ops
