@@ -83,7 +83,7 @@ def test_a_parked_module_is_read_back_on_use_not_held(federation, tmp_path):
     held = {u.name: u for u in ingest(federation, max_upload_bytes=1 << 30).uploads}
     with parking(federation, 0) as folder:
         found = ingest(federation, max_upload_bytes=1 << 30, park_in=folder)
-        assert len(list(folder.iterdir())) == len(held)
+        assert len([p for p in folder.iterdir() if p.name != ingest_mod.HELD]) == len(held)
         x = torch.rand(5, 1, 8, 8)
         for u in found.uploads:
             assert u.resident is None and u.rebuilt and u.parked.parent == folder
@@ -176,3 +176,52 @@ def test_a_disk_without_room_is_refused_before_the_ingest(
     said = " ".join(r.output.split())  # as one line, whatever the terminal's width
     assert f"in {temp}, which has 0.0 MiB free" in said and "point TMPDIR at a disk" in said
     assert "Traceback" not in r.output and not out.exists() and list(temp.iterdir()) == []
+
+
+def test_a_dead_runs_parked_folder_is_swept_by_the_next_run_and_a_live_ones_is_not(
+    federation, temp
+):
+    """A run's HELD lock (flock) lives as long as its process: a SIGKILLed run's folder goes at
+    the next run's parking, a live run's stays, as does anything that is not a parked folder of
+    ours (no HELD file, a link, a file)."""
+    import os
+    import subprocess
+    import sys
+
+    holder = (
+        "import sys, time\n"
+        "from edgefl.server.ingest import _park_folder\n"
+        "folder, fd = _park_folder()\n"
+        "print(folder, flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    env = dict(os.environ, TMPDIR=str(temp))
+    procs = [
+        subprocess.Popen([sys.executable, "-c", holder], env=env, stdout=subprocess.PIPE, text=True)
+        for _ in range(2)
+    ]
+    live, dead = (Path(p.stdout.readline().strip()) for p in procs)
+    assert live.is_dir() and dead.is_dir(), (live, dead)
+    procs[1].kill()
+    procs[1].wait()
+    (dead / "client-000.pt").write_bytes(b"weights")
+    making = temp / f"{ingest_mod.PARKED_PREFIX}making"
+    making.mkdir()  # a folder whose HELD file is not there yet
+    elsewhere = temp / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / ingest_mod.HELD).write_text("")  # lockable, but only reachable by a link
+    (temp / f"{ingest_mod.PARKED_PREFIX}link").symlink_to(elsewhere)
+    (temp / f"{ingest_mod.PARKED_PREFIX}file").write_text("")
+    try:
+        with parking(federation, resident_mib=0) as folder:
+            left = [p.name for p in temp.iterdir()]
+            assert folder.name in left and live.name in left and dead.name not in left
+            assert (folder / ingest_mod.HELD).exists()
+    finally:
+        procs[0].kill()
+        procs[0].wait()
+    assert (elsewhere / ingest_mod.HELD).exists() and making.exists()
+    ours = sorted(p.name for p in temp.glob(f"{ingest_mod.PARKED_PREFIX}*"))
+    assert ours == sorted(
+        [live.name, making.name, *(f"{ingest_mod.PARKED_PREFIX}{k}" for k in ("link", "file"))]
+    )

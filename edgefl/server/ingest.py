@@ -17,6 +17,11 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+try:
+    import fcntl
+except ImportError:  # Windows: no flock; a killed run's parked folder stays in TMPDIR there
+    fcntl = None
+
 import exporters
 from edgefl.artifacts import RebuildRejected, Upload, park, rebuild
 from edgefl.errors import ConfigError, FusionError
@@ -108,13 +113,58 @@ def parking(directory: str | Path, resident_mib: int | None, recursive: bool = F
             hint="point TMPDIR at a disk with room, or hold them in memory with a larger "
             f"--resident-mib (they take {total / 2**20:,.1f} MiB as files)",
         )
-    folder = tempfile.mkdtemp(prefix="edgefl-parked-")
+    _sweep_dead_runs_folders()
+    folder, held = _park_folder()
     owner = os.getpid()
     try:
-        yield Path(folder)
+        yield folder
     finally:
         if os.getpid() == owner:  # never a forked worker's to remove
             shutil.rmtree(folder, ignore_errors=True)
+            if held is not None:
+                os.close(held)
+
+
+PARKED_PREFIX = "edgefl-parked-"
+# In each parked folder, flocked by its run for as long as the run (or a forked worker of it)
+# lives: the kernel drops the lock however the run dies, SIGKILL included.
+HELD = ".held"
+
+
+def _park_folder() -> tuple[Path, int | None]:
+    """A new private folder in TMPDIR, with its HELD file locked before anyone can see it (made
+    under another name, locked, then renamed), and the lock's descriptor."""
+    folder = Path(tempfile.mkdtemp(prefix=PARKED_PREFIX))
+    if fcntl is None:
+        return folder, None
+    making = folder / f"{HELD}-new"
+    fd = os.open(making, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    os.rename(making, folder / HELD)
+    return folder, fd
+
+
+def _sweep_dead_runs_folders() -> None:
+    """Remove the parked folders in TMPDIR whose run is dead (its HELD lock is free): a
+    SIGKILLed run, or one the out-of-memory killer ended, cannot remove its own. A folder
+    without a HELD file (a run just making it, an older edgefl's) or not our own is left."""
+    if fcntl is None:
+        return
+    for path in Path(tempfile.gettempdir()).glob(PARKED_PREFIX + "*"):
+        try:
+            if path.is_symlink() or not path.is_dir():
+                continue
+            fd = os.open(path / HELD, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            continue  # its run is alive
+        else:
+            shutil.rmtree(path, ignore_errors=True)
+        finally:
+            os.close(fd)
 
 
 def ingest(
