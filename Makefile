@@ -33,23 +33,18 @@ format: setup
 # Two workers on the tests, a file to a worker (module fixtures and ordered steps stay
 # together; each test runs one torch thread: one worker left a core idle), dealt longest file
 # first; beside them, in a pytest process of its own, the tests marked `beside` (a Flower
-# deployment that mostly waits). Then the tests marked `serial` (Flower's simulation engine,
-# which load slows eightfold: it keeps about half a core busy), with the tests marked `late`
-# (one CPU-bound file) beside them on the other core. A lane's output follows the part it ran
-# beside. tests/conftest.py says why.
-LANE = $(VENV)/bin/pytest -p no:cacheprovider -m
+# deployment that mostly waits; its output follows the rest); then the tests marked `serial`
+# alone (Flower's simulation engine, which load slows eightfold). tests/conftest.py says why.
 test: lint
 	@lane=$$(mktemp -d); \
-	$(LANE) beside --basetemp "$$lane/beside" >"$$lane/beside.log" 2>&1 & beside=$$!; \
+	$(VENV)/bin/pytest -m beside -p no:cacheprovider --basetemp "$$lane/tmp" \
+		>"$$lane/log" 2>&1 & beside=$$!; \
 	$(VENV)/bin/pytest -n 2 --dist loadfile --no-loadscope-reorder \
-		-m "not serial and not beside and not late"; rc=$$?; \
-	wait $$beside || rc=1; \
-	echo "--- the tests run beside the others:"; cat "$$lane/beside.log"; \
-	$(LANE) late --basetemp "$$lane/late" >"$$lane/late.log" 2>&1 & late=$$!; \
-	$(VENV)/bin/pytest -m serial || rc=1; \
-	wait $$late || rc=1; \
-	echo "--- the tests run beside the serial ones:"; cat "$$lane/late.log"; \
-	rm -rf "$$lane"; test $$rc -eq 0
+		-m "not serial and not beside"; rc=$$?; \
+	wait $$beside; beside_rc=$$?; \
+	echo "--- the tests run beside the others:"; cat "$$lane/log"; rm -rf "$$lane"; \
+	test $$rc -eq 0 && test $$beside_rc -eq 0
+	$(VENV)/bin/pytest -m serial
 
 demo: setup
 	$(VENV)/bin/edgefl demo

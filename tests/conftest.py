@@ -20,15 +20,8 @@ torch.set_num_threads(1)
 # - `beside`: in a pytest process beside the workers. A real Flower deployment, whose round
 #   mostly waits (on the nodes' start-up, on its deadline): run alone, it held the machine
 #   75 s for ~30 s of CPU; its deadline allows for the load.
-# - `late`: in a pytest process beside the serial tests, which keep about half a core busy
-#   (Ray mostly waits on its workers): one CPU-bound file. Beside a busy core the serial part
-#   took 112 s instead of 99; the file's 88 s of CPU came off the two workers (2026-11-28).
 # A module named here has every test marked; a test elsewhere is marked by hand.
-LANES = {
-    "serial": {"test_flower_engine.py"},
-    "beside": {"test_flower_deploy.py"},
-    "late": {"test_datafree.py"},
-}
+LANES = {"serial": {"test_flower_engine.py"}, "beside": {"test_flower_deploy.py"}}
 # The files that take longest, longest first (a fresh clone's `make test`, 2026-11-28): the two
 # workers are dealt files in collection order (`--no-loadscope-reorder`), so the last dealt are
 # short and neither worker idles at the end (dealt by test count, a 37 s file came last: the
@@ -36,6 +29,7 @@ LANES = {
 LONGEST_FIRST = (
     "test_docs_commands.py",
     "test_fuse_stopped.py",
+    "test_datafree.py",
     "test_deploy.py",
     "test_simulate.py",
     "test_fusion.py",
@@ -49,7 +43,7 @@ LONGEST_FIRST = (
 
 
 def pytest_ignore_collect(collection_path, config):
-    """`-m serial` (or another lane) alone: a test file that never writes `mark.serial` holds
+    """`-m serial` (or `-m beside`) alone: a test file that never writes `mark.serial` holds
     no such test, and importing all of them costs seconds."""
     lane = config.option.markexpr
     if lane not in LANES or collection_path.suffix != ".py":
