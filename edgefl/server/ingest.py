@@ -147,14 +147,16 @@ def _park_folder() -> tuple[Path, int | None]:
 def _sweep_dead_runs_folders() -> None:
     """Remove the parked folders in TMPDIR whose run is dead (its HELD lock is free): a
     SIGKILLed run, or one the out-of-memory killer ended, cannot remove its own. A folder
-    without a HELD file (a run just making it, an older edgefl's) or not our own is left."""
+    without a HELD file (a run just making it, an older edgefl's) or not this user's is left."""
     if fcntl is None:
         return
     for path in Path(tempfile.gettempdir()).glob(PARKED_PREFIX + "*"):
         try:
-            if path.is_symlink() or not path.is_dir():
-                continue
-            fd = os.open(path / HELD, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
+            st = path.lstat()
+            if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
+                continue  # a link, a file, another user's
+            flags = os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+            fd = os.open(path / HELD, flags)
         except OSError:
             continue
         try:
