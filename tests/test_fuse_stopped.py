@@ -25,6 +25,7 @@ import pytest
 from fed_fixtures import build_federation, copy_uploads, snapshot
 
 import exporters
+from edgefl.server.ingest import PARKED_PREFIX
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="reads /proc; signals as on Linux")
 
@@ -85,7 +86,7 @@ ONE = ["--method", "fedmho", "--epochs", str(EPOCHS)]
 # TMPDIR): their folder must go with the run, and the rerun's weights equal the reference's,
 # made with the uploads held in memory.
 PARK = ["--resident-mib", "0"]
-PARKED = "edgefl-parked-*"
+PARKED = f"{PARKED_PREFIX}*"
 
 
 @pytest.fixture(scope="session")

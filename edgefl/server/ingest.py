@@ -105,6 +105,7 @@ def parking(directory: str | Path, resident_mib: int | None, recursive: bool = F
     if total <= limit * 2**20 and limit > 0:
         yield None
         return
+    _sweep_dead_runs_folders()  # first: what a dead run parked is room for this one
     room = shutil.disk_usage(tempfile.gettempdir()).free
     if room < total:
         raise ConfigError(
@@ -113,7 +114,6 @@ def parking(directory: str | Path, resident_mib: int | None, recursive: bool = F
             hint="point TMPDIR at a disk with room, or hold them in memory with a larger "
             f"--resident-mib (they take {total / 2**20:,.1f} MiB as files)",
         )
-    _sweep_dead_runs_folders()
     folder, held = _park_folder()
     owner = os.getpid()
     try:
