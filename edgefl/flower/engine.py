@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import tempfile
 from dataclasses import asdict
 from pathlib import Path
 
 import exporters
 from edgefl.errors import ConfigError
-from edgefl.flower import require_flower
+from edgefl.flower import load_simulation, require_flower
 from edgefl.flower.client_app import make_client_app
 from edgefl.flower.collect import Collected, dispatch, wait_for_nodes
 from edgefl.flower.resources import Group, available_memory, client_resources, plan_groups
@@ -154,22 +155,34 @@ def _land(cjob, rep) -> dict:
     return rep.summary | {"path": str(targets["upload"])}
 
 
+def _ray_init_args(group: Group) -> dict:
+    """`ray.init`'s arguments for one run. edgefl starts Ray itself (Flower's engine then uses
+    it) for the worker setup hook: every actor loads Flower's simulation package as the driver
+    does, without TensorFlow (`load_simulation`). Flower's own start would pass only the
+    driver's import path."""
+    return {
+        "runtime_env": {
+            "env_vars": {"PYTHONPATH": os.pathsep.join(sys.path)},
+            "worker_process_setup_hook": f"{load_simulation.__module__}.{load_simulation.__name__}",
+        },
+        # Flower sizes its actor pool by cores: offering the run `at_once` clients' worth of
+        # cores is what bounds how many train at a time (by --jobs and by memory).
+        "num_cpus": group.num_cpus * group.at_once,
+        "log_to_driver": False,
+        "include_dashboard": False,
+    }
+
+
 def _run(main, nodes: int, group: Group) -> None:
+    import ray
+
+    load_simulation()
     from flwr.serverapp import ServerApp
     from flwr.simulation import run_simulation
 
     server = ServerApp()
     server.main()(main)
-    backend = {
-        # Flower sizes its actor pool by cores: offering the run `at_once` clients' worth of
-        # cores is what bounds how many train at a time (by --jobs and by memory).
-        "client_resources": {"num_cpus": group.num_cpus, "num_gpus": group.num_gpus},
-        "init_args": {
-            "num_cpus": group.num_cpus * group.at_once,
-            "log_to_driver": False,
-            "include_dashboard": False,
-        },
-    }
+    backend = {"client_resources": {"num_cpus": group.num_cpus, "num_gpus": group.num_gpus}}
     os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")  # Ray's FutureWarning
     quiet = logging.getLogger("flwr")
     level = quiet.level
@@ -177,6 +190,8 @@ def _run(main, nodes: int, group: Group) -> None:
     # (for `flwr run`, which needs an app folder and a SuperLink) is not the user's to act on.
     quiet.setLevel(logging.ERROR)
     try:
+        if not ray.is_initialized():  # one already started is used as it is, as Flower would
+            ray.init(**_ray_init_args(group))
         run_simulation(
             server_app=server,
             client_app=make_client_app(),
@@ -185,6 +200,8 @@ def _run(main, nodes: int, group: Group) -> None:
         )
     finally:
         quiet.setLevel(level)
+        if ray.is_initialized():  # Flower shuts it down when its run ends normally
+            ray.shutdown()
 
 
 def _cuda() -> bool:
