@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import functools
+import hashlib
 import os
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -73,10 +76,15 @@ def export_onnx(
     was_training = module.training
     module.eval()
     try:
-        model = _torch_to_onnx(module, example_inputs, input_names, output_names, opset)
-        seal_metadata(model, metadata, "graph")
-        data = model.SerializeToString()
-        max_diff = _parity(module, data, example_inputs, input_names, parity_trials, sample_inputs)
+        model, max_diff = _sealed(
+            module,
+            (example_inputs, input_names, output_names, opset),
+            metadata,
+            lambda data: _parity(
+                module, data, example_inputs, input_names, parity_trials, sample_inputs
+            ),
+            atol,
+        )
         if not max_diff <= atol:  # also catches NaN
             raise ExportError(
                 f"onnxruntime and torch disagree: max difference {max_diff:.3g} (relative above 1) "
@@ -95,6 +103,25 @@ def export_onnx(
         ir_version=model.ir_version,
         seconds=time.perf_counter() - start,
     )
+
+
+def _sealed(module, graph_args: tuple, metadata: dict, parity, atol: float):
+    """(model with its metadata sealed, parity difference). From the graph kept for the
+    module's structure when there is one and it passes `parity`, else traced (and kept)."""
+    key = _structure_key(module, *graph_args)
+    for from_template in (True, False) if key in _TEMPLATES else (False,):
+        if from_template:
+            model = _from_template(key, module)
+        else:
+            model = _torch_to_onnx(module, *graph_args)
+            _keep_template(key, model, module)
+        seal_metadata(model, metadata, "graph")
+        max_diff = parity(model.SerializeToString())
+        if max_diff <= atol or not from_template:
+            break
+        _TEMPLATES.pop(key, None)  # not seen yet; the exporter's own graph decides
+        _REFUSED.add(key)
+    return model, max_diff
 
 
 def seal_metadata(model, metadata: dict, what: str) -> dict:
@@ -176,6 +203,164 @@ def _torchlib_listed_without_parsing():
         yield
     finally:
         module.get_torchlib_ops = original
+
+
+@dataclass(frozen=True)
+class _Template:
+    model: onnx.ModelProto  # the exported graph; the initializers named in `weights` hold no data
+    weights: tuple[tuple[int, str], ...]  # (initializer index, parameter or buffer name)
+
+
+# Exported graphs by module structure (`_structure_key`): a module built like one exported
+# before in this process gets that graph with its own weights (`_from_template`) instead of a
+# new trace, ~1 s of a small model's ~1.3 s export (a simulate exports one architecture per
+# client, a server one per method). Every export is still parity-checked; a template whose
+# graph fails it is dropped and the module exported afresh. A template holds no weights.
+_TEMPLATES: OrderedDict[str, _Template] = OrderedDict()
+_TEMPLATES_MAX = 16
+_REFUSED: set[str] = set()  # keys whose template once failed the parity check: none again
+# Initializer types whose values the exporter writes as raw little-endian bytes, as numpy does.
+_RAW_DTYPES = {
+    onnx.TensorProto.FLOAT: np.float32,
+    onnx.TensorProto.DOUBLE: np.float64,
+    onnx.TensorProto.FLOAT16: np.float16,
+    onnx.TensorProto.INT64: np.int64,
+    onnx.TensorProto.INT32: np.int32,
+    onnx.TensorProto.INT8: np.int8,
+    onnx.TensorProto.UINT8: np.uint8,
+    onnx.TensorProto.BOOL: np.bool_,
+}
+_WEIGHT_FIELDS = {"name", "data_type", "dims", "raw_data"}
+
+
+class _NotPlain(Exception):
+    """A module attribute whose value the structure key cannot state exactly."""
+
+
+def _plain(value, digest) -> None:
+    """Feed `value` to `digest` exactly (arrays by their bytes), or raise _NotPlain: a graph
+    may depend on any attribute a forward reads, so only values known whole are keyed."""
+    import torch
+
+    if value is None or isinstance(value, bool | int | float | str | bytes | torch.dtype):
+        digest.update(f"{type(value).__name__}:{value!r};".encode())
+    elif isinstance(value, torch.Tensor | np.ndarray):
+        arr = value.detach().cpu().numpy() if isinstance(value, torch.Tensor) else value
+        digest.update(f"array:{arr.dtype}:{arr.shape};".encode())
+        digest.update(np.ascontiguousarray(arr).tobytes())
+    elif isinstance(value, list | tuple | set | frozenset | dict):
+        items = sorted(value, key=repr) if isinstance(value, set | frozenset | dict) else value
+        digest.update(f"{type(value).__name__}[{len(items)}](".encode())
+        for item in items:
+            _plain(item, digest)
+            if isinstance(value, dict):
+                _plain(value[item], digest)
+        digest.update(b")")
+    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+        digest.update(f"{type(value).__module__}.{type(value).__qualname__}".encode())
+        _plain({f.name: getattr(value, f.name) for f in dataclasses.fields(value)}, digest)
+    else:
+        raise _NotPlain(type(value).__qualname__)
+
+
+def _structure_key(module, example_inputs, input_names, output_names, opset) -> str | None:
+    """What an exported graph depends on besides its weights' values: each submodule's class
+    and attributes (parameters' and buffers' names, shapes and dtypes; any other value whole),
+    the inputs' shapes and dtypes, the names and the opset. None (no template) for a module
+    with a forward hook or an attribute that is not plain data."""
+    digest = hashlib.sha256()
+    _plain((list(input_names), list(output_names), opset), digest)
+    _plain([(tuple(x.shape), x.dtype) for x in example_inputs], digest)
+    try:
+        for name, sub in module.named_modules():
+            cls = type(sub)
+            digest.update(f"module {name} {cls.__module__}.{cls.__qualname__};".encode())
+            for attr, value in sorted(vars(sub).items()):
+                if attr in ("_parameters", "_buffers"):
+                    shapes = {
+                        k: t if t is None else (tuple(t.shape), t.dtype) for k, t in value.items()
+                    }
+                    _plain((attr, shapes), digest)
+                elif attr == "_modules":
+                    _plain(list(value), digest)
+                elif "hook" in attr:
+                    if value and "forward" in attr:
+                        return None  # a forward hook may change what is traced
+                else:
+                    _plain((attr, value), digest)
+    except _NotPlain:
+        return None
+    return digest.hexdigest()
+
+
+def _keep_template(key: str | None, model: onnx.ModelProto, module) -> None:
+    """Keep `model`'s graph for `key` when each of its initializers is either a parameter's
+    or buffer's exact value, stored raw (a weight, filled in per export), or named after none
+    (a constant); otherwise keep nothing. Built field by field: a copy of the model would hold
+    its weights' memory for as long as the template lives."""
+    if key is None or key in _REFUSED or _TEMPLATES_MAX <= 0:
+        return
+    state = _tensors(module)
+    graph = onnx.GraphProto()
+    weights = []
+    for i, tensor in enumerate(model.graph.initializer):
+        if tensor.name not in state:
+            graph.initializer.append(tensor)
+            continue
+        value = _raw(state[tensor.name])
+        if (
+            _RAW_DTYPES.get(tensor.data_type) != value.dtype.type
+            or {f.name for f, _ in tensor.ListFields()} != _WEIGHT_FIELDS
+            or tuple(tensor.dims) != value.shape
+            or tensor.raw_data != value.tobytes()
+        ):
+            return  # stored otherwise, or a value computed from the weights: export each time
+        graph.initializer.add(name=tensor.name, data_type=tensor.data_type, dims=tensor.dims)
+        weights.append((i, tensor.name))
+    _copy_fields(model.graph, graph, skip="initializer")
+    template = onnx.ModelProto(graph=graph)
+    _copy_fields(model, template, skip="graph")
+    _TEMPLATES[key] = _Template(template, tuple(weights))
+    while len(_TEMPLATES) > _TEMPLATES_MAX:
+        _TEMPLATES.popitem(last=False)
+
+
+def _copy_fields(src, dst, skip: str) -> None:
+    for field, value in src.ListFields():
+        if field.name == skip:
+            continue
+        if isinstance(value, bool | int | float | str | bytes):
+            setattr(dst, field.name, value)
+        elif hasattr(value, "CopyFrom"):  # a message
+            getattr(dst, field.name).CopyFrom(value)
+        else:  # a repeated field
+            getattr(dst, field.name).extend(value)
+
+
+def _tensors(module) -> dict:
+    """Every parameter and buffer (non-persistent and shared ones too) by each of its names."""
+    named = (
+        *module.named_parameters(remove_duplicate=False),
+        *module.named_buffers(remove_duplicate=False),
+    )
+    return dict(named)
+
+
+def _raw(tensor) -> np.ndarray:
+    """A parameter's or buffer's's values as the exporter stores them: contiguous, little-endian."""
+    value = tensor.detach().cpu().numpy()
+    return np.ascontiguousarray(value, dtype=value.dtype.newbyteorder("<"))
+
+
+def _from_template(key: str, module) -> onnx.ModelProto:
+    template = _TEMPLATES[key]
+    _TEMPLATES.move_to_end(key)
+    state = _tensors(module)
+    model = onnx.ModelProto()
+    model.CopyFrom(template.model)
+    for i, name in template.weights:
+        model.graph.initializer[i].raw_data = _raw(state[name]).tobytes()
+    return model
 
 
 def _torch_to_onnx(
