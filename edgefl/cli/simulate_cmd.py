@@ -273,13 +273,11 @@ def print_results(results: dict) -> None:
     for w in results.get("warnings", []):
         console.print(f"[yellow]warning[/] {escape(w)}")
     _print_clients(results)
-    from edgefl.simulate.render import reused_text
+    from edgefl.simulate.render import reused_text, seconds_text
 
     j, s = results["job"], results["seconds"]
-    console.print(
-        f"clients {s['clients']:.0f} s, fusion {s['fusion']:.0f} s, total {s['total']:.0f} s"
-        f"{escape(reused_text(s))}; results in {escape(j['out'])}/results.md"
-    )
+    stages = ", ".join(f"{k} {seconds_text(s[k])}" for k in ("clients", "fusion", "total"))
+    console.print(f"{stages}{escape(reused_text(s))}; results in {escape(j['out'])}/results.md")
     if results.get("pictures"):
         names = ", ".join(Path(p).name for p in results["pictures"])
         console.print(f"pictures in {escape(j['out'])}: {escape(names)}")

@@ -46,6 +46,12 @@ def val_acc_text(client: dict, unit: str = "") -> str:
     return f"{100 * claimed:.1f}{unit}" + (" (claimed)" if client.get("attack") else "")
 
 
+def seconds_text(s: float) -> str:
+    """A stage's duration in a run's summary: tenths under 10 s (a small run's stages take
+    fractions of a second, which whole seconds would show as 0 s)."""
+    return f"{s:.1f} s" if s < 10 else f"{s:.0f} s"
+
+
 def reused_text(seconds: dict) -> str:
     """On a resumed run: which stages' seconds are the recorded ones, and this run's own."""
     reused = seconds.get("reused")
@@ -53,7 +59,7 @@ def reused_text(seconds: dict) -> str:
         return ""
     return (
         f" ({' and '.join(reused)} as recorded by the run that did the work: this rerun "
-        f"reused its outputs, in {seconds.get('this_run', 0):.0f} s)"
+        f"reused its outputs, in {seconds_text(seconds.get('this_run', 0))})"
     )
 
 
@@ -89,8 +95,8 @@ def results_markdown(results: dict) -> str:
         f"# edgefl simulate: {j['dataset']}, {j['clients']} clients, {j['partition']}, "
         f"mix {j['mix']}, seed {j['seed']}" + (" (paper models)" if j["paper_models"] else ""),
         "",
-        f"Run {results['date_utc']} UTC; clients {results['seconds']['clients']:.0f} s, "
-        f"fusion {results['seconds']['fusion']:.0f} s{reused_text(results['seconds'])}.",
+        f"Run {results['date_utc']} UTC; clients {seconds_text(results['seconds']['clients'])}, "
+        f"fusion {seconds_text(results['seconds']['fusion'])}{reused_text(results['seconds'])}.",
         "",
         "| method | accuracy (%) | paper (%) | fuse time (s) | upload bytes |",
         "|---|---:|---:|---:|---:|",
