@@ -109,9 +109,10 @@ def _sealed(module, graph_args: tuple, metadata: dict, parity, atol: float):
     """(model with its metadata sealed, parity difference). From the graph kept for the
     module's structure when there is one and it passes `parity`, else traced (and kept)."""
     key = _structure_key(module, *graph_args)
-    for from_template in (True, False) if key in _TEMPLATES else (False,):
+    kept = _TEMPLATES.get(key) if key is not None else None
+    for from_template in (True, False) if kept is not None else (False,):
         if from_template:
-            model = _from_template(key, module)
+            model = _from_template(key, kept, module)
         else:
             model = _torch_to_onnx(module, *graph_args)
             _keep_template(key, model, module)
@@ -213,8 +214,8 @@ class _Template:
 
 # Exported graphs by module structure (`_structure_key`): a module built like one exported
 # before in this process gets that graph with its own weights (`_from_template`) instead of a
-# new trace, ~1 s of a small model's ~1.3 s export (a simulate exports one architecture per
-# client, a server one per method). Every export is still parity-checked; a template whose
+# new trace: a small model's export 0.5 s -> 0.01 s (bench/results/export_template.md; a
+# simulate exports one architecture per client, a server one per method). Every export is still parity-checked; a template whose
 # graph fails it is dropped and the module exported afresh. A template holds no weights.
 _TEMPLATES: OrderedDict[str, _Template] = OrderedDict()
 _TEMPLATES_MAX = 16
@@ -347,14 +348,14 @@ def _tensors(module) -> dict:
 
 
 def _raw(tensor) -> np.ndarray:
-    """A parameter's or buffer's's values as the exporter stores them: contiguous, little-endian."""
+    """A parameter's or buffer's values as the exporter stores them: contiguous, little-endian."""
     value = tensor.detach().cpu().numpy()
     return np.ascontiguousarray(value, dtype=value.dtype.newbyteorder("<"))
 
 
-def _from_template(key: str, module) -> onnx.ModelProto:
-    template = _TEMPLATES[key]
-    _TEMPLATES.move_to_end(key)
+def _from_template(key: str, template: _Template, module) -> onnx.ModelProto:
+    with contextlib.suppress(KeyError):  # another thread's export may have dropped it
+        _TEMPLATES.move_to_end(key)
     state = _tensors(module)
     model = onnx.ModelProto()
     model.CopyFrom(template.model)
