@@ -27,7 +27,8 @@ def load_simulation() -> None:
     whenever it is installed (the deploy extra installs it) for a GPU memory-growth helper that
     edgefl never calls: ~4.5 s of CPU and ~600 MB resident in the driver and in every Ray actor,
     beyond what `resources.PROCESS_BYTES` plans for. TensorFlow stays importable afterwards.
-    Also each Ray actor's setup hook (`engine._ray_init_args`), run before it loads Flower."""
+    It is also every Ray actor's setup hook (`engine._ray_init_args`): it runs before the actor
+    loads Flower."""
     if "flwr.simulation" in sys.modules:
         return
     hide = "tensorflow" not in sys.modules
