@@ -215,22 +215,12 @@ class _Template:
 # Exported graphs by module structure (`_structure_key`): a module built like one exported
 # before in this process gets that graph with its own weights (`_from_template`) instead of a
 # new trace: a small model's export 0.5 s -> 0.01 s (bench/results/export_template.md; a
-# simulate exports one architecture per client, a server one per method). Every export is still parity-checked; a template whose
-# graph fails it is dropped and the module exported afresh. A template holds no weights.
+# simulate exports one architecture per client, a server one per method). Every export is
+# still parity-checked; a template whose graph fails it is dropped and the module exported
+# afresh. A template holds no weights.
 _TEMPLATES: OrderedDict[str, _Template] = OrderedDict()
 _TEMPLATES_MAX = 16
 _REFUSED: set[str] = set()  # keys whose template once failed the parity check: none again
-# Initializer types whose values the exporter writes as raw little-endian bytes, as numpy does.
-_RAW_DTYPES = {
-    onnx.TensorProto.FLOAT: np.float32,
-    onnx.TensorProto.DOUBLE: np.float64,
-    onnx.TensorProto.FLOAT16: np.float16,
-    onnx.TensorProto.INT64: np.int64,
-    onnx.TensorProto.INT32: np.int32,
-    onnx.TensorProto.INT8: np.int8,
-    onnx.TensorProto.UINT8: np.uint8,
-    onnx.TensorProto.BOOL: np.bool_,
-}
 _WEIGHT_FIELDS = {"name", "data_type", "dims", "raw_data"}
 
 
@@ -246,7 +236,10 @@ def _plain(value, digest) -> None:
     if value is None or isinstance(value, bool | int | float | str | bytes | torch.dtype):
         digest.update(f"{type(value).__name__}:{value!r};".encode())
     elif isinstance(value, torch.Tensor | np.ndarray):
-        arr = value.detach().cpu().numpy() if isinstance(value, torch.Tensor) else value
+        try:
+            arr = value.detach().cpu().numpy() if isinstance(value, torch.Tensor) else value
+        except TypeError:  # a dtype numpy has no type for (bfloat16)
+            raise _NotPlain(str(value.dtype)) from None
         digest.update(f"array:{arr.dtype}:{arr.shape};".encode())
         digest.update(np.ascontiguousarray(arr).tobytes())
     elif isinstance(value, list | tuple | set | frozenset | dict):
@@ -308,9 +301,13 @@ def _keep_template(key: str | None, model: onnx.ModelProto, module) -> None:
         if tensor.name not in state:
             graph.initializer.append(tensor)
             continue
-        value = _raw(state[tensor.name])
+        try:
+            value = _raw(state[tensor.name])
+            data_type = onnx.helper.np_dtype_to_tensor_dtype(value.dtype)
+        except (TypeError, KeyError, ValueError):  # a dtype numpy or ONNX has no type for
+            return
         if (
-            _RAW_DTYPES.get(tensor.data_type) != value.dtype.type
+            data_type != tensor.data_type
             or {f.name for f, _ in tensor.ListFields()} != _WEIGHT_FIELDS
             or tuple(tensor.dims) != value.shape
             or tensor.raw_data != value.tobytes()
