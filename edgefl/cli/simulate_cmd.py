@@ -352,13 +352,15 @@ def _print_clients(results: dict) -> None:
     console.print(fitted(cols, rows, console.width, title="clients"))
 
 
-def _demo_options(method) -> dict:
+def demo_options(method, input_shape) -> dict:
     """A few minutes on a laptop: fewer synthetic samples and epochs. Classifiers as small as
     the demo's (<10k parameters) barely move at a global lr below 1e-4 such as FedMHO's paper
-    1e-5 (bench/README.md): the demo fuses them at 1e-4."""
-    have = method.option_names()
-    small = {k: v for k, v in (("epochs", 10), ("synthetic", 3000)) if k in have}
-    if "lr" in have and method.config_cls().lr < 1e-4:
+    1e-5 on images (bench/README.md): the demo fuses them at 1e-4. The lr compared is the one
+    the method would run with on this input (`Method.effective_config`), never a default read
+    off its config class, which may be unset until the input is known."""
+    small = {k: v for k, v in (("epochs", 10), ("synthetic", 3000)) if k in method.option_names()}
+    cfg = method.effective_config(small, input_shape)
+    if getattr(cfg, "lr", None) is not None and cfg.lr < 1e-4:
         small["lr"] = 1e-4
     return small
 
@@ -406,7 +408,7 @@ def demo_cmd(
         classifier_epochs=5,
         generator_epochs=15,
         max_classifier_macs=cap,
-        fuse_options={m: _demo_options(METHODS.get(m)) for m in DEFAULT_METHODS},
+        fuse_options={m: demo_options(METHODS.get(m), info.input_shape) for m in DEFAULT_METHODS},
     )
     with reporter() as watch:
         results = simulate(job, log=watch.message, progress=watch)

@@ -27,7 +27,7 @@ from torch.nn import functional as F
 import exporters
 from edgefl.artifacts import Upload
 from edgefl.errors import ConfigError, FusionError
-from edgefl.fusion.options import describe_options, flag, option, validate
+from edgefl.fusion.options import describe_options, effective, flag, option, validate
 from edgefl.models.augment import CHOICES as AUGMENT_CHOICES
 from edgefl.models.augment import affine_jitter, jitter  # noqa: F401 (affine_jitter: re-exported)
 from edgefl.models.spec import ModelSpec, parse_model_arg
@@ -185,6 +185,11 @@ class Method:
                 f"(`edgefl server methods {self.name}` explains each)",
             )
         return replace(self.config_cls(), **overrides)
+
+    def effective_config(self, overrides: dict[str, Any], input_shape) -> FusionConfig:
+        """The config this method runs with on inputs of `input_shape`: `overrides` over its
+        defaults, each option that defaults by input set for this input (`options.effective`)."""
+        return effective(self.make_config(overrides), input_shape)
 
     def teacher_cap(self, cfg: FusionConfig) -> int:
         """The most classifier uploads `cfg` lets this method take (its option max_teachers),
@@ -431,17 +436,6 @@ def roughness(x: torch.Tensor) -> torch.Tensor:
         if x.shape[dim] > 1:
             total = total + x.diff(dim=dim).pow(2).flatten(1).sum(1)
     return total
-
-
-def inversion_defaults(input_shape) -> tuple[float, float]:
-    """(init_std, lr) of `invert` by the kind of input. Images: N(0, I) and Adam 0.1 (pFedZKD's
-    normal start; the MNIST results). Sensor windows: real HAPT windows vary by 0.004 (still)
-    to 0.05 (walking) around the centre of [0, 1], with steps of 0.001-0.02 between samples;
-    inverted from N(0, I) with Adam 0.1 they varied by 0.13-0.28 with white-noise steps of
-    0.14-0.26, the still classes' as much as the walking ones', so a student taught on them
-    took every real walking window for a still one (walking recall 5%). A start 10x closer to
-    the centre and 10x smaller steps leave only the variation the teacher asks for."""
-    return (1.0, 0.1) if input_kind(tuple(input_shape)) == "image" else (0.1, 0.01)
 
 
 # Teachers whose logits a teacher pass holds at once: a pass over 2,000 classifiers holds 64 x

@@ -51,7 +51,6 @@ from edgefl.fusion.base import (
 )
 from edgefl.fusion.options import option, redefault
 from edgefl.fusion.student_options import SampledStudentConfig
-from edgefl.models.zoo import input_kind
 
 
 @dataclass(frozen=True)
@@ -86,8 +85,8 @@ class FedMHOConfig(SampledStudentConfig):
     # 1e-3 learns them (bench/results/fedmho_windows.md: +4.5 to +9 points on HAPT, 3 seeds).
     lr: float | None = option(
         None,
-        "global Adam learning rate (default by input: 1e-5 on images, the paper's and its "
-        "code's; 1e-3 on sensor windows)",
+        "global Adam learning rate (on images the paper's and its code's)",
+        by_input={"image": 1e-5, "signal": 1e-3},
         low=0,
         low_open=True,
     )
@@ -105,13 +104,6 @@ class FedMHOConfig(SampledStudentConfig):
     # The phones label a turned window as the original; without the turns the decoders' windows
     # teach one orientation per band (issue 32's command, lr 1e-3: 73.35 -> 84.54 with them).
     augment: str = option("clients", STUDENT_JITTER_HELP, choices=("clients", *AUGMENT))
-
-
-def learning_rate(lr: float | None, input_shape) -> float:
-    """`lr` as given, else by input: the paper's 1e-5 on images, 1e-3 on sensor windows."""
-    if lr is not None:
-        return lr
-    return 1e-5 if input_kind(tuple(input_shape)) == "image" else 1e-3
 
 
 def generate_fedmho(ctx: FusionContext, decoders, total: int, seed: int, pixels: str = "mean"):
@@ -144,14 +136,13 @@ def _fuse(ctx: FusionContext, cfg: FedMHOConfig, variant: str) -> FusionResult:
         elif variant == "sd":
             teacher = teacher_logits(_Frozen(w0), xk, ctx.device)
             lam = cfg.lam
-    lr = learning_rate(cfg.lr, ctx.input_shape)
     with ctx.stage("train"):
         history = train_student(
             model,
             xk,
             yk,
             epochs=cfg.epochs,
-            lr=lr,
+            lr=cfg.lr,
             batch_size=cfg.batch_size,
             seed=cfg.seed,
             device=ctx.device,
@@ -169,7 +160,7 @@ def _fuse(ctx: FusionContext, cfg: FedMHOConfig, variant: str) -> FusionResult:
         "synthetic_generated_per_class": per_class_counts(y, ctx.num_classes),
         "synthetic_kept_per_class": per_class_counts(yk, ctx.num_classes),
         "loss_history": history,
-        "lr": lr,
+        "lr": cfg.lr,
     }
     scope = average_scope(kept, classifiers)
     return FusionResult(model, spec, info, samples=xk, scope=scope and f"w0 from {scope}")

@@ -2,6 +2,11 @@
 help, type and bounds in its metadata; one validator checks every field of every method and
 words every failure the same way, naming the flag and the fix. The CLI, `server methods` and
 the contract tests read the same declarations.
+
+An option whose best value depends on the data (FedMHO's learning rate on images vs sensor
+windows) declares a default per input kind (`by_input`) and is unset until the task's input is
+known; `effective` is the one place that fills it. Code outside this module reads a method's
+options from an effective config only: a config straight from `make_config` may hold None.
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ from dataclasses import MISSING, dataclass, field, fields, replace
 from typing import Any
 
 from edgefl.errors import ConfigError
+from edgefl.models.zoo import INPUT_KINDS, input_kind
 
 
 @dataclass(frozen=True)
@@ -26,6 +32,7 @@ class Opt:
     high_open: bool = False
     choices: tuple[str, ...] = ()
     nullable: bool = False
+    by_input: tuple[tuple[str, Any], ...] = ()
 
     def describe(self) -> str:
         """The constraint in words: 'an integer >= 1', 'a number in (0, 1]', 'one of a, b'."""
@@ -50,11 +57,33 @@ class Opt:
             else:
                 text = noun or "a number"
             text = text.strip()
+        if self.by_input:
+            return text + " (or unset: by input)"
         return text + (" (or unset)" if self.nullable else "")
 
     def problem(self, value: Any) -> str | None:
         """None if `value` is allowed, else the constraint it breaks."""
         return None if self._allows(value) else self.describe()
+
+    def direction(self, value: Any) -> str:
+        """Which way a number outside the bounds must move ("raise it" for one below them), or
+        "" where the value is not a finite number past a bound."""
+        if isinstance(value, tuple):
+            moves = {self.direction(v) for v in value} - {""}
+            return moves.pop() if len(moves) == 1 else ""
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            return ""
+        if not math.isfinite(value):
+            return ""
+        if self.low is not None and (value <= self.low if self.low_open else value < self.low):
+            return "raise it"
+        if self.high is not None and (value >= self.high if self.high_open else value > self.high):
+            return "lower it"
+        return ""
+
+    def default_for(self, kind: str) -> Any:
+        """The by-input default for input kind `kind`."""
+        return dict(self.by_input)[kind]
 
     def _allows(self, value: Any) -> bool:
         if value is None:
@@ -86,17 +115,39 @@ def _num(x: float) -> str:
     return str(int(x)) if float(x).is_integer() and abs(x) < 1e15 else repr(x)
 
 
-def option(default: Any, help: str, *, kind: str | None = None, **bounds: Any):
+def option(
+    default: Any,
+    help: str,
+    *,
+    kind: str | None = None,
+    by_input: dict[str, Any] | None = None,
+    **bounds: Any,
+):
     """A config field with its constraint: `epochs: int = option(10, "global epochs", low=1)`.
     The kind is the field's annotation's (`declared` reads it): `lr: float = option(1, ...)` is
-    a float option; `kind=` is only for a field without a plain annotation."""
+    a float option; `kind=` is only for a field without a plain annotation. `by_input`: a
+    default per input kind (`{"image": 1e-5, "signal": 1e-3}`); the field is then unset (None)
+    until `effective` fills it for the task's input, and its help says so."""
+    if by_input is not None:
+        if default is not None:
+            raise TypeError("an option with by_input defaults is unset (None) by default")
+        shown = "; ".join(f"{_num_or_repr(v)} on {_PLURAL[k]}" for k, v in by_input.items())
+        help = f"{help} (default by input: {shown})"
     opt = Opt(
         help=help,
         kind=kind or "",
         nullable=default is None or bounds.pop("nullable", False),
+        by_input=tuple((by_input or {}).items()),
         **bounds,
     )
     return field(default=default, metadata={"option": opt})
+
+
+_PLURAL = {"image": "images", "signal": "sensor windows"}
+
+
+def _num_or_repr(v: Any) -> str:
+    return _num(v) if isinstance(v, int | float) and not isinstance(v, bool) else repr(v)
 
 
 def redefault(base, name: str, default: Any, help: str | None = None):
@@ -145,7 +196,15 @@ def _resolved(cls, f) -> Opt:
         raise TypeError(f"{where}: kind={opt.kind!r} but its annotation is {f.type!r}")
     if given != kind and (given, kind) not in _FITS:
         raise TypeError(f"{where}: default {f.default!r} does not fit its annotation {f.type!r}")
-    return replace(opt, kind=kind)
+    opt = replace(opt, kind=kind)
+    if opt.by_input:
+        kinds = tuple(k for k, _ in opt.by_input)
+        if sorted(kinds) != sorted(INPUT_KINDS):
+            raise TypeError(f"{where}: by_input must give one default for each of {INPUT_KINDS}")
+        for k, v in opt.by_input:
+            if v is None or opt.problem(v):
+                raise TypeError(f"{where}: its default on {k} inputs {v!r} breaks its constraint")
+    return opt
 
 
 def flag(name: str) -> str:
@@ -179,9 +238,28 @@ def validate(cfg: Any) -> None:
                 usual = f"unset by default: leave --{flag(name)} out for that"
             else:
                 usual = f"default {default!r} (e.g. --{flag(name)} {_example(default)})"
+            move = opt.direction(value)
             raise ConfigError(
-                f"--{flag(name)} must be {broken}, got {value!r}", hint=f"{opt.help}; {usual}"
+                f"--{flag(name)} must be {broken}, got {value!r}" + (f": {move}" if move else ""),
+                hint=f"{opt.help}; {usual}",
             )
+
+
+def unset_by_input(cfg: Any) -> list[str]:
+    """The by-input options of `cfg` still unset: none, in an effective config."""
+    return [
+        name for name, _, opt in declared(type(cfg)) if opt.by_input and getattr(cfg, name) is None
+    ]
+
+
+def effective(cfg: Any, input_shape) -> Any:
+    """`cfg` with every unset by-input option set to its default for the kind of
+    `input_shape` (images, sensor windows; see `edgefl.models.zoo.input_kind`); a value the
+    user gave stays. What `server fuse`, `simulate` and the demo run a method with."""
+    kind = input_kind(tuple(input_shape))
+    opts = {name: opt for name, _, opt in declared(type(cfg))}
+    fill = {name: opts[name].default_for(kind) for name in unset_by_input(cfg)}
+    return replace(cfg, **fill) if fill else cfg
 
 
 def _example(default: Any) -> str:
@@ -200,6 +278,7 @@ def describe_options(cls) -> list[dict[str, Any]]:
             "type": opt.kind,
             "constraint": opt.describe(),
             "help": opt.help,
+            "by_input": dict(opt.by_input) or None,
         }
         for name, default, opt in declared(cls)
     ]

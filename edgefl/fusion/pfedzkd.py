@@ -7,9 +7,9 @@
 2. Per teacher, class c and beta in `betas`: soft targets y ~ Dir(beta * C^k_c); pseudo-images x
    start from standard-normal noise and Adam minimises CE(y, softmax(T_k(x) / tau)). edgefl's
    images live in [0, 1], so x = sigmoid(v) with v ~ N(0, I) is what is optimised. Sensor
-   windows start 10x nearer the centre with 10x smaller steps (`base.inversion_defaults`):
-   from the paper's start they came out as noise the teachers ignore, and the student learnt
-   that noise means "still" (bench/results/datafree_hapt.md).
+   windows start 10x nearer the centre with 10x smaller steps (`init_std`, `inversion_lr`:
+   defaults by input): from the paper's start they came out as noise the teachers ignore, and
+   the student learnt that noise means "still" (bench/results/datafree_hapt.md).
 3. All teachers' pseudo-images are pooled and labelled by the mean over ALL teachers of
    softmax(T(x) / tau).
    With `mix` (ours, on): as many mixes of random pairs of them join, labelled the same way
@@ -39,7 +39,6 @@ from edgefl.fusion.base import (
     FusionContext,
     FusionResult,
     Method,
-    inversion_defaults,
     invert,
     largest_remainder,
     pair_mixes,
@@ -47,7 +46,6 @@ from edgefl.fusion.base import (
     shuffled_epochs,
 )
 from edgefl.fusion.options import option
-from edgefl.models.zoo import input_kind
 
 
 @dataclass(frozen=True)
@@ -66,21 +64,36 @@ class PFedZKDConfig(FusionConfig):
     inversion_steps: int = option(
         200, "Adam steps per inversion batch (ours; ZSKD used 1,500)", low=1
     )
-    inversion_lr: float = option(
-        0.0, "inversion Adam learning rate (ours; 0: by input, 0.1 images, 0.01 windows)", low=0
+    # Real HAPT windows vary by 0.004 (still) to 0.05 (walking) around the centre of [0, 1], with
+    # steps of 0.001-0.02 between samples; inverted from N(0, I) with Adam 0.1 they varied by
+    # 0.13-0.28 with white-noise steps, the still classes' as much as the walking ones', and a
+    # student taught on them took every walking window for a still one (walking recall 5%). A
+    # start 10x nearer the centre and 10x smaller steps leave only what the teacher asks for.
+    inversion_lr: float | None = option(
+        None,
+        "inversion Adam learning rate (ours)",
+        by_input={"image": 0.1, "signal": 0.01},
+        low=0,
+        low_open=True,
     )
-    # Sec. 4.1.2's N(0, I) start; windows need one near their range's centre (base.invert).
-    init_std: float = option(
-        0.0, "std of the inversion's start v (0: by input, 1 images, 0.1 windows)", low=0
+    # Sec. 4.1.2's N(0, I) start on images; windows start near their range's centre.
+    init_std: float | None = option(
+        None,
+        "std of the inversion's start v",
+        by_input={"image": 1.0, "signal": 0.1},
+        low=0,
     )
     # Inverted from the teacher's loss alone, windows come out as white noise (neighbouring samples
     # 0.06-0.1 apart; real ones 0.001-0.02) and the student learns features no real window has
     # (bench/results/datafree_hapt.md). Real sampled signals are smooth in time: a prior says so.
     # Digits are strokes: the same prior on images blurs them (MNIST Dir(0.5) seed 0, weight 1: 84.12 -> 56.92).
+    # Windows: HAPT, 18 users, seeds 0-2: 70.3 +- 5.5 -> 74.1 +- 0.5 with weight 1
+    # (bench/results/datafree_hapt_smooth.md); images keep the paper's inversion (0).
     smooth: float | None = option(
         None,
         "weight of the smoothness prior on pseudo-images (squared steps between "
-        "neighbouring values; default by input: 1 on windows, 0 on images, the paper's)",
+        "neighbouring values)",
+        by_input={"image": 0.0, "signal": 1.0},
         low=0,
     )
     similarity_floor: float = option(
@@ -106,12 +119,6 @@ class PFedZKDConfig(FusionConfig):
     )
     batch_size: int = option(64, "batch size (the paper's)", low=1)
     max_teachers: int = option(MAX_TEACHERS, MAX_TEACHERS_HELP, low=0)
-
-
-def smoothness_default(input_shape) -> float:
-    """pFedZKD's `smooth` by the kind of input: windows 1 (HAPT, 18 users, seeds 0-2: 70.3 +- 5.5
-    -> 74.1 +- 0.5, bench/results/datafree_hapt_smooth.md), images 0 (the paper's inversion)."""
-    return 1.0 if input_kind(tuple(input_shape)) == "signal" else 0.0
 
 
 def class_similarity(head: nn.Linear, floor: float) -> torch.Tensor:
@@ -181,9 +188,6 @@ def synthesize(teachers: list[Upload], ctx: FusionContext, cfg: PFedZKDConfig):
     rng = np.random.default_rng(cfg.seed)
     gen = torch.Generator().manual_seed(cfg.seed)
     xs, ys, stats = [], [], []
-    init_std, lr = inversion_defaults(ctx.input_shape)
-    init_std, lr = cfg.init_std or init_std, cfg.inversion_lr or lr
-    smooth = smoothness_default(ctx.input_shape) if cfg.smooth is None else cfg.smooth
     ctx.progress("inversion teacher", 0, len(teachers))
     for k, t in enumerate(teachers):
         module = t.module  # once: a parked upload's is read from disk at each access
@@ -207,12 +211,12 @@ def synthesize(teachers: list[Upload], ctx: FusionContext, cfg: PFedZKDConfig):
             targets,
             ctx.input_shape,
             steps=cfg.inversion_steps,
-            lr=lr,
+            lr=cfg.inversion_lr,
             tau=cfg.tau,
             gen=gen,
             device=ctx.device,
-            init_std=init_std,
-            smooth=smooth,
+            init_std=cfg.init_std,
+            smooth=cfg.smooth,
         )
         with torch.no_grad():
             pred = module(x.to(ctx.device)).argmax(1).cpu()

@@ -50,6 +50,11 @@ class ZooEntry:
     inputs: tuple[str, ...] = ("image",)
 
 
+# The kinds of input the zoo's models read (and method options may default by): images, and
+# windows of sensor channels. A feature vector stored as (D, 1, 1) reads as a 1x1 image.
+INPUT_KINDS = ("image", "signal")
+
+
 def input_kind(input_shape) -> str:
     """Windows of sensor channels are stored as (C, 1, L); anything else is an image."""
     return "signal" if input_shape[1] == 1 and input_shape[2] > 1 else "image"

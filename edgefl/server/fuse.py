@@ -36,6 +36,7 @@ from edgefl.chance import global_warning, near_chance
 from edgefl.errors import ConfigError, EdgeflError, FusionError
 from edgefl.fusion import METHODS
 from edgefl.fusion.base import FusionConfig, FusionContext, FusionResult, Method, over_caps
+from edgefl.fusion.options import effective
 from edgefl.fusion.public_set import PublicSetConfig
 from edgefl.fusion.robust import apply as apply_screen
 from edgefl.fusion.robust import judge as judge_screen
@@ -581,6 +582,9 @@ class _Used:
 def _fuse_planned(p: Planned, run: FuseRun):
     start = time.perf_counter()
     used = _used(p, run)
+    # The method runs, and its report and model record, the options in effect for this input
+    # (those that default by input kind set), never an unset one.
+    p = replace(p, config=effective(p.config, used.usable[0].meta["input_shape"]))
     run.log(
         f"{p.method.name}: {len(used.usable)} upload(s) used; {len(run.found.rejected)} rejected"
         + (f"; {len(used.screened)} screened out" if used.screened else "")

@@ -70,10 +70,12 @@ def finished(cjob: ClientJob) -> dict | None:
     return row
 
 
-def reuse_global(method: str, options: dict, report: Path) -> dict:
-    """A finished global model is reused only if it was fused with the same configuration."""
+def reuse_global(method: str, options: dict, report: Path, input_shape) -> dict:
+    """A finished global model is reused only if it was fused with the same configuration (as
+    in effect on the task's `input_shape`: the report records the options a method ran with)."""
     done = json.loads(report.read_text())
-    want = json.loads(json.dumps(METHODS.get(method).make_config(options).as_dict(), default=str))
+    cfg = METHODS.get(method).effective_config(options, input_shape)
+    want = json.loads(json.dumps(cfg.as_dict(), default=str))
     have = done.get("config", {})
     diff = sorted(k for k in want.keys() | have.keys() if want.get(k) != have.get(k))
     if diff:

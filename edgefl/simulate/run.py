@@ -270,6 +270,10 @@ def _roles(job: SimJob) -> tuple[list[str], dict[str, str], dict[str, str]]:
     return profiles, models, roles
 
 
+def _input_shape(job: SimJob) -> tuple[int, ...]:
+    return tuple(DATASETS.get(job.dataset).input_shape)
+
+
 def client_jobs(job: SimJob) -> list[ClientJob]:
     profiles, models, roles = _roles(job)
     train_device = resolve_device(job.train_device, "--train-device").type
@@ -438,7 +442,7 @@ def check_resumable(job: SimJob) -> None:
         model = Path(job.out) / "global" / f"{name}.onnx"
         report = model.with_suffix(".json")
         if METHODS.get(name).judged == "global" and model.exists() and report.exists():
-            reuse_global(name, method_options(job, name), report)
+            reuse_global(name, method_options(job, name), report, _input_shape(job))
 
 
 def fuse_all(
@@ -470,7 +474,8 @@ def fuse_all(
         report = model.with_suffix(".json")
         done = [model, report] + [path for _, path in (classes.targets(model) if classes else [])]
         if all(path.exists() for path in done):
-            reports[name] = reuse_global(name, options, report) | {"reused": True}
+            reports[name] = reuse_global(name, options, report, _input_shape(job))
+            reports[name]["reused"] = True
             log(f"reusing finished {name}")
             continue
         folder = upload_folder(out, method.consumes)
