@@ -108,6 +108,65 @@ def test_infer_classifier(cli, artifacts, tmp_path):
     assert r.exit_code == 0 and r.output.startswith("0: ") and "(p=" in r.output
 
 
+def _ort_probabilities(path: Path, x: np.ndarray) -> tuple[np.ndarray, list[str]]:
+    """An independent reading: onnxruntime and numpy on the file, no edgefl code between."""
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    names = json.loads(session.get_modelmeta().custom_metadata_map["edgefl"])["class_names"]
+    (feed,) = session.get_inputs()
+    logits = session.run(None, {feed.name: x})[0].astype(np.float64)
+    e = np.exp(logits - logits.max(1, keepdims=True))
+    return e / e.sum(1, keepdims=True), names
+
+
+@pytest.fixture(scope="module")
+def classifier(tmp_path_factory):
+    """A classifier trained long enough to tell digits apart (a one-epoch wristband shard's
+    says one class to every input, which no comparison of predictions can fault)."""
+    job = ClientJob(
+        profile="smartphone",
+        dataset="digits",
+        out_dir=str(tmp_path_factory.mktemp("classifier")),
+        num_clients=1,
+        partition="iid",
+        epochs=3,
+        model="scnn:width=8",
+    )
+    return run_client(job).path
+
+
+def test_infer_agrees_with_onnxruntime_run_directly(cli, classifier, tmp_path):
+    """What `edgefl infer` prints and returns is what onnxruntime computes on the same file and
+    inputs: real digits, more than one of infer's 256-row chunks, float and uint8 input."""
+    from edgefl.data import load_dataset
+
+    clf = classifier
+    x = np.asarray(load_dataset("digits", "test").x[:300], dtype=np.float32)  # (300, 1, 8, 8)
+    want, names = _ort_probabilities(clf, x)
+    assert len(set(want.argmax(1).tolist())) > 3  # a test that can tell classes apart
+    np.save(tmp_path / "x.npy", x)
+    r = cli("infer", str(clf), "--input", str(tmp_path / "x.npy"), "--json")
+    assert r.exit_code == 0, r.output
+    got = json.loads(r.stdout)
+    np.testing.assert_allclose(np.array(got["probabilities"]), want, atol=1e-5)
+    assert got["predictions"] == [names[k] for k in want.argmax(1)]
+    # The human lines: one per sample, its top class and that class's probability.
+    r = cli("infer", str(clf), "--input", str(tmp_path / "x.npy"))
+    assert r.exit_code == 0, r.output
+    lines = r.output.splitlines()
+    assert lines == [
+        f"{i}: {names[k]} (p={want[i, k]:.3f})" for i, k in enumerate(want.argmax(1))
+    ], lines[:5]
+    # uint8 pixels are x / 255 to the model: the same as onnxruntime on the scaled floats.
+    pixels = (x[:40] * 255).round().astype(np.uint8)
+    np.save(tmp_path / "u8.npy", pixels)
+    r = cli("infer", str(clf), "--input", str(tmp_path / "u8.npy"), "--json")
+    assert r.exit_code == 0, r.output
+    want8, _ = _ort_probabilities(clf, pixels.astype(np.float32) / 255)
+    np.testing.assert_allclose(np.array(json.loads(r.stdout)["probabilities"]), want8, atol=1e-5)
+
+
 def test_infer_decoder(cli, artifacts, tmp_path):
     _, dec = artifacts
     np.save(tmp_path / "labels.npy", np.array([0, 3, 9]))
