@@ -109,14 +109,47 @@ def test_cli_bad_mix(cli, tmp_path):
     assert r.exit_code == 2 and "--budget must be one of cpu, paper, code" in r.output
 
 
-def test_cli_budget_under_the_users_options(cli, tmp_path, monkeypatch):
-    seen = {}
-    monkeypatch.setattr(
-        sim,
-        "simulate",
-        lambda job, log=None, progress=None, trainer=None: seen.setdefault("job", job) and {},
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory) -> dict:
+    """What `simulate` returns for a real (tiny) run: the structure the CLI prints."""
+    out = tmp_path_factory.mktemp("finished") / "run"
+    return simulate(
+        tiny(out, methods=("fedavg", "ensemble"), classifier_epochs=1, generator_epochs=1)
     )
-    cli(
+
+
+def printed_summary_problems(output: str, results: dict) -> list[str]:
+    """What the CLI's summary of `results` must show, missing from `output` (empty: all there):
+    each method's row with its accuracy and the paper's, each client, where the results are."""
+    from edgefl.simulate.render import accuracy_text
+
+    lines = output.splitlines()
+    problems = []
+    for r in results["results"]:
+        paper = f"{r['paper']:.2f}" if r.get("paper") is not None else "-"
+        if not any(r["method"] in ln and accuracy_text(r) in ln and paper in ln for ln in lines):
+            problems.append(f"no row {r['method']} {accuracy_text(r)} {paper}")
+    for c in results["clients"]:
+        if not any(c["client_id"] in ln and c["model"] in ln for ln in lines):
+            problems.append(f"no client row {c['client_id']} {c['model']}")
+    flat = "".join(output.split())  # rich wraps a long path wherever the width ends
+    if "".join(f"results in {results['job']['out']}/results.md".split()) not in flat:
+        problems.append("no 'results in .../results.md'")
+    return problems
+
+
+def test_cli_budget_under_the_users_options(cli, tmp_path, monkeypatch, finished_run):
+    """The budget's options under the user's reach the job; the stand-in returns a real run's
+    results, so the command must print them (a stub returning {} hid a KeyError there)."""
+    seen = {}
+
+    def stand_in(job, log=None, progress=None, trainer=None):
+        seen["job"] = job
+        return finished_run
+
+    monkeypatch.setattr(sim, "simulate", stand_in)
+    assert finished_run["results"] and all(0 <= r["accuracy"] <= 1 for r in finished_run["results"])
+    r = cli(
         "simulate",
         "--methods",
         "fedavg,dense",
@@ -127,12 +160,14 @@ def test_cli_budget_under_the_users_options(cli, tmp_path, monkeypatch):
         "--out",
         str(tmp_path),
     )
+    assert r.exit_code == 0 and "Traceback" not in r.output, r.output
+    assert printed_summary_problems(r.output, finished_run) == [], r.output
     opts = seen["job"].fuse_options
     assert opts["dense"]["epochs"] == 3  # the user's
     assert opts["dense"]["gen_steps"] == 30 and opts["dense"]["pool_every_step"] is False
     assert opts.get("fedavg", {}) == {}  # no paper budget: its defaults are the paper's
     seen.clear()
-    cli(
+    r = cli(
         "simulate",
         "--methods",
         "fedmho,fedmho-sd,dense",
@@ -143,6 +178,7 @@ def test_cli_budget_under_the_users_options(cli, tmp_path, monkeypatch):
         "--out",
         str(tmp_path),
     )
+    assert r.exit_code == 0 and printed_summary_problems(r.output, finished_run) == [], r.output
     opts = seen["job"].fuse_options
     assert opts["fedmho"]["epochs"] == 20 and opts["fedmho-sd"]["epochs"] == 4  # code; user's
     assert opts["dense"]["gen_steps"] == 30  # no code divergence: its paper budget
