@@ -12,7 +12,8 @@ import pytest
 import torch
 
 from edgefl.client.run import ClientJob, run_client
-from edgefl.fusion.base import inversion_defaults, invert
+from edgefl.fusion import METHODS
+from edgefl.fusion.base import invert
 from edgefl.fusion.fedhydra import declared_skew, stratification_weights
 from edgefl.server.fuse import FuseJob, run_fuse
 
@@ -112,9 +113,11 @@ def test_inverted_windows_keep_only_the_variation_the_teacher_asks_for(phones):
         )
         return float(x.diff(dim=-1).abs().mean())
 
-    assert inversion_defaults((1, 28, 28)) == (1.0, 0.1)
+    on_images = METHODS.get("pfedzkd").effective_config({}, (1, 28, 28))
+    assert (on_images.init_std, on_images.inversion_lr) == (1.0, 0.1)  # the paper's start
+    on_windows = METHODS.get("pfedzkd").effective_config({}, SHAPE)
     # Real HAPT windows: mean step between samples 0.001 (still) to 0.02 (walking).
-    assert steps(*inversion_defaults(SHAPE)) < 0.06 and steps(1.0, 0.1) > 0.15
+    assert steps(on_windows.init_std, on_windows.inversion_lr) < 0.06 and steps(1.0, 0.1) > 0.15
 
 
 def test_roughness_counts_neighbours_along_every_spatial_axis_of_more_than_one():
@@ -134,12 +137,12 @@ def test_the_smoothness_prior_leaves_windows_as_smooth_as_real_ones(phones):
     (0.001-0.02) while the teacher's loss still falls. Images keep the paper's inversion."""
     from torch.nn import functional as F
 
-    from edgefl.fusion.pfedzkd import smoothness_default
     from edgefl.server.ingest import ingest
 
     teacher = ingest(phones, max_upload_bytes=10**8).uploads[0].module
     targets = torch.eye(6).repeat_interleave(4, 0)
-    init_std, lr = inversion_defaults(SHAPE)
+    on_windows = METHODS.get("pfedzkd").effective_config({}, SHAPE)
+    init_std, lr = on_windows.init_std, on_windows.inversion_lr
 
     def invert_with(smooth, steps=100):
         gen = torch.Generator().manual_seed(0)
@@ -160,11 +163,11 @@ def test_the_smoothness_prior_leaves_windows_as_smooth_as_real_ones(phones):
         with torch.no_grad():
             return float(-(targets * F.log_softmax(teacher(x) / 4.0, dim=1)).sum(1).mean())
 
-    assert smoothness_default((1, 28, 28)) == 0.0
+    assert METHODS.get("pfedzkd").effective_config({}, (1, 28, 28)).smooth == 0.0
     start, rough, smooth = (
         invert_with(0.0, steps=0),
         invert_with(0.0),
-        invert_with(smoothness_default(SHAPE)),
+        invert_with(on_windows.smooth),
     )
     step = lambda x: float(x.diff(dim=-1).abs().mean())  # noqa: E731
     assert step(smooth) < 0.02 < step(rough)

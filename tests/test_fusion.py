@@ -559,7 +559,8 @@ def test_fedmho_teachers(uploads, monkeypatch):
 
     def run(name, **opts):
         method = METHODS.get(name)
-        return method.fuse(ctx, method.make_config(dict(synthetic=200, epochs=2) | opts))
+        opts = dict(synthetic=200, epochs=2) | opts
+        return method.fuse(ctx, method.effective_config(opts, ctx.input_shape))
 
     result = run("fedmho-sd", lam=0.0, lr=1e-7)
     x = seen["x"]
@@ -587,9 +588,11 @@ def test_fedmho_defaults_follow_the_input():
     """The paper's lr and no jitter on images; on sensor windows the clients' rotation and a
     step that moves off w0 (bench/results/fedmho_windows.md). An explicit value always wins."""
     image, window = (1, 28, 28), (3, 1, 128)
-    assert fedmho.learning_rate(None, image) == 1e-5
-    assert fedmho.learning_rate(None, window) == 1e-3
-    assert fedmho.learning_rate(3e-4, image) == fedmho.learning_rate(3e-4, window) == 3e-4
+    method = METHODS.get("fedmho")
+    assert method.effective_config({}, image).lr == 1e-5
+    assert method.effective_config({}, window).lr == 1e-3
+    assert method.effective_config({"lr": 3e-4}, image).lr == 3e-4
+    assert method.effective_config({"lr": 3e-4}, window).lr == 3e-4
     assert student_jitter("clients", image) == "none"
     assert student_jitter("clients", window) == "rotate"
     assert student_jitter("none", window) == "none"

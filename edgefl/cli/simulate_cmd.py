@@ -352,13 +352,17 @@ def _print_clients(results: dict) -> None:
     console.print(fitted(cols, rows, console.width, title="clients"))
 
 
-def demo_options(method, input_shape) -> dict:
+def demo_options(method, input_shape, epochs: int = 10, synthetic: int = 3000) -> dict:
     """A few minutes on a laptop: fewer synthetic samples and epochs. Classifiers as small as
     the demo's (<10k parameters) barely move at a global lr below 1e-4 such as FedMHO's paper
     1e-5 on images (bench/README.md): the demo fuses them at 1e-4. The lr compared is the one
     the method would run with on this input (`Method.effective_config`), never a default read
     off its config class, which may be unset until the input is known."""
-    small = {k: v for k, v in (("epochs", 10), ("synthetic", 3000)) if k in method.option_names()}
+    small = {
+        k: v
+        for k, v in (("epochs", epochs), ("synthetic", synthetic))
+        if k in method.option_names()
+    }
     cfg = method.effective_config(small, input_shape)
     if getattr(cfg, "lr", None) is not None and cfg.lr < 1e-4:
         small["lr"] = 1e-4
@@ -368,6 +372,13 @@ def demo_options(method, input_shape) -> dict:
 def demo_cmd(
     out: str = typer.Option("runs/demo", "--out", help="Run directory." + MAKES_FOLDERS),
     jobs: int = typer.Option(2, help="Parallel client workers."),
+    quick: bool = typer.Option(
+        False,
+        "--quick",
+        help="A smoke-sized federation (3,000 digits, 10-15 local and 5 global epochs, 1,000 "
+        "synthetic samples): every step and file of the demo in about half a minute, to "
+        "check an install; its accuracies are far below the full demo's.",
+    ),
 ) -> None:
     """A small MNIST federation end to end (plans, clients, every FedMHO-paper method)."""
     from edgefl.cli.client_cmd import print_plan
@@ -379,6 +390,8 @@ def demo_cmd(
     from edgefl.simulate.run import SimJob, simulate
 
     check_writable(out, "--out", "runs/demo", folder_ok=True)  # before any work
+    scale = (5, 1000) if quick else (10, 3000)  # global epochs, synthetic samples
+    subset = 3_000 if quick else 12_000
 
     console.rule("1. What each device can afford (MNIST)")
     info, cap = dataset_info("mnist"), 500_000
@@ -395,7 +408,8 @@ def demo_cmd(
             f"{small.spec.label} (<= {cap:,} MACs, --max-classifier-macs) so that 2 cores finish "
             "in minutes. The wristbands train the generator their budget allows. The paper "
             "column is the FedMHO paper's Table 3 for this setting (MNIST, 10 clients, Dir(0.5), "
-            "full data and budget); the demo uses 12,000 digits and a few epochs, so expect less."
+            f"full data and budget); the demo uses {subset:,} digits and a few epochs, so expect "
+            "less."
         )
     job = SimJob(
         dataset="mnist",
@@ -404,11 +418,13 @@ def demo_cmd(
         mix="smartphone:5,wristband:5",
         out=out,
         jobs=jobs,
-        subset=12_000,
-        classifier_epochs=5,
-        generator_epochs=15,
+        subset=subset,
+        classifier_epochs=15 if quick else 5,
+        generator_epochs=10 if quick else 15,
         max_classifier_macs=cap,
-        fuse_options={m: demo_options(METHODS.get(m), info.input_shape) for m in DEFAULT_METHODS},
+        fuse_options={
+            m: demo_options(METHODS.get(m), info.input_shape, *scale) for m in DEFAULT_METHODS
+        },
     )
     with reporter() as watch:
         results = simulate(job, log=watch.message, progress=watch)
