@@ -4,8 +4,10 @@ numbers beside the paper's with the gap, and refuses bad input with exit 2 befor
 
 import json
 from dataclasses import fields, replace
+from pathlib import Path
 
 import pytest
+from reported import onnx_accuracy
 
 from edgefl.data.partition import parse_scheme
 from edgefl.data.registry import DATASETS
@@ -168,6 +170,57 @@ def test_reproduce_end_to_end_then_skips_finished_cells(cli, tmp_path, tiny_tabl
     assert (out / "table-fedmho-federation.md").exists() and (out / "table.md").exists()
 
 
+def test_one_cell_of_the_shipped_table3_at_the_smoke_budget(cli, tmp_path):
+    """The shipped fedmho-table3 itself (not a test's copy), one cell at its `smoke` budget,
+    through the command a user types: the table it writes holds the accuracy the cell's global
+    model scores on MNIST's test split and the paper's FedMHO number beside it."""
+    out = tmp_path / "t3"
+    args = ["fedmho-table3", "--budget", "smoke", "--methods", "fedmho", "--out", str(out)]
+    r = cli("reproduce", *args)
+    assert r.exit_code == 0, r.output
+    assert "[1/1] fedmho dirichlet:0.5 seed 0" in r.output and "Traceback" not in r.output
+    summary = json.loads((out / "table.json").read_text())
+    assert (summary["table"], summary["budget"]["name"]) == ("fedmho-table3", "smoke")
+    assert [(row["method"], row["setting"]) for row in summary["rows"]] == [("fedmho", "fedmho")]
+    (record,) = summary["cells"]
+    assert [c["model"] for c in record["clients"]] == ["scnn(hidden=128,width=16)"] * 5 + [
+        "cvae-small"
+    ] * 5  # the table's FedMHO setting, VGG-9 replaced as the budget says
+    cell = summary["rows"][0]["partitions"]["dirichlet:0.5"]
+    # A real accuracy: the cell's global model file, read back and scored on MNIST's test split.
+    run = Path(record["dir"])
+    scored = 100 * onnx_accuracy(run / "global" / "fedmho.onnx", "mnist:test")
+    assert 0 <= cell["mean"] <= 100 and cell["n"] == 1
+    assert cell["mean"] == pytest.approx(scored, abs=0.01)
+    # The paper's number is the shipped one (FedMHO Table 3, MNIST Dir(0.5)), the gap ours - it.
+    assert cell["paper"] == 93.45 == paper_reference("mnist", "dirichlet:0.5", 10)["fedmho"]
+    assert cell["gap"] == pytest.approx(cell["mean"] - 93.45)
+    md = (out / "table.md").read_text()
+    row = f"| fedmho | fedmho | {cell['mean']:.2f} +- 0.00 (n=1) | 93.45 | {cell['gap']:+.2f} |"
+    assert row in md, md
+    assert "--budget smoke --methods fedmho" in md and "not a result" in md
+    assert (out / "table.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # The printed table: the same row, and every reduction the budget names.
+    flat = " ".join(r.output.split())
+    assert f"{cell['mean']:.2f} +- 0.00 (n=1) │ 93.45 │ {cell['gap']:+.2f}" in flat, r.output
+    for reduction in FEDMHO_TABLE3.budgets["smoke"].reductions:
+        assert f"reduced: {' '.join(reduction.split())}" in flat
+
+
+def test_methods_picks_rows_and_their_settings_only(tmp_path):
+    t = FEDMHO_TABLE3
+    job = ReproduceJob(table=t.name, budget="smoke", out=str(tmp_path), methods=("dense", "fedmho"))
+    todo = cells(job, t, t.budgets["smoke"])
+    assert [(c.setting, c.sim.methods) for c in todo] == [
+        ("classifiers", ("dense",)),
+        ("fedmho", ("fedmho",)),
+    ]
+    assert todo[0].sim.fuse_options.keys() <= {"dense"}
+    summary = summarize(job, t, t.budgets["smoke"], [])
+    assert [r["method"] for r in summary["rows"]] == ["dense", "fedmho"]
+    assert [s["name"] for s in summary["settings"]] == ["classifiers", "fedmho"]
+
+
 def test_table_shows_the_gap_to_the_paper():
     t, b = FEDMHO_TABLE3, FEDMHO_TABLE3.budgets["cpu"]
     job = ReproduceJob(table=t.name, out="unused")
@@ -235,7 +288,9 @@ def test_errors_exit_2_before_any_work(cli, tmp_path, monkeypatch):
     a_file.write_text("")
     for args, message in (
         (["fedmho-tabel3"], "did you mean 'fedmho-table3'"),
-        (["fedmho-table3", "--budget", "gpu"], "--budget must be one of cpu, paper, code"),
+        (["fedmho-table3", "--budget", "gpu"], "--budget must be one of cpu, smoke, paper, code"),
+        (["fedmho-table3", "--methods", "fedmo"], "did you mean 'fedmho'"),
+        (["fedmho-table3", "--methods", ","], "--methods names no method"),
         (["fedmho-table3", "--out", str(a_file)], "is a file"),
         (["fedmho-table3", "--out", str(a_file / "sub")], "cannot be written"),
         (["fedmho-table3", "--federation", "fedmo"], "--federation must be own or one of"),

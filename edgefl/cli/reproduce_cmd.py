@@ -25,12 +25,18 @@ def _ints(text: str | None, flag: str) -> tuple[int, ...] | None:
         ) from None
 
 
+def _names(text: str | None) -> tuple[str, ...] | None:
+    return None if text is None else tuple(s.strip() for s in text.split(",") if s.strip())
+
+
 def reproduce_cmd(
     table: str | None = typer.Argument(None, help="Table to run; leave out to list them."),
     budget: str = typer.Option(
         "cpu",
-        help="cpu (2 cores, under an hour, reductions named) | paper (the paper's own) | code "
-        "(the paper's clients, each method's fusion as its authors' code runs it).",
+        help="cpu (2 cores, under an hour, reductions named) | smoke (minutes: one epoch on a "
+        "subset, checks the table runs; not a result) | paper (the paper's own) | code "
+        "(the paper's clients, each method's fusion as its authors' code runs it). "
+        "`edgefl reproduce` lists each table's.",
     ),
     out: str = typer.Option(
         "runs/reproduce", "--out", help="Folder for cells and the table." + MAKES_FOLDERS
@@ -43,6 +49,12 @@ def reproduce_cmd(
         "own",
         help="own: each method in its paper's client setting; a setting's name (e.g. "
         "fedmho): every method of the table on that one federation.",
+    ),
+    methods: str | None = typer.Option(
+        None,
+        help="Only these rows, e.g. fedmho,fedavg: each runs in its setting, and a setting "
+        "none of them is in does not run (default: every method of the table). One cell: "
+        "--methods fedmho --partitions dirichlet:0.5 --seeds 0.",
     ),
     jobs: int = typer.Option(1, help="Clients trained in parallel worker processes."),
     device: str = typer.Option("auto", help="Fusion device: auto | cpu | cuda."),
@@ -61,10 +73,9 @@ def reproduce_cmd(
         budget=budget,
         out=out,
         seeds=_ints(seeds, "--seeds"),
-        partitions=tuple(p.strip() for p in partitions.split(",") if p.strip())
-        if partitions
-        else None,
+        partitions=_names(partitions) or None,
         federation=federation,
+        methods=_names(methods),
         jobs=jobs,
         device=device,
         train_device=train_device,

@@ -60,6 +60,7 @@ def _heading(summary: dict) -> list[str]:
         "",
         f"`edgefl reproduce {summary['table']} --budget {b['name']}"
         + ("" if fed == "own" else f" --federation {fed}")
+        + (f" --methods {','.join(only)}" if (only := summary["job"].get("methods")) else "")
         + "`: "
         f"{summary['date_utc']} UTC, {summary['host']['cpu_count']} CPU cores"
         + (f", {summary['host']['cuda']}" if summary["host"]["cuda"] else "")

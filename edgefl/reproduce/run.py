@@ -23,7 +23,7 @@ import torch
 
 import exporters
 from edgefl.data.partition import parse_scheme
-from edgefl.errors import ConfigError
+from edgefl.errors import ConfigError, UnknownNameError
 from edgefl.fusion import paper_reference
 from edgefl.fusion.layering import layer
 from edgefl.reproduce.render import plot_table, table_markdown
@@ -44,6 +44,9 @@ class ReproduceJob:
     # "own": each method in its paper's setting; a setting's name: every method of the table
     # in that one federation (e.g. "fedmho": all methods on the FedMHO federation's uploads).
     federation: str = OWN
+    # Only these rows of the table (each in its setting; a setting none of them is in does not
+    # run); default: every method.
+    methods: tuple[str, ...] | None = None
     jobs: int = 1
     device: str = "auto"  # fusion
     train_device: str = "cpu"  # client training
@@ -78,6 +81,11 @@ def resolve(job: ReproduceJob) -> tuple[Table, Budget]:
             hint=f"{OWN}: each method in its paper's client setting; a setting: every method "
             "of the table on that setting's uploads",
         )
+    if job.methods is not None and not job.methods:
+        raise ConfigError("--methods names no method", hint=f"e.g. --methods {table.methods[0]}")
+    for m in job.methods or ():
+        if m not in table.methods:
+            raise UnknownNameError(f"method of {table.name}", m, table.methods)
     if job.jobs < 1:
         raise ConfigError(f"--jobs must be >= 1, got {job.jobs}", hint="e.g. --jobs 2")
     if job.seeds is not None and (not job.seeds or min(job.seeds) < 0):
@@ -112,13 +120,24 @@ def check_out_dir(out: str) -> None:
         ) from None
 
 
+def rows_of(job: ReproduceJob, table: Table) -> tuple[str, ...]:
+    """The table's methods this job reports (--methods), in the table's order."""
+    return tuple(m for m in table.methods if job.methods is None or m in job.methods)
+
+
 def cells(job: ReproduceJob, table: Table, budget: Budget) -> list[Cell]:
     settings = table.settings if job.federation == OWN else (table.setting(job.federation),)
+    rows = rows_of(job, table)
     out = []
     for setting in settings:
-        methods = setting.methods if job.federation == OWN else table.methods
+        methods = tuple(
+            m for m in (setting.methods if job.federation == OWN else rows) if m in rows
+        )
+        if not methods:  # --methods names none of this setting's rows
+            continue
         models = {prof: budget.substitutes.get(m, m) for prof, m in setting.models.items()}
-        extra = dict(budget.simulate)
+        # The table's public split unless the budget sets its own (a smaller subset's).
+        extra = {"public_size": table.public_size} | budget.simulate
         if not any(m.startswith(SEARCH) for m in models.values()):
             extra.pop("search_options", None)  # for the settings whose clients search
         fuse = layer(
@@ -141,7 +160,6 @@ def cells(job: ReproduceJob, table: Table, budget: Budget) -> list[Cell]:
                     device=job.device,
                     train_device=job.train_device,
                     client_models=models,
-                    public_size=table.public_size,
                     fuse_options=fuse,
                     data_dir=job.data_dir,
                     **extra,
@@ -243,7 +261,7 @@ def summarize(job: ReproduceJob, table: Table, budget: Budget, records: list[dic
     the paper's number (the method's registry reference) and the gap, ours - paper."""
     partitions = list(job.partitions or budget.partitions)
     rows = []
-    for m in table.methods:
+    for m in rows_of(job, table):
         setting = table.setting_of(m).name if job.federation == OWN else job.federation
         per = {p: _partition_summary(table, m, setting, p, records) for p in partitions}
         rows.append({"method": m, "setting": setting, "partitions": per})
@@ -265,7 +283,8 @@ def summarize(job: ReproduceJob, table: Table, budget: Budget, records: list[dic
                 "paper_models": s.models,
             }
             for s in table.settings
-            if job.federation in (OWN, s.name)
+            if job.federation == s.name
+            or (job.federation == OWN and set(s.methods) & set(rows_of(job, table)))
         ],
         "notes": list(table.notes),
         "rows": rows,

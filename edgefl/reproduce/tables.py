@@ -160,6 +160,41 @@ FEDMHO_TABLE3 = Table(
                 "fusion at each method's cpu budget (DENSE, Co-Boosting: 10 epochs, paper 200)",
             ),
         ),
+        "smoke": Budget(
+            name="smoke",
+            description="a check that the table runs end to end, not a result: one local epoch "
+            "and one fusion epoch on 3,000 digits",
+            partitions=("dirichlet:0.5",),
+            seeds=(0,),
+            estimate="under a minute a cell on 2 CPU cores; 3 cells, fewer with --methods",
+            substitutes={"vgg9": "scnn:width=16,hidden=128", "cvae-large": "cvae-mlp:hidden=512"},
+            simulate={
+                "subset": 3_000,
+                "public_size": 500,
+                "classifier_epochs": 1,
+                "generator_epochs": 1,
+                "classifier_optimizer": "sgd-momentum",
+                "generator_optimizer": "adam",
+                "classifier_batch_size": 64,
+                "generator_batch_size": 16,
+            },
+            fusion="cpu",
+            fuse_options={
+                **{
+                    m: {"epochs": 1, "synthetic": 600}
+                    for m in ("fedcvae-ens", "fedmho", "fedmho-md", "fedmho-sd", "fedmho-cw")
+                },
+                "feddf": {"epochs": 1},
+                "dense": {"epochs": 1, "gen_steps": 2},
+                "coboosting": {"epochs": 1, "gen_steps": 2},
+            },
+            reductions=(
+                "a smoke test, not the paper's setting: its numbers say the table runs",
+                "3,000 training digits (500 of them the public set), one seed, Dir(0.5) only",
+                "clients train 1 local epoch (VGG-9 and CVAE-large replaced as at --budget cpu)",
+                "fusion: 1 epoch, 600 synthetic samples, 2 generator steps where a method has them",
+            ),
+        ),
         "paper": Budget(
             name="paper",
             description="the paper's own settings (Table 7): a GPU job",
