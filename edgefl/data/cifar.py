@@ -58,6 +58,13 @@ def _names(meta: dict | None, key: str) -> tuple[str, ...] | None:
     return tuple(n.decode() if isinstance(n, bytes) else str(n) for n in meta[key])
 
 
+def has_cifar(name: str, root: Path) -> bool:
+    """The train split's files are under `root` where `load_cifar10`/`load_cifar100` read."""
+    if name == "cifar10":
+        return any((d / "data_batch_1").is_file() for d in (root, root / "cifar-10-batches-py"))
+    return any((d / "train").is_file() for d in (root / "cifar-100-python", root))
+
+
 def load_cifar10(split: str, root: Path):
     files = [f"data_batch_{i}" for i in range(1, 6)] if split == "train" else ["test_batch"]
     dirs = [root, root / "cifar-10-batches-py"]

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from edgefl.data import locate
 from edgefl.data._common import SPLITS, as_int_labels, check_label_range, frozen
 from edgefl.data.cifar import load_cifar10, load_cifar100
 from edgefl.data.digits import load_sklearn_digits
@@ -146,7 +147,8 @@ def parse_dataset_ref(ref: str | os.PathLike) -> tuple[str, str | None]:
 
 
 def default_data_dir() -> Path:
-    """Where file-based datasets are looked for when no data_dir is given."""
+    """Where `--download` puts a dataset's files when no data_dir is given (the first folder of
+    the search path, `edgefl.data.locate`)."""
     return Path(os.environ.get("EDGEFL_DATA_DIR", "data"))
 
 
@@ -214,13 +216,13 @@ def _load_registered(
     elif name == "digits":
         x, y = load_sklearn_digits(split)
     elif name in ("fmnist", "emnist"):
-        x, y = load_idx_dataset(name, split, root or default_data_dir())
+        x, y = load_idx_dataset(name, split, locate.require(name, root))
     elif name == "cifar10":
-        x, y, class_names = load_cifar10(split, root or default_data_dir())
+        x, y, class_names = load_cifar10(split, locate.require(name, root))
     elif name == "cifar100":
-        x, y, class_names = load_cifar100(split, root or default_data_dir())
+        x, y, class_names = load_cifar100(split, locate.require(name, root))
     elif name == "svhn":
-        x, y = load_svhn(split, root or default_data_dir())
+        x, y = load_svhn(split, locate.require(name, root))
     else:  # a registry entry without a loader is a bug in edgefl, not a user error
         raise NotImplementedError(f"no loader for registered dataset {name!r}")
     _check_loaded(name, split, x, y, info.input_shape, len(class_names))

@@ -89,6 +89,11 @@ def find_idx_files(name: str, split: str, root: Path) -> tuple[tuple[Path, Path]
     return None, wanted
 
 
+def has_idx_files(name: str, root: Path) -> bool:
+    """Both splits' four files are under `root` (in any folder `find_idx_files` reads)."""
+    return all(find_idx_files(name, split, root)[0] for split in ("train", "test"))
+
+
 def read_idx_pair(images: Path, labels: Path, transpose: bool = False):
     """Images (N, 1, H, W) in [0, 1] and int64 labels from one split's two IDX files."""
     x = read_idx(images)

@@ -26,6 +26,10 @@ class DatasetInfo:
     reference_classifier: str
     description: str
     builtin: bool  # loadable with no files from the user (offline)
+    # Where a system package puts the files: the apt package that provides them and its folder
+    # under /usr/share/datasets (`edgefl.data.locate` looks there after the user's folders).
+    package: str = ""
+    system_folder: str = ""
 
 
 DATASETS: Registry[DatasetInfo] = Registry("dataset")
@@ -92,8 +96,10 @@ _add(
     train_size=60_000,
     test_size=10_000,
     reference_classifier="vgg9",
-    description="Fashion-MNIST (IDX files in --data-dir)",
+    description="Fashion-MNIST (IDX files: Debian's dataset-fashion-mnist, or --data-dir)",
     builtin=False,
+    package="dataset-fashion-mnist",
+    system_folder="fashion-mnist",
 )
 _add(
     name="emnist",

@@ -18,6 +18,14 @@ def _first_existing(candidates: list[Path]) -> Path | None:
     return next((p for p in candidates if p.exists()), None)
 
 
+def has_svhn(root: Path) -> bool:
+    """The train split's .mat file is under `root` where `load_svhn` reads."""
+    return (
+        _first_existing([d / "train_32x32.mat" for d in (root, root / "svhn", root / "SVHN")])
+        is not None
+    )
+
+
 def load_svhn(split: str, root: Path) -> tuple[np.ndarray, np.ndarray]:
     from scipy.io import loadmat
 

@@ -1,0 +1,100 @@
+"""Datasets found without a flag (issue 56 item 1): --data-dir, else $EDGEFL_DATA_DIR, ./data,
+then the folder a system package installs (/usr/share/datasets/<folder>); `edgefl data list`
+says where each was found; a missing one is one message naming the package that provides it."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+from test_data import write_idx_set
+
+from edgefl.data import datasets, locate
+from edgefl.data.datasets import load_dataset
+from edgefl.errors import DataError
+
+SYSTEM = locate.SYSTEM_ROOT / "fashion-mnist"
+
+
+@pytest.fixture
+def roots(tmp_path, monkeypatch):
+    """An empty working folder, no $EDGEFL_DATA_DIR, and a system root of the test's own."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv(locate.ENV, raising=False)
+    monkeypatch.setattr(locate, "SYSTEM_ROOT", tmp_path / "system")
+    datasets._load_registered.cache_clear()
+    yield tmp_path
+    datasets._load_registered.cache_clear()
+
+
+def test_the_search_path_in_its_documented_order(roots, monkeypatch):
+    a, b = roots / "a", roots / "b"
+    monkeypatch.setenv(locate.ENV, f"{a}{os.pathsep}{b}")
+    system = roots / "system" / "fashion-mnist"
+    assert locate.search_path("fmnist") == [a, b, locate.Path("data"), system]
+    assert locate.search_path("svhn")[-1] == roots / "system" / "svhn"
+    assert locate.search_path("fmnist", data_dir=roots / "mine") == [roots / "mine"]
+
+
+def test_the_system_folder_is_found_with_no_flag(roots):
+    raw = write_idx_set(roots / "system" / "fashion-mnist", "", 12, 5, 10, gz=True)
+    assert locate.find("fmnist") == roots / "system" / "fashion-mnist"
+    train, test = load_dataset("fmnist"), load_dataset("fmnist:test")
+    assert train.x.shape == (12, 1, 28, 28) and len(test) == 5
+    assert np.array_equal(test.y, raw["test"][1])
+
+
+def test_the_users_folders_come_before_the_systems(roots, monkeypatch):
+    write_idx_set(roots / "system" / "fashion-mnist", "", 12, 5, 10)
+    write_idx_set(roots / "data", "", 7, 3, 10)
+    assert len(load_dataset("fmnist")) == 7  # ./data
+    write_idx_set(roots / "env", "", 9, 3, 10)
+    monkeypatch.setenv(locate.ENV, str(roots / "env"))
+    datasets._load_registered.cache_clear()
+    assert locate.find("fmnist") == roots / "env" and len(load_dataset("fmnist")) == 9
+    # A folder the user names is the only one read: its missing files are an error, not a cue
+    # to read another folder's.
+    with pytest.raises(DataError, match="train-images-idx3-ubyte"):
+        load_dataset("fmnist", data_dir=roots / "empty")
+
+
+def test_a_missing_dataset_is_one_message_naming_its_package(roots, cli):
+    with pytest.raises(DataError) as err:
+        load_dataset("fmnist")
+    assert str(roots / "system" / "fashion-mnist") in err.value.message
+    assert "apt-get install -y dataset-fashion-mnist" in err.value.hint
+    result = cli("data", "partition", "--dataset", "fmnist", "--num-clients", "3")
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert "dataset-fashion-mnist" in " ".join(result.output.split())
+    with pytest.raises(DataError) as err:
+        load_dataset("svhn")
+    assert "train_32x32.mat" in err.value.hint and "--data-dir" in err.value.hint
+
+
+def test_data_list_says_what_was_found_and_where(roots, cli):
+    write_idx_set(roots / "system" / "fashion-mnist", "", 12, 5, 10)
+    rows = {r["name"]: r for r in json.loads(cli("data", "list", "--json").output)}
+    assert rows["fmnist"]["found"] and rows["fmnist"]["path"] == str(
+        roots / "system" / "fashion-mnist"
+    )
+    assert rows["fmnist"]["package"] == "dataset-fashion-mnist"
+    assert not rows["svhn"]["found"] and rows["svhn"]["path"] is None
+    assert rows["svhn"]["looked_in"][-1] == str(roots / "system" / "svhn")
+    assert rows["mnist"]["found"] and rows["mnist"]["builtin"]
+    lines = cli("data", "list").output.splitlines()
+    svhn = next(line for line in lines if " svhn " in line)
+    assert "73,257" in svhn and "no (--data-dir)" in svhn
+    assert str(roots / "system" / "fashion-mnist") in " ".join(" ".join(lines).split())
+
+
+@pytest.mark.skipif(not SYSTEM.is_dir(), reason="dataset-fashion-mnist is not installed")
+def test_the_real_fashion_mnist_from_the_system_package():
+    """What `make setup` installs (Debian's dataset-fashion-mnist): the Zalando files whole."""
+    datasets._load_registered.cache_clear()
+    train, test = load_dataset("fmnist"), load_dataset("fmnist:test")
+    assert train.x.shape == (60_000, 1, 28, 28) and test.x.shape == (10_000, 1, 28, 28)
+    assert np.bincount(train.y).tolist() == [6_000] * 10
+    assert np.bincount(test.y).tolist() == [1_000] * 10
+    assert 0.25 < float(train.x.mean()) < 0.35  # grey clothes, not digits' mostly black
