@@ -20,6 +20,11 @@ ROOT = Path(__file__).resolve().parents[1]
 # Every input the registered datasets have (8x8 digits, 28x28 and 32x32x3 images, HAPT's
 # windows) and a feature vector, which edgefl stores as (D, 1, 1) and reads as an image.
 SHAPES = sorted({tuple(DATASETS.get(n).input_shape) for n in DATASETS.names()} | {(64, 1, 1)})
+# Each registered dataset with its input, and data no registry entry names (a user's .npz).
+TASKS = [(tuple(DATASETS.get(n).input_shape), n) for n in DATASETS.names()] + [
+    ((64, 1, 1), None),
+    ((1, 28, 28), "my-own.npz"),
+]
 BY_INPUT = {
     name: {key for key, _, opt in declared(METHODS.get(name).config_cls) if opt.by_input}
     for name in METHODS.names()
@@ -31,17 +36,18 @@ def test_the_shapes_cover_every_input_kind():
 
 
 @pytest.mark.parametrize("name", METHODS.names())
-@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
-def test_every_default_resolves_on_every_input(name, shape):
+@pytest.mark.parametrize(("shape", "dataset"), TASKS, ids=lambda t: str(t))
+def test_every_default_resolves_on_every_input(name, shape, dataset):
     method = METHODS.get(name)
-    cfg = method.effective_config({}, shape)
+    cfg = method.effective_config({}, shape, dataset)
     assert unset_by_input(cfg) == []
     for key in BY_INPUT[name]:
         opt = method.config_cls.__dataclass_fields__[key].metadata["option"]
-        assert getattr(cfg, key) == opt.default_for(input_kind(shape))
+        assert getattr(cfg, key) == opt.default_for(input_kind(shape), dataset)
     # Every budget's options resolve too (what `--budget paper|code` runs with).
     for budget in ("cpu", "paper", "code"):
-        assert unset_by_input(method.effective_config(method.budget_options(budget), shape)) == []
+        got = method.effective_config(method.budget_options(budget), shape, dataset)
+        assert unset_by_input(got) == []
 
 
 @pytest.mark.parametrize("name", METHODS.names())
@@ -64,6 +70,39 @@ def test_a_value_given_is_kept_and_the_by_input_default_fills_only_what_is_unset
     assert fedmho.effective_config({"lr": 3e-4}, (6, 1, 128)).lr == 3e-4
     cfg = fedmho.effective_config({}, (1, 28, 28))
     assert effective(cfg, (6, 1, 128)) is cfg  # nothing unset is left to fill
+
+
+@pytest.mark.parametrize("name", ["fedmho", "fedmho-md", "fedmho-sd"])
+def test_fedmho_takes_table_7_by_the_uploads_dataset(name):
+    """The paper's Table 7 per dataset (global lr, epochs, synthetic samples); MNIST's on other
+    images, 1e-3 on sensor windows (bench/results/fedmho_windows.md); a value given wins."""
+    method = METHODS.get(name)
+    got = {
+        dataset: (c.lr, c.epochs, c.synthetic)
+        for dataset in ("mnist", "fmnist", "svhn", "emnist", "hapt", None)
+        for c in [method.effective_config({}, DATASETS.get(dataset or "mnist").input_shape, dataset)]
+    }
+    assert got == {
+        "mnist": (1e-5, 10, 6000),
+        "fmnist": (5e-4, 20, 6000),
+        "svhn": (5e-5, 20, 6000),
+        "emnist": (5e-5, 30, 12000),
+        "hapt": (1e-3, 10, 6000),
+        None: (1e-5, 10, 6000),
+    }
+    given = method.effective_config({"lr": 1e-4, "epochs": 3}, (1, 28, 28), "fmnist")
+    assert (given.lr, given.epochs) == (1e-4, 3)
+    assert method.effective_config(method.budget_options("code"), (1, 28, 28), "mnist").epochs == 20
+
+
+def test_server_methods_shows_the_defaults_by_dataset(cli):
+    import json
+
+    opts = json.loads(cli("server", "methods", "fedmho", "--json").output)["options"]
+    assert opts["lr"]["by_dataset"] == {"fmnist": 5e-4, "svhn": 5e-5, "emnist": 5e-5}
+    assert opts["lr"]["by_input"] == {"image": 1e-5, "signal": 1e-3}
+    assert "5e-4 on fmnist" in opts["lr"]["help"].replace("0.0005", "5e-4")
+    assert opts["epochs"]["by_dataset"] == {"fmnist": 20, "svhn": 20, "emnist": 30}
 
 
 def test_a_by_input_declaration_must_cover_every_kind_and_obey_its_bounds():

@@ -352,7 +352,7 @@ def test_fuse_budget_code_is_the_authors_code(federation, tmp_path):
     assert rep["config"]["epochs"] == 2
     out = run("server", "methods", "fedmho", env={"COLUMNS": "200"}).output
     shown = flat("".join(" " if 0x2500 <= ord(c) <= 0x257F else c for c in out))  # no borders
-    assert "cpu paper code" in shown and "--epochs 10 10 20" in shown
+    assert "cpu paper code" in shown and "--epochs by dataset by dataset 20" in shown
     assert "code vs paper: the code's CNN prototype ends in a Softmax" in shown
     assert "keeps a random 80% of each class" in shown
     plain = flat(run("server", "methods", "fedavg").output)
@@ -362,7 +362,7 @@ def test_fuse_budget_code_is_the_authors_code(federation, tmp_path):
 def test_an_option_unset_by_default_is_shown_and_hinted_as_unset(tmp_path):
     """FedMHO's lr is chosen by the input when unset: never shown as a value to type (None)."""
     out = run("server", "methods", "fedmho", env={"COLUMNS": "200"}).output
-    assert "--lr unset" in flat("".join(" " if 0x2500 <= ord(c) <= 0x257F else c for c in out))
+    assert "--lr by dataset" in flat("".join(" " if 0x2500 <= ord(c) <= 0x257F else c for c in out))
     from edgefl.errors import ConfigError
     from edgefl.fusion import METHODS
     from edgefl.fusion.options import validate

@@ -434,7 +434,10 @@ def _print_budgets(r: dict) -> None:
         cols = [Col("option", right=False)] + [Col(b, right=False, wrap=True) for b in budgets]
         cells = [
             ["--" + flag(k)]
-            + [escape(_shown(over.get(k, r["options"][k]["default"]))) for over in budgets.values()]
+            + [
+                escape(_value(over[k]) if k in over else _shown(r["options"][k]))
+                for over in budgets.values()
+            ]
             for k in changed
         ]
         console.print(fitted(cols, cells, console.width, title="--budget NAME"))
@@ -444,10 +447,18 @@ def _print_budgets(r: dict) -> None:
         console.print(f"  code vs paper: {escape(d)}")
 
 
-def _shown(default) -> str:
-    """An option's default as a user would type it; None is "unset" (its help says what the
-    method then does), never a value to pass."""
-    return "unset" if default is None else repr(default)
+def _shown(option: dict) -> str:
+    """An option's default as a user would type it; one set by the data says so ("by dataset",
+    "by input": its help gives the values), another None is "unset", never a value to pass."""
+    if option.get("by_dataset"):
+        return "by dataset"
+    if option.get("by_input"):
+        return "by input"
+    return _value(option["default"])
+
+
+def _value(value) -> str:
+    return "unset" if value is None else repr(value)
 
 
 def _print_method(r: dict) -> None:
@@ -462,7 +473,7 @@ def _print_method(r: dict) -> None:
         Col("what", right=False, wrap=True),
     ]
     cells = [
-        [o["flag"], escape(_shown(o["default"])), escape(o["constraint"]), escape(o["help"])]
+        [o["flag"], escape(_shown(o)), escape(o["constraint"]), escape(o["help"])]
         for o in r["options"].values()
     ]
     console.print(

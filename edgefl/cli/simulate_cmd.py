@@ -352,7 +352,9 @@ def _print_clients(results: dict) -> None:
     console.print(fitted(cols, rows, console.width, title="clients"))
 
 
-def demo_options(method, input_shape, epochs: int = 10, synthetic: int = 3000) -> dict:
+def demo_options(
+    method, input_shape, epochs: int = 10, synthetic: int = 3000, dataset: str | None = None
+) -> dict:
     """A few minutes on a laptop: fewer synthetic samples and epochs. Classifiers as small as
     the demo's (<10k parameters) barely move at a global lr below 1e-4 such as FedMHO's paper
     1e-5 on images (bench/README.md): the demo fuses them at 1e-4. The lr compared is the one
@@ -363,7 +365,7 @@ def demo_options(method, input_shape, epochs: int = 10, synthetic: int = 3000) -
         for k, v in (("epochs", epochs), ("synthetic", synthetic))
         if k in method.option_names()
     }
-    cfg = method.effective_config(small, input_shape)
+    cfg = method.effective_config(small, input_shape, dataset)
     if getattr(cfg, "lr", None) is not None and cfg.lr < 1e-4:
         small["lr"] = 1e-4
     return small
@@ -423,7 +425,8 @@ def demo_cmd(
         generator_epochs=10 if quick else 15,
         max_classifier_macs=cap,
         fuse_options={
-            m: demo_options(METHODS.get(m), info.input_shape, *scale) for m in DEFAULT_METHODS
+            m: demo_options(METHODS.get(m), info.input_shape, *scale, dataset="mnist")
+            for m in DEFAULT_METHODS
         },
     )
     with reporter() as watch:

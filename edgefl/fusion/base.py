@@ -186,10 +186,13 @@ class Method:
             )
         return replace(self.config_cls(), **overrides)
 
-    def effective_config(self, overrides: dict[str, Any], input_shape) -> FusionConfig:
-        """The config this method runs with on inputs of `input_shape`: `overrides` over its
-        defaults, each option that defaults by input set for this input (`options.effective`)."""
-        return effective(self.make_config(overrides), input_shape)
+    def effective_config(
+        self, overrides: dict[str, Any], input_shape, dataset: str | None = None
+    ) -> FusionConfig:
+        """The config this method runs with on inputs of `input_shape` from `dataset`:
+        `overrides` over its defaults, each option that defaults by data set for this input
+        and dataset (`options.effective`)."""
+        return effective(self.make_config(overrides), input_shape, dataset)
 
     def teacher_cap(self, cfg: FusionConfig) -> int:
         """The most classifier uploads `cfg` lets this method take (its option max_teachers),
@@ -241,11 +244,14 @@ def _canon(partition: str) -> str:
         return partition
 
 
-def pfedzkd_table2(accuracies: tuple[float, float, float]) -> tuple[Reference, ...]:
-    """A row of the pFedZKD paper's Table 2 (MNIST, 10 clients, top-1 %): Dir(0.1), Dir(0.3),
-    Dir(0.5). Later in a method's references than FedMHO's table, which simulate prints."""
+def pfedzkd_table2(
+    accuracies: tuple[float, float, float], dataset: str = "mnist"
+) -> tuple[Reference, ...]:
+    """A row of the pFedZKD paper's Table 2 (10 clients, top-1 %) on `dataset` (mnist, fmnist):
+    Dir(0.1), Dir(0.3), Dir(0.5). Later in a method's references than FedMHO's table, which
+    simulate prints."""
     return tuple(
-        Reference("mnist", 10, f"dirichlet:{alpha:g}", acc, PFEDZKD_TABLE2)
+        Reference(dataset, 10, f"dirichlet:{alpha:g}", acc, PFEDZKD_TABLE2)
         for alpha, acc in zip((0.1, 0.3, 0.5), accuracies, strict=True)
     )
 
@@ -253,12 +259,25 @@ def pfedzkd_table2(accuracies: tuple[float, float, float]) -> tuple[Reference, .
 PFEDZKD_TABLE2 = "pFedZKD paper, Table 2"
 
 
-def fedmho_table3(accuracies: tuple[float, float, float]) -> tuple[Reference, ...]:
-    """A row of the FedMHO paper's Table 3 (MNIST, 10 clients, top-1 %): Dir(0.5), Dir(0.3),
-    Dir(0.1). Most one-shot baselines here are compared in that table."""
+def fedmho_table3(
+    accuracies: tuple[float, float, float], dataset: str = "mnist"
+) -> tuple[Reference, ...]:
+    """A row of the FedMHO paper's Table 3 (10 clients, top-1 %) on `dataset` (mnist, fmnist):
+    Dir(0.5), Dir(0.3), Dir(0.1). Most one-shot baselines here are compared in that table."""
     return tuple(
-        Reference("mnist", 10, f"dirichlet:{alpha:g}", acc, "FedMHO paper, Table 3")
+        Reference(dataset, 10, f"dirichlet:{alpha:g}", acc, "FedMHO paper, Table 3")
         for alpha, acc in zip((0.5, 0.3, 0.1), accuracies, strict=True)
+    )
+
+
+def fedhydra_table1(
+    accuracies: tuple[float, float, float, float], dataset: str = "mnist"
+) -> tuple[Reference, ...]:
+    """A row of the FedHydra paper's Table 1 (5 clients, top-1 %) on `dataset` (mnist, fmnist):
+    alpha 0.5, 0.3, 0.1, 0.01."""
+    return tuple(
+        Reference(dataset, 5, f"dirichlet:{alpha:g}", acc, "FedHydra paper, Table 1")
+        for alpha, acc in zip((0.5, 0.3, 0.1, 0.01), accuracies, strict=True)
     )
 
 

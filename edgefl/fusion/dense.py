@@ -26,6 +26,7 @@ from edgefl.fusion.base import (
     FusionResult,
     Method,
     descend,
+    fedhydra_table1,
     fedmho_table3,
     jitter,
     pfedzkd_table2,
@@ -167,6 +168,11 @@ METHOD = Method(
     teacher_cost=TEACHER_COST,
     config_cls=DenseConfig,
     fuse=fuse,
-    references=fedmho_table3((90.51, 86.12, 73.76)) + pfedzkd_table2((75.92, 85.54, 92.54)),
+    references=fedmho_table3((90.51, 86.12, 73.76))
+    + fedmho_table3((72.29, 68.14, 56.12), "fmnist")
+    + pfedzkd_table2((75.92, 85.54, 92.54))
+    + pfedzkd_table2((58.00, 69.13, 74.02), "fmnist")
+    + fedhydra_table1((77.86, 76.78, 36.73, 11.17))
+    + fedhydra_table1((74.20, 72.79, 43.26, 41.65), "fmnist"),
     budgets={"paper": PAPER_GENERATOR | {"pool_every_step": False}},
 )

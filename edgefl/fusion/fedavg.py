@@ -15,6 +15,7 @@ from edgefl.fusion.base import (
     Method,
     average_classifiers,
     average_scope,
+    fedhydra_table1,
     fedmho_table3,
     one_architecture,
     pfedzkd_table2,
@@ -49,5 +50,10 @@ METHOD = Method(
     needs_modules=True,  # needs the weights themselves, i.e. rebuildable edgefl classifiers
     config_cls=FedAvgConfig,
     fuse=fuse,
-    references=fedmho_table3((85.91, 74.57, 49.12)) + pfedzkd_table2((51.62, 74.92, 86.91)),
+    references=fedmho_table3((85.91, 74.57, 49.12))
+    + fedmho_table3((60.24, 47.36, 30.37), "fmnist")
+    + pfedzkd_table2((51.62, 74.92, 86.91))
+    + pfedzkd_table2((48.48, 58.24, 66.05), "fmnist")
+    + fedhydra_table1((81.89, 69.89, 25.96, 10.10))
+    + fedhydra_table1((75.76, 74.81, 35.35, 33.71), "fmnist"),
 )

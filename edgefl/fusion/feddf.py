@@ -22,6 +22,7 @@ from edgefl.fusion.base import (
     FusionResult,
     Method,
     average_classifiers,
+    fedhydra_table1,
     fedmho_table3,
     mean_teacher_logits,
     one_architecture,
@@ -115,5 +116,10 @@ METHOD = Method(
     needs_modules=False,  # teachers only run forward (onnxruntime for non-rebuildable ones)
     config_cls=FedDFConfig,
     fuse=fuse,
-    references=fedmho_table3((88.73, 78.46, 62.58)) + pfedzkd_table2((65.34, 78.12, 89.23)),
+    references=fedmho_table3((88.73, 78.46, 62.58))
+    + fedmho_table3((65.66, 59.21, 42.21), "fmnist")
+    + pfedzkd_table2((65.34, 78.12, 89.23))
+    + pfedzkd_table2((45.78, 62.56, 67.85), "fmnist")
+    + fedhydra_table1((78.23, 73.59, 31.52, 10.10))
+    + fedhydra_table1((73.44, 65.61, 46.68, 40.36), "fmnist"),
 )

@@ -3,9 +3,11 @@ help, type and bounds in its metadata; one validator checks every field of every
 words every failure the same way, naming the flag and the fix. The CLI, `server methods` and
 the contract tests read the same declarations.
 
-An option whose best value depends on the data (FedMHO's learning rate on images vs sensor
-windows) declares a default per input kind (`by_input`) and is unset until the task's input is
-known; `effective` is the one place that fills it. Code outside this module reads a method's
+An option whose best value depends on the data declares it: a default per input kind
+(`by_input`: FedMHO's learning rate on images vs sensor windows) and, where a paper gives a
+setting per dataset, per dataset (`by_dataset`: FedMHO's Table 7, 5e-4 on FMNIST); it is unset
+until the task's input and dataset are known, and `effective` is the one place that fills it
+(a value given > the dataset's > the input kind's). Code outside this module reads a method's
 options from an effective config only: a config straight from `make_config` may hold None.
 """
 
@@ -15,6 +17,7 @@ import math
 from dataclasses import MISSING, dataclass, field, fields, replace
 from typing import Any
 
+from edgefl.data.registry import DATASETS
 from edgefl.errors import ConfigError
 from edgefl.models.zoo import INPUT_KINDS, input_kind
 
@@ -33,6 +36,7 @@ class Opt:
     choices: tuple[str, ...] = ()
     nullable: bool = False
     by_input: tuple[tuple[str, Any], ...] = ()
+    by_dataset: tuple[tuple[str, Any], ...] = ()
 
     def describe(self) -> str:
         """The constraint in words: 'an integer >= 1', 'a number in (0, 1]', 'one of a, b'."""
@@ -58,7 +62,9 @@ class Opt:
                 text = noun or "a number"
             text = text.strip()
         if self.by_input:
-            return text + " (or unset: by input)"
+            return text + (
+                " (or unset: by dataset)" if self.by_dataset else " (or unset: by input)"
+            )
         return text + (" (or unset)" if self.nullable else "")
 
     def problem(self, value: Any) -> str | None:
@@ -81,9 +87,11 @@ class Opt:
             return "lower it"
         return ""
 
-    def default_for(self, kind: str) -> Any:
-        """The by-input default for input kind `kind`."""
-        return dict(self.by_input)[kind]
+    def default_for(self, kind: str, dataset: str | None = None) -> Any:
+        """The default on dataset `dataset` (where the option names it), else for input kind
+        `kind`."""
+        by_dataset = dict(self.by_dataset)
+        return by_dataset[dataset] if dataset in by_dataset else dict(self.by_input)[kind]
 
     def _allows(self, value: Any) -> bool:
         if value is None:
@@ -121,23 +129,37 @@ def option(
     *,
     kind: str | None = None,
     by_input: dict[str, Any] | None = None,
+    by_dataset: dict[str, Any] | None = None,
+    otherwise: Any = None,
     **bounds: Any,
 ):
     """A config field with its constraint: `epochs: int = option(10, "global epochs", low=1)`.
     The kind is the field's annotation's (`declared` reads it): `lr: float = option(1, ...)` is
     a float option; `kind=` is only for a field without a plain annotation. `by_input`: a
     default per input kind (`{"image": 1e-5, "signal": 1e-3}`); the field is then unset (None)
-    until `effective` fills it for the task's input, and its help says so."""
-    if by_input is not None:
-        if default is not None:
-            raise TypeError("an option with by_input defaults is unset (None) by default")
-        shown = "; ".join(f"{_num_or_repr(v)} on {_PLURAL[k]}" for k, v in by_input.items())
-        help = f"{help} (default by input: {shown})"
+    until `effective` fills it for the task's input, and its help says so. `by_dataset`: a
+    default per dataset where a paper gives one, over the input kind's (or `otherwise`, the
+    one default for every kind of input)."""
+    if otherwise is not None:
+        by_input = dict.fromkeys(INPUT_KINDS, otherwise)
+    if by_input is not None or by_dataset is not None:
+        if default is not None or by_input is None:
+            raise TypeError(
+                "an option with defaults by data is unset (None) by default and names a "
+                "default for every input kind (by_input or otherwise)"
+            )
+        parts = [f"{_num_or_repr(v)} on {k}" for k, v in (by_dataset or {}).items()]
+        if otherwise is not None:
+            parts.append(f"{_num_or_repr(otherwise)} on {'others' if parts else 'all'}")
+        else:
+            parts += [f"{_num_or_repr(v)} on {_PLURAL[k]}" for k, v in by_input.items()]
+        help = f"{help} (default by {'dataset' if by_dataset else 'input'}: {'; '.join(parts)})"
     opt = Opt(
         help=help,
         kind=kind or "",
         nullable=default is None or bounds.pop("nullable", False),
         by_input=tuple((by_input or {}).items()),
+        by_dataset=tuple((by_dataset or {}).items()),
         **bounds,
     )
     return field(default=default, metadata={"option": opt})
@@ -201,9 +223,12 @@ def _resolved(cls, f) -> Opt:
         kinds = tuple(k for k, _ in opt.by_input)
         if sorted(kinds) != sorted(INPUT_KINDS):
             raise TypeError(f"{where}: by_input must give one default for each of {INPUT_KINDS}")
-        for k, v in opt.by_input:
+        for k, v in opt.by_input + opt.by_dataset:
             if v is None or opt.problem(v):
-                raise TypeError(f"{where}: its default on {k} inputs {v!r} breaks its constraint")
+                raise TypeError(f"{where}: its default on {k} {v!r} breaks its constraint")
+        unknown = sorted({k for k, _ in opt.by_dataset} - set(DATASETS.names()))
+        if unknown:
+            raise TypeError(f"{where}: by_dataset names no registered dataset {unknown}")
     return opt
 
 
@@ -252,13 +277,15 @@ def unset_by_input(cfg: Any) -> list[str]:
     ]
 
 
-def effective(cfg: Any, input_shape) -> Any:
-    """`cfg` with every unset by-input option set to its default for the kind of
-    `input_shape` (images, sensor windows; see `edgefl.models.zoo.input_kind`); a value the
-    user gave stays. What `server fuse`, `simulate` and the demo run a method with."""
+def effective(cfg: Any, input_shape, dataset: str | None = None) -> Any:
+    """`cfg` with every unset option that defaults by data set: to its default on `dataset`
+    (the registered name the uploads declare) where it names one, else for the kind of
+    `input_shape` (images, sensor windows; `edgefl.models.zoo.input_kind`); a value the user
+    gave stays. What `server fuse`, `simulate` and the demo run a method with."""
     kind = input_kind(tuple(input_shape))
+    dataset = dataset if isinstance(dataset, str) else None  # upload metadata is data
     opts = {name: opt for name, _, opt in declared(type(cfg))}
-    fill = {name: opts[name].default_for(kind) for name in unset_by_input(cfg)}
+    fill = {name: opts[name].default_for(kind, dataset) for name in unset_by_input(cfg)}
     return replace(cfg, **fill) if fill else cfg
 
 
@@ -279,6 +306,7 @@ def describe_options(cls) -> list[dict[str, Any]]:
             "constraint": opt.describe(),
             "help": opt.help,
             "by_input": dict(opt.by_input) or None,
+            "by_dataset": dict(opt.by_dataset) or None,
         }
         for name, default, opt in declared(cls)
     ]

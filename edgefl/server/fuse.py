@@ -584,7 +584,8 @@ def _fuse_planned(p: Planned, run: FuseRun):
     used = _used(p, run)
     # The method runs, and its report and model record, the options in effect for this input
     # (those that default by input kind set), never an unset one.
-    p = replace(p, config=effective(p.config, used.usable[0].meta["input_shape"]))
+    task = used.usable[0].meta
+    p = replace(p, config=effective(p.config, task["input_shape"], task.get("dataset")))
     run.log(
         f"{p.method.name}: {len(used.usable)} upload(s) used; {len(run.found.rejected)} rejected"
         + (f"; {len(used.screened)} screened out" if used.screened else "")

@@ -70,11 +70,12 @@ def finished(cjob: ClientJob) -> dict | None:
     return row
 
 
-def reuse_global(method: str, options: dict, report: Path, input_shape) -> dict:
+def reuse_global(method: str, options: dict, report: Path, input_shape, dataset: str) -> dict:
     """A finished global model is reused only if it was fused with the same configuration (as
-    in effect on the task's `input_shape`: the report records the options a method ran with)."""
+    in effect on the task's input and dataset: the report records the options a method ran
+    with)."""
     done = json.loads(report.read_text())
-    cfg = METHODS.get(method).effective_config(options, input_shape)
+    cfg = METHODS.get(method).effective_config(options, input_shape, dataset)
     want = json.loads(json.dumps(cfg.as_dict(), default=str))
     have = done.get("config", {})
     diff = sorted(k for k in want.keys() | have.keys() if want.get(k) != have.get(k))

@@ -442,7 +442,7 @@ def check_resumable(job: SimJob) -> None:
         model = Path(job.out) / "global" / f"{name}.onnx"
         report = model.with_suffix(".json")
         if METHODS.get(name).judged == "global" and model.exists() and report.exists():
-            reuse_global(name, method_options(job, name), report, _input_shape(job))
+            reuse_global(name, method_options(job, name), report, _input_shape(job), job.dataset)
 
 
 def fuse_all(
@@ -474,7 +474,7 @@ def fuse_all(
         report = model.with_suffix(".json")
         done = [model, report] + [path for _, path in (classes.targets(model) if classes else [])]
         if all(path.exists() for path in done):
-            reports[name] = reuse_global(name, options, report, _input_shape(job))
+            reports[name] = reuse_global(name, options, report, _input_shape(job), job.dataset)
             reports[name]["reused"] = True
             log(f"reusing finished {name}")
             continue
