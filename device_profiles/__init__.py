@@ -7,6 +7,7 @@ A bad file raises ProfileError listing every problem with its file and key.
 from __future__ import annotations
 
 import difflib
+import math
 import sys
 from dataclasses import dataclass
 from importlib import resources
@@ -128,8 +129,10 @@ def _check_table(
             ok = True  # TOML writes 1e9 as float but 1000 as int: both are numbers
         if not ok:
             problems.append(f"{where}: expected {typ.__name__}, got {type(value).__name__}")
+        elif typ in (int, float) and not math.isfinite(value):
+            problems.append(f"{where}: must be a finite positive number, got {value}")
         elif typ in (int, float) and value <= 0:
-            problems.append(f"{where}: must be positive, got {value}")
+            problems.append(f"{where}: must be positive, got {value}: raise it")
     for key in table:
         if key not in spec and key not in optional and not (prefix == "" and key == "training"):
             problems.append(f"{prefix}{key}: unknown key (valid: {', '.join(spec | optional)})")
@@ -148,7 +151,7 @@ def parse_profile(data: dict, source: str) -> Profile:
         _check_table(training, _TRAINING, "training.", problems, _TRAINING_OPTIONAL)
     frac = data.get("ram_available_fraction")
     if isinstance(frac, int | float) and not isinstance(frac, bool) and frac > 1:
-        problems.append(f"ram_available_fraction: must be in (0, 1], got {frac}")
+        problems.append(f"ram_available_fraction: must be in (0, 1], got {frac}: lower it")
     opt = training.get("optimizer")
     if isinstance(opt, str) and opt not in OPTIMIZERS:
         problems.append(f"training.optimizer: {opt!r} is not one of {', '.join(OPTIMIZERS)}")

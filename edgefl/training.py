@@ -19,6 +19,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from edgefl.bounds import Range
 from edgefl.errors import ConfigError, DataError
 from edgefl.models.augment import CHOICES as AUGMENT_CHOICES
 from edgefl.models.augment import jitter
@@ -50,6 +51,14 @@ def one_thread() -> Iterator[None]:
         torch.set_num_threads(n)
 
 
+# TrainConfig's numbers and their ranges (tests generate values past each bound from here).
+TRAIN_BOUNDS = {
+    "epochs": Range(1, integer=True),
+    "batch_size": Range(1, integer=True),
+    "lr": Range(0, low_open=True),
+}
+
+
 @dataclass(frozen=True)
 class TrainConfig:
     epochs: int
@@ -64,12 +73,8 @@ class TrainConfig:
     device: str = "cpu"
 
     def __post_init__(self) -> None:
-        if self.epochs < 1:
-            raise ConfigError(f"--epochs must be >= 1, got {self.epochs}")
-        if self.batch_size < 1:
-            raise ConfigError(f"--batch-size must be >= 1, got {self.batch_size}")
-        if not self.lr > 0:
-            raise ConfigError(f"--lr must be > 0, got {self.lr}")
+        for name, bounds in TRAIN_BOUNDS.items():
+            bounds.check(f"--{name.replace('_', '-')}", getattr(self, name))
         if self.augment not in AUGMENT_CHOICES:
             raise ConfigError(
                 f"--augment must be one of {', '.join(AUGMENT_CHOICES)}, got {self.augment!r}"

@@ -7,11 +7,11 @@ returns sorted int64 index arrays into the labels it was given.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
 
+from edgefl.bounds import Range
 from edgefl.errors import ConfigError, DataError
 
 SCHEME_FORMS = (
@@ -19,6 +19,10 @@ SCHEME_FORMS = (
     "user / user:ID,ID,... (one client per user, for data that names its users)"
 )
 MAX_REDRAWS = 1000
+# The schemes' parameters (tests generate values past each bound from here).
+ALPHA = Range(0, low_open=True)
+K = Range(1, integer=True)
+VAL_FRACTION = Range(0, 1, high_open=True)
 
 
 @dataclass(frozen=True)
@@ -29,13 +33,15 @@ class PartitionScheme:
     users: tuple[int, ...] | None = None  # user: these users, client k = users[k] (None: all)
 
     def __post_init__(self) -> None:
-        # Each kind takes exactly its own parameter, in range.
+        # Each kind takes exactly its own parameter, in range (a number out of range is told
+        # which way to move).
+        _check_parameter(self.kind, self.alpha if self.kind == "dirichlet" else self.k)
         if self.kind == "iid":
             ok = self.alpha is None and self.k is None
         elif self.kind == "dirichlet":
-            ok = self.k is None and self.alpha is not None and 0 < self.alpha < math.inf
+            ok = self.k is None and self.alpha is not None
         elif self.kind == "classes":
-            ok = self.alpha is None and self.k is not None and self.k >= 1
+            ok = self.alpha is None and self.k is not None
         elif self.kind == "user":
             ok = (
                 self.alpha is None
@@ -69,6 +75,7 @@ def parse_scheme(text: str | PartitionScheme) -> PartitionScheme:
     if isinstance(text, PartitionScheme):
         return text
     kind, _, arg = str(text).strip().lower().partition(":")
+    _check_parameter(kind, arg or None)
     try:
         if kind == "iid" and not arg:
             return PartitionScheme("iid")
@@ -85,6 +92,34 @@ def parse_scheme(text: str | PartitionScheme) -> PartitionScheme:
     raise ConfigError(
         f"invalid partition scheme {text!r} for --partition",
         hint=f"use {SCHEME_FORMS}",
+    )
+
+
+# dirichlet:ALPHA and classes:K: their bounds, how the text is read, the name and an example.
+_PARAMETERS = {
+    "dirichlet": (ALPHA, float, "ALPHA", "dirichlet:0.5"),
+    "classes": (K, int, "K", "classes:2"),
+}
+
+
+def _check_parameter(kind: str, value: float | str | None) -> None:
+    """dirichlet:ALPHA or classes:K (a number, or the text after the colon) in range, told
+    which way to move where it is not. Any other kind, no value, or text that is no number:
+    nothing to check here (the scheme's own message lists the forms)."""
+    if kind not in _PARAMETERS or value is None:
+        return
+    bounds, cast, name, example = _PARAMETERS[kind]
+    text = value
+    if isinstance(value, str):
+        try:
+            value = cast(value)
+        except ValueError:
+            return
+    bounds.check(
+        f"invalid partition scheme '{kind}:{text}' for --partition: {name}",
+        value,
+        hint=f"--partition takes {SCHEME_FORMS}",
+        below=f"e.g. {example}; --partition takes {SCHEME_FORMS}",
     )
 
 
@@ -111,11 +146,9 @@ def partition(
     labels = _check_labels(labels, num_classes)
     n = len(labels)
     num_classes = int(num_classes if num_classes is not None else (labels.max() + 1 if n else 0))
-    if not 1 <= num_clients <= n:
-        raise ConfigError(
-            f"--num-clients must be between 1 and the number of samples ({n}), got {num_clients}",
-            hint="lower --num-clients or use a larger dataset",
-        )
+    Range(1, n, integer=True).check(
+        "--num-clients", num_clients, above=f"{n} samples: use fewer clients or a larger dataset"
+    )
     rng = np.random.default_rng(seed)
     if scheme.kind == "iid":
         parts = np.array_split(rng.permutation(n), num_clients)
@@ -263,11 +296,9 @@ def carve_public(
     server's would; a random slice of samples would share every client's users (and their
     wearing habits) and flatter FedDF and FedOL.
     """
-    if not 0 <= size <= n:
-        raise ConfigError(
-            f"public split size must be between 0 and the {n} training samples, got {size}",
-            hint="lower --public-size",
-        )
+    Range(0, n, integer=True).check(
+        "--public-size", size, above=f"the training set has {n} samples: use fewer"
+    )
     if groups is None or size == 0:
         perm = np.random.default_rng(seed).permutation(n)
         return np.sort(perm[size:]).astype(np.int64), np.sort(perm[:size]).astype(np.int64)
@@ -314,11 +345,7 @@ def train_val_split(
     indices: np.ndarray, val_fraction: float = 0.1, seed: int = 0
 ) -> tuple[np.ndarray, np.ndarray]:
     """Split a client's shard into local (train, val); >= 1 val sample once it has >= 2 samples."""
-    if not 0.0 <= val_fraction < 1.0:
-        raise ConfigError(
-            f"validation fraction must be in [0, 1), got {val_fraction}",
-            hint="use e.g. --val-fraction 0.1",
-        )
+    VAL_FRACTION.check("validation fraction", val_fraction, below="e.g. 0.1", above="e.g. 0.1")
     indices = np.asarray(indices, dtype=np.int64)
     n = len(indices)
     n_val = round(n * val_fraction)

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from edgefl.bounds import Range
 from edgefl.data.registry import DatasetInfo
 from edgefl.errors import BudgetError, ConfigError, DataError
 from edgefl.models.cost import costs
@@ -69,46 +70,12 @@ class PSOConfig:
     redraws: int = 8  # edgefl: infeasible random draws before repairing one
 
     def __post_init__(self) -> None:
-        self._check_counts()
-        self._check_space()
-        for name in ("fitness_samples", "max_macs"):
-            v = getattr(self, name)
-            if v is not None and (not _is_int(v) or v < 1):
-                raise ConfigError(f"--{_flag(name)} must be a positive integer, got {v!r}")
-
-    def _check_counts(self) -> None:
-        """Swarm sizes, epochs and rates."""
-        positive = ("particles", "candidate_epochs", "max_channels", "max_hidden", "redraws")
-        for name in positive:
-            if not _is_int(getattr(self, name)) or getattr(self, name) < 1:
-                raise ConfigError(
-                    f"--{_flag(name)} must be a positive integer, got {getattr(self, name)!r}"
-                )
-        if not _is_int(self.generations) or self.generations < 0:
-            raise ConfigError(f"--generations must be an integer >= 0, got {self.generations!r}")
-        for name in ("cg", "p_conv"):
-            if not 0 <= getattr(self, name) <= 1:
-                raise ConfigError(f"--{_flag(name)} must be in [0, 1], got {getattr(self, name)}")
-
-    def _check_space(self) -> None:
-        """The caps stay inside the `nas-cnn` search space."""
-        for name in ("max_depth", "max_kernel", "max_fc_layers"):
-            if not _is_int(getattr(self, name)):
-                raise ConfigError(
-                    f"--{_flag(name)} must be an integer, got {getattr(self, name)!r}"
-                )
-        if not MIN_DEPTH <= self.max_depth <= MAX_DEPTH:
-            raise ConfigError(
-                f"--max-depth must be in {MIN_DEPTH}..{MAX_DEPTH}, got {self.max_depth}"
-            )
-        if self.max_channels > MAX_CHANNELS or self.max_hidden > MAX_HIDDEN:
-            raise ConfigError(
-                f"the search space caps conv widths at {MAX_CHANNELS} and FC widths at {MAX_HIDDEN}"
-            )
+        for name, bounds in BOUNDS.items():
+            value = getattr(self, name)
+            if value is not None or name not in NULLABLE:
+                bounds.check(f"--{_flag(name)}", value)
         if self.max_kernel not in KERNELS:
-            raise ConfigError(f"--max-kernel must be one of {KERNELS}, got {self.max_kernel}")
-        if not 0 <= self.max_fc_layers <= 4:
-            raise ConfigError(f"--max-fc-layers must be in 0..4, got {self.max_fc_layers}")
+            raise ConfigError(f"--max-kernel must be one of {KERNELS}, got {self.max_kernel!r}")
 
     @classmethod
     def from_options(cls, options: dict[str, Any] | None) -> PSOConfig:
@@ -137,6 +104,24 @@ class PSOConfig:
         return asdict(self)
 
 
+# PSOConfig's numeric fields and their ranges (the caps stay inside the `nas-cnn` search space);
+# a field in NULLABLE may also be None (unset). Tests generate values past each bound from here.
+BOUNDS = {
+    "particles": Range(1, integer=True),
+    "generations": Range(0, integer=True),
+    "candidate_epochs": Range(1, integer=True),
+    "cg": Range(0, 1),
+    "p_conv": Range(0, 1),
+    "max_depth": Range(MIN_DEPTH, MAX_DEPTH, integer=True),
+    "max_channels": Range(1, MAX_CHANNELS, integer=True),
+    "max_hidden": Range(1, MAX_HIDDEN, integer=True),
+    "max_fc_layers": Range(0, 4, integer=True),
+    "fitness_samples": Range(1, integer=True),
+    "max_macs": Range(1, integer=True),
+    "redraws": Range(1, integer=True),
+}
+NULLABLE = ("fitness_samples", "max_macs")
+
 # PSOConfig's field annotations (strings: this module defers them) -> (type, may be unset).
 _KINDS = {"int": (int, False), "float": (float, False), "int | None": (int, True)}
 
@@ -157,10 +142,6 @@ def _typed(name: str, annotation: str | None, text: str) -> Any:
         what = "an integer" if cast is int else "a number"
         unset = " (or none)" if nullable else ""
         raise ConfigError(f"--{_flag(name)} must be {what}{unset}, got {text!r}") from None
-
-
-def _is_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
 
 
 def _flag(name: str) -> str:
