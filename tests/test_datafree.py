@@ -448,7 +448,6 @@ def test_the_cli_names_every_file_a_method_writes(federation, tmp_path, cli):
         "fedhydra",
         "--out",
         str(tmp_path / "g.onnx"),
-        "--quiet",
         *opts,
     )
     assert r.exit_code == 0, r.output

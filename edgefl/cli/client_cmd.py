@@ -7,7 +7,16 @@ from typing import TYPE_CHECKING
 import typer
 from rich.markup import escape
 
-from edgefl.cli.common import MAKES_FOLDERS, QUIET, console, fmt_bytes, fmt_count, print_json
+from edgefl.cli.common import (
+    MAKES_FOLDERS,
+    QUIET,
+    check_counts,
+    console,
+    fmt_bytes,
+    fmt_count,
+    print_json,
+    print_quiet,
+)
 from edgefl.cli.progress import reporter
 from edgefl.data.registry import dataset_info
 from edgefl.profiles import get_profile
@@ -116,6 +125,7 @@ def plan_cmd(
     """The device's role and the largest model of that role that fits its budget."""
     from edgefl.models.plan import plan  # torch, through the cost model: only when planning
 
+    check_counts(samples=samples, batch_size=batch_size)
     p = plan(
         get_profile(profile),
         dataset_info(dataset),
@@ -230,8 +240,10 @@ def train_cmd(
     warnings = classifier_warnings([summary])
     if json_out:
         print_json(summary | ({"warnings": warnings} if warnings else {}))
-        return
-    _print_trained(result, warnings)
+    elif quiet:
+        print_quiet(warnings)
+    else:
+        _print_trained(result, warnings)
 
 
 def _print_trained(result, warnings: list[str]) -> None:
@@ -280,6 +292,7 @@ def sample_cmd(
     from edgefl.client.sample import sample_grid
     from edgefl.outputs import check_writable
 
+    check_counts(per_class=per_class)
     check_writable(out, "--out", "samples.png")  # before the decoder is read, not after
     path = sample_grid(decoder, per_class=per_class, out=out, seed=seed)
     console.print(f"wrote {path}")
@@ -306,6 +319,8 @@ def _run_data_client(job, json_out: bool, quiet: bool = False) -> None:
             "kept_model",
         )
         print_json(result.as_dict() | {k: meta[k] for k in keep if k in meta})
+        return
+    if quiet:
         return
     s = result.summary
     acc = f", local val accuracy {100 * s.val_accuracy:.2f}%" if s.val_accuracy is not None else ""

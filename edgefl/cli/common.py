@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Iterable
 from typing import Any
 
 import typer
@@ -11,6 +12,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.segment import Segment
 
+from edgefl.bounds import Range
 from edgefl.progress import printable
 
 
@@ -47,7 +49,15 @@ console = SafeConsole(highlight=False)
 err_console = SafeConsole(stderr=True, highlight=False)
 
 # Progress goes to stderr (bars on a terminal, a plain line every few seconds elsewhere).
-QUIET = typer.Option(False, "--quiet", "-q", help="No progress on stderr (errors still print).")
+# --quiet, the same on every command that has it: for scripts, whose files and exit code are
+# the result; what needs a person's eye (a warning, an error) still prints, on stderr.
+QUIET = typer.Option(
+    False,
+    "--quiet",
+    "-q",
+    help="Print nothing but warnings and errors (on stderr): no progress, no summary. The "
+    "exit code says how it went; --json still prints its JSON.",
+)
 # --for's bounds, the same on `server fuse` and `simulate` (their --for texts name their outputs).
 # The numbers are edgefl.server.classes' EPOCHS and SAMPLES, written here so that importing the
 # CLI does not import the server (tests/test_for_classes.py holds them equal).
@@ -58,6 +68,25 @@ FOR_SAMPLES = typer.Option(
 FOR_MAX_MACS = typer.Option(
     None, help="--for: cap on a class model's MACs (a CPU server trains it)."
 )
+
+
+COUNT = Range(1, integer=True)
+
+
+def check_counts(**counts: int | None) -> None:
+    """Each count flag given (None: left to its default) is an integer >= 1; one below is told
+    to raise it. Called before any work: `check_counts(batch_size=batch_size)`."""
+    for name, value in counts.items():
+        if value is not None:
+            COUNT.check(f"--{name.replace('_', '-')}", value)
+
+
+def print_quiet(warnings: Iterable[str] = (), errors: Iterable[str] = ()) -> None:
+    """All --quiet prints: each error, then each warning, one line on stderr."""
+    for e in errors:
+        err_console.print(f"[red]error[/] {upload_text(e)}")
+    for w in warnings:
+        err_console.print(f"[yellow]warning[/] {upload_text(w)}")
 
 
 def print_json(obj: Any) -> None:

@@ -6,7 +6,7 @@ import time
 
 import typer
 
-from edgefl.cli.common import QUIET, console, err_console, print_json, upload_text
+from edgefl.cli.common import QUIET, check_counts, console, err_console, print_json, upload_text
 
 
 def register(app: typer.Typer) -> None:
@@ -26,7 +26,7 @@ def deploy_cmd(
     ),
     quantize: str | None = typer.Option(None, help="int8: static QDQ int8 (onnx, ort-mobile)."),
     data_dir: str | None = typer.Option(None, help="Folder with standard dataset files."),
-    eval_samples: int = typer.Option(1000, min=1, help="At most this many --eval samples."),
+    eval_samples: int = typer.Option(1000, help="At most this many --eval samples."),
     overwrite: bool = typer.Option(
         False,
         "--overwrite",
@@ -39,6 +39,7 @@ def deploy_cmd(
     """Convert a classifier for a device class's runtime, measure it there, and prove it fits."""
     from edgefl.deploy import DeployRequest, deploy
 
+    check_counts(eval_samples=eval_samples)
     start = time.perf_counter()
 
     def status(message: str) -> None:
@@ -60,6 +61,8 @@ def deploy_cmd(
     report = deploy(req, status=status)
     if json_out:
         print_json(report.as_dict())
+        return
+    if quiet:
         return
     for line in report.lines():
         console.print(upload_text(line), soft_wrap=True)

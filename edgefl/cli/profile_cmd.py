@@ -23,10 +23,12 @@ def list_cmd(json_out: bool = typer.Option(False, "--json", help="Print JSON."))
     if json_out:
         print_json([p.as_dict() for p in profiles])
         return
+    # One word a header: with a one-blank divider at 80 columns, two-word headers side by side
+    # read as one ("RAM for learning" over two columns); the caption spells out the short ones.
     cols = [
         Col("name", right=False),
         Col("RAM"),
-        Col("for learning"),
+        Col("budget"),
         Col("storage", drop=2),
         Col("MAC/s"),
         Col("optimizer", right=False, drop=1),
@@ -44,7 +46,14 @@ def list_cmd(json_out: bool = typer.Option(False, "--json", help="Print JSON."))
         ]
         for p in profiles
     ]
-    table = fitted(cols, rows, console.width, title="Built-in device profiles")
+    table = fitted(
+        cols,
+        rows,
+        console.width,
+        title="Built-in device profiles",
+        caption="budget: the RAM learning may use (RAM x its available fraction); "
+        "MAC/s: sustained multiply-accumulates a second; batch: training batch",
+    )
     console.print(table)
 
 

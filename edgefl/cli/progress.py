@@ -1,7 +1,8 @@
 """The CLI's progress: bars on a terminal, plain lines with rate and ETA elsewhere (edgefl.progress).
 
 Both go to stderr, so that stdout holds only the command's result (a table, or JSON with
---json). `--quiet` turns progress off; errors are printed either way.
+--json). `--quiet` turns progress off (and the commands their summaries: edgefl.cli.common's
+QUIET); warnings and errors are printed either way.
 """
 
 from __future__ import annotations

@@ -5,7 +5,15 @@ from __future__ import annotations
 import typer
 from rich.table import Table
 
-from edgefl.cli.common import MAKES_FOLDERS, QUIET, console, fmt_bytes, fmt_count, print_json
+from edgefl.cli.common import (
+    MAKES_FOLDERS,
+    QUIET,
+    check_counts,
+    console,
+    fmt_bytes,
+    fmt_count,
+    print_json,
+)
 from edgefl.cli.progress import reporter
 
 
@@ -71,6 +79,7 @@ def search_cmd(
     from edgefl.outputs import check_replace, check_writable
     from edgefl.search import PSOConfig
 
+    check_counts(top=top, batch_size=batch_size)
     if save is not None:
         check_writable(save, "--save", "best-spec.json")  # before the search, not after it
         check_replace(save, "--save", overwrite, _saved_by_search)
@@ -100,6 +109,8 @@ def search_cmd(
         exporters.atomic_write_text(save, result.spec.to_json() + "\n")
     if json_out:
         print_json(result.as_dict() | ({"saved": save} if save else {}))
+        return
+    if quiet:
         return
     _print_best(result)
     console.print(_candidate_table(result, top))

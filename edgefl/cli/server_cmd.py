@@ -15,6 +15,7 @@ from edgefl.cli.common import (
     console,
     fmt_bytes,
     print_json,
+    print_quiet,
     upload_text,
 )
 from edgefl.cli.progress import reporter
@@ -191,7 +192,7 @@ def fuse_cmd(
             resident_mib=resident_mib,
             **cap,
         )
-    _print_fused(reps, methods, json_out)
+    _print_fused(reps, methods, json_out, quiet)
     if all("error" in r for r in reps.values()):
         raise typer.Exit(2)
 
@@ -233,9 +234,15 @@ def _fuse_targets(
     return [target], report, "--out-dir" if out_dir else "--out"
 
 
-def _print_fused(reps: dict[str, dict], methods: list[str], json_out: bool) -> None:
+def _print_fused(reps: dict[str, dict], methods: list[str], json_out: bool, quiet: bool) -> None:
     if json_out:
         print_json(reps[methods[0]] if len(methods) == 1 else reps)
+        return
+    if quiet:
+        print_quiet(
+            [w for r in reps.values() for w in r.get("warnings", [])],
+            [f"{m}: {r['error']}" for m, r in reps.items() if "error" in r],
+        )
         return
     _print_one(reps[methods[0]]) if len(methods) == 1 else _print_many(reps)
     for r in reps.values():

@@ -16,6 +16,7 @@ from edgefl.cli.common import (
     console,
     fmt_bytes,
     print_json,
+    print_quiet,
     upload_text,
 )
 from edgefl.cli.progress import reporter
@@ -262,6 +263,11 @@ def simulate_cmd(
         results = simulate(job, log=watch.message, progress=watch, trainer=trainer)
     if json_out:
         print_json(results)
+    elif quiet:
+        print_quiet(
+            results.get("warnings", []),
+            [f"{r['method']}: {r['error']}" for r in results["results"] if "error" in r],
+        )
     else:
         print_results(results)
 
