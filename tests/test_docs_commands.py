@@ -9,6 +9,7 @@ subset, deploy's evaluation to 200 samples. `reproduce` lines are not run here: 
 table takes an hour (tests/test_reproduce.py runs the same command on its tiny table; the `cpu`
 line's run is recorded in the results file named in RECORDED, the `paper` and `code` lines need
 a GPU). docs/flower.md's SuperLink and SuperNodes run in tests/test_flower_deploy.py.
+docs/deploy.md's command starts from the demo's output: `edgefl demo --quick` makes it first.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import shlex
-import shutil
 from pathlib import Path
 
 import pytest
@@ -120,16 +120,45 @@ def test_har_page_runs(cli, tmp_path, monkeypatch):
 
 
 @pytest.mark.skipif(not TFLITE, reason="deploy --target tflite-micro needs onnx2tf and TensorFlow")
-def test_deploy_page_runs_on_a_fedmho_global_model(attacked, cli, tmp_path, monkeypatch):
-    """The page deploys the demo's FedMHO global model: here the security page's run made one."""
-    folder, _ = attacked
-    demo = tmp_path / "runs" / "demo" / "global"
-    demo.mkdir(parents=True)
-    shutil.copy(folder / "runs/attacked/global/fedmho.onnx", demo / "fedmho.onnx")
+def test_deploy_page_deploys_the_demos_fedmho_model(cli, tmp_path, monkeypatch):
+    """The page starts from the demo's output (runs/demo/global/fedmho.onnx): the demo makes it
+    here, as the README says (`edgefl demo`, at its documented reduced scale `--quick`, one
+    worker), and the page's command deploys that very file."""
+    import exporters
+
     monkeypatch.chdir(tmp_path)
+    r = cli("demo", "--quick", "--jobs", "1")
+    assert r.exit_code == 0 and "Traceback" not in r.output, r.output
+    demo = tmp_path / "runs" / "demo"
     (words,) = _commands("deploy.md")
+    source = tmp_path / words[2]
+    assert source == demo / "global" / "fedmho.onnx"
+    results = json.loads((demo / "results.json").read_text())
+    fedmho = next(row for row in results["results"] if row["method"] == "fedmho")
+    demo_sha = exporters.read_artifact(source).metadata["weights_sha256"]
     report = _run(cli, words)
-    assert any(f["path"].endswith(".tflite") for f in report["files"]), report["files"]
+    # What the page promises: the int8 flatbuffer, its C array and header, a JSON sidecar.
+    written = {Path(f["path"]).suffix: tmp_path / f["path"] for f in report["files"]}
+    assert set(written) == {".tflite", ".cc", ".h", ".json"}, report["files"]
+    assert all(p.parent == tmp_path / _option(words, "--out") for p in written.values())
+    flatbuffer = written[".tflite"].read_bytes()
+    assert flatbuffer[4:8] == b"TFL3"
+    assert all(f["bytes"] == (tmp_path / f["path"]).stat().st_size for f in report["files"])
+    sidecar = json.loads(written[".json"].read_text())
+    # Deployed from the demo's FedMHO model, not another run's.
+    assert sidecar["source"]["method"] == "fedmho"
+    assert sidecar["source"]["weights_sha256"] == demo_sha
+    assert sidecar["profile"]["name"] == "wristband" and sidecar["target"] == "tflite-micro"
+    assert sidecar["quantization"]["calibration"] == _option(words, "--calibrate")
+    assert report["model"] == words[2] and 0 <= fedmho["accuracy"] <= 1
+    assert report["eval_ref"] == _option(words, "--eval")
+    accuracy = report["accuracy"]  # the int8 file against its fp32 source, on --eval-samples
+    assert accuracy["samples"] == 200, accuracy
+    assert 0 <= accuracy["accuracy"] <= 1 and 0 <= accuracy["accuracy_fp32"] <= 1, accuracy
+
+
+def _option(words: list[str], flag: str) -> str:
+    return words[words.index(flag) + 1]
 
 
 @pytest.mark.parametrize("line", sorted(RECORDED))
