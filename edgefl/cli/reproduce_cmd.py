@@ -38,6 +38,13 @@ def reproduce_cmd(
         "(the paper's clients, each method's fusion as its authors' code runs it). "
         "`edgefl reproduce` lists each table's.",
     ),
+    dataset: str | None = typer.Option(
+        None,
+        "--dataset",
+        help="The table's block for this dataset (e.g. fmnist: the paper's Fashion-MNIST "
+        "rows; default: the table's own, mnist). `edgefl reproduce` lists each table's; a "
+        "block of another dataset writes its cells in another --out.",
+    ),
     out: str = typer.Option(
         "runs/reproduce", "--out", help="Folder for cells and the table." + MAKES_FOLDERS
     ),
@@ -71,6 +78,7 @@ def reproduce_cmd(
     job = ReproduceJob(
         table=table,
         budget=budget,
+        dataset=dataset,
         out=out,
         seeds=_ints(seeds, "--seeds"),
         partitions=_names(partitions) or None,
@@ -98,6 +106,7 @@ def list_tables(tables, json_out: bool) -> None:
                     "name": t.name,
                     "title": t.title,
                     "budgets": list(t.budgets),
+                    "datasets": list(t.dataset_names),
                     "settings": [s.name for s in t.settings],
                 }
                 for t in tables
@@ -106,6 +115,7 @@ def list_tables(tables, json_out: bool) -> None:
         return
     for t in tables:
         console.print(f"[bold]{t.name}[/]: {t.title}")
+        console.print(f"  --dataset {', '.join(t.dataset_names)}")
         for s in t.settings:
             models = ", ".join(f"{p} {m}" for p, m in s.models.items())
             console.print(f"  setting {s.name}: {models} -> {', '.join(s.methods)}")

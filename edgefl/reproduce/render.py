@@ -59,6 +59,7 @@ def _heading(summary: dict) -> list[str]:
         f"# {summary['title']}",
         "",
         f"`edgefl reproduce {summary['table']} --budget {b['name']}"
+        + (f" --dataset {data}" if (data := summary["job"].get("dataset")) else "")
         + ("" if fed == "own" else f" --federation {fed}")
         + (f" --methods {','.join(only)}" if (only := summary["job"].get("methods")) else "")
         + "`: "

@@ -38,6 +38,7 @@ OWN = "own"  # --federation: each method in its own paper's client setting
 class ReproduceJob:
     table: str
     budget: str = "cpu"
+    dataset: str | None = None  # the table's block for this dataset (default: the table's own)
     out: str = "runs/reproduce"
     seeds: tuple[int, ...] | None = None  # default: the budget's
     partitions: tuple[str, ...] | None = None  # default: the budget's
@@ -67,7 +68,7 @@ class Cell:
 
 def resolve(job: ReproduceJob) -> tuple[Table, Budget]:
     """The table and budget, after every check a user can fail (before any work)."""
-    table = TABLES.get(job.table)  # unknown: UnknownNameError listing the tables
+    table = TABLES.get(job.table).on(job.dataset)  # unknown: UnknownNameError listing them
     if job.budget not in table.budgets:
         raise ConfigError(
             f"--budget must be one of {', '.join(table.budgets)} for {table.name}, "
