@@ -26,29 +26,9 @@ def list_datasets(
     """List the registered datasets: shape, classes, split sizes, and whether each was found and
     where (file-based ones by the search path: --data-dir, else $EDGEFL_DATA_DIR, ./data, then
     /usr/share/datasets/NAME, where system packages put them)."""
-    from edgefl.data import locate
     from edgefl.data.registry import DATASETS
 
-    rows = []
-    for d in DATASETS:
-        where = locate.find(d.name, data_dir) if locate.file_based(d.name) else None
-        rows.append(
-            {
-                "name": d.name,
-                "input_shape": list(d.input_shape),
-                "num_classes": d.num_classes,
-                "train_size": d.train_size,
-                "test_size": d.test_size,
-                "builtin": d.builtin,
-                "found": d.builtin or where is not None,
-                "path": str(where) if where is not None else None,
-                "package": d.package or None,
-                "looked_in": [str(p) for p in locate.search_path(d.name, data_dir)]
-                if locate.file_based(d.name)
-                else [],
-                "description": d.description,
-            }
-        )
+    rows = [_dataset_row(d, data_dir) for d in DATASETS]
     if as_json:
         print_json(rows)
         return
@@ -76,12 +56,33 @@ def list_datasets(
     console.print("user data: a path to an .npz (x, y) or a folder with one sub-folder per class")
     missing = [r for r in rows if not r["found"]]
     if missing:
-        console.print(
-            "missing: --data-dir DIR or $EDGEFL_DATA_DIR names a folder with the files"
-            + "".join(
-                f"; {r['name']}: apt-get install {r['package']}" for r in missing if r["package"]
-            )
+        packages = "".join(
+            f"; {r['name']}: apt-get install {r['package']}" for r in missing if r["package"]
         )
+        console.print(
+            f"missing: --data-dir DIR or $EDGEFL_DATA_DIR names a folder with the files{packages}"
+        )
+
+
+def _dataset_row(d, data_dir: Path | None) -> dict:
+    """One dataset's entry: its shape and sizes, and whether (and where) its files were found."""
+    from edgefl.data import locate
+
+    files = locate.file_based(d.name)
+    where = locate.find(d.name, data_dir) if files else None
+    return {
+        "name": d.name,
+        "input_shape": list(d.input_shape),
+        "num_classes": d.num_classes,
+        "train_size": d.train_size,
+        "test_size": d.test_size,
+        "builtin": d.builtin,
+        "found": d.builtin or where is not None,
+        "path": str(where) if where is not None else None,
+        "package": d.package or None,
+        "looked_in": [str(p) for p in locate.search_path(d.name, data_dir)] if files else [],
+        "description": d.description,
+    }
 
 
 def _found_text(r: dict) -> str:

@@ -17,6 +17,7 @@ import math
 from dataclasses import MISSING, dataclass, field, fields, replace
 from typing import Any
 
+from edgefl.bounds import Range
 from edgefl.data.registry import DATASETS
 from edgefl.errors import ConfigError
 from edgefl.models.zoo import INPUT_KINDS, input_kind
@@ -73,19 +74,12 @@ class Opt:
 
     def direction(self, value: Any) -> str:
         """Which way a number outside the bounds must move ("raise it" for one below them), or
-        "" where the value is not a finite number past a bound."""
+        "" where the value is not a finite number past a bound (`edgefl.bounds.Range`'s rule;
+        a tuple: the way all its numbers out of range agree on)."""
         if isinstance(value, tuple):
             moves = {self.direction(v) for v in value} - {""}
             return moves.pop() if len(moves) == 1 else ""
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            return ""
-        if not math.isfinite(value):
-            return ""
-        if self.low is not None and (value <= self.low if self.low_open else value < self.low):
-            return "raise it"
-        if self.high is not None and (value >= self.high if self.high_open else value > self.high):
-            return "lower it"
-        return ""
+        return Range(self.low, self.high, self.low_open, self.high_open).direction(value)
 
     def default_for(self, kind: str, dataset: str | None = None) -> Any:
         """The default on dataset `dataset` (where the option names it), else for input kind
@@ -148,12 +142,7 @@ def option(
                 "an option with defaults by data is unset (None) by default and names a "
                 "default for every input kind (by_input or otherwise)"
             )
-        parts = [f"{_num_or_repr(v)} on {k}" for k, v in (by_dataset or {}).items()]
-        if otherwise is not None:
-            parts.append(f"{_num_or_repr(otherwise)} on {'others' if parts else 'all'}")
-        else:
-            parts += [f"{_num_or_repr(v)} on {_PLURAL[k]}" for k, v in by_input.items()]
-        help = f"{help} (default by {'dataset' if by_dataset else 'input'}: {'; '.join(parts)})"
+        help = f"{help} ({_by_data_text(by_input, by_dataset or {}, otherwise)})"
     opt = Opt(
         help=help,
         kind=kind or "",
@@ -166,6 +155,16 @@ def option(
 
 
 _PLURAL = {"image": "images", "signal": "sensor windows"}
+
+
+def _by_data_text(by_input: dict, by_dataset: dict, otherwise: Any) -> str:
+    """'default by dataset: 5e-4 on fmnist; 1e-05 on images; 0.001 on sensor windows'."""
+    parts = [f"{_num_or_repr(v)} on {k}" for k, v in by_dataset.items()]
+    if otherwise is not None:
+        parts.append(f"{_num_or_repr(otherwise)} on {'others' if parts else 'all'}")
+    else:
+        parts += [f"{_num_or_repr(v)} on {_PLURAL[k]}" for k, v in by_input.items()]
+    return f"default by {'dataset' if by_dataset else 'input'}: {'; '.join(parts)}"
 
 
 def _num_or_repr(v: Any) -> str:
@@ -220,16 +219,22 @@ def _resolved(cls, f) -> Opt:
         raise TypeError(f"{where}: default {f.default!r} does not fit its annotation {f.type!r}")
     opt = replace(opt, kind=kind)
     if opt.by_input:
-        kinds = tuple(k for k, _ in opt.by_input)
-        if sorted(kinds) != sorted(INPUT_KINDS):
-            raise TypeError(f"{where}: by_input must give one default for each of {INPUT_KINDS}")
-        for k, v in opt.by_input + opt.by_dataset:
-            if v is None or opt.problem(v):
-                raise TypeError(f"{where}: its default on {k} {v!r} breaks its constraint")
-        unknown = sorted({k for k, _ in opt.by_dataset} - set(DATASETS.names()))
-        if unknown:
-            raise TypeError(f"{where}: by_dataset names no registered dataset {unknown}")
+        _check_by_data(where, opt)
     return opt
+
+
+def _check_by_data(where: str, opt: Opt) -> None:
+    """A declaration's defaults by data: one for every input kind, each within its bounds, and
+    datasets that are registered (a typo would never apply)."""
+    kinds = tuple(k for k, _ in opt.by_input)
+    if sorted(kinds) != sorted(INPUT_KINDS):
+        raise TypeError(f"{where}: by_input must give one default for each of {INPUT_KINDS}")
+    for k, v in opt.by_input + opt.by_dataset:
+        if v is None or opt.problem(v):
+            raise TypeError(f"{where}: its default on {k} {v!r} breaks its constraint")
+    unknown = sorted({k for k, _ in opt.by_dataset} - set(DATASETS.names()))
+    if unknown:
+        raise TypeError(f"{where}: by_dataset names no registered dataset {unknown}")
 
 
 def flag(name: str) -> str:

@@ -75,18 +75,7 @@ def resolve(job: ReproduceJob) -> tuple[Table, Budget]:
             f"got {job.budget!r}",
             hint="; ".join(f"{b.name}: {b.description}" for b in table.budgets.values()),
         )
-    names = [s.name for s in table.settings]
-    if job.federation != OWN and job.federation not in names:
-        raise ConfigError(
-            f"--federation must be {OWN} or one of {', '.join(names)}, got {job.federation!r}",
-            hint=f"{OWN}: each method in its paper's client setting; a setting: every method "
-            "of the table on that setting's uploads",
-        )
-    if job.methods is not None and not job.methods:
-        raise ConfigError("--methods names no method", hint=f"e.g. --methods {table.methods[0]}")
-    for m in job.methods or ():
-        if m not in table.methods:
-            raise UnknownNameError(f"method of {table.name}", m, table.methods)
+    _check_rows(job, table)
     if job.jobs < 1:
         raise ConfigError(f"--jobs must be >= 1, got {job.jobs}", hint="e.g. --jobs 2")
     if job.seeds is not None and (not job.seeds or min(job.seeds) < 0):
@@ -103,6 +92,22 @@ def resolve(job: ReproduceJob) -> tuple[Table, Budget]:
     resolve_device(job.train_device, "--train-device")
     check_out_dir(job.out)  # last: it makes the folder
     return table, table.budgets[job.budget]
+
+
+def _check_rows(job: ReproduceJob, table: Table) -> None:
+    """--federation names a setting of the table (or own); --methods names its rows."""
+    names = [s.name for s in table.settings]
+    if job.federation != OWN and job.federation not in names:
+        raise ConfigError(
+            f"--federation must be {OWN} or one of {', '.join(names)}, got {job.federation!r}",
+            hint=f"{OWN}: each method in its paper's client setting; a setting: every method "
+            "of the table on that setting's uploads",
+        )
+    if job.methods is not None and not job.methods:
+        raise ConfigError("--methods names no method", hint=f"e.g. --methods {table.methods[0]}")
+    for m in job.methods or ():
+        if m not in table.methods:
+            raise UnknownNameError(f"method of {table.name}", m, table.methods)
 
 
 def check_out_dir(out: str) -> None:
@@ -137,10 +142,7 @@ def cells(job: ReproduceJob, table: Table, budget: Budget) -> list[Cell]:
         if not methods:  # --methods names none of this setting's rows
             continue
         models = {prof: budget.substitutes.get(m, m) for prof, m in setting.models.items()}
-        # The table's public split unless the budget sets its own (a smaller subset's).
-        extra = {"public_size": table.public_size} | budget.simulate
-        if not any(m.startswith(SEARCH) for m in models.values()):
-            extra.pop("search_options", None)  # for the settings whose clients search
+        extra = _client_settings(table, budget, models)
         fuse = layer(
             methods,
             budget.fusion,
@@ -167,6 +169,15 @@ def cells(job: ReproduceJob, table: Table, budget: Budget) -> list[Cell]:
                 )
                 out.append(Cell(setting.name, partition, seed, sim))
     return out
+
+
+def _client_settings(table: Table, budget: Budget, models: dict[str, str]) -> dict[str, Any]:
+    """The SimJob fields a setting's clients take from the budget: the table's public split
+    unless the budget sets its own (a smaller subset's); search options only where they search."""
+    extra = {"public_size": table.public_size} | budget.simulate
+    if not any(m.startswith(SEARCH) for m in models.values()):
+        extra.pop("search_options", None)
+    return extra
 
 
 # What may differ between runs of one cell without changing its results.
