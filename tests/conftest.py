@@ -27,7 +27,9 @@ LANES = {"serial": {"test_flower_engine.py"}, "beside": {"test_flower_deploy.py"
 # short and neither worker idles at the end (dealt by test count, a 37 s file came last: the
 # other worker waited 24 s).
 LONGEST_FIRST = (
+    "test_tour.py",
     "test_docs_commands.py",
+    "test_demo.py",
     "test_fuse_stopped.py",
     "test_datafree.py",
     "test_deploy.py",
@@ -38,7 +40,6 @@ LONGEST_FIRST = (
     "test_hostile_strings.py",
     "test_reproduce.py",
     "test_attacks.py",
-    "test_tour.py",
 )
 
 

@@ -212,3 +212,16 @@ def test_the_scan_finds_the_read_that_crashed_the_demo():
     )
     assert _unresolved_reads(ast.parse(crashed), {"lr"}) == [2, 6]
     assert _unresolved_reads(ast.parse("x = m.effective_config({}, s).lr"), {"lr"}) == []
+
+
+# --- a path that cannot be read is the user's error (found by the first-contact review) -------
+
+
+def test_a_missing_input_file_is_one_message_and_exit_2(cli, tmp_path):
+    for args in (
+        ("client", "sample", str(tmp_path / "missing.onnx"), "--out", str(tmp_path / "s.png")),
+        ("client", "sample", str(tmp_path), "--out", str(tmp_path / "s.png")),
+    ):
+        result = cli(*args)
+        assert result.exit_code == 2, result.output
+        assert "Traceback" not in result.output and "cannot read" in result.output

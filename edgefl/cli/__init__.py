@@ -13,7 +13,7 @@ from typer.core import TyperGroup
 
 from edgefl.cli import click_compat as click  # the click typer is built on, not `click`
 from edgefl.cli.common import err_console, print_json
-from edgefl.errors import EdgeflError
+from edgefl.errors import ConfigError, EdgeflError
 
 
 def report_error(exc: EdgeflError, as_json: bool = False) -> None:
@@ -81,6 +81,17 @@ class _Group(TyperGroup):
             return super().invoke(ctx)
         except EdgeflError as exc:
             report_error(exc, as_json=ctx.meta.get("edgefl.json", False))
+            raise typer.Exit(2) from None
+        except (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError) as exc:
+            # A path the user named that cannot be read (`client sample missing.onnx`): their
+            # error, one line, not a traceback. Commands check their inputs first where they
+            # can; this is the net under the ones that read a path directly.
+            what = f"{exc.filename}: " if exc.filename else ""
+            err = ConfigError(
+                f"cannot read {what}{exc.strerror or exc}",
+                hint="check the path: an existing file you may read",
+            )
+            report_error(err, as_json=ctx.meta.get("edgefl.json", False))
             raise typer.Exit(2) from None
         except click.UsageError as exc:  # click prints it (exit 2); JSON callers get it too
             if ctx.meta.get("edgefl.json", False):
