@@ -423,6 +423,7 @@ def _fuse_ingested(plans: list[Planned], run: FuseRun, jobs: int | None) -> list
     """Each planned method's (report, None) or (None, its refusal), in order, from the one
     ingest of `run`: side by side in forked workers where that pays."""
     _check_classes(plans, run.found)
+    plans = _in_effect(plans, run.found)
     for p in plans:  # before workers fork: they all read the one verdict
         if p.config.robust == "screen":
             _screen_verdict(p, run.found, run.device, run.log, run.progress)
@@ -461,6 +462,17 @@ def _ingest_logged(
         f"({found.seconds:.1f}s)"
     )
     return found
+
+
+def _in_effect(plans: list[Planned], found: Ingest) -> list[Planned]:
+    """The plans with the options in effect for the uploads' input and dataset (those that
+    default by data set): what each method runs with, its work is sized by, and its report
+    and model record; never an unset one."""
+    if not found.uploads:
+        return plans  # nothing to fuse: each method refuses with the reasons
+    task = found.uploads[0].meta
+    shape, dataset = task["input_shape"], task.get("dataset")
+    return [replace(p, config=effective(p.config, shape, dataset)) for p in plans]
 
 
 def _check_classes(plans: list[Planned], found: Ingest) -> None:
@@ -582,10 +594,6 @@ class _Used:
 def _fuse_planned(p: Planned, run: FuseRun):
     start = time.perf_counter()
     used = _used(p, run)
-    # The method runs, and its report and model record, the options in effect for this input
-    # (those that default by input kind set), never an unset one.
-    task = used.usable[0].meta
-    p = replace(p, config=effective(p.config, task["input_shape"], task.get("dataset")))
     run.log(
         f"{p.method.name}: {len(used.usable)} upload(s) used; {len(run.found.rejected)} rejected"
         + (f"; {len(used.screened)} screened out" if used.screened else "")
