@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import platform
 import shutil
@@ -339,6 +340,236 @@ def _save(saved: dict, what: str, out: str) -> None:
     Path(f"{out}.md").write_text(markdown(saved["rows"], saved["meta"]))
 
 
+# --- Clean federations (issue 55, item 6): does the screen keep every honest upload? ---------
+# Each federation mixes weak clients (WEAK optimiser steps) with strong ones (STRONG steps),
+# every other client of each device class, so a rule relative to the median client meets
+# both. No attacker: whatever the screen sets aside is an honest upload.
+WEAK, STRONG = 100, 500  # 100: the clients issue 55 saw screened (bench/results/scale.md)
+CLEAN = {
+    "mnist-d05": dict(
+        dataset="mnist",
+        partition="dirichlet:0.5",
+        clients=20,
+        mix="smartphone:10,wristband:10",
+        paper_models=True,
+        subset=12_000,
+    ),
+    "mnist-d01": dict(
+        dataset="mnist",
+        partition="dirichlet:0.1",
+        clients=20,
+        mix="smartphone:10,wristband:10",
+        paper_models=True,
+        subset=12_000,
+    ),
+    # bench_hapt's federation: 1,000 windows of whole users public, one client per other user
+    "hapt-users": dict(
+        dataset="hapt",
+        partition="user",
+        clients=18,
+        mix="smartphone:9,wristband:9",
+        public_size=1_000,
+    ),
+}
+CLEAN_METHODS = "ensemble,fedmho"
+
+
+def clean_jobs(name: str, seed: int, out: Path, steps: tuple[int, int] = (WEAK, STRONG)) -> list:
+    """The federation's client jobs as `simulate` makes them, each given WEAK or STRONG steps
+    (epochs for its shard's size; at least one)."""
+    from dataclasses import replace
+
+    from edgefl.client.run import client_shard
+    from edgefl.data import load_dataset
+    from edgefl.profiles import get_profile
+    from edgefl.simulate.run import SimJob, client_jobs
+
+    job = SimJob(**CLEAN[name], seed=seed, out=str(out))
+    jobs = client_jobs(job)
+    data = load_dataset(jobs[0].dataset, "train")
+    out_jobs, seen = [], {}
+    for cj in jobs:
+        k = seen[cj.profile] = seen.get(cj.profile, -1) + 1
+        n = steps[k % 2]
+        batch = cj.batch_size or get_profile(cj.profile).batch_size
+        train = max(1, round(0.9 * len(client_shard(cj, data))))  # the 10 % kept for val
+        epochs = max(1, math.ceil(n / math.ceil(train / batch)))
+        out_jobs.append((replace(cj, epochs=epochs, force=True), n))
+    return out_jobs
+
+
+def _train_clean(args: tuple) -> dict:
+    from edgefl.client.run import run_client
+    from edgefl.training import one_thread
+
+    cj, steps = args
+    with one_thread():
+        r = run_client(cj)
+    return {
+        "client_id": r.client_id,
+        "role": r.role,
+        "profile": cj.profile,
+        "planned_steps": steps,
+        "epochs": cj.epochs,
+        "samples": r.summary.samples,
+        "val_accuracy": r.summary.val_accuracy,
+    }
+
+
+def fuse_clean(uploads: Path, out: Path, dataset: str, robust: bool) -> dict:
+    """`server fuse` of CLEAN_METHODS on the uploads, with or without the screen."""
+    argv = [
+        str(EDGEFL),
+        "server",
+        "fuse",
+        str(uploads),
+        "--method",
+        CLEAN_METHODS,
+        "--out-dir",
+        str(out),
+        "--eval",
+        f"{dataset}:test",
+        "--json",
+        "--quiet",
+    ]
+    if robust:
+        argv += ["--robust", "screen"]
+    t = time.monotonic()
+    r = subprocess.run(argv, capture_output=True, text=True)
+    if r.returncode != 0:
+        sys.exit(f"server fuse failed ({out}):\n{r.stdout[-2000:]}\n{r.stderr[-3000:]}")
+    reports = json.loads(r.stdout)
+    return {
+        "wall_s": time.monotonic() - t,
+        "accuracy": {m: rep.get("accuracy") for m, rep in reports.items()},
+        "screened": {
+            m: {s["client_id"]: s["reason"] for s in rep.get("screened", [])}
+            for m, rep in reports.items()
+        },
+        "notes": {m: rep.get("robust_notes", []) for m, rep in reports.items()},
+    }
+
+
+def clean_run(name: str, seed: int, work: Path, jobs: int, steps: tuple[int, int]) -> dict:
+    """One clean federation: its clients trained (kept if already made), fused plain and
+    screened."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    run = work / "clean" / f"{name}-s{seed}-{steps[0]}-{steps[1]}"
+    todo = clean_jobs(name, seed, run, steps)
+    made = run / "clients.json"
+    if made.exists():
+        clients = json.loads(made.read_text())
+    else:
+        shutil.rmtree(run / "uploads", ignore_errors=True)
+        with ProcessPoolExecutor(jobs) as pool:
+            clients = list(pool.map(_train_clean, todo))
+        made.write_text(json.dumps(clients, indent=1))
+    dataset = CLEAN[name]["dataset"]
+    plain = fuse_clean(run / "uploads", run / "plain", dataset, False)
+    robust = fuse_clean(run / "uploads", run / "robust", dataset, True)
+    return {"federation": name, "seed": seed, "clients": clients, "plain": plain, "robust": robust}
+
+
+def clean_markdown(rows: list[dict], meta: dict) -> str:
+    methods = CLEAN_METHODS.split(",")
+    lines = [
+        "# The robust screen on clean federations (bench/bench_robust.py --clean)",
+        "",
+        f"{meta['date_utc']}, {meta['machine']}, commit {meta['code']}; `{meta['command']}`.",
+        "No attacker: every upload is honest. Each federation mixes weak clients and strong "
+        "ones (optimiser steps in the table), every other client of each device class; "
+        "`--paper-models` on MNIST (`cnn` phones, `cvae-small` bands; 12,000 training images), "
+        "the planner's models on HAPT (one client per user, 1,000 windows of whole users "
+        "public). Top-1 % on the test split; set aside: uploads the screen left out (all "
+        "honest).",
+        "",
+        "| federation | seed | steps weak / strong | uploads | "
+        + " | ".join(f"{m} plain / screened (cost)" for m in methods)
+        + " | set aside | used changed |",
+        "|---|---:|---|---:|" + "---|" * len(methods) + "---|---|",
+    ]
+    for r in rows:
+        cells = []
+        for m in methods:
+            p, s = r["plain"]["accuracy"].get(m), r["robust"]["accuracy"].get(m)
+            cells.append(
+                "-"
+                if p is None or s is None
+                else f"{100 * p:.2f} / {100 * s:.2f} ({100 * (p - s):+.2f})"
+            )
+        out = sorted({c for v in r["robust"]["screened"].values() for c in v})
+        changed = sorted(
+            {
+                n.split(":")[0]
+                for v in r["robust"]["notes"].values()
+                for n in v
+                if ": outputs repaired" in n or ": logits divided" in n or ": draws repaired" in n
+            }
+        )
+        weak_steps, strong_steps = r["steps"]
+        weak = {c["client_id"] for c in r["clients"] if c["planned_steps"] == weak_steps}
+        lines.append(
+            f"| {r['federation']} | {r['seed']} | {weak_steps} / {strong_steps} | "
+            f"{len(r['clients'])} | "
+            + " | ".join(cells)
+            + f" | {len(out)}"
+            + (f" ({', '.join(c + (' weak' if c in weak else '') for c in out)})" if out else "")
+            + f" | {', '.join(changed) or 'none'} |"
+        )
+    lines += ["", "Why each set-aside upload was left out (screened runs):"]
+    for r in rows:
+        for m, who in r["robust"]["screened"].items():
+            for c, why in who.items():
+                lines.append(f"- {r['federation']} seed {r['seed']} {m}: {c}: {why}")
+    lines += ["", "Clients (local validation accuracy of the classifiers, weak / strong):"]
+    for r in rows:
+        acc = {
+            s: [
+                100 * c["val_accuracy"]
+                for c in r["clients"]
+                if c["planned_steps"] == s and c["val_accuracy"] is not None
+            ]
+            for s in r["steps"]
+        }
+        lines.append(
+            f"- {r['federation']} seed {r['seed']}, {r['steps'][0]} / {r['steps'][1]} steps: "
+            + "; ".join(
+                f"{s} steps: {np.mean(v):.1f}% (min {min(v):.1f}%)" for s, v in acc.items() if v
+            )
+        )
+    return "\n".join(lines) + "\n"
+
+
+def clean_main(args) -> None:
+    meta = {
+        "date_utc": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "machine": args.machine,
+        "command": "python bench/bench_robust.py " + " ".join(sys.argv[1:]),
+        "code": _commit(),
+    }
+    rows = []
+    for seed in (int(s) for s in args.seeds.split(",")):
+        for name in args.federations.split(","):
+            steps = (args.weak_steps, args.strong_steps)
+            rows.append(clean_run(name, seed, Path(args.work), args.jobs, steps) | {"steps": steps})
+            r = rows[-1]
+            print(
+                json.dumps(
+                    {
+                        "federation": name,
+                        "seed": seed,
+                        "plain": r["plain"]["accuracy"],
+                        "robust": r["robust"]["accuracy"],
+                        "screened": r["robust"]["screened"],
+                    }
+                ),
+                flush=True,
+            )
+            Path(f"{args.out}.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=2))
+            Path(f"{args.out}.md").write_text(clean_markdown(rows, meta))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seeds", default="0,1,2")
@@ -360,7 +591,22 @@ def main() -> None:
         action="store_true",
         help="only fuse OUT.json's robust runs again, on their plain runs' uploads",
     )
+    ap.add_argument(
+        "--clean",
+        action="store_true",
+        help="the clean federations (no attacker, weak and strong clients): what the screen "
+        "sets aside and costs; writes OUT (default bench/results/robust_clean)",
+    )
+    ap.add_argument("--federations", default=",".join(CLEAN))
+    ap.add_argument("--weak-steps", type=int, default=WEAK)
+    ap.add_argument("--strong-steps", type=int, default=STRONG)
+    ap.add_argument("--machine", default=f"{platform.machine()}, {os.cpu_count()} CPUs")
     args = ap.parse_args()
+    if args.clean:
+        if args.out == str(ROOT / "bench/results/robust"):
+            args.out = str(ROOT / "bench/results/robust_clean")
+        clean_main(args)
+        return
     if args.robust_only:
         saved = json.loads(Path(f"{args.out}.json").read_text())
         counts = {0, *(int(c) for c in args.counts.split(","))}  # the clean run always

@@ -54,6 +54,7 @@ from typing import NamedTuple
 import numpy as np
 import torch
 from scipy.optimize import linear_sum_assignment
+from scipy.stats import rankdata
 
 import exporters
 from edgefl.artifacts import Upload
@@ -64,7 +65,7 @@ MIN_SHARE = 0.05  # a class a client holds less of than this is not one it is ju
 MIN_SAMPLES = 20  # probe samples a class needs before anyone is judged on it
 PER_CLASS = 64  # probe samples a decoder draws per class it claims
 SURE = 0.5  # committee probability a probe sample needs to count (it looks like that class)
-RATIO = 0.5  # screened below this fraction of the median upload's score (mean over its classes)
+KNOWS = 0.1  # set aside under this informedness (0: outputs that say nothing of the input)
 SCALE_RATIO = 5.0
 COMMITTEE = 3  # a median of fewer than this is moved by one poisoned member
 INVERSION_STEPS = 200  # Adam steps per inverted image (pFedZKD's default inversion_steps)
@@ -288,13 +289,14 @@ def _tempered(current, rescale, probs, x, device) -> tuple[Verdict, list[np.ndar
 
 
 def _screen_decoders(decoders, probe: Probe, classifiers, probs, out) -> Verdict:
-    """The decoders judged by the classifiers not screened out (`out`): repaired where they
+    """The decoders judged with the classifiers not screened out (`out`): repaired where they
     draw other classes than asked for, then screened on what the repaired ones were asked."""
     judges = [i for i, u in enumerate(classifiers) if u.name not in out]
     verdict, asked = _repair_decoders(
         decoders, probe.source, probe.asked, classifiers, probs, judges
     )
-    verdict.out = _judge_decoders(decoders, probe.source, asked, classifiers, probs, judges)
+    current = [verdict.swap.get(u.name, u) for u in decoders]  # label counts relabelled too
+    verdict.out = _judge_decoders(current, probe.x, probe.source, asked, classifiers, probs, judges)
     return verdict
 
 
@@ -306,7 +308,9 @@ def _trusted_reference(classifiers, decoders, probs, probe) -> tuple[np.ndarray,
     first = _judge(classifiers, probs, None, probe.asked)[0]
     judges = [i for i, u in enumerate(classifiers) if u.name not in first]
     if probe.asked is not None:
-        doubted = _judge_decoders(decoders, probe.source, probe.asked, classifiers, probs, judges)
+        doubted = _judge_decoders(
+            decoders, probe.x, probe.source, probe.asked, classifiers, probs, judges
+        )
         mask = np.isin(probe.source, [i for i, d in enumerate(decoders) if d.name in doubted])
         return np.where(mask, -1, probe.asked), judges
     return _committee([probs[i] for i in judges] if judges else probs), judges
@@ -516,37 +520,34 @@ def _prediction_probs(u: Upload) -> np.ndarray:
 
 
 def _judge(uploads: list[Upload], probs: list[np.ndarray], scale, asked=None):
-    """Mean agreement over each client's classes with a reference label: the class a decoder
-    was asked for (`asked`), or else the coordinate-wise median of everyone's probabilities on
-    the samples that committee is sure of. Under label skew a median committee is weak (a
-    class few clients hold gets a low median), so decoder labels come first: a poisoned
-    decoder's draws cost every classifier alike and move no one relative to the others."""
+    """How much each client's outputs know of its own classes (`_ranking`) against a reference
+    label: the class a decoder was asked for (`asked`), or else the coordinate-wise median of
+    everyone's probabilities on the samples that committee is sure of. Under label skew a
+    median committee is weak (a class few clients hold gets a low median), so decoder labels
+    come first: a poisoned decoder's draws cost every classifier alike and move no one relative
+    to the others. -> ({name: why} set aside, {name: (factor, why)} to temper)."""
     committee = asked if asked is not None else _committee(probs)
-    scores = [
-        _agreement(p.argmax(1), committee, _claimed(u)) for u, p in zip(uploads, probs, strict=True)
-    ]
-    bad = _below_median(
+    scores = [_ranking(p, committee, _claimed(u)) for u, p in zip(uploads, probs, strict=True)]
+    bad = _uninformed(
         uploads,
         scores,
-        lambda s, mid, c: (
-            f"agrees with the committee on {100 * s:.0f}% of the samples of its classes "
-            f"(median client: {100 * mid:.0f}%; its worst: class {c})"
+        lambda s, c: (
+            f"its outputs rank the samples of its classes above the others' about as well as "
+            f"chance (informedness {s:+.2f}, under {KNOWS:g}; its worst: class {c})"
         ),
     )
     rescale = {}  # name -> (factor to the median scale, why)
     if scale is not None:
         typical = float(np.median(scale))
         for u, s in zip(uploads, scale, strict=True):
-            if (
-                u.name not in bad
-                and typical > 0
-                and s > 0
-                and not (typical / SCALE_RATIO <= s <= typical * SCALE_RATIO)
-            ):
+            # Only a loud one: logits spread far under the others' weigh less in an average,
+            # never more (a weakly trained client's are small; scaled up, its prior would
+            # outvote the others).
+            if u.name not in bad and typical > 0 and s > typical * SCALE_RATIO:
                 rescale[u.name] = (
                     typical / s,
                     f"its logits spread {s / typical:.1f}x the median "
-                    f"client's, outside 1/{SCALE_RATIO:g}..{SCALE_RATIO:g}x",
+                    f"client's, over {SCALE_RATIO:g}x",
                 )
     return bad, rescale
 
@@ -765,30 +766,100 @@ def _mean_and_worst(per: dict[int, float]):
     return float(np.mean(list(per.values()))), min(per, key=per.get)
 
 
-def _judge_decoders(decoders, source, asked, classifiers, probs, judges) -> dict[str, str]:
-    """How often the judging classifiers (indices into `classifiers`/`probs`, their mean
-    probabilities on the probe) read a decoder's draws for each class it claims as that class;
-    mean over its classes, screened on the classifiers' rule. A class is judged by the judges
-    that hold it, else by all of them."""
-    if not judges:
-        return {}
-    scores = []
-    for d in range(len(decoders)):
-        per = {}
-        for c in np.unique(asked[source == d]):
-            mask = (source == d) & (asked == c)
-            who = [i for i in judges if c in _claimed(classifiers[i])] or judges
-            p = np.mean([probs[i][mask] for i in who], axis=0)
-            per[int(c)] = float((p.argmax(1) == c).mean())
-        scores.append(_mean_and_worst(per))
-    return _below_median(
+def _ranking(probs: np.ndarray, reference: np.ndarray, classes: list[int]):
+    """(mean over the client's classes of how well its probability of the class ranks that
+    class's samples above the other judged samples, as an informedness 2 x AUC - 1: 0 for
+    outputs that carry nothing of the input, negative for outputs that point elsewhere; its
+    worst class). Ranking, not the argmax: a weakly trained client often answers its majority
+    class for every sample (its prior) while its probabilities still order the samples right
+    (measured, MNIST clients of 30 optimiser steps: argmax agreement 17%, informedness +0.60;
+    random weights: -0.07 and +0.04)."""
+    judged = reference >= 0
+    p = probs[judged].astype(np.float64)
+    per = {}
+    for c in classes:
+        pos = reference[judged] == c
+        if pos.sum() >= MIN_SAMPLES and (~pos).sum() >= MIN_SAMPLES:
+            per[c] = 2 * _auc(_log_odds(p, c), pos) - 1
+    return _mean_and_worst(per)
+
+
+def _log_odds(p: np.ndarray, c: int) -> np.ndarray:
+    """log p_c - log(the other classes' sum), from the others' own probabilities: a client
+    that holds one class answers it with p_c = 1.0 in float32 for every sample, and only the
+    others' (tiny) probabilities still order the samples."""
+    others = np.delete(p, c, axis=1).sum(1)
+    return np.log(np.maximum(p[:, c], 1e-300)) - np.log(np.maximum(others, 1e-300))
+
+
+def _auc(score: np.ndarray, positive: np.ndarray) -> float:
+    """P(a positive sample scores above a negative one), ties counted half (Mann-Whitney)."""
+    ranks = rankdata(score)
+    n1, n0 = int(positive.sum()), int((~positive).sum())
+    return float((ranks[positive].sum() - n1 * (n1 + 1) / 2) / (n1 * n0))
+
+
+def _informedness(read: np.ndarray, asked: np.ndarray, mine: np.ndarray, c: int, held) -> float:
+    """How much more often the draws asked for class c (of the decoder `mine` marks, whose
+    share of each class is `held`) are read as c than its draws of the classes it holds as
+    much of or more; for its main class, than the other decoders' draws of other classes. 0:
+    its draws say nothing of the class asked for (noise, random weights: the same reading
+    whatever was asked). Not its draws of classes it holds less of: under label skew an honest
+    decoder draws its main class for a label it barely saw (measured, MNIST Dir(0.1): a
+    decoder of 500 steps drew 3s when asked for 3 or 7, and all its draws counted gave it 0)."""
+    pos = mine & (asked == c)
+    more = [a for a in np.unique(asked[mine]) if a != c and held[a] >= held[c]]
+    neg = mine & np.isin(asked, more)
+    if not neg.any():
+        neg = (asked != c) & (asked >= 0) & ~mine
+    hit = float((read[pos] == c).mean())
+    return hit - (float((read[neg] == c).mean()) if neg.any() else 0.0)
+
+
+def _judge_decoders(decoders, x, source, asked, classifiers, probs, judges) -> dict[str, str]:
+    """Each decoder judged on its images first (`_image_scores`: do its draws lie nearest the
+    other decoders' images of the class asked for?), else, where no other decoder draws a
+    class it claims, by the judging classifiers (indices into `classifiers`/`probs`, their
+    mean probabilities on the probe): how much more often they read its draws for each class
+    as that class than its draws of other classes (`_informedness`); set aside on the
+    classifiers' rule. The images first: classifiers read generated samples of a sensor task
+    poorly (measured, HAPT users: weakly trained honest decoders read at informedness -0.01 to
+    +0.10, a noise decoder at +0.14; by their images +0.40 to +0.83 against 0.00)."""
+    by_images = _image_scores(decoders, x, asked, source)
+    by_judges = _judged_scores(decoders, source, asked, classifiers, probs, judges)
+    scores = [i if i[0] is not None else j for i, j in zip(by_images, by_judges, strict=True)]
+    return _uninformed(
         decoders,
         scores,
-        lambda s, mid, c: (
-            f"the classifiers read {100 * s:.0f}% of its draws as the class asked for "
-            f"(median decoder: {100 * mid:.0f}%; its worst: class {c})"
+        lambda s, c: (
+            "its draws of the class asked for look no more like that class than its draws of "
+            f"other classes do, to the other decoders' images or the classifiers "
+            f"(informedness {s:+.2f}, under {KNOWS:g}; its worst: class {c})"
         ),
     )
+
+
+def _judged_scores(decoders, source, asked, classifiers, probs, judges) -> list[tuple]:
+    """(mean informedness of the judges' reading over the decoder's classes, its worst class)
+    per decoder; a class is judged by the judges that hold it, else by all of them."""
+    if not judges:
+        return [(None, None)] * len(decoders)
+    readings = {}  # the judges of a class -> their reading of the whole probe
+
+    def read(who: tuple[int, ...]) -> np.ndarray:
+        if who not in readings:
+            readings[who] = np.mean([probs[i] for i in who], axis=0).argmax(1)
+        return readings[who]
+
+    scores = []
+    for d in range(len(decoders)):
+        mine, held = source == d, _shares(decoders[d])
+        per = {}
+        for c in np.unique(asked[mine]):
+            who = tuple(i for i in judges if c in _claimed(classifiers[i])) or tuple(judges)
+            per[int(c)] = _informedness(read(who), asked, mine, int(c), held)
+        scores.append(_mean_and_worst(per))
+    return scores
 
 
 def _repair_decoders(decoders, source, asked, classifiers, probs, judges):
@@ -802,10 +873,15 @@ def _repair_decoders(decoders, source, asked, classifiers, probs, judges):
     if not judges:
         return verdict, asked
     k = probs[judges[0]].shape[1]
-    reading = np.mean([probs[i] for i in judges], axis=0).argmax(1)
+    holders = {c: tuple(i for i in judges if c in _claimed(classifiers[i])) for c in range(k)}
+
+    @functools.cache
+    def read_for(a: int) -> np.ndarray:  # the reading of the judges that hold label a
+        return np.mean([probs[i] for i in holders[a]], axis=0).argmax(1)
+
     found = {}
     for d, u in enumerate(decoders):
-        got = _decoder_relabelling(d, source, asked, reading, k)
+        got = _decoder_relabelling(d, source, asked, read_for, k, holders)
         if got is not None and u.rebuilt:
             found[d] = got
     if 2 * len(found) > len(decoders):  # honest majority: then the judges are the odd ones
@@ -831,21 +907,27 @@ def _repair_decoders(decoders, source, asked, classifiers, probs, judges):
     return verdict, asked
 
 
-def _decoder_relabelling(d, source, asked, reading, k):
+def _decoder_relabelling(d, source, asked, read_for, k, holders):
     """(perm: new label c -> the decoder's label perm[c], the classes whose label is known)
     when the judges read its draws for some label l clearly as another class c: most of them, c read for l's draws and rarely for
     its others (not a constant reading, as of noise), its own draws of c (if it has any) not
     read as c, and the other decoders' draws of l not read as c too (else the judges confuse l
-    with c, or the draws of l all look like c)."""
+    with c, or the draws of l all look like c). A label's draws are read by the judges that
+    hold it (`holders`, `read_for(l)`), and one no judge holds never moves: judges that never
+    saw an l read one as the class they know nearest it (measured, MNIST Dir(0.1): honest
+    decoders' 2s, held by one judge of ten, read by all as 3 or 8 and "repaired", which then set
+    aside a third decoder whose 2s were judged against them)."""
     mine = source == d
-    labels = [int(a) for a in np.unique(asked[mine])]
+    labels = [int(a) for a in np.unique(asked[mine]) if holders[int(a)]]
+    if not labels:
+        return None
     rate = np.array(
-        [[float((reading[mine & (asked == a)] == c).mean()) for c in range(k)] for a in labels]
+        [[float((read_for(a)[mine & (asked == a)] == c).mean()) for c in range(k)] for a in labels]
     )
     moves = {
         labels[i]: c  # the label draws class c: asked for c, it is to be given that label
         for i, c in zip(*linear_sum_assignment(rate, maximize=True), strict=True)
-        if _draws_as(labels, rate, i, c, mine, asked, reading)
+        if _draws_as(labels, rate, i, c, mine, asked, read_for(labels[i]))
     }
     # A relabelled decoder moves most of its labels (a flip) or a closed set of them (a swap);
     # one label read as a similar class the judges hold better is not a relabelling (measured:
@@ -897,12 +979,28 @@ class _Relabelled(torch.nn.Module):
 
 
 def _judge_decoders_alone(decoders, probe: torch.Tensor, asked, source) -> dict[str, str]:
-    """Decoders with no classifier to judge them (a CVAE-only federation): each class's
-    reference is the coordinate-wise median, over the decoders that draw it, of their mean
-    draws; a decoder is judged by how many of its draws lie nearest the reference of the class
-    they were asked for (a nearest-centroid reading: a noise decoder's or another class's
-    images lie elsewhere). Under label skew a class drawn by one decoder alone is its own
-    reference; that decoder is judged on its other classes."""
+    """Decoders with no classifier to judge them (a CVAE-only federation), on their images
+    alone (`_image_scores`)."""
+    # Here the judged are their own reference: fewer than a committee's scores judge nothing.
+    return _uninformed(
+        decoders,
+        _image_scores(decoders, probe, asked, source),
+        lambda s, c: (
+            "its draws lie nearest the other decoders' images of the class asked for about "
+            f"as often as its draws of other classes do (informedness {s:+.2f}, under "
+            f"{KNOWS:g}; its worst: class {c})"
+        ),
+        least=COMMITTEE,
+    )
+
+
+def _image_scores(decoders, probe: torch.Tensor, asked, source) -> list[tuple]:
+    """(mean informedness over its classes, its worst class) per decoder, read by its images:
+    each class's reference is the coordinate-wise median, over the decoders that draw it, of
+    their mean draws; a draw is read as the class whose reference lies nearest (a noise
+    decoder's or another class's images lie elsewhere; a weakly trained one draws near its
+    classes' means). Under label skew a class drawn by one decoder alone is its own reference:
+    that decoder is judged on its other classes, and not at all (None) without one."""
     x = probe.reshape(len(probe), -1).numpy()
     classes = sorted(set(asked.tolist()))
     means = {
@@ -920,35 +1018,31 @@ def _judge_decoders_alone(decoders, probe: torch.Tensor, asked, source) -> dict[
     shared = {c for c in classes if len(np.unique(source[asked == c])) >= 2}
     scores = []
     for d in range(len(decoders)):
+        mine, held = source == d, _shares(decoders[d])
         per = {
-            int(c): float((read[(source == d) & (asked == c)] == c).mean())
-            for c in np.unique(asked[source == d])
+            int(c): _informedness(read, asked, mine, int(c), held)
+            for c in np.unique(asked[mine])
             if c in shared
         }
         scores.append(_mean_and_worst(per))
-    # Here the judged are their own reference: fewer than a committee's scores judge nothing.
-    return _below_median(
-        decoders,
-        scores,
-        lambda s, mid, c: (
-            f"{100 * s:.0f}% of its draws lie nearest the other decoders' images of the class "
-            f"asked for (median decoder: {100 * mid:.0f}%; its worst: class {c})"
-        ),
-        least=COMMITTEE,
-    )
+    return scores
 
 
-def _below_median(uploads, scores, why, least: int = 1) -> dict[str, str]:
-    """The screen's one rule: {name: why(score, median, worst class)} for each upload whose
-    score (None: not judged) is under RATIO x the median of the known scores, when at least
-    `least` are known. Classifiers and decoders judged by the decoders' labels or by other
-    classifiers have a reference outside themselves, so a median of few still judges them."""
+def _uninformed(uploads, scores, why, least: int = 1) -> dict[str, str]:
+    """The screen's one rule: {name: why(score, worst class)} for each upload whose score (an
+    informedness: 0 is an upload whose outputs say nothing of the input, 1 a perfect one; None:
+    not judged) is under KNOWS, when at least `least` are known. An absolute rule, not one
+    relative to the median upload: a weakly trained honest client knows less than the
+    others but still more than chance, and what it knows of its classes may be the
+    federation's only knowledge of them (measured: a rule at half the median's score set aside
+    3 of 20 honest classifiers of 100 optimiser steps and cost an ensemble 1.8 points,
+    bench/results/scale.md). Classifiers and decoders judged by the decoders' labels or by other
+    classifiers have a reference outside themselves, so few still judge them."""
     known = [s for s, _ in scores if s is not None]
     if not known or len(known) < least:
         return {}
-    mid = float(np.median(known))
     return {
-        u.name: why(s, mid, c)
+        u.name: why(s, c)
         for u, (s, c) in zip(uploads, scores, strict=True)
-        if s is not None and s < RATIO * mid
+        if s is not None and s < KNOWS
     }
