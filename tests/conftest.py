@@ -4,7 +4,11 @@ import os
 # neighbours were measured 4x slower in wall time than one. Set before torch is imported.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("MKL_NUM_THREADS", "1")
-os.environ.setdefault("MKL_DISABLE_FAST_MM", "1")  # fork-safe MKL (edgefl/__init__.py says why)
+# Then what the `edgefl` command sets at start (edgefl.threads: never spin, fork-safe MKL), so
+# that the code under test, and every process a test starts, runs as under the command.
+from edgefl.threads import share_cores_politely  # noqa: E402
+
+share_cores_politely()
 # Tests must not depend on the caller's terminal width.
 os.environ.setdefault("COLUMNS", "160")
 

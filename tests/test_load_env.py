@@ -9,7 +9,11 @@ import pytest
 from exporters.read import SPINNING_KEYS, session_options
 
 # libgomp prints its effective settings at load time; GOMP_SPINCOUNT is what the policy decides.
-_PROBE = "import edgefl, torch; torch.ones(64, 64).sum()"
+# The settings the `edgefl` command makes at start (edgefl.threads), then torch.
+_PROBE = (
+    "from edgefl.threads import share_cores_politely; share_cores_politely(); "
+    "import torch; torch.ones(64, 64).sum()"
+)
 
 
 def _gomp_settings(**env: str) -> dict[str, str]:
@@ -52,7 +56,8 @@ def test_onnxruntime_sessions_do_not_spin(key, monkeypatch):
     assert session_options().get_session_config_entry(key) == "1"
 
 
-# Import edgefl with /proc/loadavg reporting RUNNING runnable tasks; print the thread cap it set.
+# The command's start-up settings with /proc/loadavg reporting RUNNING runnable tasks; print the
+# thread cap they set.
 _CAP_PROBE = """
 import builtins, io, os, sys
 real_open = builtins.open
@@ -61,7 +66,8 @@ def fake_open(path, *args, **kwargs):
         return io.StringIO("2.00 2.00 2.00 %s/200 12345")
     return real_open(path, *args, **kwargs)
 builtins.open = fake_open
-import edgefl
+from edgefl.threads import share_cores_politely
+share_cores_politely()
 print(os.environ.get("OMP_NUM_THREADS"))
 """
 

@@ -2,18 +2,25 @@
 
 from __future__ import annotations
 
-import re
-import signal
-import sys
-import threading
+from edgefl.threads import share_cores_politely
 
-import typer
-from rich.markup import escape
-from typer.core import TyperGroup
+# First thing at start, before this module's imports load numpy (OpenBLAS) and the commands
+# load torch: they read the thread settings once, when they load. The console script imports
+# this module before it calls main(); a spawned worker re-imports it as the script's module.
+share_cores_politely()
 
-from edgefl.cli import click_compat as click  # the click typer is built on, not `click`
-from edgefl.cli.common import err_console, print_json
-from edgefl.errors import ConfigError, EdgeflError
+import re  # noqa: E402
+import signal  # noqa: E402
+import sys  # noqa: E402
+import threading  # noqa: E402
+
+import typer  # noqa: E402
+from rich.markup import escape  # noqa: E402
+from typer.core import TyperGroup  # noqa: E402
+
+from edgefl.cli import click_compat as click  # noqa: E402 (the click typer is built on)
+from edgefl.cli.common import err_console, print_json  # noqa: E402
+from edgefl.errors import ConfigError, EdgeflError  # noqa: E402
 
 
 def report_error(exc: EdgeflError, as_json: bool = False) -> None:

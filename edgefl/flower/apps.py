@@ -3,8 +3,14 @@ ServerApp and ClientApp."""
 
 from __future__ import annotations
 
-from edgefl.flower.client_app import make_client_app
-from edgefl.flower.server_app import make_server_app
+from edgefl.threads import share_cores_politely
+
+# The process Flower starts for the app (a SuperNode's ClientApp, the SuperLink's ServerApp,
+# which forks a worker per method) sets edgefl's thread settings before the apps load torch.
+share_cores_politely()
+
+from edgefl.flower.client_app import make_client_app  # noqa: E402
+from edgefl.flower.server_app import make_server_app  # noqa: E402
 
 client = make_client_app()
 server = make_server_app()

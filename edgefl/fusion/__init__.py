@@ -1,6 +1,8 @@
 """Fusion methods, one file each, registered by name in METHODS (explicit list, no magic);
-methods of other packages come in through the entry-point group `edgefl.methods`."""
+methods of other packages come in through the entry-point group `edgefl.methods`, looked up
+at the registry's first read (importing this package scans nothing)."""
 
+from collections.abc import Iterator
 from importlib.metadata import entry_points
 
 from edgefl.fusion import (
@@ -19,7 +21,6 @@ from edgefl.fusion import (
 )
 from edgefl.fusion.base import (
     BUDGETS,
-    METHODS,
     FusionConfig,
     FusionContext,
     FusionResult,
@@ -27,6 +28,45 @@ from edgefl.fusion.base import (
     Reference,
     check_budget,
 )
+from edgefl.registry import Registry
+
+
+class _Methods(Registry[Method]):
+    """The fusion methods: the built-ins, added below, then the ones installed packages
+    declare (load_plugins), looked up once at the first read (a name asked for, the list
+    printed), in whichever process reads first: a `server fuse` worker, Flower's ServerApp."""
+
+    def __init__(self, kind: str):
+        super().__init__(kind)
+        self._scanned = False
+
+    def _scan_once(self) -> None:
+        if not self._scanned:
+            self._scanned = True  # first: a plugin may read the registry while it loads
+            load_plugins()
+
+    def get(self, name: str) -> Method:
+        self._scan_once()
+        return super().get(name)
+
+    def names(self) -> list[str]:
+        self._scan_once()
+        return super().names()
+
+    def __contains__(self, name: object) -> bool:
+        self._scan_once()
+        return super().__contains__(name)
+
+    def __iter__(self) -> Iterator[Method]:
+        self._scan_once()
+        return super().__iter__()
+
+    def __len__(self) -> int:
+        self._scan_once()
+        return super().__len__()
+
+
+METHODS: Registry[Method] = _Methods("fusion method")
 
 for _m in (
     fedavg.METHOD,
@@ -49,10 +89,11 @@ PLUGIN_GROUP = "edgefl.methods"
 
 def load_plugins(group: str = PLUGIN_GROUP) -> None:
     """Register the methods installed packages declare (`[project.entry-points."edgefl.methods"]`
-    `NAME = "package.module:METHOD"`): every process edgefl starts, a `server fuse` worker or
-    Flower's deployed ServerApp, then knows them with no edit to edgefl. A plugin that fails to
-    load, or names a Method otherwise, is not registered; asking for it says why (the other
-    methods still run). A built-in name is never replaced."""
+    `NAME = "package.module:METHOD"`): METHODS calls it at its first read, so every process
+    edgefl starts, a `server fuse` worker or Flower's deployed ServerApp, knows them with no
+    edit to edgefl. A plugin that fails to load, or names a Method otherwise, is not
+    registered; asking for it says why (the other methods still run). A built-in name is never
+    replaced."""
     for ep in entry_points(group=group):
         if ep.name in METHODS:
             continue
@@ -68,8 +109,6 @@ def load_plugins(group: str = PLUGIN_GROUP) -> None:
             continue
         METHODS.add(ep.name, method)
 
-
-load_plugins()
 
 # What `edgefl simulate` runs when no --methods is given: the FedMHO paper's MNIST table.
 DEFAULT_METHODS = ("fedavg", "ensemble", "fedcvae-ens", "fedmho", "fedmho-md", "fedmho-sd")

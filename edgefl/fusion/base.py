@@ -33,7 +33,6 @@ from edgefl.models.augment import affine_jitter, jitter  # noqa: F401 (affine_ji
 from edgefl.models.spec import ModelSpec, parse_model_arg
 from edgefl.models.zoo import build_model, input_kind
 from edgefl.progress import no_progress
-from edgefl.registry import Registry
 
 # What a client may upload and a method consume: every artifact kind but the server's own.
 UPLOAD_KINDS = tuple(k for k in exporters.ARTIFACT_KINDS if k != "global")
@@ -279,9 +278,6 @@ def fedhydra_table1(
         Reference(dataset, 5, f"dirichlet:{alpha:g}", acc, "FedHydra paper, Table 1")
         for alpha, acc in zip((0.5, 0.3, 0.1, 0.01), accuracies, strict=True)
     )
-
-
-METHODS: Registry[Method] = Registry("fusion method")
 
 
 def federation_label_counts(uploads, num_classes: int) -> np.ndarray:

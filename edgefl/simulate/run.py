@@ -46,6 +46,7 @@ from edgefl.server.fuse import plan as plan_fuse
 from edgefl.simulate.personalized import run_per_client
 from edgefl.simulate.render import pictures, results_markdown, upload_bytes
 from edgefl.simulate.resume import finished, reuse_global, upload_path
+from edgefl.threads import share_cores_politely
 from edgefl.training import one_thread
 
 # Budget-true classifiers are capped so a 10-client CPU simulation of every method stays within
@@ -359,7 +360,10 @@ def train_clients(job: SimJob, log, progress=no_progress) -> list[dict]:
             progress("clients trained", done, len(cjobs), f"client {i}")
     else:
         ctx = multiprocessing.get_context("spawn")  # fork + torch threads is unsafe
-        with ProcessPoolExecutor(max_workers=job.jobs, mp_context=ctx) as pool:
+        # A spawned worker starts afresh: edgefl's thread settings before it loads torch.
+        with ProcessPoolExecutor(
+            max_workers=job.jobs, mp_context=ctx, initializer=share_cores_politely
+        ) as pool:
             futures = {pool.submit(_train_one, cjobs[i]): i for i in todo}
             for fut in as_completed(futures):
                 i = futures[fut]
