@@ -1,0 +1,95 @@
+"""The robust screen keeps honest clients (issue 55, item 6): a weakly trained honest classifier
+knows less than the others but more than chance, and the screen must not set it aside for
+being below the median client (the rule before did: it set aside weak clients here); an
+upload whose outputs carry nothing of the input still is. Real `cnn` classifiers trained on
+sklearn's digits under label skew, judged on an unlabelled public split (the committee's
+reference, as with FedDF's probe)."""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+import torch
+
+import exporters
+from edgefl.artifacts import Upload
+from edgefl.data import load_dataset
+from edgefl.data.partition import partition
+from edgefl.fusion.robust import judge
+from edgefl.models.zoo import make_spec
+from edgefl.training import TrainConfig, init_model, one_thread, train
+
+K, CLIENTS = 10, 8
+WEAK, STRONG = 40, 300  # optimiser steps: every other client is weak
+
+
+def _upload(i: int, module: torch.nn.Module, counts) -> Upload:
+    meta = {
+        "kind": "classifier",
+        "client_id": f"client-{i:03d}",
+        "num_classes": K,
+        "label_counts": [int(c) for c in counts],
+    }
+    art = exporters.Artifact(
+        path=f"client-{i:03d}.onnx",
+        size_bytes=0,
+        model=None,
+        input_names=[],
+        output_names=[],
+        metadata=meta,
+    )
+    return Upload(art, module)
+
+
+@pytest.fixture(scope="module")
+def federation():
+    """(honest uploads, local accuracy of each on its own held classes, the public probe): a
+    Dir(0.5) federation of `cnn` clients on digits, weak and strong in turn."""
+    data = load_dataset("digits", "train")
+    test = load_dataset("digits", "test")
+    order = np.random.default_rng(0).permutation(len(data.y))
+    public, rest = data.x[order[:400]], order[400:]  # the server's unlabelled public set
+    spec = make_spec("cnn", tuple(data.x.shape[1:]), K)
+    parts = partition(data.y[rest], CLIENTS, "dirichlet:0.5", 0, num_classes=K, min_size=40)
+    uploads, accuracy = [], []
+    with one_thread():
+        for i, idx in enumerate(rest[p] for p in parts):
+            steps = WEAK if i % 2 == 0 else STRONG
+            batch = 32
+            epochs = max(1, -(-steps // -(-len(idx) // batch)))
+            model = init_model(spec, 0)
+            cfg = TrainConfig(epochs=epochs, batch_size=batch, optimizer="adam", lr=3e-3, seed=i)
+            train(model, "classifier", data.x[idx], data.y[idx], K, cfg)
+            model.eval()
+            counts = np.bincount(data.y[idx], minlength=K)
+            held = np.isin(test.y, np.flatnonzero(counts >= 0.05 * counts.sum()))
+            with torch.no_grad():
+                pred = model(torch.from_numpy(test.x[held])).argmax(1).numpy()
+            accuracy.append(float((pred == test.y[held]).mean()))
+            uploads.append(_upload(i, model, counts))
+    return uploads, accuracy, public
+
+
+def test_weak_honest_classifiers_are_kept_and_a_mute_one_still_set_aside(federation):
+    uploads, accuracy, public = federation
+    weak = [a for i, a in enumerate(accuracy) if i % 2 == 0]
+    strong = [a for i, a in enumerate(accuracy) if i % 2 == 1]
+    # The federation is what the test says: weak clients know their classes beyond chance
+    # but clearly less than the strong ones (a rule relative to the median meets both).
+    assert min(strong) > 0.85 and max(weak) < min(strong) - 0.1, (weak, strong)
+    assert min(weak) > 0.3, weak
+    cpu = torch.device("cpu")
+    clean = judge(uploads, cpu, public=lambda: public)
+    assert clean.out == {}, clean.out  # no honest upload set aside
+    assert clean.swap == {}, sorted(clean.swap)  # nor used changed
+    # The rule still sets aside an upload whose outputs say nothing of the input: a strong
+    # client's network with its head's weights zeroed answers every sample alike.
+    mute = copy.deepcopy(uploads[1].module)
+    with torch.no_grad():
+        mute.head.weight.zero_()
+    federation = [*uploads, _upload(100, mute, uploads[1].label_counts)]
+    verdict = judge(federation, cpu, public=lambda: public)
+    assert set(verdict.out) == {"client-100.onnx"}, verdict.out
+    assert "about as well as chance (informedness +0.00" in verdict.out["client-100.onnx"]
