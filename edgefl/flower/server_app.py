@@ -28,7 +28,7 @@ from edgefl.errors import ConfigError, EdgeflError
 from edgefl.flower import wire
 from edgefl.flower.collect import Collected, collect, wait_for_nodes
 from edgefl.fusion import DEFAULT_METHODS, METHODS
-from edgefl.fusion.public_set import PublicSetConfig
+from edgefl.fusion.config import PublicSetConfig
 from edgefl.outputs import check_writable
 from edgefl.server.fuse import fuse_methods, plan, refused_report
 from edgefl.server.ingest import DEFAULT_RESIDENT_MIB, resident_limit

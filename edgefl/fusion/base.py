@@ -1,7 +1,8 @@
 """What every fusion method shares: its registry entry (the contract the pipeline, `simulate`
-and the CLI read instead of method names), its config base, the context it runs in, and the
-pieces several methods reuse (parameter averaging, sampling decoders, the class-mean filter,
-training a student on synthetic data with optional distillation).
+and the CLI read instead of method names), its config base (edgefl.fusion.config, imported
+here), the context it runs in, and the pieces several methods reuse (parameter averaging,
+sampling decoders, the class-mean filter, training a student on synthetic data with optional
+distillation).
 
 A method is one file with a frozen config dataclass (its defaults, each field declared
 with `option(...)`; the paper's values where 2 cores can afford them, else a named `paper`
@@ -27,7 +28,8 @@ from torch.nn import functional as F
 import exporters
 from edgefl.artifacts import Upload
 from edgefl.errors import ConfigError, FusionError
-from edgefl.fusion.options import describe_options, effective, flag, option, validate
+from edgefl.fusion.config import FusionConfig, PublicSetConfig
+from edgefl.fusion.options import describe_options, effective, flag
 from edgefl.models.augment import CHOICES as AUGMENT_CHOICES
 from edgefl.models.augment import affine_jitter, jitter  # noqa: F401 (affine_jitter: re-exported)
 from edgefl.models.spec import ModelSpec, parse_model_arg
@@ -55,29 +57,6 @@ def check_budget(budget: str) -> None:
         raise ConfigError(
             f"--budget must be one of {', '.join(BUDGETS)}, got {budget!r}", hint=BUDGETS_HELP
         )
-
-
-ROBUST = ("off", "screen")
-ROBUST_HELP = (
-    "judge uploads by their outputs against the others (poisoned clients; "
-    "edgefl.fusion.robust): repair relabelled or negated ones, temper scaled ones, "
-    "leave out the rest that disagree; each named in the report: off | screen"
-)
-
-
-@dataclass(frozen=True)
-class FusionConfig:
-    """Knobs every method has. Subclasses add theirs with `option(...)`; each field is a flag of
-    `server fuse` (`--name value`) and is checked against its declaration when built."""
-
-    seed: int = option(0, "seed of generation, initialisation and training", low=0)
-    robust: str = option("off", ROBUST_HELP, choices=ROBUST)
-
-    def __post_init__(self) -> None:
-        validate(self)
-
-    def as_dict(self) -> dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
 @dataclass(frozen=True)
@@ -167,8 +146,6 @@ class Method:
     def public_data(self) -> bool:
         """Reads the shared unlabeled public set: its config derives from PublicSetConfig,
         whose options a simulation fills with the slice it carved for its clients."""
-        from edgefl.fusion.public_set import PublicSetConfig  # it builds on this module
-
         return issubclass(self.config_cls, PublicSetConfig)
 
     def option_names(self) -> set[str]:

@@ -29,8 +29,9 @@ from edgefl.fusion.base import (
     pfedzkd_table2,
     shuffled_epochs,
 )
+from edgefl.fusion.config import PublicSetConfig
 from edgefl.fusion.options import option
-from edgefl.fusion.public_set import PublicSetConfig, public_samples
+from edgefl.fusion.public_set import public_samples
 
 
 @dataclass(frozen=True)

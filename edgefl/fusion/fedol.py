@@ -29,8 +29,9 @@ import exporters
 from edgefl.data.public import public_fingerprint
 from edgefl.errors import FusionError
 from edgefl.fusion.base import FusionContext, FusionResult, Method, shuffled_epochs
+from edgefl.fusion.config import PublicSetConfig
 from edgefl.fusion.options import option
-from edgefl.fusion.public_set import PublicSetConfig, public_samples
+from edgefl.fusion.public_set import public_samples
 
 
 @dataclass(frozen=True)

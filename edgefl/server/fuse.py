@@ -36,8 +36,8 @@ from edgefl.chance import global_warning, near_chance
 from edgefl.errors import ConfigError, EdgeflError, FusionError
 from edgefl.fusion import METHODS
 from edgefl.fusion.base import FusionConfig, FusionContext, FusionResult, Method, over_caps
+from edgefl.fusion.config import PublicSetConfig
 from edgefl.fusion.options import effective
-from edgefl.fusion.public_set import PublicSetConfig
 from edgefl.fusion.robust import apply as apply_screen
 from edgefl.fusion.robust import judge as judge_screen
 from edgefl.outputs import Staging, check_replace, check_writable, lock_outputs, sha256_file

@@ -29,7 +29,7 @@ from edgefl.data.registry import DATASETS
 from edgefl.errors import ConfigError, FusionError
 from edgefl.fusion import DEFAULT_METHODS, METHODS, paper_reference
 from edgefl.fusion.base import over_caps
-from edgefl.fusion.public_set import PublicSetConfig
+from edgefl.fusion.config import PublicSetConfig
 from edgefl.models.plan import plan
 from edgefl.models.spec import parse_model_arg
 from edgefl.models.zoo import role_of
