@@ -14,15 +14,13 @@ before the seeds and jitter were recorded are compared on the rest.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from edgefl.client.job import ClientJob, job_augment, local_schedule, window_treatment
 from edgefl.errors import ConfigError
 from edgefl.models.spec import ModelSpec, parse_model_arg
 from edgefl.outputs import describe_result, existing_result, replacing_error
 from edgefl.profiles import get_profile
-
-if TYPE_CHECKING:
-    from edgefl.client.run import ClientJob
 
 # What a job's `kind` writes, as the upload's metadata names it.
 _KINDS = {
@@ -46,9 +44,6 @@ def training_differs(cjob: ClientJob, made: ModelSpec, role: str, trained: dict)
     job ('' if nothing): the model (when the job names one), the search (when the upload
     records one), epochs, lr, batch size, optimizer, window treatment, and the seeds and jitter
     where the upload records them."""
-    # run imports this module
-    from edgefl.client.run import job_augment, local_schedule, window_treatment
-
     diffs = []
     if cjob.model is not None:
         want = parse_model_arg(cjob.model, made.input_shape, made.num_classes)
@@ -178,8 +173,6 @@ def _without_model(job: ClientJob) -> ClientJob:
 
 
 def _settings_differ(job: ClientJob, trained: dict) -> str:
-    from edgefl.client.run import local_schedule
-
     profile = get_profile(job.profile)
     samples = trained.get("samples")
     epochs, lr = local_schedule(

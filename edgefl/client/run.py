@@ -14,13 +14,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
-from torch.nn import functional as F
 
 import edgefl
 import exporters
 from edgefl.client import weightless
 from edgefl.client.attacks import ATTACKS, attack_for
+from edgefl.client.export import export_model
+from edgefl.client.job import ClientJob, job_augment, local_schedule, window_treatment
 from edgefl.client.rerun import check_upload_target, search_record
 from edgefl.data import (
     ArrayDataset,
@@ -33,63 +33,17 @@ from edgefl.data import (
 )
 from edgefl.data.align import align_windows
 from edgefl.data.registry import DATASETS, DatasetInfo
-from edgefl.errors import ArtifactError, ConfigError
+from edgefl.errors import ConfigError
 from edgefl.models.augment import check_choice as check_augment
-from edgefl.models.augment import resolve as resolve_augment
 from edgefl.models.cost import costs
 from edgefl.models.plan import Fit, check_fit, plan, require_fit
 from edgefl.models.spec import ModelSpec, load_spec_file, parse_model_arg
-from edgefl.models.zoo import input_kind, role_of
+from edgefl.models.zoo import role_of
 from edgefl.outputs import check_writable
 from edgefl.profiles import Profile, get_profile
 from edgefl.search import PSOConfig, SearchResult, run_search, search_architecture
 from edgefl.search.pso import SHORTEN_FLAGS
-from edgefl.training import DEFAULT_LR, TrainConfig, TrainSummary, init_model, train
-
-
-@dataclass(frozen=True)
-class ClientJob:
-    profile: str
-    dataset: str = "mnist"
-    out_dir: str = "uploads"
-    data_dir: str | None = None
-    partition: str = "dirichlet:0.5"
-    num_clients: int = 10
-    client_index: int = 0
-    partition_seed: int = 0
-    public_size: int = 0  # samples held out of the train split as the public set (before partition)
-    subset: int | None = None  # use a seeded subset of this many training samples (quick runs)
-    model: str | None = None  # NAME or NAME:key=value,... ; None = the planner's choice
-    spec_file: str | None = None  # a spec JSON (`edgefl search --save`), instead of `model`
-    role: str = "auto"
-    max_macs: int | None = None  # cap for the planner (fast CPU simulations)
-    epochs: int | None = None
-    batch_size: int | None = None
-    lr: float | None = None
-    optimizer: str | None = None  # sgd | sgd-momentum | adam; None = the profile's
-    train_device: str = "cpu"  # cpu | cuda (a simulation's GPU; a real device trains on its CPU)
-    seed: int = 0
-    fed_seed: int = 0
-    quantize: str | None = None
-    force: bool = False
-    client_id: str | None = None
-    search: str | None = None  # "pso": search an architecture under the budget (pFedZKD)
-    search_options: dict[str, Any] | None = None
-    # What leaves the device: "model" (the weights), "predictions" (softmax outputs on the
-    # `public` set, FedOL) or "prototypes" (per-class mean representations, FedGH).
-    kind: str = "model"
-    public: str | None = None  # predictions: NAME:public (carved with public_size) or a .npz
-    fp16: bool = False  # predictions stored as float16 (half the upload)
-    keep_model: str | None = None  # predictions/prototypes: directory for the device's own model
-    # Train-time jitter: None = rotate for classifiers of sensor windows (each user wears the
-    # device at its own angle: edgefl.models.augment), else none; or none | rotate | affine.
-    augment: str | None = None
-    # A poisoned client (edgefl.client.attacks): for robustness runs; None = honest.
-    attack: str | None = None
-    # Replace an upload (or kept model) at the output path that another command made; without
-    # it such a run stops before training (edgefl.client.rerun). A rerun of the same command
-    # replaces its own upload either way.
-    overwrite: bool = False
+from edgefl.training import TrainConfig, TrainSummary, init_model, train
 
 
 @dataclass
@@ -151,24 +105,6 @@ def dataset_info_for(ref: str, data: ArrayDataset) -> DatasetInfo:
         reference_classifier="vgg9",
         description="user dataset",
         builtin=False,
-    )
-
-
-def _default_augment(spec: ModelSpec, role: str) -> str:
-    """A classifier of sensor windows learns each user's own wearing angle unless its windows
-    are turned (edgefl.models.augment: 54 % -> 71 % on other users, UCI HAPT). A CVAE is not:
-    its 2-D latent then spends itself on the angle, and FedCVAE trained on its samples lost 3-5
-    points (bench/results/hapt.md). Images: none, as every recorded MNIST result."""
-    return "rotate" if role == "classifier" and input_kind(spec.input_shape) == "signal" else "none"
-
-
-def job_augment(job: ClientJob, spec: ModelSpec, role: str) -> str:
-    """The jitter a job trains under: its --augment (checked against the input kind), else the
-    default for the model and role. An upload records it; a rerun compares it (client.rerun)."""
-    return (
-        resolve_augment(job.augment, spec.input_shape)
-        if job.augment
-        else _default_augment(spec, role)
     )
 
 
@@ -529,20 +465,6 @@ def search_client(
     )
 
 
-def window_treatment(spec: ModelSpec, role: str) -> str | None:
-    """How a client's sensor windows are presented to its model: "aligned" (edgefl.data.align)
-    for a CVAE on windows, else as recorded (None)."""
-    return "aligned" if role == "generator" and input_kind(spec.input_shape) == "signal" else None
-
-
-def local_schedule(job: ClientJob, profile: Profile, role: str, samples: int) -> tuple[int, float]:
-    """(epochs, lr) a client trains with on `samples` training samples: the job's, else its
-    profile's for that much data (Profile.local_epochs) and the role's default rate."""
-    optimizer = job.optimizer or profile.optimizer
-    epochs = job.epochs or profile.local_epochs(samples, job.batch_size)
-    return epochs, job.lr or DEFAULT_LR[(role, optimizer)]
-
-
 def model_metadata(
     spec: ModelSpec,
     *,
@@ -569,39 +491,6 @@ def model_metadata(
         **extra,
         "edgefl_version": edgefl.__version__,
     }
-
-
-def export_model(model, spec: ModelSpec, meta: dict, path: Path) -> exporters.ExportReport:
-    """Classifier: input -> logits. CVAE: the decoder only, (z, label one-hot) -> image."""
-    model.eval()
-    try:
-        if role_of(spec) == "classifier":
-            return exporters.export_onnx(
-                model,
-                (torch.zeros(2, *spec.input_shape),),
-                path,
-                input_names=["input"],
-                output_names=["logits"],
-                metadata=meta,
-            )
-        dec = model.decoder
-        n = spec.num_classes
-
-        def sample(batch: int):
-            labels = torch.randint(0, n, (batch,))
-            return torch.randn(batch, dec.latent_dim), F.one_hot(labels, n).float()
-
-        return exporters.export_onnx(
-            dec,
-            sample(2),
-            path,
-            input_names=["z", "label"],
-            output_names=["image"],
-            metadata=meta | {"latent_dim": dec.latent_dim},
-            sample_inputs=sample,
-        )
-    except exporters.ExportError as exc:
-        raise ArtifactError(f"export failed: {exc}") from None
 
 
 def _local_accuracy_pair(fp32: Path, int8: Path, data, val_idx, role) -> dict:

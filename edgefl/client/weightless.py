@@ -19,6 +19,7 @@ from torch import nn
 
 import exporters
 from edgefl.artifacts import RebuildRejected, read_header, rebuild
+from edgefl.client.export import export_model
 from edgefl.data import parse_dataset_ref
 from edgefl.data.public import DEFAULT_PUBLIC_SIZE, is_carved, load_public, public_fingerprint
 from edgefl.errors import ArtifactError, ConfigError
@@ -183,8 +184,6 @@ def export_data_artifact(
     (FedGH splices the global header into it); keep that directory apart from the uploads."""
     kept = {}
     if job.keep_model:
-        from edgefl.client.run import export_model
-
         kept = {"kept_model": str(Path(job.keep_model) / path.name)}
         export_model(model, spec, meta, Path(kept["kept_model"]))
     base = data_metadata(meta, spec.label)

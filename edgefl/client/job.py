@@ -1,0 +1,92 @@
+"""A device's job: what one client trains and uploads (`ClientJob`), and what follows from
+it and the model before any data is read: the jitter it trains under, how its sensor windows
+are presented, its local epochs and learning rate. Below client.run, which runs a job, and
+client.rerun, which compares an existing upload with one."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from edgefl.models.augment import resolve as resolve_augment
+from edgefl.models.spec import ModelSpec
+from edgefl.models.zoo import input_kind
+from edgefl.profiles import Profile
+from edgefl.training import DEFAULT_LR
+
+
+@dataclass(frozen=True)
+class ClientJob:
+    profile: str
+    dataset: str = "mnist"
+    out_dir: str = "uploads"
+    data_dir: str | None = None
+    partition: str = "dirichlet:0.5"
+    num_clients: int = 10
+    client_index: int = 0
+    partition_seed: int = 0
+    public_size: int = 0  # samples held out of the train split as the public set (before partition)
+    subset: int | None = None  # use a seeded subset of this many training samples (quick runs)
+    model: str | None = None  # NAME or NAME:key=value,... ; None = the planner's choice
+    spec_file: str | None = None  # a spec JSON (`edgefl search --save`), instead of `model`
+    role: str = "auto"
+    max_macs: int | None = None  # cap for the planner (fast CPU simulations)
+    epochs: int | None = None
+    batch_size: int | None = None
+    lr: float | None = None
+    optimizer: str | None = None  # sgd | sgd-momentum | adam; None = the profile's
+    train_device: str = "cpu"  # cpu | cuda (a simulation's GPU; a real device trains on its CPU)
+    seed: int = 0
+    fed_seed: int = 0
+    quantize: str | None = None
+    force: bool = False
+    client_id: str | None = None
+    search: str | None = None  # "pso": search an architecture under the budget (pFedZKD)
+    search_options: dict[str, Any] | None = None
+    # What leaves the device: "model" (the weights), "predictions" (softmax outputs on the
+    # `public` set, FedOL) or "prototypes" (per-class mean representations, FedGH).
+    kind: str = "model"
+    public: str | None = None  # predictions: NAME:public (carved with public_size) or a .npz
+    fp16: bool = False  # predictions stored as float16 (half the upload)
+    keep_model: str | None = None  # predictions/prototypes: directory for the device's own model
+    # Train-time jitter: None = rotate for classifiers of sensor windows (each user wears the
+    # device at its own angle: edgefl.models.augment), else none; or none | rotate | affine.
+    augment: str | None = None
+    # A poisoned client (edgefl.client.attacks): for robustness runs; None = honest.
+    attack: str | None = None
+    # Replace an upload (or kept model) at the output path that another command made; without
+    # it such a run stops before training (edgefl.client.rerun). A rerun of the same command
+    # replaces its own upload either way.
+    overwrite: bool = False
+
+
+def _default_augment(spec: ModelSpec, role: str) -> str:
+    """A classifier of sensor windows learns each user's own wearing angle unless its windows
+    are turned (edgefl.models.augment: 54 % -> 71 % on other users, UCI HAPT). A CVAE is not:
+    its 2-D latent then spends itself on the angle, and FedCVAE trained on its samples lost 3-5
+    points (bench/results/hapt.md). Images: none, as every recorded MNIST result."""
+    return "rotate" if role == "classifier" and input_kind(spec.input_shape) == "signal" else "none"
+
+
+def job_augment(job: ClientJob, spec: ModelSpec, role: str) -> str:
+    """The jitter a job trains under: its --augment (checked against the input kind), else the
+    default for the model and role. An upload records it; a rerun compares it (client.rerun)."""
+    return (
+        resolve_augment(job.augment, spec.input_shape)
+        if job.augment
+        else _default_augment(spec, role)
+    )
+
+
+def window_treatment(spec: ModelSpec, role: str) -> str | None:
+    """How a client's sensor windows are presented to its model: "aligned" (edgefl.data.align)
+    for a CVAE on windows, else as recorded (None)."""
+    return "aligned" if role == "generator" and input_kind(spec.input_shape) == "signal" else None
+
+
+def local_schedule(job: ClientJob, profile: Profile, role: str, samples: int) -> tuple[int, float]:
+    """(epochs, lr) a client trains with on `samples` training samples: the job's, else its
+    profile's for that much data (Profile.local_epochs) and the role's default rate."""
+    optimizer = job.optimizer or profile.optimizer
+    epochs = job.epochs or profile.local_epochs(samples, job.batch_size)
+    return epochs, job.lr or DEFAULT_LR[(role, optimizer)]
