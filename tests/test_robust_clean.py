@@ -93,3 +93,43 @@ def test_weak_honest_classifiers_are_kept_and_a_mute_one_still_set_aside(federat
     verdict = judge(federation, cpu, public=lambda: public)
     assert set(verdict.out) == {"client-100.onnx"}, verdict.out
     assert "about as well as chance (informedness +0.00" in verdict.out["client-100.onnx"]
+
+
+def test_the_clean_federation_bench_loads_and_renders(tmp_path):
+    """bench/bench_robust.py --clean (the numbers of bench/results/robust_clean.md): loads by
+    its path with no path edits, its federations build as `simulate` builds them (half phones,
+    half bands), and a run's row says who was set aside and which of them were weak."""
+    import importlib.util
+    from pathlib import Path
+
+    from edgefl.simulate.run import SimJob, client_jobs
+
+    path = Path(__file__).resolve().parents[1] / "bench" / "bench_robust.py"
+    spec = importlib.util.spec_from_file_location("bench_robust", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    for name, cfg in bench.CLEAN.items():
+        jobs = client_jobs(SimJob(**cfg, seed=0, out=str(tmp_path / name)))
+        profiles = [j.profile for j in jobs]
+        assert len(jobs) == cfg["clients"], name
+        assert profiles.count("smartphone") == profiles.count("wristband"), (name, profiles)
+    row = {
+        "federation": "mnist-d05",
+        "seed": 0,
+        "steps": (100, 500),
+        "clients": [
+            {"client_id": f"client-00{i}", "planned_steps": s, "val_accuracy": a}
+            for i, (s, a) in enumerate([(100, 0.8), (500, 0.9), (100, None)])
+        ],
+        "plain": {"accuracy": {"ensemble": 0.64, "fedmho": 0.80}},
+        "robust": {
+            "accuracy": {"ensemble": 0.6216, "fedmho": 0.80},
+            "screened": {"ensemble": {"client-000": "why"}, "fedmho": {}},
+            "notes": {"ensemble": [], "fedmho": []},
+        },
+    }
+    meta = {"date_utc": "d", "machine": "m", "code": "c", "command": "cmd"}
+    md = bench.clean_markdown([row], meta)
+    assert "| mnist-d05 | 0 | 100 / 500 | 3 | 64.00 / 62.16 (+1.84) | 80.00 / 80.00 (+0.00) |" in md
+    assert "| 1 (client-000 weak) | none |" in md
+    assert "100 steps: 80.0% (min 80.0%); 500 steps: 90.0% (min 90.0%)" in md
