@@ -40,7 +40,7 @@ from edgefl.deploy.measure import ort_resident_increase  # noqa: E402
 from edgefl.errors import EdgeflError  # noqa: E402
 from edgefl.models.cost import ORT_FLOOR_BYTES, costs  # noqa: E402
 from edgefl.models.plan import inference_misfit, plan_inference  # noqa: E402
-from edgefl.models.zoo import ZOO, build_model, input_kind, make_spec  # noqa: E402
+from edgefl.models.zoo import ZOO, build_model, input_kind, make_spec, spec_label  # noqa: E402
 from edgefl.profiles import get_profile  # noqa: E402
 
 PROFILES = ("wristband", "smartphone")
@@ -76,9 +76,9 @@ def models(dataset: str, skip: set[str]):
     specs += [plan_inference(get_profile(p), info.input_shape, info.num_classes) for p in PROFILES]
     seen = set()
     for spec in specs:
-        if spec.label in seen or spec.name in skip:
+        if spec_label(spec) in seen or spec.name in skip:
             continue
-        seen.add(spec.label)
+        seen.add(spec_label(spec))
         fits = [p for p in PROFILES if not inference_misfit(spec, get_profile(p))]
         if fits:
             yield spec, fits
@@ -98,7 +98,7 @@ def ort_floor(tmp: Path) -> int | None:
 
 def measure(spec, fits, dataset: str, tmp: Path, unbounded: Path, tflm: bool = True) -> dict:
     c = costs(spec)
-    src = tmp / f"{dataset}-{spec.label}.onnx".replace("/", "_")
+    src = tmp / f"{dataset}-{spec_label(spec)}.onnx".replace("/", "_")
     meta = model_metadata(
         spec,
         class_names=[str(i) for i in range(spec.num_classes)],
@@ -110,7 +110,7 @@ def measure(spec, fits, dataset: str, tmp: Path, unbounded: Path, tflm: bool = T
     export_model(build_model(spec), spec, meta, src)
     row = {
         "dataset": dataset,
-        "model": spec.label,
+        "model": spec_label(spec),
         "fits": fits,
         "params": c.params,
         "cost_infer_peak_bytes": c.infer_peak_bytes,

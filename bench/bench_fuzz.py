@@ -562,6 +562,7 @@ def downstream(folder: Path, data: bytes, pipeline: str | None) -> tuple[str, st
     from edgefl.fusion.base import FusionContext
     from edgefl.fusion.robust import apply as apply_screen
     from edgefl.fusion.robust import judge as judge_screen
+    from edgefl.models.zoo import spec_label
     from edgefl.server.fuse import FuseJob, run_fuse, select
     from edgefl.server.ingest import ingest
 
@@ -581,7 +582,7 @@ def downstream(folder: Path, data: bytes, pipeline: str | None) -> tuple[str, st
                     u.name,
                     u.client_id,
                     u.kind,
-                    u.spec.label if u.spec else None,
+                    spec_label(u.spec) if u.spec else None,
                     u.label_counts.tolist(),
                     u.meta.get("training"),
                 )

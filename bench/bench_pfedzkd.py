@@ -69,8 +69,9 @@ def _train_client(kw: dict) -> dict:
 
 def _arch(spec) -> str:
     from edgefl.models.nas import arch_string
+    from edgefl.models.zoo import spec_label
 
-    return arch_string(spec.params["genes"]) if spec.name == "nas-cnn" else spec.label
+    return arch_string(spec.params["genes"]) if spec.name == "nas-cnn" else spec_label(spec)
 
 
 def federation(pool, out: Path, alpha: float, args, search: bool) -> list[dict]:

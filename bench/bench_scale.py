@@ -49,7 +49,7 @@ import exporters  # noqa: E402
 from edgefl.client.run import export_model, model_metadata  # noqa: E402
 from edgefl.data import load_dataset  # noqa: E402
 from edgefl.data.partition import partition  # noqa: E402
-from edgefl.models.zoo import make_spec, role_of  # noqa: E402
+from edgefl.models.zoo import make_spec, role_of, spec_label  # noqa: E402
 from edgefl.profiles import get_profile  # noqa: E402
 from edgefl.training import DEFAULT_LR, TrainConfig, init_model, train  # noqa: E402
 from exporters.export import seal_metadata  # noqa: E402
@@ -134,9 +134,9 @@ def make_federation(n: int, out: Path, scheme: str, min_size: int | None, seed: 
         if role == "classifier":
             with torch.no_grad():
                 phone_acc.append(float((model.eval()(tx).argmax(1).numpy() == ty).mean()))
-        if spec.label not in templates:
+        if spec_label(spec) not in templates:
             export_model(model, spec, meta, path)
-            templates[spec.label] = onnx.load(path)
+            templates[spec_label(spec)] = onnx.load(path)
             continue
         module = model if role == "classifier" else model.decoder
         if role != "classifier":
@@ -146,7 +146,7 @@ def make_federation(n: int, out: Path, scheme: str, min_size: int | None, seed: 
             for k, v in module.state_dict().items()
             if not k.endswith("num_batches_tracked")
         }
-        _upload(templates[spec.label], state, meta, path)
+        _upload(templates[spec_label(spec)], state, meta, path)
         if (i + 1) % max(1, n // 10) == 0:
             el = time.perf_counter() - start
             print(f"  made {i + 1:,}/{n:,} uploads in {el:.0f}s", flush=True)

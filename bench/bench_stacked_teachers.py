@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 from torch.func import functional_call, stack_module_state
 
-from edgefl.models.spec import parse_model_arg
+from edgefl.models.parse import parse_model_arg
 from edgefl.models.zoo import build_model
 
 

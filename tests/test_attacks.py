@@ -222,7 +222,7 @@ def test_attack_contract(name):
     poisoned in a valid form (labels in range, pixels in [0, 1], weights still finite)."""
     import torch
 
-    from edgefl.models.spec import parse_model_arg
+    from edgefl.models.parse import parse_model_arg
     from edgefl.models.zoo import build_model
 
     a = ATTACKS.get(name)

@@ -20,6 +20,7 @@ from edgefl.cli import app
 from edgefl.models.cost import costs
 from edgefl.models.plan import inference_misfit
 from edgefl.models.spec import ModelSpec
+from edgefl.models.zoo import spec_label
 from edgefl.profiles import get_profile
 
 FAST = ["--epochs", "3", "--for-epochs", "4", "--eval", "digits:test", "--json", "--quiet"]
@@ -53,7 +54,7 @@ def _check_class_file(entry: dict, profile) -> None:
     art = exporters.read_artifact(path)
     assert art.metadata["profile"] == profile.name
     spec = ModelSpec.from_dict(art.metadata["spec"])
-    assert spec.label == entry["spec"]
+    assert spec_label(spec) == entry["spec"]
     assert inference_misfit(spec, profile) == ()
     assert entry["costs"]["infer_peak_bytes"] == costs(spec).infer_peak_bytes
     assert entry["costs"]["infer_peak_bytes"] <= profile.ram_budget_bytes

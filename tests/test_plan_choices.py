@@ -8,6 +8,7 @@ import pytest
 
 from edgefl.data.registry import DATASETS
 from edgefl.models.plan import plan, plan_inference, ratio_text
+from edgefl.models.zoo import spec_label
 from edgefl.profiles import get_profile
 
 # profile -> dataset -> (auto, classifier, generator, inference): the planner at 98b63c6 (before the
@@ -99,8 +100,8 @@ def _choices(profile: str, dataset: str) -> tuple[str, ...]:
     out = []
     for role in ("auto", "classifier", "generator"):
         chosen = plan(p, info, role=role)
-        out.append(f"{chosen.role} {chosen.spec.label}")
-    out.append(plan_inference(p, info.input_shape, info.num_classes).label)
+        out.append(f"{chosen.role} {spec_label(chosen.spec)}")
+    out.append(spec_label(plan_inference(p, info.input_shape, info.num_classes)))
     return tuple(out)
 
 

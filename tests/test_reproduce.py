@@ -12,7 +12,7 @@ from reported import onnx_accuracy
 from edgefl.data.partition import parse_scheme
 from edgefl.data.registry import DATASETS
 from edgefl.fusion import BUDGETS, METHODS, paper_reference
-from edgefl.models.spec import parse_model_arg
+from edgefl.models.parse import parse_model_arg
 from edgefl.models.zoo import role_of
 from edgefl.reproduce import run as rep
 from edgefl.reproduce.render import table_markdown

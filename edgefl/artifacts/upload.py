@@ -19,7 +19,7 @@ from torch import nn
 import exporters
 from edgefl.errors import EdgeflError
 from edgefl.models.spec import ModelSpec
-from edgefl.models.zoo import ZOO, build_model
+from edgefl.models.zoo import ZOO, build_model, spec_label
 
 PARITY_ATOL = 1e-4
 MAX_SPEC_CHARS = 4096
@@ -205,7 +205,9 @@ def _check_shapes(shell: nn.Module, weights: dict, spec: ModelSpec) -> None:
     got = {k: tuple(v.shape) for k, v in weights.items() if k in expected}
     if got != expected:
         missing = sorted(set(expected) - set(got))[:3]
-        raise RebuildRejected(f"weights do not match spec {spec.label} (e.g. missing {missing})")
+        raise RebuildRejected(
+            f"weights do not match spec {spec_label(spec)} (e.g. missing {missing})"
+        )
 
 
 def _load_weights(shell: nn.Module, tensors: dict[str, torch.Tensor]) -> nn.Module:
@@ -262,7 +264,7 @@ def _checked_spec(art: exporters.Artifact) -> tuple[ModelSpec, nn.Module]:
     try:
         with torch.device("meta"):
             shell = _exported_part(build_model(spec), art.kind)
-        spec.label  # noqa: B018 (reports name the model by it: it must not raise later)
+        spec_label(spec)  # reports name the model by it: it must not raise later
     except EdgeflError as exc:
         raise RebuildRejected(f"cannot build spec: {exc.message}") from None
     return spec, shell

@@ -62,11 +62,13 @@ def register(root: typer.Typer) -> None:
 
 
 def print_plan(p: Plan) -> None:
+    from edgefl.models.zoo import spec_label
+
     c, f, prof = p.costs, p.fit, p.profile
     console.print(f"[bold]{prof.name}[/] on [bold]{p.dataset.name}[/]: role [cyan]{p.role}[/]")
     console.print(f"  why: {p.role_reason}")
     console.print(
-        f"  model: [bold]{p.spec.label}[/] (largest of {p.considered} {p.role}s that fits)"
+        f"  model: [bold]{spec_label(p.spec)}[/] (largest of {p.considered} {p.role}s that fits)"
     )
     budget = prof.ram_budget_bytes
     console.print(
@@ -197,7 +199,7 @@ def train_cmd(
     from edgefl.chance import classifier_warnings
     from edgefl.client.run import ClientJob
     from edgefl.errors import ConfigError
-    from edgefl.models.spec import load_spec_file
+    from edgefl.models.parse import load_spec_file
 
     if spec is not None:
         if model is not None or search is not None:
@@ -247,9 +249,11 @@ def train_cmd(
 
 
 def _print_trained(result, warnings: list[str]) -> None:
+    from edgefl.models.zoo import spec_label
+
     s, f, prof = result.summary, result.fit, result.profile
     console.print(
-        f"[bold]{result.client_id}[/] ({prof.name}): [cyan]{result.role}[/] {result.spec.label}"
+        f"[bold]{result.client_id}[/] ({prof.name}): [cyan]{result.role}[/] {spec_label(result.spec)}"
     )
     console.print(
         f"  {costs_line(result)}; training memory {fmt_bytes(f.train_bytes)} of "
@@ -303,6 +307,7 @@ def sample_cmd(
 
 def _run_data_client(job, json_out: bool, quiet: bool = False) -> None:
     """Train exactly like `client train`, then write the job's data artifact instead of weights."""
+    from edgefl.models.zoo import spec_label
 
     result = train_with_progress(job, quiet)
     meta = result.metadata
@@ -325,7 +330,7 @@ def _run_data_client(job, json_out: bool, quiet: bool = False) -> None:
     s = result.summary
     acc = f", local val accuracy {100 * s.val_accuracy:.2f}%" if s.val_accuracy is not None else ""
     console.print(
-        f"[bold]{result.client_id}[/] ({result.profile.name}): trained {result.spec.label}, "
+        f"[bold]{result.client_id}[/] ({result.profile.name}): trained {spec_label(result.spec)}, "
         f"{s.epochs} epochs{acc}"
     )
     if meta["kind"] == "predictions":

@@ -69,10 +69,11 @@ def _model_row(spec, batch: int, optimizer: str, prof, n: int) -> dict:
     fit's short reasons, only for the table."""
     from edgefl.models.cost import ORT_FLOOR_BYTES, costs
     from edgefl.models.plan import check_fit, runtimes_that_fit
+    from edgefl.models.zoo import spec_label
 
     c = costs(spec)
     row = {
-        "name": spec.label,
+        "name": spec_label(spec),
         "role": c.role,
         "params": c.params,
         "macs": c.macs,

@@ -393,6 +393,7 @@ def demo_cmd(
     from edgefl.data.registry import dataset_info
     from edgefl.fusion import DEFAULT_METHODS, METHODS
     from edgefl.models.plan import plan
+    from edgefl.models.zoo import spec_label
     from edgefl.outputs import check_writable
     from edgefl.profiles import get_profile
     from edgefl.simulate.run import SimJob, simulate
@@ -412,8 +413,8 @@ def demo_cmd(
     if phone.role == "classifier" and phone.costs.macs > cap:
         small = plan(get_profile("smartphone"), info, samples=1200, max_macs=cap)
         console.print(
-            f"The smartphones could afford {phone.spec.label}; the demo trains "
-            f"{small.spec.label} (<= {cap:,} MACs, --max-classifier-macs) so that 2 cores finish "
+            f"The smartphones could afford {spec_label(phone.spec)}; the demo trains "
+            f"{spec_label(small.spec)} (<= {cap:,} MACs, --max-classifier-macs) so that 2 cores finish "
             "in minutes. The wristbands train the generator their budget allows. The paper "
             "column is the FedMHO paper's Table 3 for this setting (MNIST, 10 clients, Dir(0.5), "
             f"full data and budget); the demo uses {subset:,} digits and a few epochs, so expect "

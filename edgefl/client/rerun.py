@@ -18,7 +18,9 @@ from typing import Any
 
 from edgefl.client.job import ClientJob, job_augment, local_schedule, window_treatment
 from edgefl.errors import ConfigError
-from edgefl.models.spec import ModelSpec, parse_model_arg
+from edgefl.models.parse import parse_model_arg
+from edgefl.models.spec import ModelSpec
+from edgefl.models.zoo import spec_label
 from edgefl.outputs import describe_result, existing_result, replacing_error
 from edgefl.profiles import get_profile
 
@@ -48,7 +50,7 @@ def training_differs(cjob: ClientJob, made: ModelSpec, role: str, trained: dict)
     if cjob.model is not None:
         want = parse_model_arg(cjob.model, made.input_shape, made.num_classes)
         if want.to_dict() != made.to_dict():
-            diffs.append(f"model {made.label} -> {want.label}")
+            diffs.append(f"model {spec_label(made)} -> {spec_label(want)}")
     if "search" in trained and trained["search"] != search_record(cjob):
         diffs.append(
             f"search {_search_text(trained['search'])} -> {_search_text(search_record(cjob))}"
@@ -145,11 +147,11 @@ def _model_differs(
     """The upload's model (`made`, else the name it records) where not `want`; with no `want`
     (a search job), an upload not made by a search."""
     if want is not None:
-        label = made.label if made is not None else meta.get("model")
-        same = made.to_dict() == want.to_dict() if made is not None else label == want.label
-        return [] if same else [f"model {label} -> {want.label}"]
+        label = spec_label(made) if made is not None else meta.get("model")
+        same = made.to_dict() == want.to_dict() if made is not None else label == spec_label(want)
+        return [] if same else [f"model {label} -> {spec_label(want)}"]
     if not searched:  # not made by a search (or by one too old to say)
-        label = made.label if made is not None else meta.get("model")
+        label = spec_label(made) if made is not None else meta.get("model")
         return [f"model {label} -> a --search {job.search} result"]
     return []
 

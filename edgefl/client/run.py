@@ -36,9 +36,10 @@ from edgefl.data.registry import DATASETS, DatasetInfo
 from edgefl.errors import ConfigError
 from edgefl.models.augment import check_choice as check_augment
 from edgefl.models.cost import costs
+from edgefl.models.parse import load_spec_file, parse_model_arg
 from edgefl.models.plan import Fit, check_fit, plan, require_fit
-from edgefl.models.spec import ModelSpec, load_spec_file, parse_model_arg
-from edgefl.models.zoo import role_of
+from edgefl.models.spec import ModelSpec
+from edgefl.models.zoo import role_of, spec_label
 from edgefl.outputs import check_writable
 from edgefl.profiles import Profile, get_profile
 from edgefl.search import PSOConfig, SearchResult, run_search, search_architecture
@@ -70,7 +71,7 @@ class ClientResult:
                 "path": str(self.path),
                 "client_id": self.client_id,
                 "role": self.role,
-                "model": self.spec.label,
+                "model": spec_label(self.spec),
                 "profile": self.profile.name,
                 "fit": self.fit.as_dict(),
                 "budget_ram_bytes": self.profile.ram_budget_bytes,
@@ -244,7 +245,7 @@ def run_client(job: ClientJob, *, on_epoch=None, on_status=None, on_progress=Non
     spec, fit = choose_model(job, profile, info, len(train_idx), local, status, on_progress)
     role = role_of(spec)
     attack = attack_for(job.attack, role)
-    status(f"{client_id}: {role} {spec.label} on {len(train_idx)} samples ({profile.name})")
+    status(f"{client_id}: {role} {spec_label(spec)} on {len(train_idx)} samples ({profile.name})")
 
     public = weightless.prepare(job, role)  # before training: fail fast on a bad --public
     if not job.search:  # what this run's inputs allow, then what is at the output path

@@ -24,6 +24,7 @@ from edgefl.data import parse_dataset_ref
 from edgefl.data.public import DEFAULT_PUBLIC_SIZE, is_carved, load_public, public_fingerprint
 from edgefl.errors import ArtifactError, ConfigError
 from edgefl.models.spec import ModelSpec
+from edgefl.models.zoo import spec_label
 
 KINDS = ("model", "predictions", "prototypes")
 
@@ -186,7 +187,7 @@ def export_data_artifact(
     if job.keep_model:
         kept = {"kept_model": str(Path(job.keep_model) / path.name)}
         export_model(model, spec, meta, Path(kept["kept_model"]))
-    base = data_metadata(meta, spec.label)
+    base = data_metadata(meta, spec_label(spec))
     if job.kind == "predictions":
         probs = softmax_predictions(model, public)
         report = write_predictions(
@@ -221,7 +222,7 @@ def derive_upload(
         )
     art = exporters.read_artifact(model_path)
     module, _ = rebuild(art)
-    label = ModelSpec.from_dict(art.metadata["spec"]).label
+    label = spec_label(ModelSpec.from_dict(art.metadata["spec"]))
     classes, means, counts = class_prototypes(module, x, y, num_classes)
     write_prototypes(path, classes, means, counts, data_metadata(art.metadata, label))
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from edgefl.client.run import ClientJob
 from edgefl.data.registry import DATASETS
 from edgefl.models.cost import costs
-from edgefl.models.spec import parse_model_arg
+from edgefl.models.parse import parse_model_arg
 from edgefl.profiles import get_profile
 
 # A client process before its data and model: torch, onnxruntime, the ONNX exporter (measured

@@ -32,8 +32,9 @@ from edgefl.fusion.config import FusionConfig, PublicSetConfig
 from edgefl.fusion.options import describe_options, effective, flag
 from edgefl.models.augment import CHOICES as AUGMENT_CHOICES
 from edgefl.models.augment import affine_jitter, jitter  # noqa: F401 (affine_jitter: re-exported)
-from edgefl.models.spec import ModelSpec, parse_model_arg
-from edgefl.models.zoo import build_model, input_kind
+from edgefl.models.parse import parse_model_arg
+from edgefl.models.spec import ModelSpec
+from edgefl.models.zoo import build_model, input_kind, spec_label
 from edgefl.progress import no_progress
 
 # What a client may upload and a method consume: every artifact kind but the server's own.
@@ -487,11 +488,11 @@ def one_architecture(
         )
     # max keeps the first of equals: groups are in the order of their first upload.
     kept = max(groups.values(), key=lambda g: (len(g), sum(int(u.label_counts.sum()) for u in g)))
-    label = kept[0].spec.label
+    label = spec_label(kept[0].spec)
     for group in groups.values():
         if group is kept:
             continue
-        other = group[0].spec.label
+        other = spec_label(group[0].spec)
         arch = f"architecture {other}" if other != label else f"another {label} configuration"
         why = (
             f"{arch} differs from the {len(kept)} {label} classifier(s) {method} averages "
@@ -507,7 +508,7 @@ def average_scope(kept: list[Upload], classifiers: list[Upload]) -> str | None:
     """What an average stands for when it is not every classifier: "5 of 10: vgg9 only"."""
     if len(kept) == len(classifiers):
         return None
-    return f"{len(kept)} of {len(classifiers)}: {kept[0].spec.label} only"
+    return f"{len(kept)} of {len(classifiers)}: {spec_label(kept[0].spec)} only"
 
 
 def average_classifiers(classifiers: list[Upload], method: str) -> tuple[ModelSpec, nn.Module]:

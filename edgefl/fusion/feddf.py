@@ -32,6 +32,7 @@ from edgefl.fusion.base import (
 from edgefl.fusion.config import PublicSetConfig
 from edgefl.fusion.options import option
 from edgefl.fusion.public_set import public_samples
+from edgefl.models.zoo import spec_label
 
 
 @dataclass(frozen=True)
@@ -103,7 +104,7 @@ def fuse(ctx: FusionContext, cfg: FedDFConfig) -> FusionResult:
     info = {
         "teachers": [u.client_id for u in teachers],
         "public_samples": len(x),
-        "student": spec.label,
+        "student": spec_label(spec),
         "loss_history": history,
     }
     return FusionResult(student, spec, info, samples=x)

@@ -32,6 +32,7 @@ from edgefl.fusion.base import FusionContext, FusionResult, Method, shuffled_epo
 from edgefl.fusion.config import PublicSetConfig
 from edgefl.fusion.options import option
 from edgefl.fusion.public_set import public_samples
+from edgefl.models.zoo import spec_label
 
 
 @dataclass(frozen=True)
@@ -190,7 +191,7 @@ def fuse(ctx: FusionContext, cfg: FedOLConfig) -> FusionResult:
         "rejected_predictions": [{"file": n, "reason": r} for n, r in rejected],
         "public_samples": len(x),
         "public_fingerprint": fingerprint,
-        "student": spec.label,
+        "student": spec_label(spec),
         "upload_bytes": {u.client_id: Path(u.artifact.path).stat().st_size for u in used},
         "rounds": rounds,
     }

@@ -15,7 +15,7 @@ from edgefl.data.registry import DatasetInfo
 from edgefl.errors import BudgetError, ConfigError
 from edgefl.models.cost import Costs, costs, runtime_needs
 from edgefl.models.spec import ModelSpec
-from edgefl.models.zoo import Role, candidate_specs, make_spec, role_of
+from edgefl.models.zoo import Role, candidate_specs, make_spec, role_of, spec_label
 from edgefl.profiles import Profile
 
 
@@ -119,7 +119,7 @@ class Plan:
             "dataset": self.dataset.name,
             "role": self.role,
             "role_reason": self.role_reason,
-            "model": self.spec.label,
+            "model": spec_label(self.spec),
             "spec": self.spec.to_dict(),
             "costs": self.costs.as_dict(),
             "fit": self.fit.as_dict(),
@@ -144,9 +144,9 @@ def decide_role(
     ref = make_spec(info.reference_classifier, info.input_shape, info.num_classes)
     fit = check_fit(ref, profile, samples=samples, batch_size=batch_size)
     if fit.fits:
-        return "classifier", f"can train the reference classifier {ref.label!r} within budget"
+        return "classifier", f"can train the reference classifier {spec_label(ref)!r} within budget"
     return "generator", (
-        f"cannot train the reference classifier {ref.label!r} ({'; '.join(fit.reasons)}): "
+        f"cannot train the reference classifier {spec_label(ref)!r} ({'; '.join(fit.reasons)}): "
         "trains a CVAE and uploads only its decoder"
     )
 
@@ -184,7 +184,7 @@ def plan(
         fit = check_fit(smallest, profile, samples=samples, batch_size=batch_size)
         raise BudgetError(
             f"no {chosen_role} in the zoo fits profile {profile.name!r}; even the smallest, "
-            f"{smallest.label}, needs: {'; '.join(fit.reasons)}",
+            f"{spec_label(smallest)}, needs: {'; '.join(fit.reasons)}",
             hint="lower --batch-size, train on fewer samples, or use a larger device profile",
         )
     spec, fit = max(fitting, key=lambda sf: (costs(sf[0]).macs, costs(sf[0]).params))
@@ -197,9 +197,9 @@ def _search(role, info, profile, samples, batch_size, max_macs):
     for spec in candidates:
         fit = check_fit(spec, profile, samples=samples, batch_size=batch_size)
         if not fit.fits:
-            rejected.append((spec.label, fit.reasons))
+            rejected.append((spec_label(spec), fit.reasons))
         elif max_macs is not None and costs(spec).macs > max_macs:
-            rejected.append((spec.label, (f"MACs above the cap {max_macs:,}",)))
+            rejected.append((spec_label(spec), (f"MACs above the cap {max_macs:,}",)))
         else:
             fitting.append((spec, fit))
     return candidates, fitting, rejected
@@ -208,7 +208,7 @@ def _search(role, info, profile, samples, batch_size, max_macs):
 def require_fit(spec: ModelSpec, profile: Profile, fit: Fit) -> None:
     if not fit.fits:
         raise BudgetError(
-            f"{spec.label} ({role_of(spec)}) does not fit profile {profile.name!r}: "
+            f"{spec_label(spec)} ({role_of(spec)}) does not fit profile {profile.name!r}: "
             + "; ".join(fit.reasons),
             hint="pick a smaller --model (see `edgefl models --profile ...`) or pass --force",
         )
@@ -260,14 +260,14 @@ def plan_inference(
             smallest = min(fitting, key=lambda s: costs(s).macs)
             raise BudgetError(
                 f"no zoo classifier that fits profile {profile.name!r} is within the MACs cap "
-                f"{max_macs:,}; the smallest that fits, {smallest.label}, has "
+                f"{max_macs:,}; the smallest that fits, {spec_label(smallest)}, has "
                 f"{costs(smallest).macs:,}",
                 hint=f"raise the cap to at least {costs(smallest).macs}",
             )
         smallest = min(candidates, key=lambda s: costs(s).infer_peak_bytes)
         raise BudgetError(
             f"no zoo classifier runs within profile {profile.name!r}; even the smallest, "
-            f"{smallest.label}, needs: {'; '.join(inference_misfit(smallest, profile))}",
+            f"{spec_label(smallest)}, needs: {'; '.join(inference_misfit(smallest, profile))}",
             hint="leave this profile out of --for, or give it a larger budget",
         )
     return max(capped, key=lambda s: (costs(s).macs, costs(s).params))

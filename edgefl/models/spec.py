@@ -2,7 +2,9 @@
 
 A spec names a zoo entry and carries the input shape, class count and the entry's hyperparameters.
 `ModelSpec.from_dict(json.loads(json.dumps(spec.to_dict()))) == spec` holds for every spec, so the
-server can rebuild exactly the module a device trained.
+server can rebuild exactly the module a device trained. What needs the zoo lives above it:
+a spec's human-readable label (edgefl.models.zoo.spec_label) and reading a spec from what a
+user writes (edgefl.models.parse).
 """
 
 from __future__ import annotations
@@ -84,70 +86,6 @@ class ModelSpec:
         except json.JSONDecodeError as exc:
             raise ConfigError(f"model spec is not valid JSON: {exc}") from None
 
-    @property
-    def label(self) -> str:
-        """Human-readable name: the zoo name plus any non-default params."""
-        from edgefl.models.zoo import ZOO
-
-        entry = ZOO.get(self.name)
-        if entry.describe is not None:
-            return f"{self.name}({entry.describe(self.params)})"
-        diff = {k: v for k, v in self.params.items() if entry.defaults.get(k) != v}
-        if not diff:
-            return self.name
-        return self.name + "(" + ",".join(f"{k}={_short(v)}" for k, v in diff.items()) + ")"
-
-
-def parse_model_arg(text: str, input_shape, num_classes: int) -> ModelSpec:
-    """`scnn` or `scnn:width=16,depth=3` or `mlp:hidden=32x16` -> a spec."""
-    from edgefl.models.zoo import make_spec  # the zoo imports this module
-
-    name, _, rest = text.partition(":")
-    params: dict[str, Any] = {}
-    for item in filter(None, rest.split(",")):
-        key, eq, value = item.partition("=")
-        if not eq:
-            raise ConfigError(f"--model {text!r}: expected key=value, got {item!r}")
-        params[key.strip()] = parse_value(value.strip())
-    return make_spec(name, input_shape, num_classes, **params)
-
-
-MAX_SPEC_BYTES = 1 << 20
-
-
-def load_spec_file(path: str, input_shape=None, num_classes: int | None = None) -> ModelSpec:
-    """A spec saved by `edgefl search --save`: read, checked against the task when it is given
-    (a spec for other images or classes cannot train here) and rebuilt through the zoo, so that
-    its parameters are validated like --model's."""
-    from pathlib import Path
-
-    from edgefl.models.zoo import make_spec  # the zoo imports this module
-
-    p = Path(path)
-    if not p.is_file():
-        raise ConfigError(
-            f"--spec {path}: no such file",
-            hint="save one with `edgefl search ... --save spec.json`",
-        )
-    if p.stat().st_size > MAX_SPEC_BYTES:
-        raise ConfigError(f"--spec {path} is larger than a model spec can be (1 MiB)")
-    try:
-        text = p.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"--spec {path} cannot be read: {exc}") from None
-    spec = ModelSpec.from_json(text)
-    if (
-        input_shape is not None
-        and tuple(spec.input_shape) != tuple(input_shape)
-        or (num_classes is not None and spec.num_classes != num_classes)
-    ):
-        raise ConfigError(
-            f"--spec {path} is for input {list(spec.input_shape)} with {spec.num_classes} "
-            f"classes; this dataset has input {list(input_shape)} with {num_classes}",
-            hint="search again on this dataset, or train on the dataset the spec was searched on",
-        )
-    return make_spec(spec.name, tuple(spec.input_shape), spec.num_classes, **spec.params)
-
 
 def parse_value(value: str) -> Any:
     """A `key=value` option's value: true/false, `32x16` (a list of ints), an int, a float, or
@@ -162,9 +100,3 @@ def parse_value(value: str) -> Any:
         except ValueError:
             pass
     return value
-
-
-def _short(v: Any) -> str:
-    if isinstance(v, list):
-        return "x".join(str(x) for x in v)
-    return str(v)

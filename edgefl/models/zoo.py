@@ -424,6 +424,23 @@ def build_model(spec: ModelSpec) -> nn.Module:
     return entry.build(spec)
 
 
+def spec_label(spec: ModelSpec) -> str:
+    """Human-readable name: the zoo name plus any non-default params."""
+    entry = ZOO.get(spec.name)
+    if entry.describe is not None:
+        return f"{spec.name}({entry.describe(spec.params)})"
+    diff = {k: v for k, v in spec.params.items() if entry.defaults.get(k) != v}
+    if not diff:
+        return spec.name
+    return spec.name + "(" + ",".join(f"{k}={_short(v)}" for k, v in diff.items()) + ")"
+
+
+def _short(v: Any) -> str:
+    if isinstance(v, list):
+        return "x".join(str(x) for x in v)
+    return str(v)
+
+
 def role_of(spec_or_name: ModelSpec | str) -> Role:
     name = spec_or_name if isinstance(spec_or_name, str) else spec_or_name.name
     return ZOO.get(name).role

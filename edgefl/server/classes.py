@@ -34,7 +34,7 @@ from edgefl.models.augment import jitter
 from edgefl.models.cost import costs
 from edgefl.models.plan import inference_misfit, plan_inference
 from edgefl.models.spec import ModelSpec
-from edgefl.models.zoo import build_model
+from edgefl.models.zoo import build_model, spec_label
 from edgefl.profiles import Profile, get_profile
 
 TEMPERATURE = 4.0
@@ -220,7 +220,7 @@ def class_entry(
         "model": str(path),
         "bytes": staged.stat().st_size,
         "sha256": sha256,
-        "spec": spec.label,
+        "spec": spec_label(spec),
         "costs": {
             "macs": c.macs,
             "params": c.params,

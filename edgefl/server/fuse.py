@@ -40,6 +40,7 @@ from edgefl.fusion.config import PublicSetConfig
 from edgefl.fusion.options import effective
 from edgefl.fusion.robust import apply as apply_screen
 from edgefl.fusion.robust import judge as judge_screen
+from edgefl.models.zoo import spec_label
 from edgefl.outputs import Staging, check_replace, check_writable, lock_outputs, sha256_file
 from edgefl.progress import no_progress
 from edgefl.server import classes as device_classes
@@ -746,7 +747,9 @@ def _distil_class(
     """(the `i`th device class's student distilled from `teacher`, its report entries)."""
     req, name, progress = p.classes, p.method.name, run.progress
     x, source = transfer
-    run.log(f"{name}: distilling {spec.label} for {profile.name} on {len(x)} samples ({source})")
+    run.log(
+        f"{name}: distilling {spec_label(spec)} for {profile.name} on {len(x)} samples ({source})"
+    )
     steps = (
         (lambda task, d, n, note="": progress(f"{name} {profile.name} {task}", d, n, note))
         if progress
@@ -802,7 +805,7 @@ def _report(
                 "file": u.name,
                 "client_id": u.client_id,
                 "kind": u.kind,
-                "model": u.spec.label if u.spec else None,
+                "model": spec_label(u.spec) if u.spec else None,
             }
             for u in found.uploads
         ],

@@ -13,6 +13,7 @@ from edgefl.client.run import ClientJob, upload_val_accuracy
 from edgefl.errors import ConfigError
 from edgefl.fusion import METHODS
 from edgefl.models.spec import ModelSpec
+from edgefl.models.zoo import spec_label
 
 
 def upload_path(cjob: ClientJob) -> Path:
@@ -55,7 +56,7 @@ def finished(cjob: ClientJob) -> dict | None:
         "path": str(path),
         "client_id": meta["client_id"],
         "role": role,
-        "model": spec.label,
+        "model": spec_label(spec),
         "profile": meta["profile"],
         "training": meta["training"],
         "label_counts": meta["label_counts"],

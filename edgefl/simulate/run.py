@@ -30,8 +30,8 @@ from edgefl.errors import ConfigError, FusionError
 from edgefl.fusion import DEFAULT_METHODS, METHODS, paper_reference
 from edgefl.fusion.base import over_caps
 from edgefl.fusion.config import PublicSetConfig
+from edgefl.models.parse import parse_model_arg
 from edgefl.models.plan import plan
-from edgefl.models.spec import parse_model_arg
 from edgefl.models.zoo import role_of
 from edgefl.outputs import check_writable
 from edgefl.profiles import get_profile
