@@ -16,6 +16,12 @@ Writes bench/results/datafree.{json,md}.
 
 from __future__ import annotations
 
+from edgefl.threads import share_cores_politely
+
+# What the edgefl CLI does first: thread settings before numpy and torch load, and MKL's
+# fork-safe allocator before this script forks (docs/development.md).
+share_cores_politely()
+
 import argparse
 import datetime as dt
 import json

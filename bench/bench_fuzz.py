@@ -47,6 +47,12 @@ at every progress line (every --every items) as a checkpoint that --resume conti
 
 from __future__ import annotations
 
+from edgefl.threads import share_cores_politely
+
+# What the edgefl CLI does first: thread settings before numpy and torch load, and MKL's
+# fork-safe allocator before this script forks (docs/development.md).
+share_cores_politely()
+
 import argparse
 import contextlib
 import hashlib

@@ -17,6 +17,12 @@ reduced budget that is recorded with the results. Writes bench/results/pfedzkd.{
 
 from __future__ import annotations
 
+from edgefl.threads import share_cores_politely
+
+# What the edgefl CLI does first: thread settings before numpy and torch load, and MKL's
+# fork-safe allocator before this script forks (docs/development.md).
+share_cores_politely()
+
 import argparse
 import datetime as dt
 import json

@@ -12,6 +12,12 @@ uploads (fusion is deterministic under its seed, so each row is reproducible).
 
 from __future__ import annotations
 
+from edgefl.threads import share_cores_politely
+
+# What the edgefl CLI does first: thread settings before numpy and torch load, and MKL's
+# fork-safe allocator before this script forks (docs/development.md).
+share_cores_politely()
+
 import argparse
 import json
 import os

@@ -8,6 +8,12 @@ makes for those two methods, rendered as the table renders it (OUT/cell.md).
 
 from __future__ import annotations
 
+from edgefl.threads import share_cores_politely
+
+# What the edgefl CLI does first: thread settings before numpy and torch load, and MKL's
+# fork-safe allocator before this script forks (docs/development.md).
+share_cores_politely()
+
 import dataclasses
 import json
 import sys

@@ -80,7 +80,9 @@ def test_fedmho_takes_table_7_by_the_uploads_dataset(name):
     got = {
         dataset: (c.lr, c.epochs, c.synthetic)
         for dataset in ("mnist", "fmnist", "svhn", "emnist", "hapt", None)
-        for c in [method.effective_config({}, DATASETS.get(dataset or "mnist").input_shape, dataset)]
+        for c in [
+            method.effective_config({}, DATASETS.get(dataset or "mnist").input_shape, dataset)
+        ]
     }
     assert got == {
         "mnist": (1e-5, 10, 6000),
