@@ -533,15 +533,27 @@ def _judge(uploads: list[Upload], probs: list[np.ndarray], scale, asked=None):
     come first: a poisoned decoder's draws cost every classifier alike and move no one relative
     to the others. -> ({name: why} set aside, {name: (factor, why)} to temper)."""
     committee = asked if asked is not None else _committee(probs)
-    scores = [_ranking(p, committee, _claimed(u)) for u, p in zip(uploads, probs, strict=True)]
+    ranked = [_ranking(p, committee, _claimed(u)) for u, p in zip(uploads, probs, strict=True)]
     bad = _uninformed(
         uploads,
-        scores,
+        [(s, c) for s, c, _ in ranked],
         lambda s, c: (
             f"its outputs rank the samples of its classes above the others' about as well as "
             f"chance (informedness {s:+.2f}, under {KNOWS:g}; its worst: class {c})"
         ),
     )
+    # An honest client ranks every class it holds at least as well as chance; a network that
+    # learned nothing ranks each arbitrarily, some far below (measured, MNIST random weights:
+    # mean +0.10 over its 5 classes, one at -0.33; honest clients of 100 steps: every class
+    # >= +0.09). -KNOWS is ~3 standard errors of one class's score at the probe's sizes.
+    bad |= {
+        u.name: (
+            f"its outputs rank the samples of its class {c} below the others' (informedness "
+            f"{w:+.2f} there, under {-KNOWS:g}; {s:+.2f} over its classes)"
+        )
+        for u, (s, c, w) in zip(uploads, ranked, strict=True)
+        if u.name not in bad and w is not None and w < -KNOWS
+    }
     rescale = {}  # name -> (factor to the median scale, why)
     if scale is not None:
         typical = float(np.median(scale))
@@ -776,7 +788,7 @@ def _ranking(probs: np.ndarray, reference: np.ndarray, classes: list[int]):
     """(mean over the client's classes of how well its probability of the class ranks that
     class's samples above the other judged samples, as an informedness 2 x AUC - 1: 0 for
     outputs that carry nothing of the input, negative for outputs that point elsewhere; its
-    worst class). Ranking, not the argmax: a weakly trained client often answers its majority
+    worst class; that class's score). Ranking, not the argmax: a weakly trained client often answers its majority
     class for every sample (its prior) while its probabilities still order the samples right
     (measured, MNIST clients of 30 optimiser steps: argmax agreement 17%, informedness +0.60;
     random weights: -0.07 and +0.04)."""
@@ -787,7 +799,8 @@ def _ranking(probs: np.ndarray, reference: np.ndarray, classes: list[int]):
         pos = reference[judged] == c
         if pos.sum() >= MIN_SAMPLES and (~pos).sum() >= MIN_SAMPLES:
             per[c] = 2 * _auc(_log_odds(p, c), pos) - 1
-    return _mean_and_worst(per)
+    mean, worst = _mean_and_worst(per)
+    return mean, worst, None if worst is None else per[worst]
 
 
 def _log_odds(p: np.ndarray, c: int) -> np.ndarray:
@@ -814,7 +827,7 @@ def _informedness(read: np.ndarray, asked: np.ndarray, mine: np.ndarray, c: int,
     decoder draws its main class for a label it barely saw (measured, MNIST Dir(0.1): a
     decoder of 500 steps drew 3s when asked for 3 or 7, and all its draws counted gave it 0)."""
     pos = mine & (asked == c)
-    more = [a for a in np.unique(asked[mine]) if a != c and held[a] >= held[c]]
+    more = [a for a in np.unique(asked[mine]) if a >= 0 and a != c and held[a] >= held[c]]
     neg = mine & np.isin(asked, more)
     if not neg.any():
         neg = (asked != c) & (asked >= 0) & ~mine
@@ -823,23 +836,28 @@ def _informedness(read: np.ndarray, asked: np.ndarray, mine: np.ndarray, c: int,
 
 
 def _judge_decoders(decoders, x, source, asked, classifiers, probs, judges) -> dict[str, str]:
-    """Each decoder judged on its images first (`_image_scores`: do its draws lie nearest the
-    other decoders' images of the class asked for?), else, where no other decoder draws a
-    class it claims, by the judging classifiers (indices into `classifiers`/`probs`, their
-    mean probabilities on the probe): how much more often they read its draws for each class
-    as that class than its draws of other classes (`_informedness`); set aside on the
-    classifiers' rule. The images first: classifiers read generated samples of a sensor task
-    poorly (measured, HAPT users: weakly trained honest decoders read at informedness -0.01 to
-    +0.10, a noise decoder at +0.14; by their images +0.40 to +0.83 against 0.00)."""
+    """Each decoder judged on its images (`_image_scores`: do its draws lie nearest the other
+    decoders' images of the class asked for?) and by the judging classifiers (indices into
+    `classifiers`/`probs`, their mean probabilities on the probe: how much more often they read
+    its draws for each class as that class than its draws of other classes,
+    `_informedness`); set aside on the classifiers' rule when neither finds knowledge in its
+    draws. Either can miss it: classifiers read generated samples of a sensor task poorly
+    (measured, HAPT users: weakly trained honest decoders read at informedness -0.01 to +0.10;
+    by their images +0.40 to +0.83), and a nearest-centroid reading in pixels misses sharp
+    draws among blurred ones (MNIST: a decoder's 7s, read as 7 by every judge, at -0.04 by
+    their images). A noise or random-weights decoder scored 0.00 by both on MNIST."""
     by_images = _image_scores(decoders, x, asked, source)
     by_judges = _judged_scores(decoders, source, asked, classifiers, probs, judges)
-    scores = [i if i[0] is not None else j for i, j in zip(by_images, by_judges, strict=True)]
+    scores = [
+        max((s for s in pair if s[0] is not None), key=lambda s: s[0], default=(None, None))
+        for pair in zip(by_images, by_judges, strict=True)
+    ]
     return _uninformed(
         decoders,
         scores,
         lambda s, c: (
             "its draws of the class asked for look no more like that class than its draws of "
-            f"other classes do, to the other decoders' images or the classifiers "
+            f"other classes do, to the other decoders' images and to the classifiers "
             f"(informedness {s:+.2f}, under {KNOWS:g}; its worst: class {c})"
         ),
     )
@@ -1008,7 +1026,9 @@ def _image_scores(decoders, probe: torch.Tensor, asked, source) -> list[tuple]:
     classes' means). Under label skew a class drawn by one decoder alone is its own reference:
     that decoder is judged on its other classes, and not at all (None) without one."""
     x = probe.reshape(len(probe), -1).numpy()
-    classes = sorted(set(asked.tolist()))
+    shared = [c for c in sorted(set(asked.tolist())) if len(np.unique(source[asked == c])) >= 2]
+    if not shared:
+        return [(None, None)] * len(decoders)
     means = {
         c: np.median(
             np.stack(
@@ -1016,19 +1036,23 @@ def _image_scores(decoders, probe: torch.Tensor, asked, source) -> list[tuple]:
             ),
             axis=0,
         )
-        for c in classes
+        for c in shared
     }
-    centres = np.stack([means[c] for c in classes])
+    # Only shared classes are read (and judged): a class one decoder alone draws has its own
+    # images for reference, which read its other classes' draws as that class (measured, a
+    # decoder of 7s and 9s, 9 drawn by no other: its 7s, read as 7 by every judge, were all
+    # nearest its own 9s)
+    centres = np.stack([means[c] for c in shared])
     d2 = (x**2).sum(1, keepdims=True) - 2 * x @ centres.T + (centres**2).sum(1)
-    read = np.asarray(classes)[d2.argmin(1)]
-    shared = {c for c in classes if len(np.unique(source[asked == c])) >= 2}
+    read = np.asarray(shared)[d2.argmin(1)]
+    asked = np.where(np.isin(asked, shared), asked, -1)
     scores = []
     for d in range(len(decoders)):
         mine, held = source == d, _shares(decoders[d])
         per = {
             int(c): _informedness(read, asked, mine, int(c), held)
             for c in np.unique(asked[mine])
-            if c in shared
+            if c >= 0
         }
         scores.append(_mean_and_worst(per))
     return scores
