@@ -98,10 +98,8 @@ class Table:
                 "NAME` runs a federation on any dataset",
             )
         over = self.datasets[dataset]
-        budgets = {
-            n: replace(b, simulate=b.simulate | over.get(n, {})) for n, b in self.budgets.items()
-        }
         label = DATASET_LABELS[dataset]
+        budgets = {n: _on(b, over.get(n, {}), label) for n, b in self.budgets.items()}
         return replace(
             self,
             dataset=dataset,
@@ -127,6 +125,19 @@ class Table:
 
     def setting_of(self, method: str) -> Setting:
         return next(s for s in self.settings if method in s.methods)
+
+
+def _on(budget: Budget, over: dict[str, Any], label: str) -> Budget:
+    """`budget` with a dataset block's client settings laid over its own, said in its
+    reductions (they override what the budget's own lines say of those settings)."""
+    if not over:
+        return budget
+    said = "; ".join(f"{k.replace('_', ' ')} {v}" for k, v in over.items())
+    return replace(
+        budget,
+        simulate=budget.simulate | over,
+        reductions=(*budget.reductions, f"on {label}, as the paper sets it there: {said}"),
+    )
 
 
 TABLES: Registry[Table] = Registry("table")
