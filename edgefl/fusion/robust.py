@@ -15,7 +15,8 @@ that a minority cannot move:
 - classifiers are judged on each class they claim (>= MIN_SHARE of their data) by how well
   their probability of the class ranks the reference's samples of it above the others (an
   informedness, 2 x AUC - 1: 0 for outputs that say nothing of the input); the score is the
-  mean over those classes; set aside under KNOWS, an absolute bar, not one relative to the
+  mean over those classes; set aside under KNOWS (or with one class under -KNOWS: ranked below
+  chance, as a random network ranks some), an absolute bar, not one relative to the
   median client: a weakly trained honest client knows less than the others but more than
   chance (measured: half the median's agreement set aside 3 of 20 honest classifiers of 100
   optimiser steps and cost an ensemble 1.8 points; bench/results/robust_clean.md). One whose
@@ -33,10 +34,10 @@ that a minority cannot move:
 - decoders: the kept classifiers that hold a class read each decoder's draws of it; a decoder
   whose draws they read consistently as other classes (trained on flipped labels) is repaired
   like a classifier, as a copy that routes each class to the label that draws it. Each is then
-  judged on its images, against the other decoders' (each class's median image,
-  nearest-centroid reading), and by the classifiers' reading only for classes no other decoder
-  draws; with no classifier in the federation, on its images alone. Set aside on the same rule:
-  its draws of a class read as that class no more often than its draws of other classes;
+  judged on its images, against the other decoders' (each shared class's median image,
+  nearest-centroid reading), and by the classifiers' reading; with no classifier in the
+  federation, on its images alone. Set aside on the same bar when neither finds its draws of a
+  class read as that class more often than its draws of other classes;
 - predictions uploads: judged like classifiers, on the public set they share.
 
 Under label skew an honest client is judged only on the classes it holds, so its missing
