@@ -553,7 +553,10 @@ def _judge(uploads: list[Upload], probs: list[np.ndarray], scale, asked=None):
             f"{w:+.2f} there, under {-KNOWS:g}; {s:+.2f} over its classes)"
         )
         for u, (s, c, w) in zip(uploads, ranked, strict=True)
-        if u.name not in bad and w is not None and w < -KNOWS
+        if u.name not in bad
+        and w is not None
+        and w < -KNOWS
+        and informative([s for s, _, _ in ranked if s is not None])
     }
     rescale = {}  # name -> (factor to the median scale, why)
     if scale is not None:
@@ -1059,6 +1062,16 @@ def _image_scores(decoders, probe: torch.Tensor, asked, source) -> list[tuple]:
     return scores
 
 
+def informative(scores) -> bool:
+    """The probe tells knowledge apart: the median upload's informedness reaches KNOWS. The
+    screen's premise is an honest majority; when the median upload looks as uninformed as
+    chance, the probe (barely trained decoders' draws, say) is what knows nothing, and no
+    upload is set aside by it (measured: clients of one local epoch on 300 digits, probed with
+    one-epoch decoders' draws, scored -0.00 to +0.07 and all five classifiers were set aside,
+    the three honest ones with the attackers; docs/security.md's commands at test scale)."""
+    return bool(len(scores)) and float(np.median(scores)) >= KNOWS
+
+
 def _uninformed(uploads, scores, why, least: int = 1) -> dict[str, str]:
     """The screen's one rule: {name: why(score, worst class)} for each upload whose score (an
     informedness: 0 is an upload whose outputs say nothing of the input, 1 a perfect one; None:
@@ -1070,7 +1083,7 @@ def _uninformed(uploads, scores, why, least: int = 1) -> dict[str, str]:
     bench/results/scale.md). Classifiers and decoders judged by the decoders' labels or by other
     classifiers have a reference outside themselves, so few still judge them."""
     known = [s for s, _ in scores if s is not None]
-    if not known or len(known) < least:
+    if not known or len(known) < least or not informative(known):
         return {}
     return {
         u.name: why(s, c)
