@@ -543,21 +543,7 @@ def _judge(uploads: list[Upload], probs: list[np.ndarray], scale, asked=None):
             f"chance (informedness {s:+.2f}, under {KNOWS:g}; its worst: class {c})"
         ),
     )
-    # An honest client ranks every class it holds at least as well as chance; a network that
-    # learned nothing ranks each arbitrarily, some far below (measured, MNIST random weights:
-    # mean +0.10 over its 5 classes, one at -0.33; honest clients of 100 steps: every class
-    # >= +0.09). -KNOWS is ~3 standard errors of one class's score at the probe's sizes.
-    bad |= {
-        u.name: (
-            f"its outputs rank the samples of its class {c} below the others' (informedness "
-            f"{w:+.2f} there, under {-KNOWS:g}; {s:+.2f} over its classes)"
-        )
-        for u, (s, c, w) in zip(uploads, ranked, strict=True)
-        if u.name not in bad
-        and w is not None
-        and w < -KNOWS
-        and informative([s for s, _, _ in ranked if s is not None])
-    }
+    bad |= _below_chance(uploads, ranked, bad)
     rescale = {}  # name -> (factor to the median scale, why)
     if scale is not None:
         typical = float(np.median(scale))
@@ -572,6 +558,25 @@ def _judge(uploads: list[Upload], probs: list[np.ndarray], scale, asked=None):
                     f"client's, over {SCALE_RATIO:g}x",
                 )
     return bad, rescale
+
+
+def _below_chance(uploads, ranked, bad) -> dict[str, str]:
+    """{name: why} of the uploads (not already in `bad`) that rank one of their classes clearly
+    below chance. An honest client ranks every class it holds at least as well as chance; a
+    network that learned nothing ranks each arbitrarily, some far below (measured, MNIST random
+    weights: mean +0.10 over its 5 classes, one at -0.33; honest clients of 100 steps: every
+    class >= +0.09). -KNOWS is ~3 standard errors of one class's score at the probe's sizes.
+    Judged only where the probe tells knowledge apart (`informative`)."""
+    if not informative([s for s, _, _ in ranked if s is not None]):
+        return {}
+    return {
+        u.name: (
+            f"its outputs rank the samples of its class {c} below the others' (informedness "
+            f"{w:+.2f} there, under {-KNOWS:g}; {s:+.2f} over its classes)"
+        )
+        for u, (s, c, w) in zip(uploads, ranked, strict=True)
+        if u.name not in bad and w is not None and w < -KNOWS
+    }
 
 
 def _committee(probs: list[np.ndarray]) -> np.ndarray:
