@@ -104,13 +104,7 @@ class Opt:
             return False
         if self.kind == "int" and not isinstance(value, int):
             return False
-        if not math.isfinite(value):
-            return False
-        if self.low is not None and (value <= self.low if self.low_open else value < self.low):
-            return False
-        return not (
-            self.high is not None and (value >= self.high if self.high_open else value > self.high)
-        )
+        return math.isfinite(value) and not self.direction(value)  # within the bounds
 
 
 def _num(x: float) -> str:
