@@ -15,7 +15,14 @@ from torch import nn
 import exporters
 from edgefl.artifacts import Upload
 from edgefl.client.attacks import derangement
-from edgefl.fusion.robust import _adjusted, _relabelling, apply, judge, shards
+from edgefl.fusion.robust import (
+    _adjusted,
+    _decoder_relabelling,
+    _relabelling,
+    apply,
+    judge,
+    shards,
+)
 
 K, DECODERS, PER = 10, 3, 64
 # every decoder draws every class: (reference class, decoder) per sample
@@ -384,3 +391,41 @@ def test_a_large_federation_is_judged_in_shards_with_the_same_verdict():
     assert set(split.out) == set(whole.out) == {"client-009.onnx"}, (split.out, whole.out)
     assert set(split.swap) == set(whole.swap) == {"client-008.onnx"}
     assert [s[1:3] for s in steps] == [(0, 2), (1, 2), (2, 2)]
+
+
+def test_one_decoders_draws_of_an_unseen_class_never_move_an_honest_output():
+    # MNIST Dir(0.1), seed 1 (bench/results/robust_clean.md): one decoder drew the only 3s; a
+    # client that never held 3 and barely holds 7 read them as 7 (and its own 7s mostly as 9).
+    rng = np.random.default_rng(3)
+    held = np.array(HELD)
+    held[3], held[7] = 0, 200  # 7: 7% of its data
+    reference = np.where((REFERENCE == 3) & (SOURCE != 0), -1, REFERENCE)
+    answers = _honest_answers(rng)
+    answers[(REFERENCE == 3) & (rng.random(len(answers)) < 0.8)] = 7
+    answers[(REFERENCE == 7) & (rng.random(len(answers)) < 0.66)] = 9
+    assert _relabelling(_client(held), _probs(answers), reference, SOURCE) is None
+    # Drawn by two decoders and read as 7 in both, it is a relabelling (the same answers).
+    two = np.where((REFERENCE == 3) & (SOURCE == 2), -1, REFERENCE)
+    found = _relabelling(_client(held), _probs(answers), two, SOURCE)
+    assert found is not None and found.perm[3] == 7
+
+
+def test_a_judge_that_cannot_read_a_class_never_moves_a_decoders_label():
+    # MNIST Dir(0.1), seed 1: the one judge holding 8s (8% of its data) read an honest
+    # decoder's 8s as 2 and the other decoder's 8s as 9: it does not know 8.
+    per = 64
+    source = np.repeat([0, 1, 1, 2, 2], per)  # decoder 0: 8s only; 1: 8s and 1s; 2: 2s and 1s
+    asked = np.repeat([8, 8, 1, 2, 1], per)
+    holders = {c: (1, 2) for c in range(K)} | {8: (0,)}
+    mine_8 = (source == 0) & (asked == 8)
+
+    def reading(others_8: int):
+        read = asked.copy()
+        read[mine_8] = 2
+        read[(source == 1) & (asked == 8)] = others_8
+        return lambda a: read
+
+    assert _decoder_relabelling(0, source, asked, reading(9), K, holders) is None
+    # The same judge reading the other decoder's 8s as 8: decoder 0's 8s are 2s relabelled.
+    perm, seen = _decoder_relabelling(0, source, asked, reading(8), K, holders)
+    assert perm[2] == 8 and 2 in seen
