@@ -17,6 +17,7 @@ import numpy as np
 
 import edgefl
 import exporters
+from edgefl.bounds import Range
 from edgefl.client import weightless
 from edgefl.client.attacks import ATTACKS, attack_for
 from edgefl.client.export import export_model
@@ -118,8 +119,7 @@ def client_shard(job: ClientJob, data: ArrayDataset) -> np.ndarray:
         )
     rest = np.arange(len(data))
     if job.subset is not None:
-        if not 0 < job.subset <= len(data):
-            raise ConfigError(f"--subset must be in 1..{len(data)}, got {job.subset}")
+        Range(1, len(data), integer=True).check("--subset", job.subset)
         perm = np.random.default_rng(job.partition_seed).permutation(len(data))
         rest = np.sort(perm[: job.subset])
     public = ()

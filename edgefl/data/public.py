@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
+from edgefl.bounds import Range
 from edgefl.data import carve_public, load_dataset, parse_dataset_ref
 from edgefl.errors import ConfigError, DataError
 
@@ -46,18 +47,17 @@ def load_public(
     """
     name, split = parse_dataset_ref(ref)
     if split == "public":
-        if public_size < 1:
+        problem = Range(1).problem("--public-size", public_size)
+        if problem is not None:
             raise ConfigError(
-                f"public set {ref!r} is carved out of {name}'s train split: it needs a "
-                f"public size >= 1, got {public_size}",
+                f"public set {ref!r} is carved out of {name}'s train split: {problem}",
                 hint=f"pass --public-size (the same on every client and the server), "
                 f"e.g. {DEFAULT_PUBLIC_SIZE}",
             )
         data = load_dataset(name, "train", data_dir=data_dir)
         rest = np.arange(len(data))
         if subset is not None:
-            if not 0 < subset <= len(data):
-                raise ConfigError(f"--subset must be in 1..{len(data)}, got {subset}")
+            Range(1, len(data), integer=True).check("--subset", subset)
             rest = np.sort(np.random.default_rng(seed).permutation(len(data))[:subset])
         groups = None if data.groups is None else data.groups[rest]  # whole users, as clients
         _, public = carve_public(len(rest), public_size, seed, groups, partition)

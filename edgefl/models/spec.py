@@ -13,6 +13,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from edgefl.bounds import Range
 from edgefl.errors import ConfigError
 
 _JSON_SCALARS = (str, int, float, bool, type(None))  # isinstance() takes this tuple
@@ -45,8 +46,7 @@ class ModelSpec:
             raise ConfigError(
                 f"input_shape must be (channels, height, width), got {self.input_shape}"
             )
-        if self.num_classes < 2:
-            raise ConfigError(f"num_classes must be >= 2, got {self.num_classes}")
+        Range(2).check("num_classes", self.num_classes)
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -22,6 +22,7 @@ from typing import Any
 import torch
 
 import exporters
+from edgefl.bounds import Range
 from edgefl.data.partition import parse_scheme
 from edgefl.errors import ConfigError, UnknownNameError
 from edgefl.fusion import paper_reference
@@ -76,10 +77,12 @@ def resolve(job: ReproduceJob) -> tuple[Table, Budget]:
             hint="; ".join(f"{b.name}: {b.description}" for b in table.budgets.values()),
         )
     _check_rows(job, table)
-    if job.jobs < 1:
-        raise ConfigError(f"--jobs must be >= 1, got {job.jobs}", hint="e.g. --jobs 2")
-    if job.seeds is not None and (not job.seeds or min(job.seeds) < 0):
-        raise ConfigError(f"--seeds must be integers >= 0, got {job.seeds}", hint="--seeds 0,1,2")
+    Range(1).check("--jobs", job.jobs, hint="e.g. --jobs 2")
+    if job.seeds is not None:
+        if not job.seeds:
+            raise ConfigError("--seeds names no seed", hint="--seeds 0,1,2")
+        for seed in job.seeds:
+            Range(0, integer=True).check("--seeds", seed, hint="--seeds 0,1,2")
     for p in job.partitions or ():
         try:
             parse_scheme(p)

@@ -26,6 +26,7 @@ from typing import Any
 
 import torch
 
+from edgefl.bounds import Range
 from edgefl.data import DATASETS
 from edgefl.errors import ConfigError, EdgeflError
 from edgefl.fusion.base import FusionContext, FusionResult, invert
@@ -86,12 +87,9 @@ def parse_request(
 
 def _check_numbers(epochs: int, samples: int, max_macs: int | None) -> None:
     for flag, value in (("--for-epochs", epochs), ("--for-samples", samples)):
-        if value < 1:
-            raise ConfigError(f"{flag} must be at least 1, got {value}", hint=f"e.g. {flag} 20")
-    if max_macs is not None and max_macs < 1:
-        raise ConfigError(
-            f"--for-max-macs must be positive, got {max_macs}", hint="leave it out for no cap"
-        )
+        Range(1).check(flag, value, hint=f"e.g. {flag} 20")
+    if max_macs is not None:
+        Range(1).check("--for-max-macs", max_macs, hint="leave it out for no cap")
 
 
 def _profiles(names: list[str]) -> list[Profile]:

@@ -194,16 +194,23 @@ def _why_not(
     rejected: list[tuple[str, str]],
     skipped: list[tuple[str, str]],
     folders: list[tuple[str, str]] = (),
+    screened: list[dict[str, Any]] = (),
 ) -> str:
     """Every upload a method went without, and why: a run that fails for want of uploads names
-    them (a count alone left users guessing why their own models were refused). One line per
-    upload: its name and reason are shown with control characters escaped, newlines included,
-    so that a file whose name holds a newline cannot forge a line of the message."""
+    them (a count alone left users guessing why their own models were refused), those the
+    robust screen set aside (`robust.apply`'s entries) included. One line per upload: its name
+    and reason are shown with control characters escaped, newlines included, so that a file
+    whose name holds a newline cannot forge a line of the message."""
     from edgefl.progress import printable
 
     lines = [f"\n  rejected {printable(n)}: {printable(r)}" for n, r in rejected]
     lines += [f"\n  not used {printable(n)}: {printable(r)}" for n, r in skipped]
     lines += [f"\n  not read folder {printable(n)}: {printable(r)}" for n, r in folders]
+    lines += [
+        f"\n  set aside by --robust screen {printable(s['file'])} ({printable(s['kind'])}): "
+        f"{printable(s['reason'])}"
+        for s in screened
+    ]
     return "".join(lines)
 
 
@@ -602,7 +609,7 @@ def _fuse_planned(p: Planned, run: FuseRun):
     try:
         ctx, result = fuse_one(p, used.usable, run.device, run.log, run.found.uploads, run.progress)
     except FusionError as exc:  # e.g. too few of a kind: say what became of the others
-        why = _why_not(run.found.rejected, used.skipped, run.found.folders)
+        why = _why_not(run.found.rejected, used.skipped, run.found.folders, used.screened)
         raise FusionError(exc.message + why, exc.hint) from None
     used = _set_aside(p, used, ctx, run.log)
     # Everything is written into a staging folder beside its target and published only once

@@ -24,6 +24,7 @@ except ImportError:  # Windows: no flock; a killed run's parked folder stays in 
 
 import exporters
 from edgefl.artifacts import RebuildRejected, Upload, park, rebuild
+from edgefl.bounds import Range
 from edgefl.errors import ConfigError, FusionError
 from edgefl.progress import printable
 
@@ -85,11 +86,11 @@ def resident_limit(resident_mib: int | None, name: str = "--resident-mib") -> in
     """The MiB of uploads held in memory for `--resident-mib` (None: the default; `name` is the
     setting as the user wrote it); refused when negative, with the fix."""
     limit = DEFAULT_RESIDENT_MIB if resident_mib is None else resident_mib
-    if limit < 0:
-        raise ConfigError(
-            f"{name} must be >= 0, got {limit}",
-            hint="0 parks every checked upload on disk; N holds up to N MiB of them in memory",
-        )
+    Range(0).check(
+        name,
+        limit,
+        hint="0 parks every checked upload on disk; N holds up to N MiB of them in memory",
+    )
     return limit
 
 
@@ -189,8 +190,8 @@ def ingest(
             f"upload directory {d} does not exist or is not a directory",
             hint="pass the directory holding the clients' .onnx uploads",
         )
-    if jobs is not None and jobs < 1:
-        raise ConfigError(f"--jobs must be >= 1, got {jobs}")
+    if jobs is not None:
+        Range(1).check("--jobs", jobs, hint="e.g. --jobs 2, or leave it out for the default")
     start = time.perf_counter()
     stages: dict[str, float] = {}
     result = exporters.ingest_dir(

@@ -21,6 +21,7 @@ import torch
 
 import exporters
 from device_profiles import OPTIMIZERS
+from edgefl.bounds import Range
 from edgefl.chance import classifier_warnings
 from edgefl.client.attacks import assign, parse_attacks
 from edgefl.client.run import ClientJob, run_client
@@ -53,6 +54,9 @@ from edgefl.training import one_thread
 # minutes (bench/ records the effect); the cap never lets a model exceed its device's budget.
 DEFAULT_MAX_CLASSIFIER_MACS = 2_000_000
 SEARCH = "search:"  # --client-model PROFILE=search:pso
+# The ranges of simulate's own numbers: counts and batch sizes, and the local schedules.
+AT_LEAST_ONE = Range(1)
+POSITIVE = Range(0, low_open=True)
 
 
 @dataclass(frozen=True)
@@ -110,10 +114,8 @@ class SimJob:
     def validate(self) -> None:
         check_writable(self.out, "--out", "runs/sim", folder_ok=True)
         self.classes()  # an unknown profile or one no classifier fits: before any training
-        if self.clients < 1:
-            raise ConfigError(f"--clients must be >= 1, got {self.clients}")
-        if self.jobs < 1:
-            raise ConfigError(f"--jobs must be >= 1, got {self.jobs}")
+        AT_LEAST_ONE.check("--clients", self.clients, hint="e.g. --clients 10")
+        AT_LEAST_ONE.check("--jobs", self.jobs, hint="e.g. --jobs 2")
         for m in self.methods:
             METHODS.get(m)
         for m in self.fuse_options:
@@ -179,10 +181,9 @@ class SimJob:
             ("--classifier-batch-size", self.classifier_batch_size),
             ("--generator-batch-size", self.generator_batch_size),
         ):
-            if size is not None and size < 1:
-                raise ConfigError(
-                    f"{flag} must be >= 1, got {size}",
-                    hint=f"e.g. {flag} 64, or leave it out for the profile's",
+            if size is not None:
+                AT_LEAST_ONE.check(
+                    flag, size, hint=f"e.g. {flag} 64, or leave it out for the profile's"
                 )
         # Checked here, by the simulate flag's name, before any client trains.
         schedule = (
@@ -192,10 +193,9 @@ class SimJob:
             ("--generator-epochs", self.generator_epochs, "10"),
         )
         for flag, value, example in schedule:
-            if value is not None and not value > 0:
-                raise ConfigError(
-                    f"{flag} must be > 0, got {value}",
-                    hint=f"e.g. {flag} {example}, or leave it out for the default",
+            if value is not None:
+                POSITIVE.check(
+                    flag, value, hint=f"e.g. {flag} {example}, or leave it out for the default"
                 )
 
     @property
