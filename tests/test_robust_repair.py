@@ -411,12 +411,12 @@ def test_one_decoders_draws_of_an_unseen_class_never_move_an_honest_output():
 
 
 def test_a_judge_that_cannot_read_a_class_never_moves_a_decoders_label():
-    # MNIST Dir(0.1), seed 1: the one judge holding 8s (8% of its data) read an honest
-    # decoder's 8s as 2 and the other decoder's 8s as 9: it does not know 8.
+    # MNIST Dir(0.1), seed 1: the judges of 8s (one of them held 8% 8s) read an honest
+    # decoder's 8s as 2 and the other decoder's 8s as 9: they do not know 8.
     per = 64
     source = np.repeat([0, 1, 1, 2, 2], per)  # decoder 0: 8s only; 1: 8s and 1s; 2: 2s and 1s
     asked = np.repeat([8, 8, 1, 2, 1], per)
-    holders = {c: (1, 2) for c in range(K)} | {8: (0,)}
+    holders = {c: (1, 2) for c in range(K)}
     mine_8 = (source == 0) & (asked == 8)
 
     def reading(others_8: int):
@@ -426,6 +426,9 @@ def test_a_judge_that_cannot_read_a_class_never_moves_a_decoders_label():
         return lambda a: read
 
     assert _decoder_relabelling(0, source, asked, reading(9), K, holders) is None
-    # The same judge reading the other decoder's 8s as 8: decoder 0's 8s are 2s relabelled.
+    # The judges reading the other decoder's 8s as 8: decoder 0's 8s are 2s relabelled.
     perm, seen = _decoder_relabelling(0, source, asked, reading(8), K, holders)
     assert perm[2] == 8 and 2 in seen
+    # ... but not on the word of one judge, whatever it reads (30-step clients, Dir(0.1)).
+    one = holders | {8: (1,)}
+    assert _decoder_relabelling(0, source, asked, reading(8), K, one) is None
