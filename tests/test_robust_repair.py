@@ -432,3 +432,19 @@ def test_a_judge_that_cannot_read_a_class_never_moves_a_decoders_label():
     # ... but not on the word of one judge, whatever it reads (30-step clients, Dir(0.1)).
     one = holders | {8: (1,)}
     assert _decoder_relabelling(0, source, asked, reading(8), K, one) is None
+
+
+def test_a_decoder_shown_relabelled_has_its_other_labels_moved_on_looser_evidence():
+    # A flipped decoder (seed 0 of the robust bench): its 8s, drawn by others too and held by
+    # two judges, are plainly 2s; its 5s, which no other decoder draws and one judge holds,
+    # are read as 3. Shown relabelled by its 8s, it moves its 5s as well.
+    per = 64
+    source = np.repeat([0, 0, 1, 1], per)
+    asked = np.repeat([8, 5, 8, 1], per)
+    read = np.repeat([2, 3, 8, 1], per)
+    holders = {c: (1, 2) for c in range(K)} | {5: (1,)}
+    perm, seen = _decoder_relabelling(0, source, asked, lambda a: read, K, holders)
+    assert perm[2] == 8 and perm[3] == 5 and {2, 3} <= seen
+    # The 5s alone (its 8s drawn right) are no evidence: one judge, no other decoder's 5s.
+    read_right = np.repeat([8, 3, 8, 1], per)
+    assert _decoder_relabelling(0, source, asked, lambda a: read_right, K, holders) is None

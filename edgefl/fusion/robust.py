@@ -946,34 +946,31 @@ def _repair_decoders(decoders, source, asked, classifiers, probs, judges):
 
 def _decoder_relabelling(d, source, asked, read_for, k, holders):
     """(perm: new label c -> the decoder's label perm[c], the classes whose label is known)
-    when the judges read its draws for some label l clearly as another class c: most of them, c read for l's draws and rarely for
-    its others (not a constant reading, as of noise), its own draws of c (if it has any) not
-    read as c, and the other decoders' draws of l read as l (else the judges do not know l, or
-    the draws of l all look like c: no other decoder draws l, and nothing shows which). A label's draws are read by the judges that
-    hold it (`holders`, `read_for(l)`), and one no judge holds never moves: judges that never
-    saw an l read one as the class they know nearest it (measured, MNIST Dir(0.1): honest
-    decoders' 2s, held by one judge of ten, read by all as 3 or 8 and "repaired", which then set
-    aside a third decoder whose 2s were judged against them)."""
+    when the judges read its draws for some label l clearly as another class c (`_draws_as`).
+    A label's draws are read by the judges that hold it (`holders`, `read_for(l)`), and one no
+    judge holds never moves: judges that never saw an l read one as the class they know nearest
+    it (measured, MNIST Dir(0.1): honest decoders' 2s, held by one judge of ten, read by all as
+    3 or 8 and "repaired", which then set aside a third decoder whose 2s were judged against
+    them).
+
+    Whether the decoder is relabelled at all is decided on the labels where the judges' reading
+    can be trusted (`_plain`: two judges at least, who read the other decoders' draws of l as
+    l): a weak judge reads every l as a class it knows better, and one weak decoder's poor
+    draws look relabelled to it (measured, MNIST Dir(0.1): an honest decoder "repaired" 8->2
+    on one judge's word cost FedMHO 4.4 points). Once it is, its other moves follow on the
+    looser evidence (a flipped decoder's labels no other decoder draws move too: measured,
+    leaving them screened a flipped decoder out, 1.6 points of FedMHO)."""
     mine = source == d
     labels = [int(a) for a in np.unique(asked[mine]) if holders[int(a)]]
     if not labels:
         return None
-    rate = np.array(
-        [[float((read_for(a)[mine & (asked == a)] == c).mean()) for c in range(k)] for a in labels]
-    )
-    moves = {
-        labels[i]: c  # the label draws class c: asked for c, it is to be given that label
-        for i, c in zip(*linear_sum_assignment(rate, maximize=True), strict=True)
-        # two judges at least: one weak judge's reading cannot tell a weak decoder's poor draws
-        # from a relabelling (measured, MNIST Dir(0.1), 30-step clients: the one judge holding
-        # 2s, 8% of its data, read a weak decoder's 2s as 8 and had them "repaired")
-        if len(holders[labels[i]]) >= 2
-        and _draws_as(labels, rate, i, c, mine, asked, read_for(labels[i]))
-    }
+    rate, moves = _label_moves(labels, mine, asked, read_for, k)
+    trusted = [a for a in labels if _plain(a, mine, asked, read_for(a), holders)]
+    sure = {a: c for a, c in moves.items() if a in trusted}
     # A relabelled decoder moves most of its labels (a flip) or a closed set of them (a swap);
     # one label read as a similar class the judges hold better is not a relabelling (measured:
     # an honest decoder's 6s read as 5 and "repaired" cost FedMHO 2.7 points).
-    if not moves or (2 * len(moves) < len(labels) and set(moves) != set(moves.values())):
+    if not _relabelled(sure, trusted) or not _relabelled(moves, labels):
         return None
     # Classes whose label is known: the moved ones, and those read as themselves. A label it
     # holds too little of to draw here (a flip moved it too) stays unknown: counted 0, never
@@ -982,9 +979,39 @@ def _decoder_relabelling(d, source, asked, read_for, k, holders):
     return _permutation(k, moves), seen
 
 
+def _label_moves(labels, mine, asked, read_for, k) -> tuple[np.ndarray, dict[int, int]]:
+    """(rate[i, c]: how often the decoder's draws of labels[i] are read as c; {label: the class
+    c its draws are, where `_draws_as` finds it clearly another}), labels matched to classes
+    by an assignment so that no two share one."""
+    rate = np.array(
+        [[float((read_for(a)[mine & (asked == a)] == c).mean()) for c in range(k)] for a in labels]
+    )
+    moves = {
+        labels[i]: c  # the label draws class c: asked for c, it is to be given that label
+        for i, c in zip(*linear_sum_assignment(rate, maximize=True), strict=True)
+        if _draws_as(labels, rate, i, c, mine, asked, read_for(labels[i]))
+    }
+    return rate, moves
+
+
+def _relabelled(moves: dict[int, int], labels: list[int]) -> bool:
+    """Whether `moves` relabel most of `labels` or a closed set of them."""
+    return bool(moves) and (2 * len(moves) >= len(labels) or set(moves) == set(moves.values()))
+
+
+def _plain(a: int, mine, asked, reading, holders) -> bool:
+    """Whether the judges' reading of label a can be trusted: two judges hold it, and they read
+    the other decoders' draws of a as a."""
+    others = ~mine & (asked == a)
+    return len(holders[a]) >= 2 and others.any() and (reading[others] == a).mean() >= SURE
+
+
 def _draws_as(labels, rate, i, c, mine, asked, reading) -> bool:
-    """Whether the decoder's (`mine`) label a = labels[i] clearly draws another class c, by
-    `_decoder_relabelling`'s tests (`rate[i, c]`: how often its draws of a are read as c)."""
+    """Whether the decoder's (`mine`) label a = labels[i] clearly draws another class c: most of
+    its draws of a read as c, c read for a's draws and rarely for its others (not a constant
+    reading, as of noise), its own draws of c (if it has any) not read as c, and the other
+    decoders' draws of a not read as c too (else the judges confuse a with c, or every
+    decoder's a looks like c). `rate[i, c]`: how often its draws of a are read as c."""
     a = labels[i]
     says_c = mine & (reading == c)
     others = ~mine & (asked == a)
@@ -993,12 +1020,7 @@ def _draws_as(labels, rate, i, c, mine, asked, reading) -> bool:
         and rate[i, c] >= SURE
         and (asked[says_c] == a).mean() >= SURE
         and not (c in labels and rate[labels.index(c), c] >= SURE)
-        # the judges read the other decoders' draws of a as a: they know a, and these draws
-        # differ (a judge that holds a little of a reads every a as a class it knows better:
-        # measured, MNIST Dir(0.1) seed 1, one judge with 8% of 8s read both decoders' 8s as
-        # other classes and "repaired" an honest decoder 8->2, costing FedMHO 4 points)
-        and others.any()
-        and (reading[others] == a).mean() >= SURE
+        and (not others.any() or (reading[others] == c).mean() < SURE)
     )
 
 
