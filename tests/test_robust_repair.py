@@ -404,6 +404,11 @@ def test_one_decoders_draws_of_an_unseen_class_never_move_an_honest_output():
     answers[(REFERENCE == 3) & (rng.random(len(answers)) < 0.8)] = 7
     answers[(REFERENCE == 7) & (rng.random(len(answers)) < 0.66)] = 9
     assert _relabelling(_client(held), _probs(answers), reference, SOURCE) is None
+    # One source, but the swap's other half on three: its output 3 answers the 7s.
+    swapped = answers.copy()
+    swapped[REFERENCE == 7] = 3
+    found = _relabelling(_client(held), _probs(swapped), reference, SOURCE)
+    assert found is not None and found.perm[3] == 7 and found.perm[7] == 3
     # Drawn by two decoders and read as 7 in both, it is a relabelling (the same answers).
     two = np.where((REFERENCE == 3) & (SOURCE == 2), -1, REFERENCE)
     found = _relabelling(_client(held), _probs(answers), two, SOURCE)

@@ -713,12 +713,21 @@ def _stands_for(answers, b: _Basis, judged: np.ndarray, c: int, a: int) -> bool:
     return bool(
         says_c.any()
         and (b.reference[says_c] == a).mean() >= 2 * (b.reference[judged] == a).mean()
-        # two sources at least: an honest client reads a class it never saw as one it holds,
-        # and one decoder's draws cannot tell that from a relabelling (measured, MNIST Dir(0.1)
-        # seed 1: an honest client's output 7 read the one 3-drawing decoder's 3s as 7)
-        and _most(answers, b.reference, b.source, a, c, least=2)
+        and _sourced(answers, b, c, a)
         and not _most(answers, b.reference, b.source, c, c)
     )
+
+
+def _sourced(answers, b: _Basis, c: int, a: int) -> bool:
+    """Whether output c answering class a's samples rests on two sources at least, or on one
+    and the swap's other half (output a answering c's samples, on two sources): an honest
+    client reads a class it never saw as one it holds, and one decoder's draws cannot tell that
+    from a relabelling (measured, MNIST Dir(0.1) seed 1: an honest client's output 7 read the
+    one 3-drawing decoder's 3s as 7; its output 3 answered nothing)."""
+    ref, src = b.reference, b.source
+    if _most(answers, ref, src, a, c, least=2):
+        return True
+    return _most(answers, ref, src, a, c) and _most(answers, ref, src, c, a, least=2)
 
 
 def _most(answers, reference, source, a: int, c: int, least: int = 1) -> bool:
