@@ -1,0 +1,149 @@
+"""What a user asks for (`--dp 8,delta=1e-5,clip=1.0`) and what training must then do.
+
+`DPConfig` is the request: a target epsilon, an optional delta and the clip norm. `plan_dp` turns it,
+with the client's sample count, batch size and epochs, into a `DPPlan`: the sampling rate, the
+steps and the noise multiplier the accountant chose. The plan is also the record an upload carries
+(`as_dict`), and `DPPlan.problem()` recomputes its epsilon, so a server can check the record.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+from edgefl.bounds import Range
+from edgefl.errors import ConfigError
+from edgefl.privacy.accountant import BOUNDS, epsilon, noise_for
+
+FORM = "write --dp EPSILON[,delta=D][,clip=C], e.g. --dp 8 or --dp 8,delta=1e-5,clip=1.0"
+DELTA_HINT = "leave delta= out to use 1/n (n: the samples on this device), e.g. --dp 8"
+ACCOUNTANT = (
+    "rdp"  # Mironov et al. 2019, converted by Balle et al. 2020 (edgefl.privacy.accountant)
+)
+MECHANISM = "dp-sgd"  # per-sample clipping, Gaussian noise, Poisson-sampled batches
+CLIP = Range(0, low_open=True)
+
+
+@dataclass(frozen=True)
+class DPConfig:
+    """The privacy asked for. delta None: 1/n of the client's data, resolved by `plan_dp`."""
+
+    epsilon: float
+    delta: float | None = None
+    clip: float = 1.0  # L2 bound on each sample's gradient over all parameters
+
+    def __post_init__(self) -> None:
+        BOUNDS["epsilon"].check(
+            "--dp epsilon", self.epsilon, hint="e.g. --dp 8 (smaller: more private, noisier)"
+        )
+        if self.delta is not None:
+            BOUNDS["delta"].check("--dp delta", self.delta, hint=DELTA_HINT)
+        CLIP.check("--dp clip", self.clip, hint="e.g. --dp 8,clip=1.0")
+
+    @classmethod
+    def parse(cls, text: str) -> DPConfig:
+        """`"8"` or `"8,delta=1e-5,clip=0.5"` (the CLI's and run config's form)."""
+        head, *settings = [part.strip() for part in str(text).split(",")]
+        values: dict[str, float] = {"epsilon": _number("epsilon", head, text)}
+        for item in settings:
+            key, eq, value = (s.strip() for s in item.partition("="))
+            if not eq or key not in ("delta", "clip"):
+                raise ConfigError(f"--dp {text!r}: {item!r} is not delta=D or clip=C", hint=FORM)
+            if key in values:
+                raise ConfigError(f"--dp {text!r} gives {key} twice", hint=FORM)
+            values[key] = _number(key, value, text)
+        return cls(**values)
+
+    def text(self) -> str:
+        """The form `parse` reads back to this config."""
+        out = repr(float(self.epsilon))
+        if self.delta is not None:
+            out += f",delta={float(self.delta)!r}"
+        return out + (f",clip={float(self.clip)!r}" if self.clip != 1.0 else "")
+
+
+def _number(name: str, value: str, text: str) -> float:
+    try:
+        return float(value)
+    except ValueError:
+        raise ConfigError(
+            f"--dp {text!r}: {name} must be a number, got {value!r}", hint=FORM
+        ) from None
+
+
+def steps_per_epoch(sample_rate: float) -> int:
+    """An epoch is 1/q steps (expected batches per pass over the data), as without DP."""
+    return max(1, math.ceil(1 / sample_rate - 1e-9))  # 1e-9: 1 / (10/100) is not 10 in floats
+
+
+@dataclass(frozen=True)
+class DPPlan:
+    """What DP-SGD must do to spend at most `epsilon` at `delta`; the record an upload carries."""
+
+    epsilon: float  # the target: the accountant's epsilon for these settings is at most this
+    delta: float
+    clip: float
+    noise_multiplier: float  # noise std over clip
+    sample_rate: float  # Poisson: each sample in each batch with this probability
+    steps: int  # all epochs together
+    accountant: str = ACCOUNTANT
+    mechanism: str = MECHANISM
+
+    def __post_init__(self) -> None:
+        for name in ("epsilon", "delta", "noise_multiplier", "sample_rate", "steps"):
+            BOUNDS[name].check(name, getattr(self, name))
+        CLIP.check("clip", self.clip)
+        if (self.accountant, self.mechanism) != (ACCOUNTANT, MECHANISM):
+            raise ConfigError(
+                f"unknown privacy record: accountant {self.accountant!r}, mechanism "
+                f"{self.mechanism!r}",
+                hint=f"edgefl reads accountant {ACCOUNTANT!r} with mechanism {MECHANISM!r}",
+            )
+
+    def spent(self) -> float:
+        """The accountant's epsilon for the recorded noise, rate and steps."""
+        return epsilon(self.noise_multiplier, self.sample_rate, self.steps, self.delta)
+
+    def problem(self) -> str | None:
+        """None if the recorded noise, rate and steps spend at most the recorded epsilon."""
+        spent = self.spent()
+        if spent <= self.epsilon * (1 + 1e-6):
+            return None
+        return (
+            f"the record says epsilon {self.epsilon:g}, but noise multiplier "
+            f"{self.noise_multiplier:g} over {self.steps} steps at rate {self.sample_rate:g} "
+            f"spends {spent:.4g} at delta {self.delta:g}"
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, record: dict[str, Any]) -> DPPlan:
+        """Read a record back (an upload's); missing or unknown keys are refused by name."""
+        names = {f.name for f in fields(cls)}
+        unknown, missing = set(record) - names, names - set(record)
+        if unknown or missing:
+            raise ConfigError(
+                f"privacy record has unknown keys {sorted(unknown)} / lacks {sorted(missing)}",
+                hint=f"a record holds exactly: {', '.join(sorted(names))}",
+            )
+        return cls(**record)
+
+
+def plan_dp(cfg: DPConfig, samples: int, batch_size: int, epochs: int) -> DPPlan:
+    """The noise that spends `cfg.epsilon` over `epochs` epochs of expected batch `batch_size`
+    on `samples` samples. Raises ConfigError (with the fix) when no noise can."""
+    for name, value in (("samples", samples), ("batch_size", batch_size), ("epochs", epochs)):
+        Range(1, integer=True).check(name, value)
+    delta = cfg.delta if cfg.delta is not None else 1 / samples
+    if delta >= 1:
+        raise ConfigError(
+            f"delta 1/n is {delta:g} for a client of {samples} sample(s): no privacy at all",
+            hint="set delta below 1 explicitly (--dp EPSILON,delta=1e-5) or train on more samples",
+        )
+    rate = min(1.0, batch_size / samples)
+    steps = epochs * steps_per_epoch(rate)
+    sigma = noise_for(cfg.epsilon, delta, rate, steps)
+    return DPPlan(cfg.epsilon, delta, cfg.clip, sigma, rate, steps)
