@@ -25,6 +25,8 @@ from edgefl.models.augment import CHOICES as AUGMENT_CHOICES
 from edgefl.models.augment import jitter
 from edgefl.models.spec import ModelSpec
 from edgefl.models.zoo import build_model
+from edgefl.privacy import DPConfig, plan_dp
+from edgefl.privacy.dpsgd import dp_ready, dp_train_epoch
 
 # Default learning rates by (role, optimizer). FedMHO: VGG-9 SGD(0.9) lr 5e-3 over 200 epochs;
 # we train 10-20 epochs, so SGD starts higher. CVAE: Adam 1e-3 (methods.md: safer than 5e-2).
@@ -71,6 +73,7 @@ class TrainConfig:
     # "cpu" on a device; a simulation may train its clients on a GPU (the model comes back on
     # the CPU for evaluation and export either way).
     device: str = "cpu"
+    dp: DPConfig | None = None  # DP-SGD for this request (edgefl.privacy); None: plain training
 
     def __post_init__(self) -> None:
         for name, bounds in TRAIN_BOUNDS.items():
@@ -94,6 +97,7 @@ class TrainSummary:
     seconds: float
     samples: int
     interrupted: bool = False
+    privacy: dict | None = None  # the DPPlan trained under (DPPlan.as_dict()), for the upload
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -149,6 +153,7 @@ def train(
             "this client's shard is empty: nothing to train on",
             hint="use fewer clients, a larger alpha, or another --client-index",
         )
+    plan = _dp_plan(model, len(x), cfg)  # refuses before any training
     torch.manual_seed(cfg.seed)
     gen = torch.Generator().manual_seed(cfg.seed)
     dev = torch.device(cfg.device)
@@ -160,7 +165,10 @@ def train(
     model.train()
     try:
         for epoch in range(cfg.epochs):
-            loss_value = _train_epoch(model, role, xt, yt, num_classes, cfg, opt, gen)
+            if plan is None:
+                loss_value = _train_epoch(model, role, xt, yt, num_classes, cfg, opt, gen)
+            else:
+                loss_value = _dp_epoch(model, role, xt, yt, num_classes, cfg, plan, opt, gen)
             epochs_done = epoch + 1
             if not math.isfinite(loss_value):
                 raise ConfigError(
@@ -183,6 +191,7 @@ def train(
         seconds=time.perf_counter() - start,
         samples=len(x),
         interrupted=interrupted,
+        privacy=plan.as_dict() if plan is not None else None,
     )
 
 
@@ -203,6 +212,45 @@ def _train_epoch(model, role, xt, yt, num_classes, cfg: TrainConfig, opt, gen) -
         total += loss.item() * len(idx)
         count += len(idx)
     return total / count
+
+
+def _dp_plan(model, samples, cfg: TrainConfig):
+    """The DP-SGD plan for this request, or None without --dp; refuses a model it cannot train."""
+    if cfg.dp is None:
+        return None
+    reason = dp_ready(model)
+    if reason is not None:
+        raise ConfigError(
+            f"--dp cannot train this model: {reason}",
+            hint="pick a model without BatchNorm, e.g. --model scnn:bn=false",
+        )
+    return plan_dp(cfg.dp, samples, cfg.batch_size, cfg.epochs)
+
+
+def _cvae_loss_of_one(forward, x, onehot):
+    recon, mu, logvar = forward(x, onehot)
+    return cvae_loss(recon, x, mu, logvar)
+
+
+def _dp_epoch(model, role, xt, yt, num_classes, cfg: TrainConfig, plan, opt, gen) -> float:
+    """One epoch of DP-SGD under `plan`, with the same losses taken per sample. Labels go in
+    one-hot for a CVAE: F.one_hot cannot run inside torch.func's vmap."""
+    if role == "classifier":
+        targets, loss_of_one = yt, lambda forward, x, y: F.cross_entropy(forward(x), y)
+    else:
+        targets, loss_of_one = F.one_hot(yt, num_classes).float(), _cvae_loss_of_one
+    return dp_train_epoch(
+        model,
+        loss_of_one,
+        xt,
+        targets,
+        sample_rate=plan.sample_rate,
+        noise_multiplier=plan.noise_multiplier,
+        clip=plan.clip,
+        opt=opt,
+        gen=gen,
+        transform=lambda xb: jitter(xb, cfg.augment, gen),
+    )
 
 
 @torch.no_grad()
