@@ -306,15 +306,18 @@ FEDHYDRA_TABLE1 = Table(
     budgets={
         "cpu": Budget(
             name="cpu",
-            description="what 2 CPU cores finish in under half an hour",
-            partitions=("dirichlet:0.5", "dirichlet:0.1"),
+            description="what 2 CPU cores finish in about an hour and a half",
+            partitions=("dirichlet:0.5", "dirichlet:0.3", "dirichlet:0.1"),
             seeds=(0, 1, 2),
-            estimate="about 15 min on 2 CPU cores (bench/results/datafree.md: 6 such runs)",
-            simulate={"classifier_epochs": 5, "classifier_optimizer": "sgd-momentum"},
+            estimate="about 8 min a cell on 2 CPU cores, 9 cells (Fashion-MNIST, 2026-11-29)",
+            # 40 local epochs, not 5: the teachers are what every method distils, and a client's
+            # epoch costs ~1 s here (measured, Fashion Dir(0.5) seed 0: fedavg 57.77 -> 70.81,
+            # the teachers' ensemble 58.41 -> 63.14 from 5 to 40 epochs)
+            simulate={"classifier_epochs": 40, "classifier_optimizer": "sgd-momentum"},
             reductions=(
-                "clients train 5 local epochs, SGD-momentum lr 0.01, batch 64 (paper: 200, "
+                "clients train 40 local epochs, SGD-momentum lr 0.01, batch 64 (paper: 200, "
                 "SGD lr 0.01, batch 128)",
-                "Dir(0.5) and Dir(0.1) only (paper: also Dir(0.3) and Dir(0.01))",
+                "Dir(0.5), Dir(0.3) and Dir(0.1) (paper: also Dir(0.01))",
                 "fusion at each method's cpu budget (DENSE, FedHydra: 10 epochs; paper 200)",
             ),
         ),
