@@ -56,7 +56,10 @@ def classifier_warnings(clients: list[dict]) -> list[str]:
     label_counts)."""
     out = []
     for c in clients:
-        acc, counts = c["training"].get("val_accuracy"), c["label_counts"]
-        if c["role"] == "classifier" and near_chance(acc, len(counts)):
-            out.append(client_warning(c["client_id"], acc, len(counts), sum(counts)))
+        acc, counts = c["training"].get("val_accuracy"), c.get("label_counts")
+        # Without counts (--label-counts absent): the classes and samples the summary states.
+        classes = len(counts) if counts else c.get("num_classes")
+        samples = sum(counts) if counts else c["training"].get("samples", 0)
+        if c["role"] == "classifier" and classes and near_chance(acc, classes):
+            out.append(client_warning(c["client_id"], acc, classes, samples))
     return out

@@ -191,8 +191,93 @@ def _kind_is(*kinds: str) -> Callable[[_Context], bool]:
 
 
 def _counted(ctx: _Context) -> bool:
-    # Every kind's label counts are summed into the federation's: checked wherever they appear.
-    return ctx.kind in ("classifier", "decoder", "predictions") or "label_counts" in ctx.meta
+    # Every kind's label counts are summed into the federation's: checked wherever they appear,
+    # required of the kinds that carry them unless the privacy record says they are withheld.
+    if "label_counts" in ctx.meta:
+        return True
+    return ctx.kind in ("classifier", "decoder", "predictions") and _label_release(ctx) == "exact"
+
+
+def _label_release(ctx: _Context) -> Any:
+    """How the label counts were released, by the upload's privacy record ("exact" without
+    one, or for a record that does not say: its own rule reports it)."""
+    record = ctx.meta.get("privacy")
+    labels = record.get("label_counts") if isinstance(record, dict) else None
+    return labels.get("release", "exact") if isinstance(labels, dict) else "exact"
+
+
+# --- the privacy record (issue 57): its shape only; edgefl recomputes what it spent ---------
+
+PRIVACY_MECHANISMS = ("none", "dp-sgd")
+LABEL_RELEASES = ("exact", "noised", "absent")
+_PLAN_NUMBERS = ("epsilon", "delta", "clip", "noise_multiplier", "sample_rate")
+
+
+def _positive(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and value > 0
+
+
+def _probability(value: Any) -> bool:
+    return _positive(value) and value < 1
+
+
+def _check_plan(plan: Any) -> str | None:
+    """The DP-SGD plan: DPPlan.as_dict() of edgefl.privacy."""
+    if not isinstance(plan, dict):
+        return f"'dp_sgd' must be an object, got {_tname(plan)}"
+    expected = set(_PLAN_NUMBERS) | {"steps", "accountant", "mechanism"}
+    if set(plan) != expected:
+        return f"'dp_sgd' must hold exactly {', '.join(sorted(expected))}"
+    bad = [k for k in _PLAN_NUMBERS if not _positive(plan[k])]
+    bad += [k for k in ("delta", "sample_rate") if k not in bad and not plan[k] <= 1]
+    bad += [] if _is_int(plan["steps"]) and plan["steps"] >= 1 else ["steps"]
+    bad += [k for k in ("accountant", "mechanism") if not _is_str(plan[k])]
+    return f"'dp_sgd' has invalid {', '.join(bad)}" if bad else None
+
+
+def _check_labels(labels: Any, ctx: _Context) -> str | None:
+    if not isinstance(labels, dict) or labels.get("release") not in LABEL_RELEASES:
+        return f"'label_counts' must be an object whose 'release' is one of {LABEL_RELEASES}"
+    if labels["release"] == "absent" and "label_counts" in ctx.meta:
+        return "'label_counts' says absent, but the metadata carries label counts"
+    if labels["release"] != "noised":
+        return None
+    ok = (
+        labels.get("mechanism") == "gaussian"
+        and labels.get("sensitivity") == 1
+        and _positive(labels.get("noise_multiplier"))
+        and _positive(labels.get("epsilon"))
+        and _probability(labels.get("delta"))
+    )
+    return (
+        None
+        if ok
+        else (
+            "noised 'label_counts' must name mechanism gaussian, sensitivity 1 and a positive "
+            "noise_multiplier, epsilon and delta (in (0, 1))"
+        )
+    )
+
+
+def _check_privacy(key: str, record: Any, ctx: _Context) -> str | None:
+    """What an upload says it spent of its clients' privacy: a shape the server can recompute."""
+    if not isinstance(record, dict) or record.get("mechanism") not in PRIVACY_MECHANISMS:
+        return _wrong(key, record, f"an object whose 'mechanism' is one of {PRIVACY_MECHANISMS}")
+    problem = _check_labels(record.get("label_counts"), ctx)
+    noised = isinstance(record.get("label_counts"), dict) and (
+        record["label_counts"].get("release") == "noised"
+    )
+    if problem is None and record["mechanism"] == "dp-sgd":
+        problem = _check_plan(record.get("dp_sgd"))
+    elif problem is None and "dp_sgd" in record:
+        problem = "'dp_sgd' is given, but the mechanism is none"
+    if problem is None and (record["mechanism"] == "dp-sgd" or noised):
+        total = (record.get("epsilon"), record.get("delta"))
+        if total != (None, None) and not (_positive(total[0]) and _probability(total[1])):
+            problem = "'epsilon' and 'delta' must be a positive number and one in (0, 1), or null"
+        elif not _is_str(record.get("accountant")):
+            problem = "'accountant' must be a string"
+    return None if problem is None else f"'{key}': {problem}"
 
 
 _num_classes_ok = _int_in(2, MAX_CLASSES)
@@ -228,6 +313,7 @@ _RULES: tuple[_Rule, ...] = (
     ),
     _Rule("costs", _unless(_is_dict, "an object"), _model),
     _Rule("training", _unless(_is_dict, "an object"), _model),
+    _Rule("privacy", _check_privacy, _kind_is(*ARTIFACT_KINDS[:2], *CONSTANT_KINDS), False),
     _Rule(
         "quantized",
         _unless(lambda v: v in (None, False, QUANTIZED_TAG), f"absent, false or {QUANTIZED_TAG!r}"),

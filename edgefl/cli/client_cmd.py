@@ -18,6 +18,7 @@ from edgefl.cli.common import (
     print_quiet,
 )
 from edgefl.cli.progress import reporter
+from edgefl.client.privacy import DP_HELP, LABEL_HELP
 from edgefl.data.registry import dataset_info
 from edgefl.profiles import get_profile
 
@@ -52,6 +53,8 @@ OVERWRITE = typer.Option(
     help="Replace an upload at the output path that another command made (a rerun of the "
     "same command replaces its own without it).",
 )
+DP = typer.Option(None, "--dp", help=DP_HELP)
+LABEL_COUNTS = typer.Option("exact", "--label-counts", help=LABEL_HELP)
 UPLOAD_DIR = typer.Option(
     "uploads", "--out", help="Directory for <client-id>.onnx." + MAKES_FOLDERS
 )
@@ -191,16 +194,20 @@ def train_cmd(
     candidate_epochs: int = typer.Option(
         1, help="--search: training epochs per candidate (quick; paper: 10)."
     ),
+    dp: str | None = DP,
+    label_counts: str = LABEL_COUNTS,
     json_out: bool = JSON_SUMMARY,
     quiet: bool = QUIET,
 ) -> None:
     """Train the model that fits this device on its local data and write one ONNX upload."""
 
     from edgefl.chance import classifier_warnings
+    from edgefl.client.privacy import check_request
     from edgefl.client.run import ClientJob
     from edgefl.errors import ConfigError
     from edgefl.models.parse import load_spec_file
 
+    check_request(dp, label_counts)  # a bad --dp or --label-counts: before anything loads
     if spec is not None:
         if model is not None or search is not None:
             raise ConfigError("--spec names the model: give it without --model or --search")
@@ -229,6 +236,8 @@ def train_cmd(
         search=search,
         augment=augment,
         overwrite=overwrite,
+        dp=dp,
+        label_counts=label_counts,
         search_options={
             "particles": particles,
             "generations": generations,

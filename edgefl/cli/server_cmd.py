@@ -114,6 +114,13 @@ def fuse_cmd(
         None, help="Refuse uploads larger than this (default 512 MiB: VGG-9 is 277 MB)."
     ),
     jobs: int | None = typer.Option(None, help="Uploads ingested at once (default: by the cores)."),
+    max_epsilon: float | None = typer.Option(
+        None,
+        help="Set aside (by name, with the reason) every upload not differentially private as "
+        "a whole (trained without --dp, or with exact label counts) or whose epsilon, "
+        "recomputed from its privacy record, is above this. An upload whose record "
+        "contradicts itself is set aside always.",
+    ),
     resident_mib: int | None = typer.Option(
         None,
         help="Hold the checked uploads in memory up to this many MiB of files in all (default "
@@ -149,7 +156,9 @@ def fuse_cmd(
     """Validate every upload once, fuse the usable ones with each METHOD, export global models."""
     from edgefl.server.classes import parse_request
     from edgefl.server.fuse import fuse_methods, plan, resolve_device
+    from edgefl.server.ingest import check_max_epsilon
 
+    check_max_epsilon(max_epsilon)  # before any upload is read
     methods = _method_names(method)
     options = method_options(methods, _extra_flags(list(ctx.args)), opt, budget)
     classes = parse_request(
@@ -190,6 +199,7 @@ def fuse_cmd(
             progress=watch,
             recursive=recursive,
             resident_mib=resident_mib,
+            max_epsilon=max_epsilon,
             **cap,
         )
     _print_fused(reps, methods, json_out, quiet)
@@ -274,6 +284,7 @@ def _print_one(rep: dict) -> None:
         )
     for n in rep.get("robust_notes", []):
         console.print(f"  [cyan]robust[/] {upload_text(n)}")
+    _print_privacy(rep)
     times = ", ".join(f"{k} {v:.1f}s" for k, v in rep["seconds"].items())
     console.print(f"  stages: {times}")
     if "synthetic_kept_per_class" in rep:
@@ -289,6 +300,22 @@ def _print_one(rep: dict) -> None:
     )
     _print_extra(rep)
     _print_classes(rep)
+
+
+def privacy_line(privacy: dict) -> str:
+    """What the used uploads spent of their clients' privacy, in words."""
+    if privacy.get("epsilon") is not None:
+        return (
+            f"(epsilon {privacy['epsilon']:.4g}, delta {privacy['delta']:.3g})-DP for each "
+            f"client's data: the largest of the {privacy['uploads']} used uploads' own"
+        )
+    return f"{privacy['not_private']} of the {privacy['uploads']} used upload(s) not DP as a whole"
+
+
+def _print_privacy(rep: dict) -> None:
+    privacy = rep.get("privacy")
+    if privacy and (privacy["private"] or privacy["max_epsilon_allowed"] is not None):
+        console.print(f"  privacy: {privacy_line(privacy)}", markup=False)
 
 
 def _print_classes(rep: dict) -> None:

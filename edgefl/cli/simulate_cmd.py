@@ -21,6 +21,7 @@ from edgefl.cli.common import (
 )
 from edgefl.cli.progress import reporter
 from edgefl.cli.wide_tables import Col, fitted
+from edgefl.client.privacy import DP_HELP, LABEL_HELP
 
 
 def register(app: typer.Typer) -> None:
@@ -216,13 +217,22 @@ def simulate_cmd(
     for_samples: int = FOR_SAMPLES,
     for_max_macs: int | None = FOR_MAX_MACS,
     data_dir: str | None = typer.Option(None, help="Folder with standard dataset files."),
+    dp: str | None = typer.Option(None, "--dp", help="Every client: " + DP_HELP),
+    label_counts: str = typer.Option(
+        "exact",
+        "--label-counts",
+        help="Every client: " + LABEL_HELP + " A simulation seeds the counts' noise "
+        "from --seed (reproducible, so not private against whoever knows the seed).",
+    ),
     json_out: bool = typer.Option(False, "--json", help="Print results JSON."),
     quiet: bool = QUIET,
 ) -> None:
     """Run a whole one-shot federation: train every client, fuse with each method, evaluate."""
     from edgefl.client.attacks import parse_attacks
+    from edgefl.client.privacy import check_request
     from edgefl.simulate.run import SimJob, simulate
 
+    check_request(dp, label_counts)  # a bad --dp or --label-counts: before anything loads
     trainer = _trainer(engine)  # an unknown engine or a missing extra: before any work
     method_list, opts = _methods_and_options(methods, budget, fuse_opt)
     job = SimJob(
@@ -258,6 +268,8 @@ def simulate_cmd(
         for_epochs=for_epochs,
         for_samples=for_samples,
         for_max_macs=for_max_macs,
+        dp=dp,
+        label_counts=label_counts,
     )
     with reporter(quiet) as watch:
         results = simulate(job, log=watch.message, progress=watch, trainer=trainer)

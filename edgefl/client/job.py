@@ -58,6 +58,14 @@ class ClientJob:
     # it such a run stops before training (edgefl.client.rerun). A rerun of the same command
     # replaces its own upload either way.
     overwrite: bool = False
+    # Differential privacy (edgefl.client.privacy): DP-SGD's request as `--dp` writes it
+    # (EPSILON[,delta=D][,clip=C]; None: plain training), and how the label counts are
+    # released: exact | absent | noised | noised:EPSILON.
+    dp: str | None = None
+    label_counts: str = "exact"
+    # Seed of the label counts' noise; None: the system's entropy. A device must not use a
+    # seed it records (anyone could replay the noise); a simulation may, to be reproducible.
+    noise_seed: int | None = None
 
 
 def _default_augment(spec: ModelSpec, role: str) -> str:

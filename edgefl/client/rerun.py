@@ -71,7 +71,28 @@ def training_differs(cjob: ClientJob, made: ModelSpec, role: str, trained: dict)
     if trained.get("windows") != windows:  # a decoder trained on unaligned windows (older runs)
         diffs.append(f"windows {trained.get('windows') or 'as recorded'} -> {windows}")
     diffs += _seeds_differ(cjob, trained, {"augment": job_augment(cjob, made, role)})
-    return ", ".join(diffs)
+    return ", ".join(diffs + privacy_differs(cjob, trained))
+
+
+def privacy_differs(job: ClientJob, trained: dict) -> list[str]:
+    """--dp and --label-counts where the upload's training record differs (an upload that
+    does not record them was trained without DP, its counts exact)."""
+    from edgefl.privacy import DPConfig
+
+    have, want = trained.get("dp"), job.dp
+    diffs = []
+    try:
+        same = (have is None) == (want is None) and (
+            have is None or DPConfig.parse(have) == DPConfig.parse(want)
+        )
+    except (ConfigError, TypeError):  # a record this edgefl cannot read: not the job's
+        same = False
+    if not same:
+        diffs.append(f"dp {have or 'none'} -> {want or 'none'}")
+    release = trained.get("label_release", "exact")
+    if release != job.label_counts:
+        diffs.append(f"label-counts {release} -> {job.label_counts}")
+    return diffs
 
 
 def _seeds_differ(job: ClientJob, trained: dict, more: dict | None = None) -> list[str]:
@@ -187,7 +208,7 @@ def _settings_differ(job: ClientJob, trained: dict) -> str:
         "optimizer": job.optimizer or profile.optimizer,
     }
     diffs = [f"{k} {trained.get(k)} -> {v}" for k, v in want.items() if trained.get(k) != v]
-    return ", ".join(diffs + _seeds_differ(job, trained))
+    return ", ".join(diffs + _seeds_differ(job, trained) + privacy_differs(job, trained))
 
 
 def _spec_of(meta: dict[str, Any]) -> ModelSpec | None:

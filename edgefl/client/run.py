@@ -22,6 +22,13 @@ from edgefl.client import weightless
 from edgefl.client.attacks import ATTACKS, attack_for
 from edgefl.client.export import export_model
 from edgefl.client.job import ClientJob, job_augment, local_schedule, window_treatment
+from edgefl.client.privacy import (
+    Budget,
+    check_request,
+    privacy_record,
+    release_counts,
+    split_budget,
+)
 from edgefl.client.rerun import check_upload_target, search_record
 from edgefl.data import (
     ArrayDataset,
@@ -57,7 +64,7 @@ class ClientResult:
     fit: Fit
     profile: Profile
     summary: TrainSummary
-    label_counts: list[int]
+    label_counts: list[int] | None  # as the upload states them (None: --label-counts absent)
     upload_bytes: int
     export_seconds: float
     quantization: dict[str, Any] | None = None
@@ -81,6 +88,7 @@ class ClientResult:
                 # reads the same dict back from the metadata.
                 "training": self.metadata.get("training") or self.summary.as_dict(),
                 "label_counts": self.label_counts,
+                "num_classes": self.spec.num_classes,
                 "upload_bytes": self.upload_bytes,
                 "export_seconds": self.export_seconds,
                 "quantization": self.quantization,
@@ -254,7 +262,8 @@ def run_client(job: ClientJob, *, on_epoch=None, on_status=None, on_progress=Non
     augment = job_augment(job, spec, role)
 
     model = init_model(spec, job.fed_seed)
-    cfg = _train_config(job, profile, role, len(train_idx), augment)
+    budget = split_budget(job.dp, job.label_counts, len(train_idx))
+    cfg = _train_config(job, profile, role, len(train_idx), augment, budget)
     own = _device_data(data, train_idx, val_idx, attack, job.seed * 1000 + job.client_index)
     windows = window_treatment(spec, role)
     summary = _train_local(model, role, cfg, own, windows, on_epoch)
@@ -262,6 +271,7 @@ def run_client(job: ClientJob, *, on_epoch=None, on_status=None, on_progress=Non
         attack.weights(model, job.seed * 1000 + job.client_index)
 
     counts = np.bincount(own.y[own.shard], minlength=data.num_classes).astype(int).tolist()
+    counts, released = release_counts(counts, budget, np.random.default_rng(job.noise_seed))
     meta = model_metadata(
         spec,
         class_names=list(data.class_names),
@@ -272,6 +282,7 @@ def run_client(job: ClientJob, *, on_epoch=None, on_status=None, on_progress=Non
         training=_training_record(job, summary, cfg, augment, windows),
         dataset=info.name,
         partition=_partition_record(job, data, own.shard),
+        privacy=privacy_record(summary.privacy, released),
     )
     Path(job.out_dir).mkdir(parents=True, exist_ok=True)
     path = Path(job.out_dir) / f"{client_id}.onnx"
@@ -303,6 +314,13 @@ def _check_job(job: ClientJob) -> None:
         check_augment(job.augment)  # before the data; its kind is checked once the model is known
     if job.attack:
         ATTACKS.get(job.attack)  # an unknown name, before the data loads
+    check_request(job.dp, job.label_counts)  # a bad --dp or --label-counts, before the data
+    if job.dp is not None and job.kind == "prototypes":
+        raise ConfigError(
+            "--dp covers what training releases; FedGH prototypes are means of the local "
+            "samples themselves, which DP-SGD does not protect",
+            hint="upload the model (client train) or predictions (client predict) under --dp",
+        )
 
 
 def _attacker_upload_accuracy(
@@ -315,7 +333,7 @@ def _attacker_upload_accuracy(
 
 
 def _train_config(
-    job: ClientJob, profile: Profile, role: str, samples: int, augment: str
+    job: ClientJob, profile: Profile, role: str, samples: int, augment: str, budget: Budget
 ) -> TrainConfig:
     epochs, lr = local_schedule(job, profile, role, samples)
     return TrainConfig(
@@ -326,6 +344,7 @@ def _train_config(
         seed=job.seed * 1000 + job.client_index,
         device=job.train_device,
         augment=augment,
+        dp=budget.training,
     )
 
 
@@ -401,6 +420,9 @@ def _training_record(
             "seed": job.seed,
             "fed_seed": job.fed_seed,
             "augment": augment,
+            # What a rerun compares of the privacy asked for (the plan is summary.privacy).
+            "dp": job.dp,
+            "label_release": job.label_counts,
         }
         | ({"windows": windows} if windows else {})
         | ({"search": search_record(job)} if job.search else {})
@@ -470,7 +492,7 @@ def model_metadata(
     spec: ModelSpec,
     *,
     class_names: list[str],
-    label_counts: list[int],
+    label_counts: list[int] | None,
     client_id: str,
     profile: str | None,
     costs_extra: dict[str, Any] | None = None,
@@ -484,7 +506,7 @@ def model_metadata(
         "input_shape": list(spec.input_shape),
         "num_classes": spec.num_classes,
         "class_names": class_names,
-        "label_counts": label_counts,
+        **({} if label_counts is None else {"label_counts": label_counts}),
         "client_id": client_id,
         "profile": profile,
         "costs": costs(spec).as_dict() | (costs_extra or {}),

@@ -6,8 +6,9 @@ written to `out-dir`, each atomically.
 
 Run config (`[tool.flwr.app.config]` in the app's pyproject.toml, or `flwr run --run-config`):
 methods, out-dir, eval, device, min-nodes, wait-nodes-s, deadline-s, max-upload-mib,
-resident-mib (as `server fuse --resident-mib`), and the
-clients' shared settings (dataset, partition, num-clients, seed, epochs, public-size, subset).
+resident-mib (as `server fuse --resident-mib`), max-epsilon (as `server fuse --max-epsilon`;
+0: none), and the clients' shared settings (dataset, partition, num-clients, seed, epochs,
+public-size, subset, dp, label-counts: as `client train --dp` and `--label-counts`).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from typing import Any
 import numpy as np
 
 import exporters
+from edgefl.client.privacy import check_request
 from edgefl.data.public import load_public
 from edgefl.errors import ConfigError, EdgeflError
 from edgefl.flower import wire
@@ -52,6 +54,9 @@ DEFAULTS: dict[str, Any] = {
     "subset": 0,  # 0: the whole train split; N: every client partitions the same N samples
     "public": "",  # e.g. "mnist:public": sent to predictions nodes, read by FedOL/FedDF
     "data-dir": "",  # where the server reads datasets (eval, the public set)
+    "dp": "",  # every client's --dp (EPSILON[,delta=D][,clip=C]); "": plain training
+    "label-counts": "exact",  # every client's --label-counts: exact | absent | noised[:EPS]
+    "max-epsilon": 0.0,  # as `server fuse --max-epsilon`; 0: no limit
 }
 # Run-config keys that become every client's settings (ClientJob fields).
 CLIENT_KEYS = {
@@ -62,6 +67,8 @@ CLIENT_KEYS = {
     "epochs": "epochs",
     "public-size": "public_size",
     "subset": "subset",
+    "dp": "dp",
+    "label-counts": "label_counts",
 }
 
 
@@ -70,6 +77,7 @@ def settings_from(config: dict[str, Any], nodes: int) -> dict[str, Any]:
     client["num_clients"] = client["num_clients"] or nodes
     client["epochs"] = client["epochs"] or None
     client["subset"] = client["subset"] or None
+    client["dp"] = client["dp"] or None
     client["partition_seed"] = client["fed_seed"] = client["seed"]
     return {"client": client}
 
@@ -84,6 +92,7 @@ def run_round(grid, run_config: dict[str, Any], log=print) -> dict[str, Any]:
     check_writable(out_dir, "out-dir", "global", folder_ok=True)
     max_bytes = int(float(config["max-upload-mib"]) * (1 << 20))
     resident_limit(int(config["resident-mib"]), "run config resident-mib")
+    check_request(str(config["dp"]) or None, str(config["label-counts"]))  # before any training
     nodes = wait_for_nodes(grid, int(config["min-nodes"]), float(config["wait-nodes-s"]), log)
     if not nodes:
         raise ConfigError("no SuperNode connected", hint="start SuperNodes, or raise wait-nodes-s")
@@ -206,6 +215,7 @@ def _fuse(methods, quarantine: Path, out_dir: Path, config, log) -> dict[str, di
             keep_going=True,
             log=log,
             resident_mib=int(config["resident-mib"]),
+            max_epsilon=float(config["max-epsilon"]) or None,
         )
     except EdgeflError as exc:  # e.g. every upload rejected: reported, the round still recorded
         log(f"fusion refused: {exc.message}")

@@ -258,13 +258,24 @@ def fedhydra_table1(
     )
 
 
+def client_label_counts(uploads, num_classes: int) -> np.ndarray:
+    """(K, C) float: each upload's declared label counts. An upload that withholds them
+    (`--label-counts absent`, issue 57) is read as holding every class alike, as many samples
+    as the declaring uploads hold on average (one per class if none declares): nothing it says
+    favours a class, and it weighs as much as a typical client."""
+    rows = [u.label_counts for u in uploads]
+    declared = [r for r in rows if len(r) == num_classes]
+    size = float(np.mean([r.sum() for r in declared])) if declared else float(num_classes)
+    even = np.full(num_classes, size / num_classes)
+    return np.stack([r if len(r) == num_classes else even for r in rows]).astype(np.float64)
+
+
 def federation_label_counts(uploads, num_classes: int) -> np.ndarray:
-    """Per-class sample counts summed over the uploads that declare them."""
-    total = np.zeros(num_classes, dtype=np.int64)
-    for u in uploads:
-        if len(u.label_counts) == num_classes:
-            total += u.label_counts
-    return total
+    """Per-class sample counts summed over the uploads (those that withhold them: as
+    `client_label_counts` reads them), rounded."""
+    if not len(uploads):
+        return np.zeros(num_classes, dtype=np.int64)
+    return np.rint(client_label_counts(uploads, num_classes).sum(0)).astype(np.int64)
 
 
 class FusionContext:
@@ -559,7 +570,7 @@ def allocate(decoders, class_weights, total: int, power: float = 1.0) -> np.ndar
     each class's share split among the decoders by their label counts ** `power` (evenly where
     no decoder holds the class)."""
     class_weights = np.asarray(class_weights, dtype=np.float64)
-    counts = np.stack([u.label_counts for u in decoders]).astype(np.float64)  # K x C
+    counts = client_label_counts(decoders, len(class_weights))  # K x C
     per_class = largest_remainder(total, class_weights)
     alloc = np.zeros_like(counts, dtype=np.int64)
     for c in range(len(class_weights)):

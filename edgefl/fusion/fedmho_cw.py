@@ -36,6 +36,7 @@ from edgefl.fusion.base import (
     average_classifiers,
     average_scope,
     class_totals,
+    client_label_counts,
     federation_label_counts,
     generate,
     grouped_teacher_sum,
@@ -73,10 +74,12 @@ class FedMHOCWConfig(ScratchStudentConfig):
     )
 
 
-def class_shares(classifiers) -> torch.Tensor:
+def class_shares(classifiers, num_classes: int | None = None) -> torch.Tensor:
     """(K, C): client k's share of the classifier clients' class-c samples (even where none
-    holds class c)."""
-    n = np.stack([u.label_counts for u in classifiers]).astype(np.float64)
+    holds class c; a client withholding its counts: see `client_label_counts`)."""
+    declared = max(len(u.label_counts) for u in classifiers)
+    num = num_classes or declared or int(classifiers[0].meta["num_classes"])
+    n = client_label_counts(classifiers, num)
     total = n.sum(0, keepdims=True)
     shares = np.where(total > 0, n / np.where(total > 0, total, 1), 1.0 / len(classifiers))
     return torch.from_numpy(shares).float()

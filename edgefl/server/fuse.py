@@ -44,7 +44,14 @@ from edgefl.models.zoo import spec_label
 from edgefl.outputs import Staging, check_replace, check_writable, lock_outputs, sha256_file
 from edgefl.progress import no_progress
 from edgefl.server import classes as device_classes
-from edgefl.server.ingest import Ingest, default_jobs, ingest, parking, resident_limit
+from edgefl.server.ingest import (
+    Ingest,
+    check_max_epsilon,
+    default_jobs,
+    ingest,
+    parking,
+    resident_limit,
+)
 from edgefl.server.workers import Died, run_forked
 
 
@@ -66,6 +73,7 @@ class FuseJob:
     resident_mib: int | None = None  # uploads held in memory past this are parked on disk
     classes: device_classes.ClassRequest | None = None  # --for: a model per device class
     overwrite: bool = False  # replace outputs another command made (check_replacing)
+    max_epsilon: float | None = None  # set aside uploads not DP or spending more (--max-epsilon)
 
 
 @dataclass(frozen=True)
@@ -363,15 +371,19 @@ def fuse_methods(
     progress=None,
     recursive: bool = False,
     resident_mib: int | None = None,
+    max_epsilon: float | None = None,
 ) -> dict[str, dict[str, Any]]:
     """Fuse every planned method from one ingest of `uploads`. A method that cannot fuse these
     uploads (FusionError) gets {"error": ...} in its report slot when `keep_going`, else raises.
     `log(text)` gets one-off lines, `progress(task, done, total, note)` the steps of long work.
-    Uploads over `resident_mib` MiB in all are parked on disk after their checks (`parking`)."""
+    Uploads over `resident_mib` MiB in all are parked on disk after their checks (`parking`).
+    With `max_epsilon`, uploads not differentially private or spending more are rejected
+    (edgefl.server.ingest.privacy_screen)."""
     log = log or (lambda msg: None)
     progress = progress or no_progress
     dev = resolve_device(device)
     check_inputs(plans, eval)
+    check_max_epsilon(max_epsilon)
     resident_limit(resident_mib)  # before the folder is read to count or check a file
     # Held until every method has published or failed; forked workers share it.
     with lock_outputs(t for p in plans for t in p.targets):
@@ -399,6 +411,7 @@ def fuse_methods(
                     jobs=jobs,
                     recursive=recursive,
                     park_in=park_in,
+                    max_epsilon=max_epsilon,
                 )
                 run = FuseRun(found, dev, eval, data_dir, len(left), log, progress)
                 outcomes = _fuse_ingested(left, run, jobs)
@@ -451,6 +464,7 @@ def _ingest_logged(
     jobs: int | None,
     recursive: bool,
     park_in: Path | None,
+    max_epsilon: float | None = None,
 ) -> Ingest:
     """The run's one ingest, its folders not read and its counts logged."""
     log(f"ingesting {uploads}" + (", parking each checked model on disk" if park_in else ""))
@@ -462,6 +476,7 @@ def _ingest_logged(
         progress=progress,
         recursive=recursive,
         park_in=park_in,
+        max_epsilon=max_epsilon,
     )
     for name, why in found.folders:
         log(f"not read: folder {name}: {why}")  # the log escapes upload text
@@ -667,9 +682,11 @@ def _staged_report(
         stages["screen"] = used.verdict.seconds  # the one judgement all methods of the run share
     staged = stage.path(p.out)
     t = time.perf_counter()
-    input_shape = export_global(p, ctx, result, staged)
+    privacy = privacy_of(used.usable, run.found)
+    input_shape = export_global(p, ctx, result, staged, extra={"privacy": privacy})
     stages["export"] = time.perf_counter() - t
     report = _report(p, ctx, run, used, result, staged, stage)
+    report["privacy"] = privacy
     if p.classes is not None:
         t = time.perf_counter()
         report["for_classes"] = _for_classes(p, ctx, result, stage, run)
@@ -719,7 +736,8 @@ def _for_classes(
             entry = {"from": "the global model itself (it fits this class)"}
         staged = stage.path(target)
         sub = FusionResult(model, spec, {})
-        shape = export_global(p, ctx, sub, staged, extra={"profile": profile.name})
+        extra = {"profile": profile.name, "privacy": privacy_of(ctx.uploads, run.found)}
+        shape = export_global(p, ctx, sub, staged, extra=extra)
         if run.eval_ref:
             entry |= evaluate_global(p, shape, run.eval_ref, run.data_dir, staged)
         entry["seconds"] = time.perf_counter() - start
@@ -839,6 +857,27 @@ def _report(
     }
 
 
+def privacy_of(used: list[Upload], found: Ingest) -> dict[str, Any]:
+    """The privacy of what a global model was made of, by the uploads' records (recomputed at
+    the ingest). Each person's data is in one upload only, so the model is (epsilon, delta)-DP
+    for each of them at the largest of the used uploads' own (parallel composition), when
+    every used upload is private as a whole; otherwise epsilon is null and `not_private` says
+    how many are not."""
+    spent = [found.privacy.get(u.name) for u in used]
+    private = [s for s in spent if s is not None and s.epsilon is not None]
+    whole = len(private) == len(spent) and bool(spent)
+    return {
+        "max_epsilon_allowed": found.max_epsilon,
+        "uploads": len(spent),
+        "private": len(private),
+        "not_private": len(spent) - len(private),
+        "epsilon": max(s.epsilon for s in private) if whole else None,
+        "delta": max(s.delta for s in private) if whole else None,
+        "accountant": "rdp" if private else None,
+        "label_counts_absent": sum("label_counts" not in u.meta for u in used),
+    }
+
+
 def _screen_verdict(p: Planned, found: Ingest, device, log, progress=None):
     """The robust screen's verdict on the ingest for this method's seed and probe, judged the
     first time a method asks and kept with the ingest for the others (the decoders' draws, or
@@ -892,6 +931,7 @@ def run_fuse(job: FuseJob, log=None, progress=None) -> dict[str, Any]:
         max_upload_bytes=job.max_upload_bytes,
         jobs=job.jobs,
         resident_mib=job.resident_mib,
+        max_epsilon=job.max_epsilon,
         keep_going=False,
         log=log,
         progress=progress,

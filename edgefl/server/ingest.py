@@ -25,6 +25,7 @@ except ImportError:  # Windows: no flock; a killed run's parked folder stays in 
 import exporters
 from edgefl.artifacts import RebuildRejected, Upload, park, rebuild
 from edgefl.bounds import Range
+from edgefl.client.privacy import spent as privacy_spent
 from edgefl.errors import ConfigError, FusionError
 from edgefl.progress import printable
 
@@ -41,6 +42,10 @@ class Ingest:
     screens: dict = field(default_factory=dict)
     # Subfolders not read: (name + "/", why, with the fix); a run short of uploads names them.
     folders: list[tuple[str, str]] = field(default_factory=list)
+    # What each accepted upload spent of its clients' privacy, recomputed from its record
+    # (edgefl.client.privacy.spent), by file name; --max-epsilon, if given.
+    privacy: dict = field(default_factory=dict)
+    max_epsilon: float | None = None
 
     def of_kind(self, kind: str) -> list[Upload]:
         return [u for u in self.uploads if u.kind == kind]
@@ -179,11 +184,14 @@ def ingest(
     progress=None,
     recursive: bool = False,
     park_in: Path | None = None,
+    max_epsilon: float | None = None,
 ) -> Ingest:
     """Every upload in `directory` checked once; with `recursive`, in its subfolders too (each
     named by its path there: "phones/client-000.onnx"), else each subfolder is named, with the
     .onnx files it holds and how to read them. With `park_in` (`parking`), each verified
-    module is written there and not held in memory."""
+    module is written there and not held in memory. An upload whose privacy record contradicts
+    itself is rejected; with `max_epsilon`, so is one not private as a whole or that spent
+    more (`privacy_screen`)."""
     d = Path(directory)
     if not d.is_dir():
         raise ConfigError(
@@ -192,6 +200,7 @@ def ingest(
         )
     if jobs is not None:
         Range(1).check("--jobs", jobs, hint="e.g. --jobs 2, or leave it out for the default")
+    check_max_epsilon(max_epsilon)
     start = time.perf_counter()
     stages: dict[str, float] = {}
     result = exporters.ingest_dir(
@@ -205,6 +214,7 @@ def ingest(
         on_file=(lambda done, total: progress("ingest upload", done, total)) if progress else None,
     )
     out = _gathered(result, d, stages, recursive)
+    privacy_screen(out, max_epsilon)
     out.seconds = time.perf_counter() - start
     if strict and out.rejected:
         listing = "; ".join(f"{printable(n)}: {r}" for n, r in out.rejected)
@@ -215,6 +225,50 @@ def ingest(
     if not out.uploads:
         raise _none_usable(out, d, recursive, any(count for _, count, _ in result.folders))
     return out
+
+
+MAX_EPSILON = Range(0, low_open=True)
+
+
+def check_max_epsilon(max_epsilon: float | None) -> None:
+    if max_epsilon is not None:
+        MAX_EPSILON.check(
+            "--max-epsilon",
+            max_epsilon,
+            hint="e.g. --max-epsilon 8 (uploads spending more, "
+            "or trained without DP, are set aside)",
+        )
+
+
+def privacy_screen(found: Ingest, max_epsilon: float | None) -> None:
+    """Each accepted upload's privacy, recomputed from its record (never its word): a record
+    that contradicts itself is rejected always; with `max_epsilon`, an upload not private as a
+    whole (no DP, exact label counts) or whose recomputed epsilon is above it, too. Rejected
+    like any upload, by name with the reason."""
+    found.max_epsilon = max_epsilon
+    kept = []
+    for u in found.uploads:
+        spent = privacy_spent(u.meta)
+        found.privacy[u.name] = spent
+        if spent.problem is not None:
+            why = spent.problem
+        elif max_epsilon is None:
+            why = None
+        elif spent.epsilon is None:
+            why = f"--max-epsilon {max_epsilon:g}: not differentially private: {spent.why}"
+        elif spent.epsilon > max_epsilon:
+            why = (
+                f"--max-epsilon {max_epsilon:g}: spent epsilon {spent.epsilon:.4g} at delta "
+                f"{spent.delta:.3g} (recomputed from its record)"
+            )
+        else:
+            why = None
+        if why is None:
+            kept.append(u)
+        else:
+            found.rejected.append((u.name, printable(why)))
+    found.uploads = kept
+    found.rejected.sort()
 
 
 def _rebuilt(

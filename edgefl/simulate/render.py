@@ -155,13 +155,16 @@ def pictures(job, results: dict, out: Path) -> list[str]:
             reference=results["paper_reference"] or None,
         )
         written.append(str(out / "accuracy.png"))
-    counts = np.array([c["label_counts"] for c in results["clients"]])
-    plot_label_heatmap(
-        counts,
-        out / "label_distribution.png",
-        title=f"{job.dataset} {job.partition}: labels per client",
-    )
-    written.append(str(out / "label_distribution.png"))
+    stated = [c.get("label_counts") for c in results["clients"]]
+    width = max((len(s) for s in stated if s), default=0)
+    if width:  # clients that withhold their counts (--label-counts absent) show as zeros
+        withheld = "; withheld counts shown as 0" if not all(stated) else ""
+        plot_label_heatmap(
+            np.array([s or [0] * width for s in stated]),
+            out / "label_distribution.png",
+            title=f"{job.dataset} {job.partition}: labels per client{withheld}",
+        )
+        written.append(str(out / "label_distribution.png"))
     for c in results["clients"]:
         if c["role"] == "generator":
             grid = out / f"samples_{c['client_id']}.png"

@@ -59,7 +59,8 @@ def finished(cjob: ClientJob) -> dict | None:
         "model": spec_label(spec),
         "profile": meta["profile"],
         "training": meta["training"],
-        "label_counts": meta["label_counts"],
+        "label_counts": meta.get("label_counts"),  # None: withheld (--label-counts absent)
+        "num_classes": meta["num_classes"],
         "upload_bytes": path.stat().st_size,
         "costs": meta["costs"],
         "reused": True,

@@ -24,6 +24,7 @@ from device_profiles import OPTIMIZERS
 from edgefl.bounds import Range
 from edgefl.chance import classifier_warnings
 from edgefl.client.attacks import assign, parse_attacks
+from edgefl.client.privacy import check_request
 from edgefl.client.run import ClientJob, run_client
 from edgefl.data.public import DEFAULT_PUBLIC_SIZE
 from edgefl.data.registry import DATASETS
@@ -101,6 +102,9 @@ class SimJob:
     for_epochs: int = FOR_EPOCHS
     for_samples: int = FOR_SAMPLES
     for_max_macs: int | None = None
+    # Every client's privacy (edgefl.client.privacy): --dp's text and --label-counts.
+    dp: str | None = None
+    label_counts: str = "exact"
 
     def classes(self) -> ClassRequest | None:
         return parse_request(
@@ -128,6 +132,7 @@ class SimJob:
         self._check_searches()
         self._check_client_models(profiles)
         self._check_training()
+        check_request(self.dp, self.label_counts)
 
     def _check_public(self) -> None:
         train = DATASETS.get(self.dataset).train_size if self.dataset in DATASETS else None
@@ -330,6 +335,10 @@ def _client_job(
         search=search,
         search_options=dict(job.search_options) if search else None,
         attack=attack,
+        dp=job.dp,
+        label_counts=job.label_counts,
+        # Reproducible label noise: a simulation's seed is its own (a device's is secret).
+        noise_seed=job.seed * 1000 + i,
     )
 
 
@@ -627,6 +636,7 @@ def _rows(reports: dict[str, dict], clients: list[dict], reference: dict, out: P
                 "screened": [f"{x['client_id']}: {x['reason']}" for x in rep.get("screened", [])],
                 "robust_notes": rep.get("robust_notes", []),
                 "for_classes": rep.get("for_classes"),  # --for: a model per device class
+                "privacy": rep.get("privacy"),  # what the uploads it used spent, recomputed
             }
         )
     return rows
