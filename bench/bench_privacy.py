@@ -1,0 +1,413 @@
+"""What an upload reveals about the person who trained it (issue 57, item 5): membership inference
+against each upload kind, without DP and under DP-SGD, on MNIST and on one HAPT user's windows.
+
+    python bench/bench_privacy.py --out bench/results/privacy_audit
+        [--datasets mnist,hapt] [--epsilons none,8,1] [--samples 1000] [--epochs N]
+        [--shadows 4] [--restarts 4] [--steps 100] [--seed 0]
+
+Per dataset, one client: MNIST, `--samples` random training images (members) against as many
+held-out training images of the same class mix (non-members); HAPT, the training user with the
+most windows, whose windows are dealt in blocks of 4 to members and non-members alternately
+(the first window of each block dropped: windows overlap by half, so no member shares a sample
+with a non-member). Per privacy setting (no DP; DP-SGD at each epsilon, delta 1/n), the client
+trains the dataset's classifier and CVAE with the same recipe (Adam, batch 64, enough epochs for
+the profiles' 300 optimiser steps), and every attack of `edgefl.privacy.audit` runs on what
+would be uploaded: the classifier (loss threshold; offline LiRA with `--shadows` shadow models
+trained by the same recipe on other data of the distribution) and the CVAE's decoder
+(reconstruction by latent optimisation; nearest of 2,000 samples per class; each also calibrated
+by a reference decoder trained by the same recipe on other data). Label counts: how often a
+client's histogram of half its data picks out its own other half among the federation's clients
+(HAPT's 21 training users; MNIST Dir(0.5) over 10 clients), exact and under the Laplace
+mechanism. Writes `<out>.json` and `<out>.md`.
+"""
+
+from __future__ import annotations
+
+from edgefl.threads import share_cores_politely
+
+# What the edgefl command does first: thread settings before numpy and torch load (a
+# 2-thread DP-SGD step on 2 busy cores was measured 35x slower than one thread).
+share_cores_politely()
+
+import argparse
+import json
+import math
+import os
+import platform
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from edgefl.data import load_dataset, partition
+from edgefl.models.zoo import make_spec
+from edgefl.privacy import DPConfig, audit
+from edgefl.training import TrainConfig, evaluate, init_model, one_thread, train
+
+ROOT = Path(__file__).resolve().parents[1]
+MIN_STEPS, BATCH = 300, 64  # the device profiles' min_steps and batch size
+LR = 1e-3  # Adam, the profiles' optimizer for small devices (edgefl.training.DEFAULT_LR)
+BLOCK = 4  # HAPT windows dealt to members / non-members in blocks of this many
+SAMPLES_PER_CLASS = 2000  # sample-distance attack: draws of each class from the decoder
+LINK_EPSILONS = (8.0, 1.0)  # label counts released under Laplace noise of scale 1/epsilon
+
+
+@dataclass(frozen=True)
+class Setup:
+    """A dataset's client: what it trains (a classifier and a CVAE, as edgefl's two roles)."""
+
+    dataset: str
+    classifier: str
+    generator: str
+
+
+SETUPS = {
+    "mnist": Setup("mnist", "cnn", "cvae-small"),  # FedMHO's phone and wristband models
+    "hapt": Setup("hapt", "cnn1d", "cvae1d"),  # the reference HAR classifier; the 1-D CVAE
+}
+
+
+@dataclass
+class Split:
+    """One client's members and non-members, the population it is drawn from (shadow and
+    reference training data, none of it a query) and the test split (utility)."""
+
+    members: tuple[np.ndarray, np.ndarray]
+    nonmembers: tuple[np.ndarray, np.ndarray]
+    pool: tuple[np.ndarray, np.ndarray]
+    test: tuple[np.ndarray, np.ndarray]
+    num_classes: int
+    shape: tuple[int, int, int]
+    note: str
+
+
+def mnist_split(samples: int, seed: int) -> Split:
+    """`samples` random training images; as many others with the same count of each class."""
+    ds, test = load_dataset("mnist"), load_dataset("mnist:test")
+    rng = np.random.default_rng(seed)
+    members = rng.choice(len(ds), samples, replace=False)
+    rest = np.setdiff1d(np.arange(len(ds)), members)
+    nonmembers = np.concatenate(
+        [
+            rng.choice(rest[ds.y[rest] == c], int(np.sum(ds.y[members] == c)), replace=False)
+            for c in range(ds.num_classes)
+        ]
+    )
+    pool = np.setdiff1d(rest, nonmembers)
+    t = rng.choice(len(test), 2000, replace=False)
+    return Split(
+        (ds.x[members], ds.y[members]),
+        (ds.x[nonmembers], ds.y[nonmembers]),
+        (ds.x[pool], ds.y[pool]),
+        (test.x[t], test.y[t]),
+        ds.num_classes,
+        ds.input_shape,
+        f"{samples} random training images; non-members: {samples} others of the same class "
+        f"counts; shadow/reference data: the other {len(pool):,}; test: 2,000 test images",
+    )
+
+
+def hapt_split(user: int | None) -> Split:
+    """One training user's windows, dealt in blocks to members and non-members."""
+    ds, test = load_dataset("hapt"), load_dataset("hapt:test")
+    users, counts = np.unique(ds.groups, return_counts=True)
+    user = int(users[counts.argmax()]) if user is None else user
+    own = np.flatnonzero(ds.groups == user)  # in time order within each recording
+    if len(own) < 4 * BLOCK:
+        raise SystemExit(f"HAPT user {user} has {len(own)} training windows: pick another")
+    block = np.arange(len(own)) // BLOCK
+    keep = np.arange(len(own)) % BLOCK != 0  # the first window of a block overlaps the last
+    members, nonmembers = own[keep & (block % 2 == 0)], own[keep & (block % 2 == 1)]
+    n = min(len(members), len(nonmembers))
+    members, nonmembers = members[:n], nonmembers[:n]
+    pool = np.flatnonzero(ds.groups != user)
+    return Split(
+        (ds.x[members], ds.y[members]),
+        (ds.x[nonmembers], ds.y[nonmembers]),
+        (ds.x[pool], ds.y[pool]),
+        (test.x, test.y),
+        ds.num_classes,
+        ds.input_shape,
+        f"user {user}'s {len(own)} windows in blocks of {BLOCK}, alternately members and "
+        f"non-members, the first window of each block dropped: {n} + {n}; shadow/reference "
+        f"data: the other {len(users) - 1} training users' {len(pool):,} windows; test: the "
+        f"{len(test):,} windows of the test users",
+    )
+
+
+def epochs_for(samples: int, epochs: int | None) -> int:
+    """`epochs`, or enough of them for MIN_STEPS optimiser steps (the profiles' rule)."""
+    return epochs or max(1, math.ceil(MIN_STEPS / math.ceil(samples / BATCH)))
+
+
+def trainer(setup: Setup, split: Split, role: str, eps: float | None, epochs: int | None):
+    """The client's recipe as an `audit.Trainer`: (x, y, seed) -> a trained model."""
+    name = setup.classifier if role == "classifier" else setup.generator
+    spec = make_spec(name, split.shape, split.num_classes)
+
+    def fit(x: np.ndarray, y: np.ndarray, seed: int):
+        model = init_model(spec, seed)
+        dp = DPConfig(eps) if eps is not None else None
+        cfg = TrainConfig(epochs_for(len(y), epochs), BATCH, "adam", LR, seed=seed, dp=dp)
+        train(model, role, x, y, split.num_classes, cfg)
+        return model
+
+    return fit
+
+
+def row(dataset, upload, eps, attack, metrics: audit.AttackMetrics, utility: str) -> dict:
+    return {
+        "dataset": dataset,
+        "upload": upload,
+        "epsilon": eps,
+        "attack": attack,
+        "metrics": metrics.as_dict(),
+        "utility": utility,
+    }
+
+
+def classifier_rows(setup, split, eps, args) -> list[dict]:
+    fit = trainer(setup, split, "classifier", eps, args.epochs)
+    model = fit(*split.members, args.seed)
+    acc = {
+        part: evaluate(model, "classifier", *data, split.num_classes)[0]
+        for part, data in (("train", split.members), ("held-out", split.nonmembers))
+    }
+    acc["test"] = evaluate(model, "classifier", *split.test, split.num_classes)[0]
+    utility = ", ".join(f"acc {part} {value:.3f}" for part, value in acc.items())
+    members, nonmembers = split.members, split.nonmembers
+
+    def measured(scores: np.ndarray) -> audit.AttackMetrics:
+        n = len(members[1])
+        return audit.evaluate_attack(scores[:n], scores[n:], seed=args.seed)
+
+    qx = np.concatenate([members[0], nonmembers[0]])
+    qy = np.concatenate([members[1], nonmembers[1]])
+    rows = [row(setup.dataset, "classifier", eps, "loss", measured(
+        audit.loss_scores(model, qx, qy)), utility)]  # fmt: skip
+    shadow = audit.shadow_confidences(
+        fit, *split.pool, qx, qy, shadows=args.shadows, size=len(members[1]), seed=args.seed + 100
+    )
+    lira = audit.lira_offline_scores(audit.logit_confidence(model, qx, qy), shadow)
+    rows.append(
+        row(setup.dataset, "classifier", eps, f"LiRA offline, {args.shadows} shadows",
+            measured(lira), utility)
+    )  # fmt: skip
+    return rows
+
+
+def decoder_rows(setup, split, eps, args) -> list[dict]:
+    fit = trainer(setup, split, "generator", eps, args.epochs)
+    n = len(split.members[1])
+    cvae = fit(*split.members, args.seed)
+    # The attacker's reference: the same recipe on other data of the distribution.
+    rng = np.random.default_rng(args.seed + 200)
+    pick = rng.choice(len(split.pool[1]), n, replace=False)
+    reference = fit(split.pool[0][pick], split.pool[1][pick], args.seed + 200)
+    loss = {
+        part: evaluate(cvae, "generator", *data, split.num_classes)[1]
+        for part, data in (("train", split.members), ("held-out", split.nonmembers))
+    }
+    utility = ", ".join(f"loss {part} {value:.1f}" for part, value in loss.items())
+    qx = np.concatenate([split.members[0], split.nonmembers[0]])
+    qy = np.concatenate([split.members[1], split.nonmembers[1]])
+    how = audit.Reconstruction(restarts=args.restarts, steps=args.steps)
+    distances = {}
+    for who, model in (("target", cvae), ("reference", reference)):
+        distances[who, "reconstruction"] = audit.reconstruction_distances(
+            model.decoder, qx, qy, split.num_classes, how, seed=args.seed
+        )
+        distances[who, "sample distance"] = audit.sample_distances(
+            model.decoder, qx, qy, split.num_classes, samples=SAMPLES_PER_CLASS, seed=args.seed
+        )
+    rows = []
+    for attack in ("reconstruction", "sample distance"):
+        for calibrated in (False, True):
+            ref = distances["reference", attack] if calibrated else None
+            scores = audit.distance_scores(distances["target", attack], ref)
+            metrics = audit.evaluate_attack(scores[:n], scores[n:], seed=args.seed)
+            name = attack + (" (calibrated)" if calibrated else "")
+            rows.append(row(setup.dataset, "CVAE decoder", eps, name, metrics, utility))
+    return rows
+
+
+def label_count_rows(seed: int) -> list[dict]:
+    """Each client's counts of half its data (the upload) against every client's counts of the
+    other half: how often the nearest is its own, exact and under Laplace noise."""
+    hapt = load_dataset("hapt")
+    users = np.unique(hapt.groups)
+    halves = []
+    for part in (0, 1):  # HAPT: the first and the second half of each user's windows, in time
+        counts = []
+        for u in users:
+            own = np.flatnonzero(hapt.groups == u)
+            half = own[: len(own) // 2] if part == 0 else own[len(own) // 2 :]
+            counts.append(np.bincount(hapt.y[half], minlength=hapt.num_classes))
+        halves.append(np.stack(counts))
+    mnist = load_dataset("mnist")
+    rng = np.random.default_rng(seed)
+    shards = partition(mnist.y, 10, "dirichlet:0.5", seed, num_classes=10)
+    mnist_halves = [[], []]
+    for shard in shards:  # MNIST: a random half of each Dir(0.5) client's shard and the rest
+        shard = rng.permutation(shard)
+        for part, idx in enumerate((shard[: len(shard) // 2], shard[len(shard) // 2 :])):
+            mnist_halves[part].append(np.bincount(mnist.y[idx], minlength=10))
+    federations = {
+        f"hapt: {len(users)} training users, first vs second half of their windows": halves,
+        "mnist: Dir(0.5) over 10 clients, a random half of each shard vs the rest": [
+            np.stack(h) for h in mnist_halves
+        ],
+    }
+    rows = []
+    for name, (first, second) in federations.items():
+        for eps in (None, *LINK_EPSILONS):
+            released = first.astype(np.float64)
+            if eps is not None:  # one sample moves one count by 1: L1 sensitivity 1
+                released = released + rng.laplace(0.0, 1.0 / eps, released.shape)
+                released = np.clip(released, 0.0, None) + 1e-9  # a histogram stays a histogram
+            link = audit.histogram_linkage(released, second)
+            rows.append({"federation": name, "epsilon": eps, **link.as_dict()})
+    return rows
+
+
+def header() -> dict:
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT
+    ).stdout.strip()
+    return {
+        "command": " ".join(["python", "bench/bench_privacy.py", *sys.argv[1:]]),
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs (shared with other jobs), "
+        f"{platform.platform()}",
+        "commit": commit,
+    }
+
+
+def _eps(value) -> str:
+    return "none" if value is None else f"{value:g}"
+
+
+def _ci(value: float, ci) -> str:
+    return f"{value:.3f} [{ci[0]:.3f}, {ci[1]:.3f}]"
+
+
+def render(result: dict) -> str:
+    head = result["header"]
+    lines = [
+        "# Membership inference against edgefl's uploads (issue 57, item 5)",
+        "",
+        f"`{head.get('command', '')}`; {head.get('date', '')}; {head.get('machine', '')}; "
+        f"commit {head.get('commit', '')}"
+        + (f"; {result['seconds']:.0f} s" if "seconds" in result else ""),
+        "",
+    ]
+    for dataset, note in result.get("splits", {}).items():
+        lines.append(f"- {dataset}: {note}")
+    if result.get("settings"):
+        lines += ["", f"Settings: {json.dumps(result['settings'])}"]
+    lines += [
+        "",
+        "AUC and TPR with 95 % bootstrap intervals (1,000 resamples of members and non-members "
+        "apart); TPR at 0.1 % FPR only where 1,000 non-members or more resolve it.",
+        "",
+        "| dataset | upload | epsilon | attack | AUC [95% CI] | TPR@1%FPR [95% CI] "
+        "| TPR@0.1%FPR [95% CI] | utility |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in result["rows"]:
+        m = r["metrics"]
+        tpr = {key: _ci(m["tpr"][key], m["tpr_ci"][key]) for key in m["tpr"]}
+        lines.append(
+            f"| {r['dataset']} | {r['upload']} | {_eps(r['epsilon'])} | {r['attack']} | "
+            f"{_ci(m['auc'], m['auc_ci'])} | {tpr.get('0.01', '-')} | {tpr.get('0.001', '-')} | "
+            f"{r['utility']} |"
+        )
+    if result.get("label_counts"):
+        lines += [
+            "",
+            "## Label counts: does a client's histogram pick it out?",
+            "",
+            "Each client's counts of one half of its data (what it uploads) matched to the "
+            "nearest (total variation of class proportions) of every client's counts of the other "
+            "half; epsilon: the uploaded counts under the Laplace mechanism (scale 1/epsilon, "
+            "sample-level sensitivity 1).",
+            "",
+            "| federation | epsilon | linked | rate | chance | unique exact histograms |",
+            "|---|---|---|---|---|---|",
+        ]
+        for r in result["label_counts"]:
+            # Noised counts are all distinct reals: uniqueness is read from the exact ones.
+            unique = "-" if r["epsilon"] is not None else f"{r['unique']}/{r['clients']}"
+            lines.append(
+                f"| {r['federation']} | {_eps(r['epsilon'])} | {r['linked']}/{r['clients']} | "
+                f"{r['rate']:.2f} | {r['chance']:.2f} | {unique} |"
+            )
+    if result.get("notes"):
+        lines += ["", *result["notes"]]
+    return "\n".join(lines) + "\n"
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--out", default="bench/results/privacy_audit", help="writes OUT.json, OUT.md")
+    p.add_argument("--datasets", default="mnist,hapt")
+    p.add_argument("--epsilons", default="none,8,1", help="'none' trains without DP")
+    p.add_argument("--samples", type=int, default=1000, help="MNIST members (and non-members)")
+    p.add_argument("--hapt-user", type=int, default=None, help="default: the most windows")
+    p.add_argument("--epochs", type=int, default=None, help="default: 300 optimiser steps")
+    p.add_argument("--shadows", type=int, default=4, help="LiRA shadow models per setting")
+    p.add_argument("--restarts", type=int, default=4, help="reconstruction: latent restarts")
+    p.add_argument("--steps", type=int, default=100, help="reconstruction: Adam steps")
+    p.add_argument("--seed", type=int, default=0)
+    args = p.parse_args(argv)
+    args.datasets = [d.strip() for d in args.datasets.split(",") if d.strip()]
+    unknown = set(args.datasets) - set(SETUPS)
+    if unknown:
+        p.error(f"--datasets: unknown {sorted(unknown)}; known: {', '.join(SETUPS)}")
+    args.epsilons = [None if e.strip() == "none" else float(e) for e in args.epsilons.split(",")]
+    return args
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    start = time.perf_counter()
+    result = {
+        "header": header(),
+        "settings": {
+            "samples": args.samples,
+            "epochs": args.epochs or f"enough for {MIN_STEPS} steps",
+            "batch": BATCH,
+            "optimizer": f"adam lr {LR}",
+            "shadows": args.shadows,
+            "reconstruction": {"restarts": args.restarts, "steps": args.steps},
+            "samples_per_class": SAMPLES_PER_CLASS,
+            "seed": args.seed,
+        },
+        "splits": {},
+        "rows": [],
+    }
+    with one_thread():  # as a device trains; two threads on two busy cores only wait
+        for name in args.datasets:
+            setup = SETUPS[name]
+            split = mnist_split(args.samples, args.seed) if name == "mnist" else hapt_split(
+                args.hapt_user)  # fmt: skip
+            result["splits"][name] = split.note
+            for eps in args.epsilons:
+                t0 = time.perf_counter()
+                result["rows"] += classifier_rows(setup, split, eps, args)
+                result["rows"] += decoder_rows(setup, split, eps, args)
+                print(f"{name} epsilon {_eps(eps)}: {time.perf_counter() - t0:.0f} s", flush=True)
+        result["label_counts"] = label_count_rows(args.seed)
+    result["seconds"] = time.perf_counter() - start
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.with_suffix(".json").write_text(json.dumps(result, indent=1) + "\n")
+    out.with_suffix(".md").write_text(render(result))
+    print(render(result))
+
+
+if __name__ == "__main__":
+    main()
