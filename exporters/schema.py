@@ -264,20 +264,22 @@ def _check_privacy(key: str, record: Any, ctx: _Context) -> str | None:
     if not isinstance(record, dict) or record.get("mechanism") not in PRIVACY_MECHANISMS:
         return _wrong(key, record, f"an object whose 'mechanism' is one of {PRIVACY_MECHANISMS}")
     problem = _check_labels(record.get("label_counts"), ctx)
-    noised = isinstance(record.get("label_counts"), dict) and (
-        record["label_counts"].get("release") == "noised"
-    )
     if problem is None and record["mechanism"] == "dp-sgd":
         problem = _check_plan(record.get("dp_sgd"))
     elif problem is None and "dp_sgd" in record:
         problem = "'dp_sgd' is given, but the mechanism is none"
+    noised = record["label_counts"]["release"] == "noised" if problem is None else False
     if problem is None and (record["mechanism"] == "dp-sgd" or noised):
-        total = (record.get("epsilon"), record.get("delta"))
-        if total != (None, None) and not (_positive(total[0]) and _probability(total[1])):
-            problem = "'epsilon' and 'delta' must be a positive number and one in (0, 1), or null"
-        elif not _is_str(record.get("accountant")):
-            problem = "'accountant' must be a string"
+        problem = _check_total(record)
     return None if problem is None else f"'{key}': {problem}"
+
+
+def _check_total(record: dict[str, Any]) -> str | None:
+    """A DP record's total (null: not private as a whole) and its accountant's name."""
+    total = (record.get("epsilon"), record.get("delta"))
+    if total != (None, None) and not (_positive(total[0]) and _probability(total[1])):
+        return "'epsilon' and 'delta' must be a positive number and one in (0, 1), or null"
+    return None if _is_str(record.get("accountant")) else "'accountant' must be a string"
 
 
 _num_classes_ok = _int_in(2, MAX_CLASSES)

@@ -262,16 +262,14 @@ def run_client(job: ClientJob, *, on_epoch=None, on_status=None, on_progress=Non
     augment = job_augment(job, spec, role)
 
     model = init_model(spec, job.fed_seed)
-    budget = split_budget(job.dp, job.label_counts, len(train_idx))
-    cfg = _train_config(job, profile, role, len(train_idx), augment, budget)
+    cfg, budget = _train_config(job, profile, role, len(train_idx), augment)
     own = _device_data(data, train_idx, val_idx, attack, job.seed * 1000 + job.client_index)
     windows = window_treatment(spec, role)
     summary = _train_local(model, role, cfg, own, windows, on_epoch)
     if attack is not None and attack.weights:
         attack.weights(model, job.seed * 1000 + job.client_index)
 
-    counts = np.bincount(own.y[own.shard], minlength=data.num_classes).astype(int).tolist()
-    counts, released = release_counts(counts, budget, np.random.default_rng(job.noise_seed))
+    counts, released = _released_counts(job, own, budget)
     meta = model_metadata(
         spec,
         class_names=list(data.class_names),
@@ -307,6 +305,13 @@ def run_client(job: ClientJob, *, on_epoch=None, on_status=None, on_progress=Non
     )
 
 
+def _released_counts(job: ClientJob, own: _DeviceData, budget: Budget):
+    """(the label counts the upload states, or None; their release record): the shard's
+    class histogram as --label-counts releases it (edgefl.client.privacy)."""
+    counts = np.bincount(own.y[own.shard], minlength=own.data.num_classes).astype(int).tolist()
+    return release_counts(counts, budget, np.random.default_rng(job.noise_seed))
+
+
 def _check_job(job: ClientJob) -> None:
     """What the job names, checked before the data loads."""
     check_writable(job.out_dir, "--out", "uploads", folder_ok=True)  # before the training
@@ -333,9 +338,11 @@ def _attacker_upload_accuracy(
 
 
 def _train_config(
-    job: ClientJob, profile: Profile, role: str, samples: int, augment: str, budget: Budget
-) -> TrainConfig:
+    job: ClientJob, profile: Profile, role: str, samples: int, augment: str
+) -> tuple[TrainConfig, Budget]:
+    """How the job trains, and its privacy budget (DP-SGD's part is in the config)."""
     epochs, lr = local_schedule(job, profile, role, samples)
+    budget = split_budget(job.dp, job.label_counts, samples)
     return TrainConfig(
         epochs=epochs,
         batch_size=job.batch_size or profile.batch_size,
@@ -345,7 +352,7 @@ def _train_config(
         device=job.train_device,
         augment=augment,
         dp=budget.training,
-    )
+    ), budget
 
 
 @dataclass(frozen=True)

@@ -376,9 +376,8 @@ def fuse_methods(
     """Fuse every planned method from one ingest of `uploads`. A method that cannot fuse these
     uploads (FusionError) gets {"error": ...} in its report slot when `keep_going`, else raises.
     `log(text)` gets one-off lines, `progress(task, done, total, note)` the steps of long work.
-    Uploads over `resident_mib` MiB in all are parked on disk after their checks (`parking`).
-    With `max_epsilon`, uploads not differentially private or spending more are rejected
-    (edgefl.server.ingest.privacy_screen)."""
+    Uploads over `resident_mib` MiB in all are parked on disk after their checks (`parking`);
+    with `max_epsilon`, those not DP or spending more are rejected (ingest.privacy_screen)."""
     log = log or (lambda msg: None)
     progress = progress or no_progress
     dev = resolve_device(device)

@@ -138,6 +138,17 @@ def _md(text: str) -> str:
     return "".join("\\" + ch if ch in "\\`*_[]<>#|!~" else ch for ch in text)
 
 
+def _stated_counts(clients: list[dict]) -> tuple[np.ndarray | None, str]:
+    """(clients x classes label counts as the uploads state them, a note on those withheld by
+    --label-counts absent: shown as zeros); None when no client states any."""
+    stated = [c.get("label_counts") for c in clients]
+    width = max((len(s) for s in stated if s), default=0)
+    if not width:
+        return None, ""
+    note = "; withheld counts shown as 0" if not all(stated) else ""
+    return np.array([s or [0] * width for s in stated]), note
+
+
 def pictures(job, results: dict, out: Path) -> list[str]:
     """Draw the run's pictures; -> every file written (so the run can name them)."""
     from edgefl.client.sample import sample_grid
@@ -155,12 +166,10 @@ def pictures(job, results: dict, out: Path) -> list[str]:
             reference=results["paper_reference"] or None,
         )
         written.append(str(out / "accuracy.png"))
-    stated = [c.get("label_counts") for c in results["clients"]]
-    width = max((len(s) for s in stated if s), default=0)
-    if width:  # clients that withhold their counts (--label-counts absent) show as zeros
-        withheld = "; withheld counts shown as 0" if not all(stated) else ""
+    counts, withheld = _stated_counts(results["clients"])
+    if counts is not None:
         plot_label_heatmap(
-            np.array([s or [0] * width for s in stated]),
+            counts,
             out / "label_distribution.png",
             title=f"{job.dataset} {job.partition}: labels per client{withheld}",
         )
