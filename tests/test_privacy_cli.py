@@ -371,3 +371,40 @@ def test_methods_that_read_label_counts_fuse_without_them(name, withheld, tmp_pa
     assert rep["used"] and not rep["rejected"], rep
     assert rep["privacy"]["label_counts_absent"] == len(rep["used"])
     assert 0 <= rep["accuracy"] <= 1
+
+
+def test_client_train_says_what_the_upload_spent(cli, tmp_path):
+    r = cli(
+        *[a for a in r_args(tmp_path) if a != "--quiet"], "--dp", "8", "--label-counts", "absent"
+    )
+    assert r.exit_code == 0, r.output
+    line = " ".join(r.output.split())
+    assert "DP-SGD epsilon 8" in line and "no label counts" in line and "-DP in all" in line
+
+
+def r_args(out: Path) -> list[str]:
+    return [
+        "client", "train", *COMMON, "--profile", "smartphone", "--model", CLASSIFIER,
+        "--epochs", "1", "--out", str(out), "--quiet",
+    ]  # fmt: skip
+
+
+def test_simulate_trains_every_client_under_dp_and_resumes_only_the_same(cli, tmp_path):
+    out = tmp_path / "run"
+    args = [
+        "simulate", "--dataset", DATASET, "--clients", "4", "--mix", "smartphone:2,wristband:2",
+        "--partition", PARTITION, "--client-model", f"smartphone={CLASSIFIER}",
+        "--classifier-epochs", "1", "--generator-epochs", "2", "--methods", "fedmho-md",
+        "--fuse-opt", "all:epochs=1", "--fuse-opt", "all:synthetic=200", "--out", str(out),
+        "--label-counts", "absent",
+    ]  # fmt: skip
+    r = cli(*args, "--dp", "8")
+    assert r.exit_code == 0, r.output
+    results = json.loads((out / "results.json").read_text())
+    for c in results["clients"]:
+        assert c["training"]["privacy"]["epsilon"] == pytest.approx(8)
+        assert c["label_counts"] is None
+    row = results["results"][0]
+    assert row["privacy"]["epsilon"] == pytest.approx(8, rel=0.01), row
+    r = cli(*args, "--dp", "4")  # the finished uploads were trained otherwise
+    assert r.exit_code == 2 and "dp 8 -> 4" in " ".join(r.output.split()), r.output

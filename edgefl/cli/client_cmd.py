@@ -282,9 +282,36 @@ def _print_trained(result, warnings: list[str]) -> None:
         if "val_accuracy_fp32" in q:
             line += f", val accuracy {100 * q['val_accuracy_fp32']:.2f}% -> {100 * q['val_accuracy_int8']:.2f}%"
         console.print(line)
+    privacy = _privacy_line(result.metadata.get("privacy") or {})
+    if privacy:
+        console.print(f"  privacy: {privacy}", markup=False)
     console.print(f"  upload: [bold]{result.path}[/] ({fmt_bytes(result.upload_bytes)})")
     for w in warnings:
         console.print(f"[yellow]warning[/] {escape(w)}")
+
+
+def _privacy_line(record: dict) -> str:
+    """What the upload's privacy record says, in words ("" for plain training, exact counts)."""
+    labels = record.get("label_counts") or {}
+    parts = []
+    if record.get("dp_sgd"):
+        plan = record["dp_sgd"]
+        parts.append(
+            f"DP-SGD epsilon {plan['epsilon']:.3g} at delta {plan['delta']:.3g} (noise "
+            f"{plan['noise_multiplier']:.3g}, {plan['steps']} steps)"
+        )
+    if labels.get("release") == "noised":
+        parts.append(f"label counts noised (epsilon {labels['epsilon']:.3g})")
+    elif labels.get("release") == "absent":
+        parts.append("no label counts")
+    if not parts:
+        return ""
+    if record.get("epsilon") is not None:
+        return "; ".join(parts) + f": ({record['epsilon']:.3g}, {record['delta']:.3g})-DP in all"
+    leak = (
+        "exact label counts" if labels.get("release") == "exact" else "a model trained without --dp"
+    )
+    return "; ".join(parts) + f"; not DP as a whole: {leak}"
 
 
 def costs_line(result) -> str:
