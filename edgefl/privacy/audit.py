@@ -26,7 +26,7 @@ reference model comes from a trainer the caller passes in.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 
 import numpy as np
 import torch
@@ -375,15 +375,18 @@ class Linkage:
     clients: int
     linked: int  # clients whose nearest histogram was their own
     unique: int  # clients whose exact histogram (the upload's) no other client shares
-    rate: float = field(init=False)
-    chance: float = field(init=False)  # a guess: 1 / clients
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "rate", self.linked / self.clients)
-        object.__setattr__(self, "chance", 1 / self.clients)
+    @property
+    def rate(self) -> float:
+        return self.linked / self.clients
+
+    @property
+    def chance(self) -> float:
+        """A guess's rate: 1 / clients."""
+        return 1 / self.clients
 
     def as_dict(self) -> dict:
-        return asdict(self)
+        return {**asdict(self), "rate": self.rate, "chance": self.chance}
 
 
 def histogram_linkage(first: np.ndarray, second: np.ndarray) -> Linkage:
