@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import secrets
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
@@ -74,6 +75,10 @@ class TrainConfig:
     # the CPU for evaluation and export either way).
     device: str = "cpu"
     dp: DPConfig | None = None  # DP-SGD for this request (edgefl.privacy); None: plain training
+    # DP-SGD's batches and noise: None draws them from the system's entropy (a device: a seed
+    # written anywhere would let the server replay the noise and undo the guarantee); a
+    # simulation may seed them to be reproducible, and its record says so.
+    noise_seed: int | None = None
 
     def __post_init__(self) -> None:
         for name, bounds in TRAIN_BOUNDS.items():
@@ -160,15 +165,13 @@ def train(
     model.to(dev)
     xt, yt = torch.from_numpy(x).to(dev), torch.from_numpy(y).to(dev)
     opt = make_optimizer(model.parameters(), cfg)
+    epoch_of = _epoch_step(model, role, (xt, yt, num_classes), cfg, plan, opt, gen)
     start = time.perf_counter()
     loss_value, epochs_done, interrupted = math.nan, 0, False
     model.train()
     try:
         for epoch in range(cfg.epochs):
-            if plan is None:
-                loss_value = _train_epoch(model, role, xt, yt, num_classes, cfg, opt, gen)
-            else:
-                loss_value = _dp_epoch(model, role, xt, yt, num_classes, cfg, plan, opt, gen)
+            loss_value = epoch_of()
             epochs_done = epoch + 1
             if not math.isfinite(loss_value):
                 raise ConfigError(
@@ -232,9 +235,26 @@ def _cvae_loss_of_one(forward, x, onehot):
     return cvae_loss(recon, x, mu, logvar)
 
 
-def _dp_epoch(model, role, xt, yt, num_classes, cfg: TrainConfig, plan, opt, gen) -> float:
-    """One epoch of DP-SGD under `plan`, with the same losses taken per sample. Labels go in
-    one-hot for a CVAE: F.one_hot cannot run inside torch.func's vmap."""
+def _epoch_step(model, role, data, cfg: TrainConfig, plan, opt, gen) -> Callable[[], float]:
+    """One epoch's training, plain or DP-SGD under `plan` (its batches and noise from their own
+    generator, secret unless the request seeds it)."""
+    xt, yt, num_classes = data
+    if plan is None:
+        return lambda: _train_epoch(model, role, xt, yt, num_classes, cfg, opt, gen)
+    gens = (gen, _noise_generator(cfg))
+    return lambda: _dp_epoch(model, role, xt, yt, num_classes, cfg, plan, opt, gens)
+
+
+def _noise_generator(cfg: TrainConfig) -> torch.Generator:
+    seed = cfg.noise_seed if cfg.noise_seed is not None else secrets.randbits(63)
+    return torch.Generator().manual_seed(seed)
+
+
+def _dp_epoch(model, role, xt, yt, num_classes, cfg: TrainConfig, plan, opt, gens) -> float:
+    """One epoch of DP-SGD under `plan`, with the same losses taken per sample; `gens`: (the
+    augmentation's generator, the one for the batches and the noise). Labels go in one-hot for a
+    CVAE: F.one_hot cannot run inside torch.func's vmap."""
+    gen, noise = gens
     if role == "classifier":
         targets, loss_of_one = yt, lambda forward, x, y: F.cross_entropy(forward(x), y)
     else:
@@ -248,7 +268,7 @@ def _dp_epoch(model, role, xt, yt, num_classes, cfg: TrainConfig, plan, opt, gen
         noise_multiplier=plan.noise_multiplier,
         clip=plan.clip,
         opt=opt,
-        gen=gen,
+        gen=noise,
         transform=lambda xb: jitter(xb, cfg.augment, gen),
     )
 

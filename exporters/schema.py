@@ -210,6 +210,7 @@ def _label_release(ctx: _Context) -> Any:
 
 PRIVACY_MECHANISMS = ("none", "dp-sgd")
 LABEL_RELEASES = ("exact", "noised", "absent")
+NOISE_SOURCES = ("secret", "seeded")  # seeded: a simulation's, replayable by who knows the seed
 _PLAN_NUMBERS = ("epsilon", "delta", "clip", "noise_multiplier", "sample_rate")
 
 
@@ -268,6 +269,8 @@ def _check_privacy(key: str, record: Any, ctx: _Context) -> str | None:
         problem = _check_plan(record.get("dp_sgd"))
     elif problem is None and "dp_sgd" in record:
         problem = "'dp_sgd' is given, but the mechanism is none"
+    if problem is None and record.get("noise", "secret") not in NOISE_SOURCES:
+        problem = f"'noise' must be one of {NOISE_SOURCES}"
     noised = record["label_counts"]["release"] == "noised" if problem is None else False
     if problem is None and (record["mechanism"] == "dp-sgd" or noised):
         problem = _check_total(record)

@@ -162,9 +162,11 @@ def release_counts(
     return (out if sum(out) > 0 else None), record
 
 
-def privacy_record(plan: dict[str, Any] | None, labels: dict[str, Any]) -> dict[str, Any]:
+def privacy_record(
+    plan: dict[str, Any] | None, labels: dict[str, Any], seeded: bool = False
+) -> dict[str, Any]:
     """The upload's "privacy" metadata from its DP-SGD plan (None: none) and its counts'
-    release record."""
+    release record; `seeded`: its noise came from a stated seed (a simulation), not secret."""
     from edgefl.privacy.config import ACCOUNTANT
 
     if plan is None and labels["release"] != "noised":
@@ -180,6 +182,8 @@ def privacy_record(plan: dict[str, Any] | None, labels: dict[str, Any]) -> dict[
         "epsilon": sum(e for e, _ in parts) if covered else None,
         "delta": sum(d for _, d in parts) if covered else None,
         "label_counts": labels,
+        # who knows the seed can replay the noise: then nothing is private against them
+        "noise": "seeded" if seeded else "secret",
     }
     return record | ({"dp_sgd": plan} if plan else {})
 
@@ -193,6 +197,9 @@ class Spent:
     delta: float | None
     why: str = ""
     problem: str | None = None
+    # the noise came from a seed a simulation states: epsilon is what the run spent, but whoever
+    # knows the seed can replay the noise, so it guarantees nothing against them
+    replayable: bool = False
 
 
 def spent(meta: dict[str, Any]) -> Spent:
@@ -230,6 +237,9 @@ def spent(meta: dict[str, Any]) -> Spent:
         return Spent(None, None, problem=f"its privacy record is inconsistent: {problem}")
     if labels["release"] == "exact":
         return Spent(None, None, "its label counts are exact (not private)")
+    if record.get("noise") != "secret":
+        why = "its noise came from a stated seed (a simulation)"
+        return Spent(eps, delta, why, replayable=True)
     return Spent(eps, delta)
 
 

@@ -280,7 +280,7 @@ def run_client(job: ClientJob, *, on_epoch=None, on_status=None, on_progress=Non
         training=_training_record(job, summary, cfg, augment, windows),
         dataset=info.name,
         partition=_partition_record(job, data, own.shard),
-        privacy=privacy_record(summary.privacy, released),
+        privacy=privacy_record(summary.privacy, released, seeded=job.noise_seed is not None),
     )
     Path(job.out_dir).mkdir(parents=True, exist_ok=True)
     path = Path(job.out_dir) / f"{client_id}.onnx"
@@ -352,6 +352,7 @@ def _train_config(
         device=job.train_device,
         augment=augment,
         dp=budget.training,
+        noise_seed=job.noise_seed,
     ), budget
 
 

@@ -874,6 +874,8 @@ def privacy_of(used: list[Upload], found: Ingest) -> dict[str, Any]:
         "delta": max(s.delta for s in private) if whole else None,
         "accountant": "rdp" if private else None,
         "label_counts_absent": sum("label_counts" not in u.meta for u in used),
+        # a simulation's seeded noise: the epsilon it spent, replayable by who knows the seed
+        "replayable": sum(s.replayable for s in private),
     }
 
 

@@ -254,7 +254,7 @@ def privacy_screen(found: Ingest, max_epsilon: float | None) -> None:
             why = spent.problem
         elif max_epsilon is None:
             why = None
-        elif spent.epsilon is None:
+        elif spent.epsilon is None or spent.replayable:
             why = f"--max-epsilon {max_epsilon:g}: not differentially private: {spent.why}"
         elif spent.epsilon > max_epsilon:
             why = (
