@@ -3,13 +3,15 @@ against each upload kind, without DP and under DP-SGD, on MNIST and on one HAPT 
 
     python bench/bench_privacy.py --out bench/results/privacy_audit
         [--datasets mnist,hapt] [--epsilons none,8,4,1] [--samples 1000] [--epochs N]
-        [--shadows 4] [--restarts 4] [--steps 100] [--seed 0]
+        [--shadows 4] [--restarts 4] [--steps 100] [--hapt-users 1] [--seed 0]
 
 Per dataset, one client: MNIST, `--samples` random training images (members) against as many
 held-out training images of the same class mix (non-members); HAPT, the training user with the
 most windows, whose windows are dealt in blocks of 4 to members and non-members alternately
 (the first window of each block dropped: windows overlap by half, so no member shares a sample
-with a non-member). Per privacy setting (no DP; DP-SGD at each epsilon, delta 1/n), the client
+with a non-member); `--hapt-users K` makes each of the K users with the most windows a client
+with its own models and pools their scores (one user's ~170 + 170 queries leave AUC intervals
+about +-0.06 wide). Per privacy setting (no DP; DP-SGD at each epsilon, delta 1/n), the client
 trains the dataset's classifier and CVAE with the same recipe (Adam, batch 64, enough epochs for
 the profiles' 300 optimiser steps), and every attack of `edgefl.privacy.audit` runs on what
 would be uploaded: the classifier (loss threshold; offline LiRA with `--shadows` shadow models
@@ -114,11 +116,18 @@ def mnist_split(samples: int, seed: int) -> Split:
     )
 
 
-def hapt_split(user: int | None) -> Split:
+def hapt_users(user: int | None, count: int) -> list[int]:
+    """`user`, or the `count` training users with the most windows."""
+    if user is not None:
+        return [user]
+    users, counts = np.unique(load_dataset("hapt").groups, return_counts=True)
+    return [int(u) for u in users[np.argsort(-counts, kind="stable")[:count]]]
+
+
+def hapt_split(user: int) -> Split:
     """One training user's windows, dealt in blocks to members and non-members."""
     ds, test = load_dataset("hapt"), load_dataset("hapt:test")
-    users, counts = np.unique(ds.groups, return_counts=True)
-    user = int(users[counts.argmax()]) if user is None else user
+    users = np.unique(ds.groups)
     own = np.flatnonzero(ds.groups == user)  # in time order within each recording
     if len(own) < 4 * BLOCK:
         raise SystemExit(f"HAPT user {user} has {len(own)} training windows: pick another")
@@ -174,51 +183,49 @@ def row(dataset, upload, eps, attack, metrics: audit.AttackMetrics, utility: str
     }
 
 
-def classifier_rows(setup, split, eps, args) -> list[dict]:
+# attack -> (member scores, non-member scores) of one client; utility: "acc test" -> 0.93, ...
+Scores = dict[str, tuple[np.ndarray, np.ndarray]]
+
+
+def _queries(split: Split) -> tuple[np.ndarray, np.ndarray, int]:
+    """Members then non-members as one query set, and where the non-members start."""
+    x = np.concatenate([split.members[0], split.nonmembers[0]])
+    y = np.concatenate([split.members[1], split.nonmembers[1]])
+    return x, y, len(split.members[1])
+
+
+def classifier_scores(setup, split, eps, args) -> tuple[Scores, dict[str, float]]:
     fit = trainer(setup, split, "classifier", eps, args.epochs)
     model = fit(*split.members, args.seed)
-    acc = {
-        part: evaluate(model, "classifier", *data, split.num_classes)[0]
-        for part, data in (("train", split.members), ("held-out", split.nonmembers))
+    parts = (("train", split.members), ("held-out", split.nonmembers), ("test", split.test))
+    utility = {
+        f"acc {part}": evaluate(model, "classifier", *data, split.num_classes)[0]
+        for part, data in parts
     }
-    acc["test"] = evaluate(model, "classifier", *split.test, split.num_classes)[0]
-    utility = ", ".join(f"acc {part} {value:.3f}" for part, value in acc.items())
-    members, nonmembers = split.members, split.nonmembers
-
-    def measured(scores: np.ndarray) -> audit.AttackMetrics:
-        n = len(members[1])
-        return audit.evaluate_attack(scores[:n], scores[n:], seed=args.seed)
-
-    qx = np.concatenate([members[0], nonmembers[0]])
-    qy = np.concatenate([members[1], nonmembers[1]])
-    rows = [row(setup.dataset, "classifier", eps, "loss", measured(
-        audit.loss_scores(model, qx, qy)), utility)]  # fmt: skip
+    qx, qy, n = _queries(split)
+    loss = audit.loss_scores(model, qx, qy)
     shadow = audit.shadow_confidences(
-        fit, *split.pool, qx, qy, shadows=args.shadows, size=len(members[1]), seed=args.seed + 100
+        fit, *split.pool, qx, qy, shadows=args.shadows, size=n, seed=args.seed + 100
     )
     lira = audit.lira_offline_scores(audit.logit_confidence(model, qx, qy), shadow)
-    rows.append(
-        row(setup.dataset, "classifier", eps, f"LiRA offline, {args.shadows} shadows",
-            measured(lira), utility)
-    )  # fmt: skip
-    return rows
+    return {
+        "loss": (loss[:n], loss[n:]),
+        f"LiRA offline, {args.shadows} shadows": (lira[:n], lira[n:]),
+    }, utility
 
 
-def decoder_rows(setup, split, eps, args) -> list[dict]:
+def decoder_scores(setup, split, eps, args) -> tuple[Scores, dict[str, float]]:
     fit = trainer(setup, split, "generator", eps, args.epochs)
-    n = len(split.members[1])
+    qx, qy, n = _queries(split)
     cvae = fit(*split.members, args.seed)
     # The attacker's reference: the same recipe on other data of the distribution.
     rng = np.random.default_rng(args.seed + 200)
     pick = rng.choice(len(split.pool[1]), n, replace=False)
     reference = fit(split.pool[0][pick], split.pool[1][pick], args.seed + 200)
-    loss = {
-        part: evaluate(cvae, "generator", *data, split.num_classes)[1]
+    utility = {
+        f"loss {part}": evaluate(cvae, "generator", *data, split.num_classes)[1]
         for part, data in (("train", split.members), ("held-out", split.nonmembers))
     }
-    utility = ", ".join(f"loss {part} {value:.1f}" for part, value in loss.items())
-    qx = np.concatenate([split.members[0], split.nonmembers[0]])
-    qy = np.concatenate([split.members[1], split.nonmembers[1]])
     how = audit.Reconstruction(restarts=args.restarts, steps=args.steps)
     distances = {}
     for who, model in (("target", cvae), ("reference", reference)):
@@ -228,14 +235,29 @@ def decoder_rows(setup, split, eps, args) -> list[dict]:
         distances[who, "sample distance"] = audit.sample_distances(
             model.decoder, qx, qy, split.num_classes, samples=SAMPLES_PER_CLASS, seed=args.seed
         )
-    rows = []
+    scores = {}
     for attack in ("reconstruction", "sample distance"):
         for calibrated in (False, True):
             ref = distances["reference", attack] if calibrated else None
-            scores = audit.distance_scores(distances["target", attack], ref)
-            metrics = audit.evaluate_attack(scores[:n], scores[n:], seed=args.seed)
-            name = attack + (" (calibrated)" if calibrated else "")
-            rows.append(row(setup.dataset, "CVAE decoder", eps, name, metrics, utility))
+            s = audit.distance_scores(distances["target", attack], ref)
+            scores[attack + (" (calibrated)" if calibrated else "")] = (s[:n], s[n:])
+    return scores, utility
+
+
+def pooled_rows(dataset, upload, eps, clients: list[tuple[Scores, dict]], seed) -> list[dict]:
+    """One row per attack over every client's members and non-members together (each client's
+    scores come from its own model); utility: the mean over the clients."""
+    utility = {key: float(np.mean([u[key] for _, u in clients])) for key in clients[0][1]}
+    text = ", ".join(
+        f"{key} {value:.3f}" if key.startswith("acc") else f"{key} {value:.1f}"
+        for key, value in utility.items()
+    )
+    rows = []
+    for attack in clients[0][0]:
+        members = np.concatenate([scores[attack][0] for scores, _ in clients])
+        nonmembers = np.concatenate([scores[attack][1] for scores, _ in clients])
+        metrics = audit.evaluate_attack(members, nonmembers, seed=seed)
+        rows.append(row(dataset, upload, eps, attack, metrics, text))
     return rows
 
 
@@ -361,7 +383,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--datasets", default="mnist,hapt")
     p.add_argument("--epsilons", default="none,8,4,1", help="'none' trains without DP")
     p.add_argument("--samples", type=int, default=1000, help="MNIST members (and non-members)")
-    p.add_argument("--hapt-user", type=int, default=None, help="default: the most windows")
+    p.add_argument("--hapt-user", type=int, default=None, help="one HAPT user (a client)")
+    p.add_argument(
+        "--hapt-users",
+        type=int,
+        default=1,
+        help="without --hapt-user: this many HAPT users with the most windows, each a client "
+        "of its own, their scores pooled (narrower intervals; each user adds ~6 minutes)",
+    )
     p.add_argument("--epochs", type=int, default=None, help="default: 300 optimiser steps")
     p.add_argument("--shadows", type=int, default=4, help="LiRA shadow models per setting")
     p.add_argument("--restarts", type=int, default=4, help="reconstruction: latent restarts")
@@ -398,13 +427,17 @@ def main(argv: list[str] | None = None) -> None:
     with one_thread():  # as a device trains; two threads on two busy cores only wait
         for name in args.datasets:
             setup = SETUPS[name]
-            split = mnist_split(args.samples, args.seed) if name == "mnist" else hapt_split(
-                args.hapt_user)  # fmt: skip
-            result["splits"][name] = split.note
+            if name == "mnist":
+                splits = [mnist_split(args.samples, args.seed)]
+            else:  # each user its own client, with its own models; the scores pooled
+                splits = [hapt_split(u) for u in hapt_users(args.hapt_user, args.hapt_users)]
+            result["splits"][name] = " | ".join(split.note for split in splits)
             for eps in args.epsilons:
                 t0 = time.perf_counter()
-                result["rows"] += classifier_rows(setup, split, eps, args)
-                result["rows"] += decoder_rows(setup, split, eps, args)
+                for upload, scores in (("classifier", classifier_scores),
+                                       ("CVAE decoder", decoder_scores)):  # fmt: skip
+                    clients = [scores(setup, split, eps, args) for split in splits]
+                    result["rows"] += pooled_rows(name, upload, eps, clients, args.seed)
                 print(f"{name} epsilon {_eps(eps)}: {time.perf_counter() - t0:.0f} s", flush=True)
         result["label_counts"] = label_count_rows(args.seed)
     result["seconds"] = time.perf_counter() - start

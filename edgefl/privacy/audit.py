@@ -162,9 +162,12 @@ def _logits(model: nn.Module, x: np.ndarray, batch: int = 512) -> torch.Tensor:
 def loss_scores(model: nn.Module, x: np.ndarray, y: np.ndarray) -> np.ndarray:
     """The loss attack's scores: minus each query's cross-entropy at its true label (a model
     fits what it was trained on better)."""
-    logits = _logits(model, x)
+    # In float64: float32's log-softmax rounds every confident sample's loss to exactly 0, and
+    # the tie at the top hid all members behind the non-members there (TPR 0 at 1 % FPR for a
+    # DP-trained MNIST cnn, 96 members and >15 non-members at loss 0).
+    logits = _logits(model, x).double()
     loss = F.cross_entropy(logits, torch.as_tensor(np.asarray(y, dtype=np.int64)), reduction="none")
-    return (-loss).numpy().astype(np.float64)
+    return (-loss).numpy()
 
 
 def logit_confidence(model: nn.Module, x: np.ndarray, y: np.ndarray) -> np.ndarray:
