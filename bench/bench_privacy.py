@@ -165,7 +165,10 @@ def trainer(setup: Setup, split: Split, role: str, eps: float | None, epochs: in
         model = init_model(spec, seed)
         dp = DPConfig(eps) if eps is not None else None
         lr = LR[role, dp is not None]
-        cfg = TrainConfig(epochs_for(len(y), epochs), BATCH, "adam", lr, seed=seed, dp=dp)
+        # Seeded DP noise (a simulation's choice): the run repeats; a device draws it secretly.
+        cfg = TrainConfig(
+            epochs_for(len(y), epochs), BATCH, "adam", lr, seed=seed, dp=dp, noise_seed=seed
+        )
         train(model, role, x, y, split.num_classes, cfg)
         return model
 
