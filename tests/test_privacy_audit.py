@@ -233,6 +233,17 @@ def test_the_privacy_bench_loads_without_path_edits_and_renders_a_table(monkeypa
     monkeypatch.setitem(sys.modules, "bench_privacy", bench)  # its dataclasses look it up
     spec.loader.exec_module(bench)
     m = audit.evaluate_attack(np.arange(100.0) + 0.5, np.arange(100.0), bootstrap=50)
-    row = bench.row("mnist", "classifier", None, "loss", m, "acc 0.950 held-out")
-    text = bench.render({"header": {"command": "python bench/bench_privacy.py"}, "rows": [row]})
+    at_8 = audit.AttackMetrics(0.51, (0.48, 0.54), {0.01: 0.01}, {0.01: (0.0, 0.03)}, 200, 200)
+    rows = [
+        bench.row("mnist", "classifier", None, "loss", m, "acc 0.950 held-out"),
+        bench.row("hapt", "CVAE decoder", 8.0, "reconstruction", at_8, "loss 250.0"),
+    ]
+    text = bench.render({"header": {"command": "python bench/bench_privacy.py"}, "rows": rows})
     assert "| mnist | classifier | none | loss | 0.505" in text
+    # Issue 57's target at epsilon 8: an AUC interval below 0.55 meets it; a TPR interval
+    # reaching past 2 % leaves it to the estimate. Rows without DP are not judged.
+    assert (
+        "| hapt | CVAE decoder | reconstruction | met | met by the estimate (0.010); the "
+        "interval straddles 0.02 |" in text
+    )
+    assert "| mnist | classifier | loss | " not in text
