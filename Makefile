@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 TORCH ?= torch==2.13.0
 STAMP := $(VENV)/.edgefl-installed
 
-.PHONY: setup test lint format demo bench clean
+.PHONY: setup test test-fast durations lint format demo bench clean
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -54,6 +54,21 @@ test: lint
 	echo "--- the tests run beside the others:"; cat "$$lane/log"; rm -rf "$$lane"; \
 	test $$rc -eq 0 && test $$beside_rc -eq 0
 	$(VENV)/bin/pytest -m serial
+
+# The loop after a change (<= 90 s on 2 cores): every test but those recorded slow (over 1 s
+# in tests/durations.json) and the Flower lanes. `make durations` refreshes the record.
+test-fast: setup
+	$(VENV)/bin/pytest -n 2 --dist loadfile -m "not slow and not serial and not beside" \
+		-p no:cacheprovider --durations=5
+
+durations: setup
+	@lane=$$(mktemp -d); \
+	$(VENV)/bin/pytest -n 2 --dist loadfile -m "not serial and not beside" \
+		-p no:cacheprovider --junitxml "$$lane/main.xml" >/dev/null; \
+	$(VENV)/bin/pytest -m "serial or beside" -p no:cacheprovider --junitxml "$$lane/side.xml" \
+		>/dev/null; \
+	$(PY) tests/durations.py "$$lane/main.xml" "$$lane/side.xml" > tests/durations.json; \
+	rm -rf "$$lane"
 
 demo: setup
 	$(VENV)/bin/edgefl demo

@@ -1,4 +1,5 @@
 import os
+import re
 
 # One torch thread per test process: on a shared 2-core machine, two threads contending with
 # neighbours were measured 4x slower in wall time than one. Set before torch is imported.
@@ -59,13 +60,36 @@ def pytest_ignore_collect(collection_path, config):
     return True if f"mark.{lane}" not in collection_path.read_text() else None
 
 
+# `make test-fast` leaves out `slow` tests: those marked by hand, and those over SLOW_S in the
+# recorded full run (tests/durations.json, written by `make durations`). A file whose tests
+# share a fixture wider than a test (or run as ordered steps on one) moves as one: in the fast
+# lane whole if it took SHARED_S at most, else not at all (its cheap tests would still pay the
+# shared setup, which the record counts against the first).
+SLOW_S, SHARED_S = 1.0, 5.0
+
+
 def pytest_collection_modifyitems(config, items):
+    from durations import load
+
     rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: a file's order
+    seconds = load()
+    per_file: dict[str, float] = {}
+    for nodeid, s in seconds.items():
+        per_file[nodeid.split("::")[0]] = per_file.get(nodeid.split("::")[0], 0.0) + s
+    shares: dict = {}
     for item in items:
         for lane, modules in LANES.items():
             if item.path.name in modules:
                 item.add_marker(getattr(pytest.mark, lane))
+        if item.path not in shares:
+            shares[item.path] = re.search(r"scope=.(module|class|session)", item.path.read_text())
+        if shares[item.path]:
+            slow = per_file.get(item.nodeid.split("::")[0], 0.0) > SHARED_S
+        else:
+            slow = seconds.get(item.nodeid, 0.0) > SLOW_S
+        if slow:
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture
