@@ -306,10 +306,11 @@ FEDHYDRA_TABLE1 = Table(
     budgets={
         "cpu": Budget(
             name="cpu",
-            description="what 2 CPU cores finish in about an hour and a half",
+            description="the methods' cpu fusion on clients of 40 local epochs: hours on 2 cores",
             partitions=("dirichlet:0.5", "dirichlet:0.3", "dirichlet:0.1"),
             seeds=(0, 1, 2),
-            estimate="about 8 min a cell on 2 CPU cores, 9 cells (Fashion-MNIST, 2026-11-29)",
+            estimate="about 20 min a cell on 2 shared CPU cores, 9 cells (Fashion-MNIST, "
+            "2026-11-29: 3 cells of seed 0)",
             # 40 local epochs, not 5: the teachers are what every method distils, and a client's
             # epoch costs ~1 s here (measured, Fashion Dir(0.5) seed 0: fedavg 57.77 -> 70.81,
             # the teachers' ensemble 58.41 -> 63.14 from 5 to 40 epochs)
