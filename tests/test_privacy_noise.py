@@ -40,3 +40,25 @@ def test_a_seeded_record_is_spent_but_replayable():
     assert secret.epsilon == seeded.epsilon and abs(secret.epsilon - 8.0) < 0.08
     assert not secret.replayable and seeded.replayable and "stated seed" in seeded.why
     assert privacy_record(plan, labels)["noise"] == "secret"
+
+
+def test_max_epsilon_sets_a_seeded_upload_aside_and_keeps_a_secret_one():
+    from types import SimpleNamespace
+
+    from edgefl.server.ingest import Ingest, privacy_screen
+
+    plan = plan_dp(DPConfig(4.0), 100, 10, 2).as_dict()
+    labels = {"release": "absent"}
+
+    def upload(name, seeded):
+        return SimpleNamespace(name=name, meta={"privacy": privacy_record(plan, labels, seeded)})
+
+    found = Ingest(uploads=[upload("a.onnx", False), upload("b.onnx", True)])
+    privacy_screen(found, 8.0)
+    assert [u.name for u in found.uploads] == ["a.onnx"]
+    assert found.rejected and found.rejected[0][0] == "b.onnx"
+    assert "stated seed" in found.rejected[0][1]
+    # without --max-epsilon both stay: a simulation's seeded record is consistent
+    found = Ingest(uploads=[upload("a.onnx", False), upload("b.onnx", True)])
+    privacy_screen(found, None)
+    assert len(found.uploads) == 2 and not found.rejected
