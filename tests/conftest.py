@@ -76,7 +76,8 @@ def pytest_collection_modifyitems(config, items):
     seconds = load()
     per_file: dict[str, float] = {}
     for nodeid, s in seconds.items():
-        per_file[nodeid.split("::")[0]] = per_file.get(nodeid.split("::")[0], 0.0) + s
+        path = nodeid.split("::")[0]
+        per_file[path] = per_file.get(path, 0.0) + s
     shares: dict = {}
     for item in items:
         for lane, modules in LANES.items():
