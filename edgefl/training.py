@@ -270,7 +270,20 @@ def _dp_epoch(model, role, xt, yt, num_classes, cfg: TrainConfig, plan, opt, gen
         opt=opt,
         gen=noise,
         transform=lambda xb: jitter(xb, cfg.augment, gen),
+        chunk=_dp_chunk(model),
     )
+
+
+# Per-sample gradients held at once under DP-SGD: a batch of VGG-9's (67M parameters) at once
+# is 17 GB, and the process was killed without a word (measured, `client train --profile
+# smartphone --dp 8`, 2026-11-29). A small model's whole batch fits in it as before.
+DP_GRADIENT_BYTES = 256 * 2**20
+
+
+def _dp_chunk(model: nn.Module) -> int:
+    """Samples whose per-sample gradients fit in DP_GRADIENT_BYTES (float32)."""
+    params = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    return max(1, DP_GRADIENT_BYTES // (4 * max(1, params)))
 
 
 @torch.no_grad()
