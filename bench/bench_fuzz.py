@@ -569,8 +569,9 @@ def downstream(folder: Path, data: bytes, pipeline: str | None) -> tuple[str, st
     from edgefl.fusion.robust import apply as apply_screen
     from edgefl.fusion.robust import judge as judge_screen
     from edgefl.models.zoo import spec_label
-    from edgefl.server.fuse import FuseJob, run_fuse, select
+    from edgefl.server.fuse import FuseJob, run_fuse
     from edgefl.server.ingest import ingest
+    from edgefl.server.selection import select
 
     stage = "ingest"
     (folder / ITEM).write_bytes(data)

@@ -17,7 +17,8 @@ import exporters
 from edgefl.errors import FusionError
 from edgefl.fusion import METHODS
 from edgefl.fusion.base import GROWS
-from edgefl.server.fuse import FuseJob, plan, run_fuse
+from edgefl.server.fuse import FuseJob, run_fuse
+from edgefl.server.plan import plan
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

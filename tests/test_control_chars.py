@@ -23,8 +23,8 @@ from edgefl.cli.progress import BarReporter
 from edgefl.errors import FusionError
 from edgefl.fusion import METHODS
 from edgefl.progress import LineReporter
-from edgefl.server.fuse import select
 from edgefl.server.ingest import ingest
+from edgefl.server.selection import select
 
 HOSTILE = "up\nerror: forged\r\x1b[2K\x1b]0;t\x07\x85.onnx"
 RAW = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f]")  # in a line: anything but a tab

@@ -632,7 +632,8 @@ def test_ensemble_refuses_members_one_onnx_file_cannot_hold(uploads, monkeypatch
 def test_every_method_has_a_size_for_ordering(name, tmp_path):
     """Side-by-side fusion starts the largest method first (`Method.work`, else epochs x
     rounds x synthetic): every method's size at each budget is a positive finite number."""
-    from edgefl.server.fuse import _work, plan
+    from edgefl.server.plan import plan
+    from edgefl.server.workers import _work
 
     for budget in BUDGETS:
         options = METHODS.get(name).budget_options(budget)
@@ -644,7 +645,8 @@ def test_the_longest_data_free_method_starts_first(tmp_path):
     """The HAPT bench's twelve methods on two workers: FedHydra, the longest (183-430 s of
     one thread against pFedZKD's 172 s and FedCVAE-ENS's 64 s), was ranked eighth by epochs x
     rounds x synthetic and started after six others (fusion 573 s instead of ~430 s)."""
-    from edgefl.server.fuse import _work, plan
+    from edgefl.server.plan import plan
+    from edgefl.server.workers import _work
 
     names = ["fedavg", "ensemble", "fedcvae-ens", "fedmho", "fedmho-md", "fedmho-sd"]
     names += ["fedmho-cw", "feddf", "fedol", "dense", "fedhydra", "pfedzkd"]

@@ -26,6 +26,7 @@ from edgefl.fusion import METHODS
 from edgefl.models.spec import ModelSpec
 from edgefl.server import fuse as fuse_mod
 from edgefl.server.ingest import ingest, resident_limit
+from edgefl.server.selection import Used
 
 
 def _says(text: str, move: str) -> None:
@@ -163,7 +164,7 @@ def _upload(name: str, kind: str) -> Upload:
 
 
 def test_too_few_uploads_names_those_the_screen_set_aside(monkeypatch):
-    # The screen's verdict is stubbed (`_used`: two classifiers screened out, a decoder kept):
+    # The screen's verdict is stubbed (`uses`: two classifiers screened out, a decoder kept):
     # a real one needs trained uploads. FedAvg's own `require` refuses, as it would.
     decoder = _upload("client-002", "decoder")
     screened = [
@@ -175,8 +176,9 @@ def test_too_few_uploads_names_those_the_screen_set_aside(monkeypatch):
         }
         for i in (0, 1)
     ]
-    used = fuse_mod._Used([decoder], [], screened)
-    monkeypatch.setattr(fuse_mod, "_used", lambda p, run: used)
+    used = Used([decoder], [], screened)
+    # fuse._fuse_planned looks `uses` up in its own module
+    monkeypatch.setattr(fuse_mod, "uses", lambda p, run: used)
     p = SimpleNamespace(method=METHODS.get("fedavg"), config=SimpleNamespace(seed=0))
     found = SimpleNamespace(rejected=[], folders=[], uploads=[decoder])
     run = SimpleNamespace(

@@ -155,8 +155,9 @@ def fuse_cmd(
 ) -> None:
     """Validate every upload once, fuse the usable ones with each METHOD, export global models."""
     from edgefl.server.classes import parse_request
-    from edgefl.server.fuse import fuse_methods, plan, resolve_device
+    from edgefl.server.fuse import fuse_methods
     from edgefl.server.ingest import check_max_epsilon
+    from edgefl.server.plan import plan, resolve_device
 
     check_max_epsilon(max_epsilon)  # before any upload is read
     methods = _method_names(method)

@@ -32,8 +32,9 @@ from edgefl.flower.collect import Collected, collect, wait_for_nodes
 from edgefl.fusion import DEFAULT_METHODS, METHODS
 from edgefl.fusion.config import PublicSetConfig
 from edgefl.outputs import check_writable
-from edgefl.server.fuse import fuse_methods, plan, refused_report
+from edgefl.server.fuse import fuse_methods, refused_report
 from edgefl.server.ingest import DEFAULT_RESIDENT_MIB, resident_limit
+from edgefl.server.plan import plan
 
 DEFAULTS: dict[str, Any] = {
     "methods": ",".join(DEFAULT_METHODS),

@@ -22,13 +22,16 @@ import signal
 import sys
 import traceback
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from multiprocessing.connection import wait
 from typing import Any
 
 import torch
 
+from edgefl.errors import ConfigError, EdgeflError, FusionError
 from edgefl.outputs import deferred_signals
+from edgefl.server.ingest import default_jobs
+from edgefl.server.plan import FuseRun, Planned
 
 
 @dataclass(frozen=True)
@@ -198,3 +201,56 @@ def _worker_start(parent: int) -> None:
 def _flush() -> None:
     for stream in (sys.stdout, sys.stderr):
         stream.flush()
+
+
+# --- methods of one fuse run, side by side ----------------------------------------------------
+
+
+def method_workers(jobs: int | None, methods: int, device: torch.device) -> int:
+    # fork only where it is safe and cheap: Linux, CPU (a CUDA context does not survive fork).
+    if methods < 2 or device.type != "cpu" or sys.platform != "linux":
+        return 1
+    return max(1, min(methods, jobs if jobs is not None else default_jobs()))
+
+
+def _work(p: Planned) -> float:
+    """A rough size of a method's training (`Method.work`, else epochs x rounds x samples where
+    it has them): the workers take the longest first, so that a long method does not start
+    last."""
+    if p.method.work is not None:
+        return float(p.method.work(p.config))
+    cfg = p.config.as_dict()
+    size = 1.0
+    for key in ("epochs", "rounds", "synthetic"):
+        if isinstance(cfg.get(key), int):
+            size *= cfg[key]
+    return size
+
+
+def fuse_forked(plans, run: FuseRun, workers: int, outcome) -> list:
+    """Each planned method's `outcome(p, run)` (the pipeline's: (report, None) or (None, its
+    refusal)), in order, from `workers` forked processes, the longest method first."""
+    order = sorted(range(len(plans)), key=lambda i: -_work(plans[i]))
+
+    def one(i: int, log, progress):
+        try:
+            report, error = outcome(plans[i], replace(run, log=log, progress=progress))
+        except EdgeflError as exc:  # a user error met while fusing (e.g. no public set given)
+            return None, ("raise", exc.message, exc.hint)
+        # An exception crosses the process boundary as text: only its message and hint matter.
+        return report, None if error is None else ("refused", error.message, error.hint)
+
+    done = run_forked(order, one, workers, run.log, run.progress)
+    outcomes = []
+    for i, p in enumerate(plans):
+        if isinstance(done[i], Died):
+            why = f"{p.method.name}: {done[i].why} while fusing"
+            run.log(why)
+            hint = "run it alone (--method NAME) or with fewer at once (--jobs 1)"
+            outcomes.append((None, FusionError(why, hint=hint)))
+            continue
+        report, error = done[i]
+        if error is not None and error[0] == "raise":
+            raise ConfigError(error[1], hint=error[2])
+        outcomes.append((report, None if error is None else FusionError(*error[1:])))
+    return outcomes

@@ -19,7 +19,8 @@ from edgefl.client.weightless import derive_upload, personalize
 from edgefl.data import load_dataset, train_val_split
 from edgefl.errors import FusionError
 from edgefl.fusion.base import Method
-from edgefl.server.fuse import fuse_methods, plan
+from edgefl.server.fuse import fuse_methods
+from edgefl.server.plan import plan
 
 
 def _local_accuracy(path: Path, x: np.ndarray, y: np.ndarray) -> float:

@@ -43,8 +43,9 @@ from edgefl.search import PSOConfig
 from edgefl.server.classes import EPOCHS as FOR_EPOCHS
 from edgefl.server.classes import SAMPLES as FOR_SAMPLES
 from edgefl.server.classes import ClassRequest, parse_request
-from edgefl.server.fuse import fuse_methods, refused_report, resolve_device
-from edgefl.server.fuse import plan as plan_fuse
+from edgefl.server.fuse import fuse_methods, refused_report
+from edgefl.server.plan import plan as plan_fuse
+from edgefl.server.plan import resolve_device
 from edgefl.simulate.personalized import run_per_client
 from edgefl.simulate.render import pictures, results_markdown, upload_bytes
 from edgefl.simulate.resume import finished, reuse_global, upload_path

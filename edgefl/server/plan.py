@@ -1,0 +1,167 @@
+"""What a fuse run is asked, checked before any upload is read (the pipeline's first stages,
+edgefl.server.fuse): each method's request planned (`Planned`: its validated config and where
+its outputs go), the outputs it may replace, the datasets the run reads besides the uploads;
+and what every method of one run shares once the uploads are ingested (`FuseRun`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from edgefl.errors import ConfigError, EdgeflError
+from edgefl.fusion import METHODS
+from edgefl.fusion.base import FusionConfig, Method
+from edgefl.outputs import check_replace, check_writable
+from edgefl.server import classes as device_classes
+from edgefl.server.ingest import Ingest
+
+
+@dataclass(frozen=True)
+class Planned:
+    """A method ready to run: its validated config and where its outputs go."""
+
+    method: Method
+    config: FusionConfig
+    out: Path
+    report: Path
+    # --for: what to distil per device class, and where each class's model goes.
+    classes: device_classes.ClassRequest | None = None
+    class_outs: tuple[tuple[Any, Path], ...] = ()  # (profile, <out stem>.<profile>.onnx)
+    overwrite: bool = False  # replace outputs another command made (check_replacing)
+    flags: tuple[str, ...] = ("--out", "--report")  # the flag naming each of `targets`
+
+    @property
+    def targets(self) -> list[Path]:
+        """Every file this method's run writes (locked together, published together)."""
+        return [self.out, self.report, *(path for _, path in self.class_outs)]
+
+
+@dataclass(frozen=True)
+class FuseRun:
+    """What every planned method of one `fuse_methods` call shares: the one ingest, the device,
+    the evaluation split, how many methods the ingest serves, and where lines and steps go
+    (in a forked worker: back to the parent)."""
+
+    found: Ingest
+    device: torch.device
+    eval_ref: str | None
+    data_dir: str | None
+    shared: int
+    log: Callable[[str], None]
+    progress: Callable[..., None]
+
+
+def resolve_device(name: str, flag: str = "--device") -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(
+            f"{flag} cuda: no CUDA device is available", hint=f"use {flag} auto or cpu"
+        )
+    if name not in ("cpu", "cuda"):
+        raise ConfigError(f"{flag} must be auto, cpu or cuda, got {name!r}")
+    return torch.device(name)
+
+
+# --- stage: plan ----------------------------------------------------------------------------
+
+
+def plan(
+    name: str,
+    options: dict[str, Any] | None,
+    out: str | Path,
+    uploads: str | Path,
+    report: str | Path | None = None,
+    out_flag: str = "--out",
+    classes: device_classes.ClassRequest | None = None,
+    overwrite: bool = False,
+) -> Planned:
+    """Everything that can be wrong with a method's request, checked before any upload is read.
+    An existing output is replaced only when this method made it (a rerun of the same fuse,
+    whatever its options) or with `overwrite`: never an upload, another method's global model,
+    a deployed or personalized model, or a file edgefl did not write."""
+    method = METHODS.get(name)
+    cfg = method.make_config(dict(options or {}))
+    out = Path(out)
+    if out.suffix != ".onnx":
+        raise ConfigError(f"{out_flag} must end in .onnx, got {out}")
+    report_path = Path(report) if report else out.with_suffix(".json")
+    if report_path.resolve() == out.resolve():
+        raise ConfigError(
+            f"--report {report_path} is the global model's own path",
+            hint="leave --report out (it defaults to <out>.json)",
+        )
+    class_outs = tuple(classes.targets(out)) if classes else ()
+    if report_path.resolve() in {path.resolve() for _, path in class_outs}:
+        raise ConfigError(
+            f"--report {report_path} is a device class's model path",
+            hint="leave --report out (it defaults to <out>.json)",
+        )
+    root = Path(uploads).resolve()
+    named = [(out_flag, out), ("--report", report_path)]
+    for flag_name, path in named + [("--for", path) for _, path in class_outs]:
+        if root in path.resolve().parents:  # uploads are only ever read
+            raise ConfigError(
+                f"{flag_name} {path} is inside the upload directory {uploads}",
+                hint="the server never writes among the uploads: write the global model and "
+                "its report elsewhere, e.g. --out global.onnx",
+            )
+        # The hint's example: the same name in the current folder (a folder for --out-dir).
+        check_writable(path, flag_name, path.parent.name if flag_name == "--out-dir" else path.name)
+    flags = (out_flag, "--report") + ("--for",) * len(class_outs)
+    return Planned(method, cfg, out, report_path, classes, class_outs, overwrite, flags)
+
+
+def check_replacing(p: Planned) -> None:
+    """Each existing output is this method's own result (a rerun of the same fuse, whatever
+    its options, replaces it) unless the run said --overwrite: checked under the run's lock,
+    after every other check and before any upload is read."""
+    for flag_name, path in zip(p.flags, p.targets, strict=True):
+        check_replace(path, flag_name, p.overwrite, lambda made: _fused_by(made, p.method.name))
+
+
+def _fused_by(made: dict[str, Any], method: str) -> bool:
+    """A global model (or its report) this method made: a rerun of it may replace it."""
+    kind = made.get("kind", "global")  # a report records no kind
+    return made.get("method") == method and kind == "global" and not made.get("deployed")
+
+
+# --- stage: claim --------------------------------------------------------------------------
+
+
+def check_inputs(plans: list[Planned], eval_ref: str | None) -> None:
+    """What the run reads besides the uploads, resolved by name without loading it: the --eval
+    dataset and split, the public sets the methods' options name. A typo found after the
+    fusion cost the whole fusion."""
+    if eval_ref:
+        _check_dataset_ref(eval_ref, "--eval", default_split="test", splits=("train", "test"))
+    for p in plans:
+        public = p.config.public_args() if p.method.public_data else None
+        if public:
+            _check_dataset_ref(
+                public["ref"],
+                f"{p.method.name} --public",
+                "train",
+                splits=("train", "test", "public"),
+            )
+
+
+def _check_dataset_ref(ref: str, what: str, default_split: str, splits: tuple[str, ...]) -> None:
+    from edgefl.data import DATASETS, parse_dataset_ref
+
+    name, split = parse_dataset_ref(ref)
+    split = split or default_split
+    if name not in DATASETS and not Path(name).exists():  # neither a name nor a user's file
+        try:
+            DATASETS.get(name)  # raises UnknownNameError, with the nearest name
+        except EdgeflError as exc:
+            raise ConfigError(f"{what} {ref!r}: {exc.message}", hint=exc.hint) from None
+    if split not in splits:
+        raise ConfigError(
+            f"{what} {ref!r}: unknown split {split!r}",
+            hint=f"valid splits: {', '.join(splits)}, e.g. {name}:{default_split}",
+        )
