@@ -27,7 +27,7 @@ from edgefl.models.augment import jitter
 from edgefl.models.spec import ModelSpec
 from edgefl.models.zoo import build_model
 from edgefl.privacy import DPConfig, plan_dp
-from edgefl.privacy.dpsgd import dp_ready, dp_train_epoch
+from edgefl.privacy.dpsgd import default_chunk, dp_ready, dp_train_epoch
 
 # Default learning rates by (role, optimizer). FedMHO: VGG-9 SGD(0.9) lr 5e-3 over 200 epochs;
 # we train 10-20 epochs, so SGD starts higher. CVAE: Adam 1e-3 (methods.md: safer than 5e-2).
@@ -79,10 +79,15 @@ class TrainConfig:
     # written anywhere would let the server replay the noise and undo the guarantee); a
     # simulation may seed them to be reproducible, and its record says so.
     noise_seed: int | None = None
+    # DP-SGD's samples clipped at once: the planner sizes it to the device's memory budget
+    # (edgefl.models.cost.Costs.dp_chunk); None: edgefl.privacy.dpsgd.default_chunk.
+    dp_chunk: int | None = None
 
     def __post_init__(self) -> None:
         for name, bounds in TRAIN_BOUNDS.items():
             bounds.check(f"--{name.replace('_', '-')}", getattr(self, name))
+        if self.dp_chunk is not None:
+            TRAIN_BOUNDS["batch_size"].check("dp_chunk", self.dp_chunk)
         if self.augment not in AUGMENT_CHOICES:
             raise ConfigError(
                 f"--augment must be one of {', '.join(AUGMENT_CHOICES)}, got {self.augment!r}"
@@ -137,6 +142,9 @@ def cvae_loss(recon, x, mu, logvar) -> torch.Tensor:
 
 
 Progress = Callable[[int, int, float], None]  # (epoch, total epochs, loss) after each epoch
+# (task, done, total, note): edgefl.progress's form; DP-SGD reports its steps through it.
+StepProgress = Callable[..., None]
+DP_TASK = "DP-SGD step"  # an epoch under DP can take minutes: its steps show progress and ETA
 
 
 def train(
@@ -150,9 +158,11 @@ def train(
     x_val: np.ndarray | None = None,
     y_val: np.ndarray | None = None,
     on_epoch: Progress | None = None,
+    on_progress: StepProgress | None = None,
 ) -> TrainSummary:
     """Train `model` in place. Ctrl-C stops after the current batch and returns what was trained
-    so far with `interrupted=True`; the caller decides not to publish it."""
+    so far with `interrupted=True`; the caller decides not to publish it. Under DP-SGD,
+    `on_progress(DP_TASK, step, all steps)` follows every step (epochs alone can be minutes)."""
     if len(x) == 0:
         raise DataError(
             "this client's shard is empty: nothing to train on",
@@ -171,7 +181,7 @@ def train(
     model.train()
     try:
         for epoch in range(cfg.epochs):
-            loss_value = epoch_of()
+            loss_value = epoch_of(_step_reporter(on_progress, plan, epoch, cfg.epochs))
             epochs_done = epoch + 1
             if not math.isfinite(loss_value):
                 raise ConfigError(
@@ -196,6 +206,18 @@ def train(
         interrupted=interrupted,
         privacy=plan.as_dict() if plan is not None else None,
     )
+
+
+def _step_reporter(on_progress, plan, epoch: int, epochs: int):
+    """DP-SGD's per-step callback for `epoch` (0-based): steps counted over all epochs."""
+    if on_progress is None or plan is None:
+        return None
+    per_epoch = plan.steps // epochs
+
+    def on_step(done: int) -> None:
+        on_progress(DP_TASK, epoch * per_epoch + done, plan.steps, f"epoch {epoch + 1}/{epochs}")
+
+    return on_step
 
 
 def _train_epoch(model, role, xt, yt, num_classes, cfg: TrainConfig, opt, gen) -> float:
@@ -235,14 +257,27 @@ def _cvae_loss_of_one(forward, x, onehot):
     return cvae_loss(recon, x, mu, logvar)
 
 
+def _cvae_losses(forward, x, onehot):
+    """Each sample's CVAE loss (cvae_loss of a batch of one, for the whole batch at once)."""
+    recon, mu, logvar = forward(x, onehot)
+    bce = F.binary_cross_entropy(recon.flatten(1), x.flatten(1), reduction="none").sum(1)
+    return bce - 0.5 * (1 + logvar - mu.pow(2) - logvar.exp()).sum(1)
+
+
+def _classifier_losses(forward, x, y):
+    return F.cross_entropy(forward(x), y, reduction="none")
+
+
 def _epoch_step(model, role, data, cfg: TrainConfig, plan, opt, gen) -> Callable[[], float]:
     """One epoch's training, plain or DP-SGD under `plan` (its batches and noise from their own
     generator, secret unless the request seeds it)."""
     xt, yt, num_classes = data
     if plan is None:
-        return lambda: _train_epoch(model, role, xt, yt, num_classes, cfg, opt, gen)
+        return lambda on_step: _train_epoch(model, role, xt, yt, num_classes, cfg, opt, gen)
     gens = (gen, _noise_generator(cfg))
-    return lambda: _dp_epoch(model, role, xt, yt, num_classes, cfg, plan, opt, gens)
+    return lambda on_step: _dp_epoch(
+        model, role, xt, yt, num_classes, cfg, plan, opt, gens, on_step
+    )
 
 
 def _noise_generator(cfg: TrainConfig) -> torch.Generator:
@@ -250,15 +285,19 @@ def _noise_generator(cfg: TrainConfig) -> torch.Generator:
     return torch.Generator().manual_seed(seed)
 
 
-def _dp_epoch(model, role, xt, yt, num_classes, cfg: TrainConfig, plan, opt, gens) -> float:
+def _dp_epoch(
+    model, role, xt, yt, num_classes, cfg: TrainConfig, plan, opt, gens, on_step=None
+) -> float:
     """One epoch of DP-SGD under `plan`, with the same losses taken per sample; `gens`: (the
     augmentation's generator, the one for the batches and the noise). Labels go in one-hot for a
     CVAE: F.one_hot cannot run inside torch.func's vmap."""
     gen, noise = gens
     if role == "classifier":
         targets, loss_of_one = yt, lambda forward, x, y: F.cross_entropy(forward(x), y)
+        losses_of = _classifier_losses
     else:
         targets, loss_of_one = F.one_hot(yt, num_classes).float(), _cvae_loss_of_one
+        losses_of = _cvae_losses
     return dp_train_epoch(
         model,
         loss_of_one,
@@ -270,20 +309,10 @@ def _dp_epoch(model, role, xt, yt, num_classes, cfg: TrainConfig, plan, opt, gen
         opt=opt,
         gen=noise,
         transform=lambda xb: jitter(xb, cfg.augment, gen),
-        chunk=_dp_chunk(model),
+        chunk=cfg.dp_chunk if cfg.dp_chunk is not None else default_chunk(model),
+        losses_of=losses_of,
+        on_step=on_step,
     )
-
-
-# Per-sample gradients held at once under DP-SGD: a batch of VGG-9's (67M parameters) at once
-# is 17 GB, and the process was killed without a word (measured, `client train --profile
-# smartphone --dp 8`, 2026-11-29). A small model's whole batch fits in it as before.
-DP_GRADIENT_BYTES = 256 * 2**20
-
-
-def _dp_chunk(model: nn.Module) -> int:
-    """Samples whose per-sample gradients fit in DP_GRADIENT_BYTES (float32)."""
-    params = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    return max(1, DP_GRADIENT_BYTES // (4 * max(1, params)))
 
 
 @torch.no_grad()

@@ -77,8 +77,9 @@ def print_plan(p: Plan) -> None:
     console.print(
         f"  params {fmt_count(c.params)}, {c.macs:,} MACs/sample, upload {fmt_bytes(c.upload_bytes)}"
     )
+    dp = f" under DP-SGD, {f.clipping} clipping {f.dp_chunk} at once" if f.clipping else ""
     console.print(
-        f"  training memory {fmt_bytes(f.train_bytes)} (batch {f.batch_size}, {f.optimizer}) "
+        f"  training memory {fmt_bytes(f.train_bytes)} (batch {f.batch_size}, {f.optimizer}{dp}) "
         f"of {fmt_bytes(budget)} budget ({100 * f.train_bytes / budget:.0f}%)"
     )
     console.print(
@@ -126,17 +127,22 @@ def plan_cmd(
     samples: int | None = typer.Option(None, help="Local shard size (default: train size / 10)."),
     batch_size: int | None = typer.Option(None, help="Override the profile's batch size."),
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
+    dp: str | None = DP,
 ) -> None:
     """The device's role and the largest model of that role that fits its budget."""
     from edgefl.models.plan import plan  # torch, through the cost model: only when planning
+    from edgefl.privacy import DPConfig
 
     check_counts(samples=samples, batch_size=batch_size)
+    if dp is not None:
+        DPConfig.parse(dp)  # a bad --dp: one message with the form, before planning
     p = plan(
         get_profile(profile),
         dataset_info(dataset),
         role=role,
         samples=samples,
         batch_size=batch_size,
+        dp=dp is not None,
     )
     if json_out:
         print_json(p.as_dict())

@@ -184,7 +184,9 @@ def choose_model(
             on_status=status,
             on_progress=progress,
         )
-        fit = check_fit(spec, profile, samples=samples, batch_size=job.batch_size)
+        fit = check_fit(
+            spec, profile, samples=samples, batch_size=job.batch_size, dp=job.dp is not None
+        )
         require_fit(spec, profile, fit)
         return spec, fit
     if job.model or job.spec_file:
@@ -193,7 +195,9 @@ def choose_model(
             if job.spec_file
             else parse_model_arg(job.model, info.input_shape, info.num_classes)
         )
-        fit = check_fit(spec, profile, samples=samples, batch_size=job.batch_size)
+        fit = check_fit(
+            spec, profile, samples=samples, batch_size=job.batch_size, dp=job.dp is not None
+        )
         if not job.force:
             require_fit(spec, profile, fit)
         return spec, fit
@@ -204,6 +208,7 @@ def choose_model(
         samples=samples,
         batch_size=job.batch_size,
         max_macs=job.max_macs,
+        dp=job.dp is not None,
     )
     return p.spec, p.fit
 
@@ -263,9 +268,11 @@ def run_client(job: ClientJob, *, on_epoch=None, on_status=None, on_progress=Non
 
     model = init_model(spec, job.fed_seed)
     cfg, budget = _train_config(job, profile, role, len(train_idx), augment)
+    if fit.dp_chunk is not None:  # DP-SGD clips as many samples at once as the budget holds
+        cfg = dataclasses.replace(cfg, dp_chunk=max(1, fit.dp_chunk))
     own = _device_data(data, train_idx, val_idx, attack, job.seed * 1000 + job.client_index)
     windows = window_treatment(spec, role)
-    summary = _train_local(model, role, cfg, own, windows, on_epoch)
+    summary = _train_local(model, role, cfg, own, windows, on_epoch, on_progress)
     if attack is not None and attack.weights:
         attack.weights(model, job.seed * 1000 + job.client_index)
 
@@ -388,7 +395,13 @@ def _device_data(data: ArrayDataset, train_idx, val_idx, attack, seed: int) -> _
 
 
 def _train_local(
-    model, role: str, cfg: TrainConfig, own: _DeviceData, windows: str | None, on_epoch
+    model,
+    role: str,
+    cfg: TrainConfig,
+    own: _DeviceData,
+    windows: str | None,
+    on_epoch,
+    on_progress=None,
 ) -> TrainSummary:
     """Train `model` in place on the device's split; an interrupted run raises."""
     x, y = own.x, own.y
@@ -406,6 +419,7 @@ def _train_local(
         x_val=x_val,
         y_val=y[own.val_idx],
         on_epoch=on_epoch,
+        on_progress=on_progress,
     )
     if summary.interrupted:
         raise KeyboardInterrupt  # nothing was written: an interrupted client publishes nothing

@@ -27,6 +27,7 @@ from torch import nn
 
 from edgefl.models.spec import ModelSpec
 from edgefl.models.zoo import build_model, role_of
+from edgefl.privacy.dpsgd import dp_chunk, ghost_clippable
 
 FP32 = 4
 # An empty onnxruntime session costs 16.4 MiB of resident memory above `import onnxruntime`
@@ -38,6 +39,12 @@ OPTIMIZER_STATE = {"sgd": 0, "sgd-momentum": 1, "adam": 2}
 # Forward + backward ~ 3 forward passes: backward computes gradients w.r.t. both the inputs and
 # the weights of each layer, each about one forward's MACs (Kaplan et al. 2020, the "6N" rule).
 TRAIN_MACS_PER_FORWARD = 3
+# Ghost clipping (edgefl.privacy.dpsgd) runs two backward passes: 1 + 2 + 2 forwards' MACs.
+GHOST_MACS_PER_FORWARD = 5
+# DP-SGD's temporaries beyond the held buffers, in largest-parameter tensors: the noise draw and
+# the optimizer's per-tensor work (Adam's denominator), measured on cvae-mlp with the probe
+# (edgefl.privacy.memory); the per-sample path adds one more for its clipped einsum.
+DP_STEP_TEMPS = 2
 
 
 @dataclass(frozen=True)
@@ -73,6 +80,15 @@ class Costs:
     tflm_arena_bytes: int  # uploaded part as full-integer int8 TFLite: TFLite Micro's arena
     activation_bytes: int  # per sample: every layer output kept for backward, plus the input
     role: str
+    # DP-SGD (see `dp_train_bytes`): bytes per sample of the batch DP-SGD draws (its input and
+    # one-hot label), of the Linear outputs' gradients ghost clipping takes, the largest
+    # parameter tensor, and whether ghost clipping applies to this model.
+    dp_input_bytes: int = 0
+    linear_out_bytes: int = 0
+    largest_param_bytes: int = 0
+    ghost: bool = False
+    # The largest (input + output) of one layer call: the gradient pair a backward step holds.
+    grad_step_bytes: int = 0
 
     def train_bytes(self, batch_size: int, optimizer: str) -> int:
         """Weights + gradients + optimizer state + saved activations for one batch."""
@@ -81,6 +97,53 @@ class Costs:
 
     def train_macs(self, samples: int) -> int:
         return TRAIN_MACS_PER_FORWARD * self.macs * samples
+
+    # --- DP-SGD (edgefl.privacy.dpsgd): what its step holds, as measured by
+    # edgefl.privacy.memory's probe (tests/test_dp_planner.py) -------------------------------
+    # Held through the step: the weights, the optimizer state, the clipped sums (which become the
+    # gradients in place) and the Poisson batch drawn. On top, the larger of two phases:
+    # - clipping a chunk of c samples: ghost clipping holds their activations and their Linear
+    #   outputs' gradients, c (A + D); the per-sample path their gradients, activations and
+    #   the gradient pair of the backward step under way, c (W + A + G) (measured: the convs'
+    #   G is a third of W + A on scnn), plus one parameter tensor of clipping work;
+    # - the noisy step: DP_STEP_TEMPS largest parameter tensors.
+
+    def dp_sample_bytes(self) -> int:
+        """Bytes each sample of a chunk adds while it is clipped."""
+        if self.ghost:
+            return self.activation_bytes + self.linear_out_bytes
+        return self.weight_bytes + self.activation_bytes + self.grad_step_bytes
+
+    def _dp_held(self, batch_size: int, optimizer: str) -> int:
+        state = OPTIMIZER_STATE[optimizer]
+        return self.weight_bytes * (2 + state) + batch_size * self.dp_input_bytes
+
+    def dp_chunk(self, batch_size: int, optimizer: str, budget: int | None = None) -> int:
+        """Samples DP-SGD clips at once: as many as `budget` bytes of training memory leave room
+        for (0: not even one), or without a budget DP_GRADIENT_BYTES of per-sample gradients
+        (ghost clipping holds none: the whole batch). The trainer takes this number
+        (TrainConfig.dp_chunk), so the estimate and the run agree; a Poisson batch above the
+        expected size is clipped in more chunks, not in larger ones."""
+        if budget is None:
+            return batch_size if self.ghost else dp_chunk(self.weight_bytes)
+        room = budget - self._dp_held(batch_size, optimizer)
+        if room < DP_STEP_TEMPS * self.largest_param_bytes:
+            return 0
+        if not self.ghost:
+            room -= self.largest_param_bytes
+        return max(0, room // self.dp_sample_bytes())
+
+    def dp_train_bytes(self, batch_size: int, optimizer: str, chunk: int | None = None) -> int:
+        """Training memory of a DP-SGD step clipping `chunk` samples at once (default: the
+        unbudgeted `dp_chunk`) of an expected batch `batch_size`."""
+        c = min(batch_size, chunk or self.dp_chunk(batch_size, optimizer))
+        clipping = c * self.dp_sample_bytes() + (0 if self.ghost else self.largest_param_bytes)
+        step = DP_STEP_TEMPS * self.largest_param_bytes
+        return self._dp_held(batch_size, optimizer) + max(clipping, step)
+
+    def dp_train_macs(self, samples: int) -> int:
+        per = GHOST_MACS_PER_FORWARD if self.ghost else TRAIN_MACS_PER_FORWARD
+        return per * self.macs * samples
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -269,6 +332,13 @@ def _costs_cached(spec_json: str) -> Costs:
     # A chain executor frees each tensor once its consumer ran: the peak is the largest step.
     peak_step = max((c.in_elems + c.out_elems for c in infer_calls if c.allocates), default=0)
     head, tail = tflm_arena(infer_calls, math.prod(spec.input_shape))
+    linears = [c for c in calls if c.kind == "Linear"]
+    # Ghost clipping's runtime rule (edgefl.privacy.dpsgd): each Linear called once, on vectors.
+    ghost = (
+        ghost_clippable(model)
+        and all(c.in_rank == 1 for c in linears)
+        and len({c.name for c in linears}) == len(linears)
+    )
     return Costs(
         params=params,
         macs=sum(c.macs for c in calls),
@@ -282,6 +352,12 @@ def _costs_cached(spec_json: str) -> Costs:
         tflm_arena_bytes=head + tail,
         activation_bytes=act,
         role=role_of(spec),
+        dp_input_bytes=FP32 * (math.prod(spec.input_shape) + spec.num_classes),
+        linear_out_bytes=FP32 * sum(c.out_elems for c in linears),
+        largest_param_bytes=FP32 * max((p.numel() for p in model.parameters()), default=0),
+        ghost=ghost,
+        grad_step_bytes=FP32
+        * max((c.in_elems + c.out_elems for c in calls if c.allocates), default=0),
     )
 
 

@@ -4,18 +4,25 @@ FedMHO's rule for roles: a device that can train the federation's reference clas
 dataset's `reference_classifier`: FedMHO's VGG-9 on image datasets) within its RAM and time budget
 trains the largest classifier that fits; any other device trains the largest CVAE that fits and
 uploads only the decoder.
+
+Under DP-SGD (`dp=True`) every budget is checked with DP's costs: the training memory of its
+step (`Costs.dp_train_bytes`, with per-sample gradients clipped as many at once as the budget
+leaves room for, or none held under ghost clipping), its slower epoch, and no BatchNorm (one
+sample's gradient must not depend on the others'): the zoo's BatchNorm-free forms are chosen.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Literal
 
 from edgefl.data.registry import DatasetInfo
 from edgefl.errors import BudgetError, ConfigError
 from edgefl.models.cost import Costs, costs, runtime_needs
 from edgefl.models.spec import ModelSpec
-from edgefl.models.zoo import Role, candidate_specs, make_spec, role_of, spec_label
+from edgefl.models.zoo import Role, build_model, candidate_specs, make_spec, role_of, spec_label
+from edgefl.privacy.dpsgd import dp_ready
 from edgefl.profiles import Profile
 
 
@@ -29,9 +36,13 @@ class Fit:
     batch_size: int
     optimizer: str
     samples: int
+    # Under DP-SGD: samples clipped at once (TrainConfig.dp_chunk; 0: not even one fits) and
+    # how ("ghost" or "per-sample"); None without DP.
+    dp_chunk: int | None = None
+    clipping: str | None = None
 
     def as_dict(self) -> dict:
-        return {
+        out = {
             "fits": self.fits,
             "reasons": list(self.reasons),
             "train_bytes": self.train_bytes,
@@ -40,6 +51,9 @@ class Fit:
             "optimizer": self.optimizer,
             "samples": self.samples,
         }
+        if self.clipping is not None:
+            out.update(dp_chunk=self.dp_chunk, clipping=self.clipping)
+        return out
 
 
 def ratio_text(need: float, have: float) -> str:
@@ -74,17 +88,36 @@ def check_fit(
     samples: int,
     batch_size: int | None = None,
     optimizer: str | None = None,
+    dp: bool = False,
 ) -> Fit:
-    """Compare a model's costs with every budget of the profile. `samples` = local shard size."""
+    """Compare a model's costs with every budget of the profile. `samples` = local shard size;
+    `dp`: trained with DP-SGD (see the module's docstring)."""
     c = costs(spec)
     batch = batch_size or profile.batch_size
     opt = optimizer or profile.optimizer
-    train = c.train_bytes(batch, opt)
-    seconds = c.train_macs(samples) / profile.macs_per_second
     budget = profile.ram_budget_bytes
     reasons, short = [], []
+    chunk = clipping = None
+    if dp:
+        chunk = c.dp_chunk(batch, opt, budget)
+        clipping = "ghost" if c.ghost else "per-sample"
+        # Not even one sample fits: what one at a time would need is the honest shortfall.
+        train = c.dp_train_bytes(batch, opt, max(1, chunk))
+        train_what = f"training memory with DP-SGD ({clipping} clipping, batch {batch}, {opt})"
+        seconds = c.dp_train_macs(samples) / profile.macs_per_second
+        batchnorm = _batchnorm(spec)
+        if batchnorm:
+            reasons.append(
+                f"--dp cannot train it ({batchnorm}): pick a model without BatchNorm, "
+                "e.g. scnn:bn=false"
+            )
+            short.append("dp BatchNorm")
+    else:
+        train = c.train_bytes(batch, opt)
+        train_what = f"training memory (batch {batch}, {opt})"
+        seconds = c.train_macs(samples) / profile.macs_per_second
     for tag, what, need, have, unit in (
-        ("train", f"training memory (batch {batch}, {opt})", train, budget, "B"),
+        ("train", train_what, train, budget, "B"),
         ("infer", "inference peak memory", c.infer_peak_bytes, budget, "B"),
         (
             "storage",
@@ -98,7 +131,28 @@ def check_fit(
         if need > have:
             reasons.append(_over(what, need, have, unit))
             short.append(f"{tag} {ratio_text(need, have)}")
-    return Fit(not reasons, tuple(reasons), tuple(short), train, seconds, batch, opt, samples)
+    return Fit(
+        not reasons,
+        tuple(reasons),
+        tuple(short),
+        train,
+        seconds,
+        batch,
+        opt,
+        samples,
+        chunk,
+        clipping,
+    )
+
+
+@lru_cache(maxsize=512)
+def _batchnorm_cached(spec_json: str) -> str | None:
+    return dp_ready(build_model(ModelSpec.from_json(spec_json)))
+
+
+def _batchnorm(spec: ModelSpec) -> str | None:
+    """Why DP-SGD cannot train `spec` (its BatchNorm), or None."""
+    return _batchnorm_cached(spec.to_json())
 
 
 @dataclass(frozen=True)
@@ -139,12 +193,19 @@ def default_samples(info: DatasetInfo, num_clients: int = 10) -> int:
 
 
 def decide_role(
-    profile: Profile, info: DatasetInfo, samples: int, batch_size: int | None = None
+    profile: Profile,
+    info: DatasetInfo,
+    samples: int,
+    batch_size: int | None = None,
+    dp: bool = False,
 ) -> tuple[Role, str]:
     ref = make_spec(info.reference_classifier, info.input_shape, info.num_classes)
-    fit = check_fit(ref, profile, samples=samples, batch_size=batch_size)
+    fit = check_fit(ref, profile, samples=samples, batch_size=batch_size, dp=dp)
     if fit.fits:
-        return "classifier", f"can train the reference classifier {spec_label(ref)!r} within budget"
+        return "classifier", (
+            f"can train the reference classifier {spec_label(ref)!r} within budget"
+            + (" under DP-SGD" if dp else "")
+        )
     return "generator", (
         f"cannot train the reference classifier {spec_label(ref)!r} ({'; '.join(fit.reasons)}): "
         "trains a CVAE and uploads only its decoder"
@@ -159,43 +220,66 @@ def plan(
     samples: int | None = None,
     batch_size: int | None = None,
     max_macs: int | None = None,
+    dp: bool = False,
 ) -> Plan:
     """The largest model (by MACs, then parameters) of the device's role that fits every budget.
-    `max_macs` optionally caps the choice (e.g. to keep a CPU simulation fast)."""
+    `max_macs` optionally caps the choice (e.g. to keep a CPU simulation fast); `dp`: every
+    budget checked for DP-SGD training (see the module's docstring)."""
     samples = samples or default_samples(info)
+    search = (info, profile, samples, batch_size, max_macs, dp)
     if role == "auto":
-        chosen_role, why = decide_role(profile, info, samples, batch_size)
+        chosen_role, why = decide_role(profile, info, samples, batch_size, dp)
     elif role in ("classifier", "generator"):
         chosen_role, why = role, "role given by --role"
     else:
         raise ConfigError(f"--role must be auto, classifier or generator, got {role!r}")
-    candidates, fitting, rejected = _search(
-        chosen_role, info, profile, samples, batch_size, max_macs
-    )
+    candidates, fitting, rejected = _search(chosen_role, *search)
     if not fitting and role == "auto":
         # A device too small for any CVAE may still hold a tiny classifier (and vice versa).
         other: Role = "classifier" if chosen_role == "generator" else "generator"
-        alt = _search(other, info, profile, samples, batch_size, max_macs)
+        alt = _search(other, *search)
         if alt[1]:
             why += f"; but no {chosen_role} fits at all, so it trains a {other}"
             chosen_role, (candidates, fitting, rejected) = other, alt
     if not fitting:
-        smallest = min(candidates, key=lambda s: costs(s).macs)
-        fit = check_fit(smallest, profile, samples=samples, batch_size=batch_size)
-        raise BudgetError(
-            f"no {chosen_role} in the zoo fits profile {profile.name!r}; even the smallest, "
-            f"{spec_label(smallest)}, needs: {'; '.join(fit.reasons)}",
-            hint="lower --batch-size, train on fewer samples, or use a larger device profile",
-        )
+        raise _nothing_fits(chosen_role, candidates, search)
     spec, fit = max(fitting, key=lambda sf: (costs(sf[0]).macs, costs(sf[0]).params))
     return Plan(profile, info, chosen_role, why, spec, costs(spec), fit, len(candidates), rejected)
 
 
-def _search(role, info, profile, samples, batch_size, max_macs):
+def _nothing_fits(role, candidates, search) -> BudgetError:
+    """The refusal when no candidate fits: the smallest one's shortfall, and the fix."""
+    info, profile, samples, batch_size, _, dp = search
+    if dp:  # the least DP training memory, among those DP-SGD can train at all
+        trainable = [s for s in candidates if not _batchnorm(s)] or candidates
+        smallest = min(
+            trainable,
+            key=lambda s: (
+                check_fit(s, profile, samples=samples, dp=True, batch_size=batch_size).train_bytes
+            ),
+        )
+    else:
+        smallest = min(candidates, key=lambda s: costs(s).macs)
+    fit = check_fit(smallest, profile, samples=samples, batch_size=batch_size, dp=dp)
+    hint = "lower --batch-size, train on fewer samples, or use a larger device profile"
+    if dp:
+        hint = (
+            "train without --dp on this profile, lower --batch-size (DP-SGD's batch is held "
+            "whole), or use a larger device profile"
+        )
+    return BudgetError(
+        f"no {role} in the zoo fits profile {profile.name!r}"
+        + (" under --dp (DP-SGD)" if dp else "")
+        + f"; even the smallest, {spec_label(smallest)}, needs: {'; '.join(fit.reasons)}",
+        hint=hint,
+    )
+
+
+def _search(role, info, profile, samples, batch_size, max_macs, dp=False):
     candidates = candidate_specs(info.input_shape, info.num_classes, role)
     fitting, rejected = [], []
     for spec in candidates:
-        fit = check_fit(spec, profile, samples=samples, batch_size=batch_size)
+        fit = check_fit(spec, profile, samples=samples, batch_size=batch_size, dp=dp)
         if not fit.fits:
             rejected.append((spec_label(spec), fit.reasons))
         elif max_macs is not None and costs(spec).macs > max_macs:

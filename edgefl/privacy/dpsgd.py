@@ -7,6 +7,16 @@ expected batch size q n: a fixed divisor, so one sample moves the update by at m
 Randomness inside the model (a CVAE's reparameterisation, dropout) is drawn per sample
 (vmap's randomness="different"). BatchNorm mixes the samples of a batch, so a model holding one
 cannot be trained this way: `dp_ready` says so and `replace_batchnorm` gives a form that can.
+
+Memory (what `edgefl.models.cost.Costs.dp_train_bytes` counts): per-sample gradients are held
+`chunk` samples at a time. A model whose every trainable parameter sits in a Linear layer fed one
+vector per sample is clipped without them ("ghost clipping", Goodfellow 2015; Li et al. 2022):
+a Linear's per-sample weight gradient is the outer product of the output gradient d_i and the
+input a_i, so its squared norm is |d_i|^2 |a_i|^2; a second backward pass of the loss weighted by
+each sample's clip factor gives the clipped sum. That costs two backward passes instead of one,
+but no sample's gradient is ever held, which is what a 845 KiB wristband needs. Convolutions
+would need their unfolded inputs (larger than their per-sample gradients on the zoo's small
+convs), so a model holding one keeps the per-sample path.
 """
 
 from __future__ import annotations
@@ -24,7 +34,31 @@ from edgefl.privacy.config import steps_per_epoch
 # loss_of_one(forward, x, y): the loss of one sample, given as a batch of one (so the model and
 # its loss run unchanged); `forward(*inputs)` is the model with the parameters being differentiated.
 LossOfOne = Callable[[Callable[..., Any], torch.Tensor, torch.Tensor], torch.Tensor]
+# losses_of(forward, x, y): each sample's loss over a batch, shape (b,) (ghost clipping's form).
+LossesOf = Callable[[Callable[..., Any], torch.Tensor, torch.Tensor], torch.Tensor]
+StepProgress = Callable[[int], None]  # called after each step with the steps done this epoch
 Transform = Callable[[torch.Tensor], torch.Tensor]  # e.g. augmentation, per sample
+
+
+# Per-sample gradients held at once where no device budget sizes the chunk: a batch of VGG-9's
+# (67M parameters) at once is 17 GB, and the process was killed without a word (measured,
+# `client train --profile smartphone --dp 8`, 2026-11-29). A device profile's budget sizes the
+# chunk instead (edgefl.models.cost.Costs.dp_chunk, passed in as TrainConfig.dp_chunk).
+DP_GRADIENT_BYTES = 256 * 2**20
+
+
+def dp_chunk(gradient_bytes: int, room: int = DP_GRADIENT_BYTES) -> int:
+    """Samples whose per-sample gradients (`gradient_bytes` each) fit in `room` bytes; >= 1."""
+    return max(1, room // max(1, gradient_bytes))
+
+
+def default_chunk(model: nn.Module) -> int | None:
+    """The chunk without a device budget: None (the whole batch) under ghost clipping, which
+    holds no per-sample gradients, else DP_GRADIENT_BYTES of them (float32)."""
+    if ghost_clippable(model):
+        return None
+    params = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    return dp_chunk(4 * params)
 
 
 def poisson_batch(n: int, sample_rate: float, gen: torch.Generator) -> torch.Tensor:
@@ -73,14 +107,106 @@ def clipped_sum(
     step = chunk or max(1, len(xb))
     for i in range(0, len(xb), step):
         grads, losses = per_sample_grads(model, loss_of_one, xb[i : i + step], yb[i : i + step])
-        # Each sample's norm over all parameters, without copying its gradients into one vector.
-        norms = torch.sqrt(sum(g.flatten(1).pow(2).sum(1) for g in grads.values()))
+        # Each sample's norm over all parameters, without copying its gradients into one vector
+        # (vector_norm reduces in place: g.pow(2) would hold a second chunk of gradients).
+        norms = torch.linalg.vector_norm(
+            torch.stack([torch.linalg.vector_norm(g.flatten(1), dim=1) for g in grads.values()]),
+            dim=0,
+        )
         # min(1, C / ||g||): the 1e-12 only guards a zero gradient.
         scale = (clip / (norms + 1e-12)).clamp(max=1.0)
         for k, g in grads.items():
             sums[k] += torch.einsum("b,b...->...", scale, g)
         loss_sum += float(losses.sum())
+        del grads  # before the next chunk's are made: one chunk held at a time
     return sums, loss_sum
+
+
+def ghost_clippable(model: nn.Module) -> bool:
+    """Whether ghost clipping can clip `model`: every trainable parameter is a Linear layer's
+    own weight or bias (a Linear's input must also be one vector per sample, and each called once
+    per forward: `ghost_clipped_sum` checks that as it runs)."""
+    for module in model.modules():
+        own = [p for p in module.parameters(recurse=False) if p.requires_grad]
+        if own and not isinstance(module, nn.Linear):
+            return False
+    return any(p.requires_grad for p in model.parameters())
+
+
+class _NotGhostable(Exception):
+    """A forward that ghost clipping's norms do not cover (a Linear called twice, or fed more
+    than one vector per sample)."""
+
+
+def ghost_clipped_sum(
+    model: nn.Module,
+    losses_of: LossesOf,
+    xb: torch.Tensor,
+    yb: torch.Tensor,
+    clip: float,
+    chunk: int | None = None,
+) -> tuple[dict[str, torch.Tensor], float]:
+    """`clipped_sum`'s result without per-sample gradients (see the module's docstring); for a
+    `ghost_clippable` model. Falls back to `clipped_sum` if a forward breaks the rule."""
+    params = _trainable(model)
+    linears = [m for m in model.modules() if isinstance(m, nn.Linear)]
+    if any(p.grad is not None for p in params.values()):
+        raise ValueError("ghost clipping accumulates into .grad: clear it first (set_to_none)")
+    loss_sum = 0.0
+    step = chunk or max(1, len(xb))
+    try:
+        for i in range(0, len(xb), step):
+            loss_sum += _ghost_chunk(
+                model, linears, losses_of, xb[i : i + step], yb[i : i + step], clip
+            )
+    except _NotGhostable:
+        for p in params.values():
+            p.grad = None
+
+        def loss_of_one(forward, x, y):
+            return losses_of(forward, x, y).sum()
+
+        return clipped_sum(model, loss_of_one, xb, yb, clip, chunk)
+    # The clipped sums were accumulated in .grad (one buffer of the weights' size, no copy).
+    sums = {k: p.grad if p.grad is not None else torch.zeros_like(p) for k, p in params.items()}
+    for p in params.values():
+        p.grad = None
+    return sums, loss_sum
+
+
+def _ghost_chunk(model, linears, losses_of, xb, yb, clip) -> float:
+    """Clip one chunk's samples by their ghost norms; their clipped sum is added to .grad."""
+    seen: list[tuple[nn.Linear, torch.Tensor, torch.Tensor]] = []
+
+    def record(module, inputs, out):
+        seen.append((module, inputs[0], out))
+
+    handles = [m.register_forward_hook(record) for m in linears]
+    try:
+        losses = losses_of(model, xb, yb)
+    finally:
+        for h in handles:
+            h.remove()
+    if len({id(m) for m, _, _ in seen}) != len(seen) or any(a.dim() != 2 for _, a, _ in seen):
+        raise _NotGhostable
+    # Pass 1: each Linear's output gradient. Samples are independent (no BatchNorm), so the
+    # gradient of the summed loss at sample i's output is that of sample i's own loss.
+    outs = [out for _, _, out in seen]
+    d_outs = torch.autograd.grad(losses.sum(), outs, retain_graph=True, allow_unused=True)
+    sq = torch.zeros(len(xb), device=xb.device)
+    for (m, a, _), d in zip(seen, d_outs, strict=True):
+        if d is None:
+            continue
+        if m.weight.requires_grad:  # |d_i a_i^T|_F^2 = |d_i|^2 |a_i|^2
+            sq += d.pow(2).sum(1) * a.pow(2).sum(1)
+        if m.bias is not None and m.bias.requires_grad:
+            sq += d.pow(2).sum(1)
+    del d_outs, outs
+    seen.clear()  # the layer outputs: autograd keeps what pass 2 needs
+    scale = (clip / (sq.sqrt() + 1e-12)).clamp(max=1.0)
+    # Pass 2: the gradient of sum_i scale_i loss_i is the clipped sum; backward adds it to .grad.
+    (losses * scale.detach()).sum().backward()
+    return float(losses.detach().sum())
 
 
 def noisy_step(
@@ -92,11 +218,13 @@ def noisy_step(
     opt: torch.optim.Optimizer,
     gen: torch.Generator,
 ) -> None:
-    """Add N(0, (sigma C)^2) to each summed coordinate, divide by the expected batch, step."""
+    """Add N(0, (sigma C)^2) to each summed coordinate, divide by the expected batch, step.
+    The sums become the gradients in place (no second buffer of the weights' size)."""
     for k, p in _trainable(model).items():
         # Drawn on the CPU from the seeded generator (as the batches are): reproducible anywhere.
         noise = torch.normal(0.0, noise_multiplier * clip, p.shape, generator=gen)
-        p.grad = (sums[k] + noise.to(p.device, p.dtype)) / expected_batch
+        p.grad = sums[k].add_(noise.to(p.device, p.dtype)).div_(expected_batch)
+        del noise
     opt.step()
     opt.zero_grad(set_to_none=True)
 
@@ -115,25 +243,34 @@ def dp_train_epoch(
     steps: int | None = None,
     transform: Transform | None = None,
     chunk: int | None = None,
+    losses_of: LossesOf | None = None,
+    on_step: StepProgress | None = None,
 ) -> float:
     """One epoch of DP-SGD (`steps`, default 1/q, Poisson batches); the mean loss per sample
     drawn (nan if every batch came out empty). Every step adds noise, an empty batch's too:
     the accountant counts each step's release, whatever its batch held. The loss is computed
-    from the private data without noise: keep it on the device."""
+    from the private data without noise: keep it on the device. With `losses_of` (each sample's
+    loss over a batch), a `ghost_clippable` model is clipped without per-sample gradients."""
     n = len(xt)
     total, count = 0.0, 0
-    for _ in range(steps or steps_per_epoch(sample_rate)):
+    ghost = losses_of is not None and ghost_clippable(model)
+    for step in range(steps or steps_per_epoch(sample_rate)):
         idx = poisson_batch(n, sample_rate, gen).to(xt.device)
         xb, yb = xt[idx], yt[idx]
         if transform is not None and len(idx):
             xb = transform(xb)
-        if len(idx):
+        if len(idx) and ghost:
+            sums, loss_sum = ghost_clipped_sum(model, losses_of, xb, yb, clip, chunk)
+        elif len(idx):
             sums, loss_sum = clipped_sum(model, loss_of_one, xb, yb, clip, chunk)
         else:
             sums, loss_sum = {k: torch.zeros_like(p) for k, p in _trainable(model).items()}, 0.0
         noisy_step(model, sums, noise_multiplier, clip, sample_rate * n, opt, gen)
+        del sums
         total += loss_sum
         count += len(idx)
+        if on_step is not None:
+            on_step(step + 1)
     return total / count if count else math.nan
 
 

@@ -246,11 +246,14 @@ def _model_for(job: SimJob, profile: str, info, n_train: int) -> str:
     prototypes with --paper-models."""
     if profile in job.client_models:
         return job.client_models[profile]
-    role = plan(get_profile(profile), info, samples=n_train // job.clients).role
+    dp = job.dp is not None  # DP-SGD's memory and its BatchNorm-free models
+    role = plan(get_profile(profile), info, samples=n_train // job.clients, dp=dp).role
     if job.paper_models:
         return job.paper_classifier if role == "classifier" else "cvae-small"
     cap = job.max_classifier_macs if role == "classifier" else None
-    p = plan(get_profile(profile), info, samples=max(1, n_train // job.clients), max_macs=cap)
+    p = plan(
+        get_profile(profile), info, samples=max(1, n_train // job.clients), max_macs=cap, dp=dp
+    )
     return p.spec.name + (
         ":" + ",".join(f"{k}={_fmt(v)}" for k, v in p.spec.params.items()) if p.spec.params else ""
     )
