@@ -566,8 +566,8 @@ def downstream(folder: Path, data: bytes, pipeline: str | None) -> tuple[str, st
     from edgefl.data.public import load_public
     from edgefl.fusion import METHODS
     from edgefl.fusion.base import FusionContext
-    from edgefl.fusion.robust import apply as apply_screen
-    from edgefl.fusion.robust import judge as judge_screen
+    from edgefl.fusion.screen import apply as apply_screen
+    from edgefl.fusion.screen import judge as judge_screen
     from edgefl.models.zoo import spec_label
     from edgefl.server.fuse import FuseJob, run_fuse
     from edgefl.server.ingest import ingest
@@ -965,7 +965,7 @@ def markdown(s: dict) -> str:
                 "Downstream: every accepted item is ingested (`edgefl.server.ingest`) beside one "
                 "honest upload of each kind"
                 + (
-                    ", the robust screen (`edgefl.fusion.robust.judge`) judges them all"
+                    ", the robust screen (`edgefl.fusion.screen.judge`) judges them all"
                     if s.get("screen")
                     else ""
                 )

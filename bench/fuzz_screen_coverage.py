@@ -20,7 +20,7 @@ import bench_fuzz  # noqa: E402
 def main(n: int, seed: int = 0) -> None:
     import torch
 
-    import edgefl.fusion.robust as robust
+    import edgefl.fusion.screen as robust
 
     torch.set_num_threads(1)
     folder = Path(__file__).parent / "results" / "fuzz_sources"

@@ -17,7 +17,7 @@ import exporters
 from edgefl.artifacts import Upload
 from edgefl.data import load_dataset
 from edgefl.data.partition import partition
-from edgefl.fusion.robust import judge
+from edgefl.fusion.screen import judge
 from edgefl.models.zoo import make_spec
 from edgefl.training import TrainConfig, init_model, one_thread, train
 

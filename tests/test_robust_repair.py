@@ -15,14 +15,10 @@ from torch import nn
 import exporters
 from edgefl.artifacts import Upload
 from edgefl.client.attacks import derangement
-from edgefl.fusion.robust import (
-    _adjusted,
-    _decoder_relabelling,
-    _relabelling,
-    apply,
-    judge,
-    shards,
-)
+from edgefl.fusion.screen import apply, judge, shards
+from edgefl.fusion.screen.classifier_repair import _relabelling
+from edgefl.fusion.screen.copies import _adjusted
+from edgefl.fusion.screen.decoder_repair import _decoder_relabelling
 
 K, DECODERS, PER = 10, 3, 64
 # every decoder draws every class: (reference class, decoder) per sample

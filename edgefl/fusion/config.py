@@ -13,7 +13,7 @@ from edgefl.fusion.options import option, validate
 ROBUST = ("off", "screen")
 ROBUST_HELP = (
     "judge uploads by their outputs against the others (poisoned clients; "
-    "edgefl.fusion.robust): repair relabelled or negated ones, temper scaled ones, "
+    "edgefl.fusion.screen): repair relabelled or negated ones, temper scaled ones, "
     "leave out the rest that disagree; each named in the report: off | screen"
 )
 

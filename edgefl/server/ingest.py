@@ -38,7 +38,7 @@ class Ingest:
     seconds: float = 0.0  # wall time of the whole ingest
     stages: dict[str, float] = field(default_factory=dict)  # summed over uploads (CPU-ish time)
     # The robust screen's verdicts on these uploads, by what they depend on (seed, probe): made
-    # once for all methods of a run (edgefl.fusion.robust.Verdict).
+    # once for all methods of a run (edgefl.fusion.screen.Verdict).
     screens: dict = field(default_factory=dict)
     # Subfolders not read: (name + "/", why, with the fix); a run short of uploads names them.
     folders: list[tuple[str, str]] = field(default_factory=list)

@@ -12,8 +12,8 @@ from edgefl.artifacts import Upload
 from edgefl.errors import FusionError
 from edgefl.fusion.base import FusionContext, Method
 from edgefl.fusion.config import PublicSetConfig
-from edgefl.fusion.robust import apply as apply_screen
-from edgefl.fusion.robust import judge as judge_screen
+from edgefl.fusion.screen import apply as apply_screen
+from edgefl.fusion.screen import judge as judge_screen
 from edgefl.server.ingest import Ingest
 from edgefl.server.plan import FuseRun, Planned
 
