@@ -1,5 +1,5 @@
 """Peak memory of a teacher pass over many classifiers: the logits held a group of teachers at a
-time (`edgefl.fusion.base.TEACHER_GROUP`) against all at once (the pass before the grouping).
+time (`edgefl.fusion.teachers.TEACHER_GROUP`) against all at once (the pass before the grouping).
 
 Each setting runs in its own process (peak RSS is per process). The teachers are linear
 classifiers on MNIST-shaped inputs: what the grouping changes is the memory of the logits
@@ -28,10 +28,10 @@ def _one(teachers: int, samples: int, group: int, kind: str) -> dict:
     import torch
     from torch import nn
 
-    from edgefl.fusion import base, fedmho_cw
+    from edgefl.fusion import fedmho_cw, teachers
 
     torch.set_num_threads(1)
-    base.TEACHER_GROUP = group
+    teachers.TEACHER_GROUP = group
     torch.manual_seed(0)
     ups = [
         SimpleNamespace(
@@ -46,7 +46,7 @@ def _one(teachers: int, samples: int, group: int, kind: str) -> dict:
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     start = time.perf_counter()
     if kind == "mean":
-        out = base.mean_teacher_logits(ups, x, torch.device("cpu"))
+        out = teachers.mean_teacher_logits(ups, x, torch.device("cpu"))
     else:
         out = fedmho_cw._teacher(kind, ups, x, y, torch.device("cpu"))
     seconds = time.perf_counter() - start

@@ -31,9 +31,9 @@ from edgefl.fusion.base import (
     federation_label_counts,
     generate,
     largest_remainder,
-    teacher_logits,
     train_student,
 )
+from edgefl.fusion.teachers import teacher_logits
 from edgefl.models.zoo import build_model, make_spec
 from edgefl.server.ingest import ingest
 

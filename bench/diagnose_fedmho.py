@@ -30,7 +30,8 @@ import numpy as np
 import torch
 
 from edgefl.data.datasets import load_dataset
-from edgefl.fusion.base import FusionContext, average_classifiers, mean_teacher_logits
+from edgefl.fusion.base import FusionContext, average_classifiers
+from edgefl.fusion.teachers import mean_teacher_logits
 from edgefl.server.fuse import FuseJob, run_fuse
 from edgefl.server.ingest import ingest
 

@@ -49,9 +49,9 @@ from edgefl.fusion.base import (
     kd_loss,
     largest_remainder,
     student_jitter,
-    teacher_logits,
     train_student,
 )
+from edgefl.fusion.teachers import teacher_logits
 from edgefl.server.fuse import FuseJob, run_fuse
 from edgefl.server.ingest import ingest
 

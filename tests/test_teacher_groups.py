@@ -11,7 +11,8 @@ import torch
 from torch import nn
 
 from edgefl.errors import FusionError
-from edgefl.fusion import base, fedmho_cw
+from edgefl.fusion import fedmho_cw
+from edgefl.fusion import teachers as passes
 
 K, N, C = 10, 50, 4
 
@@ -34,15 +35,15 @@ def x():
 
 
 def _stacked(teachers, x):
-    return torch.stack([base.teacher_logits(t, x, torch.device("cpu")) for t in teachers])
+    return torch.stack([passes.teacher_logits(t, x, torch.device("cpu")) for t in teachers])
 
 
 def test_the_mean_is_the_stacked_mean(teachers, x, monkeypatch):
     cpu = torch.device("cpu")
-    assert torch.equal(base.mean_teacher_logits(teachers, x, cpu), _stacked(teachers, x).mean(0))
-    monkeypatch.setattr(base, "TEACHER_GROUP", 3)
+    assert torch.equal(passes.mean_teacher_logits(teachers, x, cpu), _stacked(teachers, x).mean(0))
+    monkeypatch.setattr(passes, "TEACHER_GROUP", 3)
     seen = []
-    total = base.grouped_teacher_sum(
+    total = passes.grouped_teacher_sum(
         teachers, x, cpu, lambda logits, group: seen.append(len(group)) or logits
     )
     assert seen == [3, 3, 3, 1]  # never more than a group's logits at once
@@ -63,7 +64,7 @@ def test_fedmho_cw_teachers_in_groups(teachers, x, kind, monkeypatch):
         "both": fedmho_cw.weighted_mixture(logits, shares, shares.t()[y]),
     }[kind]
     assert torch.equal(fedmho_cw._teacher(kind, teachers, x, y, cpu), old)  # one group
-    monkeypatch.setattr(base, "TEACHER_GROUP", 4)
+    monkeypatch.setattr(passes, "TEACHER_GROUP", 4)
     torch.testing.assert_close(
         fedmho_cw._teacher(kind, teachers, x, y, cpu), old, rtol=0, atol=1e-5
     )
@@ -71,4 +72,4 @@ def test_fedmho_cw_teachers_in_groups(teachers, x, kind, monkeypatch):
 
 def test_no_teacher_is_a_refusal(x):
     with pytest.raises(FusionError, match="at least one classifier"):
-        base.grouped_teacher_sum([], x, torch.device("cpu"))
+        passes.grouped_teacher_sum([], x, torch.device("cpu"))

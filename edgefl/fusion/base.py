@@ -374,21 +374,6 @@ class FusionContext:
 # --- teachers -------------------------------------------------------------------------------
 
 
-def teacher_logits(upload: Upload, x: torch.Tensor, device: torch.device, batch: int = 512):
-    """Logits of one classifier upload on x (no gradient): the rebuilt module where there is
-    one, onnxruntime otherwise (artifacts from other tools, int8 uploads)."""
-    outs = []
-    module = upload.module  # once: a parked upload's is read from disk at each access
-    with torch.no_grad():
-        for i in range(0, len(x), batch):
-            xb = x[i : i + batch]
-            if module is not None:
-                outs.append(module.to(device)(xb.to(device)).float().cpu())
-            else:
-                outs.append(torch.from_numpy(upload.artifact.run(xb.cpu().numpy())))
-    return torch.cat(outs) if outs else torch.zeros(0, upload.meta["num_classes"])
-
-
 def invert(
     teacher: nn.Module,
     targets: torch.Tensor,
@@ -440,33 +425,6 @@ def roughness(x: torch.Tensor) -> torch.Tensor:
         if x.shape[dim] > 1:
             total = total + x.diff(dim=dim).pow(2).flatten(1).sum(1)
     return total
-
-
-# Teachers whose logits a teacher pass holds at once: a pass over 2,000 classifiers holds 64 x
-# samples x classes floats, not 2,000 x (480 MB for FedMHO's 6,000 samples). Up to 64 teachers
-# (every recorded federation but the scale bench's 1,000 and 10,000) the sum is one reduction,
-# as it was before the grouping; past it the groups' sums are added, equal up to float rounding.
-TEACHER_GROUP = 64
-
-
-def grouped_teacher_sum(teachers: list[Upload], x: torch.Tensor, device, term=None):
-    """The sum over the teachers of `term(logits, group)` (by default the logits themselves), on
-    x: `logits` is (k, N, C), the logits of `teachers[group]` for a `range` of at most
-    TEACHER_GROUP teachers, and `term` returns k terms to be summed."""
-    total = None
-    for start in range(0, len(teachers), TEACHER_GROUP):
-        group = range(start, min(start + TEACHER_GROUP, len(teachers)))
-        logits = torch.stack([teacher_logits(teachers[i], x, device) for i in group])
-        part = (logits if term is None else term(logits, group)).sum(0)
-        total = part if total is None else total + part
-    if total is None:
-        raise FusionError("a teacher pass needs at least one classifier upload")
-    return total
-
-
-def mean_teacher_logits(teachers: list[Upload], x: torch.Tensor, device) -> torch.Tensor:
-    # sum / K is bit for bit the stacked logits' mean(0), its form before the grouping
-    return grouped_teacher_sum(teachers, x, device) / len(teachers)
 
 
 def one_architecture(

@@ -24,7 +24,6 @@ from edgefl.fusion.base import (
     average_classifiers,
     fedhydra_table1,
     fedmho_table3,
-    mean_teacher_logits,
     one_architecture,
     pfedzkd_table2,
     shuffled_epochs,
@@ -32,6 +31,7 @@ from edgefl.fusion.base import (
 from edgefl.fusion.config import PublicSetConfig
 from edgefl.fusion.options import option
 from edgefl.fusion.public_set import public_samples
+from edgefl.fusion.teachers import mean_teacher_logits
 from edgefl.models.zoo import spec_label
 
 

@@ -42,16 +42,15 @@ from edgefl.fusion.base import (
     class_mean_filter,
     fedmho_table3,
     generate,
-    mean_teacher_logits,
     one_architecture,
     per_class_counts,
     pfedzkd_table2,
     student_jitter,
-    teacher_logits,
     train_student,
 )
 from edgefl.fusion.options import option, redefault
 from edgefl.fusion.student_options import SampledStudentConfig
+from edgefl.fusion.teachers import mean_teacher_logits, teacher_logits
 
 
 @dataclass(frozen=True)

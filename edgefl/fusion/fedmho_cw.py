@@ -39,14 +39,13 @@ from edgefl.fusion.base import (
     client_label_counts,
     federation_label_counts,
     generate,
-    grouped_teacher_sum,
-    mean_teacher_logits,
     one_architecture,
     per_class_counts,
     train_student,
 )
 from edgefl.fusion.options import option
 from edgefl.fusion.student_options import ScratchStudentConfig
+from edgefl.fusion.teachers import grouped_teacher_sum, mean_teacher_logits
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,7 @@ from edgefl.fusion.base import (
     FusionConfig,
 )
 from edgefl.fusion.options import option
+from edgefl.fusion.teachers import evaluation_form
 
 
 @dataclass(frozen=True)
@@ -148,11 +149,12 @@ def make_generator(nz: int, ngf: int, image_shape, seed: int, device) -> Generat
 
 
 def frozen_teachers(uploads, device) -> list[nn.Module]:
-    """Private copies of the rebuilt classifiers: eval mode, no parameter gradients, so fusing
-    never touches the uploads' modules and backward only reaches the generator."""
+    """Private copies of the rebuilt classifiers in their evaluation form (`teachers`): eval
+    mode, no parameter gradients, so fusing never touches the uploads' modules and backward only
+    reaches the generator."""
     out = []
     for u in uploads:
-        m = copy.deepcopy(u.module).to(device).eval()
+        m = evaluation_form(copy.deepcopy(u.module), inplace=True).to(device).eval()
         m.requires_grad_(False)
         out.append(m)
     return out

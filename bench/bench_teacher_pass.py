@@ -1,0 +1,143 @@
+"""A teacher pass against the machine's own peak (issue 59): K classifier teachers' mean logits
+over S samples, as FedMHO-MD, FedDF and the robust screen's probe compute it
+(`edgefl.fusion.teachers.mean_teacher_logits`), once with each teacher's evaluation form (what
+edgefl does now) and once with the plain module (what it did before), in the same process and
+hour; beside them the machine's dense fp32 matmul rate and copy bandwidth measured in the same
+run, and each pass's multiply-adds per second (from the cost model's count) as a fraction of the
+matmul rate.
+
+    python bench/bench_teacher_pass.py --teachers 2000 --samples 6000 --out bench/results/teacher_pass
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import torch
+from _record import run_header  # bench/ is on sys.path when run as a script
+
+from edgefl.fusion import teachers as passes
+from edgefl.models.cost import costs
+from edgefl.models.parse import parse_model_arg
+from edgefl.models.zoo import build_model
+
+
+def matmul_peak(n: int = 2048, repeats: int = 5) -> float:
+    """Best multiply-adds per second of an n x n fp32 matmul."""
+    a, b = torch.rand(n, n), torch.rand(n, n)
+    torch.mm(a, b)
+    best = min(_timed(lambda: torch.mm(a, b)) for _ in range(repeats))
+    return n**3 / best
+
+
+def copy_bandwidth(mib: int = 256, repeats: int = 5) -> float:
+    """Best bytes per second moved (read + write) by copying a `mib` MiB fp32 tensor."""
+    src = torch.rand(mib * 2**20 // 4)
+    dst = torch.empty_like(src)
+    dst.copy_(src)
+    best = min(_timed(lambda: dst.copy_(src)) for _ in range(repeats))
+    return 2 * src.numel() * 4 / best
+
+
+def _timed(fn) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def _plain_pass(ups, x):
+    """The pass before evaluation forms: each teacher's own module, 512 samples at a time."""
+    total = None
+    for u in ups:
+        with torch.no_grad():
+            logits = torch.cat([u.module(x[i : i + 512]) for i in range(0, len(x), 512)])
+        total = logits if total is None else total + logits
+    return total / len(ups)
+
+
+def run(arch: str, teachers: int, samples: int, shape, classes: int) -> dict:
+    spec = parse_model_arg(arch, shape, classes)
+    torch.manual_seed(0)
+    # fresh weights: their values do not change the arithmetic's cost
+    ups = [
+        SimpleNamespace(module=build_model(spec).eval(), meta={"num_classes": classes})
+        for _ in range(teachers)
+    ]
+    x = torch.rand(samples, *shape)
+    macs = costs(spec).macs * samples * teachers
+    peak = matmul_peak()
+    bandwidth = copy_bandwidth()
+    t_new = _timed(lambda: out.__setitem__("new", passes.mean_teacher_logits(ups, x, "cpu")))
+    t_old = _timed(lambda: out.__setitem__("old", _plain_pass(ups, x)))
+    peak_after = matmul_peak()
+    return {
+        "arch": arch,
+        "teachers": teachers,
+        "samples": samples,
+        "threads": torch.get_num_threads(),
+        "macs": macs,
+        "matmul_gmacs": round(peak / 1e9, 2),
+        "matmul_gmacs_after": round(peak_after / 1e9, 2),
+        "copy_gbs": round(bandwidth / 1e9, 2),
+        "plain_s": round(t_old, 2),
+        "form_s": round(t_new, 2),
+        "speedup": round(t_old / t_new, 2),
+        "plain_gmacs": round(macs / t_old / 1e9, 2),
+        "form_gmacs": round(macs / t_new / 1e9, 2),
+        "form_of_peak": round(macs / t_new / max(peak, peak_after), 3),
+        "max_abs_diff": float((out["new"] - out["old"]).abs().max()),
+    }
+
+
+out: dict[str, torch.Tensor] = {}
+
+
+def markdown(header: dict, rows: list[dict]) -> str:
+    lines = [
+        "# A teacher pass against the machine's peak (bench/bench_teacher_pass.py)",
+        "",
+        f"`{header['command']}`, {header['date']}, {header['machine']}, commit {header['commit']}.",
+        "",
+        "| arch | teachers x samples | threads | matmul GMAC/s (before / after) | copy GB/s | "
+        "plain module s | evaluation form s | speedup | form GMAC/s | of matmul peak | "
+        "max abs diff |",
+        "|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['arch']} | {r['teachers']} x {r['samples']} | {r['threads']} | "
+            f"{r['matmul_gmacs']} / {r['matmul_gmacs_after']} | {r['copy_gbs']} | "
+            f"{r['plain_s']} | {r['form_s']} | {r['speedup']}x | {r['form_gmacs']} | "
+            f"{100 * r['form_of_peak']:.1f}% | {r['max_abs_diff']:.1e} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--archs", default="cnn")
+    ap.add_argument("--teachers", type=int, default=2000)
+    ap.add_argument("--samples", type=int, default=6000)
+    ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    ap.add_argument("--out", help="STEM: write STEM.json and STEM.md")
+    args = ap.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    header = run_header("bench/bench_teacher_pass.py")
+    rows = []
+    for arch in args.archs.split(","):
+        rows.append(run(arch, args.teachers, args.samples, (1, 28, 28), 10))
+        print(json.dumps(rows[-1]), flush=True)
+    text = markdown(header, rows)
+    print(text)
+    if args.out:
+        Path(args.out + ".json").write_text(json.dumps({"meta": header, "rows": rows}, indent=1))
+        Path(args.out + ".md").write_text(text)
+
+
+if __name__ == "__main__":
+    main()

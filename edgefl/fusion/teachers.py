@@ -1,0 +1,149 @@
+"""Teacher passes: the classifier uploads' logits on a fusion's samples, a group at a time, each
+teacher run in its evaluation form.
+
+Why an evaluation form (bench/results/teacher_pass.md): on a CPU, torch's max-pool kernel for
+NCHW tensors runs at a fraction of the speed of the convolutions around it; in the `cnn` teacher
+its two pools took over half of a forward. A pool whose window equals its stride, without
+padding, is the element-wise maximum of its window's strided slices, which is the same value bit
+for bit (a maximum is exact) and several times faster. The evaluation form is a private copy of
+the teacher with those pools replaced: the upload's own module, which the ensemble exports, is
+never touched. Teachers stacked into one batched module (torch.func's stack_module_state and
+vmap, or grouped convolutions) were measured slower on a CPU (bench/results/stacked_teachers.md)
+and are not used.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+from torch import nn
+
+from edgefl.artifacts.upload import Upload
+from edgefl.errors import FusionError
+
+
+class _WindowMax(torch.autograd.Function):
+    """Max over non-overlapping (kh, kw) windows of the last two dims, from strided slices. The
+    gradient goes to the first maximum of each window in row-major order, where max_pool2d's
+    CPU kernel sends it, so a generator trained through a teacher is unchanged by ties too."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, kh: int, kw: int) -> torch.Tensor:
+        ho, wo = x.shape[-2] // kh, x.shape[-1] // kw
+        out = None
+        for i in range(kh):
+            for j in range(kw):
+                part = x[..., i : i + kh * ho : kh, j : j + kw * wo : kw]
+                # NaN wins, as in max_pool2d: torch.maximum propagates it
+                out = part if out is None else torch.maximum(out, part)
+        ctx.save_for_backward(x, out)
+        ctx.window = (kh, kw)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        x, out = ctx.saved_tensors
+        kh, kw = ctx.window
+        ho, wo = out.shape[-2], out.shape[-1]
+        gx = torch.zeros_like(x)
+        left = torch.ones_like(out, dtype=torch.bool)  # windows whose maximum is not yet routed
+        for i in range(kh):
+            for j in range(kw):
+                part = x[..., i : i + kh * ho : kh, j : j + kw * wo : kw]
+                hit = left & ((part == out) | (part.isnan() & out.isnan()))
+                gx[..., i : i + kh * ho : kh, j : j + kw * wo : kw] = torch.where(hit, grad, 0.0)
+                left &= ~hit
+        return gx, None, None
+
+
+class WindowMax(nn.Module):
+    """What a MaxPool with kernel == stride, no padding, dilation 1 and floor mode computes."""
+
+    def __init__(self, kh: int, kw: int):
+        super().__init__()
+        self.kh, self.kw = kh, kw
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return _WindowMax.apply(x, self.kh, self.kw)
+
+
+def _pair(v) -> tuple[int, int]:
+    return (v, v) if isinstance(v, int) else tuple(v)
+
+
+def _window_of(pool: nn.Module) -> tuple[int, int] | None:
+    """(kh, kw) of a pool WindowMax computes exactly, else None."""
+    if isinstance(pool, nn.MaxPool2d):
+        kernel = _pair(pool.kernel_size)
+        stride = _pair(pool.stride if pool.stride is not None else pool.kernel_size)
+        if (
+            kernel == stride
+            and _pair(pool.padding) == (0, 0)
+            and _pair(pool.dilation) == (1, 1)
+            and not pool.ceil_mode
+            and not pool.return_indices
+        ):
+            return kernel
+    return None
+
+
+def evaluation_form(module: nn.Module, inplace: bool = False) -> nn.Module:
+    """A private copy of `module` that computes the same outputs, bit for bit, faster on a CPU:
+    its exactly-reproducible max pools replaced (module docstring). The module itself is left
+    as it is (unless `inplace`: then it is changed and returned, for a copy the caller owns); a
+    module with no such pool is returned as it is, uncopied."""
+    pools = [(name, _window_of(m)) for name, m in module.named_modules()]
+    pools = [(name, w) for name, w in pools if w is not None]
+    if not pools:
+        return module
+    fast = module if inplace else copy.deepcopy(module)
+    for name, (kh, kw) in pools:
+        parent_name, _, child = name.rpartition(".")
+        parent = fast.get_submodule(parent_name) if parent_name else fast
+        setattr(parent, child, WindowMax(kh, kw))
+    return fast
+
+
+def teacher_logits(upload: Upload, x: torch.Tensor, device: torch.device, batch: int = 512):
+    """Logits of one classifier upload on x (no gradient): the rebuilt module's evaluation form
+    where there is one, onnxruntime otherwise (artifacts from other tools, int8 uploads)."""
+    outs = []
+    module = upload.module  # once: a parked upload's is read from disk at each access
+    if module is not None:
+        module = evaluation_form(module).to(device)
+    with torch.no_grad():
+        for i in range(0, len(x), batch):
+            xb = x[i : i + batch]
+            if module is not None:
+                outs.append(module(xb.to(device)).float().cpu())
+            else:
+                outs.append(torch.from_numpy(upload.artifact.run(xb.cpu().numpy())))
+    return torch.cat(outs) if outs else torch.zeros(0, upload.meta["num_classes"])
+
+
+# Teachers whose logits a teacher pass holds at once: a pass over 2,000 classifiers holds 64 x
+# samples x classes floats, not 2,000 x (480 MB for FedMHO's 6,000 samples). Up to 64 teachers
+# (every recorded federation but the scale bench's 1,000 and 10,000) the sum is one reduction,
+# as it was before the grouping; past it the groups' sums are added, equal up to float rounding.
+TEACHER_GROUP = 64
+
+
+def grouped_teacher_sum(teachers: list[Upload], x: torch.Tensor, device, term=None):
+    """The sum over the teachers of `term(logits, group)` (by default the logits themselves), on
+    x: `logits` is (k, N, C), the logits of `teachers[group]` for a `range` of at most
+    TEACHER_GROUP teachers, and `term` returns k terms to be summed."""
+    total = None
+    for start in range(0, len(teachers), TEACHER_GROUP):
+        group = range(start, min(start + TEACHER_GROUP, len(teachers)))
+        logits = torch.stack([teacher_logits(teachers[i], x, device) for i in group])
+        part = (logits if term is None else term(logits, group)).sum(0)
+        total = part if total is None else total + part
+    if total is None:
+        raise FusionError("a teacher pass needs at least one classifier upload")
+    return total
+
+
+def mean_teacher_logits(teachers: list[Upload], x: torch.Tensor, device) -> torch.Tensor:
+    # sum / K is bit for bit the stacked logits' mean(0), its form before the grouping
+    return grouped_teacher_sum(teachers, x, device) / len(teachers)

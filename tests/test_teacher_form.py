@@ -1,0 +1,94 @@
+"""A teacher's evaluation form (edgefl.fusion.teachers, issue 59): the same logits and the same
+input gradients as the module, bit for bit, ties included; the upload's module never changed."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from edgefl.fusion.teachers import WindowMax, evaluation_form, teacher_logits
+from edgefl.models.parse import parse_model_arg
+from edgefl.models.zoo import build_model
+
+
+@pytest.mark.parametrize("window", [(2, 2), (1, 2), (3, 3), (2, 1)])
+@pytest.mark.parametrize("ties", [False, True])
+def test_window_max_is_max_pool(window, ties):
+    gen = torch.Generator().manual_seed(0)
+    # odd sizes: the pool's floor mode drops the last row and column
+    x = torch.randn(3, 4, 9, 11, generator=gen)
+    if ties:  # few distinct values: most windows hold their maximum more than once
+        x = torch.randint(0, 3, x.shape, generator=gen).float()
+    a = x.clone().requires_grad_(True)
+    b = x.clone().requires_grad_(True)
+    pa = F.max_pool2d(a, window)
+    pb = WindowMax(*window)(b)
+    assert torch.equal(pa, pb)
+    g = torch.randn(pa.shape, generator=gen)
+    (pa * g).sum().backward()
+    (pb * g).sum().backward()
+    assert torch.equal(a.grad, b.grad)  # the gradient reaches the same (first) maximum
+
+
+def test_nan_propagates_as_in_max_pool():
+    x = torch.randn(1, 1, 4, 4)
+    x[0, 0, 1, 1] = float("nan")
+    assert torch.equal(F.max_pool2d(x, 2).isnan(), WindowMax(2, 2)(x).isnan())
+
+
+def test_only_exact_pools_are_replaced():
+    m = nn.Sequential(
+        nn.MaxPool2d(2),
+        nn.MaxPool2d(3, stride=2),  # overlapping windows
+        nn.MaxPool2d(2, padding=1),
+        nn.MaxPool2d(2, ceil_mode=True),
+        nn.AvgPool2d(2),
+    )
+    fast = evaluation_form(m)
+    assert [type(c).__name__ for c in fast] == [
+        "WindowMax",
+        "MaxPool2d",
+        "MaxPool2d",
+        "MaxPool2d",
+        "AvgPool2d",
+    ]
+    assert isinstance(m[0], nn.MaxPool2d)  # the original untouched
+    plain = nn.Linear(3, 2)
+    assert evaluation_form(plain) is plain  # nothing to replace: no copy
+
+
+@pytest.mark.parametrize(
+    "arch,shape", [("cnn", (1, 28, 28)), ("scnn", (1, 28, 28)), ("cnn1d", (9, 1, 128))]
+)
+def test_zoo_teachers_same_logits(arch, shape):
+    torch.manual_seed(0)
+    model = build_model(parse_model_arg(arch, shape, 6)).eval()
+    fast = evaluation_form(model)
+    assert any(isinstance(m, WindowMax) for m in fast.modules()) or not any(
+        isinstance(m, nn.MaxPool2d) for m in model.modules()
+    )
+    x = torch.rand(40, *shape)
+    with torch.no_grad():
+        assert torch.equal(model(x), fast(x))
+    # the export path sees the upload's own module: its pools are still MaxPool2d
+    assert not any(isinstance(m, WindowMax) for m in model.modules())
+
+
+class _Up:
+    def __init__(self, module):
+        self.module = module
+        self.meta = {"num_classes": 6}
+
+
+def test_teacher_logits_use_the_form_without_changing_the_upload():
+    torch.manual_seed(1)
+    model = build_model(parse_model_arg("cnn", (1, 28, 28), 6)).eval()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    x = torch.rand(30, 1, 28, 28)
+    got = teacher_logits(_Up(model), x, torch.device("cpu"), batch=7)
+    with torch.no_grad():
+        assert torch.equal(got, torch.cat([model(x[i : i + 7]) for i in range(0, 30, 7)]))
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+    assert sum(isinstance(m, nn.MaxPool2d) for m in model.modules()) == 2
