@@ -18,6 +18,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
+from . import graph_cache
 from ._quiet import one_line, quiet
 from .atomic import write_model_atomic
 from .errors import ExportError
@@ -110,6 +111,8 @@ def _sealed(module, graph_args: tuple, metadata: dict, parity, atol: float):
     module's structure when there is one and it passes `parity`, else traced (and kept)."""
     key = _structure_key(module, *graph_args)
     kept = _TEMPLATES.get(key) if key is not None else None
+    if kept is None and key is not None:
+        kept = _kept_on_disk(key, module)
     for from_template in (True, False) if kept is not None else (False,):
         if from_template:
             model = _from_template(key, kept, module)
@@ -122,7 +125,25 @@ def _sealed(module, graph_args: tuple, metadata: dict, parity, atol: float):
             break
         _TEMPLATES.pop(key, None)  # not seen yet; the exporter's own graph decides
         _REFUSED.add(key)
+        disk = graph_cache.disk_key(key, module)
+        if disk is not None:
+            graph_cache.forget(disk)
     return model, max_diff
+
+
+def _kept_on_disk(key: str, module) -> _Template | None:
+    """The graph an earlier process kept on disk for this structure (`graph_cache`), now also
+    kept in this process; None when templates are off, refused, or none was kept."""
+    if key in _REFUSED or _TEMPLATES_MAX <= 0:
+        return None
+    disk = graph_cache.disk_key(key, module)
+    found = graph_cache.load(disk) if disk is not None else None
+    if found is None:
+        return None
+    _TEMPLATES[key] = template = _Template(*found)
+    while len(_TEMPLATES) > _TEMPLATES_MAX:
+        _TEMPLATES.popitem(last=False)
+    return template
 
 
 def seal_metadata(model, metadata: dict, what: str) -> dict:
@@ -321,6 +342,9 @@ def _keep_template(key: str | None, model: onnx.ModelProto, module) -> None:
     _TEMPLATES[key] = _Template(template, tuple(weights))
     while len(_TEMPLATES) > _TEMPLATES_MAX:
         _TEMPLATES.popitem(last=False)
+    disk = graph_cache.disk_key(key, module)
+    if disk is not None:  # for the next process: it skips torch.export's imports and trace
+        graph_cache.store(disk, template, tuple(weights))
 
 
 def _copy_fields(src, dst, skip: str) -> None:

@@ -12,6 +12,12 @@ from edgefl.threads import share_cores_politely  # noqa: E402
 share_cores_politely()
 # Tests must not depend on the caller's terminal width.
 os.environ.setdefault("COLUMNS", "160")
+# Exported graphs kept for later processes (exporters/graph_cache.py) in the test run's own
+# folder, not the user's cache; the suite's processes share it (each skips the first trace).
+os.environ.setdefault(
+    "EDGEFL_CACHE_DIR",
+    os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), ".pytest_cache"),
+)
 
 import pytest  # noqa: E402
 import torch  # noqa: E402

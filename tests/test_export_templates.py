@@ -18,7 +18,8 @@ from exporters import export as ex
 
 @pytest.fixture
 def traces(monkeypatch):
-    """Counts the exporter's traces; starts and ends with no template kept."""
+    """Counts the exporter's traces; starts and ends with no template kept, none on disk."""
+    monkeypatch.setenv("EDGEFL_CACHE_DIR", "off")
     calls = []
     real = ex._torch_to_onnx
 
