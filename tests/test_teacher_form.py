@@ -32,10 +32,16 @@ def test_window_max_is_max_pool(window, ties):
     assert torch.equal(a.grad, b.grad)  # the gradient reaches the same (first) maximum
 
 
-def test_nan_propagates_as_in_max_pool():
-    x = torch.randn(1, 1, 4, 4)
-    x[0, 0, 1, 1] = float("nan")
-    assert torch.equal(F.max_pool2d(x, 2).isnan(), WindowMax(2, 2)(x).isnan())
+def test_nan_propagates_and_takes_the_gradient_as_in_max_pool():
+    x = torch.randn(2, 3, 6, 6)
+    x[0, 0, 1, 1] = x[0, 0, 0, 0] = x[1, 2, 4, 5] = float("nan")  # two NaNs in one window
+    a, b = x.clone().requires_grad_(True), x.clone().requires_grad_(True)
+    pa, pb = F.max_pool2d(a, 2), WindowMax(2, 2)(b)
+    assert torch.equal(pa.isnan(), pb.isnan())
+    assert torch.equal(pa.nan_to_num(), pb.nan_to_num())
+    pa.sum().backward()
+    pb.sum().backward()
+    assert torch.equal(a.grad, b.grad)
 
 
 def test_only_exact_pools_are_replaced():

@@ -48,11 +48,16 @@ class _WindowMax(torch.autograd.Function):
         ho, wo = out.shape[-2], out.shape[-1]
         gx = torch.zeros_like(x)
         left = torch.ones_like(out, dtype=torch.bool)  # windows whose maximum is not yet routed
-        for i in range(kh):
-            for j in range(kw):
+        offsets = [(i, j) for i in range(kh) for j in range(kw)]
+        # a window whose maximum is NaN: routed to its last NaN, as max_pool2d's kernel does
+        for nan, order in ((False, offsets), (True, offsets[::-1])):
+            if nan and not left.any():
+                break
+            for i, j in order:
                 part = x[..., i : i + kh * ho : kh, j : j + kw * wo : kw]
-                hit = left & ((part == out) | (part.isnan() & out.isnan()))
-                gx[..., i : i + kh * ho : kh, j : j + kw * wo : kw] = torch.where(hit, grad, 0.0)
+                hit = left & (part.isnan() if nan else part == out)
+                view = gx[..., i : i + kh * ho : kh, j : j + kw * wo : kw]
+                view.copy_(torch.where(hit, grad, view))
                 left &= ~hit
         return gx, None, None
 
