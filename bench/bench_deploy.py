@@ -20,28 +20,26 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-import onnx  # noqa: E402
-from _record import run_header  # noqa: E402
-from onnx import TensorProto, helper  # noqa: E402
+import onnx
+from _record import run_header
+from onnx import TensorProto, helper
 
-from edgefl.client.run import export_model, model_metadata  # noqa: E402
-from edgefl.data.registry import DATASETS  # noqa: E402
-from edgefl.deploy import DeployRequest, deploy  # noqa: E402
-from edgefl.deploy.measure import ort_resident_increase  # noqa: E402
-from edgefl.errors import EdgeflError  # noqa: E402
-from edgefl.models.cost import ORT_FLOOR_BYTES, costs  # noqa: E402
-from edgefl.models.plan import inference_misfit, plan_inference  # noqa: E402
-from edgefl.models.zoo import ZOO, build_model, input_kind, make_spec, spec_label  # noqa: E402
-from edgefl.profiles import get_profile  # noqa: E402
+from edgefl.client.run import export_model, model_metadata
+from edgefl.data.registry import DATASETS
+from edgefl.deploy import DeployRequest, deploy
+from edgefl.deploy.measure import ort_resident_increase
+from edgefl.errors import EdgeflError
+from edgefl.models.cost import ORT_FLOOR_BYTES, costs
+from edgefl.models.plan import inference_misfit, plan_inference
+from edgefl.models.zoo import ZOO, build_model, input_kind, make_spec, spec_label
+from edgefl.profiles import get_profile
 
 PROFILES = ("wristband", "smartphone")
 # Budgets no model meets: the arena of a phone-only model is measured, not refused.

@@ -13,6 +13,7 @@ Writes bench/results/dp_memory.json and .md (command, date, machine, commit).
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import json
 import os
@@ -142,11 +143,15 @@ def render(result: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default=str(OUT), help="STEM: writes STEM.json and STEM.md")
+    args = ap.parse_args(argv)
+    out = Path(args.out)
     torch.set_num_threads(1)  # a device trains on one thread (edgefl.training.one_thread)
     result = {"header": header(), "rows": [measure(d) for d in ("mnist", "hapt")]}
-    OUT.with_suffix(".json").write_text(json.dumps(result, indent=1) + "\n")
-    OUT.with_suffix(".md").write_text(render(result))
+    out.with_suffix(".json").write_text(json.dumps(result, indent=1) + "\n")
+    out.with_suffix(".md").write_text(render(result))
     print(render(result))
 
 

@@ -15,20 +15,17 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import torch
+from _record import run_header
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _record import run_header  # noqa: E402
-
-from edgefl.client.run import export_model, model_metadata  # noqa: E402
-from edgefl.models.zoo import make_spec  # noqa: E402
-from edgefl.training import init_model  # noqa: E402
-from exporters import export as ex  # noqa: E402
+from edgefl.client.run import export_model, model_metadata
+from edgefl.models.zoo import make_spec
+from edgefl.training import init_model
+from exporters import export as ex
 
 # (model, input shape, classes, what it stands for)
 CASES = (

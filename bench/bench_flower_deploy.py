@@ -29,8 +29,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
-sys.path.insert(0, str(Path(__file__).parent))
-from bench_flower import tree_rss  # noqa: E402
+from bench_flower import tree_rss
 
 
 def harness():

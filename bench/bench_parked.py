@@ -23,8 +23,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _record import RSS_WRAPPER, run_header  # noqa: E402
+from _record import RSS_WRAPPER, run_header
 
 ROOT = Path(__file__).resolve().parents[1]
 EDGEFL = [

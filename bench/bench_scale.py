@@ -36,23 +36,22 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-import numpy as np  # noqa: E402
-import onnx  # noqa: E402
-import torch  # noqa: E402
-from _record import RSS_WRAPPER, run_header  # noqa: E402
-from onnx import numpy_helper  # noqa: E402
+import numpy as np
+import onnx
+import torch
+from _record import RSS_WRAPPER, run_header
+from onnx import numpy_helper
 
-import exporters  # noqa: E402
-from edgefl.client.run import export_model, model_metadata  # noqa: E402
-from edgefl.data import load_dataset  # noqa: E402
-from edgefl.data.partition import partition  # noqa: E402
-from edgefl.models.zoo import make_spec, role_of, spec_label  # noqa: E402
-from edgefl.profiles import get_profile  # noqa: E402
-from edgefl.training import DEFAULT_LR, TrainConfig, init_model, train  # noqa: E402
-from exporters.export import seal_metadata  # noqa: E402
+import exporters
+from edgefl.client.run import export_model, model_metadata
+from edgefl.data import load_dataset
+from edgefl.data.partition import partition
+from edgefl.models.zoo import make_spec, role_of, spec_label
+from edgefl.profiles import get_profile
+from edgefl.training import DEFAULT_LR, TrainConfig, init_model, train
+from exporters.export import seal_metadata
 
 SHAPE, CLASSES = (1, 28, 28), 10
 # (profile, zoo name, params): 80 % bands, 20 % phones split between two architectures.

@@ -19,8 +19,7 @@ import time
 from pathlib import Path
 from types import SimpleNamespace
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _record import run_header  # noqa: E402
+from _record import run_header
 
 
 def _one(teachers: int, samples: int, group: int, kind: str) -> dict:

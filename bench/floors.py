@@ -16,6 +16,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from _record import run_header
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
@@ -74,9 +76,6 @@ def run(click: str | None, venv: Path) -> str:
 
 
 def main() -> int:
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from _record import run_header
-
     head = run_header("bench/floors.py")
     rows = []
     for click in CLICKS:
