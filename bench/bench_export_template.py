@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import tempfile
 import time
@@ -108,6 +109,8 @@ def main() -> None:
     parser.add_argument("--out", default="bench/results/export_template")
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
+    # The graph kept on disk (exporters/graph_cache.py) would turn the fresh trace into a read.
+    os.environ["EDGEFL_CACHE_DIR"] = "off"
     torch.set_num_threads(1)
     report = run_header("bench/bench_export_template.py") | {"repeats": args.repeats}
     with tempfile.TemporaryDirectory() as tmp:

@@ -564,6 +564,7 @@ def downstream(folder: Path, data: bytes, pipeline: str | None) -> tuple[str, st
 
     import exporters
     from edgefl.data.public import load_public
+    from edgefl.errors import FusionError
     from edgefl.fusion import METHODS
     from edgefl.fusion.base import FusionContext
     from edgefl.fusion.screen import apply as apply_screen
@@ -607,6 +608,10 @@ def downstream(folder: Path, data: bytes, pipeline: str | None) -> tuple[str, st
             public=lambda: load_public(PUBLIC["public"], public_size=PUBLIC["public_size"], seed=0),
         )
         names = {u.name for u in found.uploads}
+        # The options in effect for the set's input and dataset, as `server fuse` runs them
+        # (some default by input kind: FedMHO's lr is unset until then).
+        task = found.uploads[0].meta
+        shape, dataset = task["input_shape"], task.get("dataset")
         if not set(verdict.out) | set(verdict.swap) <= names:
             return "downstream-failed", stage, "the screen names an upload not in the set", ""
         for name, options in TINY.items():
@@ -625,7 +630,14 @@ def downstream(folder: Path, data: bytes, pipeline: str | None) -> tuple[str, st
                         return "downstream-failed", stage, "uploads lost by the screen", ""
                     continue
                 ctx = FusionContext(share, device=cpu, seed=0, federation=found.uploads)
-                method.fuse(ctx, method.make_config(options))
+                try:
+                    method.fuse(ctx, method.effective_config(options, shape, dataset))
+                except FusionError:
+                    if not i:
+                        raise
+                    # The screen left too few of a kind for the method: `server fuse` reports
+                    # that as the method's refusal, a result of the run (not a crash).
+                    continue
                 aside = {u.name for u, _ in ctx.aside + ctx.partly}
                 if not aside <= {u.name for u in share}:
                     return "downstream-failed", stage, "set aside an upload it was not given", ""

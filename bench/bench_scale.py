@@ -252,6 +252,8 @@ def growth(rows: list[dict]) -> dict:
     for method, rs in by.items():
         rs.sort(key=lambda r: r["n"])
         for a, b in zip(rs, rs[1:], strict=False):
+            if a["n"] == b["n"]:  # merged runs of one size (held vs parked): no growth to fit
+                continue
             span = f"{a['n']}->{b['n']}"
             stages, later = _timings(a), _timings(b)
             ks = {}

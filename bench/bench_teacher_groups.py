@@ -27,10 +27,11 @@ def _one(teachers: int, samples: int, group: int, kind: str) -> dict:
     import torch
     from torch import nn
 
-    from edgefl.fusion import fedmho_cw, teachers
+    from edgefl.fusion import fedmho_cw
+    from edgefl.fusion import teachers as passes  # not `teachers`: the count's name
 
     torch.set_num_threads(1)
-    teachers.TEACHER_GROUP = group
+    passes.TEACHER_GROUP = group
     torch.manual_seed(0)
     ups = [
         SimpleNamespace(
@@ -45,7 +46,7 @@ def _one(teachers: int, samples: int, group: int, kind: str) -> dict:
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     start = time.perf_counter()
     if kind == "mean":
-        out = teachers.mean_teacher_logits(ups, x, torch.device("cpu"))
+        out = passes.mean_teacher_logits(ups, x, torch.device("cpu"))
     else:
         out = fedmho_cw._teacher(kind, ups, x, y, torch.device("cpu"))
     seconds = time.perf_counter() - start
