@@ -1,0 +1,263 @@
+"""Every maintained bench script at tiny scale (issue 58 item 6): a refactor must not break a
+bench that a results file cites. Each script imports (pytest puts bench/ on sys.path, as
+running `python bench/NAME.py` does) and builds its options; each table recorded in
+bench/results/ is rendered again from its JSON and must give the recorded rows; the benches
+whose measurement is cheap at a tiny size run it on a temporary folder."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCH = ROOT / "bench"
+RESULTS = BENCH / "results"
+SCRIPTS = sorted(p.stem for p in BENCH.glob("*.py") if p.stem not in ("_record", "floors"))
+
+
+def _recorded(name: str) -> dict:
+    return json.loads((RESULTS / name).read_text())
+
+
+def _rows(text: str) -> list[str]:
+    """A markdown text's table rows, their separator lines left out."""
+    return [
+        line for line in text.splitlines() if line.startswith("|") and not set(line) <= set("|-: ")
+    ]
+
+
+def _same_rows(text: str, md: str) -> None:
+    """Every table row rendered is in the recorded page (which may say more around them)."""
+    rows = _rows(text)
+    assert rows, text[:500]
+    page = set((RESULTS / md).read_text().splitlines())
+    missing = [r for r in rows if r not in page]
+    # A changed table format fails here: re-render the page with the script (or say why not).
+    assert not missing, f"rows not in bench/results/{md}: {missing[:3]}"
+
+
+def _run_main(monkeypatch, name: str, *argv: str) -> None:
+    """`python bench/NAME.py ARGV...` in this process (every main reads sys.argv)."""
+    monkeypatch.setattr(sys, "argv", [f"bench/{name}.py", *argv])
+    importlib.import_module(name).main()
+
+
+# --- every script --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_the_script_imports_and_builds_its_options(name, monkeypatch, capsys):
+    with pytest.raises(SystemExit) as done:
+        _run_main(monkeypatch, name, "--help")
+    assert done.value.code == 0
+    assert "usage:" in capsys.readouterr().out
+
+
+def test_every_script_is_listed_in_the_bench_readme():
+    readme = (BENCH / "README.md").read_text()
+    missing = [n for n in [*SCRIPTS, "_record", "floors"] if f"| `{n}.py` |" not in readme]
+    assert not missing, f"bench/README.md's table does not list {missing}"
+
+
+def test_the_record_header_and_the_floors():
+    from _record import run_header
+    from floors import floors
+
+    head = run_header("bench/x.py")
+    assert {"command", "date", "machine", "commit"} <= set(head)
+    assert {"typer", "rich"} <= set(floors())
+
+
+# --- the recorded tables, rendered again from their JSON ------------------------------------
+
+
+RENDERS = {
+    # case: (module, render(module, recorded JSON) -> markdown, STEM of STEM.json and STEM.md)
+    "datafree": ("bench_datafree", lambda m, d: m.markdown(d), "datafree"),
+    "datafree_converged": ("bench_datafree", lambda m, d: m.markdown(d), "datafree_converged"),
+    "datafree_coboosting": ("bench_datafree", lambda m, d: m.markdown(d), "datafree_coboosting"),
+    "datafree_hapt": ("bench_datafree_hapt", lambda m, d: m.markdown(d), "datafree_hapt_fedhydra"),
+    "dp_memory": ("bench_dp_memory", lambda m, d: m.render(d), "dp_memory"),
+    "export": ("bench_export", lambda m, d: m.markdown(d), "export"),
+    "export_template": ("bench_export_template", lambda m, d: m.markdown(d), "export_template"),
+    "flower": ("bench_flower", lambda m, d: m.markdown(d["rows"], d["meta"]), "flower_vgg9"),
+    "flower_deploy": (
+        "bench_flower_deploy",
+        lambda m, d: m.markdown(d["row"], d["meta"]),
+        "flower_deploy_vgg9",
+    ),
+    "fuse": ("bench_fuse", lambda m, d: m.markdown(d), "fuse"),
+    "fuzz": ("bench_fuzz", lambda m, d: m.markdown(d), "fuzz"),
+    "load": ("bench_load", lambda m, d: m.markdown(d), "load"),
+    "pfedzkd": ("bench_pfedzkd", lambda m, d: m.markdown(d), "pfedzkd"),
+    "public": (
+        "bench_public",
+        lambda m, d: m.markdown(d["meta"], d["part_a"], d["part_b"]),
+        "public_mnist",
+    ),
+    "parked": (
+        "bench_parked",
+        lambda m, d: m.table(d, d["upload_bytes"], d["phones"], d["methods"]),
+        "parked",
+    ),
+    "robust_clean": (
+        "bench_robust",
+        lambda m, d: m.clean_markdown(d["rows"], d["meta"]),
+        "robust_clean",
+    ),
+    "teacher_groups": (
+        "bench_teacher_groups",
+        lambda m, d: m._markdown(d, d["rows"]),
+        "teacher_groups",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(RENDERS))
+def test_a_recorded_table_renders_again(case):
+    module, render, stem = RENDERS[case]
+    text = render(importlib.import_module(module), _recorded(f"{stem}.json"))
+    _same_rows(text, f"{stem}.md")
+
+
+def test_datafree_render_mode(monkeypatch, tmp_path):
+    """`bench_datafree.py --render JSON... --out STEM`: rows of several runs merged."""
+    runs = [RESULTS / "datafree_coboosting.json"]
+    _run_main(
+        monkeypatch, "bench_datafree", "--render", *map(str, runs), "--out", str(tmp_path / "d")
+    )
+    _same_rows((tmp_path / "d.md").read_text(), "datafree_coboosting.md")
+
+
+@pytest.mark.parametrize(
+    ("name", "stem", "argv"),
+    [
+        ("bench_robust", "robust", ["--render"]),
+        ("bench_hapt", "hapt", ["--render"]),
+    ],
+)
+def test_render_modes_rewrite_the_page_from_its_json(name, stem, argv, monkeypatch, tmp_path):
+    shutil.copy(RESULTS / f"{stem}.json", tmp_path / f"{stem}.json")
+    _run_main(monkeypatch, name, *argv, "--out", str(tmp_path / stem))
+    _same_rows((tmp_path / f"{stem}.md").read_text(), f"{stem}.md")
+
+
+def test_privacy_render_mode(monkeypatch, tmp_path):
+    shutil.copy(RESULTS / "privacy_audit.json", tmp_path / "p.json")
+    _run_main(monkeypatch, "bench_privacy", "--render", str(tmp_path / "p.json"))
+    _same_rows((tmp_path / "p.md").read_text(), "privacy_audit.md")
+
+
+def test_fedmho_code_rerender_mode(monkeypatch, tmp_path):
+    shutil.copy(RESULTS / "fedmho_code_budget.json", tmp_path / "c.json")
+    _run_main(
+        monkeypatch,
+        "bench_fedmho_code",
+        "unused-run",
+        "--rerender",
+        "--record",
+        str(tmp_path / "c"),
+    )
+    _same_rows((tmp_path / "c.md").read_text(), "fedmho_code_budget.md")
+
+
+def test_scale_merge_mode(monkeypatch, tmp_path):
+    """`bench_scale.py --merge JSON... --out STEM`: one record of several runs, growth fitted."""
+    runs = [RESULTS / "scale_held_10k.json", RESULTS / "scale_parked_10k.json"]
+    _run_main(monkeypatch, "bench_scale", "--merge", *map(str, runs), "--out", str(tmp_path / "s"))
+    merged = json.loads((tmp_path / "s.json").read_text())
+    assert len(merged["runs"]) == 2
+    assert len(merged["rows"]) == sum(len(_recorded(p.name)["rows"]) for p in runs)
+    text = (tmp_path / "s.md").read_text()
+    assert _rows(text) and all(r["command"] in text for r in merged["runs"])
+
+
+# --- tiny measurements ---------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_teacher_groups_tiny(monkeypatch, tmp_path):
+    """Its whole path: one setting in a child process, the record written."""
+    _run_main(
+        monkeypatch,
+        "bench_teacher_groups",
+        *("--teachers", "2", "--samples", "10", "--groups", "1", "--kinds", "mean"),
+        *("--out", str(tmp_path / "tg")),
+    )
+    rows = json.loads((tmp_path / "tg.json").read_text())["rows"]
+    assert [(r["teachers"], r["samples"], r["group"], r["kind"]) for r in rows] == [
+        (2, 10, 1, "mean")
+    ]
+    assert "| 2 | 10 | mean | 1 |" in (tmp_path / "tg.md").read_text()
+
+
+def test_teacher_groups_cw_teacher_in_process(monkeypatch):
+    """The class-wise teacher kind (fedmho-cw's `_teacher`), which the child above skips."""
+    import bench_teacher_groups
+
+    from edgefl.fusion import teachers
+
+    monkeypatch.setattr(teachers, "TEACHER_GROUP", teachers.TEACHER_GROUP)  # _one sets it
+    row = bench_teacher_groups._one(3, 8, 2, "both")
+    assert row["teachers"] == 3 and row["kind"] == "both" and row["checksum"] == row["checksum"]
+
+
+def test_stacked_teachers_tiny(monkeypatch, tmp_path):
+    _run_main(
+        monkeypatch,
+        "bench_stacked_teachers",
+        *("--archs", "cnn", "--teachers", "2", "--samples", "8", "--threads", "1"),
+        *("--repeats", "1", "--out", str(tmp_path / "st")),
+    )
+    (row,) = json.loads((tmp_path / "st.json").read_text())["rows"]
+    assert row["arch"] == "cnn" and row["max_abs_diff"] < 1e-4  # the two ways agree
+    assert "| cnn | 1 |" in (tmp_path / "st.md").read_text()
+
+
+@pytest.mark.slow
+def test_fuzz_tiny(tmp_path):
+    """20 items of the recorded sources through validation, rebuild and the downstream stage
+    (the unmutated sources first: each method fuses them), one worker."""
+    import bench_fuzz
+
+    out = tmp_path / "fz"
+    bench_fuzz.main(
+        [
+            *("--n", "20", "--jobs", "1", "--pipeline-every", "0", "--every", "10"),
+            *("--uploads", str(RESULTS / "fuzz_sources"), "--out", str(out)),
+        ]
+    )
+    state = json.loads(out.with_suffix(".json").read_text())
+    counts = state["counts"]
+    assert sum(counts.values()) == 20, counts
+    assert counts.get("accepted", 0) + counts.get("rejected", 0) == 20, counts
+    assert "| downstream-failed | 0 |" in out.with_suffix(".md").read_text()
+
+
+@pytest.mark.slow
+def test_export_template_tiny(monkeypatch, tmp_path):
+    """A kept graph's file is byte-identical to a fresh trace's (the bench stops otherwise)."""
+    import bench_export_template
+
+    monkeypatch.setenv("EDGEFL_CACHE_DIR", "off")  # a fresh trace, not the disk's graph
+    row = bench_export_template.bench("cnn", (1, 8, 8), 10, 1, tmp_path)
+    assert row["bytes"] > 0 and set(row["median_s"]) == {"template", "trace"}
+
+
+@pytest.mark.slow
+def test_export_one_model_tiny(tmp_path):
+    """One small model through export, int8, ORT and torch timing, and the on-device probe."""
+    import bench_export
+
+    row = bench_export.bench_model("mlp", {1: 1, 64: 1}, tmp_path, set())
+    assert row["fp32_bytes"] > row["int8_bytes"] > 0
+    assert set(row["latency_ms"]) == {"1", "64"}
+    assert row["on_device_peak_rss_mib"]["fp32"] is not None
+    assert "| mlp | classifier |" in bench_export.markdown(
+        _recorded("export.json") | {"results": [row]}
+    )
