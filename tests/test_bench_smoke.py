@@ -6,7 +6,9 @@ whose measurement is cheap at a tiny size run it on a temporary folder."""
 
 from __future__ import annotations
 
+import ast
 import importlib
+import importlib.util
 import json
 import shutil
 import sys
@@ -56,6 +58,35 @@ def test_the_script_imports_and_builds_its_options(name, monkeypatch, capsys):
         _run_main(monkeypatch, name, "--help")
     assert done.value.code == 0
     assert "usage:" in capsys.readouterr().out
+
+
+def _importable(module: str, name: str) -> bool:
+    """`from module import name` would work: an attribute, or a submodule of a package."""
+    found = importlib.import_module(module)
+    if hasattr(found, name):
+        return True
+    return hasattr(found, "__path__") and importlib.util.find_spec(f"{module}.{name}") is not None
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_the_names_a_script_imports_late_exist(name):
+    """Imports inside functions (a script's heavy or forked parts) name edgefl's modules too:
+    one that a refactor moved fails here, not in the next recorded run."""
+    tree = ast.parse((BENCH / f"{name}.py").read_text())
+    late = [
+        node
+        for fn in ast.walk(tree)
+        if isinstance(fn, ast.FunctionDef)
+        for node in ast.walk(fn)
+        if isinstance(node, ast.ImportFrom) and node.module.split(".")[0] in ("edgefl", "exporters")
+    ]
+    missing = [
+        f"{node.module}.{alias.name}"
+        for node in late
+        for alias in node.names
+        if not _importable(node.module, alias.name)
+    ]
+    assert not missing, f"bench/{name}.py imports names that are gone: {missing}"
 
 
 def test_every_script_is_listed_in_the_bench_readme():
