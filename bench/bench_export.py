@@ -206,6 +206,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--quick", action="store_true", help="few runs: a smoke test")
     parser.add_argument("--skip-b64", default="", help="comma list of models without batch 64")
     args = parser.parse_args(argv)
+    # export seconds are a trace's, not a read of a graph an earlier run kept on disk
+    os.environ["EDGEFL_CACHE_DIR"] = "off"
 
     names = [n.strip() for n in args.models.split(",") if n.strip()] or [e.name for e in ZOO]
     unknown = [n for n in names if n not in ZOO]
