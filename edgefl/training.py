@@ -221,22 +221,33 @@ def _step_reporter(on_progress, plan, epoch: int, epochs: int):
 
 
 def _train_epoch(model, role, xt, yt, num_classes, cfg: TrainConfig, opt, gen) -> float:
-    """One pass over (xt, yt) in `cfg.batch_size` batches; the mean loss per sample."""
+    """One pass over (xt, yt) in `cfg.batch_size` batches; the mean loss per sample.
+
+    Memory (what `edgefl.models.cost.Costs.train_bytes` counts): the batch and its outputs die
+    with `_backward`'s frame before the optimizer steps, and the gradients are freed right after
+    it, so neither overlaps the next batch's forward. The same operations in the same order as
+    zeroing before each backward: the same weights bit for bit."""
     total, count = 0.0, 0
+    opt.zero_grad(set_to_none=True)
     for idx in _batches(len(xt), cfg.batch_size, gen):  # order drawn on the CPU
-        idx = idx.to(xt.device)
-        xb, yb = jitter(xt[idx], cfg.augment, gen), yt[idx]
-        if role == "classifier":
-            loss = F.cross_entropy(model(xb), yb)
-        else:
-            recon, mu, logvar = model(xb, F.one_hot(yb, num_classes).float())
-            loss = cvae_loss(recon, xb, mu, logvar)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
+        loss = _backward(model, role, xt, yt, idx.to(xt.device), num_classes, cfg.augment, gen)
         opt.step()
-        total += loss.item() * len(idx)
+        opt.zero_grad(set_to_none=True)
+        total += loss * len(idx)
         count += len(idx)
     return total / count
+
+
+def _backward(model, role, xt, yt, idx, num_classes, augment, gen) -> float:
+    """The gradients of batch `idx`'s loss; its value."""
+    xb, yb = jitter(xt[idx], augment, gen), yt[idx]
+    if role == "classifier":
+        loss = F.cross_entropy(model(xb), yb)
+    else:
+        recon, mu, logvar = model(xb, F.one_hot(yb, num_classes).float())
+        loss = cvae_loss(recon, xb, mu, logvar)
+    loss.backward()
+    return loss.item()
 
 
 def _dp_plan(model, samples, cfg: TrainConfig):

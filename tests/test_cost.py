@@ -1,10 +1,18 @@
 """The cost model against hand-computed values, the FedMHO paper's Table 2 and torch's counters."""
 
+import math
+
 import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from edgefl.models.cost import OPTIMIZER_STATE, costs, layer_table
+from edgefl.models.cost import (
+    OPTIMIZER_STATE,
+    OPTIMIZER_TEMPS,
+    TRAIN_MARGIN,
+    costs,
+    layer_table,
+)
 from edgefl.models.zoo import ZOO, build_model, make_spec
 
 MNIST = ((1, 28, 28), 10)
@@ -95,9 +103,14 @@ def test_tflm_arena_by_hand():
 
 
 def test_train_bytes_formula():
+    """Held (weights, state, the sample order) + the larger of backward and the step."""
     c = costs(make_spec("cnn", *MNIST))
     for opt, state in OPTIMIZER_STATE.items():
-        assert c.train_bytes(32, opt) == c.weight_bytes * (2 + state) + 32 * c.activation_bytes
+        step = c.weight_bytes + OPTIMIZER_TEMPS[opt] * c.largest_param_bytes
+        backward = max(a * 32 + b for a, b in c.backward)
+        held = c.weight_bytes * (1 + state) + 8 * 1000 + 16 * 32
+        want = math.ceil(TRAIN_MARGIN * (held + max(step, backward)))
+        assert c.train_bytes(32, opt, 1000) == want
 
 
 @pytest.mark.parametrize("name", ["cnn", "lenet5", "scnn", "vgg9", "cvae-large"])

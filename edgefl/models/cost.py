@@ -18,8 +18,9 @@ Counting conventions (so numbers compare with the FedMHO paper's Table 2, which 
 
 from __future__ import annotations
 
+import heapq
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 
 import torch
@@ -36,6 +37,12 @@ ORT_FLOOR_BYTES = int(16.4 * 2**20)
 # Optimizer state per parameter, in multiples of the parameter tensor (SGD keeps none,
 # momentum one buffer, Adam two moments).
 OPTIMIZER_STATE = {"sgd": 0, "sgd-momentum": 1, "adam": 2}
+# The optimizer step's temporaries, in largest-parameter tensors (torch's single-tensor CPU
+# path): Adam's denominator (the sqrt and its division alive at once); SGD works in place.
+OPTIMIZER_TEMPS = {"sgd": 0, "sgd-momentum": 0, "adam": 2}
+# What the backward walk (`backward_lines`) does not see: a few small tensors; the probe
+# measured at most 0.2 % above the walk on the zoo (bench/results/train_memory.md).
+TRAIN_MARGIN = 1.01
 # Forward + backward ~ 3 forward passes: backward computes gradients w.r.t. both the inputs and
 # the weights of each layer, each about one forward's MACs (Kaplan et al. 2020, the "6N" rule).
 TRAIN_MACS_PER_FORWARD = 3
@@ -89,11 +96,26 @@ class Costs:
     ghost: bool = False
     # The largest (input + output) of one layer call: the gradient pair a backward step holds.
     grad_step_bytes: int = 0
+    # The backward pass's live bytes beyond the weights, as lines (per sample, fixed): one per
+    # autograd node, see `backward_lines`. Not in as_dict (an internal schedule).
+    backward: tuple[tuple[float, float], ...] = field(default=(), repr=False)
 
-    def train_bytes(self, batch_size: int, optimizer: str) -> int:
-        """Weights + gradients + optimizer state + saved activations for one batch."""
-        state = OPTIMIZER_STATE[optimizer]
-        return self.weight_bytes * (2 + state) + batch_size * self.activation_bytes
+    def train_bytes(self, batch_size: int, optimizer: str, samples: int = 0) -> int:
+        """Peak bytes of one training step (edgefl.training), an upper bound of the probe's
+        measurement (edgefl.privacy.memory): held throughout, the weights, the optimizer's
+        state and the epoch's sample order (int64 per sample of the shard, `samples`) and batch
+        indices; on top, the larger of the backward pass (the batch, its outputs, the saved
+        activations still to be used, the gradients so far, the gradient buffers in flight and
+        the convolutions' work buffers: `backward_lines`) and the optimizer step (all the
+        gradients and its temporaries, OPTIMIZER_TEMPS)."""
+        b = batch_size
+        held = self.weight_bytes * (1 + OPTIMIZER_STATE[optimizer]) + 8 * samples + 16 * b
+        step = self.weight_bytes + OPTIMIZER_TEMPS[optimizer] * self.largest_param_bytes
+        if self.backward:
+            backward = max(a * b + c for a, c in self.backward)
+        else:  # a Costs built by hand: the old sum (all gradients and activations at once)
+            backward = self.weight_bytes + b * self.activation_bytes
+        return math.ceil(TRAIN_MARGIN * (held + max(backward, step)))
 
     def train_macs(self, samples: int) -> int:
         return TRAIN_MACS_PER_FORWARD * self.macs * samples
@@ -146,7 +168,9 @@ class Costs:
         return per * self.macs * samples
 
     def as_dict(self) -> dict:
-        return asdict(self)
+        out = asdict(self)
+        del out["backward"]
+        return out
 
 
 def _layer_macs(m: nn.Module, inputs: tuple, out: torch.Tensor) -> tuple[int, bool]:
@@ -358,7 +382,150 @@ def _costs_cached(spec_json: str) -> Costs:
         ghost=ghost,
         grad_step_bytes=FP32
         * max((c.in_elems + c.out_elems for c in calls if c.allocates), default=0),
+        backward=backward_lines(model, spec),
     )
+
+
+# Autograd nodes whose gradients are views of the one they receive (no new buffer).
+_GRAD_VIEWS = {
+    "TBackward0", "ViewBackward0", "UnsafeViewBackward0", "ReshapeAliasBackward0",
+    "TransposeBackward0", "PermuteBackward0", "SqueezeBackward0", "SqueezeBackward1",
+    "UnsqueezeBackward0", "AliasBackward0", "CatBackward0", "AddBackward0",
+}  # fmt: skip
+_ACCUMULATE = "torch::autograd::AccumulateGrad"
+
+
+def _saved_tensors(node) -> list[torch.Tensor]:
+    out = []
+    for name in dir(node):
+        if name.startswith("_saved_"):
+            v = getattr(node, name)
+            out += [t for t in (v if isinstance(v, (tuple, list)) else (v,)) if torch.is_tensor(t)]
+    return out
+
+
+def _kernel_work(node) -> int:
+    """A convolution's backward work buffers (oneDNN's): the larger of its gradient and input
+    in 16-channel blocks, and a weight-sized buffer; fitted on the zoo's convs with the probe."""
+    if node.name() != "ConvolutionBackward0":
+        return 0
+    x, out = node._saved_input, node._input_metadata[0].shape
+
+    def blocked(shape) -> int:
+        return -(-shape[1] // 16) * 16 * math.prod(shape[2:]) * shape[0]
+
+    return FP32 * (max(blocked(out), blocked(x.shape)) + node._saved_weight.numel())
+
+
+def _walk(loss: torch.Tensor, frame: list[torch.Tensor], params: set[int]) -> list[int]:
+    """Replays autograd's backward of `loss` (its CPU engine: ready nodes by sequence number,
+    highest first; a node's saved tensors freed when it ran, its gradient buffers when consumed,
+    the parameters' gradients kept) and returns the live bytes at each node, beyond the
+    parameters, with the `frame`'s tensors (the batch and the model's outputs) alive throughout."""
+    keep = {t.untyped_storage().data_ptr() for t in frame} | params
+    deps: dict = {}
+    nodes, stack = set(), [loss.grad_fn]
+    while stack:
+        n = stack.pop()
+        if n in nodes:
+            continue
+        nodes.add(n)
+        for f, _ in n.next_functions:
+            if f is not None:
+                deps[f] = deps.get(f, 0) + 1
+                stack.append(f)
+    holders: dict[int, set] = {}
+    size: dict[int, int] = {}
+    for n in nodes:
+        for t in _saved_tensors(n):
+            ptr = t.untyped_storage().data_ptr()
+            if ptr not in keep:
+                size[ptr] = t.untyped_storage().nbytes()
+                holders.setdefault(ptr, set()).add(n)
+    live = sum(size.values()) + sum(t.untyped_storage().nbytes() for t in frame)
+    grads: dict[int, list[int]] = {}  # buffer id -> [bytes, references]
+    inputs: dict = {n: [] for n in nodes}
+    ready, order, trace = [(0, 0, loss.grad_fn)], 1, []
+
+    def release(buf: int) -> int:
+        grads[buf][1] -= 1
+        return grads[buf][0] if grads[buf][1] == 0 else 0
+
+    while ready:
+        n = heapq.heappop(ready)[2]
+        if n.name() == _ACCUMULATE:  # its buffer becomes the parameter's .grad: kept
+            trace.append(live)
+            continue
+        received, targets = inputs[n], []
+        for f, i in n.next_functions:
+            if f is None:
+                continue
+            if n.name() in _GRAD_VIEWS and received:
+                buf = received[0]
+                grads[buf][1] += 1
+            else:
+                buf, order = order, order + 1
+                meta = f._input_metadata[i]
+                grads[buf] = [math.prod(meta.shape) * meta.dtype.itemsize, 1]
+                live += grads[buf][0]
+            if inputs[f] and f.name() != _ACCUMULATE:
+                live -= release(buf)  # summed into the buffer already there
+            else:
+                inputs[f].append(buf)
+            targets.append(f)
+        trace.append(live + _kernel_work(n))
+        live -= sum(release(buf) for buf in received)
+        for t in _saved_tensors(n):
+            ptr = t.untyped_storage().data_ptr()
+            if ptr in holders:
+                holders[ptr].discard(n)
+                if not holders[ptr]:
+                    live -= size.pop(ptr)
+                    del holders[ptr]
+        for f in targets:
+            deps[f] -= 1
+            if deps[f] == 0:
+                first = f.name() == _ACCUMULATE  # the engine runs these at once
+                heapq.heappush(ready, (-(2**64) if first else -f._sequence_nr(), order, f))
+                order += 1
+    return trace
+
+
+def _cvae_loss(recon, mu, logvar, x) -> torch.Tensor:
+    """edgefl.training.cvae_loss's operations (training sits above this package)."""
+    bce = nn.functional.binary_cross_entropy(recon.flatten(1), x.flatten(1), reduction="sum")
+    kld = -0.5 * torch.sum(1 + logvar - mu.pow(2) - logvar.exp())
+    return (bce + kld) / len(x)
+
+
+def backward_lines(model: nn.Module, spec: ModelSpec) -> tuple[tuple[float, float], ...]:
+    """The backward pass of edgefl.training's loss as lines in the batch size: the walk's live
+    bytes at each node at batches of 2 and 4 (every buffer but the gradients of the parameters
+    grows with the batch), as (per sample, fixed). Runs the model in training mode under a
+    forked RNG (a CVAE draws its noise)."""
+    traces = []
+    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    was_training = model.training
+    model.train()
+    with torch.random.fork_rng(devices=[]):
+        for b in (2, 4):
+            x, y = torch.rand(b, *spec.input_shape), torch.zeros(b, dtype=torch.long)
+            if role_of(spec) == "classifier":
+                frame = [x, y]
+                loss = nn.functional.cross_entropy(model(x), y)
+            else:
+                onehot = nn.functional.one_hot(y, spec.num_classes).float()
+                outs = model(x, onehot)
+                frame = [x, y, onehot, *outs]
+                loss = _cvae_loss(*outs, x)
+            traces.append(_walk(loss, frame, params))
+            del loss, frame
+    model.train(was_training)
+    lines = {((v4 - v2) / 2, v2 - (v4 - v2)) for v2, v4 in zip(*traces, strict=True)}
+    best: dict[float, float] = {}
+    for a, c in lines:
+        best[a] = max(c, best.get(a, c))
+    return tuple(sorted(best.items()))
 
 
 def runtime_needs(c: Costs) -> dict[str, tuple[int, int]]:

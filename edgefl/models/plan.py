@@ -113,7 +113,7 @@ def check_fit(
             )
             short.append("dp BatchNorm")
     else:
-        train = c.train_bytes(batch, opt)
+        train = c.train_bytes(batch, opt, samples)
         train_what = f"training memory (batch {batch}, {opt})"
         seconds = c.train_macs(samples) / profile.macs_per_second
     for tag, what, need, have, unit in (
