@@ -72,7 +72,7 @@ def test_window_jitter_starts_each_window_at_its_own_time():
 
 
 def test_auto_pixels_draw_images_but_not_windows():
-    from edgefl.fusion.base import _draws
+    from edgefl.fusion.samples import _draws
 
     assert _draws("auto", (1, 28, 28)) and not _draws("auto", (3, 1, 128))
     assert _draws("bernoulli", (3, 1, 128)) and not _draws("mean", (1, 28, 28))

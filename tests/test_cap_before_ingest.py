@@ -16,7 +16,7 @@ from fed_fixtures import build_federation
 import exporters
 from edgefl.errors import FusionError
 from edgefl.fusion import METHODS
-from edgefl.fusion.base import GROWS
+from edgefl.fusion.caps import GROWS
 from edgefl.server.fuse import FuseJob, run_fuse
 from edgefl.server.plan import plan
 

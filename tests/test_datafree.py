@@ -498,7 +498,7 @@ def test_label_skew_is_cramers_v_of_the_declared_counts():
 
 
 def test_pair_mixes_are_convex_combinations_of_two_rows():
-    from edgefl.fusion.base import pair_mixes
+    from edgefl.fusion.student import pair_mixes
 
     x = torch.randn(64, 1, 4, 4)
     gen = torch.Generator().manual_seed(3)

@@ -13,8 +13,8 @@ import torch
 
 from edgefl.client.run import ClientJob, run_client
 from edgefl.fusion import METHODS
-from edgefl.fusion.base import invert
 from edgefl.fusion.fedhydra import declared_skew, stratification_weights
+from edgefl.fusion.inversion import invert
 from edgefl.server.fuse import FuseJob, run_fuse
 
 GEN = dict(epochs=2, gen_steps=3, batch_size=32, nz=16, ngf=4)
@@ -121,7 +121,7 @@ def test_inverted_windows_keep_only_the_variation_the_teacher_asks_for(phones):
 
 
 def test_roughness_counts_neighbours_along_every_spatial_axis_of_more_than_one():
-    from edgefl.fusion.base import roughness
+    from edgefl.fusion.inversion import roughness
 
     window = torch.zeros(1, 3, 1, 4)
     window[0, 0, 0] = torch.tensor([0.0, 1.0, 1.0, 3.0])  # steps 1, 0, 2 along time

@@ -38,20 +38,18 @@ import exporters.atomic
 from edgefl.data import load_dataset
 from edgefl.errors import FusionError
 from edgefl.fusion import BUDGETS, METHODS, FusionContext, fedmho, fedmho_cw
-from edgefl.fusion.base import (
-    affine_jitter,
+from edgefl.fusion.averaging import average_classifiers
+from edgefl.fusion.base import federation_label_counts
+from edgefl.fusion.samples import (
     allocate,
-    average_classifiers,
     class_mean_filter,
     class_totals,
     decode,
-    federation_label_counts,
-    kd_loss,
     largest_remainder,
-    student_jitter,
-    train_student,
 )
+from edgefl.fusion.student import kd_loss, student_jitter, train_student
 from edgefl.fusion.teachers import teacher_logits
+from edgefl.models.augment import affine_jitter
 from edgefl.server.fuse import FuseJob, run_fuse
 from edgefl.server.ingest import ingest
 

@@ -55,7 +55,7 @@ def test_a_fused_model_never_steps_on_a_non_finite_loss():
     import torch
 
     from edgefl.errors import FusionError
-    from edgefl.fusion.base import descend
+    from edgefl.fusion.student import descend
 
     model = torch.nn.Linear(3, 2)
     before = [p.detach().clone() for p in model.parameters()]

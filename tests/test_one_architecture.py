@@ -15,7 +15,7 @@ from fed_fixtures import DECODERS, build_federation, build_mixed_federation, cop
 
 import exporters
 from edgefl.errors import FusionError
-from edgefl.fusion.base import average_classifiers, average_scope, one_architecture
+from edgefl.fusion.averaging import average_classifiers, average_scope, one_architecture
 from edgefl.models.parse import parse_model_arg
 from edgefl.server.fuse import FuseJob, run_fuse
 from edgefl.server.ingest import ingest

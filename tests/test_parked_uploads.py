@@ -16,7 +16,8 @@ from fed_fixtures import CLASSIFIERS, DECODERS, build_federation
 
 import exporters
 from edgefl.artifacts import upload as upload_mod
-from edgefl.fusion.base import average_classifiers, decode
+from edgefl.fusion.averaging import average_classifiers
+from edgefl.fusion.samples import decode
 from edgefl.fusion.teachers import mean_teacher_logits
 from edgefl.server import ingest as ingest_mod
 from edgefl.server.ingest import ingest, parking

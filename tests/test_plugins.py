@@ -26,9 +26,11 @@ from edgefl.client.weightless import APPLIERS
 from edgefl.data.public import public_fingerprint
 from edgefl.errors import ConfigError, FusionError
 from edgefl.fusion import BUDGETS, METHODS
-from edgefl.fusion.base import FusionConfig, FusionResult, Method, Reference, train_student
+from edgefl.fusion.base import FusionResult, Method, Reference
+from edgefl.fusion.config import FusionConfig
 from edgefl.fusion.options import declared, option
 from edgefl.fusion.public_set import PublicSetConfig, public_samples
+from edgefl.fusion.student import train_student
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -79,7 +81,7 @@ class CentroidConfig(FusionConfig):
 def _centroids(ctx, cfg: CentroidConfig) -> FusionResult:
     """Nearest class mean of the decoders' draws, as one linear layer: argmax_c of
     x . mu_c - |mu_c|^2 / 2 is the nearest mean in Euclidean distance."""
-    from edgefl.fusion.base import generate
+    from edgefl.fusion.samples import generate
 
     decoders = ctx.require("decoder")
     alloc = np.stack([np.where(u.label_counts > 0, cfg.per_class, 0) for u in decoders])

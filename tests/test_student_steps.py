@@ -1,5 +1,5 @@
 """Every optimiser step of a fused model (students and generators; FedHydra's stratification
-aside, see below) is `fusion.base.descend`, which refuses a non-finite loss and names the rate to
+aside, see below) is `fusion.student.descend`, which refuses a non-finite loss and names the rate to
 lower; DENSE and Co-Boosting distil their synthetic pools in one schedule, `pool_batches`
 (issue 35: one step and one loop, not seven)."""
 
@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from edgefl.errors import FusionError
-from edgefl.fusion.base import descend, pool_batches
+from edgefl.fusion.student import descend, pool_batches
 
 FUSION = Path(__file__).resolve().parents[1] / "edgefl" / "fusion"
 
@@ -35,7 +35,7 @@ def _backward_calls():
 def test_only_descend_steps_an_optimizer():
     # FedHydra's stratification keeps its own step on purpose: a (client, class) generator that
     # diverges loses only that pair's guidance measure, not the whole fusion.
-    assert sorted(set(_backward_calls())) == ["base.py:descend", "fedhydra.py:stratify"]
+    assert sorted(set(_backward_calls())) == ["fedhydra.py:stratify", "student.py:descend"]
 
 
 def test_a_generator_step_on_a_non_finite_loss_names_the_generator_rate():

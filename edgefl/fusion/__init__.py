@@ -19,15 +19,8 @@ from edgefl.fusion import (
     fedol,
     pfedzkd,
 )
-from edgefl.fusion.base import (
-    BUDGETS,
-    FusionConfig,
-    FusionContext,
-    FusionResult,
-    Method,
-    Reference,
-    check_budget,
-)
+from edgefl.fusion.base import BUDGETS, FusionContext, FusionResult, Method, Reference, check_budget
+from edgefl.fusion.config import FusionConfig
 from edgefl.registry import Registry
 
 

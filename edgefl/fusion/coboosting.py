@@ -39,12 +39,8 @@ from edgefl.fusion.base import (
     FusionResult,
     Method,
     Reference,
-    descend,
     fedhydra_table1,
     fedmho_table3,
-    jitter,
-    pool_batches,
-    student_jitter,
 )
 from edgefl.fusion.generator import (
     PAPER_GENERATOR,
@@ -59,6 +55,8 @@ from edgefl.fusion.generator import (
     teacher_forward,
 )
 from edgefl.fusion.options import option
+from edgefl.fusion.student import descend, pool_batches, student_jitter
+from edgefl.models.augment import jitter
 
 CONSTRAINTS = ("box", "simplex")
 

@@ -25,13 +25,9 @@ from edgefl.fusion.base import (
     FusionContext,
     FusionResult,
     Method,
-    descend,
     fedhydra_table1,
     fedmho_table3,
-    jitter,
     pfedzkd_table2,
-    pool_batches,
-    student_jitter,
 )
 from edgefl.fusion.generator import (
     PAPER_GENERATOR,
@@ -45,6 +41,8 @@ from edgefl.fusion.generator import (
     teacher_forward,
 )
 from edgefl.fusion.options import option
+from edgefl.fusion.student import descend, pool_batches, student_jitter
+from edgefl.models.augment import jitter
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,9 @@ from dataclasses import dataclass
 
 import exporters
 from edgefl.errors import FusionError
-from edgefl.fusion.base import EnsembleModule, FusionConfig, FusionContext, FusionResult, Method
+from edgefl.fusion.averaging import EnsembleModule
+from edgefl.fusion.base import FusionContext, FusionResult, Method
+from edgefl.fusion.config import FusionConfig
 
 
 @dataclass(frozen=True)

@@ -8,18 +8,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from edgefl.fusion.averaging import average_classifiers, average_scope, one_architecture
 from edgefl.fusion.base import (
-    FusionConfig,
     FusionContext,
     FusionResult,
     Method,
-    average_classifiers,
-    average_scope,
     fedhydra_table1,
     fedmho_table3,
-    one_architecture,
     pfedzkd_table2,
 )
+from edgefl.fusion.config import FusionConfig
 
 
 @dataclass(frozen=True)

@@ -20,18 +20,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from edgefl.fusion.base import (
-    FusionContext,
-    FusionResult,
-    Method,
-    allocate,
-    class_totals,
-    fedmho_table3,
-    generate,
-    per_class_counts,
-    train_student,
-)
+from edgefl.fusion.base import FusionContext, FusionResult, Method, fedmho_table3
 from edgefl.fusion.options import option, redefault
+from edgefl.fusion.samples import allocate, class_totals, generate, per_class_counts
+from edgefl.fusion.student import train_student
 from edgefl.fusion.student_options import ScratchStudentConfig
 
 

@@ -17,20 +17,19 @@ from dataclasses import dataclass
 import torch
 from torch.nn import functional as F
 
+from edgefl.fusion.averaging import average_classifiers, one_architecture
 from edgefl.fusion.base import (
     FusionContext,
     FusionResult,
     Method,
-    average_classifiers,
     fedhydra_table1,
     fedmho_table3,
-    one_architecture,
     pfedzkd_table2,
-    shuffled_epochs,
 )
 from edgefl.fusion.config import PublicSetConfig
 from edgefl.fusion.options import option
 from edgefl.fusion.public_set import public_samples
+from edgefl.fusion.student import shuffled_epochs
 from edgefl.fusion.teachers import mean_teacher_logits
 from edgefl.models.zoo import spec_label
 

@@ -24,8 +24,10 @@ from torch.nn import functional as F
 import exporters
 from edgefl.artifacts import read_header
 from edgefl.errors import ArtifactError, ConfigError, FusionError
-from edgefl.fusion.base import FusionConfig, FusionContext, FusionResult, Method, shuffled_epochs
+from edgefl.fusion.base import FusionContext, FusionResult, Method
+from edgefl.fusion.config import FusionConfig
 from edgefl.fusion.options import option
+from edgefl.fusion.student import shuffled_epochs
 
 
 @dataclass(frozen=True)

@@ -59,16 +59,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from edgefl.fusion.base import (
-    FusionContext,
-    FusionResult,
-    Method,
-    descend,
-    fedhydra_table1,
-    jitter,
-    pair_mixes,
-    student_jitter,
-)
+from edgefl.fusion.base import FusionContext, FusionResult, Method, fedhydra_table1
 from edgefl.fusion.generator import (
     PAPER_GENERATOR,
     BNStatLoss,
@@ -83,6 +74,8 @@ from edgefl.fusion.generator import (
     teacher_forward,
 )
 from edgefl.fusion.options import option
+from edgefl.fusion.student import descend, pair_mixes, student_jitter
+from edgefl.models.augment import jitter
 
 # A client's CE can underflow to exactly 0 when it is extremely confident (float32 softmax);
 # Eq. 2 would then divide by zero. Losses are recorded in float64 (0 only for logit gaps > ~700)

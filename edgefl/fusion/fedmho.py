@@ -30,25 +30,11 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from edgefl.fusion.base import (
-    AUGMENT,
-    STUDENT_JITTER_HELP,
-    FusionContext,
-    FusionResult,
-    Method,
-    allocate,
-    average_classifiers,
-    average_scope,
-    class_mean_filter,
-    fedmho_table3,
-    generate,
-    one_architecture,
-    per_class_counts,
-    pfedzkd_table2,
-    student_jitter,
-    train_student,
-)
+from edgefl.fusion.averaging import average_classifiers, average_scope, one_architecture
+from edgefl.fusion.base import FusionContext, FusionResult, Method, fedmho_table3, pfedzkd_table2
 from edgefl.fusion.options import option, redefault
+from edgefl.fusion.samples import allocate, class_mean_filter, generate, per_class_counts
+from edgefl.fusion.student import AUGMENT, STUDENT_JITTER_HELP, student_jitter, train_student
 from edgefl.fusion.student_options import SampledStudentConfig
 from edgefl.fusion.teachers import mean_teacher_logits, teacher_logits
 

@@ -28,22 +28,17 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from edgefl.fusion.averaging import average_classifiers, average_scope, one_architecture
 from edgefl.fusion.base import (
     FusionContext,
     FusionResult,
     Method,
-    allocate,
-    average_classifiers,
-    average_scope,
-    class_totals,
     client_label_counts,
     federation_label_counts,
-    generate,
-    one_architecture,
-    per_class_counts,
-    train_student,
 )
 from edgefl.fusion.options import option
+from edgefl.fusion.samples import allocate, class_totals, generate, per_class_counts
+from edgefl.fusion.student import train_student
 from edgefl.fusion.student_options import ScratchStudentConfig
 from edgefl.fusion.teachers import grouped_teacher_sum, mean_teacher_logits
 

@@ -28,10 +28,11 @@ from torch.nn import functional as F
 import exporters
 from edgefl.data.public import public_fingerprint
 from edgefl.errors import FusionError
-from edgefl.fusion.base import FusionContext, FusionResult, Method, shuffled_epochs
+from edgefl.fusion.base import FusionContext, FusionResult, Method
 from edgefl.fusion.config import PublicSetConfig
 from edgefl.fusion.options import option
 from edgefl.fusion.public_set import public_samples
+from edgefl.fusion.student import shuffled_epochs
 from edgefl.models.zoo import spec_label
 
 

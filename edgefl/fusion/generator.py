@@ -20,14 +20,10 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from edgefl.fusion.base import (
-    AUGMENT,
-    MAX_TEACHERS,
-    MAX_TEACHERS_HELP,
-    STUDENT_JITTER_HELP,
-    FusionConfig,
-)
+from edgefl.fusion.caps import MAX_TEACHERS, MAX_TEACHERS_HELP
+from edgefl.fusion.config import FusionConfig
 from edgefl.fusion.options import option
+from edgefl.fusion.student import AUGMENT, STUDENT_JITTER_HELP
 from edgefl.fusion.teachers import evaluation_form
 
 
@@ -62,7 +58,7 @@ class GeneratorConfig(FusionConfig):
     adv_weight: float = option(1.0, "generator loss: weight of the adversarial -KL term", low=0)
     nz: int = option(256, "generator noise dimension", low=1)
     ngf: int = option(16, "generator width (channels 2*ngf, ngf; paper: 64)", low=1)
-    # The teachers label a turned window as the original (base.STUDENT_JITTER_HELP's note).
+    # The teachers label a turned window as the original (student.STUDENT_JITTER_HELP's note).
     # None by default: a sample made against the teachers is labelled as it is. The teachers
     # are invariant to the clients' jitter near real data, not at the samples a generator or an
     # inversion pushes towards their decision boundaries, so a jittered synthetic window is a

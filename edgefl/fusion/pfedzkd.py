@@ -32,20 +32,13 @@ from torch.nn import functional as F
 
 from edgefl.artifacts import Upload
 from edgefl.errors import FusionError
-from edgefl.fusion.base import (
-    MAX_TEACHERS,
-    MAX_TEACHERS_HELP,
-    FusionConfig,
-    FusionContext,
-    FusionResult,
-    Method,
-    invert,
-    largest_remainder,
-    pair_mixes,
-    pfedzkd_table2,
-    shuffled_epochs,
-)
+from edgefl.fusion.base import FusionContext, FusionResult, Method, pfedzkd_table2
+from edgefl.fusion.caps import MAX_TEACHERS, MAX_TEACHERS_HELP
+from edgefl.fusion.config import FusionConfig
+from edgefl.fusion.inversion import invert
 from edgefl.fusion.options import option
+from edgefl.fusion.samples import largest_remainder
+from edgefl.fusion.student import pair_mixes, shuffled_epochs
 from edgefl.fusion.teachers import evaluation_form
 
 

@@ -6,16 +6,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from edgefl.fusion.base import (
-    AUGMENT,
-    AUGMENT_HELP,
-    LABELS,
-    LABELS_HELP,
-    PIXELS,
-    PIXELS_HELP,
-    FusionConfig,
-)
+from edgefl.fusion.config import FusionConfig
 from edgefl.fusion.options import option
+from edgefl.fusion.samples import LABELS, LABELS_HELP, PIXELS, PIXELS_HELP
+from edgefl.fusion.student import AUGMENT, AUGMENT_HELP
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ global model into it:
 
 - transfer data, decided from the result, never from the method's name: the samples the method
   trained on when it exposes them (`FusionResult.samples`: decoder or generator draws, a public
-  set), else samples inverted from the global model itself (`fusion.base.invert`);
+  set), else samples inverted from the global model itself (`fusion.inversion.invert`);
 - loss: KL(softmax(teacher / T) || softmax(student / T)) x T^2 (Hinton et al. 2015) at T = 4
   (pFedZKD's tau; between FedDF's 1 and DENSE's 20: the global model is confident on its own
   training samples, and a softer target carries the class similarities a small student lacks),
@@ -29,8 +29,9 @@ import torch
 from edgefl.bounds import Range
 from edgefl.data import DATASETS
 from edgefl.errors import ConfigError, EdgeflError
-from edgefl.fusion.base import FusionContext, FusionResult, invert
+from edgefl.fusion.base import FusionContext, FusionResult
 from edgefl.fusion.generator import kl_at
+from edgefl.fusion.inversion import invert
 from edgefl.models.augment import jitter
 from edgefl.models.cost import costs
 from edgefl.models.plan import inference_misfit, plan_inference

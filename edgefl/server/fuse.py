@@ -34,7 +34,8 @@ import torch
 import exporters
 from edgefl.artifacts import Upload
 from edgefl.errors import EdgeflError, FusionError
-from edgefl.fusion.base import FusionContext, FusionResult, over_caps
+from edgefl.fusion.base import FusionContext, FusionResult
+from edgefl.fusion.caps import over_caps
 from edgefl.fusion.options import effective
 from edgefl.outputs import Staging, lock_outputs
 from edgefl.progress import no_progress

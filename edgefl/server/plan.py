@@ -14,7 +14,8 @@ import torch
 
 from edgefl.errors import ConfigError, EdgeflError
 from edgefl.fusion import METHODS
-from edgefl.fusion.base import FusionConfig, Method
+from edgefl.fusion.base import Method
+from edgefl.fusion.config import FusionConfig
 from edgefl.outputs import check_replace, check_writable
 from edgefl.server import classes as device_classes
 from edgefl.server.ingest import Ingest

@@ -30,7 +30,7 @@ from edgefl.data.public import DEFAULT_PUBLIC_SIZE
 from edgefl.data.registry import DATASETS
 from edgefl.errors import ConfigError, FusionError
 from edgefl.fusion import DEFAULT_METHODS, METHODS, paper_reference
-from edgefl.fusion.base import over_caps
+from edgefl.fusion.caps import over_caps
 from edgefl.fusion.config import PublicSetConfig
 from edgefl.models.parse import parse_model_arg
 from edgefl.models.plan import plan

@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 from edgefl.artifacts import Upload
-from edgefl.fusion.base import invert
+from edgefl.fusion.inversion import invert
 from edgefl.fusion.screen.evidence import (
     COMMITTEE,
     MIN_SAMPLES,

@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 from edgefl.artifacts import Upload
-from edgefl.fusion.base import decode
+from edgefl.fusion.samples import decode
 from edgefl.fusion.screen.evidence import _claimed
 
 PER_CLASS = 64  # probe samples a decoder draws per class it claims

@@ -1,0 +1,63 @@
+"""Model inversion: inputs a frozen classifier maps to given soft labels (data-free
+methods' pseudo-samples, `server fuse --for`'s transfer set, the screen's coverage)."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+INVERSION_CHUNK = 256  # images optimised together; each image's loss is its own (sum, not mean)
+
+
+def invert(
+    teacher: nn.Module,
+    targets: torch.Tensor,
+    input_shape,
+    *,
+    steps: int,
+    lr: float,
+    tau: float,
+    gen: torch.Generator,
+    device: torch.device,
+    init_std: float = 1.0,
+    smooth: float = 0.0,
+) -> torch.Tensor:
+    """Pseudo-images x with softmax(teacher(x) / tau) ~ targets: Adam on v, x = sigmoid(v),
+    v ~ N(0, init_std^2 I). Only v gets gradients: the teacher's parameters are never touched.
+    `smooth` weighs a prior that real inputs satisfy and the teacher's loss does not ask for:
+    the squared differences of neighbouring samples along every spatial axis (`roughness`).
+
+    Adam moves every coordinate of v by about `lr` per step whatever its gradient, so what the
+    teacher ignores drifts as far as what it reads, and the start's noise stays: x carries
+    noise of the size of init_std and lr * steps. Pixels saturate at 0 or 1 anyway; a sensor
+    window's information is a small deviation around its range's centre, which that noise
+    drowns (`inversion_defaults`)."""
+    teacher = teacher.to(device).eval()
+    out = []
+    for chunk in targets.split(INVERSION_CHUNK):
+        y = chunk.to(device)
+        v = init_std * torch.randn(len(y), *input_shape, generator=gen)
+        v = v.to(device).requires_grad_(True)
+        opt = torch.optim.Adam([v], lr=lr)
+        for _ in range(steps):
+            x = torch.sigmoid(v)
+            logp = F.log_softmax(teacher(x) / tau, dim=1)
+            loss = -(y * logp).sum()  # soft-target cross-entropy, summed: images are independent
+            if smooth:
+                loss = loss + smooth * roughness(x).sum()
+            (v.grad,) = torch.autograd.grad(loss, [v])
+            opt.step()
+        out.append(torch.sigmoid(v).detach().cpu())
+    return torch.cat(out) if out else torch.zeros(0, *input_shape)
+
+
+def roughness(x: torch.Tensor) -> torch.Tensor:
+    """Per sample, the sum of squared differences between neighbouring values along every spatial
+    axis (dims 2 and up; an axis of size 1, like a window's (C, 1, L) middle one, adds nothing):
+    a window's steps in time, an image's in both directions."""
+    total = torch.zeros(len(x), dtype=x.dtype, device=x.device)
+    for dim in range(2, x.dim()):
+        if x.shape[dim] > 1:
+            total = total + x.diff(dim=dim).pow(2).flatten(1).sum(1)
+    return total
