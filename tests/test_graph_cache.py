@@ -54,6 +54,7 @@ def _child(seed: int, out, cache) -> bool:
     return json.loads(r.stdout.strip().splitlines()[-1])["dynamo"]
 
 
+@pytest.mark.slow  # three fresh processes, two of them tracing: ~10 s
 def test_a_later_process_skips_the_trace_and_writes_the_same_file(tmp_path):
     cache = tmp_path / "cache"
     assert _child(1, tmp_path / "a.onnx", cache)  # the first process traces ...
