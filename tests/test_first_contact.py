@@ -25,7 +25,7 @@ from edgefl.errors import ConfigError
 from edgefl.fusion import METHODS
 from edgefl.models.zoo import ZOO
 from edgefl.profiles import get_profile, list_profiles
-from edgefl.search.pso import BOUNDS, NULLABLE, PSOConfig
+from edgefl.search.pso_config import BOUNDS, NULLABLE, PSOConfig
 from edgefl.training import TRAIN_BOUNDS, TrainConfig
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -23,17 +23,9 @@ from edgefl.models.spec import ModelSpec
 from edgefl.models.zoo import build_model, make_spec
 from edgefl.profiles import get_profile
 from edgefl.search import run_search
-from edgefl.search.pso import (
-    Budget,
-    PSOConfig,
-    align,
-    legalize,
-    make_target,
-    random_genes,
-    repair,
-    sample_feasible,
-    tiniest,
-)
+from edgefl.search.budget import Budget, repair, sample_feasible, tiniest
+from edgefl.search.genes import align, legalize, make_target, random_genes
+from edgefl.search.pso_config import PSOConfig
 
 SHAPES = [(1, 8, 8), (1, 28, 28), (3, 32, 32)]
 

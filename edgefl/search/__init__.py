@@ -8,11 +8,11 @@ This package never imports the client.
 from edgefl.search.pso import (
     METHODS,
     Candidate,
-    PSOConfig,
     SearchResult,
     run_search,
     search_architecture,
 )
+from edgefl.search.pso_config import PSOConfig
 
 __all__ = [
     "METHODS",

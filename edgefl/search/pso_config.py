@@ -1,0 +1,109 @@
+"""The options of a PSO-FedNAS search (`PSOConfig`): the paper's defaults, the bounds each
+is checked against, and their parsing from command-line text (`--search-opt key=value`)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+from edgefl.bounds import Range
+from edgefl.errors import ConfigError
+from edgefl.models.nas import KERNELS, MAX_CHANNELS, MAX_DEPTH, MAX_HIDDEN, MIN_DEPTH
+
+
+@dataclass(frozen=True)
+class PSOConfig:
+    """Defaults are the paper's (Sec. 4.1.2) unless marked. The CLIs pass smaller, quicker
+    values (see `edgefl search --help`): the paper's budget is hours of CPU per client."""
+
+    particles: int = 20
+    generations: int = 10  # the paper also restarts the whole search 10 times; we run it once
+    candidate_epochs: int = 10
+    cg: float = 0.5  # the paper gives no value for its control factor C_g
+    p_conv: float = 0.7
+    max_depth: int = MAX_DEPTH
+    max_channels: int = MAX_CHANNELS
+    max_hidden: int = MAX_HIDDEN
+    max_kernel: int = 7
+    max_fc_layers: int = 2  # hidden FC layers before the head (paper's example: [C P C P F F])
+    fitness_samples: int | None = None  # edgefl: train candidates on a subset (None: all)
+    max_macs: int | None = None  # edgefl: extra MACs cap to keep CPU simulations fast
+    redraws: int = 8  # edgefl: infeasible random draws before repairing one
+
+    def __post_init__(self) -> None:
+        for name, bounds in BOUNDS.items():
+            value = getattr(self, name)
+            if value is not None or name not in NULLABLE:
+                bounds.check(f"--{_flag(name)}", value)
+        if self.max_kernel not in KERNELS:
+            raise ConfigError(f"--max-kernel must be one of {KERNELS}, got {self.max_kernel!r}")
+
+    @classmethod
+    def from_options(cls, options: dict[str, Any] | None) -> PSOConfig:
+        options = {k.replace("-", "_"): v for k, v in (options or {}).items() if v is not None}
+        names = {f.name for f in fields(cls)}
+        unknown = sorted(set(options) - names)
+        if unknown:
+            raise ConfigError(
+                f"unknown search option(s) {', '.join('--' + _flag(u) for u in unknown)}",
+                hint=f"PSO options: {', '.join('--' + _flag(n) for n in sorted(names))}",
+            )
+        return cls(**options)
+
+    @classmethod
+    def from_text(cls, texts: dict[str, str]) -> PSOConfig:
+        """Command-line text (`--search-opt key=value`), each value typed by its field's
+        annotation (int, float; `none` for a field that may be unset), not by its look."""
+        kinds = {f.name: f.type for f in fields(cls)}
+        options = {}
+        for key, text in texts.items():
+            name = key.strip().replace("-", "_")
+            options[name] = _typed(name, kinds.get(name), text.strip())
+        return cls.from_options(options)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+# PSOConfig's numeric fields and their ranges (the caps stay inside the `nas-cnn` search space);
+# a field in NULLABLE may also be None (unset). Tests generate values past each bound from here.
+BOUNDS = {
+    "particles": Range(1, integer=True),
+    "generations": Range(0, integer=True),
+    "candidate_epochs": Range(1, integer=True),
+    "cg": Range(0, 1),
+    "p_conv": Range(0, 1),
+    "max_depth": Range(MIN_DEPTH, MAX_DEPTH, integer=True),
+    "max_channels": Range(1, MAX_CHANNELS, integer=True),
+    "max_hidden": Range(1, MAX_HIDDEN, integer=True),
+    "max_fc_layers": Range(0, 4, integer=True),
+    "fitness_samples": Range(1, integer=True),
+    "max_macs": Range(1, integer=True),
+    "redraws": Range(1, integer=True),
+}
+NULLABLE = ("fitness_samples", "max_macs")
+
+# PSOConfig's field annotations (strings: this module defers them) -> (type, may be unset).
+_KINDS = {"int": (int, False), "float": (float, False), "int | None": (int, True)}
+
+
+def _typed(name: str, annotation: str | None, text: str) -> Any:
+    """`text` as the type `annotation` names; an unknown name is left as text for
+    `from_options` to refuse."""
+    if annotation is None:
+        return text
+    if annotation not in _KINDS:  # a new field of a kind the command line cannot type yet
+        raise TypeError(f"PSOConfig.{name}: no command-line parsing for {annotation!r}")
+    cast, nullable = _KINDS[annotation]
+    if nullable and text.lower() in ("none", "unset"):
+        return None
+    try:
+        return cast(text)
+    except ValueError:
+        what = "an integer" if cast is int else "a number"
+        unset = " (or none)" if nullable else ""
+        raise ConfigError(f"--{_flag(name)} must be {what}{unset}, got {text!r}") from None
+
+
+def _flag(name: str) -> str:
+    return name.replace("_", "-")
