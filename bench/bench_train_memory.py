@@ -8,11 +8,13 @@ step runs with the optimizer's state), so the estimate is taken for a shard of t
 "old estimate" is the formula before this bench (weights x (2 + state) + batch x activations).
 
     python bench/bench_train_memory.py            # ~1 min on 2 CPUs (VGG-9 steps)
-Writes bench/results/train_memory.json and .md (command, date, machine, commit).
+Writes bench/results/train_memory.json and .md (command, date, machine, commit); --out STEM
+writes STEM.json and STEM.md instead.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 from pathlib import Path
 
@@ -42,9 +44,12 @@ def measure(spec, role: str, batch: int, optimizer: str) -> int:
     return peak_bytes(lambda: train(init_model(spec, 0), role, x, y, spec.num_classes, cfg))
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     from edgefl.profiles import get_profile
 
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", default=str(OUT), help="STEM: writes STEM.json and STEM.md")
+    out = Path(ap.parse_args(argv).out)
     torch.set_num_threads(1)  # a device trains on one thread
     rows, seen = [], {}
     for name in PROFILES:
@@ -65,8 +70,8 @@ def main() -> None:
             })  # fmt: skip
             print(rows[-1], flush=True)
     result = {"header": run_header("bench/bench_train_memory.py"), "rows": rows}
-    OUT.with_suffix(".json").write_text(json.dumps(result, indent=1) + "\n")
-    OUT.with_suffix(".md").write_text(render(result))
+    out.with_suffix(".json").write_text(json.dumps(result, indent=1) + "\n")
+    out.with_suffix(".md").write_text(render(result))
 
 
 def _kib(n: float) -> str:
