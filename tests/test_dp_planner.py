@@ -6,6 +6,7 @@ before training, and DP training's progress per step."""
 
 from __future__ import annotations
 
+import dataclasses
 import io
 
 import numpy as np
@@ -216,3 +217,15 @@ def test_dp_training_reports_every_step_with_an_eta():
         reporter(*call)
     lines = stream.getvalue().splitlines()
     assert "left" in lines[1] and lines[-1].startswith(f"{DP_TASK} {steps}/{steps} done")
+
+
+def test_paper_models_keep_the_papers_roles_under_dp():
+    """--paper-models under --dp: the phones still train the paper's `cnn` (the planner's VGG-9
+    does not fit under DP, which turned them into CVAE clients) and the bands its CVAE."""
+    from edgefl.simulate.run import SimJob, _roles
+
+    job = SimJob(dataset="mnist", clients=2, mix="smartphone:1,wristband:1", paper_models=True)
+    for dp in (None, "8"):
+        _, models, roles = _roles(dataclasses.replace(job, dp=dp))
+        assert models == {"smartphone": "cnn", "wristband": "cvae-small"}
+        assert roles == {"smartphone": "classifier", "wristband": "generator"}

@@ -247,9 +247,13 @@ def _model_for(job: SimJob, profile: str, info, n_train: int) -> str:
     if profile in job.client_models:
         return job.client_models[profile]
     dp = job.dp is not None  # DP-SGD's memory and its BatchNorm-free models
-    role = plan(get_profile(profile), info, samples=n_train // job.clients, dp=dp).role
     if job.paper_models:
+        # The paper's roles (large devices classifiers, small ones CVAEs), as planned without
+        # DP: under DP the phone's planned VGG-9 does not fit, which turned the paper's `cnn`
+        # phones into CVAEs (the `cnn` itself fits them under DP).
+        role = plan(get_profile(profile), info, samples=n_train // job.clients).role
         return job.paper_classifier if role == "classifier" else "cvae-small"
+    role = plan(get_profile(profile), info, samples=n_train // job.clients, dp=dp).role
     cap = job.max_classifier_macs if role == "classifier" else None
     p = plan(
         get_profile(profile), info, samples=max(1, n_train // job.clients), max_macs=cap, dp=dp
