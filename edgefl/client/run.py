@@ -268,8 +268,7 @@ def run_client(job: ClientJob, *, on_epoch=None, on_status=None, on_progress=Non
 
     model = init_model(spec, job.fed_seed)
     cfg, budget = _train_config(job, profile, role, len(train_idx), augment)
-    if fit.dp_chunk is not None:  # DP-SGD clips as many samples at once as the budget holds
-        cfg = dataclasses.replace(cfg, dp_chunk=max(1, fit.dp_chunk))
+    cfg = _with_dp_chunk(cfg, fit)
     own = _device_data(data, train_idx, val_idx, attack, job.seed * 1000 + job.client_index)
     windows = window_treatment(spec, role)
     summary = _train_local(model, role, cfg, own, windows, on_epoch, on_progress)
@@ -289,11 +288,9 @@ def run_client(job: ClientJob, *, on_epoch=None, on_status=None, on_progress=Non
         partition=_partition_record(job, data, own.shard),
         privacy=privacy_record(summary.privacy, released, seeded=job.noise_seed is not None),
     )
-    Path(job.out_dir).mkdir(parents=True, exist_ok=True)
-    path = Path(job.out_dir) / f"{client_id}.onnx"
-    start = time.perf_counter()
-    meta, quant = _write_upload(job, model, spec, meta, path, own, role, public)
-    export_seconds = time.perf_counter() - start
+    path, meta, quant, export_seconds = _timed_upload(
+        job, client_id, model, spec, meta, own, role, public
+    )
     status(f"{client_id}: wrote {path} ({path.stat().st_size:,} bytes)")
     return ClientResult(
         path,
@@ -310,6 +307,23 @@ def run_client(job: ClientJob, *, on_epoch=None, on_status=None, on_progress=Non
         meta,
         _attacker_upload_accuracy(job, attack, role, path, own),
     )
+
+
+def _with_dp_chunk(cfg: TrainConfig, fit: Fit) -> TrainConfig:
+    """`cfg` with DP-SGD's chunk from the fit (unchanged without DP)."""
+    if fit.dp_chunk is None:
+        return cfg
+    # DP-SGD clips as many samples at once as the budget holds
+    return dataclasses.replace(cfg, dp_chunk=max(1, fit.dp_chunk))
+
+
+def _timed_upload(job: ClientJob, client_id: str, model, spec, meta, own, role, public):
+    """(path, metadata, quantization, export seconds): the upload written under job.out_dir."""
+    Path(job.out_dir).mkdir(parents=True, exist_ok=True)
+    path = Path(job.out_dir) / f"{client_id}.onnx"
+    start = time.perf_counter()
+    meta, quant = _write_upload(job, model, spec, meta, path, own, role, public)
+    return path, meta, quant, time.perf_counter() - start
 
 
 def _released_counts(job: ClientJob, own: _DeviceData, budget: Budget):

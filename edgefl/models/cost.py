@@ -336,6 +336,25 @@ def _examples(spec: ModelSpec) -> tuple[tuple[torch.Tensor, ...], tuple[torch.Te
     return (x, y), y
 
 
+def _uploaded_part(model: nn.Module, calls: list[LayerCall], onehot):
+    """(the module a client uploads, its layer calls): the classifier, or a CVAE's decoder."""
+    if onehot is None:
+        return model, calls
+    z = torch.zeros(1, model.latent_dim)
+    infer_calls, _ = trace(model.decoder, (z, onehot))
+    return model.decoder, infer_calls
+
+
+def _ghost(model: nn.Module, linears: list[LayerCall]) -> bool:
+    """Whether ghost clipping can train `model`: its runtime rule holds for these Linear calls."""
+    # The rule (edgefl.privacy.dpsgd): each Linear called once, on vectors.
+    return (
+        ghost_clippable(model)
+        and all(c.in_rank == 1 for c in linears)
+        and len({c.name for c in linears}) == len(linears)
+    )
+
+
 @lru_cache(maxsize=512)
 def _costs_cached(spec_json: str) -> Costs:
     spec = ModelSpec.from_json(spec_json)
@@ -346,23 +365,13 @@ def _costs_cached(spec_json: str) -> Costs:
     # Training keeps every layer's output for backward (ReLU saves its output, Conv/Linear their
     # input = the previous output), plus the input batch itself.
     act = FP32 * (math.prod(spec.input_shape) + sum(c.out_elems for c in calls if c.allocates))
-    if onehot is None:
-        upload, infer_calls = model, calls
-    else:
-        upload = model.decoder
-        z = torch.zeros(1, model.latent_dim)
-        infer_calls, _ = trace(upload, (z, onehot))
+    upload, infer_calls = _uploaded_part(model, calls, onehot)
     upload_params = _n_params(upload)
     # A chain executor frees each tensor once its consumer ran: the peak is the largest step.
     peak_step = max((c.in_elems + c.out_elems for c in infer_calls if c.allocates), default=0)
     head, tail = tflm_arena(infer_calls, math.prod(spec.input_shape))
     linears = [c for c in calls if c.kind == "Linear"]
-    # Ghost clipping's runtime rule (edgefl.privacy.dpsgd): each Linear called once, on vectors.
-    ghost = (
-        ghost_clippable(model)
-        and all(c.in_rank == 1 for c in linears)
-        and len({c.name for c in linears}) == len(linears)
-    )
+    ghost = _ghost(model, linears)
     return Costs(
         params=params,
         macs=sum(c.macs for c in calls),
@@ -417,12 +426,8 @@ def _kernel_work(node) -> int:
     return FP32 * (max(blocked(out), blocked(x.shape)) + node._saved_weight.numel())
 
 
-def _walk(loss: torch.Tensor, frame: list[torch.Tensor], params: set[int]) -> list[int]:
-    """Replays autograd's backward of `loss` (its CPU engine: ready nodes by sequence number,
-    highest first; a node's saved tensors freed when it ran, its gradient buffers when consumed,
-    the parameters' gradients kept) and returns the live bytes at each node, beyond the
-    parameters, with the `frame`'s tensors (the batch and the model's outputs) alive throughout."""
-    keep = {t.untyped_storage().data_ptr() for t in frame} | params
+def _graph(loss: torch.Tensor) -> tuple[set, dict]:
+    """(the autograd nodes behind `loss`, each node's number of consumers among them)."""
     deps: dict = {}
     nodes, stack = set(), [loss.grad_fn]
     while stack:
@@ -434,6 +439,11 @@ def _walk(loss: torch.Tensor, frame: list[torch.Tensor], params: set[int]) -> li
             if f is not None:
                 deps[f] = deps.get(f, 0) + 1
                 stack.append(f)
+    return nodes, deps
+
+
+def _saved_storages(nodes: set, keep: set[int]) -> tuple[dict[int, set], dict[int, int]]:
+    """(the nodes holding each saved storage outside `keep`, that storage's bytes)."""
     holders: dict[int, set] = {}
     size: dict[int, int] = {}
     for n in nodes:
@@ -442,52 +452,84 @@ def _walk(loss: torch.Tensor, frame: list[torch.Tensor], params: set[int]) -> li
             if ptr not in keep:
                 size[ptr] = t.untyped_storage().nbytes()
                 holders.setdefault(ptr, set()).add(n)
+    return holders, size
+
+
+def _release(grads: dict[int, list[int]], buf: int) -> int:
+    """The bytes freed by dropping one reference to gradient buffer `buf` (0 while it is held)."""
+    grads[buf][1] -= 1
+    return grads[buf][0] if grads[buf][1] == 0 else 0
+
+
+def _send_gradients(n, inputs: dict, grads: dict[int, list[int]], order: int):
+    """(the nodes `n` sends a gradient to, the next buffer id, the live bytes that adds)."""
+    received, targets, added = inputs[n], [], 0
+    for f, i in n.next_functions:
+        if f is None:
+            continue
+        if n.name() in _GRAD_VIEWS and received:  # a view of the gradient it received
+            buf = received[0]
+            grads[buf][1] += 1
+        else:
+            buf, order = order, order + 1
+            meta = f._input_metadata[i]
+            grads[buf] = [math.prod(meta.shape) * meta.dtype.itemsize, 1]
+            added += grads[buf][0]
+        if inputs[f] and f.name() != _ACCUMULATE:
+            added -= _release(grads, buf)  # summed into the buffer already there
+        else:
+            inputs[f].append(buf)
+        targets.append(f)
+    return targets, order, added
+
+
+def _free_saved(n, holders: dict[int, set], size: dict[int, int]) -> int:
+    """The bytes of the saved storages whose last holder is `n`, which has run."""
+    freed = 0
+    for t in _saved_tensors(n):
+        ptr = t.untyped_storage().data_ptr()
+        if ptr in holders:
+            holders[ptr].discard(n)
+            if not holders[ptr]:
+                freed += size.pop(ptr)
+                del holders[ptr]
+    return freed
+
+
+def _schedule(targets: list, deps: dict, ready: list, order: int) -> int:
+    """The next order number, once the `targets` whose last input arrived are pushed on `ready`."""
+    for f in targets:
+        deps[f] -= 1
+        if deps[f] == 0:
+            first = f.name() == _ACCUMULATE  # the engine runs these at once
+            heapq.heappush(ready, (-(2**64) if first else -f._sequence_nr(), order, f))
+            order += 1
+    return order
+
+
+def _walk(loss: torch.Tensor, frame: list[torch.Tensor], params: set[int]) -> list[int]:
+    """Replays autograd's backward of `loss` (its CPU engine: ready nodes by sequence number,
+    highest first; a node's saved tensors freed when it ran, its gradient buffers when consumed,
+    the parameters' gradients kept) and returns the live bytes at each node, beyond the
+    parameters, with the `frame`'s tensors (the batch and the model's outputs) alive throughout."""
+    keep = {t.untyped_storage().data_ptr() for t in frame} | params
+    nodes, deps = _graph(loss)
+    holders, size = _saved_storages(nodes, keep)
     live = sum(size.values()) + sum(t.untyped_storage().nbytes() for t in frame)
     grads: dict[int, list[int]] = {}  # buffer id -> [bytes, references]
     inputs: dict = {n: [] for n in nodes}
     ready, order, trace = [(0, 0, loss.grad_fn)], 1, []
-
-    def release(buf: int) -> int:
-        grads[buf][1] -= 1
-        return grads[buf][0] if grads[buf][1] == 0 else 0
-
     while ready:
         n = heapq.heappop(ready)[2]
         if n.name() == _ACCUMULATE:  # its buffer becomes the parameter's .grad: kept
             trace.append(live)
             continue
-        received, targets = inputs[n], []
-        for f, i in n.next_functions:
-            if f is None:
-                continue
-            if n.name() in _GRAD_VIEWS and received:
-                buf = received[0]
-                grads[buf][1] += 1
-            else:
-                buf, order = order, order + 1
-                meta = f._input_metadata[i]
-                grads[buf] = [math.prod(meta.shape) * meta.dtype.itemsize, 1]
-                live += grads[buf][0]
-            if inputs[f] and f.name() != _ACCUMULATE:
-                live -= release(buf)  # summed into the buffer already there
-            else:
-                inputs[f].append(buf)
-            targets.append(f)
+        targets, order, added = _send_gradients(n, inputs, grads, order)
+        live += added
         trace.append(live + _kernel_work(n))
-        live -= sum(release(buf) for buf in received)
-        for t in _saved_tensors(n):
-            ptr = t.untyped_storage().data_ptr()
-            if ptr in holders:
-                holders[ptr].discard(n)
-                if not holders[ptr]:
-                    live -= size.pop(ptr)
-                    del holders[ptr]
-        for f in targets:
-            deps[f] -= 1
-            if deps[f] == 0:
-                first = f.name() == _ACCUMULATE  # the engine runs these at once
-                heapq.heappush(ready, (-(2**64) if first else -f._sequence_nr(), order, f))
-                order += 1
+        live -= sum(_release(grads, buf) for buf in inputs[n])
+        live -= _free_saved(n, holders, size)
+        order = _schedule(targets, deps, ready, order)
     return trace
 
 

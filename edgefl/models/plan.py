@@ -116,6 +116,29 @@ def check_fit(
         train = c.train_bytes(batch, opt, samples)
         train_what = f"training memory (batch {batch}, {opt})"
         seconds = c.train_macs(samples) / profile.macs_per_second
+    over, over_short = _budgets_exceeded(c, profile, train, train_what, seconds)
+    reasons += over
+    short += over_short
+    return Fit(
+        not reasons,
+        tuple(reasons),
+        tuple(short),
+        train,
+        seconds,
+        batch,
+        opt,
+        samples,
+        chunk,
+        clipping,
+    )
+
+
+def _budgets_exceeded(
+    c: Costs, profile: Profile, train: int, train_what: str, seconds: float
+) -> tuple[list[str], list[str]]:
+    """(reasons, terse tags) for each of the profile's budgets that the need exceeds."""
+    budget = profile.ram_budget_bytes
+    reasons, short = [], []
     for tag, what, need, have, unit in (
         ("train", train_what, train, budget, "B"),
         ("infer", "inference peak memory", c.infer_peak_bytes, budget, "B"),
@@ -131,18 +154,7 @@ def check_fit(
         if need > have:
             reasons.append(_over(what, need, have, unit))
             short.append(f"{tag} {ratio_text(need, have)}")
-    return Fit(
-        not reasons,
-        tuple(reasons),
-        tuple(short),
-        train,
-        seconds,
-        batch,
-        opt,
-        samples,
-        chunk,
-        clipping,
-    )
+    return reasons, short
 
 
 @lru_cache(maxsize=512)
