@@ -26,19 +26,11 @@ def _repair_decoders(decoders, source, asked, classifiers, probs, judges):
     if not judges:
         return verdict, asked
     k = probs[judges[0]].shape[1]
-    holders = {c: tuple(i for i in judges if c in _claimed(classifiers[i])) for c in range(k)}
-
-    @functools.cache
-    def read_for(a: int) -> np.ndarray:  # the reading of the judges that hold label a
-        if not holders[a]:  # no judge holds it: none can say a sample is one (-1: no class)
-            return np.full(len(asked), -1)
-        return np.mean([probs[i] for i in holders[a]], axis=0).argmax(1)
-
-    found = {}
-    for d, u in enumerate(decoders):
-        got = _decoder_relabelling(d, source, asked, read_for, k, holders)
-        if got is not None and u.rebuilt:
-            found[d] = got
+    found = {
+        d: got
+        for d, got in relabelled_decoders(decoders, source, asked, classifiers, probs, judges)
+        if decoders[d].rebuilt
+    }
     if 2 * len(found) > len(decoders):  # honest majority: then the judges are the odd ones
         return _note(
             f"no decoder repaired: {len(found)} of {len(decoders)} draw other "
@@ -62,7 +54,31 @@ def _repair_decoders(decoders, source, asked, classifiers, probs, judges):
     return verdict, asked
 
 
-def _decoder_relabelling(d, source, asked, read_for, k, holders):
+def relabelled_decoders(decoders, source, asked, classifiers, probs, judges, loose=False):
+    """[(decoder index, (perm, seen))] for each decoder whose draws the judges read as other
+    classes than asked for (`_decoder_relabelling`), however many they are. `loose`: on the
+    label moves alone, without asking that the other decoders' draws of a label read as it (to
+    keep a decoder's draws out of the evidence, not to repair it: when most decoders are
+    flipped, the others' draws of a label are not it)."""
+    if not judges:
+        return []
+    k = probs[judges[0]].shape[1]
+    holders = {c: tuple(i for i in judges if c in _claimed(classifiers[i])) for c in range(k)}
+
+    @functools.cache
+    def read_for(a: int) -> np.ndarray:  # the reading of the judges that hold label a
+        if not holders[a]:  # no judge holds it: none can say a sample is one (-1: no class)
+            return np.full(len(asked), -1)
+        return np.mean([probs[i] for i in holders[a]], axis=0).argmax(1)
+
+    found = (
+        (d, _decoder_relabelling(d, source, asked, read_for, k, holders, loose))
+        for d in range(len(decoders))
+    )
+    return [(d, got) for d, got in found if got is not None]
+
+
+def _decoder_relabelling(d, source, asked, read_for, k, holders, loose=False):
     """(perm: new label c -> the decoder's label perm[c], the classes whose label is known)
     when the judges read its draws for some label l clearly as another class c (`_draws_as`).
     A label's draws are read by the judges that hold it (`holders`, `read_for(l)`), and one no
@@ -88,7 +104,7 @@ def _decoder_relabelling(d, source, asked, read_for, k, holders):
     # A relabelled decoder moves most of its labels (a flip) or a closed set of them (a swap);
     # one label read as a similar class the judges hold better is not a relabelling (measured:
     # an honest decoder's 6s read as 5 and "repaired" cost FedMHO 2.7 points).
-    if not _relabelled(sure, trusted) or not _relabelled(moves, labels):
+    if not (loose or _relabelled(sure, trusted)) or not _relabelled(moves, labels):
         return None
     # Classes whose label is known: the moved ones, and those read as themselves. A label it
     # holds too little of to draw here (a flip moved it too) stays unknown: counted 0, never

@@ -20,7 +20,7 @@ from edgefl.fusion.screen.classifiers import (
     _tempered,
     _unscreenable,
 )
-from edgefl.fusion.screen.decoder_repair import _repair_decoders
+from edgefl.fusion.screen.decoder_repair import _repair_decoders, relabelled_decoders
 from edgefl.fusion.screen.decoders import _judge_decoders, _screen_decoders_alone
 from edgefl.fusion.screen.evidence import _classify, _committee
 from edgefl.fusion.screen.probe import Probe, _make_probe
@@ -147,21 +147,30 @@ def _trusted_reference(classifiers, decoders, probs, probe) -> tuple[np.ndarray,
     asked (a flipped decoder's draws would make honest classifiers look relabelled); without
     decoders, the committee of the judges (half of them poisoned would move a median of all)."""
     first = _judge(classifiers, probs, None, probe.asked)[0]
+    if probe.asked is not None and 2 * len(first) >= len(classifiers):
+        # Judged on the decoders' labels, half the classifiers or more look uninformed: the
+        # labels are the odd ones (four flipped decoders of five had three honest classifiers
+        # set aside, measured MNIST Dir(0.5) seed 1); the judges are chosen by their committee.
+        first = _judge(classifiers, probs, None, None)[0]
     judges = [i for i, u in enumerate(classifiers) if u.name not in first]
     if probe.asked is not None:
         doubted = _judge_decoders(
             decoders, probe.x, probe.source, probe.asked, classifiers, probs, judges
         )
-        # A decoder the judges find relabelled (`_repair_decoders`) is no evidence on what a
-        # classifier's outputs mean either: two flipped decoders' draws, asked for the same
-        # label and drawing other classes, had an honest classifier "repaired" 0<->8 and two
-        # set aside (measured, MNIST Dir(0.5) seed 1: the ensemble 84.0 -> 78.0).
-        relabelled = _repair_decoders(
-            decoders, probe.source, probe.asked, classifiers, probs, judges
-        )[0].swap
+        # A decoder the judges read as relabelled is no evidence on what a classifier's outputs
+        # mean, however many there are (whether to repair them is decided later): two flipped
+        # decoders' draws had an honest classifier "repaired" 0<->8 and two set aside
+        # (measured, MNIST Dir(0.5) seed 1: the ensemble 84.0 -> 78.0), four had three honest
+        # classifiers set aside as uninformed (84.0 -> 75.6).
+        relabelled = {
+            d
+            for d, _ in relabelled_decoders(
+                decoders, probe.source, probe.asked, classifiers, probs, judges, loose=True
+            )
+        }
         mask = np.isin(
             probe.source,
-            [i for i, d in enumerate(decoders) if d.name in doubted or d.name in relabelled],
+            [i for i, d in enumerate(decoders) if d.name in doubted or i in relabelled],
         )
         return np.where(mask, -1, probe.asked), judges
     return _committee([probs[i] for i in judges] if judges else probs), judges
