@@ -11,6 +11,7 @@ from .atomic import atomic_write_bytes, atomic_write_text, write_model_atomic
 from .constant import read_constant_outputs, write_constant_artifact
 from .errors import ExportError, UploadRejected
 from .export import MAX_INLINE_BYTES, ExportReport, export_onnx
+from .folder import IngestResult, ingest_dir, list_uploads
 from .graph import weights_hash, without_weights
 from .peek import declared_kinds, peek_kind, peek_metadata
 from .quantize import QUANTIZED_TAG, quantize_int8
@@ -27,9 +28,6 @@ from .validate import (
     DEFAULT_ALLOWED_OPS,
     DEFAULT_MAX_TENSOR_ELEMENTS,
     DEFAULT_MAX_UPLOAD_BYTES,
-    IngestResult,
-    ingest_dir,
-    list_uploads,
     validate_upload,
 )
 

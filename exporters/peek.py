@@ -18,8 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from .errors import UploadRejected
+from .folder import list_uploads
 from .schema import METADATA_KEY, decode_metadata
-from .validate import DEFAULT_MAX_UPLOAD_BYTES, list_uploads, open_upload
+from .validate import DEFAULT_MAX_UPLOAD_BYTES, open_upload
 
 # onnx.proto: ModelProto.metadata_props = 14, each a StringStringEntryProto (key 1, value 2).
 _METADATA_PROPS, _KEY, _VALUE = 14, 1, 2

@@ -36,13 +36,13 @@ def federation(tmp_path_factory):
 def validated(monkeypatch) -> list[str]:
     """The files ingest's per-file validation is asked to check, in the order asked."""
     seen: list[str] = []
-    real = exporters.validate.validate_upload
+    real = exporters.folder.validate_upload
 
     def spy(path, **kw):
         seen.append(Path(path).name)
         return real(path, **kw)
 
-    monkeypatch.setattr(exporters.validate, "validate_upload", spy)
+    monkeypatch.setattr(exporters.folder, "validate_upload", spy)
     return seen
 
 
