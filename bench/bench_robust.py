@@ -157,7 +157,8 @@ def robust_again(seed: int, kind: str, n: int, work: Path, args) -> dict:
 
 def attackers_of(attack: str, seed: int) -> dict[str, str]:
     from edgefl.client.attacks import parse_attacks
-    from edgefl.simulate.run import SimJob, client_jobs
+    from edgefl.simulate.job import SimJob
+    from edgefl.simulate.run import client_jobs
 
     job = SimJob(
         dataset="mnist",
@@ -382,7 +383,8 @@ def clean_jobs(name: str, seed: int, out: Path, steps: tuple[int, int] = (WEAK, 
     from edgefl.client.run import client_shard
     from edgefl.data import load_dataset
     from edgefl.profiles import get_profile
-    from edgefl.simulate.run import SimJob, client_jobs
+    from edgefl.simulate.job import SimJob
+    from edgefl.simulate.run import client_jobs
 
     job = SimJob(**CLEAN[name], seed=seed, out=str(out))
     jobs = client_jobs(job)

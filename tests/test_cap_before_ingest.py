@@ -184,7 +184,7 @@ def test_simulate_refuses_a_batch_method_before_its_ingest(federation, tmp_path,
 
 
 def _sim(out, methods, cap):
-    from edgefl.simulate.run import SimJob
+    from edgefl.simulate.job import SimJob
 
     return SimJob(
         dataset="digits",

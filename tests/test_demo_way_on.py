@@ -11,8 +11,9 @@ import pytest
 from cli_lines import parses
 
 from edgefl.cli.simulate_cmd import print_results, print_way_on
+from edgefl.simulate.job import SimJob
 from edgefl.simulate.render import seconds_text
-from edgefl.simulate.run import SimJob, simulate
+from edgefl.simulate.run import simulate
 
 
 def tiny(out: Path) -> SimJob:

@@ -222,7 +222,8 @@ def test_dp_training_reports_every_step_with_an_eta():
 def test_paper_models_keep_the_papers_roles_under_dp():
     """--paper-models under --dp: the phones still train the paper's `cnn` (the planner's VGG-9
     does not fit under DP, which turned them into CVAE clients) and the bands its CVAE."""
-    from edgefl.simulate.run import SimJob, _roles
+    from edgefl.simulate.job import SimJob
+    from edgefl.simulate.run import _roles
 
     job = SimJob(dataset="mnist", clients=2, mix="smartphone:1,wristband:1", paper_models=True)
     for dp in (None, "8"):

@@ -17,7 +17,8 @@ from onnx import numpy_helper  # noqa: E402
 from edgefl.flower import engine  # noqa: E402
 from edgefl.flower.engine import train_clients_flower  # noqa: E402
 from edgefl.flower.resources import client_resources, plan_groups  # noqa: E402
-from edgefl.simulate.run import SimJob, client_jobs, simulate  # noqa: E402
+from edgefl.simulate.job import SimJob  # noqa: E402
+from edgefl.simulate.run import client_jobs, simulate  # noqa: E402
 
 FAST = {"fedmho-sd": {"epochs": 2, "synthetic": 300}, "fedol": {"epochs": 1, "rounds": 2}}
 

@@ -18,7 +18,8 @@ from edgefl.reproduce import run as rep
 from edgefl.reproduce.render import table_markdown
 from edgefl.reproduce.run import ReproduceJob, cells, summarize
 from edgefl.reproduce.tables import FEDMHO_TABLE3, TABLES, Budget
-from edgefl.simulate.run import SimJob, client_jobs, parse_mix
+from edgefl.simulate.job import SimJob, parse_mix
+from edgefl.simulate.run import client_jobs
 
 SIM_FIELDS = {f.name for f in fields(SimJob)}
 

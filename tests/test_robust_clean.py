@@ -102,7 +102,8 @@ def test_the_clean_federation_bench_loads_and_renders(tmp_path):
     import importlib.util
     from pathlib import Path
 
-    from edgefl.simulate.run import SimJob, client_jobs
+    from edgefl.simulate.job import SimJob
+    from edgefl.simulate.run import client_jobs
 
     path = Path(__file__).resolve().parents[1] / "bench" / "bench_robust.py"
     spec = importlib.util.spec_from_file_location("bench_robust", path)

@@ -8,7 +8,8 @@ from reported import onnx_accuracy
 
 import exporters
 from edgefl.simulate import run as sim
-from edgefl.simulate.run import SimJob, simulate
+from edgefl.simulate.job import SimJob
+from edgefl.simulate.run import simulate
 
 FAST = {m: {"epochs": 2, "synthetic": 300} for m in ("fedmho", "fedmho-sd", "fedcvae-ens")}
 

@@ -230,7 +230,8 @@ def simulate_cmd(
     """Run a whole one-shot federation: train every client, fuse with each method, evaluate."""
     from edgefl.client.attacks import parse_attacks
     from edgefl.client.privacy import check_request
-    from edgefl.simulate.run import SimJob, simulate
+    from edgefl.simulate.job import SimJob
+    from edgefl.simulate.run import simulate
 
     check_request(dp, label_counts)  # a bad --dp or --label-counts: before anything loads
     trainer = _trainer(engine)  # an unknown engine or a missing extra: before any work
@@ -408,7 +409,8 @@ def demo_cmd(
     from edgefl.models.zoo import spec_label
     from edgefl.outputs import check_writable
     from edgefl.profiles import get_profile
-    from edgefl.simulate.run import SimJob, simulate
+    from edgefl.simulate.job import SimJob
+    from edgefl.simulate.run import simulate
 
     check_writable(out, "--out", "runs/demo", folder_ok=True)  # before any work
     scale = (5, 1000) if quick else (10, 3000)  # global epochs, synthetic samples

@@ -22,8 +22,9 @@ from edgefl.flower.client_app import make_client_app
 from edgefl.flower.collect import Collected, dispatch, wait_for_nodes
 from edgefl.flower.resources import Group, available_memory, client_resources, plan_groups
 from edgefl.progress import no_progress
+from edgefl.simulate.job import SimJob
 from edgefl.simulate.resume import finished
-from edgefl.simulate.run import SimJob, check_attackers, client_jobs
+from edgefl.simulate.run import check_attackers, client_jobs
 
 
 def train_clients_flower(job: SimJob, log, progress=no_progress) -> list[dict]:

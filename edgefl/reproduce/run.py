@@ -30,7 +30,8 @@ from edgefl.fusion.layering import layer
 from edgefl.reproduce.render import plot_table, table_markdown
 from edgefl.reproduce.tables import TABLES, Budget, Table
 from edgefl.server.plan import resolve_device
-from edgefl.simulate.run import SEARCH, SimJob, check_resumable, simulate
+from edgefl.simulate.job import SEARCH, SimJob
+from edgefl.simulate.run import check_resumable, simulate
 
 OWN = "own"  # --federation: each method in its own paper's client setting
 

@@ -38,7 +38,7 @@ class Budget:
     seeds: tuple[int, ...]
     estimate: str  # how long it takes, and on what
     substitutes: dict[str, str] = field(default_factory=dict)  # paper prototype -> trained instead
-    # Fields of edgefl.simulate.run.SimJob the clients' training takes from this budget
+    # Fields of edgefl.simulate.job.SimJob the clients' training takes from this budget
     # (classifier_epochs, generator_lr, ...); anything unset is the profile's.
     simulate: dict[str, Any] = field(default_factory=dict)
     fusion: str = "cpu"  # the methods' named budget (edgefl.fusion.BUDGETS)

@@ -1,0 +1,211 @@
+"""What one simulation is asked to do: `SimJob`, its defaults and its checks (every flag said
+wrong before any client trains), and the --mix of device classes it runs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from device_profiles import OPTIMIZERS
+from edgefl.bounds import Range
+from edgefl.client.attacks import parse_attacks
+from edgefl.client.privacy import check_request
+from edgefl.data.public import DEFAULT_PUBLIC_SIZE
+from edgefl.data.registry import DATASETS
+from edgefl.errors import ConfigError
+from edgefl.fusion import DEFAULT_METHODS, METHODS
+from edgefl.outputs import check_writable
+from edgefl.profiles import get_profile
+from edgefl.search import METHODS as SEARCHES
+from edgefl.search import PSOConfig
+from edgefl.server.classes import EPOCHS as FOR_EPOCHS
+from edgefl.server.classes import SAMPLES as FOR_SAMPLES
+from edgefl.server.classes import ClassRequest, parse_request
+from edgefl.server.plan import resolve_device
+
+# Budget-true classifiers are capped so a 10-client CPU simulation of every method stays within
+# minutes (bench/ records the effect); the cap never lets a model exceed its device's budget.
+DEFAULT_MAX_CLASSIFIER_MACS = 2_000_000
+SEARCH = "search:"  # --client-model PROFILE=search:pso
+# The ranges of simulate's own numbers: counts and batch sizes, and the local schedules.
+AT_LEAST_ONE = Range(1)
+POSITIVE = Range(0, low_open=True)
+
+
+@dataclass(frozen=True)
+class SimJob:
+    dataset: str = "mnist"
+    clients: int = 10
+    partition: str = "dirichlet:0.5"
+    mix: str = "smartphone:5,wristband:5"
+    methods: tuple[str, ...] = DEFAULT_METHODS
+    seed: int = 0
+    out: str = "runs/sim"
+    jobs: int = 1
+    device: str = "auto"  # fusion
+    train_device: str = "cpu"  # client training: cpu (device-like) | cuda | auto
+    paper_models: bool = False
+    paper_classifier: str = "cnn"  # with --paper-models: cnn (small prototype) or vgg9
+    max_classifier_macs: int | None = DEFAULT_MAX_CLASSIFIER_MACS
+    classifier_epochs: int | None = None  # default: the profile's
+    generator_epochs: int | None = None
+    classifier_lr: float | None = None  # default: the client's for the profile's optimizer
+    generator_lr: float | None = None
+    subset: int | None = None  # use only this many training samples (quick runs)
+    data_dir: str | None = None
+    fuse_options: dict[str, dict[str, Any]] = field(default_factory=dict)  # method -> options
+    public_size: int | None = None  # public split carved from train (default 5,000 if needed)
+    # The model every client of a device class trains, whatever the planner or --paper-models
+    # would pick, and regardless of its budget: {"wristband": "cnn"} puts classifiers on the
+    # wristbands (a paper's own client setting, e.g. FedMHO's Table 1 for its baselines).
+    # "search:pso" instead of a model: each such client searches its own architecture under
+    # its budget on its own data (pFedZKD's PSO-FedNAS), with `search_options`.
+    client_models: dict[str, str] = field(default_factory=dict)
+    search_options: dict[str, Any] = field(default_factory=dict)  # PSOConfig fields
+    # Poisoned clients (edgefl.client.attacks): kind -> count; for each kind in order, the first
+    # COUNT clients of a role it applies to. Recorded in the report, never in an upload.
+    attacks: dict[str, int] = field(default_factory=dict)
+    classifier_optimizer: str | None = None  # sgd | sgd-momentum | adam (default: the profile's)
+    generator_optimizer: str | None = None
+    classifier_batch_size: int | None = None  # default: the profile's
+    generator_batch_size: int | None = None
+    # --for: every global model distilled into one model per device class (server fuse --for).
+    for_classes: str | None = None
+    for_epochs: int = FOR_EPOCHS
+    for_samples: int = FOR_SAMPLES
+    for_max_macs: int | None = None
+    # Every client's privacy (edgefl.client.privacy): --dp's text and --label-counts.
+    dp: str | None = None
+    label_counts: str = "exact"
+
+    def classes(self) -> ClassRequest | None:
+        return parse_request(
+            self.for_classes,
+            epochs=self.for_epochs,
+            samples=self.for_samples,
+            max_macs=self.for_max_macs,
+            eval_ref=f"{self.dataset}:test",
+        )
+
+    def validate(self) -> None:
+        check_writable(self.out, "--out", "runs/sim", folder_ok=True)
+        self.classes()  # an unknown profile or one no classifier fits: before any training
+        AT_LEAST_ONE.check("--clients", self.clients, hint="e.g. --clients 10")
+        AT_LEAST_ONE.check("--jobs", self.jobs, hint="e.g. --jobs 2")
+        for m in self.methods:
+            METHODS.get(m)
+        for m in self.fuse_options:
+            METHODS.get(m)
+        resolve_device(self.train_device, "--train-device")
+        self._check_public()
+        profiles = set(parse_mix(self.mix, self.clients))
+        if self.attacks:
+            parse_attacks(",".join(f"{k}:{n}" for k, n in self.attacks.items()))
+        self._check_searches()
+        self._check_client_models(profiles)
+        self._check_training()
+        check_request(self.dp, self.label_counts)
+
+    def _check_public(self) -> None:
+        train = DATASETS.get(self.dataset).train_size if self.dataset in DATASETS else None
+        if self.public and train is not None and self.public >= train:
+            # Said now, not by every client worker once training starts.
+            raise ConfigError(
+                f"the public set ({self.public:,} samples) must be smaller than {self.dataset}'s "
+                f"{train:,} training samples",
+                hint=f"e.g. --public-size {max(1, train // 5)}",
+            )
+
+    def _check_searches(self) -> None:
+        """--client-model PROFILE=search:NAME names a known search; --search-opt, one asked for."""
+        searched = {p: m for p, m in self.client_models.items() if m.startswith(SEARCH)}
+        for prof, model in searched.items():
+            if model[len(SEARCH) :] not in SEARCHES:
+                raise ConfigError(
+                    f"--client-model {prof}={model}: unknown search",
+                    hint=f"e.g. {prof}={SEARCH}{SEARCHES[0]}",
+                )
+        if self.search_options:
+            if not searched:
+                raise ConfigError(
+                    "--search-opt is given, but no --client-model PROFILE="
+                    f"{SEARCH}{SEARCHES[0]} searches",
+                    hint=f"e.g. --client-model wristband={SEARCH}{SEARCHES[0]}",
+                )
+            PSOConfig.from_options(self.search_options)  # an unknown or bad option: now
+
+    def _check_client_models(self, profiles: set[str]) -> None:
+        for prof in self.client_models:
+            if prof not in profiles:
+                raise ConfigError(
+                    f"--client-model names {prof!r}, which no client of --mix {self.mix} is",
+                    hint=f"name one of {', '.join(sorted(profiles))}, e.g. --client-model "
+                    f"{sorted(profiles)[0]}=cnn",
+                )
+
+    def _check_training(self) -> None:
+        """The clients' optimizers, batch sizes and schedules."""
+        for flag, name in (
+            ("--classifier-optimizer", self.classifier_optimizer),
+            ("--generator-optimizer", self.generator_optimizer),
+        ):
+            if name is not None and name not in OPTIMIZERS:
+                raise ConfigError(
+                    f"{flag} must be one of {', '.join(OPTIMIZERS)}, got {name!r}",
+                    hint=f"e.g. {flag} adam, or leave it out for the profile's",
+                )
+        for flag, size in (
+            ("--classifier-batch-size", self.classifier_batch_size),
+            ("--generator-batch-size", self.generator_batch_size),
+        ):
+            if size is not None:
+                AT_LEAST_ONE.check(
+                    flag, size, hint=f"e.g. {flag} 64, or leave it out for the profile's"
+                )
+        # Checked here, by the simulate flag's name, before any client trains.
+        schedule = (
+            ("--classifier-lr", self.classifier_lr, "1e-3"),
+            ("--generator-lr", self.generator_lr, "1e-3"),
+            ("--classifier-epochs", self.classifier_epochs, "10"),
+            ("--generator-epochs", self.generator_epochs, "10"),
+        )
+        for flag, value, example in schedule:
+            if value is not None:
+                POSITIVE.check(
+                    flag, value, hint=f"e.g. {flag} {example}, or leave it out for the default"
+                )
+
+    @property
+    def needs_predictions(self) -> bool:
+        return any("predictions" in METHODS.get(m).consumes for m in self.methods)
+
+    @property
+    def needs_public(self) -> bool:
+        return any(METHODS.get(m).public_data for m in self.methods)
+
+    @property
+    def public(self) -> int:
+        """Samples carved out of train as the unlabeled public set (0 when no method uses it)."""
+        if self.public_size is not None:
+            return self.public_size
+        return DEFAULT_PUBLIC_SIZE if self.needs_public else 0
+
+
+def parse_mix(mix: str, clients: int) -> list[str]:
+    """'smartphone:5,wristband:5' -> a profile name per client, in order."""
+    out: list[str] = []
+    for part in filter(None, (p.strip() for p in mix.split(","))):
+        name, _, count = part.rpartition(":")
+        if not name or not count.isdigit():
+            raise ConfigError(
+                f"--mix expects PROFILE:COUNT,..., got {part!r}",
+                hint="e.g. --mix smartphone:5,wristband:5",
+            )
+        get_profile(name)
+        out += [name] * int(count)
+    if len(out) != clients:
+        raise ConfigError(
+            f"--mix assigns {len(out)} clients but --clients is {clients}",
+            hint="make the counts in --mix add up to --clients",
+        )
+    return out
