@@ -132,7 +132,7 @@ def fuse_methods(
         if early and not keep_going:
             raise next(iter(early.values()))
         for name, error in early.items():  # said now, not after the others' fusion
-            log(f"{name} refused: {error.message}")
+            log_lines(log, f"{name} refused: {error.message}")
         outcomes = []
         if left:
             # The parked modules are read until the last method has fused.
@@ -255,7 +255,7 @@ def _reports(
             if not keep_going:
                 raise error
             if name not in said:
-                log(f"{name} refused: {error.message}")
+                log_lines(log, f"{name} refused: {error.message}")
             report = refused_report(name, error)
         reports[name] = report
     return reports
@@ -329,3 +329,11 @@ def fuse_one(
         method=name,
     )
     return ctx, p.method.fuse(ctx, p.config)
+
+
+def log_lines(log, text: str) -> None:
+    """`text` logged line by line: a log line escapes control characters, a newline inside one
+    included (shown as \\x0a); a message's own lines (the uploads it went without, each name
+    escaped where it was written) stay lines."""
+    for line in text.splitlines():
+        log(line)

@@ -33,7 +33,7 @@ from edgefl.models.plan import plan
 from edgefl.models.zoo import role_of
 from edgefl.profiles import get_profile
 from edgefl.progress import no_progress
-from edgefl.server.fuse import fuse_methods, refused_report
+from edgefl.server.fuse import fuse_methods, log_lines, refused_report
 from edgefl.server.plan import plan as plan_fuse
 from edgefl.server.plan import resolve_device
 from edgefl.simulate.job import SEARCH, SimJob, parse_mix
@@ -336,7 +336,7 @@ def _fuse_batch(job: SimJob, batch, folder: Path, log, progress) -> dict[str, di
         )
     except FusionError as exc:  # no usable uploads in the folder: every method's result
         for p in plans:
-            log(f"{p.method.name} refused: {exc.message}")
+            log_lines(log, f"{p.method.name} refused: {exc.message}")
         return {p.method.name: refused_report(p.method.name, exc) for p in plans}
 
 
