@@ -111,33 +111,40 @@ def _sealed(module, graph_args: tuple, metadata: dict, parity, atol: float):
     module's structure when there is one and it passes `parity`, else traced (and kept)."""
     key = _structure_key(module, *graph_args)
     kept = _TEMPLATES.get(key) if key is not None else None
-    if kept is None and key is not None:
-        kept = _kept_on_disk(key, module)
+    # The disk's key (it hashes source files) only where the disk is read or written.
+    disk = _disk_key(key, module) if kept is None else None
+    if kept is None and disk is not None:
+        kept = _kept_on_disk(key, disk)
     for from_template in (True, False) if kept is not None else (False,):
         if from_template:
             model = _from_template(key, kept, module)
         else:
             model = _torch_to_onnx(module, *graph_args)
-            _keep_template(key, model, module)
+            _keep_template(key, model, module, disk)
         seal_metadata(model, metadata, "graph")
         max_diff = parity(model.SerializeToString())
         if max_diff <= atol or not from_template:
             break
+        disk = disk or _disk_key(key, module)  # a graph read from disk earlier in the process
         _TEMPLATES.pop(key, None)  # not seen yet; the exporter's own graph decides
         _REFUSED.add(key)
-        disk = graph_cache.disk_key(key, module)
         if disk is not None:
             graph_cache.forget(disk)
     return model, max_diff
 
 
-def _kept_on_disk(key: str, module) -> _Template | None:
-    """The graph an earlier process kept on disk for this structure (`graph_cache`), now also
-    kept in this process; None when templates are off, refused, or none was kept."""
-    if key in _REFUSED or _TEMPLATES_MAX <= 0:
+def _disk_key(key: str | None, module) -> str | None:
+    """`key`'s name on disk (`graph_cache.disk_key`); None where nothing is kept there: no
+    structure key, a refused one, templates off, or the cache disabled."""
+    if key is None or key in _REFUSED or _TEMPLATES_MAX <= 0 or graph_cache.folder() is None:
         return None
-    disk = graph_cache.disk_key(key, module)
-    found = graph_cache.load(disk) if disk is not None else None
+    return graph_cache.disk_key(key, module)
+
+
+def _kept_on_disk(key: str, disk: str) -> _Template | None:
+    """The graph an earlier process kept on disk (`graph_cache`) under `disk`, now also kept in
+    this process for `key`; None when none was kept."""
+    found = graph_cache.load(disk)
     if found is None:
         return None
     _TEMPLATES[key] = template = _Template(*found)
@@ -308,11 +315,12 @@ def _structure_key(module, example_inputs, input_names, output_names, opset) -> 
     return digest.hexdigest()
 
 
-def _keep_template(key: str | None, model: onnx.ModelProto, module) -> None:
+def _keep_template(key: str | None, model: onnx.ModelProto, module, disk: str | None) -> None:
     """Keep `model`'s graph for `key` when each of its initializers is either a parameter's
     or buffer's exact value, stored raw (a weight, filled in per export), or named after none
-    (a constant); otherwise keep nothing. Built field by field: a copy of the model would hold
-    its weights' memory for as long as the template lives."""
+    (a constant); otherwise keep nothing; and on disk under `disk` (None: not). Built field by
+    field: a copy of the model would hold its weights' memory for as long as the template
+    lives."""
     if key is None or key in _REFUSED or _TEMPLATES_MAX <= 0:
         return
     state = _tensors(module)
@@ -342,7 +350,6 @@ def _keep_template(key: str | None, model: onnx.ModelProto, module) -> None:
     _TEMPLATES[key] = _Template(template, tuple(weights))
     while len(_TEMPLATES) > _TEMPLATES_MAX:
         _TEMPLATES.popitem(last=False)
-    disk = graph_cache.disk_key(key, module)
     if disk is not None:  # for the next process: it skips torch.export's imports and trace
         graph_cache.store(disk, template, tuple(weights))
 
