@@ -37,6 +37,14 @@ def printable(text: str, lines: bool = False) -> str:
     return str(text).translate(_CONTROL_LINES if lines else _CONTROL)
 
 
+def log_lines(log, text: str) -> None:
+    """`text` logged line by line: a log line escapes control characters, a newline inside one
+    included (shown as \\x0a); a message's own lines (the uploads a method went without, each
+    name escaped where it was written) stay lines."""
+    for line in text.splitlines():
+        log(line)
+
+
 def no_progress(task: str, done: int, total: int, note: str = "") -> None:
     """The progress callable of work nobody watches."""
 

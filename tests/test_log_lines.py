@@ -1,11 +1,10 @@
-"""A refusal is logged line by line (edgefl.server.fuse.log_lines): the uploads it went without
+"""A refusal is logged line by line (edgefl.progress.log_lines): the uploads it went without
 each on a line of their own, not run together with "\\x0a" as a run's log escapes a newline
 inside one line; a newline inside an upload's name stays escaped on its own line."""
 
 from __future__ import annotations
 
-from edgefl.progress import printable
-from edgefl.server.fuse import log_lines
+from edgefl.progress import log_lines, printable
 from edgefl.server.selection import why_not
 
 

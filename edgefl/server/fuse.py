@@ -38,7 +38,7 @@ from edgefl.fusion.base import FusionContext, FusionResult
 from edgefl.fusion.caps import over_caps
 from edgefl.fusion.options import effective
 from edgefl.outputs import Staging, lock_outputs
-from edgefl.progress import no_progress
+from edgefl.progress import log_lines, no_progress
 from edgefl.server import classes as device_classes
 from edgefl.server.ingest import Ingest, check_max_epsilon, ingest, parking, resident_limit
 from edgefl.server.plan import FuseRun, Planned, check_inputs, check_replacing, plan, resolve_device
@@ -329,11 +329,3 @@ def fuse_one(
         method=name,
     )
     return ctx, p.method.fuse(ctx, p.config)
-
-
-def log_lines(log, text: str) -> None:
-    """`text` logged line by line: a log line escapes control characters, a newline inside one
-    included (shown as \\x0a); a message's own lines (the uploads it went without, each name
-    escaped where it was written) stay lines."""
-    for line in text.splitlines():
-        log(line)

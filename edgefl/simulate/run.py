@@ -32,8 +32,8 @@ from edgefl.models.parse import parse_model_arg
 from edgefl.models.plan import plan
 from edgefl.models.zoo import role_of
 from edgefl.profiles import get_profile
-from edgefl.progress import no_progress
-from edgefl.server.fuse import fuse_methods, log_lines, refused_report
+from edgefl.progress import log_lines, no_progress
+from edgefl.server.fuse import fuse_methods, refused_report
 from edgefl.server.plan import plan as plan_fuse
 from edgefl.server.plan import resolve_device
 from edgefl.simulate.job import SEARCH, SimJob, parse_mix
@@ -254,7 +254,7 @@ def check_caps(job: SimJob, log) -> None:
     if refused and len(refused) == len(job.methods):
         raise next(iter(refused.values()))
     for name, exc in refused.items():
-        log(f"{name} will be refused: {exc.message}")
+        log_lines(log, f"{name} will be refused: {exc.message}")
 
 
 def check_resumable(job: SimJob) -> None:
