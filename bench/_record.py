@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import subprocess
@@ -33,3 +34,9 @@ RSS_WRAPPER = (
     "print('MAXRSS_KB', resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, file=sys.stderr)\n"
     "sys.exit(rc)\n"
 )
+
+
+def write_record(stem: str, meta: dict, rows: list, text: str) -> None:
+    """STEM.json ({"meta", "rows"}) and STEM.md (`text`): a bench's record."""
+    Path(stem + ".json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
+    Path(stem + ".md").write_text(text)

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
 import textwrap
 from pathlib import Path
 
-from _record import run_header  # bench/ is on sys.path when run as a script
+from _record import run_header, write_record  # bench/ is on sys.path when run as a script
 
 CHILD = textwrap.dedent(
     """
@@ -47,8 +48,6 @@ CHILD = textwrap.dedent(
 
 
 def child(name: str, shape, seed: int, out: Path, cache: str) -> dict:
-    import os
-
     r = subprocess.run(
         [sys.executable, "-c", CHILD, name, json.dumps(list(shape)), str(seed), str(out)],
         capture_output=True,
@@ -120,8 +119,7 @@ def main() -> None:
     text = "\n".join(lines) + "\n"
     print(text)
     if args.out:
-        Path(args.out + ".json").write_text(json.dumps({"meta": header, "rows": rows}, indent=1))
-        Path(args.out + ".md").write_text(text)
+        write_record(args.out, header, rows, text)
 
 
 if __name__ == "__main__":

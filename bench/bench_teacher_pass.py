@@ -14,11 +14,10 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from pathlib import Path
 from types import SimpleNamespace
 
 import torch
-from _record import run_header  # bench/ is on sys.path when run as a script
+from _record import run_header, write_record  # bench/ is on sys.path when run as a script
 
 from edgefl.fusion import teachers as passes
 from edgefl.models.cost import costs
@@ -30,7 +29,7 @@ def matmul_peak(n: int = 2048, repeats: int = 5) -> float:
     """Best multiply-adds per second of an n x n fp32 matmul."""
     a, b = torch.rand(n, n), torch.rand(n, n)
     torch.mm(a, b)
-    best = min(_timed(lambda: torch.mm(a, b)) for _ in range(repeats))
+    best = min(_timed(lambda: torch.mm(a, b))[0] for _ in range(repeats))
     return n**3 / best
 
 
@@ -39,14 +38,15 @@ def copy_bandwidth(mib: int = 256, repeats: int = 5) -> float:
     src = torch.rand(mib * 2**20 // 4)
     dst = torch.empty_like(src)
     dst.copy_(src)
-    best = min(_timed(lambda: dst.copy_(src)) for _ in range(repeats))
+    best = min(_timed(lambda: dst.copy_(src))[0] for _ in range(repeats))
     return 2 * src.numel() * 4 / best
 
 
-def _timed(fn) -> float:
+def _timed(fn):
+    """(seconds, value) of one call of `fn`."""
     start = time.perf_counter()
-    fn()
-    return time.perf_counter() - start
+    value = fn()
+    return time.perf_counter() - start, value
 
 
 def _plain_pass(ups, x):
@@ -71,8 +71,8 @@ def run(arch: str, teachers: int, samples: int, shape, classes: int) -> dict:
     macs = costs(spec).macs * samples * teachers
     peak = matmul_peak()
     bandwidth = copy_bandwidth()
-    t_new = _timed(lambda: out.__setitem__("new", passes.mean_teacher_logits(ups, x, "cpu")))
-    t_old = _timed(lambda: out.__setitem__("old", _plain_pass(ups, x)))
+    t_new, new = _timed(lambda: passes.mean_teacher_logits(ups, x, "cpu"))
+    t_old, old = _timed(lambda: _plain_pass(ups, x))
     peak_after = matmul_peak()
     return {
         "arch": arch,
@@ -89,11 +89,8 @@ def run(arch: str, teachers: int, samples: int, shape, classes: int) -> dict:
         "plain_gmacs": round(macs / t_old / 1e9, 2),
         "form_gmacs": round(macs / t_new / 1e9, 2),
         "form_of_peak": round(macs / t_new / max(peak, peak_after), 3),
-        "max_abs_diff": float((out["new"] - out["old"]).abs().max()),
+        "max_abs_diff": float((new - old).abs().max()),
     }
-
-
-out: dict[str, torch.Tensor] = {}
 
 
 def markdown(header: dict, rows: list[dict]) -> str:
@@ -135,8 +132,7 @@ def main() -> None:
     text = markdown(header, rows)
     print(text)
     if args.out:
-        Path(args.out + ".json").write_text(json.dumps({"meta": header, "rows": rows}, indent=1))
-        Path(args.out + ".md").write_text(text)
+        write_record(args.out, header, rows, text)
 
 
 if __name__ == "__main__":
