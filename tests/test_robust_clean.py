@@ -95,6 +95,28 @@ def test_weak_honest_classifiers_are_kept_and_a_mute_one_still_set_aside(federat
     assert "about as well as chance (informedness +0.00" in verdict.out["client-100.onnx"]
 
 
+def test_a_loud_majority_is_tempered_to_the_quiet_honest_scale(federation):
+    """Most classifiers' heads multiplied by 20 (their knowledge intact): the median client is
+    loud, so only the gap between the two groups' logit scales shows them; they are tempered
+    and the quiet ones left as sent."""
+    uploads, _, public = federation
+    loud = {1, 2, 3, 5, 7}  # five of eight: the four strong clients and a weak one
+    federation = []
+    for i, u in enumerate(uploads):
+        if i in loud:
+            m = copy.deepcopy(u.module)
+            with torch.no_grad():
+                m.head.weight.mul_(20)
+                m.head.bias.mul_(20)
+            u = _upload(i, m, u.label_counts)
+        federation.append(u)
+    verdict = judge(federation, torch.device("cpu"), public=lambda: public)
+    assert verdict.out == {}, verdict.out
+    assert set(verdict.swap) == {f"client-{i:03d}.onnx" for i in loud}, sorted(verdict.swap)
+    notes = dict(verdict.notes)
+    assert all("quieter clients'" in notes[f"client-{i:03d}.onnx"] for i in loud), notes
+
+
 def test_the_clean_federation_bench_loads_and_renders(tmp_path):
     """bench/bench_robust.py --clean (the numbers of bench/results/robust_clean.md): loads by
     its path with no path edits, its federations build as `simulate` builds them (half phones,
