@@ -449,3 +449,23 @@ def test_a_decoder_shown_relabelled_has_its_other_labels_moved_on_looser_evidenc
     # The 5s alone (its 8s drawn right) are no evidence: one judge, no other decoder's 5s.
     read_right = np.repeat([8, 3, 8, 1], per)
     assert _decoder_relabelling(0, source, asked, lambda a: read_right, K, holders) is None
+
+
+def test_draws_the_judges_cannot_read_leave_the_screens_reference_where_they_know_the_class():
+    """The classifiers' screen is not ranked on draws the judges read as nothing (noise
+    labelled c) where they read another decoder's draws of c plainly; a class no decoder's
+    draws are read plainly stays in (the judges may be what is weak there)."""
+    from edgefl.fusion.screen.judgement import _unread
+
+    # decoder 0 draws 0-4 well; decoder 1 draws 0-9 as noise; decoder 2 draws 5-9 as noise
+    drawn = [range(5), range(K), range(5, K)]
+    source = np.concatenate([np.full(PER * len(c), d) for d, c in enumerate(drawn)])
+    asked = np.concatenate([np.repeat(list(c), PER) for c in drawn])
+    read = np.where(source == 0, asked, 3)  # the judges: noise reads as 3
+    decoders = [_client([100 if c in cs else 0 for c in range(K)]) for cs in drawn]
+    judges = [_client([100] * K), _client([100] * K)]
+    probe = SimpleNamespace(source=source, asked=asked)
+    mask = _unread(decoders, probe, judges, [_probs(read), _probs(read)], [0, 1])
+    assert not mask[source == 0].any()  # read plainly
+    assert mask[(source == 1) & (asked < 5)].all()  # known classes, read as nothing
+    assert not mask[asked >= 5].any()  # no decoder's 5-9 read plainly: left in

@@ -58,11 +58,12 @@ def _judge_decoders(decoders, x, source, asked, classifiers, probs, judges) -> d
     )
 
 
-def _judged_scores(decoders, source, asked, classifiers, probs, judges) -> list[tuple]:
+def _judged_scores(decoders, source, asked, classifiers, probs, judges, per_class=False):
     """(mean informedness of the judges' reading over the decoder's classes, its worst class)
-    per decoder; a class is judged by the judges that hold it, else by all of them."""
+    per decoder, or with `per_class` {class: informedness}; a class is judged by the judges
+    that hold it, else by all of them."""
     if not judges:
-        return [(None, None)] * len(decoders)
+        return [{} if per_class else (None, None) for _ in decoders]
     readings = {}  # the judges of a class -> their reading of the whole probe
 
     def read(who: tuple[int, ...]) -> np.ndarray:
@@ -77,7 +78,7 @@ def _judged_scores(decoders, source, asked, classifiers, probs, judges) -> list[
         for c in np.unique(asked[mine]):
             who = tuple(i for i in judges if c in _claimed(classifiers[i])) or tuple(judges)
             per[int(c)] = _informedness(read(who), asked, mine, int(c), held)
-        scores.append(_mean_and_worst(per))
+        scores.append(per if per_class else _mean_and_worst(per))
     return scores
 
 

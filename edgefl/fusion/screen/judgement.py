@@ -21,12 +21,14 @@ from edgefl.fusion.screen.classifiers import (
     _unscreenable,
 )
 from edgefl.fusion.screen.decoder_repair import _repair_decoders, relabelled_decoders
-from edgefl.fusion.screen.decoders import _judge_decoders, _screen_decoders_alone
-from edgefl.fusion.screen.evidence import _classify, _committee
+from edgefl.fusion.screen.decoders import _judge_decoders, _judged_scores, _screen_decoders_alone
+from edgefl.fusion.screen.evidence import KNOWS, _classify, _committee
 from edgefl.fusion.screen.probe import Probe, _make_probe
 from edgefl.fusion.screen.verdict import Verdict
 from edgefl.progress import no_progress
 
+# judges that read one decoder's draws of a class this well know the class in generated samples
+PLAIN = 0.5
 # Every classifier reads every decoder's draws, so one judgement costs uploads^2 (20.8 s at
 # 100 uploads, past 600 s at 1,000: bench/results/scale.md). A larger federation is judged as
 # seeded shards of at most this many, each kind dealt evenly over them: linear in the uploads,
@@ -119,6 +121,11 @@ def _screen_classifiers(classifiers, decoders, probe, device, seed, progress) ->
     repairs, probs = _repaired(classifiers, found, probs, probe.x, device)
     current = [repairs.swap.get(u.name, u) for u in classifiers]
     # without decoders, the committee of the repaired clients
+    if probe.asked is not None:
+        # the screen's reference leaves out, too, the draws the judges cannot read as asked
+        # where they read another decoder's plainly (not the repair's: on HAPT users that made
+        # three honest classifiers look relabelled)
+        reference = np.where(_unread(decoders, probe, current, probs, judges), -1, reference)
     bad, rescale = _judge(current, probs, scale, reference if probe.asked is not None else None)
     tempering, probs = _tempered(current, rescale, probs, probe.x, device)
     verdict = Verdict(bad, {}, notes)
@@ -174,3 +181,24 @@ def _trusted_reference(classifiers, decoders, probs, probe) -> tuple[np.ndarray,
         )
         return np.where(mask, -1, probe.asked), judges
     return _committee([probs[i] for i in judges] if judges else probs), judges
+
+
+def _unread(decoders, probe, classifiers, probs, judges) -> np.ndarray:
+    """The probe samples of each decoder's class c that the judges read as no better than
+    chance where they read another decoder's draws of c plainly (they know c in generated
+    samples): no evidence on what a classifier's outputs mean. Four noise decoders of five
+    (each other's reference by images) had two honest classifiers set aside, ranked on noise
+    labelled 2 (measured, MNIST Dir(0.5) seed 1: the ensemble 84.0 -> 77.6). A class no
+    decoder's draws of are read plainly stays: its judges may be what is weak (measured, MNIST
+    Dir(0.1): two honest decoders' 8s both read at +0.02 or less, and without them an honest
+    classifier ranked its 8s below chance)."""
+    per = _judged_scores(
+        decoders, probe.source, probe.asked, classifiers, probs, judges, per_class=True
+    )
+    mask = np.zeros(len(probe.asked), dtype=bool)
+    for d, scores in enumerate(per):
+        for c, s in scores.items():
+            plain = any(o.get(c, -1.0) >= PLAIN for e, o in enumerate(per) if e != d)
+            if s < KNOWS and plain:
+                mask |= (probe.source == d) & (probe.asked == c)
+    return mask
