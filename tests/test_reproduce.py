@@ -156,7 +156,7 @@ def test_reproduce_end_to_end_then_skips_finished_cells(cli, tmp_path, tiny_tabl
         from edgefl.simulate import run as sim
 
         before = sim._train_one
-        sim._train_one = lambda c: trained.append(c) or before(c)
+        sim._train_one = lambda c, *a: trained.append(c) or before(c, *a)
         try:
             return real(job, log)
         finally:

@@ -207,7 +207,7 @@ def test_resume_after_interruption(tmp_path, monkeypatch):
     monkeypatch.setattr(server_fuse, "_outcome", real_outcome)
     trained = []
     real_train = sim._train_one
-    monkeypatch.setattr(sim, "_train_one", lambda c: trained.append(c) or real_train(c))
+    monkeypatch.setattr(sim, "_train_one", lambda c, *a: trained.append(c) or real_train(c, *a))
     results = simulate(tiny(out))
     assert trained == []  # every finished upload reused, none retrained
     assert upload_state(out) == before  # nor overwritten

@@ -154,9 +154,9 @@ def _client_job(
     )
 
 
-def _train_one(cjob: ClientJob) -> dict:
+def _train_one(cjob: ClientJob, on_progress=None) -> dict:
     with one_thread():  # like a device; and --jobs never changes a result bit
-        result = run_client(cjob)
+        result = run_client(cjob, on_progress=on_progress)
     if not cjob.keep_model:
         return result.as_dict()
     # Report the kept model as the client's model upload, the predictions beside it.
@@ -176,7 +176,8 @@ def train_clients(job: SimJob, log, progress=no_progress) -> list[dict]:
     if job.jobs == 1 or len(todo) <= 1:
         for i in todo:
             log(f"training client {i} ({cjobs[i].profile}, {cjobs[i].model})")
-            results[i] = _train_one(cjobs[i])
+            # its own steps where they are long (DP-SGD, a search), as `client train` shows them
+            results[i] = _train_one(cjobs[i], _client_progress(progress, i))
             done += 1
             progress("clients trained", done, len(cjobs), f"client {i}")
     else:
@@ -194,6 +195,15 @@ def train_clients(job: SimJob, log, progress=no_progress) -> list[dict]:
                 progress("clients trained", done, len(cjobs), f"client {i}")
     # The run says who attacked; uploads never do.
     return [r | {"attack": c.attack} for r, c in zip(results, cjobs, strict=True)]  # type: ignore[operator]
+
+
+def _client_progress(progress, i: int):
+    """`progress` for client i's own tasks, each note naming the client."""
+
+    def relay(task: str, done: int, total: int, note: str = "") -> None:
+        progress(task, done, total, f"client {i}" + (f": {note}" if note else ""))
+
+    return relay
 
 
 def check_attackers(job: SimJob, cjobs: list[ClientJob]) -> None:
