@@ -59,3 +59,22 @@ def test_the_wristband_trains_its_pick_within_its_budget(dataset):
     assert p.fit.fits and p.fit.train_bytes <= prof.ram_budget_bytes
     measured = _train_peak(p.spec, prof.batch_size, prof.optimizer, p.fit.samples)
     assert measured <= p.fit.train_bytes <= prof.ram_budget_bytes, (measured, p.fit.train_bytes)
+
+
+@pytest.mark.parametrize("dataset", ["mnist", "hapt"])
+def test_the_wristbands_validation_stays_within_its_budget(dataset):
+    """`client train` validates on a split of the shard after training: at the training batch,
+    not 512 samples at once (MNIST: 1.5 MiB of inputs alone, over the band's 845 KiB)."""
+    prof, info = get_profile("wristband"), DATASETS.get(dataset)
+    p = plan(prof, info)
+    spec, rng = p.spec, np.random.default_rng(0)
+    x = rng.random((prof.batch_size * 2, *spec.input_shape), dtype=np.float32)
+    y = rng.integers(0, spec.num_classes, len(x)).astype(np.int64)
+    x_val = rng.random((600, *spec.input_shape), dtype=np.float32)
+    y_val = rng.integers(0, spec.num_classes, 600).astype(np.int64)
+    cfg = TrainConfig(1, prof.batch_size, prof.optimizer, 1e-3)
+    model = init_model(spec, 0)
+    measured = peak_bytes(
+        lambda: train(model, role_of(spec), x, y, spec.num_classes, cfg, x_val=x_val, y_val=y_val)
+    )
+    assert measured <= prof.ram_budget_bytes, (measured, prof.ram_budget_bytes)
