@@ -469,3 +469,32 @@ def test_draws_the_judges_cannot_read_leave_the_screens_reference_where_they_kno
     assert not mask[source == 0].any()  # read plainly
     assert mask[(source == 1) & (asked < 5)].all()  # known classes, read as nothing
     assert not mask[asked >= 5].any()  # no decoder's 5-9 read plainly: left in
+
+
+def test_most_classifiers_relabelled_are_repaired_when_more_uploads_stand_behind_the_draws():
+    """Four flipped classifiers of five: repaired when five decoders' draws and the honest
+    classifier stand against them. Five of five against one decoder's draws: left as sent, the
+    draws taken for the odd ones."""
+    from edgefl.fusion.screen.classifier_repair import _relabellings
+
+    rng = np.random.default_rng(4)
+    pi = derangement(K, 3)
+
+    def federation(decoders: int, honest: int):
+        reference = np.repeat(np.tile(np.arange(K), decoders), PER)
+        source = np.repeat(np.repeat(np.arange(decoders), K), PER)
+        out = []
+        for i in range(5):
+            answers = np.where(rng.random(len(reference)) < 0.9, reference, 0)
+            flipped = i >= honest
+            counts = np.asarray(HELD)[np.argsort(pi)] if flipped else np.asarray(HELD)
+            out.append((_client(counts), _probs(pi[answers] if flipped else answers)))
+        probe = SimpleNamespace(source=source, x=torch.zeros(len(reference), 1))
+        return [c for c, _ in out], [p for _, p in out], reference, probe
+
+    clients, probs, reference, probe = federation(decoders=5, honest=1)
+    found, notes = _relabellings(clients, probs, reference, [0], probe, 0, "cpu", None)
+    assert [f is not None for f in found] == [False, True, True, True, True], notes
+    clients, probs, reference, probe = federation(decoders=1, honest=0)
+    found, notes = _relabellings(clients, probs, reference, [0], probe, 0, "cpu", None)
+    assert found == [None] * 5 and "the draws are the odd ones" in notes[-1][1], notes
