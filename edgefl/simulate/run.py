@@ -12,7 +12,7 @@ import json
 import multiprocessing
 import os
 import time
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -181,29 +181,65 @@ def train_clients(job: SimJob, log, progress=no_progress) -> list[dict]:
             done += 1
             progress("clients trained", done, len(cjobs), f"client {i}")
     else:
-        ctx = multiprocessing.get_context("spawn")  # fork + torch threads is unsafe
-        # A spawned worker starts afresh: edgefl's thread settings before it loads torch.
-        with ProcessPoolExecutor(
-            max_workers=job.jobs, mp_context=ctx, initializer=share_cores_politely
-        ) as pool:
-            futures = {pool.submit(_train_one, cjobs[i]): i for i in todo}
-            for fut in as_completed(futures):
-                i = futures[fut]
-                results[i] = fut.result()
-                done += 1
-                log(f"client {i} done ({cjobs[i].profile}, {results[i]['model']})")
-                progress("clients trained", done, len(cjobs), f"client {i}")
+        done = _train_pooled(cjobs, todo, job.jobs, results, log, progress, done)
     # The run says who attacked; uploads never do.
     return [r | {"attack": c.attack} for r, c in zip(results, cjobs, strict=True)]  # type: ignore[operator]
 
 
 def _client_progress(progress, i: int):
-    """`progress` for client i's own tasks, each note naming the client."""
+    """`progress` for client i's own tasks (DP-SGD's steps, a search's), each its own task:
+    clients trained side by side each get their own rate and ETA."""
 
     def relay(task: str, done: int, total: int, note: str = "") -> None:
-        progress(task, done, total, f"client {i}" + (f": {note}" if note else ""))
+        progress(f"{task}, client {i}", done, total, note)
 
     return relay
+
+
+def _train_pooled(cjobs, todo, jobs: int, results, log, progress, done: int) -> int:
+    """The clients `todo` trained in `jobs` spawned workers, each relaying its own steps
+    through a queue (at most one a second, and its last) to `progress`; `results` filled in.
+    -> the clients done."""
+    ctx = multiprocessing.get_context("spawn")  # fork + torch threads is unsafe
+    with ctx.Manager() as manager:
+        steps = manager.Queue()
+        # A spawned worker starts afresh: edgefl's thread settings before it loads torch.
+        with ProcessPoolExecutor(
+            max_workers=jobs, mp_context=ctx, initializer=share_cores_politely
+        ) as pool:
+            futures = {pool.submit(_train_relayed, cjobs[i], i, steps): i for i in todo}
+            pending = set(futures)
+            while pending:
+                ended, pending = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
+                _drain(steps, progress)
+                for fut in ended:
+                    i = futures[fut]
+                    results[i] = fut.result()
+                    done += 1
+                    log(f"client {i} done ({cjobs[i].profile}, {results[i]['model']})")
+                    progress("clients trained", done, len(cjobs), f"client {i}")
+            _drain(steps, progress)
+    return done
+
+
+def _drain(steps, progress) -> None:
+    while not steps.empty():
+        i, task, d, total, note = steps.get()
+        _client_progress(progress, i)(task, d, total, note)
+
+
+def _train_relayed(cjob: ClientJob, i: int, steps) -> dict:
+    """`_train_one` in a worker, its steps put on the `steps` queue (throttled: a queue put
+    is a round trip to the manager, a DP-SGD step of a tiny model a few milliseconds)."""
+    last = [0.0]
+
+    def relay(task: str, d: int, total: int, note: str = "") -> None:
+        now = time.monotonic()
+        if d >= total or now - last[0] >= 1.0:
+            last[0] = now
+            steps.put((i, task, d, total, note))
+
+    return _train_one(cjob, relay)
 
 
 def check_attackers(job: SimJob, cjobs: list[ClientJob]) -> None:
