@@ -128,3 +128,15 @@ def test_reaches_its_teachers_ensemble_on_a_tiny_federation(federation, tmp_path
     hist = rep["loss_history"]
     assert len(hist["weights"]) == METHODS.get("coboosting").make_config({}).epochs
     assert rep["synthetic_pool"] == rep["synthetic_made"] == 10 * 30 * 64  # every step pooled
+
+
+def test_the_weights_choose_the_mixture_never_the_logits_scale():
+    """As the authors' code: A_w is divided by the weights' sum, so box-constrained sign
+    steps that lower every weight together cannot shrink the ensemble's logits."""
+    logits, y = _two_teachers()
+    per_teacher = logits.transpose(0, 1)
+    w = torch.tensor([0.5, 0.5])
+    torch.testing.assert_close(
+        weighted_ensemble(per_teacher, 0.31 * w), weighted_ensemble(per_teacher, w)
+    )
+    torch.testing.assert_close(weighted_ensemble(per_teacher, w), per_teacher.mean(0))

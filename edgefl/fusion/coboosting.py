@@ -134,8 +134,12 @@ class CoBoostingConfig(GeneratorConfig):
 
 
 def weighted_ensemble(logits: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    """A_w: (m, b, c) teacher logits and (m,) weights -> (b, c)."""
-    return torch.einsum("mbc,m->bc", logits, w)
+    """A_w: (m, b, c) teacher logits and (m,) weights -> (b, c), divided by the weights' sum
+    as the authors' code does (its WEnsemble): the weights choose the mixture, never the
+    logits' scale. Without it, sign steps in the box shrank every weight together (Fashion
+    Dir(0.5), wider clients: their sum 1.0 -> 0.31, the targets' logits x0.31 at T=4, and the
+    student 27 points under the ensemble it distilled)."""
+    return torch.einsum("mbc,m->bc", logits, w) / w.sum().clamp_min(1e-12)
 
 
 def hard_ce(logits: torch.Tensor, y: torch.Tensor, gamma: float) -> torch.Tensor:
