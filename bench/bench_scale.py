@@ -20,11 +20,20 @@ process (wall time, peak RSS of the process and its workers, accuracy, the repor
 ingest stages), then each stage's growth exponent between consecutive sizes (log t2/t1 over log
 n2/n1: 1 is linear). A method that runs past --timeout is recorded as such. Writes
 OUT.json and OUT.md with command, date, machine and commit.
+
+Against the machine's own peak (issue 59): the run measures the dense fp32 matmul rate and the
+copy bandwidth (bench/_peak.py) at the `server fuse` child's torch thread count, before its first
+federation and again after its last (the machine is shared and noisy), and each stage whose work
+edgefl's cost model counts (`stage_work`: multiply-adds, or bytes for the ingest and the
+averaging) is reported beside its time as GMAC/s (GB/s) and a fraction of the larger of the two
+measurements. A stage it cannot count shows "-", as do runs recorded before the measurement.
+The peak is the CPU's: with --device cuda the fractions say nothing of the GPU's use.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import os
@@ -41,6 +50,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 import numpy as np
 import onnx
 import torch
+from _peak import machine_peak  # bench/ is on sys.path when run as a script
 from _record import RSS_WRAPPER, run_header
 from onnx import numpy_helper
 
@@ -48,8 +58,11 @@ import exporters
 from edgefl.client.run import export_model, model_metadata
 from edgefl.data import load_dataset
 from edgefl.data.partition import partition
+from edgefl.models.cost import costs, layer_table
+from edgefl.models.spec import ModelSpec
 from edgefl.models.zoo import make_spec, role_of, spec_label
 from edgefl.profiles import get_profile
+from edgefl.server.ingest import upload_bytes
 from edgefl.training import DEFAULT_LR, TrainConfig, init_model, train
 from exporters.export import seal_metadata
 
@@ -177,6 +190,7 @@ def fuse(
     edgefl = Path(sys.executable).parent / "edgefl"
     name, _, opt = method.partition(":")
     extra = ["--opt", opt] if opt else []
+    model = out / f"{method.replace(':', '.')}.onnx"
     cmd = [
         sys.executable,
         "-c",
@@ -189,7 +203,7 @@ def fuse(
         "--method",
         name,
         "--out",
-        str(out / f"{method.replace(':', '.')}.onnx"),
+        str(model),
         "--eval",
         "mnist:test",
         "--device",
@@ -232,8 +246,138 @@ def fuse(
         "used": len(rep.get("used") or []),
         "rejected": len(rep.get("rejected") or []),
         "total_s": rep.get("total_seconds"),
+        # what each stage computed, counted (rates against the run's peak: `write`)
+        "work": stage_work(name, rep, global_spec(model), upload_bytes(uploads)),
     }
     return row
+
+
+# --- what each stage computes, counted from edgefl's cost model (issue 59) ------------------
+#
+# Multiply-adds (MACs) are `edgefl.models.cost.costs(spec).macs` per sample forward (conv and
+# linear layers; activations, pools, norms, softmax and losses are not counted), of the specs
+# this bench gave its clients (`client_kind`) and of the global model the report names. What a
+# stage also does and is not counted: Python and data movement between the layers, the
+# optimiser's steps, the jitter of a student's samples, the teacher mixtures' softmax (fedmho-cw)
+# and Bernoulli draws of pixels. A teacher pass, a decode and an evaluation are forward passes:
+# models x samples x MACs. A student's training is the cost model's `train_macs`: about 3 x
+# samples x epochs x MACs for forward + backward (the backward computes no gradient for the
+# input, so the true count is a little lower). Bytes, where a stage moves memory rather than
+# multiplying: the ingest reads every upload file once (`upload_bytes`, the ingest's own
+# listing: a lower bound, the checks parse and rebuild each again); an average reads each
+# averaged classifier's fp32 weights once (a lower bound: the float64 running sum moves more).
+# Not counted ("-"): the export (tracing and serialising), the class-mean filter, the robust
+# screen (a probe, repairs and inversions whose sizes the report does not give), and the
+# generator games of dense and fedhydra and pFedZKD's inversion (steps of generators and
+# input gradients through the teachers that the report does not give in enough detail).
+
+
+@functools.cache
+def _kind_spec(kind: tuple) -> ModelSpec:
+    _, name, params = kind
+    return make_spec(name, SHAPE, CLASSES, **dict(params))
+
+
+def _spec(client_id: str) -> ModelSpec:
+    """The spec this bench gave client i ("client-0000i")."""
+    i = int(client_id.rsplit("-", 1)[1])
+    profile, name, params = client_kind(i)
+    return _kind_spec((profile, name, tuple(sorted(params.items()))))
+
+
+@functools.cache
+def _decoder_macs(spec_json: str) -> int:
+    """MACs per sample of a CVAE's decoder alone (`costs` counts encoder + decoder)."""
+    calls = layer_table(ModelSpec.from_json(spec_json))
+    return sum(c.macs for c in calls if c.name.startswith("decoder."))
+
+
+def _macs(client_ids) -> int:
+    """One forward pass of each of these clients' models, summed (per sample)."""
+    return sum(costs(_spec(c)).macs for c in client_ids)
+
+
+def global_spec(model: Path) -> ModelSpec | None:
+    """The spec the global model's metadata names (None for an ensemble of members)."""
+    meta = exporters.peek_metadata(model) if model.exists() else None
+    spec = (meta or {}).get("spec")
+    return ModelSpec.from_dict(spec) if isinstance(spec, dict) else None
+
+
+def stage_work(method: str, rep: dict, spec: ModelSpec | None, ingest_bytes: int) -> dict:
+    """stage -> {"macs": n} or {"bytes": n}: what `method`'s report (`rep`) says each stage
+    computed, counted as the comment above says; a stage left out is not counted."""
+    work: dict[str, dict] = {"ingest": {"bytes": ingest_bytes}}
+    kinds = {a["client_id"]: a["kind"] for a in rep.get("accepted", [])}
+    teachers = [c for c in rep.get("used") or [] if kinds.get(c) == "classifier"]
+    epochs = len(rep.get("loss_history") or [])
+    if method == "fedavg" and rep.get("averaged"):
+        work["average"] = {"bytes": sum(costs(_spec(c)).weight_bytes for c in rep["averaged"])}
+    if method in ("fedmho", "fedmho-md", "fedmho-sd", "fedmho-cw"):
+        w0 = rep.get("initialised_from") or []
+        if method != "fedmho-cw":  # fedmho-cw averages outside a stage
+            work["initialise"] = {"bytes": sum(costs(_spec(c)).weight_bytes for c in w0)}
+        drawn = rep.get("synthetic_per_decoder") or {}
+        work["generate"] = {
+            "macs": sum(_decoder_macs(_spec(c).to_json()) * sum(r) for c, r in drawn.items())
+        }
+        # the teacher pass and the training see the samples the filter kept (fedmho-cw: all)
+        kept = sum(rep.get("synthetic_kept_per_class") or rep.get("synthetic_per_class") or [])
+        if method in ("fedmho-md", "fedmho-cw"):  # every classifier used teaches
+            work["teacher"] = {"macs": _macs(teachers) * kept}
+        if method == "fedmho-sd" and spec is not None:  # the frozen w0 alone
+            work["teacher"] = {"macs": costs(spec).macs * kept}
+        if spec is not None and epochs:
+            work["train"] = {"macs": costs(spec).train_macs(kept * epochs)}
+    if method == "fedcvae-ens":
+        drawn = rep.get("synthetic_per_client") or {}
+        work["generate"] = {
+            "macs": sum(_decoder_macs(_spec(c).to_json()) * k for c, k in drawn.items())
+        }
+        samples = sum(rep.get("synthetic_per_class") or [])
+        if spec is not None and epochs:
+            work["train"] = {"macs": costs(spec).train_macs(samples * epochs)}
+    if method == "pfedzkd" and rep.get("teachers"):
+        inverted = rep["teachers"]  # each teacher's pseudo-images, then as many mixes
+        samples = sum(t["images"] for t in inverted) + rep.get("mixes", 0)
+        work["label"] = {"macs": _macs([t["client_id"] for t in inverted]) * samples}
+        if spec is not None and epochs:
+            work["distill"] = {"macs": costs(spec).train_macs(samples * epochs)}
+    tested = (rep.get("eval") or {}).get("samples")
+    # onnxruntime runs the exported model, on its own pool of threads (a core each by default),
+    # not torch's: on more cores than the run's torch threads its fraction can pass 100 %.
+    if tested:
+        if spec is not None:
+            work["eval"] = {"macs": costs(spec).macs * tested}
+        elif rep.get("members"):  # an ensemble: every member on every test sample
+            work["eval"] = {"macs": _macs(rep["members"]) * tested}
+    return work
+
+
+def stage_rates(row: dict, peak: dict) -> dict:
+    """stage -> its achieved rate and fraction of the run's peak (the larger of the before and
+    after measurements): {"gmac_s", "of_matmul"} for counted MACs, {"gb_s", "of_copy"} for
+    counted bytes; a stage without counted work or time is left out."""
+    matmul = max(peak["matmul_gmacs"], peak.get("matmul_gmacs_after") or 0)
+    copy = max(peak["copy_gbs"], peak.get("copy_gbs_after") or 0)
+    seconds = row.get("stages", {})
+    out = {}
+    for stage, work in row.get("work", {}).items():
+        t = seconds.get(stage)
+        if not t or t <= 0:
+            continue
+        if "macs" in work:
+            rate = work["macs"] / t / 1e9
+            out[stage] = {"gmac_s": _sig(rate), "of_matmul": _sig(rate / matmul)}
+        elif "bytes" in work:
+            rate = work["bytes"] / t / 1e9
+            out[stage] = {"gb_s": _sig(rate), "of_copy": _sig(rate / copy)}
+    return out
+
+
+def _sig(x: float) -> float:
+    """`x` to 4 significant digits (a tiny run's rates are small, not zero)."""
+    return float(f"{x:.4g}")
 
 
 def _timings(row: dict) -> dict[str, float]:
@@ -290,11 +434,17 @@ def main() -> None:
         federations = {int(n): f for r in runs for n, f in r["federations"].items()}
         rows = [row for r in runs for row in r["rows"]]
         commands = [r["command"] for r in runs]
-        write(args, rows, federations, {"runs": [{k: r[k] for k in HEADER} for r in runs]})
+        heads = [
+            {k: r[k] for k in HEADER} | ({"peak": r["peak"]} if "peak" in r else {}) for r in runs
+        ]
+        write(args, rows, federations, {"runs": heads})
         print("\n".join(commands))
         return
     work = Path(args.work or tempfile.mkdtemp(prefix="edgefl-scale-"))
     rows, federations = [], {}
+    threads = fuse_threads()
+    peak = machine_peak(threads)
+    print(f"peak before: {json.dumps(peak)}", flush=True)
     for n in [int(s) for s in args.sizes.split(",")]:
         fed = work / f"n{n}"
         print(f"[{n}] making the federation in {fed}", flush=True)
@@ -312,15 +462,35 @@ def main() -> None:
             )
             print(f"[{n}] {json.dumps(row)}", flush=True)
             rows.append(row)
-            write(args, rows, federations)
+            write(args, rows, federations, peak=peak)
+    after = machine_peak(threads)
+    print(f"peak after: {json.dumps(after)}", flush=True)
+    peak |= {"matmul_gmacs_after": after["matmul_gmacs"], "copy_gbs_after": after["copy_gbs"]}
+    write(args, rows, federations, peak=peak)
+
+
+def fuse_threads() -> int:
+    """The torch threads of the `server fuse` child: it inherits OMP_NUM_THREADS (set to 1 above
+    unless given), which torch reads when it starts and edgefl does not change for one method."""
+    try:
+        return max(1, int(os.environ["OMP_NUM_THREADS"].split(",")[0]))
+    except (KeyError, ValueError):
+        return torch.get_num_threads()
 
 
 HEADER = ("command", "date", "machine", "commit")
 
 
-def write(args, rows: list[dict], federations: dict, merged: dict | None = None) -> None:
-    # Merged: the runs' own headers, each line naming its command, date and commit.
-    header = merged or run_header("bench/bench_scale.py")
+def write(
+    args, rows: list[dict], federations: dict, merged: dict | None = None, peak: dict | None = None
+) -> None:
+    # Merged: the runs' own headers, each line naming its command, date and commit (and peak);
+    # their rows keep the rates their own run wrote.
+    header = merged or (run_header("bench/bench_scale.py") | ({"peak": peak} if peak else {}))
+    if peak and not merged:
+        for r in rows:
+            if "work" in r:
+                r["rates"] = stage_rates(r, peak)
     g = growth(rows)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -380,7 +550,66 @@ def write(args, rows: list[dict], federations: dict, merged: dict | None = None)
         for span, ks in spans.items():
             shown = ", ".join(f"{k} {v:+.2f}" for k, v in ks.items())
             lines.append(f"- {method} {span}: {shown}")
+    lines += ["", *peak_lines(runs, rows)]
     out.with_suffix(".md").write_text("\n".join(lines) + "\n")
+
+
+def _peak_text(peak: dict | None) -> str:
+    if not peak:
+        return "not measured (recorded before bench/_peak.py)"
+
+    def pair(key: str) -> str:
+        after = peak.get(key + "_after")
+        return f"{peak[key]}" if after is None else f"{peak[key]} / {after}"
+
+    return (
+        f"dense fp32 matmul {pair('matmul_gmacs')} GMAC/s, copy {pair('copy_gbs')} GB/s "
+        f"(CPU, before / after the run, {peak['threads']} torch thread(s))"
+    )
+
+
+def _counted(work: dict) -> str:
+    if "macs" in work:
+        return f"{work['macs'] / 1e9:,.2f} GMAC"
+    if "bytes" in work:
+        return f"{work['bytes'] / 1e6:,.1f} MB"
+    return "-"
+
+
+def _achieved(rate: dict) -> tuple[str, str]:
+    if "gmac_s" in rate:
+        return f"{rate['gmac_s']:.3g} GMAC/s", f"{100 * rate['of_matmul']:.3g} % of matmul"
+    if "gb_s" in rate:
+        return f"{rate['gb_s']:.3g} GB/s", f"{100 * rate['of_copy']:.3g} % of copy"
+    return "-", "-"
+
+
+def peak_lines(runs: list[dict], rows: list[dict]) -> list[str]:
+    """Each stage of at least 50 ms against the machine's peak: its time, the work counted
+    (`stage_work`), the rate achieved and its fraction of the run's matmul peak (MACs) or copy
+    bandwidth (bytes); "-" where nothing is counted or the run measured no peak."""
+    lines = [
+        "Each stage against the machine's own peak, measured in the same run "
+        "(bench/_peak.py; fractions of the larger of before and after):",
+        "",
+        *[f"- `{r['command']}`: {_peak_text(r.get('peak'))}" for r in runs],
+        "",
+        "| uploads | method | stage | s | work counted | achieved | of peak |",
+        "|---:|---|---|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        if "stages" not in r:
+            continue
+        work, rates = r.get("work", {}), r.get("rates", {})
+        for stage, t in r["stages"].items():
+            if t < 0.05:
+                continue
+            achieved, of = _achieved(rates.get(stage, {}))
+            counted = _counted(work.get(stage, {}))
+            lines.append(
+                f"| {r['n']:,} | {r['method']} | {stage} | {t:.2f} | {counted} | {achieved} | {of} |"
+            )
+    return lines
 
 
 if __name__ == "__main__":

@@ -13,40 +13,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
 from types import SimpleNamespace
 
 import torch
-from _record import run_header, write_record  # bench/ is on sys.path when run as a script
+from _peak import copy_bandwidth, matmul_peak  # bench/ is on sys.path when run as a script
+from _peak import timed as _timed
+from _record import run_header, write_record
 
 from edgefl.fusion import teachers as passes
 from edgefl.models.cost import costs
 from edgefl.models.parse import parse_model_arg
 from edgefl.models.zoo import build_model
-
-
-def matmul_peak(n: int = 2048, repeats: int = 5) -> float:
-    """Best multiply-adds per second of an n x n fp32 matmul."""
-    a, b = torch.rand(n, n), torch.rand(n, n)
-    torch.mm(a, b)
-    best = min(_timed(lambda: torch.mm(a, b))[0] for _ in range(repeats))
-    return n**3 / best
-
-
-def copy_bandwidth(mib: int = 256, repeats: int = 5) -> float:
-    """Best bytes per second moved (read + write) by copying a `mib` MiB fp32 tensor."""
-    src = torch.rand(mib * 2**20 // 4)
-    dst = torch.empty_like(src)
-    dst.copy_(src)
-    best = min(_timed(lambda: dst.copy_(src))[0] for _ in range(repeats))
-    return 2 * src.numel() * 4 / best
-
-
-def _timed(fn):
-    """(seconds, value) of one call of `fn`."""
-    start = time.perf_counter()
-    value = fn()
-    return time.perf_counter() - start, value
 
 
 def _plain_pass(ups, x):

@@ -19,7 +19,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 BENCH = ROOT / "bench"
 RESULTS = BENCH / "results"
-SCRIPTS = sorted(p.stem for p in BENCH.glob("*.py") if p.stem not in ("_record", "floors"))
+# The shared modules (no main): the record's header, the floors, the machine's peak.
+SCRIPTS = sorted(p.stem for p in BENCH.glob("*.py") if p.stem not in ("_record", "_peak", "floors"))
 
 
 def _recorded(name: str) -> dict:
@@ -206,6 +207,124 @@ def test_scale_merge_mode(monkeypatch, tmp_path):
     assert len(merged["rows"]) == sum(len(_recorded(p.name)["rows"]) for p in runs)
     text = (tmp_path / "s.md").read_text()
     assert _rows(text) and all(r["command"] in text for r in merged["runs"])
+    # recorded before the peak was measured: no peak, every stage's rate "-" (issue 59)
+    assert text.count("not measured") == 2
+    assert "| 10,000 | fedmho-md | teacher | 589.11 | - | - | - |" in text
+
+
+def test_scale_stage_work_counts():
+    """Each counted stage's work is the cost model's count of what the report says it ran."""
+    import bench_scale as b
+
+    from edgefl.models.cost import costs
+
+    cnn, scnn, band = (
+        b._spec(c).to_json() for c in ("client-00000", "client-00005", "client-00001")
+    )
+    cnn, scnn = costs(b.ModelSpec.from_json(cnn)).macs, costs(b.ModelSpec.from_json(scnn)).macs
+    decoder = b._decoder_macs(band)
+    assert 0 < decoder < costs(b.ModelSpec.from_json(band)).macs  # the decoder alone
+    accepted = [
+        {"client_id": f"client-{i:05d}", "kind": "classifier" if i % 5 == 0 else "decoder"}
+        for i in range(11)
+    ]
+    phones, bands = ["client-00000", "client-00005", "client-00010"], ["client-00001"]
+    spec = b._spec("client-00000")  # a cnn global model
+    ens = b.stage_work("ensemble", {"members": phones, "eval": {"samples": 100}}, None, 7)
+    assert ens == {"ingest": {"bytes": 7}, "eval": {"macs": 100 * (2 * cnn + scnn)}}
+    rep = {
+        "accepted": accepted,
+        "used": phones + bands,
+        "synthetic_per_decoder": {"client-00001": [3, 4]},
+        "synthetic_per_class": [3, 4],
+        "loss_history": [1.0, 0.5],
+    }
+    cw = b.stage_work("fedmho-cw", rep, spec, 7)
+    assert cw["generate"] == {"macs": 7 * decoder}
+    assert cw["teacher"] == {"macs": 7 * (2 * cnn + scnn)}  # every classifier teaches
+    assert cw["train"] == {"macs": 3 * 7 * 2 * cnn}  # forward + backward, 2 epochs
+    assert "initialise" not in cw and "eval" not in cw
+    cvae = {"synthetic_per_client": {"client-00001": 7}, "synthetic_per_class": [3, 4]}
+    cvae = b.stage_work("fedcvae-ens", cvae | {"loss_history": [1.0]}, spec, 7)
+    assert cvae["generate"] == {"macs": 7 * decoder} and cvae["train"] == {"macs": 3 * 7 * cnn}
+    zkd = {"teachers": [{"client_id": "client-00005", "images": 4}], "mixes": 4}
+    zkd = b.stage_work("pfedzkd", zkd | {"loss_history": [1.0]}, spec, 7)
+    assert zkd["label"] == {"macs": 8 * scnn} and zkd["distill"] == {"macs": 3 * 8 * cnn}
+    # a stage without counted work has no rate; rates against the larger measurement
+    row = {"stages": {"ingest": 2.0, "teacher": 1.0, "export": 1.0}, "work": cw | ens}
+    peak = {"threads": 1, "matmul_gmacs": 1.0, "matmul_gmacs_after": 2.0, "copy_gbs": 4.0}
+    rates = b.stage_rates(row, peak)
+    assert set(rates) == {"ingest", "teacher"}
+    assert rates["teacher"]["of_matmul"] == pytest.approx(7 * (2 * cnn + scnn) / 1e9 / 2, 1e-3)
+    assert rates["ingest"] == {"gb_s": 3.5e-9, "of_copy": 8.75e-10}
+
+
+@pytest.mark.slow
+def test_scale_tiny_against_the_peak(monkeypatch, tmp_path):
+    """A 3-upload federation, one short fedmho-md: the run's peak (before and after) and each
+    counted stage's rate against it in the JSON and the page; merged with a run recorded
+    before the peak was measured, each keeps its own."""
+    import functools
+
+    import bench_scale
+
+    small = functools.partial(bench_scale.machine_peak, n=256, mib=8, repeats=2)
+    monkeypatch.setattr(bench_scale, "machine_peak", small)
+    out = tmp_path / "s"
+    _run_main(
+        monkeypatch,
+        "bench_scale",
+        *("--sizes", "3", "--methods", "fedmho-md:epochs=1", "--jobs", "1"),
+        *("--work", str(tmp_path / "w"), "--out", str(out), "--timeout", "120"),
+    )
+    record = json.loads(out.with_suffix(".json").read_text())
+    peak = record["peak"]
+    assert {"threads", "matmul_gmacs", "matmul_gmacs_after", "copy_gbs", "copy_gbs_after"} <= set(
+        peak
+    )
+    assert peak["matmul_gmacs"] > 0 and peak["copy_gbs"] > 0
+    (row,) = record["rows"]
+    assert row.get("rc") == 0, row
+    work, rates = row["work"], row["rates"]
+    assert {"ingest", "initialise", "generate", "teacher", "train", "eval"} <= set(work)
+    assert work["train"]["macs"] == 3 * work["teacher"]["macs"]  # 1 cnn teacher, 1 epoch
+    for stage in ("teacher", "train", "eval"):
+        assert rates[stage]["gmac_s"] > 0 and rates[stage]["of_matmul"] > 0
+    assert rates["ingest"]["gb_s"] > 0 and rates["ingest"]["of_copy"] > 0
+    text = out.with_suffix(".md").read_text()
+    assert "% of matmul |" in text and "% of copy |" in text
+    assert f"dense fp32 matmul {peak['matmul_gmacs']} / {peak['matmul_gmacs_after']} GMAC/s" in text
+    merged = tmp_path / "m"
+    old = RESULTS / "scale_held_10k.json"
+    _run_main(
+        monkeypatch, "bench_scale", "--merge", str(out) + ".json", str(old), "--out", str(merged)
+    )
+    both = json.loads(merged.with_suffix(".json").read_text())
+    assert [r.get("peak") for r in both["runs"]] == [peak, None]
+    assert both["rows"][0]["rates"] == rates
+    page = merged.with_suffix(".md").read_text()
+    assert "% of matmul |" in page and "not measured" in page
+
+
+@pytest.mark.slow
+def test_teacher_pass_tiny(monkeypatch, tmp_path):
+    """Its peak (from bench/_peak.py), both passes and the record, at a tiny size."""
+    import torch
+
+    threads = torch.get_num_threads()  # --threads sets this process's torch: restored after
+    try:
+        _run_main(
+            monkeypatch,
+            "bench_teacher_pass",
+            *("--teachers", "2", "--samples", "8", "--threads", "1"),
+            *("--out", str(tmp_path / "tp")),
+        )
+    finally:
+        torch.set_num_threads(threads)
+    (row,) = json.loads((tmp_path / "tp.json").read_text())["rows"]
+    assert row["teachers"] == 2 and row["max_abs_diff"] < 1e-4
+    assert row["matmul_gmacs"] > 0 and row["copy_gbs"] > 0 and row["form_of_peak"] > 0
+    assert "| cnn | 2 x 8 | 1 |" in (tmp_path / "tp.md").read_text()
 
 
 # --- tiny measurements ---------------------------------------------------------------------

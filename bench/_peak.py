@@ -1,0 +1,65 @@
+"""The machine's own peak, measured in the run that reports against it (issue 59): the dense fp32
+matmul rate (multiply-adds per second) and the copy bandwidth (bytes per second) of this process's
+torch, at a given thread count. A bench measures them before its work and again after it (the
+machine is shared and noisy) and reports each stage's achieved rate as a fraction of them.
+
+    from _peak import machine_peak  # bench/ is on sys.path when run as a script
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+
+import torch
+
+
+def timed(fn):
+    """(seconds, value) of one call of `fn`."""
+    start = time.perf_counter()
+    value = fn()
+    return time.perf_counter() - start, value
+
+
+def matmul_peak(n: int = 2048, repeats: int = 5) -> float:
+    """Best multiply-adds per second of an n x n fp32 matmul."""
+    a, b = torch.rand(n, n), torch.rand(n, n)
+    torch.mm(a, b)
+    best = min(timed(lambda: torch.mm(a, b))[0] for _ in range(repeats))
+    return n**3 / best
+
+
+def copy_bandwidth(mib: int = 256, repeats: int = 5) -> float:
+    """Best bytes per second moved (read + write) by copying a `mib` MiB fp32 tensor."""
+    src = torch.rand(mib * 2**20 // 4)
+    dst = torch.empty_like(src)
+    dst.copy_(src)
+    best = min(timed(lambda: dst.copy_(src))[0] for _ in range(repeats))
+    return 2 * src.numel() * 4 / best
+
+
+@contextlib.contextmanager
+def torch_threads(threads: int | None):
+    """torch at `threads` threads for the block (None: as it is), restored after."""
+    before = torch.get_num_threads()
+    if threads:
+        torch.set_num_threads(threads)
+    try:
+        yield torch.get_num_threads()
+    finally:
+        torch.set_num_threads(before)
+
+
+def machine_peak(
+    threads: int | None = None, n: int = 2048, mib: int = 256, repeats: int = 5
+) -> dict:
+    """{"threads", "matmul_gmacs", "copy_gbs"}: `matmul_peak` (GMAC/s) and `copy_bandwidth`
+    (GB/s, 1e9 bytes) measured now at `threads` torch threads (None: torch's current count)."""
+    with torch_threads(threads) as used:
+        matmul = matmul_peak(n, repeats)
+        copy = copy_bandwidth(mib, repeats)
+    return {
+        "threads": used,
+        "matmul_gmacs": round(matmul / 1e9, 2),
+        "copy_gbs": round(copy / 1e9, 2),
+    }
