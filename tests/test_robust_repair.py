@@ -453,8 +453,10 @@ def test_a_decoder_shown_relabelled_has_its_other_labels_moved_on_looser_evidenc
 
 def test_draws_the_judges_cannot_read_leave_the_screens_reference_where_they_know_the_class():
     """The classifiers' screen is not ranked on draws the judges read as nothing (noise
-    labelled c) where they read another decoder's draws of c plainly; a class no decoder's
-    draws are read plainly stays in (the judges may be what is weak there)."""
+    labelled c) where they read another decoder's draws of c plainly, nor on any draw of a
+    decoder they read as nothing over its classes, one at least of them known; a decoder whose
+    classes no other decoder's draws are read plainly stays in (the judges may be what is weak
+    there)."""
     from edgefl.fusion.screen.judgement import _unread
 
     # decoder 0 draws 0-4 well; decoder 1 draws 0-9 as noise; decoder 2 draws 5-9 as noise
@@ -467,8 +469,17 @@ def test_draws_the_judges_cannot_read_leave_the_screens_reference_where_they_kno
     probe = SimpleNamespace(source=source, asked=asked)
     mask = _unread(decoders, probe, judges, [_probs(read), _probs(read)], [0, 1])
     assert not mask[source == 0].any()  # read plainly
-    assert mask[(source == 1) & (asked < 5)].all()  # known classes, read as nothing
-    assert not mask[asked >= 5].any()  # no decoder's 5-9 read plainly: left in
+    assert mask[source == 1].all()  # nothing over its classes, 0-4 known: all of it
+    assert not mask[source == 2].any()  # no decoder's 5-9 read plainly: left in
+    # one class of decoder 1 read well: only its known classes read as nothing leave
+    read[(source == 1) & (asked == 9)] = 9
+    read[(source == 1) & (asked == 8)] = 8
+    read[(source == 1) & (asked == 7)] = 7
+    read[(source == 1) & (asked == 6)] = 6
+    mask = _unread(decoders, probe, judges, [_probs(read), _probs(read)], [0, 1])
+    # (its 3s, read as 3 more often than its other draws are, are not read as nothing)
+    assert mask[(source == 1) & np.isin(asked, [0, 1, 2, 4])].all()
+    assert not mask[(source == 1) & ((asked == 3) | (asked >= 5))].any()
 
 
 def test_most_classifiers_relabelled_are_repaired_when_more_uploads_stand_behind_the_draws():
