@@ -195,8 +195,7 @@ def train(
     model.to("cpu").eval()
     val_acc = val_loss = None
     if x_val is not None and len(x_val):
-        # at the training batch: a device holds no more samples at once than its budget was
-        # checked for (512 at once is 1.5 MiB of MNIST inputs alone, over a band's 845 KiB)
+        # at the training batch, as the budget was checked for (512 at once: 4.3 MB on a band)
         val_acc, val_loss = evaluate(model, role, x_val, y_val, num_classes, cfg.batch_size)
     return TrainSummary(
         epochs=epochs_done,
