@@ -21,15 +21,31 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 MNIST, HAPT = ((1, 28, 28), 10), ((3, 1, 128), 6)
 
 
-def _train_peak(spec, batch: int, optimizer: str, samples: int, augment: str = "none") -> int:
+def _train_peak(
+    spec, batch: int, optimizer: str, samples: int, augment: str = "none", val: int = 0
+) -> int:
     """The probe's peak over `client train`'s training: the model built, one epoch of
-    `samples` (two steps or more: the second runs with the optimizer's state)."""
+    `samples` (two steps or more: the second runs with the optimizer's state), then `val`
+    samples validated."""
     rng = np.random.default_rng(0)
-    x = rng.random((samples, *spec.input_shape), dtype=np.float32)
-    y = rng.integers(0, spec.num_classes, samples).astype(np.int64)
+
+    def data(n):
+        x = rng.random((n, *spec.input_shape), dtype=np.float32)
+        return x, rng.integers(0, spec.num_classes, n).astype(np.int64)
+
+    (x, y), (x_val, y_val) = data(samples), data(val)
     cfg = TrainConfig(1, batch, optimizer, 1e-3, augment=augment)
     return peak_bytes(
-        lambda: train(init_model(spec, 0), role_of(spec), x, y, spec.num_classes, cfg)
+        lambda: train(
+            init_model(spec, 0),
+            role_of(spec),
+            x,
+            y,
+            spec.num_classes,
+            cfg,
+            x_val=x_val,
+            y_val=y_val,
+        )
     )
 
 
@@ -67,14 +83,5 @@ def test_the_wristbands_validation_stays_within_its_budget(dataset):
     not 512 samples at once (MNIST: 1.5 MiB of inputs alone, over the band's 845 KiB)."""
     prof, info = get_profile("wristband"), DATASETS.get(dataset)
     p = plan(prof, info)
-    spec, rng = p.spec, np.random.default_rng(0)
-    x = rng.random((prof.batch_size * 2, *spec.input_shape), dtype=np.float32)
-    y = rng.integers(0, spec.num_classes, len(x)).astype(np.int64)
-    x_val = rng.random((600, *spec.input_shape), dtype=np.float32)
-    y_val = rng.integers(0, spec.num_classes, 600).astype(np.int64)
-    cfg = TrainConfig(1, prof.batch_size, prof.optimizer, 1e-3)
-    model = init_model(spec, 0)
-    measured = peak_bytes(
-        lambda: train(model, role_of(spec), x, y, spec.num_classes, cfg, x_val=x_val, y_val=y_val)
-    )
+    measured = _train_peak(p.spec, prof.batch_size, prof.optimizer, prof.batch_size * 2, val=600)
     assert measured <= prof.ram_budget_bytes, (measured, prof.ram_budget_bytes)

@@ -181,7 +181,8 @@ def train_clients(job: SimJob, log, progress=no_progress) -> list[dict]:
             done += 1
             progress("clients trained", done, len(cjobs), f"client {i}")
     else:
-        done = _train_pooled(cjobs, todo, job.jobs, results, log, progress, done)
+        for i, result in _train_pooled(cjobs, todo, job.jobs, log, progress, done).items():
+            results[i] = result
     # The run says who attacked; uploads never do.
     return [r | {"attack": c.attack} for r, c in zip(results, cjobs, strict=True)]  # type: ignore[operator]
 
@@ -196,10 +197,10 @@ def _client_progress(progress, i: int):
     return relay
 
 
-def _train_pooled(cjobs, todo, jobs: int, results, log, progress, done: int) -> int:
-    """The clients `todo` trained in `jobs` spawned workers, each relaying its own steps
-    through a queue (at most one a second, and its last) to `progress`; `results` filled in.
-    -> the clients done."""
+def _train_pooled(cjobs, todo, jobs: int, log, progress, done: int) -> dict[int, dict]:
+    """{client index: its result} for the clients `todo`, trained in `jobs` spawned workers,
+    each relaying its own steps through a queue (at most one a second, and its last) to
+    `progress` (`done`: the clients already finished, for the count)."""
     ctx = multiprocessing.get_context("spawn")  # fork + torch threads is unsafe
     with ctx.Manager() as manager:
         steps = manager.Queue()
@@ -208,7 +209,7 @@ def _train_pooled(cjobs, todo, jobs: int, results, log, progress, done: int) -> 
             max_workers=jobs, mp_context=ctx, initializer=share_cores_politely
         ) as pool:
             futures = {pool.submit(_train_relayed, cjobs[i], i, steps): i for i in todo}
-            pending = set(futures)
+            results, pending = {}, set(futures)
             while pending:
                 ended, pending = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
                 _drain(steps, progress)
@@ -219,7 +220,7 @@ def _train_pooled(cjobs, todo, jobs: int, results, log, progress, done: int) -> 
                     log(f"client {i} done ({cjobs[i].profile}, {results[i]['model']})")
                     progress("clients trained", done, len(cjobs), f"client {i}")
             _drain(steps, progress)
-    return done
+    return results
 
 
 def _drain(steps, progress) -> None:
@@ -231,12 +232,13 @@ def _drain(steps, progress) -> None:
 def _train_relayed(cjob: ClientJob, i: int, steps) -> dict:
     """`_train_one` in a worker, its steps put on the `steps` queue (throttled: a queue put
     is a round trip to the manager, a DP-SGD step of a tiny model a few milliseconds)."""
-    last = [0.0]
+    last = 0.0
 
     def relay(task: str, d: int, total: int, note: str = "") -> None:
+        nonlocal last
         now = time.monotonic()
-        if d >= total or now - last[0] >= 1.0:
-            last[0] = now
+        if d >= total or now - last >= 1.0:
+            last = now
             steps.put((i, task, d, total, note))
 
     return _train_one(cjob, relay)

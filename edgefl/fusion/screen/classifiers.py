@@ -5,6 +5,8 @@ average), and say so when there are too few to judge."""
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 
 import exporters
@@ -135,12 +137,12 @@ def _loud_majority(uploads, scale, known, bad, rescale) -> dict:
     """{name: (factor, why)} for the clients above a gap of more than SCALE_RATIO in the kept
     clients' logit scales, when they are most of them (the median rule cannot see them) and
     the quiet ones below know their classes about as well (their median informedness within
-    2 x KNOWS of the loud ones'): tempered to the loudest quiet one. Honest scales form a continuum (measured,
-    nine clean federations of weak and strong clients: no gap over 3.5x between neighbours); a
-    multiplied head leaves a gap of its factor (four x20 attackers of five: 19.4x; the median
-    rule tempered none and FedMHO lost 6.5 points). The knowledge test keeps a quiet network
-    that learned little (random weights kept at +0.35, scale 0.08, under honest clients at
-    +1.00, 3.6-4.9) from taming the honest clients to its scale."""
+    2 x KNOWS of the loud ones'): tempered to the loudest quiet one. Honest scales form a
+    continuum (measured, nine clean federations of weak and strong clients: no gap over 3.5x
+    between neighbours); a multiplied head leaves a gap of its factor (four x20 attackers of
+    five: 19.4x; the median rule tempered none and FedMHO lost 6.5 points). The knowledge test
+    keeps a quiet network that learned little (random weights kept at +0.35, scale 0.08, under
+    honest clients at +1.00, 3.6-4.9) from taming the honest clients to its scale."""
     kept = sorted(
         (s, k, u.name)
         for u, s, k in zip(uploads, scale, known, strict=True)
@@ -148,7 +150,7 @@ def _loud_majority(uploads, scale, known, bad, rescale) -> dict:
     )
     if len(kept) < 2:
         return {}
-    ratios = [b[0] / a[0] for a, b in zip(kept, kept[1:], strict=False)]
+    ratios = [b[0] / a[0] for a, b in itertools.pairwise(kept)]
     i = int(np.argmax(ratios))
     quiet, loud = kept[: i + 1], kept[i + 1 :]
     if ratios[i] <= SCALE_RATIO or 2 * len(loud) <= len(kept):

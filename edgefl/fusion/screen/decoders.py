@@ -58,12 +58,18 @@ def _judge_decoders(decoders, x, source, asked, classifiers, probs, judges) -> d
     )
 
 
-def _judged_scores(decoders, source, asked, classifiers, probs, judges, per_class=False):
+def _judged_scores(decoders, source, asked, classifiers, probs, judges) -> list[tuple]:
     """(mean informedness of the judges' reading over the decoder's classes, its worst class)
-    per decoder, or with `per_class` {class: informedness}; a class is judged by the judges
-    that hold it, else by all of them."""
+    per decoder (`_judged_per_class`)."""
+    per = _judged_per_class(decoders, source, asked, classifiers, probs, judges)
+    return [_mean_and_worst(scores) for scores in per]
+
+
+def _judged_per_class(decoders, source, asked, classifiers, probs, judges) -> list[dict]:
+    """{class: informedness of the judges' reading of its draws} per decoder; a class is judged
+    by the judges that hold it, else by all of them ({} without judges)."""
     if not judges:
-        return [{} if per_class else (None, None) for _ in decoders]
+        return [{} for _ in decoders]
     readings = {}  # the judges of a class -> their reading of the whole probe
 
     def read(who: tuple[int, ...]) -> np.ndarray:
@@ -78,7 +84,7 @@ def _judged_scores(decoders, source, asked, classifiers, probs, judges, per_clas
         for c in np.unique(asked[mine]):
             who = tuple(i for i in judges if c in _claimed(classifiers[i])) or tuple(judges)
             per[int(c)] = _informedness(read(who), asked, mine, int(c), held)
-        scores.append(per if per_class else _mean_and_worst(per))
+        scores.append(per)
     return scores
 
 

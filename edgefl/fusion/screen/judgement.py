@@ -21,7 +21,11 @@ from edgefl.fusion.screen.classifiers import (
     _unscreenable,
 )
 from edgefl.fusion.screen.decoder_repair import _repair_decoders, relabelled_decoders
-from edgefl.fusion.screen.decoders import _judge_decoders, _judged_scores, _screen_decoders_alone
+from edgefl.fusion.screen.decoders import (
+    _judge_decoders,
+    _judged_per_class,
+    _screen_decoders_alone,
+)
 from edgefl.fusion.screen.evidence import KNOWS, _classify, _committee
 from edgefl.fusion.screen.probe import Probe, _make_probe
 from edgefl.fusion.screen.verdict import Verdict
@@ -120,12 +124,12 @@ def _screen_classifiers(classifiers, decoders, probe, device, seed, progress) ->
     )
     repairs, probs = _repaired(classifiers, found, probs, probe.x, device)
     current = [repairs.swap.get(u.name, u) for u in classifiers]
-    # without decoders, the committee of the repaired clients
     if probe.asked is not None:
         # the screen's reference leaves out, too, the draws the judges cannot read as asked
         # where they read another decoder's plainly (not the repair's: on HAPT users that made
         # three honest classifiers look relabelled)
         reference = np.where(_unread(decoders, probe, current, probs, judges), -1, reference)
+    # without decoders, the committee of the repaired clients
     bad, rescale = _judge(current, probs, scale, reference if probe.asked is not None else None)
     tempering, probs = _tempered(current, rescale, probs, probe.x, device)
     verdict = Verdict(bad, {}, notes)
@@ -192,9 +196,7 @@ def _unread(decoders, probe, classifiers, probs, judges) -> np.ndarray:
     decoder's draws of are read plainly stays: its judges may be what is weak (measured, MNIST
     Dir(0.1): two honest decoders' 8s both read at +0.02 or less, and without them an honest
     classifier ranked its 8s below chance)."""
-    per = _judged_scores(
-        decoders, probe.source, probe.asked, classifiers, probs, judges, per_class=True
-    )
+    per = _judged_per_class(decoders, probe.source, probe.asked, classifiers, probs, judges)
     mask = np.zeros(len(probe.asked), dtype=bool)
     for d, scores in enumerate(per):
         known = {
