@@ -509,3 +509,46 @@ def test_most_classifiers_relabelled_are_repaired_when_more_uploads_stand_behind
     clients, probs, reference, probe = federation(decoders=1, honest=0)
     found, notes = _relabellings(clients, probs, reference, [0], probe, 0, "cpu", None)
     assert found == [None] * 5 and "the draws are the odd ones" in notes[-1][1], notes
+
+
+def test_flat_decoders_that_are_each_others_reference_are_set_aside_by_the_judges_alone():
+    """Two noise decoders, the only drawers of 5s and 6s, are each other's image reference
+    there (their draws differ by a few hundredths by class, which a nearest reference tells
+    apart); their draws hardly vary, so the judges alone read them, and they read nothing. A
+    decoder whose draws vary as much as the honest ones' but that the judges cannot read (as
+    on sensor windows) keeps its images' verdict."""
+    from edgefl.fusion.screen.decoders import _judge_decoders
+
+    rng = np.random.default_rng(0)
+    templates = rng.normal(0, 1, (K, 64))
+    drawn = [range(5), range(5), range(5, 7), range(5, 7), range(5)]
+    source = np.concatenate([np.full(PER * len(c), d) for d, c in enumerate(drawn)])
+    asked = np.concatenate([np.repeat(list(c), PER) for c in drawn])
+    x = templates[asked] + rng.normal(0, 1.0, (len(asked), 64))
+    flat = np.isin(source, [2, 3])
+    x[flat] = 0.5 + 0.02 * asked[flat, None] + rng.normal(0, 0.002, (flat.sum(), 64))
+    read = np.where(np.isin(source, [0, 1]), asked, 3)  # decoders 2-4: read as nothing
+    decoders = [
+        SimpleNamespace(name=f"d{d}", label_counts=[100 if c in cs else 0 for c in range(K)])
+        for d, cs in enumerate(drawn)
+    ]
+    judges = [_client([100] * K), _client([100] * K)]
+    probs = [_probs(read), _probs(read)]
+    out = _judge_decoders(
+        decoders, torch.tensor(x, dtype=torch.float32), source, asked, judges, probs, [0, 1]
+    )
+    assert set(out) == {"d2", "d3"}, out
+    assert "hardly vary" in out["d2"]
+    # most decoders flat (the median decoder reads as nothing): still the judges' call, since
+    # they read decoder 0 plainly
+    keep = np.isin(source, [0, 2, 3])
+    out = _judge_decoders(
+        [decoders[0], decoders[2], decoders[3]],
+        torch.tensor(x[keep], dtype=torch.float32),
+        np.searchsorted([0, 2, 3], source[keep]),
+        asked[keep],
+        judges,
+        [p[keep] for p in probs],
+        [0, 1],
+    )
+    assert set(out) == {"d2", "d3"}, out

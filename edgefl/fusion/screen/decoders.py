@@ -11,6 +11,7 @@ import torch
 from edgefl.fusion.screen.evidence import (
     COMMITTEE,
     KNOWS,
+    PLAIN,
     _claimed,
     _informedness,
     _mean_and_worst,
@@ -19,6 +20,11 @@ from edgefl.fusion.screen.evidence import (
 )
 from edgefl.fusion.screen.probe import Probe
 from edgefl.fusion.screen.verdict import Verdict, _note
+
+# A decoder whose draws vary with the latent under this share of what the plainly read
+# decoders' draws vary is flat (measured: noise decoders 0.012-0.015; honest HAPT and MNIST
+# decoders of 30 steps and up 0.4 or more, bench/results/robust_recheck.md)
+FLAT = 0.1
 
 
 def _screen_decoders_alone(decoders, probe: Probe) -> Verdict:
@@ -43,11 +49,14 @@ def _judge_decoders(decoders, x, source, asked, classifiers, probs, judges) -> d
     their images). A noise or random-weights decoder scored 0.00 by both on MNIST."""
     by_images = _image_scores(decoders, x, asked, source)
     by_judges = _judged_scores(decoders, source, asked, classifiers, probs, judges)
+    flat = _flat(x, source, asked, by_judges)
     scores = [
         max((s for s in pair if s[0] is not None), key=lambda s: s[0], default=(None, None))
-        for pair in zip(by_images, by_judges, strict=True)
+        if d not in flat
+        else (None, None)
+        for d, pair in enumerate(zip(by_images, by_judges, strict=True))
     ]
-    return _uninformed(
+    out = _uninformed(
         decoders,
         scores,
         lambda s, c: (
@@ -56,6 +65,41 @@ def _judge_decoders(decoders, x, source, asked, classifiers, probs, judges) -> d
             f"(informedness {s:+.2f}, under {KNOWS:g}; its worst: class {c})"
         ),
     )
+    # A flat decoder's draws differ by class by hundredths of a pixel, which a nearest
+    # reference still tells apart: its images are no evidence, and the judges alone read it,
+    # whatever the median decoder scores, since they read another plainly (measured, MNIST
+    # Dir(0.5): two noise decoders, the only drawers of 1s and 9s, each other's reference at
+    # +1.00 by images and read at 0.00 by every judge, seed 1; four of five, seed 0)
+    for d in flat:
+        s, c = by_judges[d]
+        if s is not None and s < KNOWS:
+            out[decoders[d].name] = (
+                "its draws hardly vary with the latent (under a tenth of the spread of the "
+                "decoders the classifiers read plainly) and the classifiers read them as no "
+                f"class asked for (informedness {s:+.2f}, under {KNOWS:g}; its worst: class {c})"
+            )
+    return out
+
+
+def _flat(x: torch.Tensor, source, asked, by_judges) -> set[int]:
+    """The decoders whose draws spread (their mean distance to their class's mean draw) under
+    FLAT times that of the decoders the judges read plainly (their median): a noise decoder
+    outputs its training noise's mean whatever the latent ({} with no decoder read plainly;
+    the scale is theirs, so the rule holds for pixels and sensor windows alike)."""
+    xs = x.reshape(len(x), -1).numpy()
+    spread = []
+    for d in range(len(by_judges)):
+        mine = source == d
+        per = [
+            np.linalg.norm(xs[m] - xs[m].mean(0), axis=1).mean()
+            for m in (mine & (asked == c) for c in np.unique(asked[mine]))
+        ]
+        spread.append(float(np.mean(per)) if per else 0.0)
+    plain = [spread[d] for d, (s, _) in enumerate(by_judges) if s is not None and s >= PLAIN]
+    if not plain:
+        return set()
+    bar = FLAT * float(np.median(plain))
+    return {d for d, s in enumerate(spread) if s < bar}
 
 
 def _judged_scores(decoders, source, asked, classifiers, probs, judges) -> list[tuple]:

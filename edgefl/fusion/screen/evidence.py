@@ -18,6 +18,7 @@ MIN_SAMPLES = 20  # probe samples a class needs before anyone is judged on it
 SURE = 0.5  # committee probability a probe sample needs to count (it looks like that class)
 KNOWS = 0.1  # set aside under this informedness (0: outputs that say nothing of the input)
 COMMITTEE = 3  # a median of fewer than this is moved by one poisoned member
+PLAIN = 0.5  # judges that read a decoder's draws this well know its classes in generated samples
 
 
 def _shares(u: Upload) -> np.ndarray:

@@ -26,13 +26,11 @@ from edgefl.fusion.screen.decoders import (
     _judged_per_class,
     _screen_decoders_alone,
 )
-from edgefl.fusion.screen.evidence import KNOWS, _classify, _committee
+from edgefl.fusion.screen.evidence import KNOWS, PLAIN, _classify, _committee
 from edgefl.fusion.screen.probe import Probe, _make_probe
 from edgefl.fusion.screen.verdict import Verdict
 from edgefl.progress import no_progress
 
-# judges that read one decoder's draws of a class this well know the class in generated samples
-PLAIN = 0.5
 # Every classifier reads every decoder's draws, so one judgement costs uploads^2 (20.8 s at
 # 100 uploads, past 600 s at 1,000: bench/results/scale.md). A larger federation is judged as
 # seeded shards of at most this many, each kind dealt evenly over them: linear in the uploads,
