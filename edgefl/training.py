@@ -305,16 +305,16 @@ def _dp_epoch(
     CVAE: F.one_hot cannot run inside torch.func's vmap."""
     gen, noise = gens
     if role == "classifier":
-        targets, loss_of_one = yt, lambda forward, x, y: F.cross_entropy(forward(x), y)
+        target, loss_of_one = None, lambda forward, x, y: F.cross_entropy(forward(x), y)
         losses_of = _classifier_losses
     else:
-        targets, loss_of_one = F.one_hot(yt, num_classes).float(), _cvae_loss_of_one
+        target, loss_of_one = _one_hot(num_classes), _cvae_loss_of_one
         losses_of = _cvae_losses
     return dp_train_epoch(
         model,
         loss_of_one,
         xt,
-        targets,
+        yt,
         sample_rate=plan.sample_rate,
         noise_multiplier=plan.noise_multiplier,
         clip=plan.clip,
@@ -324,7 +324,12 @@ def _dp_epoch(
         chunk=cfg.dp_chunk if cfg.dp_chunk is not None else default_chunk(model),
         losses_of=losses_of,
         on_step=on_step,
+        target=target,
     )
+
+
+def _one_hot(num_classes: int):
+    return lambda y: F.one_hot(y, num_classes).float()
 
 
 @torch.no_grad()

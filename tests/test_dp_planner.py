@@ -39,8 +39,9 @@ def _data(spec, n: int, seed: int = 0):
 
 def _dp_train_peak(spec, batch: int, optimizer: str, chunk: int, epochs: int = 1) -> int:
     """The probe's peak over DP training as the client runs it: the model built, `epochs` of
-    Poisson batches (two steps each) of mean `batch`, noise, the optimizer's steps."""
-    x, y = _data(spec, 2 * batch)
+    Poisson batches (16 steps each: some full chunks) of mean `batch`, noise, the optimizer's
+    steps."""
+    x, y = _data(spec, 16 * batch)
     cfg = TrainConfig(
         epochs, batch, optimizer, 1e-3, dp=DPConfig(8.0, delta=1e-3), noise_seed=0, dp_chunk=chunk
     )
@@ -77,9 +78,11 @@ def test_per_sample_gradients_are_counted_per_sample():
     scnn = costs(make_spec("scnn", *MNIST, width=4))
     assert not scnn.ghost
     grow = scnn.dp_train_bytes(16, "sgd", 4) - scnn.dp_train_bytes(16, "sgd", 2)
-    assert grow == 2 * (scnn.weight_bytes + scnn.activation_bytes + scnn.grad_step_bytes)
+    per_sample = scnn.weight_bytes + scnn.activation_bytes + scnn.grad_step_bytes
+    assert grow == 2 * (scnn.dp_input_bytes + per_sample)
     cvae = costs(make_spec("cvae-mlp", *MNIST, hidden=24))
-    assert cvae.ghost and cvae.dp_sample_bytes() < cvae.weight_bytes / 10
+    ghost_sample = cvae.dp_sample_bytes() - cvae.dp_input_bytes  # its activations
+    assert cvae.ghost and ghost_sample < cvae.weight_bytes / 10
 
 
 @pytest.mark.parametrize("dataset", ["mnist", "hapt"])
@@ -93,6 +96,25 @@ def test_the_wristband_trains_its_dp_pick_within_its_budget(dataset):
     assert p.fit.train_bytes <= budget
     measured = _dp_train_peak(p.spec, prof.batch_size, prof.optimizer, p.fit.dp_chunk)
     assert measured <= budget, (measured, budget)
+
+
+def test_a_large_dp_batch_is_gathered_a_chunk_at_a_time():
+    """An expected batch of 256 digits (800 KB of inputs) on the wristband's DP pick (845 KiB):
+    the planner counts its indices only (the same pick fits), and training holds a chunk's
+    inputs at a time, so the probe's peak is the training batch's (16), not 800 KB more (the
+    whole batch gathered at once peaked at 2.08 MB)."""
+    prof, info = get_profile("wristband"), DATASETS.get("mnist")
+    p, big = plan(prof, info, dp=True), plan(prof, info, dp=True, batch_size=256)
+    assert big.fit.fits and big.spec == p.spec and big.fit.dp_chunk == p.fit.dp_chunk
+    x, y = _data(p.spec, 1024)
+    spec, peaks = p.spec, []
+    for batch in (None, 256):
+        dp = DPConfig(8.0, delta=1e-3, batch=batch)
+        cfg = TrainConfig(1, 16, prof.optimizer, 1e-3, dp=dp, noise_seed=0, dp_chunk=p.fit.dp_chunk)
+        peaks.append(
+            peak_bytes(lambda cfg=cfg: train(init_model(spec, 0), role_of(spec), x, y, 10, cfg))
+        )
+    assert peaks[1] <= 1.05 * peaks[0], peaks
 
 
 def test_the_chunk_follows_the_budget():
@@ -172,8 +194,10 @@ def test_batchnorm_models_are_refused_under_dp_and_the_free_form_chosen():
 
 
 def test_nothing_fits_says_why_and_exits_2_before_training(cli, tmp_path, monkeypatch):
-    """The MCU at batch 1024 under --dp: one message naming the smallest candidate's DP memory
-    against the budget, and the fix; exit 2; no training started, nothing written."""
+    """The MCU at an expected batch whose indices alone exceed its budget under --dp (a batch's
+    samples are gathered a chunk at a time, so only its indices grow with it): one message
+    naming the smallest candidate's DP memory against the budget, and the fix; exit 2; no
+    training started, nothing written."""
 
     def no_training(*a, **k):
         raise AssertionError("trained")
@@ -181,7 +205,7 @@ def test_nothing_fits_says_why_and_exits_2_before_training(cli, tmp_path, monkey
     monkeypatch.setattr("edgefl.client.run.train", no_training)
     r = cli(
         "client", "train", "--dataset", DATASET, "--partition", PARTITION, "--num-clients",
-        str(NUM_CLIENTS), "--profile", "mcu", "--batch-size", "1024", "--dp", "8",
+        str(NUM_CLIENTS), "--profile", "mcu", "--batch-size", "200000", "--dp", "8",
         "--out", str(tmp_path), "--quiet",
     )  # fmt: skip
     out = r.output

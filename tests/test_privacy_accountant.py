@@ -156,8 +156,12 @@ def test_dp_text_parses_and_round_trips(text, expected):
         ("8,clip=0", "--dp clip must be > 0", "clip=1.0"),
         ("eight", "--dp 'eight': epsilon must be a number, got 'eight'", "--dp EPSILON"),
         ("", "--dp '': epsilon must be a number", "--dp EPSILON"),
-        ("8,sigma=1", "--dp '8,sigma=1': 'sigma=1' is not delta=D or clip=C", "--dp EPSILON"),
-        ("8,1e-5", "--dp '8,1e-5': '1e-5' is not delta=D or clip=C", "--dp EPSILON"),
+        (
+            "8,sigma=1",
+            "--dp '8,sigma=1': 'sigma=1' is not delta=D, clip=C or batch=B",
+            "--dp EPSILON",
+        ),
+        ("8,1e-5", "--dp '8,1e-5': '1e-5' is not delta=D, clip=C or batch=B", "--dp EPSILON"),
         ("8,clip=1,clip=2", "--dp '8,clip=1,clip=2' gives clip twice", "--dp EPSILON"),
         ("8,delta=small", "--dp '8,delta=small': delta must be a number", "--dp EPSILON"),
     ],
@@ -215,3 +219,16 @@ def test_a_one_sample_client_needs_an_explicit_delta():
     assert "delta 1/n is 1" in err.value.message
     assert "delta=1e-5" in err.value.hint
     assert plan_dp(DPConfig(8.0, delta=1e-5), samples=1, batch_size=1, epochs=1).steps == 1
+
+
+def test_the_dp_batch_sets_the_sampling_rate_and_round_trips():
+    """`--dp 8,batch=256` samples each of 1,024 samples with probability 1/4 (the training
+    batch does without it); its text reads back; a batch that is no whole number >= 1 is
+    refused with the form."""
+    cfg = DPConfig.parse("8,batch=256")
+    assert cfg.batch == 256 and DPConfig.parse(cfg.text()) == cfg
+    assert plan_dp(cfg, 1024, 16, 2).sample_rate == 0.25
+    assert plan_dp(DPConfig(8.0), 1024, 16, 2).sample_rate == 16 / 1024
+    for bad in ("8,batch=0", "8,batch=2.5", "8,batch=x"):
+        with pytest.raises(ConfigError):
+            DPConfig.parse(bad)

@@ -146,7 +146,7 @@ def test_exact_counts_under_dp_leave_the_upload_not_private_as_a_whole(cli, tmp_
         (("--dp", "8,delta=1"), "--dp delta"),
         (("--dp", "8,delta=2"), "--dp delta"),
         (("--dp", "eight"), "must be a number"),
-        (("--dp", "8,noise=1"), "is not delta=D or clip=C"),
+        (("--dp", "8,noise=1"), "is not delta=D, clip=C or batch=B"),
         (("--dp", "8,clip=0"), "--dp clip"),
         (("--label-counts", "fuzzy"), "--label-counts"),
         (("--label-counts", "noised"), "no --dp is given"),

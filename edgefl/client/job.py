@@ -59,7 +59,7 @@ class ClientJob:
     # replaces its own upload either way.
     overwrite: bool = False
     # Differential privacy (edgefl.client.privacy): DP-SGD's request as `--dp` writes it
-    # (EPSILON[,delta=D][,clip=C]; None: plain training), and how the label counts are
+    # (EPSILON[,delta=D][,clip=C][,batch=B]; None: plain training), and how the label counts are
     # released: exact | absent | noised | noised:EPSILON.
     dp: str | None = None
     label_counts: str = "exact"

@@ -56,8 +56,9 @@ LABEL_HELP = (
     "both, each takes half of delta; the upload's total epsilon is their sum."
 )
 DP_HELP = (
-    "Train by DP-SGD for this (epsilon, delta): EPSILON[,delta=D][,clip=C], e.g. 8 or "
-    "8,delta=1e-5,clip=1.0 (delta: 1/n by default). The upload records what it spent."
+    "Train by DP-SGD for this (epsilon, delta): EPSILON[,delta=D][,clip=C][,batch=B], e.g. 8 "
+    "or 8,delta=1e-5,batch=256 (delta: 1/n by default; batch: the expected Poisson batch, the "
+    "training batch by default). The upload records what it spent."
 )
 
 

@@ -55,7 +55,7 @@ DEFAULTS: dict[str, Any] = {
     "subset": 0,  # 0: the whole train split; N: every client partitions the same N samples
     "public": "",  # e.g. "mnist:public": sent to predictions nodes, read by FedOL/FedDF
     "data-dir": "",  # where the server reads datasets (eval, the public set)
-    "dp": "",  # every client's --dp (EPSILON[,delta=D][,clip=C]); "": plain training
+    "dp": "",  # every client's --dp (EPSILON[,delta=D][,clip=C][,batch=B]); "": plain training
     "label-counts": "exact",  # every client's --label-counts: exact | absent | noised[:EPS]
     "max-epsilon": 0.0,  # as `server fuse --max-epsilon`; 0: no limit
 }

@@ -52,6 +52,7 @@ GHOST_MACS_PER_FORWARD = 5
 # the optimizer's per-tensor work (Adam's denominator), measured on cvae-mlp with the probe
 # (edgefl.privacy.memory); the per-sample path adds one more for its clipped einsum.
 DP_STEP_TEMPS = 2
+INDEX_BYTES = 8  # a Poisson batch's sample indices (int64), all that DP-SGD holds of the batch
 
 
 @dataclass(frozen=True)
@@ -123,22 +124,26 @@ class Costs:
     # --- DP-SGD (edgefl.privacy.dpsgd): what its step holds, as measured by
     # edgefl.privacy.memory's probe (tests/test_dp_planner.py) -------------------------------
     # Held through the step: the weights, the optimizer state, the clipped sums (which become the
-    # gradients in place) and the Poisson batch drawn. On top, the larger of two phases:
-    # - clipping a chunk of c samples: ghost clipping holds their activations and their Linear
-    #   outputs' gradients, c (A + D); the per-sample path their gradients, activations and
-    #   the gradient pair of the backward step under way, c (W + A + G) (measured: the convs'
-    #   G is a third of W + A on scnn), plus one parameter tensor of clipping work;
+    # gradients in place) and the Poisson batch's indices (its samples are gathered a chunk at a
+    # time). On top, the larger of two phases:
+    # - clipping a chunk of c samples: their inputs I, and ghost clipping their activations and
+    #   Linear outputs' gradients, c (I + A + D); the per-sample path their gradients,
+    #   activations and the gradient pair of the backward step under way, c (I + W + A + G)
+    #   (measured: the convs' G is a third of W + A on scnn), plus one parameter tensor of
+    #   clipping work;
     # - the noisy step: DP_STEP_TEMPS largest parameter tensors.
 
     def dp_sample_bytes(self) -> int:
         """Bytes each sample of a chunk adds while it is clipped."""
         if self.ghost:
-            return self.activation_bytes + self.linear_out_bytes
-        return self.weight_bytes + self.activation_bytes + self.grad_step_bytes
+            return self.dp_input_bytes + self.activation_bytes + self.linear_out_bytes
+        return (
+            self.dp_input_bytes + self.weight_bytes + self.activation_bytes + self.grad_step_bytes
+        )
 
     def _dp_held(self, batch_size: int, optimizer: str) -> int:
         state = OPTIMIZER_STATE[optimizer]
-        return self.weight_bytes * (2 + state) + batch_size * self.dp_input_bytes
+        return self.weight_bytes * (2 + state) + batch_size * INDEX_BYTES
 
     def dp_chunk(self, batch_size: int, optimizer: str, budget: int | None = None) -> int:
         """Samples DP-SGD clips at once: as many as `budget` bytes of training memory leave room

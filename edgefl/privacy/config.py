@@ -1,7 +1,8 @@
-"""What a user asks for (`--dp 8,delta=1e-5,clip=1.0`) and what training must then do.
+"""What a user asks for (`--dp 8,delta=1e-5,clip=1.0,batch=256`) and what training must then do.
 
-`DPConfig` is the request: a target epsilon, an optional delta and the clip norm. `plan_dp` turns it,
-with the client's sample count, batch size and epochs, into a `DPPlan`: the sampling rate, the
+`DPConfig` is the request: a target epsilon, an optional delta, the clip norm and an optional
+expected batch. `plan_dp` turns it, with the client's sample count, batch size and epochs, into a
+`DPPlan`: the sampling rate, the
 steps and the noise multiplier the accountant chose. The plan is also the record an upload carries
 (`as_dict`), and `DPPlan.problem()` recomputes its epsilon, so a server can check the record.
 """
@@ -16,7 +17,7 @@ from edgefl.bounds import Range
 from edgefl.errors import ConfigError
 from edgefl.privacy.accountant import BOUNDS, epsilon, noise_for
 
-FORM = "write --dp EPSILON[,delta=D][,clip=C], e.g. --dp 8 or --dp 8,delta=1e-5,clip=1.0"
+FORM = "write --dp EPSILON[,delta=D][,clip=C][,batch=B], e.g. --dp 8 or --dp 8,delta=1e-5,clip=1.0"
 DELTA_HINT = "leave delta= out to use 1/n (n: the samples on this device), e.g. --dp 8"
 ACCOUNTANT = (
     "rdp"  # Mironov et al. 2019, converted by Balle et al. 2020 (edgefl.privacy.accountant)
@@ -27,11 +28,15 @@ CLIP = Range(0, low_open=True)
 
 @dataclass(frozen=True)
 class DPConfig:
-    """The privacy asked for. delta None: 1/n of the client's data, resolved by `plan_dp`."""
+    """The privacy asked for. delta None: 1/n of the client's data, resolved by `plan_dp`.
+    batch: the expected Poisson batch (None: the training batch). Larger batches buy more signal
+    per unit of noise at the same epsilon (the noise's norm is sigma C sqrt(d) / batch), and
+    cost no memory: a batch is gathered and clipped a chunk at a time."""
 
     epsilon: float
     delta: float | None = None
     clip: float = 1.0  # L2 bound on each sample's gradient over all parameters
+    batch: int | None = None
 
     def __post_init__(self) -> None:
         BOUNDS["epsilon"].check(
@@ -40,19 +45,30 @@ class DPConfig:
         if self.delta is not None:
             BOUNDS["delta"].check("--dp delta", self.delta, hint=DELTA_HINT)
         CLIP.check("--dp clip", self.clip, hint="e.g. --dp 8,clip=1.0")
+        if self.batch is not None:
+            Range(1, integer=True).check("--dp batch", self.batch, hint="e.g. --dp 8,batch=256")
 
     @classmethod
     def parse(cls, text: str) -> DPConfig:
-        """`"8"` or `"8,delta=1e-5,clip=0.5"` (the CLI's and run config's form)."""
+        """`"8"` or `"8,delta=1e-5,clip=0.5,batch=256"` (the CLI's and run config's form)."""
         head, *settings = [part.strip() for part in str(text).split(",")]
         values: dict[str, float] = {"epsilon": _number("epsilon", head, text)}
         for item in settings:
             key, eq, value = (s.strip() for s in item.partition("="))
-            if not eq or key not in ("delta", "clip"):
-                raise ConfigError(f"--dp {text!r}: {item!r} is not delta=D or clip=C", hint=FORM)
+            if not eq or key not in ("delta", "clip", "batch"):
+                raise ConfigError(
+                    f"--dp {text!r}: {item!r} is not delta=D, clip=C or batch=B", hint=FORM
+                )
             if key in values:
                 raise ConfigError(f"--dp {text!r} gives {key} twice", hint=FORM)
             values[key] = _number(key, value, text)
+        if "batch" in values:
+            if not float(values["batch"]).is_integer():
+                raise ConfigError(
+                    f"--dp {text!r}: batch must be a whole number, got {values['batch']:g}",
+                    hint=FORM,
+                )
+            values["batch"] = int(values["batch"])
         return cls(**values)
 
     def text(self) -> str:
@@ -60,7 +76,8 @@ class DPConfig:
         out = repr(float(self.epsilon))
         if self.delta is not None:
             out += f",delta={float(self.delta)!r}"
-        return out + (f",clip={float(self.clip)!r}" if self.clip != 1.0 else "")
+        out += f",clip={float(self.clip)!r}" if self.clip != 1.0 else ""
+        return out + (f",batch={self.batch}" if self.batch is not None else "")
 
 
 def _number(name: str, value: str, text: str) -> float:
@@ -133,8 +150,10 @@ class DPPlan:
 
 
 def plan_dp(cfg: DPConfig, samples: int, batch_size: int, epochs: int) -> DPPlan:
-    """The noise that spends `cfg.epsilon` over `epochs` epochs of expected batch `batch_size`
-    on `samples` samples. Raises ConfigError (with the fix) when no noise can."""
+    """The noise that spends `cfg.epsilon` over `epochs` epochs of expected batch `cfg.batch`
+    (else `batch_size`) on `samples` samples. Raises ConfigError (with the fix) when no noise
+    can."""
+    batch_size = cfg.batch or batch_size
     for name, value in (("samples", samples), ("batch_size", batch_size), ("epochs", epochs)):
         Range(1, integer=True).check(name, value)
     delta = cfg.delta if cfg.delta is not None else 1 / samples
