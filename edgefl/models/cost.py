@@ -130,7 +130,10 @@ class Costs:
     #   Linear outputs' gradients, c (I + A + D); the per-sample path their gradients,
     #   activations and the gradient pair of the backward step under way, c (I + W + A + G)
     #   (measured: the convs' G is a third of W + A on scnn), plus one parameter tensor of
-    #   clipping work;
+    #   clipping work on either path: under ghost clipping, each chunk after a step's first adds
+    #   its gradients into .grad through a temporary (measured: the wristband's cvae-mlp, chunks
+    #   of 14, peaked 62 KB over the estimate without it, over its budget, once full epochs
+    #   drew batches of more than one chunk);
     # - the noisy step: DP_STEP_TEMPS largest parameter tensors.
 
     def dp_sample_bytes(self) -> int:
@@ -156,15 +159,14 @@ class Costs:
         room = budget - self._dp_held(batch_size, optimizer)
         if room < DP_STEP_TEMPS * self.largest_param_bytes:
             return 0
-        if not self.ghost:
-            room -= self.largest_param_bytes
+        room -= self.largest_param_bytes
         return max(0, room // self.dp_sample_bytes())
 
     def dp_train_bytes(self, batch_size: int, optimizer: str, chunk: int | None = None) -> int:
         """Training memory of a DP-SGD step clipping `chunk` samples at once (default: the
         unbudgeted `dp_chunk`) of an expected batch `batch_size`."""
         c = min(batch_size, chunk or self.dp_chunk(batch_size, optimizer))
-        clipping = c * self.dp_sample_bytes() + (0 if self.ghost else self.largest_param_bytes)
+        clipping = c * self.dp_sample_bytes() + self.largest_param_bytes
         step = DP_STEP_TEMPS * self.largest_param_bytes
         return self._dp_held(batch_size, optimizer) + max(clipping, step)
 
