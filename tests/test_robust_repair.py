@@ -552,23 +552,3 @@ def test_flat_decoders_that_are_each_others_reference_are_set_aside_by_the_judge
         [0, 1],
     )
     assert set(out) == {"d2", "d3"}, out
-
-
-def test_fedmho_draws_no_class_only_decoders_it_does_not_use_held():
-    """A class only screened-out decoders held gets no FedMHO draws (the decoder used would
-    draw its own classes under that label); a class no uploaded decoder holds keeps the paper's
-    rule (drawn evenly); a repaired decoder (a copy under the original's name) is its own."""
-    from edgefl.fusion.fedmho import drawn_classes
-
-    def dec(name, held):
-        counts = np.array([100 if c in held else 0 for c in range(K)])
-        return SimpleNamespace(name=name, kind="decoder", label_counts=counts)
-
-    used, noise = dec("a", [0, 1, 2]), dec("b", [3, 4])
-    phone = SimpleNamespace(name="p", kind="classifier", label_counts=np.full(K, 100))
-    ctx = SimpleNamespace(federation=[used, noise, phone], num_classes=K)
-    drawn = drawn_classes(ctx, [used])
-    assert not drawn[[3, 4]].any() and drawn[[0, 1, 2, 5, 9]].all()
-    assert drawn_classes(ctx, [used, noise]).all()  # nothing set aside: the paper's rule
-    repaired = dec("b", [5, 6])  # its original's classes are not "only theirs"
-    assert drawn_classes(ctx, [used, repaired]).all()

@@ -112,19 +112,14 @@ def generate_fedmho(ctx: FusionContext, decoders, total: int, seed: int, pixels:
     it and would draw their own classes under its label (measured, MNIST Dir(0.5) seed 2, four
     noise decoders screened out: FedMHO 92.12 with the noise kept, 86.41 with the one honest
     decoder drawing their classes, `bench/results/robust_recheck.md`)."""
-    alloc = allocate(decoders, drawn_classes(ctx, decoders).astype(np.float64), total, power=2)
-    x, y = generate(decoders, alloc, seed, ctx.device, pixels=pixels)
-    return x, y, alloc
-
-
-def drawn_classes(ctx: FusionContext, decoders) -> np.ndarray:
-    """The classes FedMHO draws (bool per class): all but those that only decoders of the
-    federation the method does not use hold."""
     used = federation_label_counts(decoders, ctx.num_classes) > 0
     names = {u.name for u in decoders}  # a repaired decoder is a copy under its own name
     others = [u for u in ctx.federation if u.kind == "decoder" and u.name not in names]
     drawn = ~((federation_label_counts(others, ctx.num_classes) > 0) & ~used)
-    return drawn | (not drawn.any())  # the decoders used sent no label counts: every class
+    drawn |= not drawn.any()  # the decoders used sent no label counts: every class, evenly
+    alloc = allocate(decoders, drawn.astype(np.float64), total, power=2)
+    x, y = generate(decoders, alloc, seed, ctx.device, pixels=pixels)
+    return x, y, alloc
 
 
 def _fuse(ctx: FusionContext, cfg: FedMHOConfig, variant: str) -> FusionResult:
