@@ -299,8 +299,7 @@ class FusionContext:
         first = uploads[0].meta
         self.input_shape = tuple(first["input_shape"])
         self.num_classes = int(first["num_classes"])
-        self.federation = federation or uploads
-        self.label_counts = federation_label_counts(self.federation, self.num_classes)
+        self.label_counts = federation_label_counts(federation or uploads, self.num_classes)
         self.class_names = list(first.get("class_names") or range(self.num_classes))
         self.device = device
         self.seed = seed

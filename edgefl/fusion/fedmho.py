@@ -31,14 +31,7 @@ import numpy as np
 import torch
 
 from edgefl.fusion.averaging import average_classifiers, average_scope, one_architecture
-from edgefl.fusion.base import (
-    FusionContext,
-    FusionResult,
-    Method,
-    federation_label_counts,
-    fedmho_table3,
-    pfedzkd_table2,
-)
+from edgefl.fusion.base import FusionContext, FusionResult, Method, fedmho_table3, pfedzkd_table2
 from edgefl.fusion.options import option, redefault
 from edgefl.fusion.samples import allocate, class_mean_filter, generate, per_class_counts
 from edgefl.fusion.student import AUGMENT, STUDENT_JITTER_HELP, student_jitter, train_student
@@ -106,18 +99,8 @@ class FedMHOConfig(SampledStudentConfig):
 
 
 def generate_fedmho(ctx: FusionContext, decoders, total: int, seed: int, pixels: str = "mean"):
-    """N/C samples per class, split among the decoders by their squared label counts *(code)*;
-    evenly where no decoder holds the class (the paper's rule), but none where only decoders
-    the method does not use held it (set aside by the robust screen): the ones used never saw
-    it and would draw their own classes under its label (measured, MNIST Dir(0.5) seed 2, four
-    noise decoders screened out: FedMHO 92.12 with the noise kept, 86.41 with the one honest
-    decoder drawing their classes, `bench/results/robust_recheck.md`)."""
-    used = federation_label_counts(decoders, ctx.num_classes) > 0
-    names = {u.name for u in decoders}  # a repaired decoder is a copy under its own name
-    others = [u for u in ctx.federation if u.kind == "decoder" and u.name not in names]
-    drawn = ~((federation_label_counts(others, ctx.num_classes) > 0) & ~used)
-    drawn |= not drawn.any()  # the decoders used sent no label counts: every class, evenly
-    alloc = allocate(decoders, drawn.astype(np.float64), total, power=2)
+    """N/C samples per class, split among the decoders by their squared label counts *(code)*."""
+    alloc = allocate(decoders, np.ones(ctx.num_classes), total, power=2)
     x, y = generate(decoders, alloc, seed, ctx.device, pixels=pixels)
     return x, y, alloc
 
