@@ -591,7 +591,8 @@ def main() -> None:
     ap.add_argument(
         "--robust-only",
         action="store_true",
-        help="only fuse OUT.json's robust runs again, on their plain runs' uploads",
+        help="only fuse OUT.json's robust runs again (those of --seeds, --kinds and --counts, "
+        "and the clean run), on their plain runs' uploads",
     )
     ap.add_argument(
         "--clean",
@@ -612,8 +613,11 @@ def main() -> None:
     if args.robust_only:
         saved = json.loads(Path(f"{args.out}.json").read_text())
         counts = {0, *(int(c) for c in args.counts.split(","))}  # the clean run always
+        kinds = {"none", *args.kinds.split(",")}
+        seeds = {int(s) for s in args.seeds.split(",")}
         for i, r in enumerate(saved["rows"]):
-            if r["robust"] is True and r["count"] in counts:
+            chosen = r["count"] in counts and r["kind"] in kinds and r["seed"] in seeds
+            if r["robust"] is True and chosen:
                 saved["rows"][i] = robust_again(
                     r["seed"], r["kind"], r["count"], Path(args.work), args
                 )
