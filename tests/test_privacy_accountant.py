@@ -232,3 +232,8 @@ def test_the_dp_batch_sets_the_sampling_rate_and_round_trips():
     for bad in ("8,batch=0", "8,batch=2.5", "8,batch=x"):
         with pytest.raises(ConfigError):
             DPConfig.parse(bad)
+    # the label counts' share of the budget leaves training its clip and its batch
+    from edgefl.client.privacy import split_budget
+
+    training = split_budget("8,clip=0.5,batch=64", "noised", 1000).training
+    assert (training.batch, training.clip, training.epsilon < 8) == (64, 0.5, True)

@@ -35,7 +35,7 @@ A server never trusts the epsilons written there: `spent` recomputes each part f
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from edgefl.errors import ConfigError
@@ -118,8 +118,6 @@ def check_request(dp: str | None, label_counts: str) -> tuple[DPConfig | None, L
 def split_budget(dp: str | None, label_counts: str, samples: int) -> Budget:
     """The budget of a job that trains on `samples` samples (delta 1/n resolved here when the
     counts take part of it)."""
-    from edgefl.privacy import DPConfig
-
     cfg, release = check_request(dp, label_counts)
     if release.mode != "noised":
         return Budget(cfg, release)
@@ -130,7 +128,7 @@ def split_budget(dp: str | None, label_counts: str, samples: int) -> Budget:
         train_eps, label_eps = cfg.epsilon * (1 - LABEL_SHARE), cfg.epsilon * LABEL_SHARE
     else:
         train_eps, label_eps = cfg.epsilon, release.epsilon
-    training = DPConfig(train_eps, delta=delta / 2, clip=cfg.clip)
+    training = replace(cfg, epsilon=train_eps, delta=delta / 2)  # its clip and batch kept
     return Budget(training, release, (label_eps, delta / 2))
 
 
