@@ -2,9 +2,9 @@
 
 `DPConfig` is the request: a target epsilon, an optional delta, the clip norm and an optional
 expected batch. `plan_dp` turns it, with the client's sample count, batch size and epochs, into a
-`DPPlan`: the sampling rate, the
-steps and the noise multiplier the accountant chose. The plan is also the record an upload carries
-(`as_dict`), and `DPPlan.problem()` recomputes its epsilon, so a server can check the record.
+`DPPlan`: the sampling rate, the steps and the noise multiplier the accountant chose. The plan
+is also the record an upload carries (`as_dict`), and `DPPlan.problem()` recomputes its epsilon,
+so a server can check the record.
 """
 
 from __future__ import annotations
@@ -62,13 +62,9 @@ class DPConfig:
             if key in values:
                 raise ConfigError(f"--dp {text!r} gives {key} twice", hint=FORM)
             values[key] = _number(key, value, text)
-        if "batch" in values:
-            if not float(values["batch"]).is_integer():
-                raise ConfigError(
-                    f"--dp {text!r}: batch must be a whole number, got {values['batch']:g}",
-                    hint=FORM,
-                )
-            values["batch"] = int(values["batch"])
+        batch = values.get("batch")
+        if batch is not None and batch.is_integer():
+            values["batch"] = int(batch)  # 2.5 stays a float, for its Range to refuse
         return cls(**values)
 
     def text(self) -> str:

@@ -74,7 +74,6 @@ class _Drawn:
 
     def __init__(self, data: torch.Tensor, idx: torch.Tensor, transform=None):
         self.data, self.idx, self.transform = data, idx, transform
-        self.device = data.device
 
     def __len__(self) -> int:
         return len(self.idx)
