@@ -256,3 +256,22 @@ def test_paper_models_keep_the_papers_roles_under_dp():
         _, models, roles = _roles(dataclasses.replace(job, dp=dp))
         assert models == {"smartphone": "cnn", "wristband": "cvae-small"}
         assert roles == {"smartphone": "classifier", "wristband": "generator"}
+
+
+def test_the_client_plans_for_dp_sgds_own_batch():
+    """`--dp 8,batch=B`: the device's budget holds B indices, not the training batch's; a batch
+    whose indices alone overflow the wristband is refused before any data is read."""
+    from edgefl.client.job import ClientJob
+    from edgefl.client.run import choose_model
+    from edgefl.errors import BudgetError
+
+    prof, info = get_profile("wristband"), DATASETS.get("mnist")
+    job = ClientJob(profile="wristband", dataset="mnist", dp="8,batch=4096")
+    spec, fit = choose_model(job, prof, info, 6000)
+    assert fit.batch_size == 4096
+    assert (
+        fit.train_bytes == check_fit(spec, prof, samples=6000, batch_size=4096, dp=True).train_bytes
+    )
+    huge = dataclasses.replace(job, dp=f"8,batch={prof.ram_budget_bytes // 8}")
+    with pytest.raises(BudgetError, match="under --dp"):
+        choose_model(huge, prof, info, 6000)

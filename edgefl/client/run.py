@@ -171,6 +171,7 @@ def choose_model(
 ):
     """The spec to train: --model, an architecture search (--search), or the planner's pick.
     `local` = (x_train, y_train, x_val, y_val) for a search."""
+    batch = _budget_batch(job)
     if job.search:
         spec = run_search(
             job.search,
@@ -184,9 +185,7 @@ def choose_model(
             on_status=status,
             on_progress=progress,
         )
-        fit = check_fit(
-            spec, profile, samples=samples, batch_size=job.batch_size, dp=job.dp is not None
-        )
+        fit = check_fit(spec, profile, samples=samples, batch_size=batch, dp=job.dp is not None)
         require_fit(spec, profile, fit)
         return spec, fit
     if job.model or job.spec_file:
@@ -195,9 +194,7 @@ def choose_model(
             if job.spec_file
             else parse_model_arg(job.model, info.input_shape, info.num_classes)
         )
-        fit = check_fit(
-            spec, profile, samples=samples, batch_size=job.batch_size, dp=job.dp is not None
-        )
+        fit = check_fit(spec, profile, samples=samples, batch_size=batch, dp=job.dp is not None)
         if not job.force:
             require_fit(spec, profile, fit)
         return spec, fit
@@ -206,11 +203,18 @@ def choose_model(
         info,
         role=job.role,
         samples=samples,
-        batch_size=job.batch_size,
+        batch_size=batch,
         max_macs=job.max_macs,
         dp=job.dp is not None,
     )
     return p.spec, p.fit
+
+
+def _budget_batch(job: ClientJob) -> int | None:
+    """The batch the memory budget must hold: DP-SGD's expected batch under `--dp ...,batch=B`
+    (its indices are held whole), else the training batch (None: the profile's)."""
+    dp, _ = check_request(job.dp, job.label_counts)
+    return dp.batch if dp is not None and dp.batch is not None else job.batch_size
 
 
 def _local_data(job: ClientJob):

@@ -276,8 +276,8 @@ def _nothing_fits(role, candidates, search) -> BudgetError:
     hint = "lower --batch-size, train on fewer samples, or use a larger device profile"
     if dp:
         hint = (
-            "train without --dp on this profile, lower --batch-size (DP-SGD's batch is held "
-            "whole), or use a larger device profile"
+            "train without --dp on this profile, lower --dp's batch= (DP-SGD holds 8 bytes "
+            "a sample of it and clips down to one sample at a time), or use a larger profile"
         )
     return BudgetError(
         f"no {role} in the zoo fits profile {profile.name!r}"
