@@ -4,7 +4,7 @@ VGG-9 (a 264 MiB upload) on its share of an MNIST subset, `flwr run` submitting 
 
 Measures the round's wall time (from `flwr run` to federation.json), what the server received
 and fused, and the peak resident memory of the SuperLink's and each SuperNode's process tree.
-The deployment harness (certificates, node keys, processes) is the one tests/test_flower_deploy.py
+The deployment harness (certificates, node keys, processes) is the one tests/flower/test_flower_deploy.py
 uses. Writes OUT.json and OUT.md.
 
     python bench/bench_flower_deploy.py --out bench/results/flower_deploy_vgg9   # ~3 min, 2 CPUs
@@ -33,7 +33,7 @@ from bench_flower import tree_rss
 
 
 def harness():
-    spec = importlib.util.spec_from_file_location("deploy", ROOT / "tests/test_flower_deploy.py")
+    spec = importlib.util.spec_from_file_location("deploy", ROOT / "tests/flower/test_flower_deploy.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod

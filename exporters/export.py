@@ -203,7 +203,7 @@ def torchlib_functions() -> list:
     """torchlib's functions as onnxscript lists them for torch's registry build, without parsing
     each one's Python source for its domain (~0.45 s a process for ~560 functions; the build
     does not use it): the domain is the function's opset's, equal for every one (checked in
-    tests/test_export_registry.py)."""
+    tests/wire/test_export_registry.py)."""
     from onnxscript._framework_apis.torch_2_5 import _OnnxFunctionMeta
     from onnxscript.function_libs.torch_lib import ops, registration  # noqa: F401 registers
 

@@ -60,7 +60,7 @@ QUIET = typer.Option(
 )
 # --for's bounds, the same on `server fuse` and `simulate` (their --for texts name their outputs).
 # The numbers are edgefl.server.classes' EPOCHS and SAMPLES, written here so that importing the
-# CLI does not import the server (tests/test_for_classes.py holds them equal).
+# CLI does not import the server (tests/server/test_for_classes.py holds them equal).
 FOR_EPOCHS = typer.Option(20, help="--for: distillation epochs per class.")
 FOR_SAMPLES = typer.Option(
     5000, help="--for: most transfer samples (the method's own, else inverted)."

@@ -15,7 +15,7 @@ predictions by how well it knows each class.
    KL(P || student) + beta * CE(student, argmax P) (Eq. 19).
 
 Where the paper, taken literally, breaks (measured in bench/results/datafree_diagnosis.md;
-tests/test_datafree.py has a test for each):
+tests/fusion/test_datafree.py has a test for each):
 - Eq. 8-11 weigh raw logits. A classifier's logits are defined only up to an additive constant
   per sample (softmax(z) = softmax(z + a)), and multiplying class j's logit by a weight w_j turns
   that constant into a class-dependent shift a * w_j: the aggregate's argmax then depends on an

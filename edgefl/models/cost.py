@@ -122,7 +122,7 @@ class Costs:
         return TRAIN_MACS_PER_FORWARD * self.macs * samples
 
     # --- DP-SGD (edgefl.privacy.dpsgd): what its step holds, as measured by
-    # edgefl.privacy.memory's probe (tests/test_dp_planner.py) -------------------------------
+    # edgefl.privacy.memory's probe (tests/privacy/test_dp_planner.py) -------------------------------
     # Held through the step: the weights, the optimizer state, the clipped sums (which become the
     # gradients in place) and the Poisson batch's indices (its samples are gathered a chunk at a
     # time). On top, the larger of two phases:
@@ -307,7 +307,7 @@ def tflm_arena(calls: list[LayerCall], input_elems: int) -> tuple[int, int]:
 
 # The file a client uploads (torch 2.13's exporter, opset 18, debugging records stripped): the
 # fp32 tensors of the uploaded module's state plus ONNX's wrapping. Fitted on every zoo model's
-# `client train` upload (mnist and hapt; tests/test_own_uploads.py holds it to 2%): per tensor
+# `client train` upload (mnist and hapt; tests/client/test_own_uploads.py holds it to 2%): per tensor
 # its name, dims and ~12 B of fields; per leaf layer call ~240 B of nodes, attributes and value
 # infos; ~540 B of graph, inputs and outputs; the metadata JSON ~850 B + 20 B per class.
 ONNX_TENSOR_BYTES = 12

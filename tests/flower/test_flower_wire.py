@@ -222,7 +222,7 @@ def test_the_apps_run_config_lists_every_setting_the_server_reads():
 
     from edgefl.flower.server_app import DEFAULTS
 
-    app = Path(__file__).resolve().parents[1] / "flower_app" / "pyproject.toml"
+    app = Path(__file__).resolve().parents[2] / "flower_app" / "pyproject.toml"
     config = tomllib.loads(app.read_text())["tool"]["flwr"]["app"]["config"]
     assert set(config) == set(DEFAULTS)
 

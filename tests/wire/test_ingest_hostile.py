@@ -14,17 +14,15 @@ import onnx
 import pytest
 import torch
 from onnx import helper, numpy_helper
+from onnx_edits import clone, edit_weight, make_external, restamp, tiny_graph, with_client
 from torch import nn
 
 import exporters.validate
 from exporters import (
     UploadRejected,
     export_onnx,
-    get_metadata,
     ingest_dir,
-    set_metadata,
     validate_upload,
-    weights_hash,
 )
 
 MAX_BYTES = 200_000  # the real uploads here are ~20 kB
@@ -98,52 +96,6 @@ def sources(tmp_path_factory) -> dict[str, onnx.ModelProto]:
         metadata=meta_for("decoder", "d"),
     )
     return {name: onnx.load(str(out / f"{name}.onnx")) for name in ("cls", "c5", "dec")}
-
-
-def clone(model: onnx.ModelProto) -> onnx.ModelProto:
-    copy = onnx.ModelProto()
-    copy.CopyFrom(model)
-    return copy
-
-
-def restamp(model: onnx.ModelProto, **changes) -> onnx.ModelProto:
-    """Edit metadata and recompute the hash, so only the intended defect remains."""
-    meta = get_metadata(model) | changes
-    meta["weights_sha256"] = weights_hash(model)
-    set_metadata(model, meta)
-    return model
-
-
-def with_client(model: onnx.ModelProto, client: str) -> onnx.ModelProto:
-    return restamp(clone(model), client_id=client)
-
-
-def edit_weight(model: onnx.ModelProto, value: float) -> onnx.ModelProto:
-    weight = model.graph.initializer[0]
-    array = numpy_helper.to_array(weight).copy()
-    array.flat[0] = value
-    weight.CopyFrom(numpy_helper.from_array(array, weight.name))
-    return model
-
-
-def make_external(tensor: onnx.TensorProto, location: str) -> None:
-    tensor.ClearField("raw_data")
-    tensor.data_location = onnx.TensorProto.EXTERNAL
-    for key, value in (("location", location), ("offset", "0"), ("length", "64")):
-        entry = tensor.external_data.add()
-        entry.key, entry.value = key, value
-
-
-def tiny_graph(node: onnx.NodeProto, extra_opsets=()) -> onnx.ModelProto:
-    graph = helper.make_graph(
-        [node],
-        "hostile",
-        [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, ["B", 4])],
-        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, ["B", 4])],
-    )
-    opsets = [helper.make_opsetid("", 18), *extra_opsets]
-    # onnx 1.23 defaults to IR 14, which onnxruntime 1.31 cannot load.
-    return helper.make_model(graph, opset_imports=opsets, ir_version=10)
 
 
 def build_uploads(src: dict[str, onnx.ModelProto], root: Path) -> dict[str, str]:

@@ -26,7 +26,7 @@ from edgefl.errors import ConfigError
 from edgefl.outputs import Staging, lock_outputs
 from edgefl.server.fuse import FuseJob, run_fuse
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CLI = "import sys; from edgefl.cli import main; sys.argv[0] = 'edgefl'; main()\n"
 # Prepended to CLI: the run waits as fusion starts (the outputs locked, the uploads read) until
 # the file named by EDGEFL_TEST_GO exists, so that a second run meets the lock for certain.

@@ -352,7 +352,7 @@ def test_average_classifiers_is_the_plain_average(uploads):
 def test_mixed_architectures_average_one_and_set_the_other_aside(tmp_path_factory, tmp_path):
     """Was: fedavg and fedmho-md refused a federation of two architectures. Now each averages
     one architecture (issue 33: a method uses what it can and names the rest, with the reason);
-    tests/test_one_architecture.py covers the choice, the reports and the CLI."""
+    tests/fusion/test_one_architecture.py covers the choice, the reports and the CLI."""
     mixed = build_mixed_federation(tmp_path_factory.mktemp("mixed"))
     found = ingest(mixed, max_upload_bytes=exporters.DEFAULT_MAX_UPLOAD_BYTES)
     classifiers = [u for u in found.uploads if u.kind == "classifier"]

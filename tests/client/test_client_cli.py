@@ -12,7 +12,7 @@ import pytest
 
 from edgefl.client.run import ClientJob, run_client
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "on_device_infer.py"
 TRAIN = (
     "client",

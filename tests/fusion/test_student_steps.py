@@ -14,7 +14,7 @@ import torch
 from edgefl.errors import FusionError
 from edgefl.fusion.student import descend, pool_batches
 
-FUSION = Path(__file__).resolve().parents[1] / "edgefl" / "fusion"
+FUSION = Path(__file__).resolve().parents[2] / "edgefl" / "fusion"
 
 
 def _backward_calls():

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 BENCH = ROOT / "bench"
 RESULTS = BENCH / "results"
 # The shared modules (no main): the record's header, the floors, the machine's peak.

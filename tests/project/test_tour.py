@@ -14,7 +14,7 @@ Shortened (flags appended; a later flag wins over the README's):
 - deploy: --eval-samples 200
 - simulate: 3,000 MNIST digits (--subset), 1 local epoch, 1 fusion epoch over 600 synthetic
   samples, --jobs 1 (in this process: workers would each import torch again; --jobs never
-  changes a result, tests/test_simulate.py checks that)
+  changes a result, tests/simulate/test_simulate.py checks that)
 - reproduce: --budget smoke --methods fedmho --jobs 1: one cell of the README's table, the
   table's own reduced budget (`edgefl reproduce` lists it)
 
@@ -35,7 +35,7 @@ import numpy as np
 import pytest
 from reported import onnx_accuracy
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 SHORTEN = {
     ("client", "train"): ["--epochs", "1"],

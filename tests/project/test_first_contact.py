@@ -28,7 +28,7 @@ from edgefl.profiles import get_profile, list_profiles
 from edgefl.search.pso_config import BOUNDS, NULLABLE, PSOConfig
 from edgefl.training import TRAIN_BOUNDS, TrainConfig
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 # The module (edgefl.data's `partition` is its function of that name).
 part = importlib.import_module("edgefl.data.partition")
 EDGEFL = str(Path(sys.executable).parent / "edgefl")

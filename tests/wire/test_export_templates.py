@@ -56,7 +56,7 @@ def _export(path, module, inputs, ins, outs) -> bytes:
 
 
 def _meta(module, inputs) -> dict:
-    """Metadata the schema and the graph's contract accept (tests/test_exporters.py's)."""
+    """Metadata the schema and the graph's contract accept (tests/wire/test_exporters.py's)."""
     if len(inputs) == 2:  # a decoder: (z, one-hot label) -> image
         classes = inputs[1].shape[1]
         with torch.no_grad():

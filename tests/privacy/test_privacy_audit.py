@@ -227,7 +227,7 @@ def test_histogram_linkage_links_distinct_clients_and_not_identical_ones():
 
 
 def test_the_privacy_bench_loads_without_path_edits_and_renders_a_table(monkeypatch):
-    path = Path(__file__).resolve().parents[1] / "bench" / "bench_privacy.py"
+    path = Path(__file__).resolve().parents[2] / "bench" / "bench_privacy.py"
     spec = importlib.util.spec_from_file_location("bench_privacy", path)
     bench = importlib.util.module_from_spec(spec)
     monkeypatch.setitem(sys.modules, "bench_privacy", bench)  # its dataclasses look it up

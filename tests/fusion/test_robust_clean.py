@@ -127,7 +127,7 @@ def test_the_clean_federation_bench_loads_and_renders(tmp_path):
     from edgefl.simulate.job import SimJob
     from edgefl.simulate.run import client_jobs
 
-    path = Path(__file__).resolve().parents[1] / "bench" / "bench_robust.py"
+    path = Path(__file__).resolve().parents[2] / "bench" / "bench_robust.py"
     spec = importlib.util.spec_from_file_location("bench_robust", path)
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)

@@ -29,7 +29,7 @@ if not (shutil.which("openssl") and shutil.which("ssh-keygen")):
         "docs/flower.md makes its keys with openssl and ssh-keygen", allow_module_level=True
     )
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 # Test-only behaviour for two nodes, loaded into their processes through PYTHONPATH: the ClientApp
 # itself stays the real one, only its training is replaced.

@@ -29,7 +29,7 @@ from edgefl.server.ingest import PARKED_PREFIX
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="reads /proc; signals as on Linux")
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CLI = "import sys; from edgefl.cli import main; sys.argv[0] = 'edgefl'; main()\n"
 EPOCHS = 3
 MARKER = "@@paused"

@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 from edgefl.cli import app
 from edgefl.cli import click_compat as click
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_the_shim_is_the_click_typer_is_built_on():

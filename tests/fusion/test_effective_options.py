@@ -16,7 +16,7 @@ from edgefl.fusion import METHODS
 from edgefl.fusion.options import declared, effective, option, unset_by_input
 from edgefl.models.zoo import INPUT_KINDS, input_kind
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 # Every input the registered datasets have (8x8 digits, 28x28 and 32x32x3 images, HAPT's
 # windows) and a feature vector, which edgefl stores as (D, 1, 1) and reads as an image.
 SHAPES = sorted({tuple(DATASETS.get(n).input_shape) for n in DATASETS.names()} | {(64, 1, 1)})

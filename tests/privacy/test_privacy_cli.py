@@ -318,7 +318,7 @@ def test_max_epsilon_must_be_positive(cli, uploads, tmp_path):
 
 # --- methods that read label counts, on a federation that withholds them --------------------
 
-# Small knobs where a method's config has the field (as tests/test_fusion.py's contract).
+# Small knobs where a method's config has the field (as tests/fusion/test_fusion.py's contract).
 SMALL = dict(epochs=2, synthetic=200, batch_size=32, gen_steps=2, nz=16, ngf=4)
 READS_COUNTS = [
     "fedavg",

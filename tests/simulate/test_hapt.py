@@ -29,7 +29,7 @@ pytestmark = pytest.mark.skipif(
     find_hapt_pickle() is None,
     reason="the HAPT data package is not installed (make setup installs it)",
 )
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_user_partition_gives_each_client_exactly_its_users_windows():

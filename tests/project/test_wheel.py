@@ -9,7 +9,7 @@ import pytest
 
 @pytest.mark.slow
 def test_wheel_ships_profiles_and_loads_them(tmp_path):
-    repo = __import__("pathlib").Path(__file__).resolve().parents[1]
+    repo = __import__("pathlib").Path(__file__).resolve().parents[2]
     build = subprocess.run(
         [
             sys.executable,

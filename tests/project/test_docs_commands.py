@@ -1,14 +1,14 @@
 """The docs pages' commands run as written (issue 34): each `edgefl ...` line of a page's bash
 blocks runs in a scratch folder, in the page's order, with flags appended that shorten the work
-(a later flag wins over the page's), the way tests/test_tour.py runs the README's tour.
+(a later flag wins over the page's), the way tests/project/test_tour.py runs the README's tour.
 
 Shortened: training to 1 epoch (`client train`, simulate's clients), fusion to 1 epoch over 600
 synthetic samples where a method draws them (`--fuse-opt all:epochs=1 --fuse-opt
 all:synthetic=600`, `server fuse --epochs 1 --synthetic 600`), simulate on MNIST to a 3,000-sample
 subset, deploy's evaluation to 200 samples. `reproduce` lines are not run here: a paper's whole
-table takes an hour (tests/test_reproduce.py runs the same command on its tiny table; the `cpu`
+table takes an hour (tests/reproduce/test_reproduce.py runs the same command on its tiny table; the `cpu`
 line's run is recorded in the results file named in RECORDED, the `paper` and `code` lines need
-a GPU). docs/flower.md's SuperLink and SuperNodes run in tests/test_flower_deploy.py.
+a GPU). docs/flower.md's SuperLink and SuperNodes run in tests/flower/test_flower_deploy.py.
 docs/deploy.md's command starts from the demo's output: `edgefl demo --quick` makes it first.
 """
 
@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 from cli_lines import edgefl_lines
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SHORTEN = {
     ("client", "train"): ["--epochs", "1"],
     ("server", "fuse"): ["--epochs", "1", "--synthetic", "600"],

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from cli_lines import edgefl_lines, parses
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 LINK = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")
 RESULT = re.compile(r"`?(bench/results/[\w./-]+\.(?:md|json|png))")
@@ -44,8 +44,8 @@ def test_readme_is_short():
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
 def test_every_command_on_the_page_parses(page):
     """Every `edgefl ...` line of a page's bash blocks names a real command with options it
-    takes (the README's tour also runs, tests/test_tour.py; the docs pages' commands run in
-    tests/test_docs_commands.py)."""
+    takes (the README's tour also runs, tests/project/test_tour.py; the docs pages' commands run in
+    tests/project/test_docs_commands.py)."""
     lines = edgefl_lines(page.read_text())
     for line in lines:
         parses(line)

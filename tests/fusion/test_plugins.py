@@ -32,7 +32,7 @@ from edgefl.fusion.options import declared, option
 from edgefl.fusion.public_set import PublicSetConfig, public_samples
 from edgefl.fusion.student import train_student
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 # --- a toy method, defined here and nowhere else ----------------------------------------------

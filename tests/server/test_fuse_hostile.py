@@ -15,7 +15,7 @@ import pytest
 import torch
 from fed_fixtures import CLASSIFIERS, DECODERS, build_federation, copy_uploads, snapshot
 from onnx import helper
-from test_ingest_hostile import clone, edit_weight, make_external, restamp, tiny_graph, with_client
+from onnx_edits import clone, edit_weight, make_external, restamp, tiny_graph, with_client
 from typer.testing import CliRunner
 
 import edgefl
