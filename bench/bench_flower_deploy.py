@@ -33,7 +33,9 @@ from bench_flower import tree_rss
 
 
 def harness():
-    spec = importlib.util.spec_from_file_location("deploy", ROOT / "tests/flower/test_flower_deploy.py")
+    spec = importlib.util.spec_from_file_location(
+        "deploy", ROOT / "tests/flower/test_flower_deploy.py"
+    )
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
