@@ -269,12 +269,50 @@ def _check_privacy(key: str, record: Any, ctx: _Context) -> str | None:
         problem = _check_plan(record.get("dp_sgd"))
     elif problem is None and "dp_sgd" in record:
         problem = "'dp_sgd' is given, but the mechanism is none"
+    if problem is None and "prototypes" in record:
+        problem = _check_prototypes_part(record)
     if problem is None and record.get("noise", "secret") not in NOISE_SOURCES:
         problem = f"'noise' must be one of {NOISE_SOURCES}"
     noised = record["label_counts"]["release"] == "noised" if problem is None else False
     if problem is None and (record["mechanism"] == "dp-sgd" or noised):
         problem = _check_total(record)
     return None if problem is None else f"'{key}': {problem}"
+
+
+def _check_prototypes_part(record: dict[str, Any]) -> str | None:
+    """DP prototypes' release: sums of unit-norm representations and counts, sensitivity
+    sqrt(2), from a DP-trained model (edgefl.client.privacy)."""
+    part = record["prototypes"]
+    ok = (
+        record["mechanism"] == "dp-sgd"
+        and isinstance(part, dict)
+        and set(part) == set(_PROTOTYPES_KEYS)
+        and part["mechanism"] == "gaussian"
+        and part["representation"] == "unit-norm"
+        and _positive(part["sensitivity"])
+        and math.isclose(part["sensitivity"], math.sqrt(2), rel_tol=1e-9)
+        and all(_positive(part[k]) for k in ("noise_multiplier", "epsilon"))
+        and _probability(part["delta"])
+    )
+    return (
+        None
+        if ok
+        else (
+            "'prototypes' must come with mechanism dp-sgd and hold exactly "
+            f"{', '.join(_PROTOTYPES_KEYS)}: gaussian, unit-norm, sensitivity sqrt(2), a positive "
+            "noise_multiplier and epsilon, and delta in (0, 1)"
+        )
+    )
+
+
+_PROTOTYPES_KEYS = (
+    "mechanism",
+    "representation",
+    "sensitivity",
+    "noise_multiplier",
+    "epsilon",
+    "delta",
+)
 
 
 def _check_total(record: dict[str, Any]) -> str | None:

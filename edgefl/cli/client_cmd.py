@@ -134,15 +134,14 @@ def plan_cmd(
     from edgefl.privacy import DPConfig
 
     check_counts(samples=samples, batch_size=batch_size)
-    if dp is not None:
-        DPConfig.parse(dp)  # a bad --dp: one message with the form, before planning
+    cfg = DPConfig.parse(dp) if dp is not None else None  # a bad --dp: before planning
     p = plan(
         get_profile(profile),
         dataset_info(dataset),
         role=role,
         samples=samples,
-        batch_size=batch_size,
-        dp=dp is not None,
+        batch_size=cfg.batch if cfg is not None and cfg.batch else batch_size,
+        dp=cfg is not None,
     )
     if json_out:
         print_json(p.as_dict())
@@ -414,6 +413,8 @@ def predict_cmd(
     seed: int = SEED,
     fed_seed: int = FED_SEED,
     fp16: bool = typer.Option(False, "--fp16", help="Store the predictions as float16."),
+    dp: str | None = DP,
+    label_counts: str = LABEL_COUNTS,
     keep_model: str | None = typer.Option(
         None, help="Also keep the trained model in this directory (never uploaded)."
     ),
@@ -446,6 +447,8 @@ def predict_cmd(
         force=force,
         client_id=client_id,
         kind="predictions",
+        dp=dp,
+        label_counts=label_counts,
         public=public,
         fp16=fp16,
         keep_model=keep_model,
@@ -473,6 +476,8 @@ def prototypes_cmd(
     keep_model: str = typer.Option(
         "local", help="Directory for the trained model, kept on the device for apply-header."
     ),
+    dp: str | None = DP,
+    label_counts: str = LABEL_COUNTS,
     epochs: int | None = EPOCHS,
     batch_size: int | None = BATCH_SIZE,
     lr: float | None = LR,
@@ -507,6 +512,8 @@ def prototypes_cmd(
         force=force,
         client_id=client_id,
         kind="prototypes",
+        dp=dp,
+        label_counts=label_counts,
         keep_model=keep_model,
         overwrite=overwrite,
     )

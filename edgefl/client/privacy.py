@@ -1,13 +1,25 @@
 """What an upload spends of a person's privacy, and the record that says so (issue 57).
 
-Two mechanisms can touch one upload: DP-SGD on the model (`--dp`, edgefl.privacy) and the
-Gaussian mechanism on the label counts (`--label-counts noised`). Their budget:
+Three mechanisms can touch one upload: DP-SGD on the model (`--dp`, edgefl.privacy), the
+Gaussian mechanism on the label counts (`--label-counts noised`) and, for FedGH's prototypes
+under `--dp`, the Gaussian mechanism on the per-class sums of representations. Their budget:
 
 - `--dp E[,delta=D]` alone: training spends (E, D) (D: 1/n by default, n the training samples).
 - `--label-counts noised` with `--dp E`: the counts take LABEL_SHARE of E and training the rest,
   each at half of D: the upload's total stays (E, D).
 - `--label-counts noised:EPS`: the counts spend EPS of their own, on top of `--dp E` (each at
   half of D: total (E + EPS, D)) or without `--dp` (at D, the model itself unprotected).
+- a prototypes upload under `--dp E`: the prototypes take PROTO_SHARE of E (the labels' share,
+  if any, as above) and training the rest; D is split evenly over the parts. Training must be
+  private too: the representations come from a model trained on the same samples, so one
+  sample moves every representation unless the model is DP-trained (the release then composes
+  with DP-SGD's, adaptively).
+
+Prototypes: each training sample's representation is scaled to unit L2 norm, and per class the
+sum of those and the count are released with Gaussian noise: one sample added or removed moves
+one class's sum by at most 1 and its count by 1, an L2 sensitivity of sqrt(2) over the whole
+release. The means are noisy sums over noisy counts, for the classes whose noisy count clears
+twice the noise's std (post-processing: free); the counts stated are those noisy counts.
 
 The totals compose by adding epsilons and deltas (basic composition: loose, simple, honest).
 Label counts change by one count for one sample added or removed: L2 sensitivity 1, so the
@@ -27,7 +39,9 @@ The record (metadata key "privacy"), written by `privacy_record` and checked by 
      "dp_sgd": DPPlan.as_dict(),              # with mechanism dp-sgd
      "label_counts": {"release": "exact" | "absent"}
                    | {"release": "noised", "mechanism": "gaussian", "sensitivity": 1,
-                      "noise_multiplier": s, "epsilon": e, "delta": d}}
+                      "noise_multiplier": s, "epsilon": e, "delta": d},
+     "prototypes": {"mechanism": "gaussian", "representation": "unit-norm",   # prototypes
+                    "sensitivity": sqrt(2), "noise_multiplier": s, "epsilon": e, "delta": d}}
 
 A server never trusts the epsilons written there: `spent` recomputes each part from its noise.
 """
@@ -48,6 +62,10 @@ if TYPE_CHECKING:  # edgefl.privacy loads scipy: imported where used, not by the
 RELEASES = ("exact", "noised", "absent")
 # Of `--dp E`, what `--label-counts noised` spends on the counts (the rest trains the model).
 LABEL_SHARE = 0.1
+# Of `--dp E`, what a prototypes upload spends on the prototypes (the rest trains the model
+# they are computed with; the model itself stays on the device).
+PROTO_SHARE = 0.5
+PROTO_SENSITIVITY = math.sqrt(2)  # unit-norm sums and counts: one sample moves each by <= 1
 LABEL_FORM = "write --label-counts exact, absent, noised (with --dp) or noised:EPSILON"
 LABEL_HELP = (
     "How the upload states its class histogram: exact (default), absent (none: methods read "
@@ -99,6 +117,7 @@ class Budget:
     training: DPConfig | None
     release: LabelRelease
     labels: tuple[float, float] | None = None  # (epsilon, delta) of the noised counts
+    prototypes: tuple[float, float] | None = None  # (epsilon, delta) of DP prototypes
 
 
 def check_request(dp: str | None, label_counts: str) -> tuple[DPConfig | None, LabelRelease]:
@@ -115,21 +134,28 @@ def check_request(dp: str | None, label_counts: str) -> tuple[DPConfig | None, L
     return cfg, release
 
 
-def split_budget(dp: str | None, label_counts: str, samples: int) -> Budget:
-    """The budget of a job that trains on `samples` samples (delta 1/n resolved here when the
-    counts take part of it)."""
+def split_budget(dp: str | None, label_counts: str, samples: int, kind: str = "model") -> Budget:
+    """The budget of a job that trains on `samples` samples and uploads `kind` (delta 1/n
+    resolved here when the counts or the prototypes take part of it)."""
     cfg, release = check_request(dp, label_counts)
-    if release.mode != "noised":
+    noised, protos = release.mode == "noised", cfg is not None and kind == "prototypes"
+    if not (noised or protos):
         return Budget(cfg, release)
     delta = cfg.delta if cfg is not None and cfg.delta is not None else 1 / samples
     if cfg is None:
         return Budget(None, release, (release.epsilon, delta))
-    if release.epsilon is None:
-        train_eps, label_eps = cfg.epsilon * (1 - LABEL_SHARE), cfg.epsilon * LABEL_SHARE
-    else:
-        train_eps, label_eps = cfg.epsilon, release.epsilon
-    training = replace(cfg, epsilon=train_eps, delta=delta / 2)  # its clip and batch kept
-    return Budget(training, release, (label_eps, delta / 2))
+    parts = 1 + noised + protos
+    label_eps = (release.epsilon or cfg.epsilon * LABEL_SHARE) if noised else None
+    train_eps = cfg.epsilon * (
+        1 - (LABEL_SHARE if noised and release.epsilon is None else 0) - PROTO_SHARE * protos
+    )
+    training = replace(cfg, epsilon=train_eps, delta=delta / parts)  # its clip and batch kept
+    return Budget(
+        training,
+        release,
+        (label_eps, delta / parts) if noised else None,
+        (cfg.epsilon * PROTO_SHARE, delta / parts) if protos else None,
+    )
 
 
 def release_counts(
@@ -161,18 +187,57 @@ def release_counts(
     return (out if sum(out) > 0 else None), record
 
 
+def release_prototypes(
+    sums: np.ndarray, counts: np.ndarray, budget: Budget, rng: np.random.Generator
+) -> tuple[list[int], np.ndarray, list[int], dict[str, Any]]:
+    """(classes, their means, their counts, the release's record) from per-class sums of
+    unit-norm representations (K x R) and counts (K) by the Gaussian mechanism (module
+    docstring). A class whose noisy count is under twice the noise's std is left out."""
+    import numpy as np
+
+    from edgefl.privacy import noise_for
+
+    eps, delta = budget.prototypes
+    sigma = noise_for(eps, delta, 1.0, 1)  # the noise multiplier of a sensitivity-1 release
+    std = sigma * PROTO_SENSITIVITY
+    noisy_sums = sums + rng.normal(0.0, std, sums.shape)
+    noisy_counts = np.asarray(counts, dtype=np.float64) + rng.normal(0.0, std, len(counts))
+    held = np.flatnonzero(noisy_counts >= max(1.0, 2 * std))
+    if not len(held):
+        raise ConfigError(
+            f"under --dp the prototypes' noise (std {std:.3g} on each class's count) buries "
+            f"every class of this client's {int(np.sum(counts))} samples: nothing to upload",
+            hint="raise --dp's epsilon, or train on more samples",
+        )
+    means = (noisy_sums[held] / noisy_counts[held, None]).astype(np.float32)
+    record = {
+        "mechanism": "gaussian",
+        "representation": "unit-norm",
+        "sensitivity": PROTO_SENSITIVITY,
+        "noise_multiplier": sigma,
+        "epsilon": eps,
+        "delta": delta,
+    }
+    stated = np.maximum(1, np.rint(noisy_counts[held])).astype(int).tolist()
+    return held.tolist(), means, stated, record
+
+
 def privacy_record(
-    plan: dict[str, Any] | None, labels: dict[str, Any], seeded: bool = False
+    plan: dict[str, Any] | None,
+    labels: dict[str, Any],
+    seeded: bool = False,
+    prototypes: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The upload's "privacy" metadata from its DP-SGD plan (None: none) and its counts'
-    release record; `seeded`: its noise came from a stated seed (a simulation), not secret."""
+    """The upload's "privacy" metadata from its DP-SGD plan (None: none), its counts' release
+    record and its prototypes' (None: not a DP prototypes upload); `seeded`: its noise came
+    from a stated seed (a simulation), not secret."""
     from edgefl.privacy.config import ACCOUNTANT
 
     if plan is None and labels["release"] != "noised":
         return {"mechanism": "none", "label_counts": labels}
-    parts = ([(plan["epsilon"], plan["delta"])] if plan else []) + (
-        [(labels["epsilon"], labels["delta"])] if labels["release"] == "noised" else []
-    )
+    noised = [labels] if labels["release"] == "noised" else []
+    parts = [(p["epsilon"], p["delta"]) for p in [plan] * bool(plan) + noised]
+    parts += [(prototypes["epsilon"], prototypes["delta"])] if prototypes else []
     covered = plan is not None and labels["release"] != "exact"
     record = {
         "mechanism": "dp-sgd" if plan else "none",
@@ -184,7 +249,11 @@ def privacy_record(
         # who knows the seed can replay the noise: then nothing is private against them
         "noise": "seeded" if seeded else "secret",
     }
-    return record | ({"dp_sgd": plan} if plan else {})
+    return (
+        record
+        | ({"dp_sgd": plan} if plan else {})
+        | ({"prototypes": prototypes} if prototypes else {})
+    )
 
 
 @dataclass(frozen=True)
@@ -205,7 +274,7 @@ def spent(meta: dict[str, Any]) -> Spent:
     """The upload's privacy by its own record, every epsilon recomputed by the accountant from
     the noise, rate and steps the record states (the epsilons written there are not trusted,
     only checked: a part that spends more than it claims makes the record inconsistent)."""
-    from edgefl.privacy import DPPlan, epsilon
+    from edgefl.privacy import DPPlan
 
     record = meta.get("privacy")
     if not isinstance(record, dict) or record.get("mechanism") == "none":
@@ -213,16 +282,8 @@ def spent(meta: dict[str, Any]) -> Spent:
     try:
         plan = DPPlan.from_dict(record["dp_sgd"])
         labels = record["label_counts"]
-        eps, delta = plan.spent(), plan.delta
-        problem = plan.problem()
-        if labels["release"] == "noised":
-            label_eps = epsilon(labels["noise_multiplier"], 1.0, 1, labels["delta"])
-            if label_eps > labels["epsilon"] * (1 + 1e-6):
-                problem = problem or (
-                    f"the record says its label counts spent epsilon {labels['epsilon']:g}, but "
-                    f"noise multiplier {labels['noise_multiplier']:g} spends {label_eps:.4g}"
-                )
-            eps, delta = eps + label_eps, delta + labels["delta"]
+        eps, delta, problem = _gaussian_parts(record)
+        eps, delta, problem = eps + plan.spent(), delta + plan.delta, plan.problem() or problem
         total = (record.get("epsilon"), record.get("delta"))
         if problem is None and total[0] is not None and _below(total, eps, delta):
             problem = (
@@ -236,10 +297,34 @@ def spent(meta: dict[str, Any]) -> Spent:
         return Spent(None, None, problem=f"its privacy record is inconsistent: {problem}")
     if labels["release"] == "exact":
         return Spent(None, None, "its label counts are exact (not private)")
+    if meta.get("kind") == "prototypes" and "prototypes" not in record:
+        return Spent(None, None, "its prototypes are exact means (no noise on them)")
     if record.get("noise") != "secret":
         why = "its noise came from a stated seed (a simulation)"
         return Spent(eps, delta, why, replayable=True)
     return Spent(eps, delta)
+
+
+def _gaussian_parts(record: dict[str, Any]) -> tuple[float, float, str | None]:
+    """(epsilon, delta, the first inconsistency or None) of the record's one-step Gaussian
+    releases (noised label counts, DP prototypes), each epsilon recomputed from its noise."""
+    from edgefl.privacy import epsilon
+
+    eps = delta = 0.0
+    problem = None
+    parts = [("label counts", record["label_counts"])]
+    parts += [("prototypes", record["prototypes"])] if "prototypes" in record else []
+    for what, part in parts:
+        if what == "label counts" and part["release"] != "noised":
+            continue
+        spent = epsilon(part["noise_multiplier"], 1.0, 1, part["delta"])
+        if spent > part["epsilon"] * (1 + 1e-6):
+            problem = problem or (
+                f"the record says its {what} spent epsilon {part['epsilon']:g}, but noise "
+                f"multiplier {part['noise_multiplier']:g} spends {spent:.4g}"
+            )
+        eps, delta = eps + spent, delta + part["delta"]
+    return eps, delta, problem
 
 
 def _below(total: tuple[float, float], eps: float, delta: float) -> bool:

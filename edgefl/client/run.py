@@ -27,6 +27,7 @@ from edgefl.client.privacy import (
     check_request,
     privacy_record,
     release_counts,
+    release_prototypes,
     split_budget,
 )
 from edgefl.client.rerun import check_upload_target, search_record
@@ -280,6 +281,7 @@ def run_client(job: ClientJob, *, on_epoch=None, on_status=None, on_progress=Non
         attack.weights(model, job.seed * 1000 + job.client_index)
 
     counts, released = _released_counts(job, own, budget)
+    protos, protos_record = _released_prototypes(job, model, own, budget)
     meta = model_metadata(
         spec,
         class_names=list(data.class_names),
@@ -290,10 +292,12 @@ def run_client(job: ClientJob, *, on_epoch=None, on_status=None, on_progress=Non
         training=_training_record(job, summary, cfg, augment, windows),
         dataset=info.name,
         partition=_partition_record(job, data, own.shard),
-        privacy=privacy_record(summary.privacy, released, seeded=job.noise_seed is not None),
+        privacy=privacy_record(
+            summary.privacy, released, job.noise_seed is not None, protos_record
+        ),
     )
     path, meta, quant, export_seconds = _timed_upload(
-        job, client_id, model, spec, meta, own, role, public
+        job, client_id, model, spec, meta, own, role, (public, protos)
     )
     status(f"{client_id}: wrote {path} ({path.stat().st_size:,} bytes)")
     return ClientResult(
@@ -321,12 +325,13 @@ def _with_dp_chunk(cfg: TrainConfig, fit: Fit) -> TrainConfig:
     return dataclasses.replace(cfg, dp_chunk=max(1, fit.dp_chunk))
 
 
-def _timed_upload(job: ClientJob, client_id: str, model, spec, meta, own, role, public):
-    """(path, metadata, quantization, export seconds): the upload written under job.out_dir."""
+def _timed_upload(job: ClientJob, client_id: str, model, spec, meta, own, role, data_inputs):
+    """(path, metadata, quantization, export seconds): the upload written under job.out_dir.
+    `data_inputs`: (the public set of a predictions job, a DP prototypes job's release)."""
     Path(job.out_dir).mkdir(parents=True, exist_ok=True)
     path = Path(job.out_dir) / f"{client_id}.onnx"
     start = time.perf_counter()
-    meta, quant = _write_upload(job, model, spec, meta, path, own, role, public)
+    meta, quant = _write_upload(job, model, spec, meta, path, own, role, data_inputs)
     return path, meta, quant, time.perf_counter() - start
 
 
@@ -337,6 +342,22 @@ def _released_counts(job: ClientJob, own: _DeviceData, budget: Budget):
     return release_counts(counts, budget, np.random.default_rng(job.noise_seed))
 
 
+def _released_prototypes(job: ClientJob, model, own: _DeviceData, budget: Budget):
+    """((classes, means, counts), their release record) of a prototypes job under --dp (the
+    Gaussian mechanism: edgefl.client.privacy), else (None, None): exact prototypes are
+    computed at export."""
+    if job.kind != "prototypes" or budget.prototypes is None:
+        return None, None
+    held = own.held()
+    sums, counts = weightless.class_sums(
+        model, held.x[own.train_idx], held.y[own.train_idx], held.num_classes, unit=True
+    )
+    # a stream of its own: the label counts' noise comes from default_rng(noise_seed)
+    rng = np.random.default_rng(None if job.noise_seed is None else [job.noise_seed, 1])
+    *released, record = release_prototypes(sums, counts, budget, rng)
+    return tuple(released), record
+
+
 def _check_job(job: ClientJob) -> None:
     """What the job names, checked before the data loads."""
     check_writable(job.out_dir, "--out", "uploads", folder_ok=True)  # before the training
@@ -345,12 +366,6 @@ def _check_job(job: ClientJob) -> None:
     if job.attack:
         ATTACKS.get(job.attack)  # an unknown name, before the data loads
     check_request(job.dp, job.label_counts)  # a bad --dp or --label-counts, before the data
-    if job.dp is not None and job.kind == "prototypes":
-        raise ConfigError(
-            "--dp covers what training releases; FedGH prototypes are means of the local "
-            "samples themselves, which DP-SGD does not protect",
-            hint="upload the model (client train) or predictions (client predict) under --dp",
-        )
 
 
 def _attacker_upload_accuracy(
@@ -367,7 +382,7 @@ def _train_config(
 ) -> tuple[TrainConfig, Budget]:
     """How the job trains, and its privacy budget (DP-SGD's part is in the config)."""
     epochs, lr = local_schedule(job, profile, role, samples)
-    budget = split_budget(job.dp, job.label_counts, samples)
+    budget = split_budget(job.dp, job.label_counts, samples, job.kind)
     return TrainConfig(
         epochs=epochs,
         batch_size=job.batch_size or profile.batch_size,
@@ -479,12 +494,12 @@ def _partition_record(job: ClientJob, data: ArrayDataset, shard: np.ndarray) -> 
 
 
 def _write_upload(
-    job: ClientJob, model, spec: ModelSpec, meta: dict, path: Path, own: _DeviceData, role, public
+    job: ClientJob, model, spec: ModelSpec, meta: dict, path: Path, own: _DeviceData, role, data
 ) -> tuple[dict, dict[str, Any] | None]:
     """Export the job's upload to `path`: (its metadata, the int8 quantization's figures)."""
     if job.kind != "model":
         _, meta = weightless.export_data_artifact(
-            job, model, spec, own.held(), own.train_idx, meta, path, public
+            job, model, spec, own.held(), own.train_idx, meta, path, *data
         )
         return meta, None
     if not job.quantize:

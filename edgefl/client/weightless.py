@@ -55,22 +55,38 @@ def representation_layer(model: nn.Module) -> tuple[nn.Module, nn.Linear]:
 
 
 @torch.no_grad()
-def class_prototypes(
-    model: nn.Module, x: np.ndarray, y: np.ndarray, num_classes: int, batch: int = 512
-) -> tuple[list[int], np.ndarray, list[int]]:
-    """FedGH's local averaged representations: per held class s, mean of features(x) over the
-    samples of class s. Returns (classes, P x R float32 means, counts)."""
+def class_sums(
+    model: nn.Module,
+    x: np.ndarray,
+    y: np.ndarray,
+    num_classes: int,
+    unit: bool = False,
+    batch: int = 512,
+) -> tuple[np.ndarray, np.ndarray]:
+    """(K x R float64 per-class sums of features(x), K counts); `unit`: each representation
+    scaled to L2 norm 1 first (the DP release's bounded contribution: edgefl.client.privacy)."""
     features, head = representation_layer(model)
     model.eval()
     sums = torch.zeros(num_classes, head.in_features, dtype=torch.float64)
     counts = torch.zeros(num_classes, dtype=torch.int64)
     for i in range(0, len(x), batch):
         rep = features(torch.from_numpy(x[i : i + batch])).flatten(1).double()
+        if unit:
+            rep = rep / rep.norm(dim=1, keepdim=True).clamp_min(1e-12)
         yb = torch.from_numpy(np.asarray(y[i : i + batch], dtype=np.int64))
         sums.index_add_(0, yb, rep)
         counts += torch.bincount(yb, minlength=num_classes)
-    held = torch.nonzero(counts > 0).flatten()
-    means = (sums[held] / counts[held, None]).float().numpy()
+    return sums.numpy(), counts.numpy()
+
+
+def class_prototypes(
+    model: nn.Module, x: np.ndarray, y: np.ndarray, num_classes: int, batch: int = 512
+) -> tuple[list[int], np.ndarray, list[int]]:
+    """FedGH's local averaged representations: per held class s, mean of features(x) over the
+    samples of class s. Returns (classes, P x R float32 means, counts)."""
+    sums, counts = class_sums(model, x, y, num_classes, batch=batch)
+    held = np.flatnonzero(counts > 0)
+    means = (sums[held] / counts[held, None]).astype(np.float32)
     return held.tolist(), means, counts[held].tolist()
 
 
@@ -178,9 +194,18 @@ def prepare(job, role: str) -> np.ndarray | None:
 
 
 def export_data_artifact(
-    job, model: nn.Module, spec, data, train_idx: np.ndarray, meta: dict, path: Path, public
+    job,
+    model: nn.Module,
+    spec,
+    data,
+    train_idx: np.ndarray,
+    meta: dict,
+    path: Path,
+    public,
+    prototypes=None,
 ) -> tuple[exporters.ExportReport, dict[str, Any]]:
     """Write the job's predictions or prototypes artifact; returns (report, its metadata).
+    `prototypes`: (classes, means, counts) released already (under --dp), else computed here.
     With `job.keep_model`, the trained model is also exported there, for the device itself
     (FedGH splices the global header into it); keep that directory apart from the uploads."""
     kept = {}
@@ -200,7 +225,7 @@ def export_data_artifact(
         )
     else:
         # Training samples only: the shard's validation part stays a clean local test split.
-        classes, means, counts = class_prototypes(
+        classes, means, counts = prototypes or class_prototypes(
             model, data.x[train_idx], data.y[train_idx], data.num_classes
         )
         report = write_prototypes(path, classes, means, counts, base)

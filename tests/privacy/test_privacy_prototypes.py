@@ -1,0 +1,177 @@
+"""FedGH's prototypes and FedOL's predictions under --dp (issue 57, item 1): the budget split
+over training, prototypes and label counts; the prototypes' bounded contribution (unit-norm
+representations: one sample moves the released sums and counts by sqrt(2) at most); the
+Gaussian release's noise spending exactly its share; and through the CLI an upload whose record
+the server recomputes to the --dp asked, set aside when its prototypes' part is missing or
+understated.
+
+Tiny throughout: digits (8x8), FedGH-CNNs with a 32-d representation, a few epochs.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+import torch
+
+import exporters
+from edgefl.client.privacy import (
+    LABEL_SHARE,
+    PROTO_SHARE,
+    Budget,
+    LabelRelease,
+    release_prototypes,
+    spent,
+    split_budget,
+)
+from edgefl.client.weightless import class_sums
+from edgefl.errors import ConfigError
+from edgefl.models.zoo import build_model, make_spec
+from edgefl.privacy import epsilon
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+MODEL = "fedgh-cnn1:fc1=64,representation=32"
+COMMON = (
+    "--profile", "smartphone", "--dataset", "digits", "--partition", "dirichlet:1.0",
+    "--num-clients", "3", "--model", MODEL, "--epochs", "4", "--batch-size", "32", "--quiet",
+)  # fmt: skip
+
+
+def test_the_budget_splits_over_training_prototypes_and_counts():
+    alone = split_budget("8,delta=1e-4", "exact", 500, "prototypes")
+    assert alone.training.epsilon == pytest.approx(8 * (1 - PROTO_SHARE))
+    assert alone.prototypes == pytest.approx((8 * PROTO_SHARE, 5e-5))
+    assert alone.training.delta == pytest.approx(5e-5) and alone.labels is None
+    three = split_budget("8,delta=3e-4,batch=64", "noised", 500, "prototypes")
+    eps = three.training.epsilon + three.labels[0] + three.prototypes[0]
+    deltas = three.training.delta + three.labels[1] + three.prototypes[1]
+    assert eps == pytest.approx(8) and deltas == pytest.approx(3e-4)
+    assert three.labels[0] == pytest.approx(8 * LABEL_SHARE) and three.training.batch == 64
+    # a model upload spends nothing on prototypes; without --dp no prototypes part either
+    assert split_budget("8", "exact", 500, "model").prototypes is None
+    assert split_budget(None, "exact", 500, "prototypes").prototypes is None
+
+
+def test_one_sample_moves_the_unit_norm_release_by_at_most_sqrt_2():
+    torch.manual_seed(0)
+    model = build_model(make_spec("fedgh-cnn1", (1, 8, 8), 10, fc1=64, representation=32))
+    x = np.random.default_rng(0).random((60, 1, 8, 8), dtype=np.float32) * 50  # large features
+    y = np.arange(60) % 10
+    sums, counts = class_sums(model, x, y, 10, unit=True)
+    less, fewer = class_sums(model, x[1:], y[1:], 10, unit=True)
+    moved = math.sqrt(np.sum((sums - less) ** 2) + np.sum((counts - fewer) ** 2))
+    assert moved == pytest.approx(math.sqrt(2))  # a unit vector and one count
+    raw, _ = class_sums(model, x, y, 10)
+    assert np.linalg.norm(raw[y[0]] - class_sums(model, x[1:], y[1:], 10)[0][y[0]]) > 1.5
+
+
+def test_the_release_spends_its_share_and_keeps_only_classes_above_the_noise():
+    budget = Budget(None, LabelRelease("exact"), None, (4.0, 1e-3))
+    sums = np.zeros((3, 5))
+    sums[0, 0], sums[1, 1] = 4000.0, 20.0  # class 0: 4000 unit vectors along e0; class 2: none
+    counts = np.array([4000, 20, 0])
+    classes, means, stated, record = release_prototypes(
+        sums, counts, budget, np.random.default_rng(0)
+    )
+    assert epsilon(record["noise_multiplier"], 1.0, 1, 1e-3) <= 4.0 * (1 + 1e-5)
+    assert record["sensitivity"] == pytest.approx(math.sqrt(2))
+    assert 2 not in classes and classes[0] == 0
+    assert abs(stated[0] - 4000) < 20 and np.allclose(means[0], [1, 0, 0, 0, 0], atol=0.01)
+    tiny = Budget(None, LabelRelease("exact"), None, (0.01, 1e-3))
+    with pytest.raises(ConfigError, match="buries every class") as err:
+        release_prototypes(sums[1:2], counts[1:2], tiny, np.random.default_rng(0))
+    assert "raise --dp's epsilon" in err.value.hint
+
+
+@pytest.fixture(scope="module")
+def dp_uploads(tmp_path_factory):
+    """client-000: prototypes under --dp 8 with counts noised; client-001: FedOL predictions
+    under --dp 8 with counts absent (both through the CLI)."""
+    from typer.testing import CliRunner
+
+    from edgefl.cli import app
+
+    root = tmp_path_factory.mktemp("dp_protos")
+    runner = CliRunner()
+    protos = runner.invoke(
+        app,
+        ["client", "prototypes", *COMMON, "--client-index", "0", "--out", str(root / "up"),
+         "--keep-model", str(root / "local"), "--dp", "8", "--label-counts", "noised"],
+    )  # fmt: skip
+    assert protos.exit_code == 0, protos.output
+    pred = runner.invoke(
+        app,
+        ["client", "predict", "--profile", "smartphone", "--dataset", "digits",
+         "--partition", "dirichlet:1.0", "--num-clients", "3", "--client-index", "1",
+         "--public", "digits:public", "--public-size", "300", "--model", "cnn", "--epochs", "2",
+         "--out", str(root / "up"), "--dp", "8", "--label-counts", "absent", "--quiet"],
+    )  # fmt: skip
+    assert pred.exit_code == 0, pred.output
+    return root
+
+
+def test_dp_prototypes_record_every_part_and_recompute_to_the_epsilon_asked(dp_uploads):
+    meta = exporters.read_artifact(dp_uploads / "up" / "client-000.onnx").metadata
+    record = meta["privacy"]
+    assert record["prototypes"]["representation"] == "unit-norm"
+    assert record["prototypes"]["epsilon"] == pytest.approx(8 * PROTO_SHARE)
+    got = spent(meta)
+    assert got.problem is None and got.epsilon == pytest.approx(8, rel=1e-4)
+    # the counts stated are the noisy ones, whole and positive, one per class kept
+    assert len(meta["counts"]) == len(meta["classes"]) and min(meta["counts"]) >= 1
+    kept = exporters.read_artifact(dp_uploads / "local" / "client-000.onnx").metadata
+    assert kept["privacy"] == record  # the device's own model states the same spend
+
+
+def test_dp_predictions_from_the_cli_are_private(dp_uploads):
+    meta = exporters.read_artifact(dp_uploads / "up" / "client-001.onnx").metadata
+    assert meta["kind"] == "predictions" and "prototypes" not in meta["privacy"]
+    got = spent(meta)
+    assert got.problem is None and got.epsilon == pytest.approx(8, rel=1e-4)
+
+
+def _edited(src: Path, dst: Path, edit) -> dict:
+    model = onnx.load(str(src))
+    meta = exporters.get_metadata(model)
+    edit(meta["privacy"])
+    exporters.set_metadata(model, meta)
+    onnx.save(model, str(dst))
+    return exporters.read_artifact(dst).metadata
+
+
+def test_a_missing_or_understated_prototypes_part_is_not_private(dp_uploads, tmp_path):
+    src = dp_uploads / "up" / "client-000.onnx"
+    dropped = _edited(src, tmp_path / "a.onnx", lambda r: r.pop("prototypes"))
+    assert spent(dropped).epsilon is None and "exact means" in spent(dropped).why
+
+    def understate(r):
+        r["prototypes"]["noise_multiplier"] /= 2
+
+    less = _edited(src, tmp_path / "b.onnx", understate)
+    assert "prototypes spent epsilon" in spent(less).problem
+
+
+def test_exporters_refuse_a_malformed_prototypes_part(dp_uploads):
+    meta = exporters.read_artifact(dp_uploads / "up" / "client-000.onnx").metadata
+    assert exporters.validate_metadata(meta) == []
+
+    def without_dp(r):
+        r.update(mechanism="none")
+        r.pop("dp_sgd")
+
+    for edit in (
+        lambda r: r["prototypes"].update(sensitivity=1.0),
+        lambda r: r["prototypes"].update(representation="raw"),
+        lambda r: r["prototypes"].pop("delta"),
+        without_dp,  # prototypes noised, but from a model trained without DP
+    ):
+        broken = copy.deepcopy(meta)
+        edit(broken["privacy"])
+        problems = exporters.validate_metadata(broken)
+        assert any("prototypes" in p for p in problems), problems
