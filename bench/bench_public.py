@@ -38,6 +38,7 @@ import onnxruntime
 import torch
 
 import exporters
+from edgefl.client.privacy import spent
 from edgefl.client.run import ClientJob, client_shard, run_client
 from edgefl.client.weightless import apply_header
 from edgefl.data import load_dataset, train_val_split
@@ -139,7 +140,8 @@ def part_a(partition: str, args, log) -> dict:
 
 
 def part_b(partition: str, args, log) -> dict:
-    root = Path(args.runs) / f"b-{partition.replace(':', '')}"
+    dp = getattr(args, "fedgh_dp", None)
+    root = Path(args.runs) / f"b-{partition.replace(':', '')}{f'-dp{dp}' if dp else ''}"
     up, local = root / "proto", root / "local"
     base = dict(
         profile="smartphone",
@@ -149,6 +151,8 @@ def part_b(partition: str, args, log) -> dict:
         subset=args.fedgh_subset,
         epochs=args.fedgh_epochs,
     )
+    # under --dp: the prototypes by the Gaussian mechanism, counts noised (edgefl.client.privacy)
+    private = dict(dp=dp, label_counts="noised") if dp else {}
     t = time.perf_counter()
     for i in range(5):
         if not (up / f"client-{i:03d}.onnx").exists():
@@ -160,6 +164,7 @@ def part_b(partition: str, args, log) -> dict:
                     kind="prototypes",
                     out_dir=str(up),
                     keep_model=str(local),
+                    **private,
                 ),
                 on_status=log,
             )
@@ -187,6 +192,9 @@ def part_b(partition: str, args, log) -> dict:
                 "personalized": float((personal.run(x).argmax(1) == y).mean()),
                 "model_bytes": own.size_bytes,
                 "prototypes_bytes": (up / f"client-{i:03d}.onnx").stat().st_size,
+                "epsilon": spent(
+                    exporters.read_artifact(up / f"client-{i:03d}.onnx").metadata
+                ).epsilon,
             }
         )
     return {
@@ -217,7 +225,7 @@ def markdown(meta: dict, a_rows: list[dict], b_rows: list[dict]) -> str:
         "| partition | method | accuracy % | upload bytes / client | fuse s |",
         "|---|---|---:|---:|---:|",
     ]
-    for r in a_rows:
+    for r in a_rows:  # part A (none when run with --parts b)
         lines.append(
             f"| {r['partition']} | local (mean of clients alone) | "
             f"{100 * r['local_mean_accuracy']:.2f} | - | - |"
@@ -236,7 +244,11 @@ def markdown(meta: dict, a_rows: list[dict], b_rows: list[dict]) -> str:
         + ". Predictions vs the kept model's softmax, max |diff|: "
         + ", ".join(f"{r['predictions_vs_kept_model_max_abs_diff']:.1e}" for r in a_rows),
         "",
-        "## FedGH vs standalone (5 clients, fedgh-cnn1..5, local test split accuracy)",
+    ] * bool(a_rows)
+    dp = meta["args"].get("fedgh_dp")
+    lines += [
+        "## FedGH vs standalone (5 clients, fedgh-cnn1..5, local test split accuracy"
+        + (f", every client under --dp {dp} --label-counts noised)" if dp else ")"),
         "",
         "| partition | client | model | test n | standalone % | FedGH personalized % | "
         "model bytes | prototypes bytes |",
@@ -274,6 +286,8 @@ def main() -> None:
     ap.add_argument("--feddf-epochs", type=int, default=10)  # = FedOL's 10 x 1 passes
     ap.add_argument("--fedgh-subset", type=int, default=30_000)
     ap.add_argument("--fedgh-epochs", type=int, default=3)
+    ap.add_argument("--fedgh-dp", default=None, help="e.g. 8: FedGH's clients under --dp 8")
+    ap.add_argument("--parts", default="a,b", help="a (FedOL, FedDF), b (FedGH) or both")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--runs", default="runs/bench-public")
     ap.add_argument("--out", default="bench/results/public_mnist")
@@ -283,8 +297,9 @@ def main() -> None:
     start = time.perf_counter()
     log = lambda msg: print(msg, flush=True)  # noqa: E731
     parts = args.partitions.split(",")
-    a_rows = [part_a(p, args, log) for p in parts]
-    b_rows = [part_b(p, args, log) for p in parts]
+    chosen = args.parts.split(",")
+    a_rows = [part_a(p, args, log) for p in parts] if "a" in chosen else []
+    b_rows = [part_b(p, args, log) for p in parts] if "b" in chosen else []
     meta = {
         "command": "python " + " ".join(sys.argv),
         "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
