@@ -280,17 +280,18 @@ def _check_privacy(key: str, record: Any, ctx: _Context) -> str | None:
 
 
 def _check_prototypes_part(record: dict[str, Any]) -> str | None:
-    """DP prototypes' release: sums of unit-norm representations and counts, sensitivity
-    sqrt(2), from a DP-trained model (edgefl.client.privacy)."""
+    """DP prototypes' release: sums of representations clipped to norm `clip` and counts,
+    sensitivity clip x sqrt(2), from a DP-trained model (edgefl.client.privacy)."""
     part = record["prototypes"]
     ok = (
         record["mechanism"] == "dp-sgd"
         and isinstance(part, dict)
         and set(part) == set(_PROTOTYPES_KEYS)
         and part["mechanism"] == "gaussian"
-        and part["representation"] == "unit-norm"
+        and part["representation"] == "clipped"
+        and _positive(part["clip"])
         and _positive(part["sensitivity"])
-        and math.isclose(part["sensitivity"], math.sqrt(2), rel_tol=1e-9)
+        and math.isclose(part["sensitivity"], part["clip"] * math.sqrt(2), rel_tol=1e-9)
         and all(_positive(part[k]) for k in ("noise_multiplier", "epsilon"))
         and _probability(part["delta"])
     )
@@ -299,7 +300,7 @@ def _check_prototypes_part(record: dict[str, Any]) -> str | None:
         if ok
         else (
             "'prototypes' must come with mechanism dp-sgd and hold exactly "
-            f"{', '.join(_PROTOTYPES_KEYS)}: gaussian, unit-norm, sensitivity sqrt(2), a positive "
+            f"{', '.join(_PROTOTYPES_KEYS)}: gaussian, clipped, sensitivity clip x sqrt(2), a positive "
             "noise_multiplier and epsilon, and delta in (0, 1)"
         )
     )
@@ -308,6 +309,7 @@ def _check_prototypes_part(record: dict[str, Any]) -> str | None:
 _PROTOTYPES_KEYS = (
     "mechanism",
     "representation",
+    "clip",
     "sensitivity",
     "noise_multiplier",
     "epsilon",

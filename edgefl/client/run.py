@@ -23,6 +23,7 @@ from edgefl.client.attacks import ATTACKS, attack_for
 from edgefl.client.export import export_model
 from edgefl.client.job import ClientJob, job_augment, local_schedule, window_treatment
 from edgefl.client.privacy import (
+    PROTO_CLIP,
     Budget,
     check_request,
     privacy_record,
@@ -350,7 +351,7 @@ def _released_prototypes(job: ClientJob, model, own: _DeviceData, budget: Budget
         return None, None
     held = own.held()
     sums, counts = weightless.class_sums(
-        model, held.x[own.train_idx], held.y[own.train_idx], held.num_classes, unit=True
+        model, held.x[own.train_idx], held.y[own.train_idx], held.num_classes, clip=PROTO_CLIP
     )
     # a stream of its own: the label counts' noise comes from default_rng(noise_seed)
     rng = np.random.default_rng(None if job.noise_seed is None else [job.noise_seed, 1])

@@ -60,19 +60,20 @@ def class_sums(
     x: np.ndarray,
     y: np.ndarray,
     num_classes: int,
-    unit: bool = False,
+    clip: float | None = None,
     batch: int = 512,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """(K x R float64 per-class sums of features(x), K counts); `unit`: each representation
-    scaled to L2 norm 1 first (the DP release's bounded contribution: edgefl.client.privacy)."""
+    """(K x R float64 per-class sums of features(x), K counts); `clip`: each representation
+    scaled down to that L2 norm first where longer (the DP release's bounded contribution:
+    edgefl.client.privacy)."""
     features, head = representation_layer(model)
     model.eval()
     sums = torch.zeros(num_classes, head.in_features, dtype=torch.float64)
     counts = torch.zeros(num_classes, dtype=torch.int64)
     for i in range(0, len(x), batch):
         rep = features(torch.from_numpy(x[i : i + batch])).flatten(1).double()
-        if unit:
-            rep = rep / rep.norm(dim=1, keepdim=True).clamp_min(1e-12)
+        if clip is not None:
+            rep = rep * (clip / rep.norm(dim=1, keepdim=True).clamp_min(1e-12)).clamp(max=1.0)
         yb = torch.from_numpy(np.asarray(y[i : i + batch], dtype=np.int64))
         sums.index_add_(0, yb, rep)
         counts += torch.bincount(yb, minlength=num_classes)

@@ -1,6 +1,6 @@
 """FedGH's prototypes and FedOL's predictions under --dp (issue 57, item 1): the budget split
-over training, prototypes and label counts; the prototypes' bounded contribution (unit-norm
-representations: one sample moves the released sums and counts by sqrt(2) at most); the
+over training, prototypes and label counts; the prototypes' bounded contribution (clipped
+representations: one sample moves the released sums and C x counts by C sqrt(2) at most); the
 Gaussian release's noise spending exactly its share; and through the CLI an upload whose record
 the server recomputes to the --dp asked, set aside when its prototypes' part is missing or
 understated.
@@ -22,6 +22,7 @@ import torch
 import exporters
 from edgefl.client.privacy import (
     LABEL_SHARE,
+    PROTO_CLIP,
     PROTO_SHARE,
     Budget,
     LabelRelease,
@@ -58,15 +59,16 @@ def test_the_budget_splits_over_training_prototypes_and_counts():
     assert split_budget(None, "exact", 500, "prototypes").prototypes is None
 
 
-def test_one_sample_moves_the_unit_norm_release_by_at_most_sqrt_2():
+def test_one_sample_moves_the_clipped_release_by_at_most_c_sqrt_2():
     torch.manual_seed(0)
     model = build_model(make_spec("fedgh-cnn1", (1, 8, 8), 10, fc1=64, representation=32))
-    x = np.random.default_rng(0).random((60, 1, 8, 8), dtype=np.float32) * 50  # large features
+    x = np.random.default_rng(0).random((60, 1, 8, 8), dtype=np.float32) * 1000  # features over C
     y = np.arange(60) % 10
-    sums, counts = class_sums(model, x, y, 10, unit=True)
-    less, fewer = class_sums(model, x[1:], y[1:], 10, unit=True)
-    moved = math.sqrt(np.sum((sums - less) ** 2) + np.sum((counts - fewer) ** 2))
-    assert moved == pytest.approx(math.sqrt(2))  # a unit vector and one count
+    sums, counts = class_sums(model, x, y, 10, clip=PROTO_CLIP)
+    less, fewer = class_sums(model, x[1:], y[1:], 10, clip=PROTO_CLIP)
+    moved = math.sqrt(np.sum((sums - less) ** 2) + np.sum((PROTO_CLIP * (counts - fewer)) ** 2))
+    assert moved == pytest.approx(PROTO_CLIP * math.sqrt(2))  # one clipped vector and one count
+    assert np.linalg.norm(sums, axis=1).max() <= PROTO_CLIP * counts.max() + 1e-6
     raw, _ = class_sums(model, x, y, 10)
     assert np.linalg.norm(raw[y[0]] - class_sums(model, x[1:], y[1:], 10)[0][y[0]]) > 1.5
 
@@ -74,15 +76,16 @@ def test_one_sample_moves_the_unit_norm_release_by_at_most_sqrt_2():
 def test_the_release_spends_its_share_and_keeps_only_classes_above_the_noise():
     budget = Budget(None, LabelRelease("exact"), None, (4.0, 1e-3))
     sums = np.zeros((3, 5))
-    sums[0, 0], sums[1, 1] = 4000.0, 20.0  # class 0: 4000 unit vectors along e0; class 2: none
+    # class 0: 4000 vectors of norm C along e0; class 2: none
+    sums[0, 0], sums[1, 1] = 4000.0 * PROTO_CLIP, 20.0
     counts = np.array([4000, 20, 0])
     classes, means, stated, record = release_prototypes(
         sums, counts, budget, np.random.default_rng(0)
     )
     assert epsilon(record["noise_multiplier"], 1.0, 1, 1e-3) <= 4.0 * (1 + 1e-5)
-    assert record["sensitivity"] == pytest.approx(math.sqrt(2))
+    assert record["sensitivity"] == pytest.approx(PROTO_CLIP * math.sqrt(2))
     assert 2 not in classes and classes[0] == 0
-    assert abs(stated[0] - 4000) < 20 and np.allclose(means[0], [1, 0, 0, 0, 0], atol=0.01)
+    assert abs(stated[0] - 4000) < 20 and np.allclose(means[0], [PROTO_CLIP, 0, 0, 0, 0], atol=0.1)
     tiny = Budget(None, LabelRelease("exact"), None, (0.01, 1e-3))
     with pytest.raises(ConfigError, match="buries every class") as err:
         release_prototypes(sums[1:2], counts[1:2], tiny, np.random.default_rng(0))
@@ -119,7 +122,8 @@ def dp_uploads(tmp_path_factory):
 def test_dp_prototypes_record_every_part_and_recompute_to_the_epsilon_asked(dp_uploads):
     meta = exporters.read_artifact(dp_uploads / "up" / "client-000.onnx").metadata
     record = meta["privacy"]
-    assert record["prototypes"]["representation"] == "unit-norm"
+    assert record["prototypes"]["representation"] == "clipped"
+    assert record["prototypes"]["clip"] == PROTO_CLIP
     assert record["prototypes"]["epsilon"] == pytest.approx(8 * PROTO_SHARE)
     got = spent(meta)
     assert got.problem is None and got.epsilon == pytest.approx(8, rel=1e-4)
@@ -168,6 +172,7 @@ def test_exporters_refuse_a_malformed_prototypes_part(dp_uploads):
     for edit in (
         lambda r: r["prototypes"].update(sensitivity=1.0),
         lambda r: r["prototypes"].update(representation="raw"),
+        lambda r: r["prototypes"].update(clip=2 * PROTO_CLIP),  # its sensitivity no longer C sqrt 2
         lambda r: r["prototypes"].pop("delta"),
         without_dp,  # prototypes noised, but from a model trained without DP
     ):
