@@ -220,12 +220,14 @@ def markdown(meta: dict, a_rows: list[dict], b_rows: list[dict]) -> str:
         "",
         "Reduced to fit ~20 min on a shared 2-core CPU: " + meta["reduction"],
         "",
+    ]
+    lines += [
         "## FedOL vs FedDF vs ensemble (10 clients, FedMHO CNN, global accuracy on MNIST test)",
         "",
         "| partition | method | accuracy % | upload bytes / client | fuse s |",
         "|---|---|---:|---:|---:|",
-    ]
-    for r in a_rows:  # part A (none when run with --parts b)
+    ] * bool(a_rows)  # none with --parts b
+    for r in a_rows:
         lines.append(
             f"| {r['partition']} | local (mean of clients alone) | "
             f"{100 * r['local_mean_accuracy']:.2f} | - | - |"
@@ -245,6 +247,8 @@ def markdown(meta: dict, a_rows: list[dict], b_rows: list[dict]) -> str:
         + ", ".join(f"{r['predictions_vs_kept_model_max_abs_diff']:.1e}" for r in a_rows),
         "",
     ] * bool(a_rows)
+    if not b_rows:
+        return "\n".join(lines) + "\n"
     dp = meta["args"].get("fedgh_dp")
     lines += [
         "## FedGH vs standalone (5 clients, fedgh-cnn1..5, local test split accuracy"
@@ -274,6 +278,13 @@ def markdown(meta: dict, a_rows: list[dict], b_rows: list[dict]) -> str:
         ),
         "",
     ]
+    spent = [c.get("epsilon") for r in b_rows for c in r["clients"]]
+    if any(e is not None for e in spent):
+        lines += [
+            "Each upload's epsilon as the server recomputes it from its record: "
+            + ", ".join("not private" if e is None else f"{e:.3f}" for e in spent),
+            "",
+        ]
     return "\n".join(lines) + "\n"
 
 

@@ -250,7 +250,10 @@ def derive_upload(
     module, _ = rebuild(art)
     label = spec_label(ModelSpec.from_dict(art.metadata["spec"]))
     classes, means, counts = class_prototypes(module, x, y, num_classes)
-    write_prototypes(path, classes, means, counts, data_metadata(art.metadata, label))
+    meta = data_metadata(art.metadata, label)
+    if isinstance(meta.get("privacy"), dict):  # exact means: no DP release of prototypes here
+        meta["privacy"].pop("prototypes", None)
+    write_prototypes(path, classes, means, counts, meta)
 
 
 def personalize(how: str, model_path: str, global_path: str, out: str) -> dict[str, Any]:

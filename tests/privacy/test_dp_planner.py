@@ -275,3 +275,11 @@ def test_the_client_plans_for_dp_sgds_own_batch():
     huge = dataclasses.replace(job, dp=f"8,batch={prof.ram_budget_bytes // 8}")
     with pytest.raises(BudgetError, match="under --dp"):
         choose_model(huge, prof, info, 6000)
+
+
+def test_client_plan_counts_dp_sgds_own_batch(cli):
+    import json
+
+    out = cli("client", "plan", "--profile", "wristband", "--dp", "8,batch=4096", "--json")
+    assert out.exit_code == 0, out.output
+    assert json.loads(out.output)["fit"]["batch_size"] == 4096

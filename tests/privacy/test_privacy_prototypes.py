@@ -92,6 +92,73 @@ def test_the_release_spends_its_share_and_keeps_only_classes_above_the_noise():
     assert "raise --dp's epsilon" in err.value.hint
 
 
+class _Recorder:
+    """A numpy Generator's `normal`, recording the scale each call asked for."""
+
+    def __init__(self, seed: int = 0):
+        self.rng, self.scales = np.random.default_rng(seed), []
+
+    def normal(self, loc, scale, size):
+        self.scales.append(scale)
+        return self.rng.normal(loc, scale, size)
+
+
+def test_the_noise_added_is_the_one_the_record_states():
+    budget = Budget(None, LabelRelease("exact"), None, (4.0, 1e-3))
+    sums, counts = np.full((2, 3), 500.0), np.array([100, 100])
+    rec = _Recorder()
+    *_, record = release_prototypes(sums, counts, budget, rec)
+    sigma = record["noise_multiplier"]
+    # the smallest noise that spends the part's epsilon: a little less would spend more
+    assert epsilon(sigma, 1.0, 1, 1e-3) <= 4.0 * (1 + 1e-5) < epsilon(0.99 * sigma, 1.0, 1, 1e-3)
+    assert rec.scales == pytest.approx([sigma * math.sqrt(2) * PROTO_CLIP, sigma * math.sqrt(2)])
+
+
+def test_the_upload_holds_the_noised_release_replayed_from_its_seed(tmp_path):
+    """A simulation's seeded noise: the upload's classes, counts and means are exactly what the
+    kept model's clipped sums give through the release, with the prototypes' own stream."""
+    from edgefl.artifacts import rebuild
+    from edgefl.client.run import ClientJob, client_shard, run_client
+    from edgefl.data import load_dataset, train_val_split
+
+    job = ClientJob(
+        profile="smartphone", dataset="digits", partition="dirichlet:1.0", num_clients=3,
+        client_index=1, model=MODEL, epochs=2, batch_size=32, kind="prototypes", dp="8",
+        label_counts="absent", noise_seed=3, out_dir=str(tmp_path / "up"), keep_model=str(tmp_path / "local"),
+    )  # fmt: skip
+    run_client(job)
+    data = load_dataset("digits", "train")
+    train_idx, _ = train_val_split(client_shard(job, data), 0.1, seed=job.seed + 1)
+    model, _ = rebuild(exporters.read_artifact(tmp_path / "local" / "client-001.onnx"))
+    sums, counts = class_sums(
+        model, data.x[train_idx], data.y[train_idx], data.num_classes, clip=PROTO_CLIP
+    )
+    budget = split_budget("8", "absent", len(train_idx), "prototypes")
+    classes, means, stated, _ = release_prototypes(
+        sums, counts, budget, np.random.default_rng([3, 1])
+    )
+    up = exporters.read_artifact(tmp_path / "up" / "client-001.onnx")
+    assert up.metadata["classes"] == classes and up.metadata["counts"] == stated
+    assert stated != counts[classes].tolist()  # noised, not the exact counts
+    got = exporters.read_constant_outputs(up.model)["prototypes"]
+    np.testing.assert_allclose(got, means, rtol=1e-6, atol=1e-6)
+
+
+def test_prototypes_derived_from_a_kept_model_do_not_inherit_its_release(tmp_path):
+    """`derive_upload` writes exact means: a kept model's record of a DP release is dropped, so
+    the server counts them not private."""
+    from edgefl.client.weightless import derive_upload
+    from edgefl.data import load_dataset
+
+    data = load_dataset("digits", "train")
+    kept = tmp_path / "local" / "client-001.onnx"
+    test_the_upload_holds_the_noised_release_replayed_from_its_seed(tmp_path)
+    derive_upload("prototypes", str(kept), data.x[:200], data.y[:200], 10, tmp_path / "d.onnx")
+    meta = exporters.read_artifact(tmp_path / "d.onnx").metadata
+    assert "prototypes" not in meta["privacy"] and spent(meta).epsilon is None
+    assert spent(exporters.read_artifact(kept).metadata).epsilon == pytest.approx(8, rel=1e-4)
+
+
 @pytest.fixture(scope="module")
 def dp_uploads(tmp_path_factory):
     """client-000: prototypes under --dp 8 with counts noised; client-001: FedOL predictions
