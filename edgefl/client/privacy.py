@@ -141,6 +141,12 @@ def check_request(dp: str | None, label_counts: str) -> tuple[DPConfig | None, L
     return cfg, release
 
 
+SEARCH_UNDER_DP = (
+    "an architecture search picks the model by its accuracy on the local data, which --dp "
+    "does not cover (DP-SGD protects the training, not the choice of the architecture)"
+)
+
+
 def split_budget(dp: str | None, label_counts: str, samples: int, kind: str = "model") -> Budget:
     """The budget of a job that trains on `samples` samples and uploads `kind` (delta 1/n
     resolved here when the counts or the prototypes take part of it)."""

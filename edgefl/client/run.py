@@ -24,6 +24,7 @@ from edgefl.client.export import export_model
 from edgefl.client.job import ClientJob, job_augment, local_schedule, window_treatment
 from edgefl.client.privacy import (
     PROTO_CLIP,
+    SEARCH_UNDER_DP,
     Budget,
     check_request,
     privacy_record,
@@ -367,6 +368,11 @@ def _check_job(job: ClientJob) -> None:
     if job.attack:
         ATTACKS.get(job.attack)  # an unknown name, before the data loads
     check_request(job.dp, job.label_counts)  # a bad --dp or --label-counts, before the data
+    if job.dp is not None and job.search:
+        raise ConfigError(
+            f"--search with --dp: {SEARCH_UNDER_DP}",
+            hint="drop --search (the planner picks from the budget alone), or train without --dp",
+        )
 
 
 def _attacker_upload_accuracy(

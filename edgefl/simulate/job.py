@@ -9,7 +9,7 @@ from typing import Any
 from device_profiles import OPTIMIZERS
 from edgefl.bounds import Range
 from edgefl.client.attacks import parse_attacks
-from edgefl.client.privacy import check_request
+from edgefl.client.privacy import SEARCH_UNDER_DP, check_request
 from edgefl.data.public import DEFAULT_PUBLIC_SIZE
 from edgefl.data.registry import DATASETS
 from edgefl.errors import ConfigError
@@ -105,6 +105,13 @@ class SimJob:
         self._check_client_models(profiles)
         self._check_training()
         check_request(self.dp, self.label_counts)
+        searched = [p for p, m in self.client_models.items() if m.startswith(SEARCH)]
+        if self.dp is not None and searched:
+            raise ConfigError(
+                f"--client-model {searched[0]}={self.client_models[searched[0]]} with --dp: "
+                f"{SEARCH_UNDER_DP}",
+                hint="name a zoo model for that profile, or simulate without --dp",
+            )
 
     def _check_public(self) -> None:
         train = DATASETS.get(self.dataset).train_size if self.dataset in DATASETS else None

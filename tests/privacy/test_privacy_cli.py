@@ -166,6 +166,28 @@ def test_bad_privacy_flags_stop_before_any_data(cli, tmp_path, monkeypatch, flag
     assert not (tmp_path / "client-000.onnx").exists()
 
 
+def test_a_search_under_dp_is_refused_before_any_data(cli, tmp_path, monkeypatch):
+    """The search picks the architecture by accuracy on the local data: --dp does not cover
+    that choice, so the two are refused together, by client train and by simulate."""
+
+    def no_data(*a, **k):
+        raise AssertionError("data loaded before the flags were checked")
+
+    monkeypatch.setattr("edgefl.client.run.load_dataset", no_data)
+    r = cli(
+        "client", "train", *COMMON, "--profile", "wristband", "--search", "pso",
+        "--client-index", "0", "--out", str(tmp_path), "--dp", "8",
+    )  # fmt: skip
+    assert r.exit_code == 2 and "--search with --dp" in r.output, r.output
+    assert "Traceback" not in r.output and not list(tmp_path.iterdir())
+    r = cli(
+        "simulate", "--dataset", DATASET, "--out", str(tmp_path / "s"), "--dp", "8",
+        "--mix", "wristband:3", "--clients", "3", "--client-model", "wristband=search:pso",
+    )  # fmt: skip
+    assert r.exit_code == 2 and "with --dp" in r.output and "Traceback" not in r.output
+    assert not (tmp_path / "s").exists()
+
+
 def test_simulate_refuses_bad_privacy_flags_before_training(cli, tmp_path):
     r = cli("simulate", "--dataset", DATASET, "--out", str(tmp_path / "s"), "--dp", "0")
     assert r.exit_code == 2 and "--dp epsilon" in r.output and "Traceback" not in r.output
