@@ -552,3 +552,43 @@ def test_flat_decoders_that_are_each_others_reference_are_set_aside_by_the_judge
         [0, 1],
     )
     assert set(out) == {"d2", "d3"}, out
+
+
+class _Lookup(nn.Module):
+    """A classifier whose logits on probe sample i are row i of a table (x[:, 0] holds i)."""
+
+    def __init__(self, logits: np.ndarray):
+        super().__init__()
+        self.register_buffer("table", torch.tensor(logits, dtype=torch.float32))
+
+    def forward(self, x):
+        return self.table[x[:, 0].long()]
+
+
+def test_labels_no_judge_reads_plainly_do_not_set_an_honest_client_aside():
+    """Decoders whose draws no judge reads plainly (DP-trained bands on HAPT: -0.06 to +0.04)
+    are no evidence on what a classifier's outputs mean: the classifiers are judged by their
+    committee, and a weak honest one is kept. Where the judges read the draws plainly, the
+    same weak client is still judged on the decoders' labels and set aside."""
+    from edgefl.fusion.screen.judgement import _screen_classifiers
+    from edgefl.fusion.screen.probe import Probe
+
+    n = len(REFERENCE)
+    x = torch.zeros(n, 4)
+    x[:, 0] = torch.arange(n)
+    decoders = [SimpleNamespace(name=f"d{d}", label_counts=[100] * K) for d in range(DECODERS)]
+
+    def verdict(pull: float) -> dict:
+        rng = np.random.default_rng(0)
+        clients = []
+        for name, w in (("c0", pull), ("c1", pull), ("c2", pull), ("c3", pull), ("weak", 0.15)):
+            logits = rng.normal(0, 1, (n, K))
+            logits[np.arange(n), REFERENCE] += w  # a pull toward the class each draw was asked
+            clients.append(
+                SimpleNamespace(name=name, module=_Lookup(logits), label_counts=[100] * K, meta={})
+            )
+        probe = Probe(x, REFERENCE, SOURCE)
+        return _screen_classifiers(clients, decoders, probe, "cpu", 0, None).out
+
+    assert verdict(pull=0.6) == {}  # the judges read a class of draws at +0.43 at most
+    assert set(verdict(pull=4.0)) == {"weak"}

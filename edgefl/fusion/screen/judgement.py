@@ -127,8 +127,10 @@ def _screen_classifiers(classifiers, decoders, probe, device, seed, progress) ->
         # where they read another decoder's plainly (not the repair's: on HAPT users that made
         # three honest classifiers look relabelled)
         reference = np.where(_unread(decoders, probe, current, probs, judges), -1, reference)
-    # without decoders, the committee of the repaired clients
-    bad, rescale = _judge(current, probs, scale, reference if probe.asked is not None else None)
+    # without decoders, or with none whose draws the judges read plainly, the committee of the
+    # repaired clients
+    labelled = probe.asked is not None and _read_plainly(decoders, probe, current, probs, judges)
+    bad, rescale = _judge(current, probs, scale, reference if labelled else None)
     tempering, probs = _tempered(current, rescale, probs, probe.x, device)
     verdict = Verdict(bad, {}, notes)
     verdict.merge(repairs)
@@ -183,6 +185,16 @@ def _trusted_reference(classifiers, decoders, probs, probe) -> tuple[np.ndarray,
         )
         return np.where(mask, -1, probe.asked), judges
     return _committee([probs[i] for i in judges] if judges else probs), judges
+
+
+def _read_plainly(decoders, probe, classifiers, probs, judges) -> bool:
+    """Whether the judges read some decoder's draws of some class plainly (PLAIN): else the
+    decoders' labels are no evidence on what a classifier's outputs mean, and the classifiers
+    are judged by their committee. DP-trained decoders on HAPT users (epsilon 8) were read at
+    -0.06 to +0.04 by DP-trained phones, and ranked on their labels an honest phone was set
+    aside (bench/results/privacy_federation.md)."""
+    per = _judged_per_class(decoders, probe.source, probe.asked, classifiers, probs, judges)
+    return any(s >= PLAIN for scores in per for s in scores.values())
 
 
 def _unread(decoders, probe, classifiers, probs, judges) -> np.ndarray:
