@@ -8,8 +8,10 @@ in common is what it outputs on the task's inputs, so each is judged there, agai
 that a minority cannot move:
 
 - the probe: draws of every decoder for each class it claims, labelled with the class asked
-  for; else the method's public set (FedDF's), labelled by the median committee of the
-  classifiers' probabilities where it is sure (3 at least: a median of 2 is moved by one).
+  for (where the judges read some decoder's draws plainly: labels no one reads, as DP-trained
+  decoders' on HAPT, are no evidence and the committee labels the draws); else the method's
+  public set (FedDF's), labelled by the median committee of the classifiers' probabilities
+  where it is sure (3 at least: a median of 2 is moved by one).
   When some classifier looks relabelled, a class the probe lacks is covered, for the repair
   only, by images inverted from the classifiers not doubted that hold it (`_cover`);
 - classifiers are judged on each class they claim (>= MIN_SHARE of their data) by how well
