@@ -269,14 +269,20 @@ def _check_privacy(key: str, record: Any, ctx: _Context) -> str | None:
         problem = _check_plan(record.get("dp_sgd"))
     elif problem is None and "dp_sgd" in record:
         problem = "'dp_sgd' is given, but the mechanism is none"
-    if problem is None and "prototypes" in record:
-        problem = _check_prototypes_part(record)
-    if problem is None and record.get("noise", "secret") not in NOISE_SOURCES:
-        problem = f"'noise' must be one of {NOISE_SOURCES}"
+    problem = problem or _check_extras(record)
     noised = record["label_counts"]["release"] == "noised" if problem is None else False
     if problem is None and (record["mechanism"] == "dp-sgd" or noised):
         problem = _check_total(record)
     return None if problem is None else f"'{key}': {problem}"
+
+
+def _check_extras(record: dict[str, Any]) -> str | None:
+    """The DP prototypes' part, if any, and where the noise came from."""
+    if "prototypes" in record and (problem := _check_prototypes_part(record)):
+        return problem
+    if record.get("noise", "secret") not in NOISE_SOURCES:
+        return f"'noise' must be one of {NOISE_SOURCES}"
+    return None
 
 
 def _check_prototypes_part(record: dict[str, Any]) -> str | None:

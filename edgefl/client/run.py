@@ -282,8 +282,7 @@ def run_client(job: ClientJob, *, on_epoch=None, on_status=None, on_progress=Non
     if attack is not None and attack.weights:
         attack.weights(model, job.seed * 1000 + job.client_index)
 
-    counts, released = _released_counts(job, own, budget)
-    protos, protos_record = _released_prototypes(job, model, own, budget)
+    counts, privacy, protos = _releases(job, model, own, budget, summary)
     meta = model_metadata(
         spec,
         class_names=list(data.class_names),
@@ -294,9 +293,7 @@ def run_client(job: ClientJob, *, on_epoch=None, on_status=None, on_progress=Non
         training=_training_record(job, summary, cfg, augment, windows),
         dataset=info.name,
         partition=_partition_record(job, data, own.shard),
-        privacy=privacy_record(
-            summary.privacy, released, job.noise_seed is not None, protos_record
-        ),
+        privacy=privacy,
     )
     path, meta, quant, export_seconds = _timed_upload(
         job, client_id, model, spec, meta, own, role, (public, protos)
@@ -342,6 +339,15 @@ def _released_counts(job: ClientJob, own: _DeviceData, budget: Budget):
     class histogram as --label-counts releases it (edgefl.client.privacy)."""
     counts = np.bincount(own.y[own.shard], minlength=own.data.num_classes).astype(int).tolist()
     return release_counts(counts, budget, np.random.default_rng(job.noise_seed))
+
+
+def _releases(job: ClientJob, model, own: _DeviceData, budget: Budget, summary: TrainSummary):
+    """(the label counts stated, the upload's privacy record, a DP prototypes job's released
+    prototypes or None): what leaves the device besides the model, and what it spent."""
+    counts, released = _released_counts(job, own, budget)
+    protos, protos_record = _released_prototypes(job, model, own, budget)
+    seeded = job.noise_seed is not None
+    return counts, privacy_record(summary.privacy, released, seeded, protos_record), protos
 
 
 def _released_prototypes(job: ClientJob, model, own: _DeviceData, budget: Budget):
