@@ -457,6 +457,7 @@ def test_draws_the_judges_cannot_read_leave_the_screens_reference_where_they_kno
     decoder they read as nothing over its classes, one at least of them known; a decoder whose
     classes no other decoder's draws are read plainly stays in (the judges may be what is weak
     there)."""
+    from edgefl.fusion.screen.decoders import _judged_per_class
     from edgefl.fusion.screen.judgement import _unread
 
     # decoder 0 draws 0-4 well; decoder 1 draws 0-9 as noise; decoder 2 draws 5-9 as noise
@@ -467,7 +468,12 @@ def test_draws_the_judges_cannot_read_leave_the_screens_reference_where_they_kno
     decoders = [_client([100 if c in cs else 0 for c in range(K)]) for cs in drawn]
     judges = [_client([100] * K), _client([100] * K)]
     probe = SimpleNamespace(source=source, asked=asked)
-    mask = _unread(decoders, probe, judges, [_probs(read), _probs(read)], [0, 1])
+
+    def unread():
+        probs = [_probs(read), _probs(read)]
+        return _unread(_judged_per_class(decoders, source, asked, judges, probs, [0, 1]), probe)
+
+    mask = unread()
     assert not mask[source == 0].any()  # read plainly
     assert mask[source == 1].all()  # nothing over its classes, 0-4 known: all of it
     assert not mask[source == 2].any()  # no decoder's 5-9 read plainly: left in
@@ -476,7 +482,7 @@ def test_draws_the_judges_cannot_read_leave_the_screens_reference_where_they_kno
     read[(source == 1) & (asked == 8)] = 8
     read[(source == 1) & (asked == 7)] = 7
     read[(source == 1) & (asked == 6)] = 6
-    mask = _unread(decoders, probe, judges, [_probs(read), _probs(read)], [0, 1])
+    mask = unread()
     # (its 3s, read as 3 more often than its other draws are, are not read as nothing)
     assert mask[(source == 1) & np.isin(asked, [0, 1, 2, 4])].all()
     assert not mask[(source == 1) & ((asked == 3) | (asked >= 5))].any()

@@ -122,14 +122,18 @@ def _screen_classifiers(classifiers, decoders, probe, device, seed, progress) ->
     )
     repairs, probs = _repaired(classifiers, found, probs, probe.x, device)
     current = [repairs.swap.get(u.name, u) for u in classifiers]
+    labelled = False  # without decoders, the committee of the repaired clients
     if probe.asked is not None:
+        per = _judged_per_class(decoders, probe.source, probe.asked, current, probs, judges)
+        # Labels no judge reads plainly on any class are no evidence on what a classifier's
+        # outputs mean: the committee then, too. DP-trained decoders on HAPT users (epsilon 8)
+        # were read at -0.06 to +0.04 by DP-trained phones, and ranked on their labels an
+        # honest phone was set aside (bench/results/privacy_federation.md).
+        labelled = any(s >= PLAIN for scores in per for s in scores.values())
         # the screen's reference leaves out, too, the draws the judges cannot read as asked
         # where they read another decoder's plainly (not the repair's: on HAPT users that made
         # three honest classifiers look relabelled)
-        reference = np.where(_unread(decoders, probe, current, probs, judges), -1, reference)
-    # without decoders, or with none whose draws the judges read plainly, the committee of the
-    # repaired clients
-    labelled = probe.asked is not None and _read_plainly(decoders, probe, current, probs, judges)
+        reference = np.where(_unread(per, probe), -1, reference)
     bad, rescale = _judge(current, probs, scale, reference if labelled else None)
     tempering, probs = _tempered(current, rescale, probs, probe.x, device)
     verdict = Verdict(bad, {}, notes)
@@ -187,17 +191,7 @@ def _trusted_reference(classifiers, decoders, probs, probe) -> tuple[np.ndarray,
     return _committee([probs[i] for i in judges] if judges else probs), judges
 
 
-def _read_plainly(decoders, probe, classifiers, probs, judges) -> bool:
-    """Whether the judges read some decoder's draws of some class plainly (PLAIN): else the
-    decoders' labels are no evidence on what a classifier's outputs mean, and the classifiers
-    are judged by their committee. DP-trained decoders on HAPT users (epsilon 8) were read at
-    -0.06 to +0.04 by DP-trained phones, and ranked on their labels an honest phone was set
-    aside (bench/results/privacy_federation.md)."""
-    per = _judged_per_class(decoders, probe.source, probe.asked, classifiers, probs, judges)
-    return any(s >= PLAIN for scores in per for s in scores.values())
-
-
-def _unread(decoders, probe, classifiers, probs, judges) -> np.ndarray:
+def _unread(per: list[dict], probe) -> np.ndarray:
     """The probe samples of each decoder's class c that the judges read as no better than
     chance where they read another decoder's draws of c plainly (they know c in generated
     samples): no evidence on what a classifier's outputs mean. Four noise decoders of five
@@ -205,8 +199,8 @@ def _unread(decoders, probe, classifiers, probs, judges) -> np.ndarray:
     labelled 2 (measured, MNIST Dir(0.5) seed 1: the ensemble 84.0 -> 77.6). A class no
     decoder's draws of are read plainly stays: its judges may be what is weak (measured, MNIST
     Dir(0.1): two honest decoders' 8s both read at +0.02 or less, and without them an honest
-    classifier ranked its 8s below chance)."""
-    per = _judged_per_class(decoders, probe.source, probe.asked, classifiers, probs, judges)
+    classifier ranked its 8s below chance). `per`: the judges' reading of each decoder's
+    classes (`_judged_per_class`)."""
     mask = np.zeros(len(probe.asked), dtype=bool)
     for d, scores in enumerate(per):
         known = {
