@@ -140,7 +140,7 @@ def plan_cmd(
         dataset_info(dataset),
         role=role,
         samples=samples,
-        batch_size=cfg.batch if cfg is not None and cfg.batch else batch_size,
+        batch_size=cfg.expected_batch(batch_size) if cfg is not None else batch_size,
         dp=cfg is not None,
     )
     if json_out:

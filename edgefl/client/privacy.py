@@ -250,9 +250,8 @@ def privacy_record(
 
     if plan is None and labels["release"] != "noised":
         return {"mechanism": "none", "label_counts": labels}
-    noised = [labels] if labels["release"] == "noised" else []
-    parts = [(p["epsilon"], p["delta"]) for p in [plan] * bool(plan) + noised]
-    parts += [(prototypes["epsilon"], prototypes["delta"])] if prototypes else []
+    noised = labels if labels["release"] == "noised" else None
+    parts = [(p["epsilon"], p["delta"]) for p in (plan, noised, prototypes) if p]
     covered = plan is not None and labels["release"] != "exact"
     record = {
         "mechanism": "dp-sgd" if plan else "none",
@@ -327,11 +326,10 @@ def _gaussian_parts(record: dict[str, Any]) -> tuple[float, float, str | None]:
 
     eps = delta = 0.0
     problem = None
-    parts = [("label counts", record["label_counts"])]
+    noised = record["label_counts"]["release"] == "noised"
+    parts = [("label counts", record["label_counts"])] if noised else []
     parts += [("prototypes", record["prototypes"])] if "prototypes" in record else []
     for what, part in parts:
-        if what == "label counts" and part["release"] != "noised":
-            continue
         spent = epsilon(part["noise_multiplier"], 1.0, 1, part["delta"])
         if spent > part["epsilon"] * (1 + 1e-6):
             problem = problem or (

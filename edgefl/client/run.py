@@ -217,7 +217,7 @@ def _budget_batch(job: ClientJob) -> int | None:
     """The batch the memory budget must hold: DP-SGD's expected batch under `--dp ...,batch=B`
     (its indices are held whole), else the training batch (None: the profile's)."""
     dp, _ = check_request(job.dp, job.label_counts)
-    return dp.batch if dp is not None and dp.batch is not None else job.batch_size
+    return dp.expected_batch(job.batch_size) if dp is not None else job.batch_size
 
 
 def _local_data(job: ClientJob):

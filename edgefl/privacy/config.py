@@ -48,6 +48,10 @@ class DPConfig:
         if self.batch is not None:
             Range(1, integer=True).check("--dp batch", self.batch, hint="e.g. --dp 8,batch=256")
 
+    def expected_batch(self, batch_size: int | None) -> int | None:
+        """DP-SGD's expected Poisson batch: `batch=B`, else the training batch `batch_size`."""
+        return self.batch or batch_size
+
     @classmethod
     def parse(cls, text: str) -> DPConfig:
         """`"8"` or `"8,delta=1e-5,clip=0.5,batch=256"` (the CLI's and run config's form)."""
@@ -149,7 +153,7 @@ def plan_dp(cfg: DPConfig, samples: int, batch_size: int, epochs: int) -> DPPlan
     """The noise that spends `cfg.epsilon` over `epochs` epochs of expected batch `cfg.batch`
     (else `batch_size`) on `samples` samples. Raises ConfigError (with the fix) when no noise
     can."""
-    batch_size = cfg.batch or batch_size
+    batch_size = cfg.expected_batch(batch_size)
     for name, value in (("samples", samples), ("batch_size", batch_size), ("epochs", epochs)):
         Range(1, integer=True).check(name, value)
     delta = cfg.delta if cfg.delta is not None else 1 / samples

@@ -105,13 +105,6 @@ class SimJob:
         self._check_client_models(profiles)
         self._check_training()
         check_request(self.dp, self.label_counts)
-        searched = [p for p, m in self.client_models.items() if m.startswith(SEARCH)]
-        if self.dp is not None and searched:
-            raise ConfigError(
-                f"--client-model {searched[0]}={self.client_models[searched[0]]} with --dp: "
-                f"{SEARCH_UNDER_DP}",
-                hint="name a zoo model for that profile, or simulate without --dp",
-            )
 
     def _check_public(self) -> None:
         train = DATASETS.get(self.dataset).train_size if self.dataset in DATASETS else None
@@ -131,6 +124,11 @@ class SimJob:
                 raise ConfigError(
                     f"--client-model {prof}={model}: unknown search",
                     hint=f"e.g. {prof}={SEARCH}{SEARCHES[0]}",
+                )
+            if self.dp is not None:
+                raise ConfigError(
+                    f"--client-model {prof}={model} with --dp: {SEARCH_UNDER_DP}",
+                    hint="name a zoo model for that profile, or simulate without --dp",
                 )
         if self.search_options:
             if not searched:
