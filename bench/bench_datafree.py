@@ -37,7 +37,8 @@ from pathlib import Path
 
 import torch
 
-from edgefl.client.run import ClientJob, run_client
+from edgefl.client.job import ClientJob, SimSettings
+from edgefl.client.run import run_client
 from edgefl.fusion import METHODS
 from edgefl.server.fuse import FuseJob, run_fuse
 
@@ -110,7 +111,7 @@ def train_clients(
                 epochs=epochs,
                 seed=seed,
                 fed_seed=seed,
-                train_device=device,
+                sim=SimSettings(train_device=device),
             )
         )
         clients.append(

@@ -168,7 +168,7 @@ def attackers_of(attack: str, seed: int) -> dict[str, str]:
         seed=seed,
         attacks=parse_attacks(attack) if attack else {},
     )
-    return {f"client-{c.client_index:03d}": c.attack for c in client_jobs(job) if c.attack}
+    return {f"client-{c.client_index:03d}": c.sim.attack for c in client_jobs(job) if c.sim.attack}
 
 
 def run_seed(seed: int, work: Path, kinds: list[str], counts: list[int], args) -> list[dict]:

@@ -1,6 +1,7 @@
-"""A device's job: what one client trains and uploads (`ClientJob`), and what follows from
-it and the model before any data is read: the jitter it trains under, how its sensor windows
-are presented, its local epochs and learning rate. Below client.run, which runs a job, and
+"""A device's job: what one client trains and uploads (`ClientJob`), the settings a simulation
+adds around it that a real device never has (`SimSettings`), and what follows from the job and
+the model before any data is read: the jitter it trains under, how its sensor windows are
+presented, its local epochs and learning rate. Below client.run, which runs a job, and
 client.rerun, which compares an existing upload with one."""
 
 from __future__ import annotations
@@ -13,6 +14,19 @@ from edgefl.models.spec import ModelSpec
 from edgefl.models.zoo import input_kind
 from edgefl.profiles import Profile
 from edgefl.training import DEFAULT_LR
+
+
+@dataclass(frozen=True)
+class SimSettings:
+    """What a simulation (simulate, reproduce, the Flower engine, the benches) sets for a client
+    and a device never does; the defaults are a real device's."""
+
+    train_device: str = "cpu"  # cpu | cuda: a simulation's GPU (a device trains on its CPU)
+    # A poisoned client (edgefl.client.attacks): for robustness runs; None = honest.
+    attack: str | None = None
+    # Seed of the label counts' noise; None: the system's entropy. A device must not use a
+    # seed it records (anyone could replay the noise); a simulation may, to be reproducible.
+    noise_seed: int | None = None
 
 
 @dataclass(frozen=True)
@@ -35,7 +49,6 @@ class ClientJob:
     batch_size: int | None = None
     lr: float | None = None
     optimizer: str | None = None  # sgd | sgd-momentum | adam; None = the profile's
-    train_device: str = "cpu"  # cpu | cuda (a simulation's GPU; a real device trains on its CPU)
     seed: int = 0
     fed_seed: int = 0
     quantize: str | None = None
@@ -52,8 +65,6 @@ class ClientJob:
     # Train-time jitter: None = rotate for classifiers of sensor windows (each user wears the
     # device at its own angle: edgefl.models.augment), else none; or none | rotate | affine.
     augment: str | None = None
-    # A poisoned client (edgefl.client.attacks): for robustness runs; None = honest.
-    attack: str | None = None
     # Replace an upload (or kept model) at the output path that another command made; without
     # it such a run stops before training (edgefl.client.rerun). A rerun of the same command
     # replaces its own upload either way.
@@ -63,9 +74,7 @@ class ClientJob:
     # released: exact | absent | noised | noised:EPSILON.
     dp: str | None = None
     label_counts: str = "exact"
-    # Seed of the label counts' noise; None: the system's entropy. A device must not use a
-    # seed it records (anyone could replay the noise); a simulation may, to be reproducible.
-    noise_seed: int | None = None
+    sim: SimSettings = SimSettings()  # a simulation's own settings; the default: a device's
 
 
 def _default_augment(spec: ModelSpec, role: str) -> str:

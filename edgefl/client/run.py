@@ -264,7 +264,7 @@ def run_client(job: ClientJob, *, on_epoch=None, on_status=None, on_progress=Non
         _check_targets(job, client_id, None, info.name)
     spec, fit = choose_model(job, profile, info, len(train_idx), local, status, on_progress)
     role = role_of(spec)
-    attack = attack_for(job.attack, role)
+    attack = attack_for(job.sim.attack, role)
     status(f"{client_id}: {role} {spec_label(spec)} on {len(train_idx)} samples ({profile.name})")
 
     public = weightless.prepare(job, role)  # before training: fail fast on a bad --public
@@ -338,7 +338,7 @@ def _released_counts(job: ClientJob, own: _DeviceData, budget: Budget):
     """(the label counts the upload states, or None; their release record): the shard's
     class histogram as --label-counts releases it (edgefl.client.privacy)."""
     counts = np.bincount(own.y[own.shard], minlength=own.data.num_classes).astype(int).tolist()
-    return release_counts(counts, budget, np.random.default_rng(job.noise_seed))
+    return release_counts(counts, budget, np.random.default_rng(job.sim.noise_seed))
 
 
 def _releases(job: ClientJob, model, own: _DeviceData, budget: Budget, summary: TrainSummary):
@@ -346,7 +346,7 @@ def _releases(job: ClientJob, model, own: _DeviceData, budget: Budget, summary: 
     prototypes or None): what leaves the device besides the model, and what it spent."""
     counts, released = _released_counts(job, own, budget)
     protos, protos_record = _released_prototypes(job, model, own, budget)
-    seeded = job.noise_seed is not None
+    seeded = job.sim.noise_seed is not None
     return counts, privacy_record(summary.privacy, released, seeded, protos_record), protos
 
 
@@ -361,7 +361,7 @@ def _released_prototypes(job: ClientJob, model, own: _DeviceData, budget: Budget
         model, held.x[own.train_idx], held.y[own.train_idx], held.num_classes, clip=PROTO_CLIP
     )
     # a stream of its own: the label counts' noise comes from default_rng(noise_seed)
-    rng = np.random.default_rng(None if job.noise_seed is None else [job.noise_seed, 1])
+    rng = np.random.default_rng(None if job.sim.noise_seed is None else [job.sim.noise_seed, 1])
     *released, record = release_prototypes(sums, counts, budget, rng)
     return tuple(released), record
 
@@ -371,8 +371,8 @@ def _check_job(job: ClientJob) -> None:
     check_writable(job.out_dir, "--out", "uploads", folder_ok=True)  # before the training
     if job.augment:
         check_augment(job.augment)  # before the data; its kind is checked once the model is known
-    if job.attack:
-        ATTACKS.get(job.attack)  # an unknown name, before the data loads
+    if job.sim.attack:
+        ATTACKS.get(job.sim.attack)  # an unknown name, before the data loads
     check_request(job.dp, job.label_counts)  # a bad --dp or --label-counts, before the data
     if job.dp is not None and job.search:
         raise ConfigError(
@@ -402,10 +402,10 @@ def _train_config(
         optimizer=job.optimizer or profile.optimizer,
         lr=lr,
         seed=job.seed * 1000 + job.client_index,
-        device=job.train_device,
+        device=job.sim.train_device,
         augment=augment,
         dp=budget.training,
-        noise_seed=job.noise_seed,
+        noise_seed=job.sim.noise_seed,
     ), budget
 
 

@@ -13,7 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from edgefl.client.run import ClientJob, run_client
+from edgefl.client.job import ClientJob, SimSettings
+from edgefl.client.run import run_client
 from edgefl.errors import ConfigError
 from edgefl.training import one_thread
 
@@ -39,7 +40,7 @@ def node_job(settings: dict[str, Any], node_config: dict[str, Any]) -> ClientJob
     engine would run. Deployment: the server's shared settings, completed by the node's own
     config."""
     if "job" in settings:  # simulation
-        return _job(settings["job"], "the server's job")
+        return _job(settings["job"], "the server's job", simulated=True)
     job = dict(settings.get("client", {}))
     for key, value in node_config.items():
         if key in NODE_KEYS:
@@ -50,13 +51,17 @@ def node_job(settings: dict[str, Any], node_config: dict[str, Any]) -> ClientJob
             hint='start it with --node-config "profile=\\"wristband\\" '
             'partition-id=0 num-partitions=3"',
         )
-    return _job(job, "the run's settings and --node-config")
+    return _job(job, "the run's settings and --node-config", simulated=False)
 
 
-def _job(values: dict[str, Any], where: str) -> ClientJob:
-    unknown = sorted(set(values) - _JOB_FIELDS)
+def _job(values: dict[str, Any], where: str, simulated: bool) -> ClientJob:
+    # A deployed node is a device: no server may set its attack, GPU or label-noise seed (a
+    # seed the server knows would let it subtract the noise from the released counts).
+    unknown = sorted(set(values) - (_JOB_FIELDS if simulated else _JOB_FIELDS - {"sim"}))
     if unknown:
         raise ConfigError(f"{where} name unknown client settings: {', '.join(unknown)}")
+    if simulated:  # the engine's job, as asdict wrote it
+        values = values | {"sim": SimSettings(**values.get("sim", {}))}
     return ClientJob(**values)
 
 

@@ -77,7 +77,7 @@ def _group_line(needs, group: Group, memory: int) -> str:
 
 
 def _attacks(results, cjobs) -> list[dict]:
-    return [r | {"attack": c.attack} for r, c in zip(results, cjobs, strict=True)]
+    return [r | {"attack": c.sim.attack} for r, c in zip(results, cjobs, strict=True)]
 
 
 def worker_nodes(clients: int, at_once: int) -> int:

@@ -67,7 +67,7 @@ def finished(cjob: ClientJob) -> dict | None:
     }
     if isinstance(part.get("user"), int):  # whose data a drawn user client holds
         row["user"] = part["user"]
-    if cjob.attack and role == "classifier":  # its header claims its training's; the run tells
+    if cjob.sim.attack and role == "classifier":  # its header claims its training's; the run tells
         row["upload_val_accuracy"] = upload_val_accuracy(cjob, path)
     return row
 

@@ -22,7 +22,8 @@ import torch
 import exporters
 from edgefl.chance import classifier_warnings
 from edgefl.client.attacks import assign
-from edgefl.client.run import ClientJob, run_client
+from edgefl.client.job import ClientJob, SimSettings
+from edgefl.client.run import run_client
 from edgefl.data.registry import DATASETS
 from edgefl.errors import ConfigError, FusionError
 from edgefl.fusion import METHODS, paper_reference
@@ -142,15 +143,13 @@ def _client_job(
         lr=job.generator_lr if is_gen else job.classifier_lr,
         optimizer=job.generator_optimizer if is_gen else job.classifier_optimizer,
         batch_size=job.generator_batch_size if is_gen else job.classifier_batch_size,
-        train_device=train_device,
         subset=job.subset,
         search=search,
         search_options=dict(job.search_options) if search else None,
-        attack=attack,
         dp=job.dp,
         label_counts=job.label_counts,
         # Reproducible label noise: a simulation's seed is its own (a device's is secret).
-        noise_seed=job.seed * 1000 + i,
+        sim=SimSettings(train_device, attack, noise_seed=job.seed * 1000 + i),
     )
 
 
@@ -184,7 +183,7 @@ def train_clients(job: SimJob, log, progress=no_progress) -> list[dict]:
         for i, result in _train_pooled(cjobs, todo, job.jobs, log, progress, done).items():
             results[i] = result
     # The run says who attacked; uploads never do.
-    return [r | {"attack": c.attack} for r, c in zip(results, cjobs, strict=True)]  # type: ignore[operator]
+    return [r | {"attack": c.sim.attack} for r, c in zip(results, cjobs, strict=True)]  # type: ignore[operator]
 
 
 def _client_progress(progress, i: int):
@@ -248,7 +247,7 @@ def check_attackers(job: SimJob, cjobs: list[ClientJob]) -> None:
     """Uploads carry no mark of an attack, so a rerun in the same --out may reuse them only if it
     asks for the same attackers: `attackers.json` records them."""
     path = Path(job.out) / "attackers.json"
-    want = {f"client-{c.client_index:03d}": c.attack for c in cjobs if c.attack}
+    want = {f"client-{c.client_index:03d}": c.sim.attack for c in cjobs if c.sim.attack}
     have = json.loads(path.read_text()) if path.exists() else {}
     if have == want:
         return

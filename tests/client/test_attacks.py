@@ -13,7 +13,8 @@ import pytest
 
 import exporters
 from edgefl.client.attacks import ATTACKS, SCALE, SWAP, assign, derangement, parse_attacks
-from edgefl.client.run import ClientJob, run_client
+from edgefl.client.job import ClientJob, SimSettings
+from edgefl.client.run import run_client
 from edgefl.data import load_dataset
 from edgefl.errors import ConfigError, UnknownNameError
 
@@ -71,11 +72,11 @@ def test_attacked_uploads_are_valid_and_poisoned_as_named(tmp_path):
     honest = run_client(_job(tmp_path / "honest"))
     logits = exporters.read_artifact(honest.path).run(test.x[:64])
     for kind, expect in (("scale", SCALE * logits), ("invert", -logits)):
-        r = run_client(_job(tmp_path / kind, attack=kind))
+        r = run_client(_job(tmp_path / kind, sim=SimSettings(attack=kind)))
         art = exporters.validate_upload(r.path)  # a valid upload, checked as the server does
         assert "attack" not in json.dumps(exporters.get_metadata(art.model))  # no mark of it
         assert np.allclose(exporters.read_artifact(r.path).run(test.x[:64]), expect, atol=1e-3)
-    flipped = run_client(_job(tmp_path / "flip", attack="flip"))
+    flipped = run_client(_job(tmp_path / "flip", sim=SimSettings(attack="flip")))
     # Its label counts follow its poisoned labels: a permutation of the honest counts.
     assert flipped.label_counts != honest.label_counts
     assert sorted(flipped.label_counts) == sorted(honest.label_counts)
@@ -85,7 +86,7 @@ def test_attacked_uploads_are_valid_and_poisoned_as_named(tmp_path):
         return float((out.argmax(1) == test.y).mean())
 
     assert acc(honest.path) > 0.7 and acc(flipped.path) < 0.3
-    rand = run_client(_job(tmp_path / "random", attack="random"))
+    rand = run_client(_job(tmp_path / "random", sim=SimSettings(attack="random")))
     assert acc(rand.path) < 0.3
     # The run says what an attacker's upload does on the true labels; its header claims what
     # its training measured (on its own, poisoned labels), as a compromised device's would.
@@ -94,7 +95,7 @@ def test_attacked_uploads_are_valid_and_poisoned_as_named(tmp_path):
         assert r.as_dict()["upload_val_accuracy"] == r.upload_val_accuracy
     assert honest.upload_val_accuracy is None and "upload_val_accuracy" not in honest.as_dict()
     with pytest.raises(ConfigError, match="does not apply to a classifier"):
-        run_client(_job(tmp_path / "bad", attack="noise"))
+        run_client(_job(tmp_path / "bad", sim=SimSettings(attack="noise")))
 
 
 def test_the_run_names_its_attackers_and_the_screen_leaves_them_out(cli, tmp_path):

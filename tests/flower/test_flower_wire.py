@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import stat
+from dataclasses import asdict
 
 import numpy as np
 import pytest
@@ -14,6 +15,7 @@ pytest.importorskip("flwr")
 
 from flwr.app import Array, ArrayRecord, ConfigRecord, RecordDict  # noqa: E402
 
+from edgefl.client.job import ClientJob, SimSettings  # noqa: E402
 from edgefl.data.public import load_public  # noqa: E402
 from edgefl.errors import ConfigError, EdgeflError  # noqa: E402
 from edgefl.flower import wire  # noqa: E402
@@ -144,6 +146,17 @@ def test_a_node_takes_the_job_it_is_sent_or_builds_it_from_its_config():
         node_job(shared, {"partition-id": 0})
     with pytest.raises(ConfigError, match="unknown client settings: evil"):
         node_job({"client": {"evil": 1}}, {"profile": "wristband"})
+
+
+def test_a_simulated_job_keeps_its_simulation_settings_and_a_deployed_node_refuses_them():
+    cjob = ClientJob("wristband", sim=SimSettings("cpu", attack="flip", noise_seed=7))
+    sent = json.loads(json.dumps({"job": asdict(cjob)}))  # as the engine's message carries it
+    assert node_job(sent, {}) == cjob
+    assert node_job({"job": {"profile": "wristband"}}, {}).sim == SimSettings()
+    # a device's noise seed is its own: a server that set it could subtract the noise
+    for sim in ({"noise_seed": 7}, {"attack": "flip"}):
+        with pytest.raises(ConfigError, match="unknown client settings: sim"):
+            node_job({"client": {"sim": sim}}, {"profile": "wristband"})
 
 
 def test_the_server_carves_the_public_set_its_clients_hold_out():

@@ -118,13 +118,14 @@ def test_the_upload_holds_the_noised_release_replayed_from_its_seed(tmp_path):
     """A simulation's seeded noise: the upload's classes, counts and means are exactly what the
     kept model's clipped sums give through the release, with the prototypes' own stream."""
     from edgefl.artifacts import rebuild
+    from edgefl.client.job import SimSettings
     from edgefl.client.run import ClientJob, client_shard, run_client
     from edgefl.data import load_dataset, train_val_split
 
     job = ClientJob(
         profile="smartphone", dataset="digits", partition="dirichlet:1.0", num_clients=3,
         client_index=1, model=MODEL, epochs=2, batch_size=32, kind="prototypes", dp="8",
-        label_counts="absent", noise_seed=3, out_dir=str(tmp_path / "up"), keep_model=str(tmp_path / "local"),
+        label_counts="absent", sim=SimSettings(noise_seed=3), out_dir=str(tmp_path / "up"), keep_model=str(tmp_path / "local"),
     )  # fmt: skip
     run_client(job)
     data = load_dataset("digits", "train")
