@@ -125,6 +125,11 @@ RENDERS = {
     ),
     "fuse": ("bench_fuse", lambda m, d: m.markdown(d), "fuse"),
     "fuzz": ("bench_fuzz", lambda m, d: m.markdown(d), "fuzz"),
+    "generator_memory": (
+        "bench_generator_memory",
+        lambda m, d: m.markdown(d["rows"], d["meta"]),
+        "generator_memory",
+    ),
     "load": ("bench_load", lambda m, d: m.markdown(d), "load"),
     "pfedzkd": ("bench_pfedzkd", lambda m, d: m.markdown(d), "pfedzkd"),
     "public": (
@@ -148,6 +153,14 @@ RENDERS = {
         "teacher_groups",
     ),
 }
+
+
+def test_generator_memory_settings_of_one_federation_agree_bit_for_bit():
+    """bench_generator_memory's tiny setting: the checkpointed and plain steps, same gradients."""
+    bench = importlib.import_module("bench_generator_memory")
+    plain, grouped = (bench._one(5, g, 4, 1) for g in (0, 2))
+    assert plain["grads_sha256"] == grouped["grads_sha256"]
+    assert plain["peak_rss_mib"] > 0 and grouped["s_per_step"] > 0
 
 
 @pytest.mark.parametrize("case", sorted(RENDERS))
