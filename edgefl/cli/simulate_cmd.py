@@ -279,7 +279,7 @@ def simulate_cmd(
     elif quiet:
         print_quiet(
             results.get("warnings", []),
-            [f"{r['method']}: {r['error']}" for r in results["results"] if "error" in r],
+            [f"{r['method']}: {r['error']}" for r in results["results"] if r.get("error")],
         )
     else:
         print_results(results)
