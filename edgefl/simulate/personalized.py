@@ -3,24 +3,27 @@ each classifier client derives the artifact the method consumes from the model i
 its training part, so the validation part stays a clean local test split), the server fuses
 them, every client applies the global output to its own model (`Method.personalize`), and the
 metric is the mean accuracy of the personalized models on each client's local test split,
-beside each client alone (Standalone)."""
+beside each client alone (Standalone). Under --dp each such client trains again as a job of that
+kind, so that what it uploads is released privately (`_derived`)."""
 
 from __future__ import annotations
 
 import json
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
 import exporters
-from edgefl.client.run import client_shard
+from edgefl.client.run import client_shard, run_client
 from edgefl.client.weightless import derive_upload, personalize
 from edgefl.data import load_dataset, train_val_split
 from edgefl.errors import FusionError
 from edgefl.fusion.base import Method
 from edgefl.server.fuse import fuse_methods
 from edgefl.server.plan import plan
+from edgefl.training import one_thread
 
 
 def _local_accuracy(path: Path, x: np.ndarray, y: np.ndarray) -> float:
@@ -40,30 +43,26 @@ def run_per_client(job, method: Method, cjobs, clients: list[dict], options: dic
     if not members:
         raise FusionError(f"{name} needs classifier clients ({kind} come from their models)")
     data = load_dataset(job.dataset, "train", data_dir=job.data_dir)
-    folder, splits = out / f"uploads-{kind}", {}
+    folder, splits, models = out / f"uploads-{kind}", {}, {}
     for cj, c in members:
         train_idx, val_idx = train_val_split(
             client_shard(cj, data), 0.1, seed=cj.seed + cj.client_index
         )
         splits[c["client_id"]] = val_idx
-        path = folder / Path(c["path"]).name
-        if not path.exists():
-            derive_upload(
-                kind, c["path"], data.x[train_idx], data.y[train_idx], data.num_classes, path
-            )
+        models[c["client_id"]] = _derived(cj, c, kind, folder, (data, train_idx), out)
     output = out / "global" / f"{name}-{method.personalize}.onnx"  # e.g. fedgh-header.onnx
     planned = plan(name, options, output, folder)
     rep = fuse_methods([planned], str(folder), device=job.device, keep_going=False, log=log)[name]
     personal, alone = {}, {}
     for _, c in members:
-        mine = out / "personalized" / Path(c["path"]).name
+        mine, own = out / "personalized" / Path(c["path"]).name, models[c["client_id"]]
         if not mine.exists():
             mine.parent.mkdir(parents=True, exist_ok=True)
-            personalize(method.personalize, c["path"], str(output), str(mine))
+            personalize(method.personalize, str(own), str(output), str(mine))
         val = splits[c["client_id"]]
         x, y = data.x[val], data.y[val]
         personal[c["client_id"]] = _local_accuracy(mine, x, y)
-        alone[c["client_id"]] = _local_accuracy(Path(c["path"]), x, y)
+        alone[c["client_id"]] = _local_accuracy(own, x, y)
     result = {
         "method": name,
         "metric": "mean accuracy of personalized models on each client's local test split",
@@ -71,9 +70,29 @@ def run_per_client(job, method: Method, cjobs, clients: list[dict], options: dic
         "standalone_accuracy": float(np.mean(list(alone.values()))),
         "per_client": {cid: {name: personal[cid], "standalone": alone[cid]} for cid in personal},
         "used": rep["used"],
+        "privacy": rep.get("privacy"),  # what the uploads it used spent, recomputed
         "global_output": str(output),
         "device": rep["device"],
         "total_seconds": time.perf_counter() - start,
     }
     exporters.atomic_write_text(report_path, json.dumps(result, indent=2))
     return result
+
+
+def _derived(cj, client: dict, kind: str, folder: Path, train, out: Path) -> Path:
+    """Write the client's `kind` upload into `folder`; return the model it personalizes. Without
+    DP it is derived from the model the client trained (exact prototypes of its training part).
+    Under --dp exact statistics would leave the device unprotected: the client trains again as
+    a `kind` job, DP-SGD on part of its budget and the Gaussian mechanism on the rest
+    (edgefl.client.privacy), and keeps that model (`models-KIND/`) to personalize."""
+    path = folder / Path(client["path"]).name
+    if cj.dp is None:
+        if not path.exists():
+            data, idx = train
+            derive_upload(kind, client["path"], data.x[idx], data.y[idx], data.num_classes, path)
+        return Path(client["path"])
+    kept = out / f"models-{kind}"
+    if not path.exists():
+        with one_thread():  # as the clients trained: a device's single thread
+            run_client(replace(cj, kind=kind, out_dir=str(folder), keep_model=str(kept)))
+    return kept / path.name

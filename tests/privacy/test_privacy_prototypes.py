@@ -11,6 +11,7 @@ Tiny throughout: digits (8x8), FedGH-CNNs with a 32-d representation, a few epoc
 from __future__ import annotations
 
 import copy
+import json
 import math
 from pathlib import Path
 
@@ -248,3 +249,25 @@ def test_exporters_refuse_a_malformed_prototypes_part(dp_uploads):
         edit(broken["privacy"])
         problems = exporters.validate_metadata(broken)
         assert any("prototypes" in p for p in problems), problems
+
+
+def test_simulate_under_dp_releases_fedghs_prototypes_privately(cli, tmp_path):
+    """simulate --dp: each FedGH client trains again as a prototypes job (not exact prototypes
+    derived from its DP model), so every upload FedGH fuses is private as a whole, and each
+    client personalizes the model that job kept."""
+    out = tmp_path / "sim"
+    r = cli(
+        "simulate", "--dataset", "digits", "--clients", "3", "--partition", "iid",
+        "--mix", "smartphone:3", "--client-model", f"smartphone={MODEL}", "--methods", "fedgh",
+        "--dp", "8", "--label-counts", "absent", "--classifier-epochs", "2", "--out", str(out),
+        "--json", "--quiet",
+    )  # fmt: skip
+    assert r.exit_code == 0, r.output
+    (row,) = [x for x in json.loads(r.stdout)["results"] if x["method"] == "fedgh"]
+    assert row["error"] is None and row["privacy"]["private"] == 3, row
+    assert row["privacy"]["epsilon"] == pytest.approx(8.0, rel=0.01)
+    for i in range(3):
+        name = f"client-{i:03d}.onnx"
+        record = exporters.read_artifact(out / "uploads-prototypes" / name).metadata["privacy"]
+        assert record["prototypes"]["mechanism"] == "gaussian", record
+        assert (out / "models-prototypes" / name).exists()  # the model it personalized
