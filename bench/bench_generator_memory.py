@@ -4,9 +4,10 @@ its forward, recomputed in the backward) against the plain pass that keeps every
 
 One DENSE-style step (cross-entropy of the teachers' mean logits + the BatchNorm-statistics
 term, backward into the generator) at the cpu budget's generator (nz 256, ngf 16) and batch,
-each setting in its own process (peak RSS is per process). The teachers are untrained `cnn` and
-`scnn` (alternating): memory and time do not depend on the weights. Each row gives the
-generator's gradients' SHA-256, so rows of one teacher count must agree bit for bit.
+each setting in its own process (peak RSS is per process). The teachers are untrained, of the
+`--archs` in turn (default `cnn` and `scnn`; `nas-cnn` has BatchNorm, whose term then enters the
+loss): memory and time do not depend on the weights. Each row gives the generator's gradients'
+SHA-256, so rows of one teacher count must agree bit for bit.
 
     python bench/bench_generator_memory.py --teachers 50,200,800,2000 --groups 0,64 \
         --out bench/results/generator_memory
@@ -24,22 +25,33 @@ import time
 
 from _record import run_header, write_record
 
-ARCHS = ("cnn", "scnn")
 
-
-def _one(teachers: int, group: int, batch: int, steps: int) -> dict:
+def _one(teachers: int, group: int, batch: int, steps: int, archs: str = "cnn,scnn") -> dict:
     """In this process: `steps` generator steps through `teachers` teachers."""
+    import torch
+
+    from edgefl.fusion import generator as gen_mod
+
+    torch.set_num_threads(1)
+    kept = gen_mod.CHECKPOINT_GROUP
+    gen_mod.CHECKPOINT_GROUP = group or 10**9  # 0: the plain pass
+    try:
+        return _steps(gen_mod, teachers, group, batch, steps, archs)
+    finally:
+        gen_mod.CHECKPOINT_GROUP = kept
+
+
+def _steps(gen_mod, teachers: int, group: int, batch: int, steps: int, archs: str) -> dict:
     import torch
     from torch.nn import functional as F
 
-    from edgefl.fusion import generator as gen_mod
     from edgefl.models.zoo import build_model, make_spec
 
-    torch.set_num_threads(1)
-    gen_mod.CHECKPOINT_GROUP = group or 10**9  # 0: the plain pass
     torch.manual_seed(0)
-    specs = [make_spec(a, (1, 28, 28), 10) for a in ARCHS]
-    nets = [build_model(specs[k % 2]).eval().requires_grad_(False) for k in range(teachers)]
+    specs = [make_spec(a, (1, 28, 28), 10) for a in archs.split(",")]
+    nets = [
+        build_model(specs[k % len(specs)]).eval().requires_grad_(False) for k in range(teachers)
+    ]
     gen = gen_mod.make_generator(256, 16, (1, 28, 28), 0, torch.device("cpu"))
     bn = gen_mod.BNStatLoss(nets)
     z = torch.randn(batch, 256, generator=torch.Generator().manual_seed(1))
@@ -54,6 +66,7 @@ def _one(teachers: int, group: int, batch: int, steps: int) -> dict:
     grads = torch.cat([p.grad.flatten() for p in gen.parameters()]).numpy().tobytes()
     return {
         "teachers": teachers,
+        "archs": archs,
         "group": group,
         "batch": batch,
         "s_per_step": round(seconds, 2),
@@ -69,12 +82,14 @@ def markdown(rows: list[dict], meta: dict) -> str:
         "",
         f"{meta['date']}, {meta['machine']}, commit {meta['commit']}: `{meta['command']}`.",
         "",
-        "| teachers | group (0: plain) | batch | s / step | peak RSS MiB | gradients' SHA-256 |",
-        "|---:|---:|---:|---:|---:|---|",
+        "| teachers | archs | group (0: plain) | batch | s / step | peak RSS MiB "
+        "| gradients' SHA-256 |",
+        "|---:|---|---:|---:|---:|---:|---|",
     ]
     for r in rows:
         lines.append(
-            f"| {r['teachers']:,} | {r['group']} | {r['batch']} | {r['s_per_step']} | "
+            f"| {r['teachers']:,} | {r.get('archs', 'cnn,scnn')} | {r['group']} | {r['batch']} "
+            f"| {r['s_per_step']} | "
             f"{r['peak_rss_mib']:,.0f} | `{r['grads_sha256']}` |"
         )
     return "\n".join(lines) + "\n"
@@ -86,19 +101,19 @@ def main() -> None:
     ap.add_argument("--groups", default="0,64", help="checkpoint groups; 0 = the plain pass")
     ap.add_argument("--batch", type=int, default=64, help="the cpu budget's synthesis batch")
     ap.add_argument("--steps", type=int, default=2)
+    ap.add_argument("--archs", default="cnn,scnn", help="teachers' zoo models, in turn")
     ap.add_argument("--out", default="bench/results/generator_memory")
     ap.add_argument("--one", nargs=4, type=int, help=argparse.SUPPRESS)  # a child's setting
     args = ap.parse_args()
     if args.one:
-        print(json.dumps(_one(*args.one)))
+        print(json.dumps(_one(*args.one, archs=args.archs)))
         return
     rows = []
     for k in (int(t) for t in args.teachers.split(",")):
         for g in (int(g) for g in args.groups.split(",")):
             one = [str(v) for v in (k, g, args.batch, args.steps)]
-            out = subprocess.run(
-                [sys.executable, __file__, "--one", *one], capture_output=True, text=True
-            )
+            child = [sys.executable, __file__, "--one", *one, "--archs", args.archs]
+            out = subprocess.run(child, capture_output=True, text=True)
             if out.returncode:
                 sys.exit(out.stderr)
             rows.append(json.loads(out.stdout))

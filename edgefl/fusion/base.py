@@ -29,7 +29,7 @@ from torch import nn
 import exporters
 from edgefl.artifacts import Upload
 from edgefl.errors import ConfigError, FusionError
-from edgefl.fusion.caps import GROWS, too_many
+from edgefl.fusion.caps import GROWS, generator_estimate, too_many
 from edgefl.fusion.config import FusionConfig, PublicSetConfig
 from edgefl.fusion.options import describe_options, effective, flag
 from edgefl.models.parse import parse_model_arg
@@ -184,7 +184,7 @@ class Method:
         cap = self.teacher_cap(cfg)
         if not cap or classifiers <= cap:
             return None
-        cost = self.teacher_cost or GROWS
+        cost = (self.teacher_cost or GROWS) + generator_estimate(cfg, classifiers)
         return too_many(self.name, "classifier", classifiers, cap, cost, flag)
 
     def budget_options(self, budget: str) -> dict[str, Any]:

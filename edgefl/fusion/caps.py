@@ -16,6 +16,32 @@ MAX_TEACHERS_HELP = (
 
 GROWS = "its cost grows with each teacher"  # a capped method that says no more (teacher_cost)
 
+# One generator step's forward and backward through one `cnn`-sized teacher at batch 64 on 2
+# CPUs: 2,000 teachers took 50.8 s a step (bench/results/generator_memory.md, 2026-11-29).
+TEACHER_STEP_S = 50.8 / 2000
+
+
+def generator_estimate(cfg, teachers: int) -> str:
+    """For a generator method's config (epochs x gen_steps steps on batches of batch_size), the
+    least time its generator steps take through `teachers`, in words to add to its refusal;
+    "" for a config without generator steps. A lower bound: a method's other passes (FedHydra's
+    stratification and finishing steps, Co-Boosting's perturbation) come on top."""
+    steps = getattr(cfg, "epochs", 0) * getattr(cfg, "gen_steps", 0)
+    if not steps:
+        return ""
+    seconds = steps * teachers * TEACHER_STEP_S * getattr(cfg, "batch_size", 64) / 64
+    return (
+        f" (at least {steps:,} generator steps through each: {_duration(seconds)} or more on 2 "
+        "CPUs for cnn-sized teachers)"
+    )
+
+
+def _duration(seconds: float) -> str:
+    if seconds >= 5400:
+        return f"about {seconds / 3600:.1f} hours"
+    minutes = round(seconds / 60)
+    return f"about {minutes} minutes" if minutes > 1 else "about a minute"
+
 
 def over_caps(configured, classifiers: int, flag: str = "--opt") -> dict[str, FusionError]:
     """Each (method, config) of `configured` that `classifiers` classifier uploads put over its

@@ -21,7 +21,7 @@ from torch import nn
 from torch.nn import functional as F
 from torch.utils.checkpoint import checkpoint
 
-from edgefl.fusion.caps import MAX_TEACHERS, MAX_TEACHERS_HELP
+from edgefl.fusion.caps import MAX_TEACHERS, MAX_TEACHERS_HELP, generator_estimate
 from edgefl.fusion.config import FusionConfig
 from edgefl.fusion.options import option
 from edgefl.fusion.student import AUGMENT, STUDENT_JITTER_HELP
@@ -161,6 +161,8 @@ def seeded_teachers(ctx, cfg, cost: str) -> tuple[list, list[nn.Module]]:
     """How each generator method starts: its classifier uploads (at most `cfg.max_teachers`,
     else refused with `cost`, what grows with each), torch's global seed set to `cfg.seed`, and
     the uploads' frozen private copies."""
+    found = sum(u.kind == "classifier" for u in ctx.uploads)  # the refusal's time, as over_cap's
+    cost += generator_estimate(cfg, found)
     uploads = ctx.require("classifier", at_most=cfg.max_teachers, cost=cost)
     torch.manual_seed(cfg.seed)
     return uploads, frozen_teachers(uploads, ctx.device)
@@ -183,6 +185,7 @@ class BNStatLoss:
 
     def __init__(self, teachers: list[nn.Module]):
         self.terms: dict[int, list[torch.Tensor]] = {}
+        self.recording = False  # set by teacher_forward around its own pass
         self.handles = []
         self.with_bn: list[int] = []
         for k, t in enumerate(teachers):
@@ -205,7 +208,10 @@ class BNStatLoss:
             term = torch.norm(mean - module.running_mean, 2) + torch.norm(
                 var - module.running_var, 2
             )
-            self.terms.setdefault(k, []).append(term)
+            # computed on every call (a checkpointed recomputation must save what the first
+            # pass saved), kept only during teacher_forward's own pass
+            if self.recording:
+                self.terms.setdefault(k, []).append(term)
 
         return hook
 
@@ -224,23 +230,30 @@ class BNStatLoss:
 
 
 # Teachers whose activations a differentiable pass keeps at once. Each teacher's activations
-# stay until the backward: one DENSE generator step at batch 64 held ~3.7 MiB a teacher (50
-# teachers 0.5 GiB, 200 1.07 GiB peak RSS; bench/results/teacher_checkpoint.md), 7 GiB at 2,000.
-# Past this many, each group's are dropped after its forward and recomputed in the backward
-# (torch's checkpointing): the same gradients for one more forward of the teachers.
+# stay until the backward: one DENSE generator step at batch 64 held ~3.8 MiB a `cnn`/`scnn`
+# teacher (7.9 GiB at 2,000; bench/results/generator_memory.md). Past this many, each group's
+# are dropped after its forward and recomputed in the backward (torch's checkpointing): the
+# same gradients for one more forward of the teachers.
 CHECKPOINT_GROUP = 64
 
 
 def teacher_forward(teachers: list[nn.Module], x: torch.Tensor, bn: BNStatLoss | None = None):
-    """(m, b, c) logits of every teacher on x; with `bn`, also records this pass's BN terms
-    (a recomputed group records its terms again: they are never read, reset drops them)."""
+    """(m, b, c) logits of every teacher on x; with `bn`, also records this pass's BN terms.
+    Only this pass records: a group recomputed in the backward (or a teacher called elsewhere)
+    computes its terms but does not keep them, or each would hold its whole graph."""
     if bn is not None:
         bn.reset()
-    grouped = len(teachers) > CHECKPOINT_GROUP and torch.is_grad_enabled() and x.requires_grad
-    if not grouped:
-        return torch.stack([t(x) for t in teachers])
-    groups = [teachers[i : i + CHECKPOINT_GROUP] for i in range(0, len(teachers), CHECKPOINT_GROUP)]
-    return torch.cat([checkpoint(_stacked_logits, g, x, use_reentrant=False) for g in groups])
+        bn.recording = True
+    try:
+        grouped = len(teachers) > CHECKPOINT_GROUP and torch.is_grad_enabled() and x.requires_grad
+        if not grouped:
+            return torch.stack([t(x) for t in teachers])
+        size = CHECKPOINT_GROUP
+        groups = [teachers[i : i + size] for i in range(0, len(teachers), size)]
+        return torch.cat([checkpoint(_stacked_logits, g, x, use_reentrant=False) for g in groups])
+    finally:
+        if bn is not None:
+            bn.recording = False
 
 
 def _stacked_logits(teachers: list[nn.Module], x: torch.Tensor) -> torch.Tensor:

@@ -82,3 +82,20 @@ def test_a_pass_without_gradients_is_the_plain_one(monkeypatch):
         got = teacher_forward(teachers, x)
     assert not got.requires_grad
     assert torch.equal(got, torch.stack([t(x) for t in teachers]))
+
+
+def test_a_recomputed_group_keeps_no_batchnorm_terms(monkeypatch):
+    """The backward re-runs each group's forward and its BatchNorm hooks with it: those terms
+    must not be kept (each would hold the group's whole recomputed graph, undoing the saving),
+    nor those of a teacher called outside the pass."""
+    monkeypatch.setattr(gen_mod, "CHECKPOINT_GROUP", 1)
+    teachers = _teachers()
+    bn = BNStatLoss(teachers)
+    x = torch.rand(6, *SHAPE, requires_grad=True)
+    logits = teacher_forward(teachers, x, bn)
+    kept = sum(len(v) for v in bn.terms.values())
+    assert kept > 0
+    (logits.mean() + bn.value("cpu")).backward()
+    teachers[0](x.detach())  # a teacher called elsewhere (a pool's labels, a perturbation)
+    assert sum(len(v) for v in bn.terms.values()) == kept
+    bn.remove()

@@ -216,10 +216,11 @@ def test_simulate_names_the_capped_method_before_training_the_rest_runs(tmp_path
     assert set(refused_by_plan(job)) == {"dense"}
     lines: list[str] = []
     check_caps(job, lines.append)
-    assert lines == [
+    (line,) = lines
+    assert line.startswith(
         "dense will be refused: dense refuses 2 classifier uploads, more than its "
-        f"max_teachers (1): {METHODS.get('dense').teacher_cost}"
-    ]
+        f"max_teachers (1): {METHODS.get('dense').teacher_cost} (at least 300 generator steps"
+    )
     assert refused_by_plan(_sim(tmp_path / "at", ("dense",), 2)) == {}
     # Only decoder clients: nothing to count against the cap.
     bands = _sim(tmp_path / "bands", ("dense",), 1)
@@ -241,3 +242,21 @@ def test_simulate_says_the_early_refusal_before_the_ingest_and_once(federation, 
     refused = [i for i, line in enumerate(lines) if line.startswith("dense refused")]
     ingest = [i for i, line in enumerate(lines) if line.startswith("ingesting")]
     assert len(refused) == 1 and len(ingest) == 1 and refused[0] < ingest[0], lines
+
+
+def test_a_generator_methods_refusal_says_how_long_it_would_take():
+    """The time is the least its generator steps take (epochs x gen_steps through every
+    teacher at the measured rate), growing with the teachers and the batch; pFedZKD has no
+    generator steps and says none."""
+    dense = METHODS.get("dense")
+    cfg = dense.make_config({})
+    text = dense.over_cap(cfg, 2000).message
+    assert f"at least {cfg.epochs * cfg.gen_steps} generator steps through each" in text
+    assert "about 4.2 hours or more on 2 CPUs" in text  # 300 steps x 2,000 x 25.4 ms
+    assert "about 2.1 hours" in dense.over_cap(cfg, 1000).message
+    wide = dense.make_config({"batch_size": 128})
+    assert "about 4.2 hours" in dense.over_cap(wide, 1000).message
+    pfedzkd = METHODS.get("pfedzkd")
+    assert "generator steps" not in pfedzkd.over_cap(pfedzkd.make_config({}), 2000).message
+    assert "about 2 minutes" in dense.over_cap(dense.make_config({"max_teachers": 1}), 16).message
+    assert "about a minute" in dense.over_cap(dense.make_config({"max_teachers": 1}), 2).message
