@@ -33,6 +33,7 @@ NODE_KEYS = {
     "keep-model": "keep_model",
 }
 _JOB_FIELDS = {f.name for f in fields(ClientJob)}
+_SIM_FIELDS = {f.name for f in fields(SimSettings)}
 
 
 def node_job(settings: dict[str, Any], node_config: dict[str, Any]) -> ClientJob:
@@ -40,6 +41,13 @@ def node_job(settings: dict[str, Any], node_config: dict[str, Any]) -> ClientJob
     engine would run. Deployment: the server's shared settings, completed by the node's own
     config."""
     if "job" in settings:  # simulation
+        if "profile" in node_config:  # a deployed node (it names its device): no server's job
+            raise ConfigError(
+                "the server sent a simulation's whole job to a deployed SuperNode (its "
+                "--node-config names a profile); a device trains on the run's settings only",
+                hint="run simulations with `edgefl simulate --engine flower`; a deployed run's "
+                "ServerApp sends its settings, never a job",
+            )
         return _job(settings["job"], "the server's job", simulated=True)
     job = dict(settings.get("client", {}))
     for key, value in node_config.items():
@@ -61,7 +69,11 @@ def _job(values: dict[str, Any], where: str, simulated: bool) -> ClientJob:
     if unknown:
         raise ConfigError(f"{where} name unknown client settings: {', '.join(unknown)}")
     if simulated:  # the engine's job, as asdict wrote it
-        values = values | {"sim": SimSettings(**values.get("sim", {}))}
+        sim = values.get("sim", {})
+        bad = sorted(set(sim) - _SIM_FIELDS) if isinstance(sim, dict) else ["sim"]
+        if bad:
+            raise ConfigError(f"{where} names unknown simulation settings: {', '.join(bad)}")
+        values = values | {"sim": SimSettings(**sim)}
     return ClientJob(**values)
 
 

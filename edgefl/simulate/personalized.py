@@ -23,6 +23,7 @@ from edgefl.errors import FusionError
 from edgefl.fusion.base import Method
 from edgefl.server.fuse import fuse_methods
 from edgefl.server.plan import plan
+from edgefl.simulate.resume import finished
 from edgefl.training import one_thread
 
 
@@ -49,7 +50,7 @@ def run_per_client(job, method: Method, cjobs, clients: list[dict], options: dic
             client_shard(cj, data), 0.1, seed=cj.seed + cj.client_index
         )
         splits[c["client_id"]] = val_idx
-        models[c["client_id"]] = _derived(cj, c, kind, folder, (data, train_idx), out)
+        models[c["client_id"]] = _derived(cj, c, kind, folder, (data, train_idx), out, log)
     output = out / "global" / f"{name}-{method.personalize}.onnx"  # e.g. fedgh-header.onnx
     planned = plan(name, options, output, folder)
     rep = fuse_methods([planned], str(folder), device=job.device, keep_going=False, log=log)[name]
@@ -79,12 +80,13 @@ def run_per_client(job, method: Method, cjobs, clients: list[dict], options: dic
     return result
 
 
-def _derived(cj, client: dict, kind: str, folder: Path, train, out: Path) -> Path:
+def _derived(cj, client: dict, kind: str, folder: Path, train, out: Path, log) -> Path:
     """Write the client's `kind` upload into `folder`; return the model it personalizes. Without
     DP it is derived from the model the client trained (exact prototypes of its training part).
     Under --dp exact statistics would leave the device unprotected: the client trains again as
     a `kind` job, DP-SGD on part of its budget and the Gaussian mechanism on the rest
-    (edgefl.client.privacy), and keeps that model (`models-KIND/`) to personalize."""
+    (edgefl.client.privacy), and keeps that model (`models-KIND/`) to personalize: its
+    Standalone is then that model's, trained on part of the budget."""
     path = folder / Path(client["path"]).name
     if cj.dp is None:
         if not path.exists():
@@ -92,7 +94,18 @@ def _derived(cj, client: dict, kind: str, folder: Path, train, out: Path) -> Pat
             derive_upload(kind, client["path"], data.x[idx], data.y[idx], data.num_classes, path)
         return Path(client["path"])
     kept = out / f"models-{kind}"
-    if not path.exists():
+    seed = cj.sim.noise_seed  # a second release: noise of its own, not the first one's again
+    if seed is not None:
+        seed = int(np.random.SeedSequence([seed, 2]).generate_state(1)[0])
+    again = replace(
+        cj,
+        kind=kind,
+        out_dir=str(folder),
+        keep_model=str(kept),
+        sim=replace(cj.sim, noise_seed=seed),
+    )
+    if finished(again) is None:  # else a previous run's pair, checked to be this job's
+        log(f"{client['client_id']}: trains again as a {kind} job, to release them under --dp")
         with one_thread():  # as the clients trained: a device's single thread
-            run_client(replace(cj, kind=kind, out_dir=str(folder), keep_model=str(kept)))
+            run_client(again)
     return kept / path.name

@@ -157,6 +157,11 @@ def test_a_simulated_job_keeps_its_simulation_settings_and_a_deployed_node_refus
     for sim in ({"noise_seed": 7}, {"attack": "flip"}):
         with pytest.raises(ConfigError, match="unknown client settings: sim"):
             node_job({"client": {"sim": sim}}, {"profile": "wristband"})
+        # nor as a simulation's job: the node names its device, so it is deployed
+        with pytest.raises(ConfigError, match="deployed SuperNode"):
+            node_job({"job": {"profile": "wristband", "sim": sim}}, {"profile": "wristband"})
+    with pytest.raises(ConfigError, match="unknown simulation settings: evil"):
+        node_job({"job": {"profile": "wristband", "sim": {"evil": 1}}}, {})
 
 
 def test_the_server_carves_the_public_set_its_clients_hold_out():

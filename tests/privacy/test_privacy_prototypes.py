@@ -255,13 +255,19 @@ def test_simulate_under_dp_releases_fedghs_prototypes_privately(cli, tmp_path):
     """simulate --dp: each FedGH client trains again as a prototypes job (not exact prototypes
     derived from its DP model), so every upload FedGH fuses is private as a whole, and each
     client personalizes the model that job kept."""
+    from edgefl.client.run import client_shard
+    from edgefl.data import load_dataset, train_val_split
+    from edgefl.simulate.job import SimJob
+    from edgefl.simulate.run import client_jobs
+
     out = tmp_path / "sim"
-    r = cli(
+    args = (
         "simulate", "--dataset", "digits", "--clients", "3", "--partition", "iid",
         "--mix", "smartphone:3", "--client-model", f"smartphone={MODEL}", "--methods", "fedgh",
         "--dp", "8", "--label-counts", "absent", "--classifier-epochs", "2", "--out", str(out),
         "--json", "--quiet",
     )  # fmt: skip
+    r = cli(*args)
     assert r.exit_code == 0, r.output
     (row,) = [x for x in json.loads(r.stdout)["results"] if x["method"] == "fedgh"]
     assert row["error"] is None and row["privacy"]["private"] == 3, row
@@ -271,3 +277,20 @@ def test_simulate_under_dp_releases_fedghs_prototypes_privately(cli, tmp_path):
         record = exporters.read_artifact(out / "uploads-prototypes" / name).metadata["privacy"]
         assert record["prototypes"]["mechanism"] == "gaussian", record
         assert (out / "models-prototypes" / name).exists()  # the model it personalized
+    # Standalone is that kept model's accuracy on the client's local test split
+    job = SimJob(dataset="digits", clients=3, partition="iid", mix="smartphone:3", out=str(out))
+    data = load_dataset("digits", "train")
+    per_client = json.loads((out / "global" / "fedgh.json").read_text())["per_client"]
+    for cj in client_jobs(job):
+        _, val = train_val_split(client_shard(cj, data), 0.1, seed=cj.seed + cj.client_index)
+        kept = exporters.read_artifact(
+            out / "models-prototypes" / f"client-{cj.client_index:03d}.onnx"
+        )
+        acc = float((kept.run(data.x[val]).argmax(1) == data.y[val]).mean())
+        assert per_client[f"client-{cj.client_index:03d}"]["standalone"] == pytest.approx(acc)
+    (out / "global" / "fedgh.json").unlink()  # fused again, from the uploads kept
+    stamps = {p: p.stat().st_mtime_ns for p in (out / "uploads-prototypes").iterdir()}
+    again = cli(*args)  # resumed: the pairs are checked to be this job's, reused as they are
+    assert again.exit_code == 0, again.output
+    assert stamps == {p: p.stat().st_mtime_ns for p in (out / "uploads-prototypes").iterdir()}
+    assert json.loads(again.stdout)["results"][0]["accuracy"] == row["accuracy"]
