@@ -26,7 +26,13 @@ from edgefl.fusion.fedhydra import (
     stratified_aggregate,
     stratify,
 )
-from edgefl.fusion.generator import BNStatLoss, ReplayPool, SyntheticValidation, make_generator
+from edgefl.fusion.generator import (
+    BNStatLoss,
+    ReplayPool,
+    SyntheticValidation,
+    make_generator,
+    teacher_forward,
+)
 from edgefl.models.zoo import build_model, make_spec
 from edgefl.server.fuse import FuseJob, run_fuse
 
@@ -334,14 +340,15 @@ def test_bn_stat_loss_is_zero_at_matching_statistics():
     bn.running_mean.copy_(x.mean((0, 2, 3)))
     bn.running_var.copy_(x.var((0, 2, 3), unbiased=False))
     plain = torch.nn.Conv2d(3, 3, 1)
-    loss = BNStatLoss([torch.nn.Sequential(bn), plain])
+    teachers = [torch.nn.Sequential(bn), plain]
+    loss = BNStatLoss(teachers)
     assert loss.with_bn == [0]
-    loss.reset()
-    bn(x)
+    teacher_forward(teachers, x, loss)  # the pass that records the terms
     assert float(loss.value("cpu")) == pytest.approx(0, abs=1e-5)
-    loss.reset()
-    bn(x + 1)
+    teacher_forward(teachers, x + 1, loss)
     assert float(loss.value("cpu")) == pytest.approx(np.sqrt(3), rel=1e-4)  # ||mean shift||
+    bn(x + 2)  # a teacher called outside the pass: no term kept
+    assert float(loss.value("cpu")) == pytest.approx(np.sqrt(3), rel=1e-4)
     loss.remove()
     assert not bn._forward_hooks
 
