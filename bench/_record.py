@@ -40,3 +40,13 @@ def write_record(stem: str, meta: dict, rows: list, text: str) -> None:
     """STEM.json ({"meta", "rows"}) and STEM.md (`text`): a bench's record."""
     Path(stem + ".json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
     Path(stem + ".md").write_text(text)
+
+
+def child_row(argv: list[str]) -> dict:
+    """Run one setting of a bench in a fresh process (its peak RSS is then the setting's own):
+    `argv` after the interpreter; the child prints its row as JSON on its last line. A failed
+    child stops the bench with its stderr."""
+    done = subprocess.run([sys.executable, *argv], capture_output=True, text=True)
+    if done.returncode:
+        sys.exit(done.stderr)
+    return json.loads(done.stdout.strip().splitlines()[-1])

@@ -19,11 +19,9 @@ import argparse
 import hashlib
 import json
 import resource
-import subprocess
-import sys
 import time
 
-from _record import run_header, write_record
+from _record import child_row, run_header, write_record
 
 
 def _one(teachers: int, group: int, batch: int, steps: int, archs: str = "cnn,scnn") -> dict:
@@ -112,11 +110,7 @@ def main() -> None:
     for k in (int(t) for t in args.teachers.split(",")):
         for g in (int(g) for g in args.groups.split(",")):
             one = [str(v) for v in (k, g, args.batch, args.steps)]
-            child = [sys.executable, __file__, "--one", *one, "--archs", args.archs]
-            out = subprocess.run(child, capture_output=True, text=True)
-            if out.returncode:
-                sys.exit(out.stderr)
-            rows.append(json.loads(out.stdout))
+            rows.append(child_row([__file__, "--one", *one, "--archs", args.archs]))
             print(rows[-1], flush=True)
     meta = run_header("bench/bench_generator_memory.py")
     write_record(args.out, meta, rows, markdown(rows, meta))

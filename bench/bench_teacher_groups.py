@@ -13,13 +13,11 @@ from __future__ import annotations
 import argparse
 import json
 import resource
-import subprocess
-import sys
 import time
 from pathlib import Path
 from types import SimpleNamespace
 
-from _record import run_header
+from _record import child_row, run_header
 
 
 def _one(teachers: int, samples: int, group: int, kind: str) -> dict:
@@ -81,10 +79,9 @@ def main() -> None:
     rows = []
     for kind in args.kinds.split(","):
         for group in args.groups.split(","):
-            cmd = [sys.executable, __file__, "--teachers", str(args.teachers)]
+            cmd = [__file__, "--teachers", str(args.teachers)]
             cmd += ["--samples", str(args.samples), "--one", f"{group},{kind}"]
-            done = subprocess.run(cmd, capture_output=True, text=True, check=True)
-            rows.append(json.loads(done.stdout.strip().splitlines()[-1]))
+            rows.append(child_row(cmd))
             print(rows[-1], flush=True)
     if args.out:
         Path(args.out).with_suffix(".json").write_text(

@@ -24,7 +24,7 @@ from edgefl.flower.resources import Group, available_memory, client_resources, p
 from edgefl.progress import no_progress
 from edgefl.simulate.job import SimJob
 from edgefl.simulate.resume import finished
-from edgefl.simulate.run import check_attackers, client_jobs
+from edgefl.simulate.run import check_attackers, client_jobs, with_attacks
 
 
 def train_clients_flower(job: SimJob, log, progress=no_progress) -> list[dict]:
@@ -37,7 +37,7 @@ def train_clients_flower(job: SimJob, log, progress=no_progress) -> list[dict]:
     results = _reused(cjobs, log)
     todo = [i for i, r in enumerate(results) if r is None]
     if not todo:
-        return _attacks(results, cjobs)
+        return with_attacks(results, cjobs)
     gpu = job.train_device in ("cuda", "auto") and _cuda()
     needs = {i: client_resources(cjobs[i], gpu) for i in todo}
     memory = available_memory()
@@ -53,7 +53,7 @@ def train_clients_flower(job: SimJob, log, progress=no_progress) -> list[dict]:
         for i, summary in _check(got, ids, cjobs).items():
             resources = needs[i].as_dict() | {"at_once": group.at_once}
             results[i] = summary | {"host_resources": resources}
-    return _attacks(results, cjobs)
+    return with_attacks(results, cjobs)
 
 
 def _reused(cjobs, log) -> list[dict | None]:
@@ -74,10 +74,6 @@ def _group_line(needs, group: Group, memory: int) -> str:
         f"core and ~{most:.1f} GiB each, {group.at_once} at a time "
         f"({memory / 2**30:.1f} GiB available)"
     )
-
-
-def _attacks(results, cjobs) -> list[dict]:
-    return [r | {"attack": c.sim.attack} for r, c in zip(results, cjobs, strict=True)]
 
 
 def worker_nodes(clients: int, at_once: int) -> int:

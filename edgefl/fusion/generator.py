@@ -247,7 +247,7 @@ def teacher_forward(teachers: list[nn.Module], x: torch.Tensor, bn: BNStatLoss |
     try:
         grouped = len(teachers) > CHECKPOINT_GROUP and torch.is_grad_enabled() and x.requires_grad
         if not grouped:
-            return torch.stack([t(x) for t in teachers])
+            return _stacked_logits(teachers, x)
         size = CHECKPOINT_GROUP
         groups = [teachers[i : i + size] for i in range(0, len(teachers), size)]
         return torch.cat([checkpoint(_stacked_logits, g, x, use_reentrant=False) for g in groups])

@@ -182,8 +182,12 @@ def train_clients(job: SimJob, log, progress=no_progress) -> list[dict]:
     else:
         for i, result in _train_pooled(cjobs, todo, job.jobs, log, progress, done).items():
             results[i] = result
-    # The run says who attacked; uploads never do.
-    return [r | {"attack": c.sim.attack} for r, c in zip(results, cjobs, strict=True)]  # type: ignore[operator]
+    return with_attacks(results, cjobs)  # type: ignore[arg-type]
+
+
+def with_attacks(results: list[dict], cjobs: list[ClientJob]) -> list[dict]:
+    """Each client's result with the attack it ran: the run says who attacked; uploads never do."""
+    return [r | {"attack": c.sim.attack} for r, c in zip(results, cjobs, strict=True)]
 
 
 def _client_progress(progress, i: int):
