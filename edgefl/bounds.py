@@ -1,16 +1,23 @@
-"""A number outside its range, worded once: what the range is, what came, and which way to move.
+"""The one constraint system every config a user sets is checked by (scikit-learn's
+`_param_validation`): constraints as data, declared on the config's fields, worded once.
 
-Declared as data (scikit-learn's `Interval`): a `Range` checks a value, words the refusal
-("--epochs must be >= 1, got 0: raise it") and gives the values just past each of its bounds,
-so that tests generate the failures from the declarations instead of listing them by hand.
-A fusion method's options are declared in edgefl.fusion.options, which words its own.
+- `Range` bounds a number and words its refusal with the way to move ("--epochs must be >= 1,
+  got 0: raise it"); `OneOf` names the allowed values.
+- `declare(constraint, default)` puts a constraint on a dataclass field (its flag, the fix to
+  offer, whether None means unset); the config's `__post_init__` calls `check_fields(self)`.
+  A fusion method's options are declared with `edgefl.fusion.options.option`, whose `Opt`
+  checks through the same constraints and reports them the same way (`__rules__`).
+- `@declared(**example)` registers a config class with a valid example, and `invalid_values`
+  generates a value past every bound and outside every choice of every field: one test
+  (tests/project/test_constraints.py) refuses them all through every registered class.
 """
 
 from __future__ import annotations
 
 import math
 import numbers
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from dataclasses import MISSING, dataclass, field, fields, replace
 from typing import Any
 
 from edgefl.errors import ConfigError
@@ -107,3 +114,118 @@ def _number(value: Any) -> bool:
 
 def _num(x: float) -> str:
     return str(int(x)) if float(x).is_integer() and abs(x) < 1e15 else repr(x)
+
+
+@dataclass(frozen=True)
+class OneOf:
+    """One of `choices` (names, or numbers such as a kernel size); never a bool for a number."""
+
+    choices: tuple
+
+    def text(self) -> str:
+        return "one of " + ", ".join(str(c) for c in self.choices)
+
+    def direction(self, value: Any) -> str:
+        return ""  # no way to move a name
+
+    def allows(self, value: Any) -> bool:
+        return not isinstance(value, bool) and value in self.choices
+
+    def problem(self, name: str, value: Any) -> str | None:
+        return None if self.allows(value) else f"{name} must be {self.text()}, got {value!r}"
+
+    def check(self, name: str, value: Any, *, hint: str | None = None, **_: Any) -> None:
+        problem = self.problem(name, value)
+        if problem is not None:
+            raise ConfigError(problem, hint=hint)
+
+    def outside(self) -> list[tuple[Any, str]]:
+        """A value of the choices' type that is none of them: for tests."""
+        if all(_number(c) for c in self.choices):
+            return [(max(self.choices) + 1, "")]
+        return [("no-such-" + "-".join(str(c) for c in self.choices[:1]), "")]
+
+
+Constraint = Range | OneOf
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A field's constraint, the flag its refusal names (None: --field-name), the fix it offers
+    ("{flag}" in it: the flag) and whether None is a valid value (unset: a default applies)."""
+
+    constraint: Constraint
+    flag: str | None = None
+    hint: str | None = None
+    nullable: bool = False
+
+    def check(self, name: str, value: Any) -> None:
+        if value is None and self.nullable:
+            return
+        flag = self.flag or "--" + name.replace("_", "-")
+        hint = self.hint.replace("{flag}", flag) if self.hint else None
+        self.constraint.check(flag, value, hint=hint)
+
+
+def declare(
+    constraint: Constraint,
+    default: Any = MISSING,
+    *,
+    flag: str | None = None,
+    hint: str | None = None,
+    nullable: bool | None = None,
+) -> Any:
+    """A dataclass field with its constraint: `epochs: int = declare(Range(1, integer=True))`.
+    A default of None makes it nullable unless `nullable=False` says otherwise."""
+    unset = default is None if nullable is None else nullable
+    return field(default=default, metadata={"rule": Rule(constraint, flag, hint, unset)})
+
+
+def rules(cls: Any) -> dict[str, Rule]:
+    """Field name -> Rule of a config class (or instance): its declared fields, or what its
+    own `__rules__` reports (a fusion config's options)."""
+    own = getattr(cls, "__rules__", None)
+    if own is not None:
+        return own()
+    return {f.name: f.metadata["rule"] for f in fields(cls) if "rule" in f.metadata}
+
+
+def check_fields(obj: Any) -> None:
+    """Raise ConfigError for the first field of `obj` its declaration refuses."""
+    for name, rule in rules(obj).items():
+        rule.check(name, getattr(obj, name))
+
+
+# Config class -> a valid example of it; filled by @declared, read by the one invalid-value test.
+DECLARED: dict[type, Callable[[], Any]] = {}
+
+
+def declared(**example: Any) -> Callable[[type], type]:
+    """Register a config class with the keyword arguments of one valid instance."""
+
+    def register(cls: type) -> type:
+        DECLARED[cls] = lambda: cls(**example)
+        return cls
+
+    return register
+
+
+def invalid_values(cls: Any) -> Iterator[tuple[str, Any, str, str]]:
+    """(field, a value its constraint refuses, the flag the refusal names, the way to move it)
+    for every bound and choice of every declared field; plus a non-integer for an integer and
+    None for a field that may not be unset."""
+    for name, rule in rules(cls).items():
+        flag = rule.flag or "--" + name.replace("_", "-")
+        for value, move in rule.constraint.outside():
+            yield name, value, flag, move
+        c = rule.constraint
+        if isinstance(c, Range) and c.integer:
+            inside = c.low if c.low is not None and not c.low_open else 1
+            yield name, inside + 0.5 if c.allows(inside) else 0.5, flag, ""
+        if not rule.nullable:
+            yield name, None, flag, ""
+
+
+def with_value(example: Any, name: str, value: Any) -> Any:
+    """`example` with field `name` set to `value`, through its constructor (and checks)."""
+    return replace(example, **{name: value})

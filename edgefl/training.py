@@ -20,7 +20,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from edgefl.bounds import Range
+from device_profiles import OPTIMIZERS
+from edgefl.bounds import OneOf, Range, check_fields, declare, declared
 from edgefl.errors import ConfigError, DataError
 from edgefl.models.augment import CHOICES as AUGMENT_CHOICES
 from edgefl.models.augment import jitter
@@ -54,23 +55,21 @@ def one_thread() -> Iterator[None]:
         torch.set_num_threads(n)
 
 
-# TrainConfig's numbers and their ranges (tests generate values past each bound from here).
-TRAIN_BOUNDS = {
-    "epochs": Range(1, integer=True),
-    "batch_size": Range(1, integer=True),
-    "lr": Range(0, low_open=True),
-}
+COUNT = Range(1, integer=True)
+SEED = Range(0, integer=True)  # numpy's generators take no negative seed
 
 
+@declared(epochs=1, batch_size=1, optimizer="sgd", lr=0.1)
 @dataclass(frozen=True)
 class TrainConfig:
-    epochs: int
-    batch_size: int
-    optimizer: str  # sgd | sgd-momentum | adam (the profile's)
-    lr: float
-    seed: int = 0
-    weight_decay: float = 0.0
-    augment: str = "none"  # train-time jitter (edgefl.models.augment): none | rotate | affine
+    epochs: int = declare(COUNT)
+    batch_size: int = declare(COUNT)
+    optimizer: str = declare(OneOf(OPTIMIZERS), flag="optimizer")  # the profile's
+    lr: float = declare(Range(0, low_open=True))
+    seed: int = declare(SEED, 0)
+    weight_decay: float = declare(Range(0), 0.0)
+    # train-time jitter (edgefl.models.augment): none | rotate | affine
+    augment: str = declare(OneOf(AUGMENT_CHOICES), "none")
     # "cpu" on a device; a simulation may train its clients on a GPU (the model comes back on
     # the CPU for evaluation and export either way).
     device: str = "cpu"
@@ -78,24 +77,13 @@ class TrainConfig:
     # DP-SGD's batches and noise: None draws them from the system's entropy (a device: a seed
     # written anywhere would let the server replay the noise and undo the guarantee); a
     # simulation may seed them to be reproducible, and its record says so.
-    noise_seed: int | None = None
+    noise_seed: int | None = declare(SEED, None)
     # DP-SGD's samples clipped at once: the planner sizes it to the device's memory budget
     # (edgefl.models.cost.Costs.dp_chunk); None: edgefl.privacy.dpsgd.default_chunk.
-    dp_chunk: int | None = None
+    dp_chunk: int | None = declare(COUNT, None, flag="dp_chunk")
 
     def __post_init__(self) -> None:
-        for name, bounds in TRAIN_BOUNDS.items():
-            bounds.check(f"--{name.replace('_', '-')}", getattr(self, name))
-        if self.dp_chunk is not None:
-            TRAIN_BOUNDS["batch_size"].check("dp_chunk", self.dp_chunk)
-        if self.augment not in AUGMENT_CHOICES:
-            raise ConfigError(
-                f"--augment must be one of {', '.join(AUGMENT_CHOICES)}, got {self.augment!r}"
-            )
-        if self.optimizer not in ("sgd", "sgd-momentum", "adam"):
-            raise ConfigError(
-                f"optimizer must be sgd, sgd-momentum or adam, got {self.optimizer!r}"
-            )
+        check_fields(self)
 
 
 @dataclass

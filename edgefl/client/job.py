@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from device_profiles import OPTIMIZERS
+from edgefl.bounds import OneOf, Range, check_fields, declare, declared
 from edgefl.models.augment import resolve as resolve_augment
 from edgefl.models.spec import ModelSpec
 from edgefl.models.zoo import input_kind
@@ -29,6 +31,14 @@ class SimSettings:
     noise_seed: int | None = None
 
 
+# What may leave the device; the planner's roles.
+KINDS = ("model", "predictions", "prototypes")
+ROLES = ("auto", "classifier", "generator")
+COUNT = Range(1, integer=True)
+SEED = Range(0, integer=True)
+
+
+@declared(profile="wristband")
 @dataclass(frozen=True)
 class ClientJob:
     profile: str
@@ -36,29 +46,30 @@ class ClientJob:
     out_dir: str = "uploads"
     data_dir: str | None = None
     partition: str = "dirichlet:0.5"
-    num_clients: int = 10
-    client_index: int = 0
-    partition_seed: int = 0
-    public_size: int = 0  # samples held out of the train split as the public set (before partition)
-    subset: int | None = None  # use a seeded subset of this many training samples (quick runs)
+    num_clients: int = declare(COUNT, 10)
+    client_index: int = declare(SEED, 0, hint="pick an index below --num-clients")
+    partition_seed: int = declare(SEED, 0)
+    # samples held out of the train split as the public set (before partition)
+    public_size: int = declare(SEED, 0)
+    subset: int | None = declare(COUNT, None)  # a seeded subset of this many samples (quick runs)
     model: str | None = None  # NAME or NAME:key=value,... ; None = the planner's choice
     spec_file: str | None = None  # a spec JSON (`edgefl search --save`), instead of `model`
-    role: str = "auto"
-    max_macs: int | None = None  # cap for the planner (fast CPU simulations)
-    epochs: int | None = None
-    batch_size: int | None = None
-    lr: float | None = None
-    optimizer: str | None = None  # sgd | sgd-momentum | adam; None = the profile's
-    seed: int = 0
-    fed_seed: int = 0
-    quantize: str | None = None
+    role: str = declare(OneOf(ROLES), "auto")
+    max_macs: int | None = declare(COUNT, None)  # cap for the planner (fast CPU simulations)
+    epochs: int | None = declare(COUNT, None)  # None: the profile's
+    batch_size: int | None = declare(COUNT, None)
+    lr: float | None = declare(Range(0, low_open=True), None)
+    optimizer: str | None = declare(OneOf(OPTIMIZERS), None)  # None = the profile's
+    seed: int = declare(SEED, 0)
+    fed_seed: int = declare(SEED, 0)
+    quantize: str | None = declare(OneOf(("int8",)), None)
     force: bool = False
     client_id: str | None = None
     search: str | None = None  # "pso": search an architecture under the budget (pFedZKD)
     search_options: dict[str, Any] | None = None
     # What leaves the device: "model" (the weights), "predictions" (softmax outputs on the
     # `public` set, FedOL) or "prototypes" (per-class mean representations, FedGH).
-    kind: str = "model"
+    kind: str = declare(OneOf(KINDS), "model", flag="client artifact kind")
     public: str | None = None  # predictions: NAME:public (carved with public_size) or a .npz
     fp16: bool = False  # predictions stored as float16 (half the upload)
     keep_model: str | None = None  # predictions/prototypes: directory for the device's own model
@@ -75,6 +86,9 @@ class ClientJob:
     dp: str | None = None
     label_counts: str = "exact"
     sim: SimSettings = SimSettings()  # a simulation's own settings; the default: a device's
+
+    def __post_init__(self) -> None:
+        check_fields(self)
 
 
 def _default_augment(spec: ModelSpec, role: str) -> str:

@@ -26,9 +26,6 @@ from edgefl.errors import ArtifactError, ConfigError
 from edgefl.models.spec import ModelSpec
 from edgefl.models.zoo import spec_label
 
-KINDS = ("model", "predictions", "prototypes")
-
-
 # --- what a client computes -----------------------------------------------------------------
 
 
@@ -148,10 +145,6 @@ def write_prototypes(
 def prepare(job, role: str) -> np.ndarray | None:
     """Checks made before any training (a mistake should not cost a training run); returns the
     public samples for a predictions job."""
-    if job.kind not in KINDS:
-        raise ConfigError(
-            f"client artifact kind must be one of {', '.join(KINDS)}, got {job.kind!r}"
-        )
     if job.kind == "model":
         return None
     if job.keep_model and Path(job.keep_model).resolve() == Path(job.out_dir).resolve():

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from edgefl.bounds import Range
+from edgefl.bounds import OneOf, Range, check_fields, declare, declared
 from edgefl.errors import ConfigError, DataError
 
 SCHEME_FORMS = (
@@ -25,17 +25,22 @@ K = Range(1, integer=True)
 VAL_FRACTION = Range(0, 1, high_open=True)
 
 
+KINDS = ("iid", "dirichlet", "classes", "user")
+
+
+@declared(kind="dirichlet", alpha=0.5)
 @dataclass(frozen=True)
 class PartitionScheme:
-    kind: str  # "iid" | "dirichlet" | "classes" | "user"
-    alpha: float | None = None  # Dirichlet concentration (dirichlet only)
-    k: int | None = None  # classes per client (classes only)
+    kind: str = declare(OneOf(KINDS), flag="--partition", hint=f"--partition takes {SCHEME_FORMS}")
+    # Dirichlet concentration (dirichlet only)
+    alpha: float | None = declare(ALPHA, None, flag="--partition dirichlet:ALPHA")
+    k: int | None = declare(K, None, flag="--partition classes:K")  # classes per client
     users: tuple[int, ...] | None = None  # user: these users, client k = users[k] (None: all)
 
     def __post_init__(self) -> None:
         # Each kind takes exactly its own parameter, in range (a number out of range is told
         # which way to move).
-        _check_parameter(self.kind, self.alpha if self.kind == "dirichlet" else self.k)
+        check_fields(self)
         if self.kind == "iid":
             ok = self.alpha is None and self.k is None
         elif self.kind == "dirichlet":

@@ -8,7 +8,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from edgefl.data.public import DEFAULT_PUBLIC_SIZE
-from edgefl.fusion.options import option, validate
+from edgefl.fusion.options import option, option_rules, validate
 
 ROBUST = ("off", "screen")
 ROBUST_HELP = (
@@ -28,6 +28,11 @@ class FusionConfig:
 
     def __post_init__(self) -> None:
         validate(self)
+
+    @classmethod
+    def __rules__(cls) -> dict:
+        """Its options as edgefl.bounds Rules: the one invalid-value test reads them."""
+        return option_rules(cls)
 
     def as_dict(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self)}

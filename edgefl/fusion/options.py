@@ -13,11 +13,10 @@ options from an effective config only: a config straight from `make_config` may 
 
 from __future__ import annotations
 
-import math
 from dataclasses import MISSING, dataclass, field, fields, replace
 from typing import Any
 
-from edgefl.bounds import Range
+from edgefl.bounds import OneOf, Range, Rule
 from edgefl.data.registry import DATASETS
 from edgefl.errors import ConfigError
 from edgefl.models.zoo import INPUT_KINDS, input_kind
@@ -99,12 +98,19 @@ class Opt:
         # A string: True is an int to Python, never a name to a user.
         return isinstance(value, str) and (not self.choices or value in self.choices)
 
+    @property
+    def constraint(self) -> Range | OneOf | None:
+        """The option's constraint in edgefl.bounds' terms: a number's Range (each number's, for
+        `floats`), a string's OneOf, or None (any string, a bool)."""
+        if self.choices:
+            return OneOf(self.choices)
+        if self.kind in ("int", "float", "floats"):
+            bounds = (self.low, self.high, self.low_open, self.high_open)
+            return Range(*bounds, integer=self.kind == "int")
+        return None
+
     def _number_ok(self, value: Any) -> bool:
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            return False
-        if self.kind == "int" and not isinstance(value, int):
-            return False
-        return math.isfinite(value) and not self.direction(value)  # within the bounds
+        return isinstance(value, int | float) and self.constraint.allows(value)
 
 
 def _num(x: float) -> str:
@@ -267,6 +273,16 @@ def validate(cfg: Any) -> None:
                 f"--{flag(name)} must be {broken}, got {value!r}" + (f": {move}" if move else ""),
                 hint=f"{opt.help}; {usual}",
             )
+
+
+def option_rules(cls) -> dict[str, Rule]:
+    """The options of a config class as edgefl.bounds Rules (those with a constraint to break:
+    numbers and named choices; a tuple of numbers is checked by `validate` alone)."""
+    return {
+        name: Rule(opt.constraint, "--" + flag(name), nullable=opt.nullable)
+        for name, _, opt in declared(cls)
+        if opt.constraint is not None and opt.kind != "floats"
+    }
 
 
 def unset_by_input(cfg: Any) -> list[str]:

@@ -13,7 +13,7 @@ import math
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-from edgefl.bounds import Range
+from edgefl.bounds import Range, check_fields, declare, declared
 from edgefl.errors import ConfigError
 from edgefl.privacy.accountant import BOUNDS, epsilon, noise_for
 
@@ -26,6 +26,7 @@ MECHANISM = "dp-sgd"  # per-sample clipping, Gaussian noise, Poisson-sampled bat
 CLIP = Range(0, low_open=True)
 
 
+@declared(epsilon=8.0)
 @dataclass(frozen=True)
 class DPConfig:
     """The privacy asked for. delta None: 1/n of the client's data, resolved by `plan_dp`.
@@ -33,20 +34,18 @@ class DPConfig:
     per unit of noise at the same epsilon (the noise's norm is sigma C sqrt(d) / batch), and
     cost no memory: a batch is gathered and clipped a chunk at a time."""
 
-    epsilon: float
-    delta: float | None = None
-    clip: float = 1.0  # L2 bound on each sample's gradient over all parameters
-    batch: int | None = None
+    epsilon: float = declare(
+        BOUNDS["epsilon"], flag="--dp epsilon", hint="e.g. --dp 8 (smaller: more private, noisier)"
+    )
+    delta: float | None = declare(BOUNDS["delta"], None, flag="--dp delta", hint=DELTA_HINT)
+    # L2 bound on each sample's gradient over all parameters
+    clip: float = declare(CLIP, 1.0, flag="--dp clip", hint="e.g. --dp 8,clip=1.0")
+    batch: int | None = declare(
+        Range(1, integer=True), None, flag="--dp batch", hint="e.g. --dp 8,batch=256"
+    )
 
     def __post_init__(self) -> None:
-        BOUNDS["epsilon"].check(
-            "--dp epsilon", self.epsilon, hint="e.g. --dp 8 (smaller: more private, noisier)"
-        )
-        if self.delta is not None:
-            BOUNDS["delta"].check("--dp delta", self.delta, hint=DELTA_HINT)
-        CLIP.check("--dp clip", self.clip, hint="e.g. --dp 8,clip=1.0")
-        if self.batch is not None:
-            Range(1, integer=True).check("--dp batch", self.batch, hint="e.g. --dp 8,batch=256")
+        check_fields(self)
 
     def expected_batch(self, batch_size: int | None) -> int | None:
         """DP-SGD's expected Poisson batch: `batch=B`, else the training batch `batch_size`."""

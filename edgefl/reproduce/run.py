@@ -22,7 +22,7 @@ from typing import Any
 import torch
 
 import exporters
-from edgefl.bounds import Range
+from edgefl.bounds import Range, check_fields, declare, declared
 from edgefl.data.partition import parse_scheme
 from edgefl.errors import ConfigError, UnknownNameError
 from edgefl.fusion import paper_reference
@@ -36,6 +36,7 @@ from edgefl.simulate.run import check_resumable, simulate
 OWN = "own"  # --federation: each method in its own paper's client setting
 
 
+@declared(table="fedmho-table3")
 @dataclass(frozen=True)
 class ReproduceJob:
     table: str
@@ -50,10 +51,13 @@ class ReproduceJob:
     # Only these rows of the table (each in its setting; a setting none of them is in does not
     # run); default: every method.
     methods: tuple[str, ...] | None = None
-    jobs: int = 1
+    jobs: int = declare(Range(1, integer=True), 1, hint="e.g. --jobs 2")
     device: str = "auto"  # fusion
     train_device: str = "cpu"  # client training
     data_dir: str | None = None
+
+    def __post_init__(self) -> None:
+        check_fields(self)
 
 
 @dataclass(frozen=True)
@@ -78,7 +82,6 @@ def resolve(job: ReproduceJob) -> tuple[Table, Budget]:
             hint="; ".join(f"{b.name}: {b.description}" for b in table.budgets.values()),
         )
     _check_rows(job, table)
-    Range(1).check("--jobs", job.jobs, hint="e.g. --jobs 2")
     if job.seeds is not None:
         if not job.seeds:
             raise ConfigError("--seeds names no seed", hint="--seeds 0,1,2")

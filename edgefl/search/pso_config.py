@@ -6,37 +6,39 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-from edgefl.bounds import Range
+from edgefl.bounds import OneOf, Range, check_fields, declare, declared
 from edgefl.errors import ConfigError
 from edgefl.models.nas import KERNELS, MAX_CHANNELS, MAX_DEPTH, MAX_HIDDEN, MIN_DEPTH
 
+COUNT = Range(1, integer=True)
+SHARE = Range(0, 1)
 
+
+@declared()
 @dataclass(frozen=True)
 class PSOConfig:
     """Defaults are the paper's (Sec. 4.1.2) unless marked. The CLIs pass smaller, quicker
-    values (see `edgefl search --help`): the paper's budget is hours of CPU per client."""
+    values (see `edgefl search --help`): the paper's budget is hours of CPU per client. The
+    caps stay inside the `nas-cnn` search space."""
 
-    particles: int = 20
-    generations: int = 10  # the paper also restarts the whole search 10 times; we run it once
-    candidate_epochs: int = 10
-    cg: float = 0.5  # the paper gives no value for its control factor C_g
-    p_conv: float = 0.7
-    max_depth: int = MAX_DEPTH
-    max_channels: int = MAX_CHANNELS
-    max_hidden: int = MAX_HIDDEN
-    max_kernel: int = 7
-    max_fc_layers: int = 2  # hidden FC layers before the head (paper's example: [C P C P F F])
-    fitness_samples: int | None = None  # edgefl: train candidates on a subset (None: all)
-    max_macs: int | None = None  # edgefl: extra MACs cap to keep CPU simulations fast
-    redraws: int = 8  # edgefl: infeasible random draws before repairing one
+    particles: int = declare(COUNT, 20)
+    # the paper also restarts the whole search 10 times; we run it once
+    generations: int = declare(Range(0, integer=True), 10)
+    candidate_epochs: int = declare(COUNT, 10)
+    cg: float = declare(SHARE, 0.5)  # the paper gives no value for its control factor C_g
+    p_conv: float = declare(SHARE, 0.7)
+    max_depth: int = declare(Range(MIN_DEPTH, MAX_DEPTH, integer=True), MAX_DEPTH)
+    max_channels: int = declare(Range(1, MAX_CHANNELS, integer=True), MAX_CHANNELS)
+    max_hidden: int = declare(Range(1, MAX_HIDDEN, integer=True), MAX_HIDDEN)
+    max_kernel: int = declare(OneOf(KERNELS), 7)
+    # hidden FC layers before the head (paper's example: [C P C P F F])
+    max_fc_layers: int = declare(Range(0, 4, integer=True), 2)
+    fitness_samples: int | None = declare(COUNT, None)  # edgefl: train candidates on a subset
+    max_macs: int | None = declare(COUNT, None)  # edgefl: extra MACs cap for fast simulations
+    redraws: int = declare(COUNT, 8)  # edgefl: infeasible random draws before repairing one
 
     def __post_init__(self) -> None:
-        for name, bounds in BOUNDS.items():
-            value = getattr(self, name)
-            if value is not None or name not in NULLABLE:
-                bounds.check(f"--{_flag(name)}", value)
-        if self.max_kernel not in KERNELS:
-            raise ConfigError(f"--max-kernel must be one of {KERNELS}, got {self.max_kernel!r}")
+        check_fields(self)
 
     @classmethod
     def from_options(cls, options: dict[str, Any] | None) -> PSOConfig:
@@ -64,24 +66,6 @@ class PSOConfig:
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
-
-# PSOConfig's numeric fields and their ranges (the caps stay inside the `nas-cnn` search space);
-# a field in NULLABLE may also be None (unset). Tests generate values past each bound from here.
-BOUNDS = {
-    "particles": Range(1, integer=True),
-    "generations": Range(0, integer=True),
-    "candidate_epochs": Range(1, integer=True),
-    "cg": Range(0, 1),
-    "p_conv": Range(0, 1),
-    "max_depth": Range(MIN_DEPTH, MAX_DEPTH, integer=True),
-    "max_channels": Range(1, MAX_CHANNELS, integer=True),
-    "max_hidden": Range(1, MAX_HIDDEN, integer=True),
-    "max_fc_layers": Range(0, 4, integer=True),
-    "fitness_samples": Range(1, integer=True),
-    "max_macs": Range(1, integer=True),
-    "redraws": Range(1, integer=True),
-}
-NULLABLE = ("fitness_samples", "max_macs")
 
 # PSOConfig's field annotations (strings: this module defers them) -> (type, may be unset).
 _KINDS = {"int": (int, False), "float": (float, False), "int | None": (int, True)}

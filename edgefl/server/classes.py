@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from edgefl.bounds import Range
+from edgefl.bounds import Range, check_fields, declare, declared
 from edgefl.data import DATASETS
 from edgefl.errors import ConfigError, EdgeflError
 from edgefl.fusion.base import FusionContext, FusionResult
@@ -48,14 +48,24 @@ EPOCHS = 20  # --for-epochs' default (cli.common declares the flag with the same
 SAMPLES = 5000  # --for-samples' default: most transfer samples a student trains on
 
 
+COUNT = Range(1, integer=True)
+
+
+@declared(profiles=())
 @dataclass(frozen=True)
 class ClassRequest:
     """What `--for` asks for, checked before any upload is read."""
 
     profiles: tuple[Profile, ...]
-    epochs: int = EPOCHS
-    samples: int = SAMPLES
-    max_macs: int | None = None  # cap on a student's MACs (a CPU server trains it)
+    epochs: int = declare(COUNT, EPOCHS, flag="--for-epochs", hint="e.g. --for-epochs 20")
+    samples: int = declare(COUNT, SAMPLES, flag="--for-samples", hint="e.g. --for-samples 5000")
+    # cap on a student's MACs (a CPU server trains it)
+    max_macs: int | None = declare(
+        COUNT, None, flag="--for-max-macs", hint="leave it out for no cap"
+    )
+
+    def __post_init__(self) -> None:
+        check_fields(self)
 
     def targets(self, out: Path) -> list[tuple[Profile, Path]]:
         """Each class's model beside the global one: G.onnx -> G.<profile>.onnx."""
@@ -77,20 +87,13 @@ def parse_request(
     names = [n.strip() for n in text.split(",") if n.strip()]
     if not names:
         raise ConfigError("--for expects device profiles", hint="e.g. --for smartphone,wristband")
-    _check_numbers(epochs, samples, max_macs)
+    req = ClassRequest((), epochs, samples, max_macs)  # its numbers, before the profiles load
     profiles = _profiles(names)
     req = ClassRequest(tuple(profiles), epochs, samples, max_macs)
     tasks = _tasks(eval_ref)
     for p in profiles:
         _check_fits(p, tasks, max_macs)
     return req
-
-
-def _check_numbers(epochs: int, samples: int, max_macs: int | None) -> None:
-    for flag, value in (("--for-epochs", epochs), ("--for-samples", samples)):
-        Range(1).check(flag, value, hint=f"e.g. {flag} 20")
-    if max_macs is not None:
-        Range(1).check("--for-max-macs", max_macs, hint="leave it out for no cap")
 
 
 def _profiles(names: list[str]) -> list[Profile]:

@@ -199,7 +199,9 @@ def ingest(
             hint="pass the directory holding the clients' .onnx uploads",
         )
     if jobs is not None:
-        Range(1).check("--jobs", jobs, hint="e.g. --jobs 2, or leave it out for the default")
+        Range(1, integer=True).check(
+            "--jobs", jobs, hint="e.g. --jobs 2, or leave it out for the default"
+        )
     check_max_epsilon(max_epsilon)
     start = time.perf_counter()
     stages: dict[str, float] = {}

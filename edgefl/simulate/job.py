@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from device_profiles import OPTIMIZERS
-from edgefl.bounds import Range
+from edgefl.bounds import OneOf, Range, check_fields, declare, declared
 from edgefl.client.attacks import parse_attacks
 from edgefl.client.privacy import SEARCH_UNDER_DP, check_request
 from edgefl.data.public import DEFAULT_PUBLIC_SIZE
@@ -28,33 +28,51 @@ from edgefl.server.plan import resolve_device
 DEFAULT_MAX_CLASSIFIER_MACS = 2_000_000
 SEARCH = "search:"  # --client-model PROFILE=search:pso
 # The ranges of simulate's own numbers: counts and batch sizes, and the local schedules.
-AT_LEAST_ONE = Range(1)
+COUNT = Range(1, integer=True)
+SEED = Range(0, integer=True)
 POSITIVE = Range(0, low_open=True)
 
 
+def _local(constraint: Range, example: str) -> Any:
+    """A client schedule simulate may set for every client, unset: the default."""
+    return declare(
+        constraint, None, hint=f"e.g. {{flag}} {example}, or leave it out for the default"
+    )
+
+
+def _profiles(constraint: Range | OneOf, example: str) -> Any:
+    """A training setting simulate may set for every client, unset: the profile's."""
+    return declare(
+        constraint, None, hint=f"e.g. {{flag}} {example}, or leave it out for the profile's"
+    )
+
+
+@declared()
 @dataclass(frozen=True)
 class SimJob:
     dataset: str = "mnist"
-    clients: int = 10
+    clients: int = declare(COUNT, 10, hint="e.g. --clients 10")
     partition: str = "dirichlet:0.5"
     mix: str = "smartphone:5,wristband:5"
     methods: tuple[str, ...] = DEFAULT_METHODS
-    seed: int = 0
+    seed: int = declare(SEED, 0, hint="e.g. --seed 0")
     out: str = "runs/sim"
-    jobs: int = 1
+    jobs: int = declare(COUNT, 1, hint="e.g. --jobs 2")
     device: str = "auto"  # fusion
     train_device: str = "cpu"  # client training: cpu (device-like) | cuda | auto
     paper_models: bool = False
     paper_classifier: str = "cnn"  # with --paper-models: cnn (small prototype) or vgg9
-    max_classifier_macs: int | None = DEFAULT_MAX_CLASSIFIER_MACS
-    classifier_epochs: int | None = None  # default: the profile's
-    generator_epochs: int | None = None
-    classifier_lr: float | None = None  # default: the client's for the profile's optimizer
-    generator_lr: float | None = None
-    subset: int | None = None  # use only this many training samples (quick runs)
+    max_classifier_macs: int | None = declare(COUNT, DEFAULT_MAX_CLASSIFIER_MACS, nullable=True)
+    classifier_epochs: int | None = _local(POSITIVE, "10")  # default: the profile's
+    generator_epochs: int | None = _local(POSITIVE, "10")
+    # default: the client's for its optimizer
+    classifier_lr: float | None = _local(POSITIVE, "1e-3")
+    generator_lr: float | None = _local(POSITIVE, "1e-3")
+    subset: int | None = declare(COUNT, None)  # use only this many training samples (quick runs)
     data_dir: str | None = None
     fuse_options: dict[str, dict[str, Any]] = field(default_factory=dict)  # method -> options
-    public_size: int | None = None  # public split carved from train (default 5,000 if needed)
+    # public split carved from train (default 5,000 if needed)
+    public_size: int | None = declare(SEED, None)
     # The model every client of a device class trains, whatever the planner or --paper-models
     # would pick, and regardless of its budget: {"wristband": "cnn"} puts classifiers on the
     # wristbands (a paper's own client setting, e.g. FedMHO's Table 1 for its baselines).
@@ -65,18 +83,22 @@ class SimJob:
     # Poisoned clients (edgefl.client.attacks): kind -> count; for each kind in order, the first
     # COUNT clients of a role it applies to. Recorded in the report, never in an upload.
     attacks: dict[str, int] = field(default_factory=dict)
-    classifier_optimizer: str | None = None  # sgd | sgd-momentum | adam (default: the profile's)
-    generator_optimizer: str | None = None
-    classifier_batch_size: int | None = None  # default: the profile's
-    generator_batch_size: int | None = None
+    # sgd | sgd-momentum | adam (default: the profile's)
+    classifier_optimizer: str | None = _profiles(OneOf(OPTIMIZERS), "adam")
+    generator_optimizer: str | None = _profiles(OneOf(OPTIMIZERS), "adam")
+    classifier_batch_size: int | None = _profiles(COUNT, "64")  # default: the profile's
+    generator_batch_size: int | None = _profiles(COUNT, "64")
     # --for: every global model distilled into one model per device class (server fuse --for).
     for_classes: str | None = None
-    for_epochs: int = FOR_EPOCHS
+    for_epochs: int = FOR_EPOCHS  # checked by ClassRequest's declarations (classes())
     for_samples: int = FOR_SAMPLES
     for_max_macs: int | None = None
     # Every client's privacy (edgefl.client.privacy): --dp's text and --label-counts.
     dp: str | None = None
     label_counts: str = "exact"
+
+    def __post_init__(self) -> None:
+        check_fields(self)
 
     def classes(self) -> ClassRequest | None:
         return parse_request(
@@ -90,8 +112,6 @@ class SimJob:
     def validate(self) -> None:
         check_writable(self.out, "--out", "runs/sim", folder_ok=True)
         self.classes()  # an unknown profile or one no classifier fits: before any training
-        AT_LEAST_ONE.check("--clients", self.clients, hint="e.g. --clients 10")
-        AT_LEAST_ONE.check("--jobs", self.jobs, hint="e.g. --jobs 2")
         for m in self.methods:
             METHODS.get(m)
         for m in self.fuse_options:
@@ -103,7 +123,6 @@ class SimJob:
             parse_attacks(",".join(f"{k}:{n}" for k, n in self.attacks.items()))
         self._check_searches()
         self._check_client_models(profiles)
-        self._check_training()
         check_request(self.dp, self.label_counts)
 
     def _check_public(self) -> None:
@@ -146,38 +165,6 @@ class SimJob:
                     f"--client-model names {prof!r}, which no client of --mix {self.mix} is",
                     hint=f"name one of {', '.join(sorted(profiles))}, e.g. --client-model "
                     f"{sorted(profiles)[0]}=cnn",
-                )
-
-    def _check_training(self) -> None:
-        """The clients' optimizers, batch sizes and schedules."""
-        for flag, name in (
-            ("--classifier-optimizer", self.classifier_optimizer),
-            ("--generator-optimizer", self.generator_optimizer),
-        ):
-            if name is not None and name not in OPTIMIZERS:
-                raise ConfigError(
-                    f"{flag} must be one of {', '.join(OPTIMIZERS)}, got {name!r}",
-                    hint=f"e.g. {flag} adam, or leave it out for the profile's",
-                )
-        for flag, size in (
-            ("--classifier-batch-size", self.classifier_batch_size),
-            ("--generator-batch-size", self.generator_batch_size),
-        ):
-            if size is not None:
-                AT_LEAST_ONE.check(
-                    flag, size, hint=f"e.g. {flag} 64, or leave it out for the profile's"
-                )
-        # Checked here, by the simulate flag's name, before any client trains.
-        schedule = (
-            ("--classifier-lr", self.classifier_lr, "1e-3"),
-            ("--generator-lr", self.generator_lr, "1e-3"),
-            ("--classifier-epochs", self.classifier_epochs, "10"),
-            ("--generator-epochs", self.generator_epochs, "10"),
-        )
-        for flag, value, example in schedule:
-            if value is not None:
-                POSITIVE.check(
-                    flag, value, hint=f"e.g. {flag} {example}, or leave it out for the default"
                 )
 
     @property

@@ -58,15 +58,21 @@ def _refused(make, start: str, move: str) -> None:
 @pytest.mark.parametrize(
     ("args", "start"),
     [
-        (["simulate", "--clients", "0"], "--clients must be >= 1, got 0"),
-        (["simulate", "--jobs", "0"], "--jobs must be >= 1, got 0"),
-        (["simulate", "--classifier-batch-size", "0"], "--classifier-batch-size must be >= 1"),
-        (["simulate", "--generator-batch-size", "-1"], "--generator-batch-size must be >= 1"),
+        (["simulate", "--clients", "0"], "--clients must be an integer >= 1, got 0"),
+        (["simulate", "--jobs", "0"], "--jobs must be an integer >= 1, got 0"),
+        (
+            ["simulate", "--classifier-batch-size", "0"],
+            "--classifier-batch-size must be an integer >= 1",
+        ),
+        (
+            ["simulate", "--generator-batch-size", "-1"],
+            "--generator-batch-size must be an integer >= 1",
+        ),
         (["simulate", "--classifier-lr", "0"], "--classifier-lr must be > 0"),
         (["simulate", "--generator-lr", "-0.1"], "--generator-lr must be > 0"),
         (["simulate", "--classifier-epochs", "0"], "--classifier-epochs must be > 0"),
         (["simulate", "--generator-epochs", "0"], "--generator-epochs must be > 0"),
-        (["reproduce", "fedmho-table3", "--jobs", "0"], "--jobs must be >= 1, got 0"),
+        (["reproduce", "fedmho-table3", "--jobs", "0"], "--jobs must be an integer >= 1, got 0"),
         (["reproduce", "fedmho-table3", "--seeds", "0,-1"], "--seeds must be an integer >= 0"),
     ],
     ids=lambda a: " ".join(a) if isinstance(a, list) else None,
@@ -79,11 +85,20 @@ def test_simulate_and_reproduce_numbers_below_range_are_told_to_raise(tmp_path, 
 @pytest.mark.parametrize(
     ("flags", "start"),
     [
-        (["--jobs", "0"], "--jobs must be >= 1, got 0"),
+        (["--jobs", "0"], "--jobs must be an integer >= 1, got 0"),
         (["--resident-mib", "-1"], "--resident-mib must be >= 0, got -1"),
-        (["--for", "wristband", "--for-epochs", "0"], "--for-epochs must be >= 1, got 0"),
-        (["--for", "wristband", "--for-samples", "0"], "--for-samples must be >= 1, got 0"),
-        (["--for", "wristband", "--for-max-macs", "0"], "--for-max-macs must be >= 1, got 0"),
+        (
+            ["--for", "wristband", "--for-epochs", "0"],
+            "--for-epochs must be an integer >= 1, got 0",
+        ),
+        (
+            ["--for", "wristband", "--for-samples", "0"],
+            "--for-samples must be an integer >= 1, got 0",
+        ),
+        (
+            ["--for", "wristband", "--for-max-macs", "0"],
+            "--for-max-macs must be an integer >= 1, got 0",
+        ),
     ],
     ids=lambda a: " ".join(a) if isinstance(a, list) else None,
 )
@@ -114,13 +129,19 @@ def _tiny(n: int = 10) -> ArrayDataset:
     return ArrayDataset(rng.random((n, 1, 4, 4)), np.arange(n) % 2, ("a", "b"), "tiny")
 
 
-@pytest.mark.parametrize(("subset", "move"), [(0, RAISE), (-2, RAISE), (11, LOWER)])
-def test_client_subset_outside_the_data_says_which_way(subset, move):
-    job = ClientJob(profile="wristband", dataset="tiny", num_clients=1, subset=subset)
+@pytest.mark.parametrize("subset", [0, -2])
+def test_client_subset_below_one_is_refused_by_the_job(subset):
     _refused(
-        lambda: client_shard(job, _tiny()),
-        f"--subset must be an integer in 1..10, got {subset}",
-        move,
+        lambda: ClientJob(profile="wristband", dataset="tiny", num_clients=1, subset=subset),
+        f"--subset must be an integer >= 1, got {subset}",
+        RAISE,
+    )
+
+
+def test_client_subset_past_the_data_says_lower_it():
+    job = ClientJob(profile="wristband", dataset="tiny", num_clients=1, subset=11)
+    _refused(
+        lambda: client_shard(job, _tiny()), "--subset must be an integer in 1..10, got 11", LOWER
     )
 
 

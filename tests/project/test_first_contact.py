@@ -25,8 +25,6 @@ from edgefl.errors import ConfigError
 from edgefl.fusion import METHODS
 from edgefl.models.zoo import ZOO
 from edgefl.profiles import get_profile, list_profiles
-from edgefl.search.pso_config import BOUNDS, NULLABLE, PSOConfig
-from edgefl.training import TRAIN_BOUNDS, TrainConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 # The module (edgefl.data's `partition` is its function of that name).
@@ -200,41 +198,9 @@ def _refusal(make) -> str:
     return str(err.value)
 
 
-def _outside(table: dict[str, Range]):
-    for name, bounds in table.items():
-        for value, move in bounds.outside():
-            yield pytest.param(name, value, move, id=f"{name}={value}")
-
-
 def _assert_moves(text: str, move: str) -> None:
     assert text.endswith(move) or f"{move}\n" in text, text
     assert (LOWER if move == RAISE else RAISE) not in text, text
-
-
-@pytest.mark.parametrize(("name", "value", "move"), list(_outside(BOUNDS)))
-def test_pso_options_say_which_way_to_move(name, value, move):
-    text = _refusal(lambda: PSOConfig(**{name: value}))
-    assert text.startswith(f"--{name.replace('_', '-')} must be"), text
-    _assert_moves(text, move)
-
-
-@pytest.mark.parametrize(("name", "value", "move"), list(_outside(TRAIN_BOUNDS)))
-def test_training_options_say_which_way_to_move(name, value, move):
-    ok = {"epochs": 1, "batch_size": 8, "optimizer": "adam", "lr": 0.1}
-    text = _refusal(lambda: TrainConfig(**(ok | {name: value})))
-    assert text.startswith(f"--{name.replace('_', '-')} must be"), text
-    _assert_moves(text, move)
-
-
-def test_every_pso_and_training_number_is_declared():
-    numbers = {"int", "float", "int | None"}
-    import dataclasses
-
-    assert {f.name for f in dataclasses.fields(PSOConfig) if f.type in numbers} - {
-        "max_kernel"
-    } == set(BOUNDS)  # max_kernel: one of the kernel sizes, not a range
-    assert set(NULLABLE) <= set(BOUNDS)
-    assert set(TRAIN_BOUNDS) == {"epochs", "batch_size", "lr"}  # seed, weight_decay: any
 
 
 def _partition_cases():
