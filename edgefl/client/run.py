@@ -518,8 +518,6 @@ def _write_upload(
     if not job.quantize:
         export_model(model, spec, meta, path)
         return meta, None
-    if job.quantize != "int8":
-        raise ConfigError(f"--quantize supports only 'int8', got {job.quantize!r}")
     with tempfile.TemporaryDirectory(dir=path.parent) as tmp:
         fp32 = Path(tmp) / "fp32.onnx"
         export_model(model, spec, meta, fp32)

@@ -134,8 +134,8 @@ def test_int8_quantization(tmp_path):
     assert abs(q["val_accuracy_int8"] - q["val_accuracy_fp32"]) <= 0.125
     art = exporters.validate_upload(result.path)
     assert art.metadata["quantized"] == exporters.QUANTIZED_TAG
-    with pytest.raises(ConfigError, match="only 'int8'"):
-        run_client(_job(tmp_path / "c", model="mlp", quantize="int4"))
+    with pytest.raises(ConfigError, match="--quantize must be one of int8, got 'int4'"):
+        _job(tmp_path / "c", model="mlp", quantize="int4")  # refused as the job is built
 
 
 def test_training_is_deterministic(trained, tmp_path):

@@ -147,6 +147,11 @@ RENDERS = {
         lambda m, d: m.clean_markdown(d["rows"], d["meta"]),
         "robust_clean",
     ),
+    "same_models": (
+        "bench_same_models",
+        lambda m, d: m.markdown(d["meta"], d["rows"]),
+        "same_models",
+    ),
     "teacher_groups": (
         "bench_teacher_groups",
         lambda m, d: m._markdown(d, d["rows"]),
@@ -423,4 +428,44 @@ def test_export_one_model_tiny(tmp_path):
     assert row["on_device_peak_rss_mib"]["fp32"] is not None
     assert "| mlp | classifier |" in bench_export.markdown(
         _recorded("export.json") | {"results": [row]}
+    )
+
+
+def test_same_models_fingerprints_ignore_only_the_timing(tmp_path):
+    """bench_same_models: an upload's training seconds do not change its fingerprint; a weight
+    or another metadata field does; a global model is its file's bytes."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    bench = importlib.import_module("bench_same_models")
+
+    def write(folder: str, weight: float, seconds: float, epochs: int = 1) -> Path:
+        w = numpy_helper.from_array(np.full((2,), weight, "float32"), "w")
+        graph = helper.make_graph(
+            [helper.make_node("Add", ["x", "w"], ["y"])],
+            "g",
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
+            [w],
+        )
+        model = helper.make_model(graph)
+        meta = {"client_id": "c", "training": {"seconds": seconds, "epochs": epochs}}
+        helper.set_model_props(model, {"edgefl": json.dumps(meta)})
+        path = tmp_path / f"{folder}-{weight}-{seconds}-{epochs}" / folder / "m.onnx"
+        path.parent.mkdir(parents=True)
+        onnx.save(model, str(path))
+        return path
+
+    base = bench.fingerprint(write("uploads", 1.0, 1.25))
+    assert bench.fingerprint(write("uploads", 1.0, 0.98)) == base
+    assert bench.fingerprint(write("uploads", 1.5, 1.25)) != base
+    assert bench.fingerprint(write("uploads", 1.0, 1.25, epochs=2)) != base
+    assert bench.fingerprint(write("global", 1.0, 1.25)) != bench.fingerprint(
+        write("global", 1.0, 0.98)
+    )
+    rows = bench.compare({"a": {"f": "1", "g": "2"}, "b": {"f": "1"}})
+    assert [(r["file"], r["same"]) for r in rows] == [("f", True), ("g", False)]
+    assert "1 of 2 files the same" in bench.markdown(
+        {"commits": ["a", "b"], "command": "c", "date": "d", "machine": "m"}, rows
     )
