@@ -1,7 +1,7 @@
 """Behaviour unchanged across a refactor (issue 58): the digits check's models at two commits.
 
 Runs `edgefl demo --quick` (the README's first command at smoke size: 10 MNIST clients, every
-FedMHO-paper method) from a detached worktree of each commit, one client at a time, and compares
+FedMHO-paper method; `--full`: the whole demo) from a detached worktree of each commit, one client at a time, and compares
 every ONNX file the runs wrote: each global model byte for byte (SHA-256 of the file), each
 upload by its graph, weights and metadata with the training's wall-clock seconds left out (the
 only field that differs between two runs of one commit). A refactor that moves code without
@@ -56,15 +56,16 @@ def fingerprints(run: Path) -> dict[str, str]:
     return {str(p.relative_to(run)): fingerprint(p) for p in sorted(run.rglob("*.onnx"))}
 
 
-def demo_at(commit: str, scratch: Path) -> tuple[str, dict[str, str]]:
-    """The full commit id and the fingerprints of `edgefl demo --quick` run at it."""
+def demo_at(commit: str, scratch: Path, quick: bool = True) -> tuple[str, dict[str, str]]:
+    """The full commit id and the fingerprints of `edgefl demo [--quick]` run at it."""
     full = _git("rev-parse", commit)
     tree = scratch / f"tree-{full[:10]}"
     _git("worktree", "add", "--detach", "--force", str(tree), full)
     try:
         run = scratch / f"run-{full[:10]}"
         env = {**os.environ, "PYTHONPATH": str(tree)}
-        argv = [sys.executable, "-c", CLI, "demo", "--quick", "--jobs", "1", "--out", str(run)]
+        size = ["--quick"] if quick else []
+        argv = [sys.executable, "-c", CLI, "demo", *size, "--jobs", "1", "--out", str(run)]
         done = subprocess.run(argv, cwd=tree, env=env, capture_output=True, text=True)
         if done.returncode:
             sys.exit(f"demo at {commit} failed:\n{done.stderr[-3000:]}")
@@ -111,12 +112,15 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--commits", default="HEAD~1,HEAD", help="commits to compare, e.g. A,B")
     ap.add_argument("--out", default="bench/results/same_models", help="STEM of STEM.json/.md")
+    ap.add_argument(
+        "--full", action="store_true", help="the full demo (older commits lack --quick)"
+    )
     args = ap.parse_args()
     meta = run_header("bench/bench_same_models.py")
     runs = {}
     with tempfile.TemporaryDirectory() as scratch:
         for commit in args.commits.split(","):
-            full, prints = demo_at(commit.strip(), Path(scratch))
+            full, prints = demo_at(commit.strip(), Path(scratch), quick=not args.full)
             runs[full] = prints
             print(f"{commit}: {len(prints)} models", flush=True)
     meta["commits"] = list(runs)

@@ -14,6 +14,23 @@ MAX_TEACHERS_HELP = (
 )
 
 
+# A method with the option committee forwards a random committee of that many teachers each
+# generator step instead of every teacher: its time then stays that of `committee` teachers
+# however many uploaded, and max_teachers caps the committee instead of the uploads.
+COMMITTEE_HELP = (
+    "teachers each generator step uses, drawn at random anew each step (0: every teacher): "
+    "its time no longer grows with the uploads, and max_teachers then caps the committee"
+)
+
+
+def upload_cap(cfg) -> int:
+    """The most classifier uploads `cfg` takes: max_teachers, none with a committee (0: no cap)."""
+    if getattr(cfg, "committee", 0):
+        return 0
+    cap = getattr(cfg, "max_teachers", 0)
+    return cap if isinstance(cap, int) and cap > 0 else 0
+
+
 GROWS = "its cost grows with each teacher"  # a capped method that says no more (teacher_cost)
 
 # One generator step's forward and backward through one `cnn`-sized teacher at batch 64 on 2
@@ -55,16 +72,28 @@ def over_caps(configured, classifiers: int, flag: str = "--opt") -> dict[str, Fu
 
 
 def too_many(
-    method: str, kind: str, count: int, at_most: int, cost: str, flag: str = "--opt"
+    method: str,
+    kind: str,
+    count: int,
+    at_most: int,
+    cost: str,
+    flag: str = "--opt",
+    committee: bool = False,
 ) -> FusionError:
     """The refusal of `count` uploads of `kind`, more than the method's max_teachers `at_most`
     (`cost`: what grows with each): the same words before the ingest (from what the files
     declare) as after it (what was accepted)."""
     scoped = f"{method}:" if method else ""
+    bounded = (
+        f"{flag} {scoped}committee={min(at_most, 200)} bounds its time (a random "
+        f"{min(at_most, 200)} teachers each step); "
+        if committee
+        else ""
+    )
     return FusionError(
         f"{method or 'this method'} refuses {count:,} {kind} uploads, more than its "
         f"max_teachers ({at_most:,}): {cost}",
-        hint=f"{flag} {scoped}max_teachers={count} runs it anyway (a GPU helps); "
+        hint=f"{bounded}{flag} {scoped}max_teachers={count} runs it anyway (a GPU helps); "
         "fedmho-md, fedcvae-ens and ensemble fuse 10,000 uploads in minutes "
         "(docs/performance.md)",
     )

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import torch
 from torch.nn import functional as F
 
+from edgefl.errors import ConfigError
 from edgefl.fusion.base import (
     FusionContext,
     FusionResult,
@@ -29,10 +30,12 @@ from edgefl.fusion.base import (
     fedmho_table3,
     pfedzkd_table2,
 )
+from edgefl.fusion.caps import COMMITTEE_HELP
 from edgefl.fusion.generator import (
     PAPER_GENERATOR,
     BNStatLoss,
     GeneratorConfig,
+    committee,
     kl_at,
     make_generator,
     sample_noise,
@@ -66,6 +69,15 @@ class DenseConfig(GeneratorConfig):
     adv_mask: bool = option(
         True, "adversarial term only where student and ensemble agree (DENSE's indicator)"
     )
+    committee: int = option(0, COMMITTEE_HELP, low=0)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.committee and self.max_teachers and self.committee > self.max_teachers:
+            raise ConfigError(
+                f"--committee {self.committee} is more than --max-teachers {self.max_teachers}",
+                hint=f"e.g. --committee {min(200, self.max_teachers)}, or raise --max-teachers",
+            )
 
 
 # What grows with each classifier teacher (max_teachers caps them).
@@ -90,7 +102,9 @@ def fuse(ctx: FusionContext, cfg: DenseConfig) -> FusionResult:
         z, y = sample_noise(rng, cfg.batch_size, cfg.nz, ctx.num_classes, dev)
         set_trainable(student, False)
         with ctx.stage("generator"):
-            pooled, losses = _generator_epoch(gen, opt_g, z, y, teachers, bn, student, cfg, dev)
+            pooled, losses = _generator_epoch(
+                gen, opt_g, z, y, teachers, bn, student, cfg, dev, rng
+            )
         pool_x += [x for x, _ in pooled]
         pool_t += [t for _, t in pooled]
         for k, v in zip(("generator", "ce", "bn", "adv"), losses, strict=True):
@@ -117,13 +131,14 @@ def fuse(ctx: FusionContext, cfg: DenseConfig) -> FusionResult:
     return FusionResult(student, spec, info)
 
 
-def _generator_epoch(gen, opt_g, z, y, teachers, bn, student, cfg: DenseConfig, dev):
+def _generator_epoch(gen, opt_g, z, y, teachers, bn, student, cfg: DenseConfig, dev, rng):
     """T_G generator steps on one noise batch -> ((images, ensemble logits) to pool, the last
-    step's losses: total, CE, BN, adversarial)."""
+    step's losses: total, CE, BN, adversarial). With a committee, each step's ensemble is a
+    random `cfg.committee` of the teachers'."""
     pooled = []
     for _ in range(cfg.gen_steps):
         x = gen(z)
-        ens = teacher_forward(teachers, x, bn).mean(0)
+        ens = teacher_forward(committee(teachers, cfg.committee, rng), x, bn).mean(0)
         l_ce = F.cross_entropy(ens, y)
         l_bn = bn.value(dev)
         s = student(x)
@@ -137,7 +152,8 @@ def _generator_epoch(gen, opt_g, z, y, teachers, bn, student, cfg: DenseConfig, 
     if not cfg.pool_every_step:
         with torch.no_grad():
             x = gen(z)
-            pooled.append((x, teacher_forward(teachers, x).mean(0)))
+            members = committee(teachers, cfg.committee, rng)
+            pooled.append((x, teacher_forward(members, x).mean(0)))
     return pooled, (loss, l_ce, l_bn, l_adv)
 
 

@@ -66,6 +66,7 @@ def test_over_the_cap_is_refused_before_any_file_is_validated(cli, federation, t
     assert "dense refuses 2 classifier uploads, more than its max_teachers (1): every " in text
     assert "generator step forwards every teacher" in text
     assert "--opt dense:max_teachers=2 runs it anyway" in text
+    assert "--opt dense:committee=1 bounds its time (a random 1 teachers each step)" in text
     assert validated == []
     assert not (tmp_path / "g.onnx").exists()
 
@@ -260,3 +261,66 @@ def test_a_generator_methods_refusal_says_how_long_it_would_take():
     assert "generator steps" not in pfedzkd.over_cap(pfedzkd.make_config({}), 2000).message
     assert "about 2 minutes" in dense.over_cap(dense.make_config({"max_teachers": 1}), 16).message
     assert "about a minute" in dense.over_cap(dense.make_config({"max_teachers": 1}), 2).message
+
+
+def test_a_committee_lifts_the_cap_on_uploads_and_forwards_that_many_a_step(
+    cli, federation, tmp_path, monkeypatch
+):
+    """DENSE with committee=1 over a cap of 1 takes both classifiers, and each generator step
+    forwards one teacher (a different draw per step, from the run's seed)."""
+    from edgefl.fusion import generator
+
+    drawn: list[int] = []
+    real = generator.committee
+
+    def spy(teachers, size, rng):
+        picked = real(teachers, size, rng)
+        drawn.append(len(picked))
+        return picked
+
+    monkeypatch.setattr("edgefl.fusion.dense.committee", spy)
+    out = tmp_path / "g.onnx"
+    opts = ["--opt", "max_teachers=1", "--opt", "committee=1"]
+    r = _fuse(cli, federation, "dense", "--out", str(out), *opts, *TINY)
+    assert r.exit_code == 0, r.output
+    assert json.loads(out.with_suffix(".json").read_text())["used"] == [
+        "client-000",
+        "client-001",
+    ]
+    assert drawn == [1, 1]  # 1 epoch x 2 generator steps, one teacher each
+
+
+def test_a_committee_larger_than_the_cap_is_refused_before_any_file(
+    cli, federation, tmp_path, validated
+):
+    r = _fuse(
+        cli,
+        federation,
+        "dense",
+        "--out",
+        str(tmp_path / "g.onnx"),
+        "--opt",
+        "max_teachers=1",
+        "--opt",
+        "committee=2",
+    )
+    assert r.exit_code == 2, r.output
+    assert "--committee 2 is more than --max-teachers 1" in " ".join(r.output.split())
+    assert validated == [] and "Traceback" not in r.output
+
+
+def test_committee_draws_without_replacement_and_all_at_zero():
+    import torch
+
+    from edgefl.fusion.generator import committee
+
+    teachers = [torch.nn.Identity() for _ in range(10)]
+    rng = torch.Generator().manual_seed(0)
+    state = rng.get_state()
+    assert committee(teachers, 0, rng) is teachers and committee(teachers, 10, rng) is teachers
+    assert torch.equal(rng.get_state(), state)  # nothing drawn: results without it unchanged
+    draws = [committee(teachers, 3, rng) for _ in range(20)]
+    assert all(len({id(t) for t in d}) == 3 for d in draws)
+    assert len({tuple(id(t) for t in d) for d in draws}) > 1  # drawn anew each step
+    again = torch.Generator().manual_seed(0)
+    assert [committee(teachers, 3, again) for _ in range(20)] == draws  # by the seed
