@@ -4,7 +4,7 @@ its training part, so the validation part stays a clean local test split), the s
 them, every client applies the global output to its own model (`Method.personalize`), and the
 metric is the mean accuracy of the personalized models on each client's local test split,
 beside each client alone (Standalone). Under --dp each such client trains again as a job of that
-kind, so that what it uploads is released privately (`_derived`)."""
+kind, so that what it uploads is released privately (`_again`), in simulate's `--jobs` workers."""
 
 from __future__ import annotations
 
@@ -16,15 +16,15 @@ from pathlib import Path
 import numpy as np
 
 import exporters
-from edgefl.client.run import client_shard, run_client
+from edgefl.client.run import client_shard
 from edgefl.client.weightless import derive_upload, personalize
 from edgefl.data import load_dataset, train_val_split
 from edgefl.errors import FusionError
 from edgefl.fusion.base import Method
 from edgefl.server.fuse import fuse_methods
 from edgefl.server.plan import plan
+from edgefl.simulate.pool import train_jobs
 from edgefl.simulate.resume import finished
-from edgefl.training import one_thread
 
 
 def _local_accuracy(path: Path, x: np.ndarray, y: np.ndarray) -> float:
@@ -45,12 +45,22 @@ def run_per_client(job, method: Method, cjobs, clients: list[dict], options: dic
         raise FusionError(f"{name} needs classifier clients ({kind} come from their models)")
     data = load_dataset(job.dataset, "train", data_dir=job.data_dir)
     folder, splits, models = out / f"uploads-{kind}", {}, {}
+    again = list(cjobs)  # each member's job again as a `kind` job, under --dp
     for cj, c in members:
         train_idx, val_idx = train_val_split(
             client_shard(cj, data), 0.1, seed=cj.seed + cj.client_index
         )
         splits[c["client_id"]] = val_idx
-        models[c["client_id"]] = _derived(cj, c, kind, folder, (data, train_idx), out, log)
+        path = folder / Path(c["path"]).name
+        if cj.dp is None:  # exact statistics of the model it trained, on its training part
+            if not path.exists():
+                x, y = data.x[train_idx], data.y[train_idx]
+                derive_upload(kind, c["path"], x, y, data.num_classes, path)
+            models[c["client_id"]] = Path(c["path"])
+        else:
+            again[cj.client_index] = _again(cj, kind, folder, out)
+            models[c["client_id"]] = out / f"models-{kind}" / path.name
+    _train_again(again, [cj for cj, _ in members if cj.dp is not None], kind, job.jobs, log)
     output = out / "global" / f"{name}-{method.personalize}.onnx"  # e.g. fedgh-header.onnx
     planned = plan(name, options, output, folder)
     rep = fuse_methods([planned], str(folder), device=job.device, keep_going=False, log=log)[name]
@@ -80,32 +90,27 @@ def run_per_client(job, method: Method, cjobs, clients: list[dict], options: dic
     return result
 
 
-def _derived(cj, client: dict, kind: str, folder: Path, train, out: Path, log) -> Path:
-    """Write the client's `kind` upload into `folder`; return the model it personalizes. Without
-    DP it is derived from the model the client trained (exact prototypes of its training part).
-    Under --dp exact statistics would leave the device unprotected: the client trains again as
-    a `kind` job, DP-SGD on part of its budget and the Gaussian mechanism on the rest
+def _again(cj, kind: str, folder: Path, out: Path):
+    """Under --dp exact statistics would leave the device unprotected: the client trains again
+    as a `kind` job, DP-SGD on part of its budget and the Gaussian mechanism on the rest
     (edgefl.client.privacy), and keeps that model (`models-KIND/`) to personalize: its
     Standalone is then that model's, trained on part of the budget."""
-    path = folder / Path(client["path"]).name
-    if cj.dp is None:
-        if not path.exists():
-            data, idx = train
-            derive_upload(kind, client["path"], data.x[idx], data.y[idx], data.num_classes, path)
-        return Path(client["path"])
-    kept = out / f"models-{kind}"
     seed = cj.sim.noise_seed  # a second release: noise of its own, not the first one's again
     if seed is not None:
         seed = int(np.random.SeedSequence([seed, 2]).generate_state(1)[0])
-    again = replace(
+    return replace(
         cj,
         kind=kind,
         out_dir=str(folder),
-        keep_model=str(kept),
+        keep_model=str(out / f"models-{kind}"),
         sim=replace(cj.sim, noise_seed=seed),
     )
-    if finished(again) is None:  # else a previous run's pair, checked to be this job's
-        log(f"{client['client_id']}: trains again as a {kind} job, to release them under --dp")
-        with one_thread():  # as the clients trained: a device's single thread
-            run_client(again)
-    return kept / path.name
+
+
+def _train_again(again: list, private: list, kind: str, jobs: int, log) -> None:
+    """Train the `private` members' jobs again (`again[client index]`), in `jobs` workers; a
+    finished (upload, kept model) pair is checked to be this job's and kept."""
+    todo = [cj.client_index for cj in private if finished(again[cj.client_index]) is None]
+    for i in todo:
+        log(f"client-{i:03d}: trains again as a {kind} job, to release them under --dp")
+    train_jobs(again, todo, jobs, log)

@@ -9,10 +9,8 @@ The methods are read through their contract; this module never names one.
 from __future__ import annotations
 
 import json
-import multiprocessing
 import os
 import time
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -23,7 +21,6 @@ import exporters
 from edgefl.chance import classifier_warnings
 from edgefl.client.attacks import assign
 from edgefl.client.job import ClientJob, SimSettings
-from edgefl.client.run import run_client
 from edgefl.data.registry import DATASETS
 from edgefl.errors import ConfigError, FusionError
 from edgefl.fusion import METHODS, paper_reference
@@ -39,10 +36,9 @@ from edgefl.server.plan import plan as plan_fuse
 from edgefl.server.plan import resolve_device
 from edgefl.simulate.job import SEARCH, SimJob, parse_mix
 from edgefl.simulate.personalized import run_per_client
+from edgefl.simulate.pool import train_jobs
 from edgefl.simulate.render import pictures, results_markdown, upload_bytes
 from edgefl.simulate.resume import finished, reuse_global, upload_path
-from edgefl.threads import share_cores_politely
-from edgefl.training import one_thread
 
 
 def _model_for(job: SimJob, profile: str, info, n_train: int) -> str:
@@ -153,16 +149,6 @@ def _client_job(
     )
 
 
-def _train_one(cjob: ClientJob, on_progress=None) -> dict:
-    with one_thread():  # like a device; and --jobs never changes a result bit
-        result = run_client(cjob, on_progress=on_progress)
-    if not cjob.keep_model:
-        return result.as_dict()
-    # Report the kept model as the client's model upload, the predictions beside it.
-    summary = finished(cjob)
-    return summary | {"reused": False}
-
-
 def train_clients(job: SimJob, log, progress=no_progress) -> list[dict]:
     cjobs = client_jobs(job)
     check_attackers(job, cjobs)
@@ -171,80 +157,14 @@ def train_clients(job: SimJob, log, progress=no_progress) -> list[dict]:
     if len(todo) < len(cjobs):
         log(f"reusing {len(cjobs) - len(todo)} finished upload(s)")
     done = len(cjobs) - len(todo)
-    progress("clients trained", done, len(cjobs))
-    if job.jobs == 1 or len(todo) <= 1:
-        for i in todo:
-            log(f"training client {i} ({cjobs[i].profile}, {cjobs[i].model})")
-            # its own steps where they are long (DP-SGD, a search), as `client train` shows them
-            results[i] = _train_one(cjobs[i], _client_progress(progress, i))
-            done += 1
-            progress("clients trained", done, len(cjobs), f"client {i}")
-    else:
-        for i, result in _train_pooled(cjobs, todo, job.jobs, log, progress, done).items():
-            results[i] = result
+    for i, result in train_jobs(cjobs, todo, job.jobs, log, progress, done).items():
+        results[i] = result
     return with_attacks(results, cjobs)  # type: ignore[arg-type]
 
 
 def with_attacks(results: list[dict], cjobs: list[ClientJob]) -> list[dict]:
     """Each client's result with the attack it ran: the run says who attacked; uploads never do."""
     return [r | {"attack": c.sim.attack} for r, c in zip(results, cjobs, strict=True)]
-
-
-def _client_progress(progress, i: int):
-    """`progress` for client i's own tasks (DP-SGD's steps, a search's), each its own task:
-    clients trained side by side each get their own rate and ETA."""
-
-    def relay(task: str, done: int, total: int, note: str = "") -> None:
-        progress(f"{task}, client {i}", done, total, note)
-
-    return relay
-
-
-def _train_pooled(cjobs, todo, jobs: int, log, progress, done: int) -> dict[int, dict]:
-    """{client index: its result} for the clients `todo`, trained in `jobs` spawned workers,
-    each relaying its own steps through a queue (at most one a second, and its last) to
-    `progress` (`done`: the clients already finished, for the count)."""
-    ctx = multiprocessing.get_context("spawn")  # fork + torch threads is unsafe
-    with ctx.Manager() as manager:
-        steps = manager.Queue()
-        # A spawned worker starts afresh: edgefl's thread settings before it loads torch.
-        with ProcessPoolExecutor(
-            max_workers=jobs, mp_context=ctx, initializer=share_cores_politely
-        ) as pool:
-            futures = {pool.submit(_train_relayed, cjobs[i], i, steps): i for i in todo}
-            results, pending = {}, set(futures)
-            while pending:
-                ended, pending = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
-                _drain(steps, progress)
-                for fut in ended:
-                    i = futures[fut]
-                    results[i] = fut.result()
-                    done += 1
-                    log(f"client {i} done ({cjobs[i].profile}, {results[i]['model']})")
-                    progress("clients trained", done, len(cjobs), f"client {i}")
-            _drain(steps, progress)
-    return results
-
-
-def _drain(steps, progress) -> None:
-    while not steps.empty():
-        i, task, d, total, note = steps.get()
-        _client_progress(progress, i)(task, d, total, note)
-
-
-def _train_relayed(cjob: ClientJob, i: int, steps) -> dict:
-    """`_train_one` in a worker, its steps put on the `steps` queue (throttled: a queue put
-    is a round trip to the manager, a DP-SGD step of a tiny model a few milliseconds)."""
-    last = 0.0
-
-    def relay(task: str, d: int, total: int, note: str = "") -> None:
-        nonlocal last
-        now = time.monotonic()
-        if d >= total or now - last >= 1.0:
-            last = now
-            steps.put((i, task, d, total, note))
-
-    return _train_one(cjob, relay)
 
 
 def check_attackers(job: SimJob, cjobs: list[ClientJob]) -> None:

@@ -19,6 +19,7 @@ import numpy as np
 import onnx
 import pytest
 import torch
+from onnx import numpy_helper
 
 import exporters
 from edgefl.client.privacy import (
@@ -294,3 +295,39 @@ def test_simulate_under_dp_releases_fedghs_prototypes_privately(cli, tmp_path):
     assert again.exit_code == 0, again.output
     assert stamps == {p: p.stat().st_mtime_ns for p in (out / "uploads-prototypes").iterdir()}
     assert json.loads(again.stdout)["results"][0]["accuracy"] == row["accuracy"]
+
+
+def test_simulate_under_dp_trains_fedghs_clients_again_in_its_workers(cli, tmp_path, monkeypatch):
+    """The second training of simulate --dp's FedGH clients runs in its --jobs workers, and
+    gives what one worker gives: the same prototypes, bit for bit (each client single-threaded,
+    its noise seeded by the run)."""
+    from edgefl.simulate import pool
+
+    pooled = []
+    real = pool._train_pooled
+    monkeypatch.setattr(
+        pool, "_train_pooled", lambda c, todo, *a: pooled.append(todo) or real(c, todo, *a)
+    )
+
+    def run(out, jobs):
+        args = (
+            "simulate", "--dataset", "digits", "--clients", "2", "--partition", "iid",
+            "--mix", "smartphone:2", "--client-model", f"smartphone={MODEL}", "--methods",
+            "fedgh", "--dp", "8", "--label-counts", "absent", "--classifier-epochs", "1",
+            "--jobs", str(jobs), "--out", str(out), "--json", "--quiet",
+        )  # fmt: skip
+        r = cli(*args)
+        assert r.exit_code == 0, r.output
+        return {
+            p.name: [numpy_helper.to_array(t) for t in onnx.load(p).graph.initializer]
+            for p in sorted((out / "uploads-prototypes").glob("*.onnx"))
+        }
+
+    alone = run(tmp_path / "one", 1)
+    assert pooled == []
+    together = run(tmp_path / "two", 2)
+    assert pooled == [[0, 1], [0, 1]]  # the clients, then their second training
+    assert alone.keys() == together.keys() == {"client-000.onnx", "client-001.onnx"}
+    for name, arrays in alone.items():
+        assert arrays and sum(a.size for a in arrays) > 10, name  # the prototypes are in them
+        assert all(np.array_equal(a, b) for a, b in zip(arrays, together[name], strict=True))

@@ -153,14 +153,14 @@ def test_reproduce_end_to_end_then_skips_finished_cells(cli, tmp_path, tiny_tabl
     real = rep.simulate
 
     def spy(job, log=None):
-        from edgefl.simulate import run as sim
+        from edgefl.simulate import pool
 
-        before = sim._train_one
-        sim._train_one = lambda c, *a: trained.append(c) or before(c, *a)
+        before = pool._train_one
+        pool._train_one = lambda c, *a: trained.append(c) or before(c, *a)
         try:
             return real(job, log)
         finally:
-            sim._train_one = before
+            pool._train_one = before
 
     monkeypatch.setattr(rep, "simulate", spy)
     summary = rep.reproduce(ReproduceJob(table="tiny-table3", out=str(out), federation="fedmho"))

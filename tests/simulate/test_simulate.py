@@ -7,6 +7,7 @@ import pytest
 from reported import onnx_accuracy
 
 import exporters
+from edgefl.simulate import pool
 from edgefl.simulate import run as sim
 from edgefl.simulate.job import SimJob
 from edgefl.simulate.run import simulate
@@ -206,8 +207,8 @@ def test_resume_after_interruption(tmp_path, monkeypatch):
 
     monkeypatch.setattr(server_fuse, "_outcome", real_outcome)
     trained = []
-    real_train = sim._train_one
-    monkeypatch.setattr(sim, "_train_one", lambda c, *a: trained.append(c) or real_train(c, *a))
+    real_train = pool._train_one
+    monkeypatch.setattr(pool, "_train_one", lambda c, *a: trained.append(c) or real_train(c, *a))
     results = simulate(tiny(out))
     assert trained == []  # every finished upload reused, none retrained
     assert upload_state(out) == before  # nor overwritten
