@@ -52,8 +52,22 @@ def _untimed(value):
     return value
 
 
+def weights_fingerprint(path: Path) -> str:
+    """The SHA-256 of a file's graph and weights alone (its metadata left out): what two commits
+    that record different metadata (a field added) still share when they compute the same."""
+    import onnx
+
+    model = onnx.load(str(path))
+    del model.metadata_props[:]
+    return hashlib.sha256(model.SerializeToString(deterministic=True)).hexdigest()
+
+
 def fingerprints(run: Path) -> dict[str, str]:
-    return {str(p.relative_to(run)): fingerprint(p) for p in sorted(run.rglob("*.onnx"))}
+    """file -> "FINGERPRINT WEIGHTS_FINGERPRINT" for every ONNX file of a run."""
+    return {
+        str(p.relative_to(run)): f"{fingerprint(p)} {weights_fingerprint(p)}"
+        for p in sorted(run.rglob("*.onnx"))
+    }
 
 
 def demo_at(commit: str, scratch: Path, quick: bool = True) -> tuple[str, dict[str, str]]:
@@ -85,26 +99,40 @@ def compare(runs: dict[str, dict[str, str]]) -> list[dict]:
     rows = []
     for name in names:
         prints = {c: r.get(name) for c, r in runs.items()}
-        rows.append({"file": name, "prints": prints, "same": len(set(prints.values())) == 1})
+        weights = {(p or "- missing").split()[1] for p in prints.values()}
+        rows.append(
+            {
+                "file": name,
+                "prints": prints,
+                "same": len(set(prints.values())) == 1,
+                "same_weights": len(weights) == 1 and "missing" not in weights,
+            }
+        )
     return rows
 
 
 def markdown(meta: dict, rows: list[dict]) -> str:
     commits = meta["commits"]
-    head = "| file | " + " | ".join(c[:10] for c in commits) + " | same |"
+    head = "| file | " + " | ".join(c[:10] for c in commits) + " | same | same weights |"
     lines = [
         "# The digits check's models at two commits (bench/bench_same_models.py)",
         "",
         f"`{meta['command']}`, {meta['date']}, {meta['machine']}.",
         "",
         head,
-        "|---|" + "---|" * len(commits) + ":-:|",
+        "|---|" + "---|" * len(commits) + ":-:|:-:|",
     ]
     for r in rows:
         prints = " | ".join((r["prints"][c] or "missing")[:12] for c in commits)
-        lines.append(f"| {r['file']} | {prints} | {'yes' if r['same'] else 'NO'} |")
+        weights = "yes" if r.get("same_weights", r["same"]) else "NO"
+        lines.append(f"| {r['file']} | {prints} | {'yes' if r['same'] else 'NO'} | {weights} |")
     same = sum(r["same"] for r in rows)
-    lines += ["", f"{same} of {len(rows)} files the same at every commit."]
+    weights = sum(r.get("same_weights", r["same"]) for r in rows)
+    lines += [
+        "",
+        f"{same} of {len(rows)} files the same at every commit; {weights} of {len(rows)} with "
+        "the same graph and weights (their metadata aside).",
+    ]
     return "\n".join(lines) + "\n"
 
 

@@ -152,6 +152,11 @@ RENDERS = {
         lambda m, d: m.markdown(d["meta"], d["rows"]),
         "same_models",
     ),
+    "same_models_since": (
+        "bench_same_models",
+        lambda m, d: m.markdown(d["meta"], d["rows"]),
+        "same_models_since_69c8b9d",
+    ),
     "teacher_groups": (
         "bench_teacher_groups",
         lambda m, d: m._markdown(d, d["rows"]),
@@ -464,8 +469,16 @@ def test_same_models_fingerprints_ignore_only_the_timing(tmp_path):
     assert bench.fingerprint(write("global", 1.0, 1.25)) != bench.fingerprint(
         write("global", 1.0, 0.98)
     )
-    rows = bench.compare({"a": {"f": "1", "g": "2"}, "b": {"f": "1"}})
-    assert [(r["file"], r["same"]) for r in rows] == [("f", True), ("g", False)]
-    assert "1 of 2 files the same" in bench.markdown(
+    rows = bench.compare({"a": {"f": "1 w", "g": "2 w", "h": "3 v"}, "b": {"f": "1 w", "h": "4 v"}})
+    assert [(r["file"], r["same"], r["same_weights"]) for r in rows] == [
+        ("f", True, True),
+        ("g", False, False),
+        ("h", False, True),  # metadata apart, the same graph and weights
+    ]
+    path = write("global", 2.0, 1.0)
+    assert bench.weights_fingerprint(path) == bench.weights_fingerprint(
+        write("uploads", 2.0, 3.0, epochs=5)
+    )
+    assert "1 of 3 files the same" in bench.markdown(
         {"commits": ["a", "b"], "command": "c", "date": "d", "machine": "m"}, rows
     )
