@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 import numbers
 from collections.abc import Callable, Iterator
-from dataclasses import MISSING, dataclass, field, fields, replace
+from dataclasses import MISSING, dataclass, field, fields
 from typing import Any
 
 from edgefl.errors import ConfigError
@@ -224,8 +224,3 @@ def invalid_values(cls: Any) -> Iterator[tuple[str, Any, str, str]]:
             yield name, inside + 0.5 if c.allows(inside) else 0.5, flag, ""
         if not rule.nullable:
             yield name, None, flag, ""
-
-
-def with_value(example: Any, name: str, value: Any) -> Any:
-    """`example` with field `name` set to `value`, through its constructor (and checks)."""
-    return replace(example, **{name: value})

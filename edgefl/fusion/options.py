@@ -78,7 +78,8 @@ class Opt:
         if isinstance(value, tuple):
             moves = {self.direction(v) for v in value} - {""}
             return moves.pop() if len(moves) == 1 else ""
-        return Range(self.low, self.high, self.low_open, self.high_open).direction(value)
+        constraint = self.constraint
+        return constraint.direction(value) if constraint is not None else ""
 
     def default_for(self, kind: str, dataset: str | None = None) -> Any:
         """The default on dataset `dataset` (where the option names it), else for input kind
