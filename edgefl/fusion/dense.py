@@ -30,7 +30,7 @@ from edgefl.fusion.base import (
     fedmho_table3,
     pfedzkd_table2,
 )
-from edgefl.fusion.caps import COMMITTEE_HELP
+from edgefl.fusion.caps import COMMITTEE, COMMITTEE_HELP
 from edgefl.fusion.generator import (
     PAPER_GENERATOR,
     BNStatLoss,
@@ -76,7 +76,7 @@ class DenseConfig(GeneratorConfig):
         if self.committee and self.max_teachers and self.committee > self.max_teachers:
             raise ConfigError(
                 f"--committee {self.committee} is more than --max-teachers {self.max_teachers}",
-                hint=f"e.g. --committee {min(200, self.max_teachers)}, or raise --max-teachers",
+                hint=f"e.g. --committee {min(COMMITTEE, self.max_teachers)}, or raise --max-teachers",
             )
 
 
