@@ -29,7 +29,7 @@ from torch import nn
 import exporters
 from edgefl.artifacts import Upload
 from edgefl.errors import ConfigError, FusionError
-from edgefl.fusion.caps import GROWS, generator_estimate, too_many, upload_cap
+from edgefl.fusion.caps import GROWS, generator_estimate, scale_options, too_many, upload_cap
 from edgefl.fusion.config import FusionConfig, PublicSetConfig
 from edgefl.fusion.options import describe_options, effective, flag
 from edgefl.models.parse import parse_model_arg
@@ -184,8 +184,7 @@ class Method:
         if not cap or classifiers <= cap:
             return None
         cost = (self.teacher_cost or GROWS) + generator_estimate(cfg, classifiers)
-        committee = hasattr(cfg, "committee")
-        return too_many(self.name, "classifier", classifiers, cap, cost, flag, committee)
+        return too_many(self.name, "classifier", classifiers, cap, cost, flag, scale_options(cfg))
 
     def budget_options(self, budget: str) -> dict[str, Any]:
         """The option overrides of a named budget ({} where the defaults already are it);
@@ -341,7 +340,7 @@ class FusionContext:
         return self.method or "this method"
 
     def require(
-        self, kind: str, at_least: int = 1, at_most: int = 0, cost: str = "", committee=False
+        self, kind: str, at_least: int = 1, at_most: int = 0, cost: str = "", scale=()
     ) -> list[Upload]:
         """The uploads of `kind`; refused when fewer than `at_least`, or more than `at_most`
         (0: no cap) for a method whose `cost` grows with each (its option max_teachers)."""
@@ -352,9 +351,7 @@ class FusionContext:
                 hint="`edgefl server methods` lists which artifact kinds each method consumes",
             )
         if at_most and len(found) > at_most:
-            raise too_many(
-                self.method, kind, len(found), at_most, cost or GROWS, committee=committee
-            )
+            raise too_many(self.method, kind, len(found), at_most, cost or GROWS, scale=scale)
         return found
 
     def student(self, text: str, images: str = "cnn") -> tuple[ModelSpec, nn.Module]:

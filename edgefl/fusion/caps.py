@@ -3,7 +3,7 @@ max_teachers), and the refusal past it, the same before the ingest as after."""
 
 from __future__ import annotations
 
-from edgefl.errors import FusionError
+from edgefl.errors import ConfigError, FusionError
 
 # Data-free methods distil every classifier at every step: on 2 CPUs FedHydra took 143 s for 20
 # teachers and over 15 minutes for 200, DENSE 57 s and 350 s (bench/results/scale.md). Past
@@ -27,6 +27,25 @@ COMMITTEE_HELP = (
 # CHECKPOINT_GROUP). DENSE over 2,000 teachers: 338 s and 46.41 % with it, 1,035 s and 44.88 %
 # with 200, 46.00 % with all of 500 of them (bench/results/dense_committee_10k.md).
 COMMITTEE = 64
+
+
+def check_committee(cfg) -> None:
+    """A committee larger than max_teachers is refused when the config is built, before any
+    file is read."""
+    if cfg.committee and cfg.max_teachers and cfg.committee > cfg.max_teachers:
+        raise ConfigError(
+            f"--committee {cfg.committee} is more than --max-teachers {cfg.max_teachers}",
+            hint=f"e.g. --committee {min(COMMITTEE, cfg.max_teachers)}, or raise --max-teachers",
+        )
+
+
+def scale_options(cfg) -> tuple[str, ...]:
+    """The options a refusal past max_teachers offers to bound the time: a committee, and what
+    else the method's cost needs at that scale (its config's AT_SCALE); () without a committee."""
+    if not hasattr(cfg, "committee"):
+        return ()
+    size = min(cfg.max_teachers or COMMITTEE, COMMITTEE)
+    return (f"committee={size}", *getattr(cfg, "AT_SCALE", ()))
 
 
 def upload_cap(cfg) -> int:
@@ -84,18 +103,17 @@ def too_many(
     at_most: int,
     cost: str,
     flag: str = "--opt",
-    committee: bool = False,
+    scale: tuple[str, ...] = (),
 ) -> FusionError:
     """The refusal of `count` uploads of `kind`, more than the method's max_teachers `at_most`
-    (`cost`: what grows with each): the same words before the ingest (from what the files
-    declare) as after it (what was accepted)."""
+    (`cost`: what grows with each; `scale`: the options that bound its time, a committee's
+    first): the same words before the ingest (from what the files declare) as after it."""
     scoped = f"{method}:" if method else ""
-    size = min(at_most, COMMITTEE)
-    bounded = (
-        f"{flag} {scoped}committee={size} bounds its time (a random {size} teachers each step); "
-        if committee
-        else ""
-    )
+    bounded = ""
+    if scale:
+        size = scale[0].partition("=")[2]
+        opts = " ".join(f"{flag} {scoped}{o}" for o in scale)
+        bounded = f"{opts} bounds its time (a random {size} teachers each step); "
     return FusionError(
         f"{method or 'this method'} refuses {count:,} {kind} uploads, more than its "
         f"max_teachers ({at_most:,}): {cost}",

@@ -42,11 +42,13 @@ from edgefl.fusion.base import (
     fedhydra_table1,
     fedmho_table3,
 )
+from edgefl.fusion.caps import COMMITTEE_HELP, check_committee
 from edgefl.fusion.generator import (
     PAPER_GENERATOR,
     BNStatLoss,
     GeneratorConfig,
     ReplayPool,
+    draw_committee,
     kl_at,
     make_generator,
     sample_noise,
@@ -131,6 +133,14 @@ class CoBoostingConfig(GeneratorConfig):
     reset_generator: bool = option(
         False, "re-initialise the generator each epoch (the authors' code does)"
     )
+    # With a committee the pool keeps each sample's committee and its logits (not every
+    # teacher's: 2,000 teachers x 50,000 samples would be 4 GB), and the weights of a sample's
+    # ensemble are its committee's.
+    committee: int = option(0, COMMITTEE_HELP, low=0)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_committee(self)
 
 
 def weighted_ensemble(logits: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
@@ -140,6 +150,15 @@ def weighted_ensemble(logits: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     Dir(0.5), wider clients: their sum 1.0 -> 0.31, the targets' logits x0.31 at T=4, and the
     student 27 points under the ensemble it distilled)."""
     return torch.einsum("mbc,m->bc", logits, w) / w.sum().clamp_min(1e-12)
+
+
+def pooled_ensemble(logits: torch.Tensor, w: torch.Tensor, members=None) -> torch.Tensor:
+    """A_w on pooled samples: `logits` (n, m, c) of every teacher, or with `members` (n, k),
+    each sample's committee, (n, k, c) of its committee's, weighted by their own weights."""
+    if members is None:
+        return weighted_ensemble(logits.transpose(0, 1), w)
+    wk = w[members]
+    return torch.einsum("nkc,nk->nc", logits, wk) / wk.sum(1, keepdim=True).clamp_min(1e-12)
 
 
 def hard_ce(logits: torch.Tensor, y: torch.Tensor, gamma: float) -> torch.Tensor:
@@ -160,13 +179,14 @@ def project(w: torch.Tensor, constraint: str) -> torch.Tensor:
     return (w - css[rho] / (rho + 1)).clamp_min(0.0)
 
 
-def enhance_weights(w, logits, y, *, step: float, steps: int, constraint: str):
+def enhance_weights(w, logits, y, *, step: float, steps: int, constraint: str, members=None):
     """`steps` projected sign-gradient steps w <- P(w - step * sign(grad_w CE(A_w(x), y))) on the
-    whole pool; `logits` are its stored (n, m, c) teacher logits. Returns w and the CE before."""
+    whole pool; `logits` are its stored teacher logits (`pooled_ensemble`). Returns w and the
+    CE before."""
     ce = None
     for _ in range(steps):
         w = w.detach().requires_grad_(True)
-        loss = F.cross_entropy(weighted_ensemble(logits.transpose(0, 1), w), y)
+        loss = F.cross_entropy(pooled_ensemble(logits, w, members), y)
         (grad,) = torch.autograd.grad(loss, [w])
         w = project(w.detach() - step * grad.sign(), constraint)
         ce = float(loss.detach()) if ce is None else ce
@@ -215,7 +235,7 @@ def fuse(ctx: FusionContext, cfg: CoBoostingConfig) -> FusionResult:
             hist[k].append(float(v.detach()))
 
         with ctx.stage("weights"):  # 2. the ensemble re-weighted on the hard samples
-            _, (pool_logits, pool_y) = pool.contents()
+            _, pool_logits, pool_y, members = _pooled(pool)
             step = cfg.weight_lr * cfg.weight_decay**epoch
             w, ce = enhance_weights(
                 w,
@@ -224,6 +244,7 @@ def fuse(ctx: FusionContext, cfg: CoBoostingConfig) -> FusionResult:
                 step=step,
                 steps=cfg.weight_steps,
                 constraint=cfg.weight_constraint,
+                members=members,
             )
             hist["weights_ce"].append(ce)
             hist["weights"].append([round(float(v), 6) for v in w])
@@ -235,12 +256,25 @@ def fuse(ctx: FusionContext, cfg: CoBoostingConfig) -> FusionResult:
             "epoch",
             epoch + 1,
             cfg.epochs,
-            f"generator {hist['generator'][-1]:.4f}, weights {hist['weights'][-1]}, "
+            f"generator {hist['generator'][-1]:.4f}, weights {_said(hist['weights'][-1])}, "
             f"distill {hist['distill'][-1]:.4f}",
         )
     if bn is not None:
         bn.remove()
     return FusionResult(student.eval(), spec, _info(uploads, hist, pool))
+
+
+def _said(weights: list[float]) -> str:
+    """The weights for a progress line: all of a few, the range of many."""
+    if len(weights) <= 10:
+        return str(weights)
+    return f"{min(weights):.4f}-{max(weights):.4f} over {len(weights):,} teachers"
+
+
+def _pooled(pool: ReplayPool):
+    """(images, logits, target labels, each sample's committee or None) the pool holds."""
+    x, (logits, y, *members) = pool.contents()
+    return x, logits, y, (members[0] if members else None)
 
 
 def _info(uploads, hist, pool: ReplayPool) -> dict:
@@ -260,8 +294,16 @@ def _generator_epoch(gen, opt_g, z, y, teachers, bn, w, student, pool, rng, cfg)
     dev = z.device
     for step in range(cfg.gen_steps):
         x = gen(z)
-        logits = teacher_forward(teachers, x, bn)
-        ens = weighted_ensemble(logits, w)
+        members = draw_committee(len(teachers), cfg.committee, rng)
+        if members is None:
+            logits = teacher_forward(teachers, x, bn)
+            ens = weighted_ensemble(logits, w)
+            kept = (logits.detach().transpose(0, 1), y)
+        else:
+            logits = teacher_forward([teachers[k] for k in members], x, bn)
+            ens = weighted_ensemble(logits, w[members])
+            chosen = torch.tensor(members, device=dev).expand(len(x), -1)
+            kept = (logits.detach().transpose(0, 1), y, chosen)
         l_h = hard_ce(ens, y, cfg.hard_gamma)
         l_adv = -kl_at(ens, student(x))
         loss = cfg.ce_weight * l_h + cfg.adv_weight * l_adv
@@ -269,24 +311,28 @@ def _generator_epoch(gen, opt_g, z, y, teachers, bn, w, student, pool, rng, cfg)
             loss = loss + cfg.bn_weight * bn.value(dev)
         if cfg.pool_every_step or step == cfg.gen_steps - 1:
             # x and its logits come before this step's update: a pair
-            pool.add(x.detach(), (logits.detach().transpose(0, 1), y), rng)
+            pool.add(x.detach(), kept, rng)
         descend(opt_g, loss, "the Co-Boosting generator", rate="gen_lr")
     return loss, l_h, l_adv
 
 
 def _distill(student, opt, teachers, pool, w, rng, augment: str, cfg: CoBoostingConfig) -> float:
-    x_all, (logits_all, _) = pool.contents()
+    x_all, logits_all, _, members = _pooled(pool)
     batches = pool_batches(len(x_all), cfg.batch_size, cfg.kd_steps, rng)
     total = 0.0
     for idx in batches:
         idx = idx.to(x_all.device)
         x = x_all[idx]
-        if cfg.ods_eps:
-            x = diversify(teachers, x, w, cfg.ods_eps, cfg.temperature, rng)
+        if cfg.ods_eps:  # a fresh committee for each batch (every teacher without one)
+            drawn = draw_committee(len(teachers), cfg.committee, rng)
+            some = teachers if drawn is None else [teachers[k] for k in drawn]
+            wk = w if drawn is None else w[drawn]
+            x = diversify(some, x, wk, cfg.ods_eps, cfg.temperature, rng)
             with torch.no_grad():
-                target = weighted_ensemble(teacher_forward(teachers, x), w)
+                target = weighted_ensemble(teacher_forward(some, x), wk)
         else:  # the stored logits: no teacher pass
-            target = weighted_ensemble(logits_all[idx].transpose(0, 1), w)
+            chosen = None if members is None else members[idx]
+            target = pooled_ensemble(logits_all[idx], w, chosen)
         loss = kl_at(target, student(jitter(x, augment, rng)), cfg.temperature)
         total += descend(opt, loss)
     return total / max(1, len(batches))

@@ -21,7 +21,6 @@ from dataclasses import dataclass
 import torch
 from torch.nn import functional as F
 
-from edgefl.errors import ConfigError
 from edgefl.fusion.base import (
     FusionContext,
     FusionResult,
@@ -30,7 +29,7 @@ from edgefl.fusion.base import (
     fedmho_table3,
     pfedzkd_table2,
 )
-from edgefl.fusion.caps import COMMITTEE, COMMITTEE_HELP
+from edgefl.fusion.caps import COMMITTEE_HELP, check_committee
 from edgefl.fusion.generator import (
     PAPER_GENERATOR,
     BNStatLoss,
@@ -73,11 +72,7 @@ class DenseConfig(GeneratorConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.committee and self.max_teachers and self.committee > self.max_teachers:
-            raise ConfigError(
-                f"--committee {self.committee} is more than --max-teachers {self.max_teachers}",
-                hint=f"e.g. --committee {min(COMMITTEE, self.max_teachers)}, or raise --max-teachers",
-            )
+        check_committee(self)
 
 
 # What grows with each classifier teacher (max_teachers caps them).

@@ -53,19 +53,23 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 import torch
 from torch import nn
 from torch.nn import functional as F
 
+from edgefl.errors import FusionError
 from edgefl.fusion.base import FusionContext, FusionResult, Method, fedhydra_table1
+from edgefl.fusion.caps import COMMITTEE_HELP, check_committee
 from edgefl.fusion.generator import (
     PAPER_GENERATOR,
     BNStatLoss,
     GeneratorConfig,
     ReplayPool,
     SyntheticValidation,
+    draw_committee,
     kl_at,
     make_generator,
     sample_noise,
@@ -169,6 +173,22 @@ class FedHydraConfig(GeneratorConfig):
         None,
         "also write the stratification heat map PNG here (missing folders are created)",
     )
+    committee: int = option(0, COMMITTEE_HELP, low=0)
+    # Alg. 2 trains a generator per client and class: ~2 s a `cnn` teacher on one core, an
+    # hour at 2,000 teachers whatever the committee. Under label skew its U follows who holds
+    # each class, which every edgefl upload declares.
+    stratification: str = option(
+        "generators",
+        "where U (how well each client knows each class) comes from: generators (Alg. 2, a "
+        "generator per client and class) or counts (the uploads' declared label counts: "
+        "nothing trained per teacher, for thousands of them)",
+        choices=("generators", "counts"),
+    )
+    AT_SCALE: ClassVar[tuple[str, ...]] = ("stratification=counts",)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_committee(self)
 
 
 # --- model stratification -------------------------------------------------------------------
@@ -258,6 +278,20 @@ def declared_skew(uploads, num_classes: int) -> float | None:
     return label_skew(np.stack(counts))
 
 
+def declared_guidance(uploads, num_classes: int) -> np.ndarray:
+    """U (classes x clients) from the uploads' declared label counts: how many samples of each
+    class each client learnt from (`stratification counts`)."""
+    missing = [u.client_id for u in uploads if len(u.label_counts) != num_classes]
+    if missing:
+        raise FusionError(
+            f"fedhydra's stratification=counts reads each teacher's declared label counts; "
+            f"{len(missing)} declare none (e.g. {missing[0]})",
+            hint="use --opt fedhydra:stratification=generators (Alg. 2), or uploads trained "
+            "with --label-counts exact or noised",
+        )
+    return np.stack([u.label_counts for u in uploads]).clip(min=0).T.astype(np.float64)
+
+
 def stratification_weights(u: np.ndarray, relative: bool = True) -> tuple[np.ndarray, np.ndarray]:
     """(U_r, U_c) from U (classes x clients). U_r: each class's row sums to 1 over clients;
     U_c: each client's column sums to 1 over classes. A row or column that is all zero (nobody
@@ -340,8 +374,19 @@ class Hasa:
             k: [] for k in ("generator", "ce", "bn", "adv", "global")
         }
 
-    def aggregate(self, x, y, bn=None):
-        return stratified_aggregate(teacher_forward(self.teachers, x, bn), y, self.u_r, self.u_c)
+    def aggregate(self, x, y, bn=None, members=None):
+        """Eq. 8-11 over every teacher, or over `members` (indices; their rows of U_r are
+        normalised among them by the mixture's own normalisation)."""
+        if members is None:
+            return stratified_aggregate(
+                teacher_forward(self.teachers, x, bn), y, self.u_r, self.u_c
+            )
+        logits = teacher_forward([self.teachers[k] for k in members], x, bn)
+        return stratified_aggregate(logits, y, self.u_r[:, members], self.u_c[:, members])
+
+    def members(self) -> list[int] | None:
+        """A fresh committee's indices for one pass (None: every teacher, nothing drawn)."""
+        return draw_committee(len(self.teachers), self.cfg.committee, self.rng)
 
     def generate(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """T_G generator steps on one noise batch (more until `finish` of it is labelled its
@@ -354,7 +399,7 @@ class Hasa:
         while step < cfg.gen_steps or (step < cfg.max_gen_steps and agree < cfg.finish):
             step += 1
             x = self.gen(z)
-            p = self.aggregate(x, y, self.bn)
+            p = self.aggregate(x, y, self.bn, self.members())
             l_ce = F.cross_entropy(p, y)
             l_bn = self.bn.value(dev)
             l_adv = -kl_at(p, student(x))  # Eq. 16: no temperature (it is Eq. 19's)
@@ -374,7 +419,7 @@ class Hasa:
             self.val_rng, val.per_epoch, cfg.nz, self.ctx.num_classes, self.ctx.device
         )
         xv = self.gen(zv)
-        hard = self.aggregate(xv, yv).argmax(1)
+        hard = self.aggregate(xv, yv, members=self.members()).argmax(1)
         keep = hard == yv
         val.add(xv[keep], hard[keep])
 
@@ -392,7 +437,7 @@ class Hasa:
             if cfg.mix:
                 xm = pair_mixes(x, rng)
                 with torch.no_grad():
-                    pm = self.aggregate(xm, p.argmax(1))
+                    pm = self.aggregate(xm, p.argmax(1), members=self.members())
                 x, p = torch.cat([x, xm]), torch.cat([p, pm])
             s = student(jitter(x, self.augment, rng))
             loss = kl_at(p, s, cfg.temperature) + cfg.beta * F.cross_entropy(s, p.argmax(1))
@@ -425,6 +470,9 @@ def fuse(ctx: FusionContext, cfg: FedHydraConfig) -> FusionResult:
         )
         u = None
         u_r, u_c = stratification_weights(np.ones((ctx.num_classes, len(teachers))))
+    elif cfg.stratification == "counts":
+        u = declared_guidance(uploads, ctx.num_classes)
+        u_r, u_c = stratification_weights(u, cfg.relative_classes)
     else:
         with ctx.stage("stratify"):
             u = _stratify(ctx, cfg, teachers)

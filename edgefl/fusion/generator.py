@@ -21,7 +21,13 @@ from torch import nn
 from torch.nn import functional as F
 from torch.utils.checkpoint import checkpoint
 
-from edgefl.fusion.caps import MAX_TEACHERS, MAX_TEACHERS_HELP, generator_estimate, upload_cap
+from edgefl.fusion.caps import (
+    MAX_TEACHERS,
+    MAX_TEACHERS_HELP,
+    generator_estimate,
+    scale_options,
+    upload_cap,
+)
 from edgefl.fusion.config import FusionConfig
 from edgefl.fusion.options import option
 from edgefl.fusion.student import AUGMENT, STUDENT_JITTER_HELP
@@ -163,8 +169,8 @@ def seeded_teachers(ctx, cfg, cost: str) -> tuple[list, list[nn.Module]]:
     the uploads' frozen private copies."""
     found = sum(u.kind == "classifier" for u in ctx.uploads)  # the refusal's time, as over_cap's
     cost += generator_estimate(cfg, found)
-    committee = hasattr(cfg, "committee")
-    uploads = ctx.require("classifier", at_most=upload_cap(cfg), cost=cost, committee=committee)
+    scale = scale_options(cfg)
+    uploads = ctx.require("classifier", at_most=upload_cap(cfg), cost=cost, scale=scale)
     torch.manual_seed(cfg.seed)
     return uploads, frozen_teachers(uploads, ctx.device)
 
@@ -257,14 +263,20 @@ def teacher_forward(teachers: list[nn.Module], x: torch.Tensor, bn: BNStatLoss |
             bn.recording = False
 
 
+def draw_committee(n: int, size: int, rng: torch.Generator) -> list[int] | None:
+    """The indices of `size` of `n` teachers, drawn without replacement for one step, in
+    order; None (every teacher, and nothing drawn from `rng`) when `size` is 0 or not fewer."""
+    if not size or size >= n:
+        return None
+    return torch.randperm(n, generator=rng)[:size].sort().values.tolist()
+
+
 def committee(teachers: list[nn.Module], size: int, rng: torch.Generator) -> list[nn.Module]:
-    """`size` of `teachers`, drawn without replacement for one step; all of them (and nothing
-    drawn from `rng`) when `size` is 0 or not fewer. The ensemble a step matches and pools is a
-    fresh committee's: the federation's on average, at the cost of `size` teachers a step."""
-    if not size or size >= len(teachers):
-        return teachers
-    picked = torch.randperm(len(teachers), generator=rng)[:size].sort().values
-    return [teachers[k] for k in picked.tolist()]
+    """`size` of `teachers` for one step (`draw_committee`). The ensemble a step matches and
+    pools is a fresh committee's: the federation's on average, at the cost of `size` teachers
+    a step."""
+    picked = draw_committee(len(teachers), size, rng)
+    return teachers if picked is None else [teachers[k] for k in picked]
 
 
 def _stacked_logits(teachers: list[nn.Module], x: torch.Tensor) -> torch.Tensor:

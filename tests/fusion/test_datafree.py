@@ -530,9 +530,9 @@ def test_fedhydra_distils_mixes_labelled_by_the_aggregate(federation, tmp_path, 
         made.append((x, real_mixes(x, gen)))
         return made[-1][1]
 
-    def spy_aggregate(self, x, y, bn=None):
+    def spy_aggregate(self, x, y, bn=None, members=None):
         labelled.append((x, y))
-        return real_aggregate(self, x, y, bn)
+        return real_aggregate(self, x, y, bn, members)
 
     real_distill = fedhydra.Hasa.distill
 
