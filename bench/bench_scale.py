@@ -186,10 +186,11 @@ def fuse(
     device: str = "cpu",
     resident_mib: int | None = None,
 ) -> dict:
-    """One `server fuse` of `method` ("NAME" or "NAME:key=value", e.g. the robust screen)."""
+    """One `server fuse` of `method` ("NAME" or "NAME:key=value[+key=value...]", e.g. the
+    robust screen)."""
     edgefl = Path(sys.executable).parent / "edgefl"
-    name, _, opt = method.partition(":")
-    extra = ["--opt", opt] if opt else []
+    name, _, opts = method.partition(":")
+    extra = [arg for opt in opts.split("+") if opt for arg in ("--opt", opt)]
     model = out / f"{method.replace(':', '.')}.onnx"
     cmd = [
         sys.executable,
