@@ -153,3 +153,12 @@ def test_pfedzkd_teachers_are_built_when_asked():
     assert len(teachers) == 3 and built == []
     teachers[2]
     assert built == [2]
+
+
+def test_coboosting_weight_steps_are_the_same_fraction_of_a_weights_start_past_weight_ref():
+    m = METHODS.get("coboosting")
+    cfg = m.make_config({})
+    assert coboosting.weight_step(cfg, 5) == coboosting.weight_step(cfg, 10) == cfg.weight_lr
+    assert coboosting.weight_step(cfg, 2000) == pytest.approx(cfg.weight_lr * 10 / 2000)
+    code = m.make_config(m.budget_options("code"))
+    assert coboosting.weight_step(code, 2000) == code.weight_lr  # the authors' code: mu at any m
