@@ -218,6 +218,14 @@ def synthesize(teachers: list[Upload], ctx: FusionContext, cfg: PFedZKDConfig):
     n_cls = ctx.num_classes
     counts = largest_remainder(cfg.synthetic, np.ones(len(teachers) * n_cls * len(cfg.betas)))
     counts = counts.reshape(len(teachers), n_cls, len(cfg.betas))
+    if counts[-1].sum() == 0:  # fewer images than cells: the remainders' ties went to the first
+        # teachers in upload order (at 2,000 teachers the first 200 alone); a seeded draw instead
+        counts = counts[np.random.default_rng(cfg.seed + 3).permutation(len(teachers))]
+        ctx.log(
+            f"pfedzkd inverts {int((counts.sum((1, 2)) > 0).sum()):,} of {len(teachers):,} "
+            f"teachers, drawn at random: {cfg.synthetic:,} pseudo-images over {n_cls} classes "
+            f"x {len(cfg.betas)} betas each (raise --synthetic to invert more)"
+        )
     rng = np.random.default_rng(cfg.seed)
     gen = torch.Generator().manual_seed(cfg.seed)
     xs, ys, stats = [], [], []

@@ -162,3 +162,19 @@ def test_coboosting_weight_steps_are_the_same_fraction_of_a_weights_start_past_w
     assert coboosting.weight_step(cfg, 2000) == pytest.approx(cfg.weight_lr * 10 / 2000)
     code = m.make_config(m.budget_options("code"))
     assert coboosting.weight_step(code, 2000) == code.weight_lr  # the authors' code: mu at any m
+
+
+def test_pfedzkd_with_fewer_images_than_cells_inverts_teachers_drawn_at_random(
+    federation, tmp_path
+):
+    """2 teachers x 10 classes x 2 betas are 40 cells: 20 pseudo-images fill one teacher's. The
+    remainders' ties used to go to the first teacher in upload order, whatever the seed."""
+    chosen = set()
+    for seed in range(6):
+        report = _fuse(federation, tmp_path, "pfedzkd", synthetic=20, seed=seed)
+        images = [t["images"] for t in report["teachers"]]
+        assert sorted(images) == [0, 20]
+        chosen.add(images.index(20))
+    assert chosen == {0, 1}
+    full = _fuse(federation, tmp_path, "pfedzkd", synthetic=80)  # 2 a cell: as before, all alike
+    assert [t["images"] for t in full["teachers"]] == [40, 40]
