@@ -213,24 +213,34 @@ def with_mixes(x, labels, teachers, tau: float, seed: int, device, committee=Non
     return torch.cat([x, mixed]), torch.cat([labels, more])
 
 
+def allocation(teachers: int, n_cls: int, cfg: PFedZKDConfig, log) -> np.ndarray:
+    """(teachers x classes x betas) pseudo-image counts: `synthetic` split evenly over the
+    cells. With fewer images than cells the remainders' ties went to the first teachers in
+    upload order (at 2,000 teachers the first 200 alone): the teachers are then a seeded draw."""
+    counts = largest_remainder(cfg.synthetic, np.ones(teachers * n_cls * len(cfg.betas)))
+    counts = counts.reshape(teachers, n_cls, len(cfg.betas))
+    if counts[-1].sum() == 0:
+        counts = counts[np.random.default_rng(cfg.seed + 3).permutation(teachers)]
+        log(
+            f"pfedzkd inverts {int((counts.sum((1, 2)) > 0).sum()):,} of {teachers:,} teachers, "
+            f"drawn at random: {cfg.synthetic:,} pseudo-images over {n_cls} classes x "
+            f"{len(cfg.betas)} betas each (raise --synthetic to invert more)"
+        )
+    return counts
+
+
 def synthesize(teachers: list[Upload], ctx: FusionContext, cfg: PFedZKDConfig):
     """Algorithm 3: every teacher's pseudo-images, its soft targets and per-teacher statistics."""
     n_cls = ctx.num_classes
-    counts = largest_remainder(cfg.synthetic, np.ones(len(teachers) * n_cls * len(cfg.betas)))
-    counts = counts.reshape(len(teachers), n_cls, len(cfg.betas))
-    if counts[-1].sum() == 0:  # fewer images than cells: the remainders' ties went to the first
-        # teachers in upload order (at 2,000 teachers the first 200 alone); a seeded draw instead
-        counts = counts[np.random.default_rng(cfg.seed + 3).permutation(len(teachers))]
-        ctx.log(
-            f"pfedzkd inverts {int((counts.sum((1, 2)) > 0).sum()):,} of {len(teachers):,} "
-            f"teachers, drawn at random: {cfg.synthetic:,} pseudo-images over {n_cls} classes "
-            f"x {len(cfg.betas)} betas each (raise --synthetic to invert more)"
-        )
+    counts = allocation(len(teachers), n_cls, cfg, ctx.log)
     rng = np.random.default_rng(cfg.seed)
     gen = torch.Generator().manual_seed(cfg.seed)
     xs, ys, stats = [], [], []
     ctx.progress("inversion teacher", 0, len(teachers))
     for k, t in enumerate(teachers):
+        if not counts[k].any():  # not drawn (`allocation`): its module is not even read
+            stats.append({"client_id": t.client_id, "images": 0, "target_agreement": None})
+            continue
         module = t.module  # once: a parked upload's is read from disk at each access
         head = getattr(module, "head", None)
         if not isinstance(head, nn.Linear) or head.out_features != n_cls:
