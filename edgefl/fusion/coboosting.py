@@ -30,6 +30,7 @@ authors' code re-initialises it: `--budget code`).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 from torch.nn import functional as F
@@ -147,6 +148,11 @@ class CoBoostingConfig(GeneratorConfig):
     # teacher's: 2,000 teachers x 50,000 samples would be 4 GB), and the weights of a sample's
     # ensemble are its committee's.
     committee: int = option(0, COMMITTEE_HELP, low=0)
+    # At 2,000 teachers with a committee of 64, the diversifying step (a committee's forward
+    # and backward per distillation batch) took 488 of 805 s and its targets, each batch's
+    # fresh committee, gave 27.92 %; from the pool's stored logits: 319 s, 40.75 %
+    # (bench/results/datafree_committee_10k.md).
+    AT_SCALE: ClassVar[tuple[str, ...]] = ("ods_eps=0",)
 
     def __post_init__(self) -> None:
         super().__post_init__()
