@@ -482,3 +482,25 @@ def test_same_models_fingerprints_ignore_only_the_timing(tmp_path):
     assert "1 of 3 files the same" in bench.markdown(
         {"commits": ["a", "b"], "command": "c", "date": "d", "machine": "m"}, rows
     )
+
+
+def test_stage_memory_tags_each_sample_with_the_last_line(tmp_path, monkeypatch):
+    """bench_stage_memory on a child that holds 64 MiB only after its second line: the peak
+    lands in that phase, and the record renders from its JSON."""
+    child = (
+        "import sys, time\n"
+        "print('loading 1/2', file=sys.stderr, flush=True); time.sleep(0.6)\n"
+        "print('holding 2/2', file=sys.stderr, flush=True)\n"
+        "x = bytearray(64 * 2**20); x[::4096] = b'1' * len(x[::4096]); time.sleep(0.6)\n"
+    )
+    out = tmp_path / "m"
+    _run_main(
+        monkeypatch, "bench_stage_memory", "--out", str(out), "--every", "0.1", "--",
+        sys.executable, "-c", child,
+    )  # fmt: skip
+    record = json.loads(out.with_suffix(".json").read_text())
+    peaks = {p["phase"]: p["peak_mib"] for p in record["phases"]}
+    assert record["rc"] == 0 and list(peaks)[-2:] == ["loading", "holding"]
+    assert peaks["holding"] > peaks["loading"] + 50
+    bench = importlib.import_module("bench_stage_memory")
+    assert out.with_suffix(".md").read_text() == bench.render(record)
