@@ -46,7 +46,7 @@ from edgefl.fusion.inversion import invert
 from edgefl.fusion.options import option
 from edgefl.fusion.samples import largest_remainder
 from edgefl.fusion.student import pair_mixes, shuffled_epochs
-from edgefl.fusion.teachers import evaluation_form
+from edgefl.fusion.teachers import TEACHER_GROUP, evaluation_form
 
 
 @dataclass(frozen=True)
@@ -166,17 +166,41 @@ def soft_targets(sim: torch.Tensor, c: int, beta: float, n: int, rng: np.random.
 
 
 @torch.no_grad()
-def consensus(teachers, x: torch.Tensor, tau: float, device, batch: int = 512, committee=None):
-    """Mean over all teachers of softmax(T(x) / tau): the pooled images' soft labels; with
-    `committee` (size, rng), over a random committee of them drawn for each batch."""
+def consensus_of(teachers, parts, tau: float, device, batch: int = 512, committee=None):
+    """For each tensor of `parts`, the mean over all teachers of softmax(T(x) / tau): the
+    pooled images' soft labels. Every teacher's evaluation form is built once for all parts,
+    TEACHER_GROUP at a time (holding all 2,000 took about 3 GiB). With `committee` (size, rng), each
+    batch's labels are a random committee's, drawn for each batch in order."""
+    if committee:
+        return [_committee_consensus(teachers, x, tau, device, batch, committee) for x in parts]
+    sums = [None] * len(parts)
+    for start in range(0, len(teachers), TEACHER_GROUP):
+        group = [teachers[k] for k in range(start, min(start + TEACHER_GROUP, len(teachers)))]
+        for i, x in enumerate(parts):
+            part = torch.cat([_prob_sum(group, xb, tau, device) for xb in x.split(batch)])
+            sums[i] = part if sums[i] is None else sums[i] + part
+    # sum / K is bit for bit the stacked probabilities' mean(0), its form before the grouping
+    return [s / len(teachers) for s in sums]
+
+
+def _prob_sum(teachers, xb: torch.Tensor, tau: float, device) -> torch.Tensor:
+    xb = xb.to(device)
+    probs = [F.softmax(t.to(device).eval()(xb).float() / tau, dim=1) for t in teachers]
+    return torch.stack(probs).sum(0).cpu()
+
+
+def _committee_consensus(teachers, x, tau: float, device, batch: int, committee):
     out = []
     for xb in x.split(batch):
-        xb = xb.to(device)
-        drawn = draw_committee(len(teachers), *committee) if committee else None
+        drawn = draw_committee(len(teachers), *committee)
         some = teachers if drawn is None else [teachers[k] for k in drawn]
-        probs = [F.softmax(t.to(device).eval()(xb).float() / tau, dim=1) for t in some]
-        out.append(torch.stack(probs).mean(0).cpu())
+        out.append(_prob_sum(some, xb, tau, device) / len(some))
     return torch.cat(out)
+
+
+def consensus(teachers, x: torch.Tensor, tau: float, device, batch: int = 512, committee=None):
+    """`consensus_of` one tensor."""
+    return consensus_of(teachers, [x], tau, device, batch, committee)[0]
 
 
 def distill(student, x, labels, *, tau, epochs, lr, batch_size, seed, device, progress=None):
@@ -204,13 +228,10 @@ def distill(student, x, labels, *, tau, epochs, lr, batch_size, seed, device, pr
     return history
 
 
-def with_mixes(x, labels, teachers, tau: float, seed: int, device, committee=None):
-    """(x, labels) followed by as many mixes lam * x_i + (1 - lam) * x_j (lam ~ U(0, 1), j a
-    random pseudo-sample) and their consensus labels."""
-    gen = torch.Generator().manual_seed(seed + 1)  # not the distillation's order stream
-    mixed = pair_mixes(x, gen)
-    more = consensus(teachers, mixed, tau, device, committee=committee)
-    return torch.cat([x, mixed]), torch.cat([labels, more])
+def mixes_of(x: torch.Tensor, seed: int) -> torch.Tensor:
+    """As many mixes lam * x_i + (1 - lam) * x_j of the pseudo-samples (lam ~ U(0, 1), j a
+    random pseudo-sample), labelled later by the teachers as the rest are."""
+    return pair_mixes(x, torch.Generator().manual_seed(seed + 1))  # not the distillation's stream
 
 
 def allocation(teachers: int, n_cls: int, cfg: PFedZKDConfig, log) -> np.ndarray:
@@ -299,11 +320,10 @@ def fuse(ctx: FusionContext, cfg: PFedZKDConfig) -> FusionResult:
     committee = (
         (cfg.committee, torch.Generator().manual_seed(cfg.seed + 2)) if cfg.committee else None
     )
-    modules = Teachers(teachers) if committee else [evaluation_form(t.module) for t in teachers]
     with ctx.stage("label"):
-        labels = consensus(modules, x, cfg.tau, ctx.device, committee=committee)
-        if cfg.mix:
-            x, labels = with_mixes(x, labels, modules, cfg.tau, cfg.seed, ctx.device, committee)
+        parts = [x, mixes_of(x, cfg.seed)] if cfg.mix else [x]
+        labels = consensus_of(Teachers(teachers), parts, cfg.tau, ctx.device, committee=committee)
+        x, labels = torch.cat(parts), torch.cat(labels)
     spec, student = ctx.student(cfg.student)
     with ctx.stage("distill"):
         history = distill(

@@ -179,3 +179,26 @@ def test_pfedzkd_with_fewer_images_than_cells_inverts_teachers_drawn_at_random(
     assert chosen == {0, 1}
     full = _fuse(federation, tmp_path, "pfedzkd", synthetic=80)  # 2 a cell: as before, all alike
     assert [t["images"] for t in full["teachers"]] == [40, 40]
+
+
+def test_pfedzkd_labels_every_teacher_a_group_at_a_time_with_each_form_built_once(monkeypatch):
+    """Past TEACHER_GROUP teachers the consensus holds one group's forms at a time, builds each
+    teacher's once for the labels and the mixes alike, and is their mean up to rounding."""
+    monkeypatch.setattr(pfedzkd, "TEACHER_GROUP", 2)
+    built: list[int] = []
+    nets = [torch.nn.Linear(3, 4) for _ in range(5)]
+
+    class Lazy:
+        def __len__(self):
+            return len(nets)
+
+        def __getitem__(self, k):
+            built.append(k)
+            return nets[k]
+
+    x, mixed = torch.randn(10, 3), torch.randn(6, 3)
+    labels, more = pfedzkd.consensus_of(Lazy(), [x, mixed], 2.0, "cpu", batch=4)
+    assert built == [0, 1, 2, 3, 4]
+    for part, got in ((x, labels), (mixed, more)):
+        want = torch.stack([F.softmax(n(part) / 2.0, 1) for n in nets]).mean(0)
+        torch.testing.assert_close(got, want)

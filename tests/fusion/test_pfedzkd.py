@@ -19,9 +19,10 @@ from edgefl.fusion.pfedzkd import (
     PFedZKDConfig,
     class_similarity,
     consensus,
+    consensus_of,
     invert,
+    mixes_of,
     soft_targets,
-    with_mixes,
 )
 from edgefl.models.zoo import make_spec
 from edgefl.server.fuse import FuseJob, run_fuse
@@ -138,7 +139,10 @@ def test_fuses_heterogeneous_teachers_deterministically(uploads, tmp_path):
 def test_mixes_lie_between_two_pseudo_samples_and_the_teachers_label_them(teacher):
     x = torch.rand(50, 1, 8, 8, generator=torch.Generator().manual_seed(0))
     labels = consensus([teacher], x, 4.0, "cpu")
-    xs, ys = with_mixes(x, labels, [teacher], 4.0, seed=0, device="cpu")
+    mixed = mixes_of(x, seed=0)
+    both = consensus_of([teacher], [x, mixed], 4.0, "cpu")  # one pass over the teachers
+    assert torch.equal(both[0], labels)
+    xs, ys = torch.cat([x, mixed]), torch.cat(both)
     assert torch.equal(xs[:50], x) and torch.equal(ys[:50], labels)
     mixed, flat = xs[50:], x.flatten(1)
     for m in mixed.flatten(1):
