@@ -70,7 +70,10 @@ def profile(cmd: list[str], every: float = 0.5) -> dict:
 
 
 def render(record: dict) -> str:
-    head = f"`{record['command']}` on {record['date']}, {record['machine']}, commit {record['commit']}."
+    head = (
+        f"`{record['command']}` on {record['date']}, {record['machine']}, "
+        f"commit {record['commit']}."
+    )
     out = [head, "", "| phase | peak RSS MiB | at s |", "|---|---:|---:|"]
     out += [f"| {p['phase']} | {p['peak_mib']:,.1f} | {p['at_s']:.1f} |" for p in record["phases"]]
     out += ["", f"exit {record['rc']} after {record['wall_s']:.1f} s"]

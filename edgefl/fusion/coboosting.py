@@ -104,8 +104,9 @@ class CoBoostingConfig(GeneratorConfig):
         0.05, "ensemble weights: sign-gradient step mu (0: plain average; code: 0.01)", low=0
     )
     # Each weight starts at 1/m: a step of mu = 0.05 is 25% of it for the papers' 5 teachers
-    # (their federations hold 5-10 clients) and 100x it for 2,000, where one sign step set a random half of the weights to 0 and the rest to 0.05
-    # (17.76 % on the 10,000-upload federation's 2,000 teachers, each alone 26.78 % on average).
+    # (their federations hold 5-10 clients) and 100x it for 2,000, where one sign step set a
+    # random half of the weights to 0 and the rest to 0.05 (17.76 % on the 10,000-upload
+    # federation's 2,000 teachers, each alone 26.78 % on average).
     weight_ref: int = option(
         10,
         "ensemble weights: weight_lr is the step for up to this many teachers; with m more it "

@@ -504,3 +504,12 @@ def test_stage_memory_tags_each_sample_with_the_last_line(tmp_path, monkeypatch)
     assert peaks["holding"] > peaks["loading"] + 50
     bench = importlib.import_module("bench_stage_memory")
     assert out.with_suffix(".md").read_text() == bench.render(record)
+
+
+@pytest.mark.parametrize(
+    "stem", sorted(p.stem for p in RESULTS.glob("datafree_committee_10k_pfedzkd_*.json"))
+)
+def test_stage_memory_records_render_as_recorded(stem):
+    bench = importlib.import_module("bench_stage_memory")
+    text = bench.render(_recorded(f"{stem}.json"))
+    assert text == (RESULTS / f"{stem}.md").read_text()
