@@ -32,6 +32,7 @@ from torch.nn import functional as F
 
 from edgefl.artifacts import Upload
 from edgefl.errors import FusionError
+from edgefl.fusion import generator
 from edgefl.fusion.base import FusionContext, FusionResult, Method, pfedzkd_table2
 from edgefl.fusion.caps import (
     MAX_TEACHERS,
@@ -41,7 +42,6 @@ from edgefl.fusion.caps import (
     upload_cap,
 )
 from edgefl.fusion.config import FusionConfig
-from edgefl.fusion.generator import draw_committee
 from edgefl.fusion.inversion import invert
 from edgefl.fusion.options import option
 from edgefl.fusion.samples import largest_remainder
@@ -169,8 +169,8 @@ def soft_targets(sim: torch.Tensor, c: int, beta: float, n: int, rng: np.random.
 def consensus_of(teachers, parts, tau: float, device, batch: int = 512, committee=None):
     """For each tensor of `parts`, the mean over all teachers of softmax(T(x) / tau): the
     pooled images' soft labels. Every teacher's evaluation form is built once for all parts,
-    TEACHER_GROUP at a time (holding all 2,000 took about 3 GiB). With `committee` (size, rng), each
-    batch's labels are a random committee's, drawn for each batch in order."""
+    TEACHER_GROUP at a time (holding all 2,000 took about 3 GiB). With `committee` (size,
+    rng), each batch's labels are a random committee's, drawn for each batch in order."""
     if committee:
         return [_committee_consensus(teachers, x, tau, device, batch, committee) for x in parts]
     sums = [None] * len(parts)
@@ -192,8 +192,7 @@ def _prob_sum(teachers, xb: torch.Tensor, tau: float, device) -> torch.Tensor:
 def _committee_consensus(teachers, x, tau: float, device, batch: int, committee):
     out = []
     for xb in x.split(batch):
-        drawn = draw_committee(len(teachers), *committee)
-        some = teachers if drawn is None else [teachers[k] for k in drawn]
+        some = generator.committee(teachers, *committee)
         out.append(_prob_sum(some, xb, tau, device) / len(some))
     return torch.cat(out)
 

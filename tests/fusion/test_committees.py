@@ -60,7 +60,9 @@ def test_a_committee_lifts_the_cap_and_each_pass_uses_that_many(
         drawn.append(n if picked is None else len(picked))
         return picked
 
-    monkeypatch.setattr(f"edgefl.fusion.{method}.draw_committee", spy)
+    # pFedZKD draws through generator.committee; the generator methods call the draw directly
+    where = "generator" if method == "pfedzkd" else method
+    monkeypatch.setattr(f"edgefl.fusion.{where}.draw_committee", spy)
     extra = {"stratification": "counts"} if method == "fedhydra" else {}
     report = _fuse(federation, tmp_path, method, max_teachers=1, committee=1, **extra)
     assert report["used"] == ["client-000", "client-001"]
