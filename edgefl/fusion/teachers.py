@@ -23,6 +23,14 @@ from edgefl.artifacts.upload import Upload
 from edgefl.errors import FusionError
 
 
+def _slice_max(parts: list[torch.Tensor]) -> torch.Tensor:
+    # NaN wins, as in max_pool2d: torch.maximum propagates it; a maximum is exact in any order
+    out = parts[0]
+    for part in parts[1:]:
+        out = torch.maximum(out, part)
+    return out
+
+
 class _WindowMax(torch.autograd.Function):
     """Max over non-overlapping (kh, kw) windows of the last two dims, from strided slices. The
     gradient goes to the first maximum of each window in row-major order, where max_pool2d's
@@ -31,12 +39,10 @@ class _WindowMax(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x: torch.Tensor, kh: int, kw: int) -> torch.Tensor:
         ho, wo = x.shape[-2] // kh, x.shape[-1] // kw
-        out = None
-        for i in range(kh):
-            for j in range(kw):
-                part = x[..., i : i + kh * ho : kh, j : j + kw * wo : kw]
-                # NaN wins, as in max_pool2d: torch.maximum propagates it
-                out = part if out is None else torch.maximum(out, part)
+        # columns first, then rows: each pass reads whole cache lines of the map before it,
+        # where kh * kw quarter-size slices of x read every line kh * kw times
+        cols = _slice_max([x[..., : kh * ho, j : j + kw * wo : kw] for j in range(kw)])
+        out = _slice_max([cols[..., i : i + kh * ho : kh, :] for i in range(kh)])
         ctx.save_for_backward(x, out)
         ctx.window = (kh, kw)
         return out
@@ -110,13 +116,52 @@ def evaluation_form(module: nn.Module, inplace: bool = False) -> nn.Module:
     return fast
 
 
-def teacher_logits(upload: Upload, x: torch.Tensor, device: torch.device, batch: int = 512):
+# Samples a CPU teacher pass feeds a teacher at once: as many as keep its largest activation
+# within ACTIVATION_BYTES, so the maps one layer writes are still in cache when the next reads
+# them (bench/results/teacher_pass.md: a 32-filter scnn ran 3x faster at 64 samples than at 512).
+# A teacher's logits do not depend on the batch (tests/fusion/test_teacher_form.py).
+ACTIVATION_BYTES = 4 << 20
+BATCH_RANGE = (32, 512)
+
+
+def largest_activation(module: nn.Module, sample: torch.Tensor) -> int:
+    """Bytes of the largest output of any leaf module of `module` on `sample` (one sample)."""
+    sizes = [0]
+
+    def hook(_mod, _inputs, out):
+        if isinstance(out, torch.Tensor):
+            sizes.append(out.numel() * out.element_size())
+
+    leaves = [m for m in module.modules() if next(m.children(), None) is None]
+    handles = [m.register_forward_hook(hook) for m in leaves]
+    try:
+        with torch.no_grad():
+            module(sample)
+    finally:
+        for h in handles:
+            h.remove()
+    return max(sizes)
+
+
+def evaluation_batch(module: nn.Module, x: torch.Tensor, device) -> int:
+    """Samples per call of a teacher pass over x (ACTIVATION_BYTES; 512 on an accelerator)."""
+    lo, hi = BATCH_RANGE
+    if torch.device(device).type != "cpu" or len(x) <= lo:
+        return hi
+    size = largest_activation(module, x[:1].to(device))
+    return max(lo, min(hi, ACTIVATION_BYTES // max(1, size)))
+
+
+def teacher_logits(upload: Upload, x: torch.Tensor, device: torch.device, batch: int = 0):
     """Logits of one classifier upload on x (no gradient): the rebuilt module's evaluation form
-    where there is one, onnxruntime otherwise (artifacts from other tools, int8 uploads)."""
+    where there is one, onnxruntime otherwise (artifacts from other tools, int8 uploads); `batch`
+    samples a call, by default evaluation_batch's."""
     outs = []
     module = upload.module  # once: a parked upload's is read from disk at each access
     if module is not None:
         module = evaluation_form(module).to(device)
+        batch = batch or evaluation_batch(module, x, device)
+    batch = batch or BATCH_RANGE[1]
     with torch.no_grad():
         for i in range(0, len(x), batch):
             xb = x[i : i + batch]

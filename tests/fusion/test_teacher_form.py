@@ -8,6 +8,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from edgefl.fusion import teachers as passes
 from edgefl.fusion.teachers import WindowMax, evaluation_form, teacher_logits
 from edgefl.models.parse import parse_model_arg
 from edgefl.models.zoo import build_model
@@ -98,3 +99,30 @@ def test_teacher_logits_use_the_form_without_changing_the_upload():
         assert torch.equal(got, torch.cat([model(x[i : i + 7]) for i in range(0, 30, 7)]))
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
     assert sum(isinstance(m, nn.MaxPool2d) for m in model.modules()) == 2
+
+
+def test_the_pass_batch_follows_the_largest_activation():
+    cpu = torch.device("cpu")
+    x = torch.rand(600, 1, 28, 28)
+    narrow = build_model(parse_model_arg("scnn:width=4", (1, 28, 28), 6)).eval()
+    wide = build_model(parse_model_arg("scnn:width=64", (1, 28, 28), 6)).eval()
+    # the widest map of each: its first convolution's output, 4 bytes a value
+    assert passes.largest_activation(wide, x[:1]) == 64 * 28 * 28 * 4
+    lo, hi = passes.BATCH_RANGE
+    small, big = passes.evaluation_batch(wide, x, cpu), passes.evaluation_batch(narrow, x, cpu)
+    assert lo <= small < big <= hi
+    assert small == max(lo, passes.ACTIVATION_BYTES // (64 * 28 * 28 * 4))
+    # nothing to split, or an accelerator: one size, the module never run to measure it
+    assert passes.evaluation_batch(None, x[:lo], cpu) == hi
+    assert passes.evaluation_batch(None, x, torch.device("cuda")) == hi
+
+
+@pytest.mark.parametrize("arch", ["scnn:width=64", "cnn"])
+def test_the_pass_batch_does_not_change_the_logits(arch):
+    torch.manual_seed(2)
+    model = build_model(parse_model_arg(arch, (1, 28, 28), 6)).eval()
+    x = torch.rand(300, 1, 28, 28)
+    cpu = torch.device("cpu")
+    chosen = teacher_logits(_Up(model), x, cpu)
+    assert passes.evaluation_batch(evaluation_form(model), x, cpu) < len(x)  # split
+    assert torch.equal(chosen, teacher_logits(_Up(model), x, cpu, batch=len(x)))
