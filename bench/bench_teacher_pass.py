@@ -4,7 +4,8 @@ over S samples, as FedMHO-MD, FedDF and the robust screen's probe compute it
 edgefl does now) and once with the plain module (what it did before), in the same process and
 hour; beside them the machine's dense fp32 matmul rate and copy bandwidth measured in the same
 run, and each pass's multiply-adds per second (from the cost model's count) as a fraction of the
-matmul rate.
+matmul rate. Beside them, as a reference for what a mature runtime does with the same layers,
+onnxruntime (all graph optimisations, as many threads as torch) on the first --ort teachers.
 
     python bench/bench_teacher_pass.py --teachers 2000 --samples 6000 --out bench/results/teacher_pass
 """
@@ -12,9 +13,12 @@ matmul rate.
 from __future__ import annotations
 
 import argparse
+import io
 import json
 from types import SimpleNamespace
 
+import numpy as np
+import onnxruntime as ort
 import torch
 from _peak import copy_bandwidth, matmul_peak  # bench/ is on sys.path when run as a script
 from _peak import timed as _timed
@@ -36,7 +40,31 @@ def _plain_pass(ups, x):
     return total / len(ups)
 
 
-def run(arch: str, teachers: int, samples: int, shape, classes: int) -> dict:
+def _ort_pass(ups, x) -> float:
+    """Seconds for onnxruntime to run each of `ups` over x, 512 samples a call, sessions made
+    beforehand (what is timed is the arithmetic, as for torch's passes)."""
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = torch.get_num_threads()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    sessions = []
+    for u in ups:
+        buf = io.BytesIO()
+        # the TorchScript exporter: a reference graph for this bench, not an upload's
+        torch.onnx.export(
+            u.module, (x[:1],), buf, input_names=["x"], output_names=["logits"],
+            dynamic_axes={"x": {0: "n"}}, dynamo=False,
+        )  # fmt: skip
+        sessions.append(ort.InferenceSession(buf.getvalue(), options, ["CPUExecutionProvider"]))
+    xs = x.numpy()
+
+    def passes():
+        for s in sessions:
+            np.concatenate([s.run(None, {"x": xs[i : i + 512]})[0] for i in range(0, len(xs), 512)])
+
+    return _timed(passes)[0]
+
+
+def run(arch: str, teachers: int, samples: int, shape, classes: int, ort_k: int = 0) -> dict:
     spec = parse_model_arg(arch, shape, classes)
     torch.manual_seed(0)
     # fresh weights: their values do not change the arithmetic's cost
@@ -50,6 +78,8 @@ def run(arch: str, teachers: int, samples: int, shape, classes: int) -> dict:
     bandwidth = copy_bandwidth()
     t_new, new = _timed(lambda: passes.mean_teacher_logits(ups, x, "cpu"))
     t_old, old = _timed(lambda: _plain_pass(ups, x))
+    k = min(ort_k, teachers)
+    t_ort = _ort_pass(ups[:k], x) if k else None
     peak_after = matmul_peak()
     return {
         "arch": arch,
@@ -67,6 +97,8 @@ def run(arch: str, teachers: int, samples: int, shape, classes: int) -> dict:
         "form_gmacs": round(macs / t_new / 1e9, 2),
         "form_of_peak": round(macs / t_new / max(peak, peak_after), 3),
         "max_abs_diff": float((new - old).abs().max()),
+        "ort_teachers": k,
+        "ort_gmacs": round(macs * k / teachers / t_ort / 1e9, 2) if k else None,
     }
 
 
@@ -78,17 +110,22 @@ def markdown(header: dict, rows: list[dict]) -> str:
         "",
         "| arch | teachers x samples | threads | matmul GMAC/s (before / after) | copy GB/s | "
         "plain module s | evaluation form s | speedup | form GMAC/s | of matmul peak | "
-        "max abs diff |",
-        "|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|",
+        "max abs diff | onnxruntime GMAC/s (teachers) |",
+        "|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for r in rows:
         lines.append(
             f"| {r['arch']} | {r['teachers']} x {r['samples']} | {r['threads']} | "
             f"{r['matmul_gmacs']} / {r['matmul_gmacs_after']} | {r['copy_gbs']} | "
             f"{r['plain_s']} | {r['form_s']} | {r['speedup']}x | {r['form_gmacs']} | "
-            f"{100 * r['form_of_peak']:.1f}% | {r['max_abs_diff']:.1e} |"
+            f"{100 * r['form_of_peak']:.1f}% | {r['max_abs_diff']:.1e} | {_ort_cell(r)} |"
         )
     return "\n".join(lines) + "\n"
+
+
+def _ort_cell(r: dict) -> str:
+    k = r.get("ort_teachers")  # records before the reference column have none
+    return f"{r['ort_gmacs']} ({k})" if k else "not measured"
 
 
 def main() -> None:
@@ -97,6 +134,7 @@ def main() -> None:
     ap.add_argument("--teachers", type=int, default=2000)
     ap.add_argument("--samples", type=int, default=6000)
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    ap.add_argument("--ort", type=int, default=50, help="teachers onnxruntime runs (0: none)")
     ap.add_argument("--out", help="STEM: write STEM.json and STEM.md")
     args = ap.parse_args()
     if args.threads:
@@ -104,7 +142,7 @@ def main() -> None:
     header = run_header("bench/bench_teacher_pass.py")
     rows = []
     for arch in args.archs.split(","):
-        rows.append(run(arch, args.teachers, args.samples, (1, 28, 28), 10))
+        rows.append(run(arch, args.teachers, args.samples, (1, 28, 28), 10, args.ort))
         print(json.dumps(rows[-1]), flush=True)
     text = markdown(header, rows)
     print(text)
