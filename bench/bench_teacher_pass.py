@@ -46,6 +46,8 @@ def _ort_pass(ups, x) -> float:
     options = ort.SessionOptions()
     options.intra_op_num_threads = torch.get_num_threads()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    # each session has its own pool: idle threads that spin would take the next session's cores
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     sessions = []
     for u in ups:
         buf = io.BytesIO()
