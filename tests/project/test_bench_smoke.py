@@ -157,6 +157,11 @@ RENDERS = {
         lambda m, d: m.markdown(d["meta"], d["rows"]),
         "same_models_since_69c8b9d",
     ),
+    "teacher_pass_2000": (
+        "bench_teacher_pass",
+        lambda m, d: m.markdown(d["meta"], d["rows"]),
+        "teacher_pass_2000",
+    ),
     "teacher_groups": (
         "bench_teacher_groups",
         lambda m, d: m._markdown(d, d["rows"]),
