@@ -41,7 +41,8 @@ def check_committee(cfg) -> None:
 
 def scale_options(cfg) -> tuple[str, ...]:
     """The options a refusal past max_teachers offers to bound the time: a committee, and what
-    else the method's cost needs at that scale (its config's AT_SCALE); () without a committee."""
+    else the method needs at that scale, for its time or its accuracy (its config's AT_SCALE);
+    () without a committee."""
     if not hasattr(cfg, "committee"):
         return ()
     size = min(cfg.max_teachers or COMMITTEE, COMMITTEE)

@@ -79,6 +79,7 @@ def test_the_refusal_offers_what_bounds_the_time_and_a_larger_committee_is_refus
     assert f"--opt {method}:committee=64" in hint
     assert ("stratification=counts" in hint) == (method == "fedhydra")
     assert ("ods_eps=0" in hint) == (method == "coboosting")
+    assert ("weight_lr=0" in hint) == (method == "coboosting")
     with pytest.raises(ConfigError, match="--committee 3 is more than --max-teachers 2"):
         m.make_config({"max_teachers": 2, "committee": 3})
     assert m.make_config({"max_teachers": 0, "committee": 3}).committee == 3  # no cap
