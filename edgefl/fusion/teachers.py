@@ -118,7 +118,8 @@ def evaluation_form(module: nn.Module, inplace: bool = False) -> nn.Module:
 
 # Samples a CPU teacher pass feeds a teacher at once: as many as keep its largest activation
 # within ACTIVATION_BYTES, so the maps one layer writes are still in cache when the next reads
-# them (bench/results/teacher_pass.md: a 32-filter scnn ran 3x faster at 64 samples than at 512).
+# them (bench/results/teacher_pass_2000.md: a 32-filter scnn ran 3x faster at 64 samples than at
+# 512 in a probe).
 # A teacher's logits do not depend on the batch (tests/fusion/test_teacher_form.py).
 ACTIVATION_BYTES = 4 << 20
 BATCH_RANGE = (32, 512)
