@@ -154,9 +154,9 @@ class CoBoostingConfig(GeneratorConfig):
     # fresh committee, gave 27.92 %; from the pool's stored logits: 319 s, 40.75 %. A weight
     # is then judged on the pooled samples whose committee held its teacher, ~64/2,000 of
     # them, too few for a sign step: with the weights' steps 40.75 and 37.22 % (seeds 0, 1),
-    # without them (the plain average) 44.64-45.63 % over three seeds, against 44.96 % with
-    # every one of 500 teachers and no steps, 44.15 % with them
-    # (bench/results/datafree_committee_10k.md).
+    # without them (the plain average) 45.02 % on the mean of three seeds, against 45.43 %
+    # with every one of 500 teachers and no steps (44.15 % with them, seed 0)
+    # (bench/results/datafree_committee_10k_coboosting_seeds.md).
     AT_SCALE: ClassVar[tuple[str, ...]] = ("ods_eps=0", "weight_lr=0")
 
     def __post_init__(self) -> None:
