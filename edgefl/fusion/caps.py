@@ -45,7 +45,8 @@ def scale_options(cfg) -> tuple[str, ...]:
     () without a committee."""
     if not hasattr(cfg, "committee"):
         return ()
-    size = min(cfg.max_teachers or COMMITTEE, COMMITTEE)
+    wanted = getattr(cfg, "COMMITTEE_AT_SCALE", COMMITTEE)  # a method's own where measured
+    size = min(cfg.max_teachers or wanted, wanted)
     return (f"committee={size}", *getattr(cfg, "AT_SCALE", ()))
 
 
