@@ -28,6 +28,7 @@ from edgefl.fusion import teachers as passes
 from edgefl.models.cost import costs
 from edgefl.models.parse import parse_model_arg
 from edgefl.models.zoo import build_model
+from exporters.read import session_options
 
 
 def _plain_pass(ups, x):
@@ -43,11 +44,11 @@ def _plain_pass(ups, x):
 def _ort_pass(ups, x) -> float:
     """Seconds for onnxruntime to run each of `ups` over x, 512 samples a call, each session made
     and run once beforehand (what is timed is the arithmetic, as for torch's warm passes)."""
-    options = ort.SessionOptions()
+    # the server's own options: idle pool threads sleep (50 sessions' spinning pools took each
+    # other's cores: 22 against 34 GMAC/s)
+    options = session_options()
     options.intra_op_num_threads = torch.get_num_threads()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    # each session has its own pool: idle threads that spin would take the next session's cores
-    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     sessions = []
     for u in ups:
         buf = io.BytesIO()
