@@ -10,7 +10,7 @@ package knows nothing about which method consumes an artifact and never imports 
 from .atomic import atomic_write_bytes, atomic_write_text, write_model_atomic
 from .constant import read_constant_outputs, write_constant_artifact
 from .errors import ExportError, UploadRejected
-from .export import MAX_INLINE_BYTES, ExportReport, export_onnx
+from .export import MAX_INLINE_BYTES, ExportReport, export_onnx, max_relative_diff
 from .folder import IngestResult, ingest_dir, list_uploads
 from .graph import weights_hash, without_weights
 from .peek import declared_kinds, peek_kind, peek_metadata
@@ -51,6 +51,7 @@ __all__ = [
     "atomic_write_text",
     "declared_kinds",
     "export_onnx",
+    "max_relative_diff",
     "get_metadata",
     "ingest_dir",
     "list_uploads",

@@ -280,7 +280,8 @@ def _exported_part(model: nn.Module, kind: str) -> nn.Module:
 
 @torch.no_grad()
 def parity(module: nn.Module, art: exporters.Artifact, batch: int = 4, seed: int = 0) -> float:
-    """Max |torch - onnxruntime| (relative above 1) over random valid inputs. Outputs that are not finite, there or
+    """Max |torch - onnxruntime| over random valid inputs, relative to each sample's largest
+    output above 1 (`exporters.max_relative_diff`). Outputs that are not finite, there or
     at the extremes of the valid range, are refused outright: NaN - NaN is NaN, which no
     tolerance comparison catches, and finite weights can still overflow (a model that yields
     NaN poisons every fusion it enters)."""
@@ -302,8 +303,7 @@ def parity(module: nn.Module, art: exporters.Artifact, batch: int = 4, seed: int
             )
     if not all(np.isfinite(o).all() for o in outputs):
         raise RebuildRejected("its outputs are not finite on valid inputs (NaN or infinity)")
-    # Relative where |value| > 1: float32 rounding grows with the value (large logits).
-    return float(np.max(np.abs(ours - ort_out) / np.maximum(1.0, np.abs(ours))))
+    return exporters.max_relative_diff(ours, ort_out)  # NaN was refused above
 
 
 def output_shape(meta: dict, batch: int) -> tuple[int, ...]:

@@ -130,19 +130,16 @@ def plan_cmd(
     dp: str | None = DP,
 ) -> None:
     """The device's role and the largest model of that role that fits its budget."""
-    from edgefl.models.plan import plan  # torch, through the cost model: only when planning
+    from edgefl.models.plan import default_samples, plan  # torch: only when planning
     from edgefl.privacy import DPConfig
 
     check_counts(samples=samples, batch_size=batch_size)
     cfg = DPConfig.parse(dp) if dp is not None else None  # a bad --dp: before planning
-    p = plan(
-        get_profile(profile),
-        dataset_info(dataset),
-        role=role,
-        samples=samples,
-        batch_size=cfg.expected_batch(batch_size) if cfg is not None else batch_size,
-        dp=cfg is not None,
-    )
+    prof, info = get_profile(profile), dataset_info(dataset)
+    samples = samples or default_samples(info)
+    if cfg is not None:  # the memory must hold DP-SGD's expected batch
+        batch_size = cfg.expected_batch(batch_size or prof.batch_size, samples)
+    p = plan(prof, info, role=role, samples=samples, batch_size=batch_size, dp=cfg is not None)
     if json_out:
         print_json(p.as_dict())
     else:

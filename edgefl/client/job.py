@@ -14,6 +14,7 @@ from edgefl.bounds import OneOf, Range, check_fields, declare, declared
 from edgefl.models.augment import resolve as resolve_augment
 from edgefl.models.spec import ModelSpec
 from edgefl.models.zoo import input_kind
+from edgefl.privacy.config import DP_LR, DP_OPTIMIZER
 from edgefl.profiles import Profile
 from edgefl.training import DEFAULT_LR
 
@@ -115,9 +116,17 @@ def window_treatment(spec: ModelSpec, role: str) -> str | None:
     return "aligned" if role == "generator" and input_kind(spec.input_shape) == "signal" else None
 
 
+def job_optimizer(job: ClientJob, profile: Profile) -> str:
+    """The job's optimizer, else DP-SGD's under --dp (edgefl.privacy.config), else the
+    profile's."""
+    return job.optimizer or (DP_OPTIMIZER if job.dp is not None else profile.optimizer)
+
+
 def local_schedule(job: ClientJob, profile: Profile, role: str, samples: int) -> tuple[int, float]:
     """(epochs, lr) a client trains with on `samples` training samples: the job's, else its
-    profile's for that much data (Profile.local_epochs) and the role's default rate."""
-    optimizer = job.optimizer or profile.optimizer
+    profile's for that much data (Profile.local_epochs) and the role's default rate (DP-SGD's
+    for its optimizer under --dp)."""
+    optimizer = job_optimizer(job, profile)
     epochs = job.epochs or profile.local_epochs(samples, job.batch_size)
-    return epochs, job.lr or DEFAULT_LR[(role, optimizer)]
+    dp_default = job.dp is not None and optimizer == DP_OPTIMIZER
+    return epochs, job.lr or (DP_LR if dp_default else DEFAULT_LR[(role, optimizer)])

@@ -16,7 +16,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from edgefl.client.job import ClientJob, job_augment, local_schedule, window_treatment
+from edgefl.client.job import (
+    ClientJob,
+    job_augment,
+    job_optimizer,
+    local_schedule,
+    window_treatment,
+)
 from edgefl.errors import ConfigError
 from edgefl.models.parse import parse_model_arg
 from edgefl.models.spec import ModelSpec
@@ -58,7 +64,7 @@ def training_differs(cjob: ClientJob, made: ModelSpec, role: str, trained: dict)
     profile = get_profile(cjob.profile)
     samples = trained.get("samples")
     epochs, lr = local_schedule(cjob, profile, role, samples if isinstance(samples, int) else 0)
-    batch, optimizer = cjob.batch_size or profile.batch_size, cjob.optimizer or profile.optimizer
+    batch, optimizer = cjob.batch_size or profile.batch_size, job_optimizer(cjob, profile)
     for key, want in (
         ("epochs", epochs),
         ("lr", lr),
@@ -205,7 +211,7 @@ def _settings_differ(job: ClientJob, trained: dict) -> str:
         "epochs": epochs,
         "lr": lr,
         "batch_size": job.batch_size or profile.batch_size,
-        "optimizer": job.optimizer or profile.optimizer,
+        "optimizer": job_optimizer(job, profile),
     }
     diffs = [f"{k} {trained.get(k)} -> {v}" for k, v in want.items() if trained.get(k) != v]
     return ", ".join(diffs + _seeds_differ(job, trained) + privacy_differs(job, trained))

@@ -21,7 +21,13 @@ from edgefl.bounds import Range
 from edgefl.client import weightless
 from edgefl.client.attacks import ATTACKS, attack_for
 from edgefl.client.export import export_model
-from edgefl.client.job import ClientJob, job_augment, local_schedule, window_treatment
+from edgefl.client.job import (
+    ClientJob,
+    job_augment,
+    job_optimizer,
+    local_schedule,
+    window_treatment,
+)
 from edgefl.client.privacy import (
     PROTO_CLIP,
     SEARCH_UNDER_DP,
@@ -174,7 +180,7 @@ def choose_model(
 ):
     """The spec to train: --model, an architecture search (--search), or the planner's pick.
     `local` = (x_train, y_train, x_val, y_val) for a search."""
-    batch = _budget_batch(job)
+    batch = _budget_batch(job, profile, samples)
     if job.search:
         spec = run_search(
             job.search,
@@ -213,11 +219,13 @@ def choose_model(
     return p.spec, p.fit
 
 
-def _budget_batch(job: ClientJob) -> int | None:
-    """The batch the memory budget must hold: DP-SGD's expected batch under `--dp ...,batch=B`
-    (its indices are held whole), else the training batch (None: the profile's)."""
+def _budget_batch(job: ClientJob, profile: Profile, samples: int) -> int | None:
+    """The batch the memory budget must hold: DP-SGD's expected batch under `--dp` (its indices
+    are held whole), else the training batch (None: the profile's)."""
     dp, _ = check_request(job.dp, job.label_counts)
-    return dp.expected_batch(job.batch_size) if dp is not None else job.batch_size
+    if dp is None:
+        return job.batch_size
+    return dp.expected_batch(job.batch_size or profile.batch_size, samples)
 
 
 def _local_data(job: ClientJob):
@@ -399,7 +407,7 @@ def _train_config(
     return TrainConfig(
         epochs=epochs,
         batch_size=job.batch_size or profile.batch_size,
-        optimizer=job.optimizer or profile.optimizer,
+        optimizer=job_optimizer(job, profile),
         lr=lr,
         seed=job.seed * 1000 + job.client_index,
         device=job.sim.train_device,

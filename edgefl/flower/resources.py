@@ -16,6 +16,7 @@ import math
 import os
 from dataclasses import dataclass
 
+from edgefl.client.job import job_optimizer
 from edgefl.client.run import ClientJob
 from edgefl.data.registry import DATASETS
 from edgefl.models.cost import costs
@@ -61,7 +62,7 @@ def client_resources(cjob: ClientJob, gpu: bool) -> ClientResources:
     profile = get_profile(cjob.profile)
     spec = parse_model_arg(cjob.model, info.input_shape, info.num_classes)
     train = costs(spec).train_bytes(
-        cjob.batch_size or profile.batch_size, cjob.optimizer or profile.optimizer
+        cjob.batch_size or profile.batch_size, job_optimizer(cjob, profile)
     )
     data = (cjob.subset or info.train_size) * math.prod(info.input_shape) * 4
     return ClientResources(

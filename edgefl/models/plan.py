@@ -22,6 +22,7 @@ from edgefl.errors import BudgetError, ConfigError
 from edgefl.models.cost import Costs, costs, runtime_needs
 from edgefl.models.spec import ModelSpec
 from edgefl.models.zoo import Role, build_model, candidate_specs, make_spec, role_of, spec_label
+from edgefl.privacy.config import DP_OPTIMIZER, dp_expected_batch
 from edgefl.privacy.dpsgd import dp_ready
 from edgefl.profiles import Profile
 
@@ -94,7 +95,9 @@ def check_fit(
     `dp`: trained with DP-SGD (see the module's docstring)."""
     c = costs(spec)
     batch = batch_size or profile.batch_size
-    opt = optimizer or profile.optimizer
+    if dp and batch_size is None:
+        batch = dp_expected_batch(samples, batch)
+    opt = optimizer or (DP_OPTIMIZER if dp else profile.optimizer)
     budget = profile.ram_budget_bytes
     reasons, short = [], []
     chunk = clipping = None

@@ -25,14 +25,32 @@ ACCOUNTANT = (
 MECHANISM = "dp-sgd"  # per-sample clipping, Gaussian noise, Poisson-sampled batches
 CLIP = Range(0, low_open=True)
 
+# What DP-SGD trains with where the request names no batch, optimizer or lr. Clipping caps each
+# sample's gradient at C whatever the loss's scale, and the noise's norm is sigma C sqrt(d) / B:
+# DP-SGD wants a few large, scale-free steps, not the many small ones of plain training. At the
+# profiles' own settings (batch 16-64, their optimizers and rates) the federations lost 16-50
+# points at epsilon 8; with these, 2-7 (bench/results/dp_defaults.md).
+DP_OPTIMIZER = "adam"  # per-coordinate steps: no learning rate to re-tune for clipped gradients
+DP_LR = 1e-2  # one-client probes: 1e-3 and 3e-3 too slow for ~150-700 steps, 2e-2 unstable
+DP_BATCHES_PER_EPOCH = 6  # HAPT users (~360 windows): 64 > 32 and 128; MNIST: 384-768 alike
+DP_BATCH_MAX = 512  # MNIST clients (~6,000 images): 1,024 lost 7 points to 512 (fewer steps)
+
+
+def dp_expected_batch(samples: int, batch_size: int) -> int:
+    """DP-SGD's expected Poisson batch where `--dp` names none: about DP_BATCHES_PER_EPOCH an
+    epoch, at most DP_BATCH_MAX and at least the training batch `batch_size`. It costs no
+    memory (a batch is gathered and clipped a chunk at a time) and no time (an epoch still
+    takes each sample's gradient once)."""
+    return max(batch_size, min(DP_BATCH_MAX, math.ceil(samples / DP_BATCHES_PER_EPOCH)))
+
 
 @declared(epsilon=8.0)
 @dataclass(frozen=True)
 class DPConfig:
     """The privacy asked for. delta None: 1/n of the client's data, resolved by `plan_dp`.
-    batch: the expected Poisson batch (None: the training batch). Larger batches buy more signal
-    per unit of noise at the same epsilon (the noise's norm is sigma C sqrt(d) / batch), and
-    cost no memory: a batch is gathered and clipped a chunk at a time."""
+    batch: the expected Poisson batch (None: `dp_expected_batch`). Larger batches buy more
+    signal per unit of noise at the same epsilon (the noise's norm is sigma C sqrt(d) / batch),
+    and cost no memory: a batch is gathered and clipped a chunk at a time."""
 
     epsilon: float = declare(
         BOUNDS["epsilon"], flag="--dp epsilon", hint="e.g. --dp 8 (smaller: more private, noisier)"
@@ -47,9 +65,10 @@ class DPConfig:
     def __post_init__(self) -> None:
         check_fields(self)
 
-    def expected_batch(self, batch_size: int | None) -> int | None:
-        """DP-SGD's expected Poisson batch: `batch=B`, else the training batch `batch_size`."""
-        return self.batch or batch_size
+    def expected_batch(self, batch_size: int, samples: int) -> int:
+        """DP-SGD's expected Poisson batch: `batch=B`, else `dp_expected_batch` of the
+        `samples` and the training batch `batch_size`."""
+        return self.batch or dp_expected_batch(samples, batch_size)
 
     @classmethod
     def parse(cls, text: str) -> DPConfig:
@@ -149,12 +168,12 @@ class DPPlan:
 
 
 def plan_dp(cfg: DPConfig, samples: int, batch_size: int, epochs: int) -> DPPlan:
-    """The noise that spends `cfg.epsilon` over `epochs` epochs of expected batch `cfg.batch`
-    (else `batch_size`) on `samples` samples. Raises ConfigError (with the fix) when no noise
-    can."""
-    batch_size = cfg.expected_batch(batch_size)
+    """The noise that spends `cfg.epsilon` over `epochs` epochs of DP-SGD's expected batch
+    (`DPConfig.expected_batch` of the training batch `batch_size`) on `samples` samples. Raises
+    ConfigError (with the fix) when no noise can."""
     for name, value in (("samples", samples), ("batch_size", batch_size), ("epochs", epochs)):
         Range(1, integer=True).check(name, value)
+    batch_size = cfg.expected_batch(batch_size, samples)
     delta = cfg.delta if cfg.delta is not None else 1 / samples
     if delta >= 1:
         raise ConfigError(

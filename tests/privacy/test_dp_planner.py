@@ -283,3 +283,21 @@ def test_client_plan_counts_dp_sgds_own_batch(cli):
     out = cli("client", "plan", "--profile", "wristband", "--dp", "8,batch=4096", "--json")
     assert out.exit_code == 0, out.output
     assert json.loads(out.output)["fit"]["batch_size"] == 4096
+
+
+def test_without_a_dp_batch_the_planner_holds_dp_sgds_default_one_with_adam():
+    """--dp without batch=: the budget holds DP-SGD's default expected batch (n/6, at most 512)
+    and Adam's moments, the optimizer DP-SGD trains with unless the job names one."""
+    from edgefl.client.job import ClientJob
+    from edgefl.client.run import choose_model
+
+    prof, info = get_profile("smartphone"), DATASETS.get("mnist")
+    job = ClientJob(profile="smartphone", dataset="mnist", model="cnn", dp="8")
+    spec, fit = choose_model(job, prof, info, 6000)
+    assert (fit.batch_size, fit.optimizer) == (512, "adam")
+    assert fit == check_fit(spec, prof, samples=6000, dp=True)
+    assert check_fit(spec, prof, samples=360, dp=True).batch_size == 64  # the training batch
+    band = check_fit(
+        make_spec("cvae-mlp", *MNIST, hidden=24), get_profile("wristband"), samples=360, dp=True
+    )
+    assert band.batch_size == 60

@@ -177,7 +177,7 @@ def test_bad_dp_text_says_the_fix(text, start, fix):
 
 
 def test_plan_spends_the_target_with_delta_one_over_n():
-    plan = plan_dp(DPConfig(8.0), samples=1000, batch_size=50, epochs=3)
+    plan = plan_dp(DPConfig(8.0, batch=50), samples=1000, batch_size=50, epochs=3)
     assert plan.delta == pytest.approx(1e-3)
     assert plan.sample_rate == pytest.approx(0.05)
     assert plan.steps == 3 * 20
@@ -221,6 +221,21 @@ def test_a_one_sample_client_needs_an_explicit_delta():
     assert plan_dp(DPConfig(8.0, delta=1e-5), samples=1, batch_size=1, epochs=1).steps == 1
 
 
+def test_without_a_batch_dp_sgd_takes_about_six_large_batches_an_epoch():
+    """DP-SGD's own expected batch where --dp names none: n/6, at most 512, at least the
+    training batch; the steps follow it (an epoch is 1/q steps)."""
+    from edgefl.privacy.config import DP_BATCH_MAX, dp_expected_batch
+
+    assert dp_expected_batch(360, 16) == 60  # a HAPT user's windows on a band
+    assert dp_expected_batch(360, 64) == 64  # never below the training batch
+    assert dp_expected_batch(5_719, 16) == DP_BATCH_MAX == 512  # an MNIST client
+    plan = plan_dp(DPConfig(8.0), 360, 16, 30)
+    assert plan.sample_rate == pytest.approx(60 / 360)
+    assert plan.steps == 30 * 6
+    assert DPConfig(8.0).expected_batch(16, 360) == 60
+    assert DPConfig(8.0, batch=100).expected_batch(16, 360) == 100
+
+
 def test_the_dp_batch_sets_the_sampling_rate_and_round_trips():
     """`--dp 8,batch=256` samples each of 1,024 samples with probability 1/4 (the training
     batch does without it); its text reads back; a batch that is no whole number >= 1 is
@@ -228,7 +243,7 @@ def test_the_dp_batch_sets_the_sampling_rate_and_round_trips():
     cfg = DPConfig.parse("8,batch=256")
     assert cfg.batch == 256 and DPConfig.parse(cfg.text()) == cfg
     assert plan_dp(cfg, 1024, 16, 2).sample_rate == 0.25
-    assert plan_dp(DPConfig(8.0), 1024, 16, 2).sample_rate == 16 / 1024
+    assert plan_dp(DPConfig(8.0, batch=16), 1024, 64, 2).sample_rate == 16 / 1024
     for bad in ("8,batch=0", "8,batch=2.5", "8,batch=x"):
         with pytest.raises(ConfigError):
             DPConfig.parse(bad)

@@ -135,6 +135,26 @@ def test_exact_counts_under_dp_leave_the_upload_not_private_as_a_whole(cli, tmp_
     assert "exact" in spent(meta).why
 
 
+def test_dp_sgd_trains_by_its_own_defaults_unless_the_job_names_them(cli, tmp_path):
+    """Under --dp a client takes Adam at DP_LR and about six expected batches an epoch (the
+    profile's SGD at 0.01 and batch 64 lost 16-30 points at epsilon 8); a named lr and batch
+    stay the job's. The upload records what was used."""
+    from edgefl.privacy.config import DP_LR, DP_OPTIMIZER, dp_expected_batch
+
+    r = train(cli, tmp_path / "own", 0, "--dp", "8")
+    assert r.exit_code == 0, r.output
+    training = meta_of(tmp_path / "own" / "client-000.onnx")["training"]
+    assert (training["optimizer"], training["lr"]) == (DP_OPTIMIZER, DP_LR)
+    n = training["samples"]
+    rate = training["privacy"]["sample_rate"]
+    assert rate == pytest.approx(min(1.0, dp_expected_batch(n, training["batch_size"]) / n))
+    r = train(cli, tmp_path / "named", 0, "--dp", "8,batch=8", "--lr", "0.003")
+    assert r.exit_code == 0, r.output
+    training = meta_of(tmp_path / "named" / "client-000.onnx")["training"]
+    assert (training["optimizer"], training["lr"]) == (DP_OPTIMIZER, 0.003)
+    assert training["privacy"]["sample_rate"] == pytest.approx(8 / training["samples"])
+
+
 # --- bad input: one message, exit 2, before any data --------------------------------------
 
 
