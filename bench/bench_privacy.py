@@ -13,7 +13,7 @@ with a non-member); `--hapt-users K` makes each of the K users with the most win
 with its own models and pools their scores (one user's ~170 + 170 queries leave AUC intervals
 about +-0.06 wide). Per privacy setting (no DP; DP-SGD at each epsilon, delta 1/n), the client
 trains the dataset's classifier and CVAE with the same recipe (Adam, batch 64, enough epochs for
-the profiles' 300 optimiser steps), and every attack of `edgefl.privacy.audit` runs on what
+the profiles' 300 optimiser steps; under DP at DP-SGD's own expected batch and rate), and every attack of `edgefl.privacy.audit` runs on what
 would be uploaded: the classifier (loss threshold; offline LiRA with `--shadows` shadow models
 trained by the same recipe on other data of the distribution) and the CVAE's decoder
 (reconstruction by latent optimisation; nearest of 2,000 samples per class; each also calibrated
@@ -47,15 +47,16 @@ import numpy as np
 from edgefl.data import load_dataset, partition
 from edgefl.models.zoo import make_spec
 from edgefl.privacy import DPConfig, audit
+from edgefl.privacy.config import DP_LR
 from edgefl.training import TrainConfig, evaluate, init_model, one_thread, train
 
 ROOT = Path(__file__).resolve().parents[1]
 MIN_STEPS, BATCH = 300, 64  # the device profiles' min_steps and batch size
 # Adam (the profiles' optimizer for small devices): edgefl.training.DEFAULT_LR without DP; under
-# DP the best of 1e-3, 3e-3 and 1e-2 on the MNIST client at epsilon 8 (test accuracy 0.66, 0.79,
-# 0.80 for the cnn; held-out CVAE loss 231, 206, 208), since noisy steps want a larger rate.
+# DP what `client train --dp` trains with (edgefl.privacy.config: DP_LR, and DP-SGD's default
+# expected batch, n/6 of at least BATCH), so the audit attacks what a device uploads.
 LR = {("classifier", False): 1e-3, ("generator", False): 1e-3}
-LR |= {("classifier", True): 1e-2, ("generator", True): 3e-3}
+LR |= {("classifier", True): DP_LR, ("generator", True): DP_LR}
 BLOCK = 4  # HAPT windows dealt to members / non-members in blocks of this many
 SAMPLES_PER_CLASS = 2000  # sample-distance attack: draws of each class from the decoder
 LINK_EPSILONS = (8.0, 1.0)  # label counts released under Laplace noise of scale 1/epsilon

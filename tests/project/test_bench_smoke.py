@@ -207,6 +207,20 @@ def test_render_modes_rewrite_the_page_from_its_json(name, stem, argv, monkeypat
     _same_rows((tmp_path / f"{stem}.md").read_text(), f"{stem}.md")
 
 
+def test_dp_settings_trains_both_roles_at_dp_sgds_default_batch(monkeypatch, tmp_path):
+    out = tmp_path / "dp"
+    _run_main(
+        monkeypatch, "bench_dp_settings", "--dataset", "mnist", "--epochs", "1", "--subset",
+        "300", "--setting", "generator/cvae-mlp:hidden=8/0/1e-2/adam", "--setting",
+        "classifier/mlp:hidden=8/32/1e-2/adam", "--out", str(out),
+    )  # fmt: skip
+    rows = json.loads(out.with_suffix(".json").read_text())["rows"]
+    # BATCH 0: n/6 of 300 samples (over the band's 16); BATCH 32 as named
+    assert [(r["batch"], r["steps"]) for r in rows] == [(50, 6), (32, 10)]
+    assert all(0 <= r["accuracy"] <= 100 and r["noise_multiplier"] > 0 for r in rows)
+    assert out.with_suffix(".md").read_text().count("| generator/") == 1
+
+
 def test_privacy_render_mode(monkeypatch, tmp_path):
     shutil.copy(RESULTS / "privacy_audit.json", tmp_path / "p.json")
     _run_main(monkeypatch, "bench_privacy", "--render", str(tmp_path / "p.json"))
