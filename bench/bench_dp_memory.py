@@ -128,16 +128,18 @@ def render(result: dict) -> str:
         "",
         "Peaks measured with edgefl.privacy.memory (torch's CPU allocations, what the planner's",
         "tests check the estimate against); budget 845 KiB (the wristband's RAM budget); random",
-        "inputs of the dataset's shape, 32 Poisson steps of mean 16, Adam.",
+        "inputs of the dataset's shape, 32 Poisson steps of DP-SGD's expected batch as planned,",
+        "Adam.",
         "",
-        "| dataset | pick under --dp | clipping, chunk | DP estimate KiB | DP measured KiB |"
+        "| dataset | pick under --dp | clipping, chunk of batch | DP estimate KiB | DP measured KiB |"
         " budget KiB | no DP est. / meas. KiB | per-sample path, whole batch: est. / meas. KiB |",
         "|---|---|---|--:|--:|--:|--:|--:|",
     ]
     for r in result["rows"]:
         lines.append(
             f"| {r['dataset']} | {r['model']} ({r['role']}, {r['params']:,} params) | "
-            f"{r['clipping']}, {r['dp_chunk']} | {r['dp_estimate_bytes'] / kib:.1f} | "
+            f"{r['clipping']}, {r['dp_chunk']} of {r['batch_size']} | "
+            f"{r['dp_estimate_bytes'] / kib:.1f} | "
             f"{r['dp_measured_bytes'] / kib:.1f} | {r['budget_bytes'] / kib:.1f} | "
             f"{r['plain_estimate_bytes'] / kib:.1f} / {r['plain_measured_bytes'] / kib:.1f} | "
             f"{r['per_sample_estimate_bytes'] / kib:.1f} / "
