@@ -115,6 +115,21 @@ RENDERS = {
     "datafree_coboosting": ("bench_datafree", lambda m, d: m.markdown(d), "datafree_coboosting"),
     "datafree_hapt": ("bench_datafree_hapt", lambda m, d: m.markdown(d), "datafree_hapt_fedhydra"),
     "dp_memory": ("bench_dp_memory", lambda m, d: m.render(d), "dp_memory"),
+    "dp_settings_mnist_generator": (
+        "bench_dp_settings",
+        lambda m, d: m.render(d),
+        "dp_settings_mnist_generator",
+    ),
+    "dp_settings_mnist_classifier": (
+        "bench_dp_settings",
+        lambda m, d: m.render(d),
+        "dp_settings_mnist_classifier",
+    ),
+    "dp_settings_hapt_classifier": (
+        "bench_dp_settings",
+        lambda m, d: m.render(d),
+        "dp_settings_hapt_classifier",
+    ),
     "export": ("bench_export", lambda m, d: m.markdown(d), "export"),
     "export_template": ("bench_export_template", lambda m, d: m.markdown(d), "export_template"),
     "flower": ("bench_flower", lambda m, d: m.markdown(d["rows"], d["meta"]), "flower_vgg9"),
