@@ -81,8 +81,9 @@ LABEL_HELP = (
 )
 DP_HELP = (
     "Train by DP-SGD for this (epsilon, delta): EPSILON[,delta=D][,clip=C][,batch=B], e.g. 8 "
-    "or 8,delta=1e-5,batch=256 (delta: 1/n by default; batch: the expected Poisson batch, the "
-    "training batch by default). Prototypes (FedGH) spend "
+    "or 8,delta=1e-5,batch=256 (delta: 1/n by default; batch: the expected Poisson batch, by "
+    "default n/6, at least the training batch and at most 512; trained with Adam at lr 1e-2 "
+    "unless an optimizer or lr is named). Prototypes (FedGH) spend "
     f"{PROTO_SHARE:.0%} of it on their own noise. The upload records what it spent."
 )
 
