@@ -25,15 +25,16 @@ ACCOUNTANT = (
 MECHANISM = "dp-sgd"  # per-sample clipping, Gaussian noise, Poisson-sampled batches
 CLIP = Range(0, low_open=True)
 
-# What DP-SGD trains with where the request names no batch, optimizer or lr. Clipping caps each
-# sample's gradient at C whatever the loss's scale, and the noise's norm is sigma C sqrt(d) / B:
-# DP-SGD wants a few large, scale-free steps, not the many small ones of plain training. At the
-# profiles' own settings (batch 16-64, their optimizers and rates) the federations lost 16-50
-# points at epsilon 8; with these, 2-7 (bench/results/dp_defaults.md).
-DP_OPTIMIZER = "adam"  # per-coordinate steps: no learning rate to re-tune for clipped gradients
-DP_LR = 1e-2  # one-client probes: 1e-3 and 3e-3 too slow for ~150-700 steps, 2e-2 unstable
-DP_BATCHES_PER_EPOCH = 6  # HAPT users (~360 windows): 64 > 32 and 128; MNIST: 384-768 alike
-DP_BATCH_MAX = 512  # MNIST clients (~6,000 images): 1,024 lost 7 points to 512 (fewer steps)
+# What DP-SGD trains with where the request names no batch, optimizer or lr (measured one client
+# at a time in bench/results/dp_settings_*.md, whole federations in privacy_federation.md).
+# Clipping caps each sample's gradient at C whatever the loss's scale, and the noise's norm is
+# sigma C sqrt(d) / B: DP-SGD wants fewer, larger, scale-free steps than plain training. At the
+# profiles' own settings MNIST's federation lost 16-26 points at epsilon 8 and HAPT's bands cost
+# theirs 18-20; with these, 9-14 and a gain of 4-9.
+DP_OPTIMIZER = "adam"  # scale-free: SGD's best rate differed 50x between MNIST's and HAPT's phones
+DP_LR = 1e-2  # a band's CVAE at batch 512: its draws 47.56 % useful at 1e-3, 77.11 % at 1e-2
+DP_BATCHES_PER_EPOCH = 6  # HAPT (~360 windows a user): batch 32 / 64 / 128: 67 / 77 / 68 %
+DP_BATCH_MAX = 512  # MNIST clients (~6,000 images): 384-768 alike; 1,024 -8 and +3 on two clients
 
 
 def dp_expected_batch(samples: int, batch_size: int) -> int:
