@@ -181,6 +181,9 @@ def choose_model(
     """The spec to train: --model, an architecture search (--search), or the planner's pick.
     `local` = (x_train, y_train, x_val, y_val) for a search."""
     batch = _budget_batch(job, profile, samples)
+    # the memory of the optimizer the job trains with (job_optimizer: named, DP-SGD's, profile's)
+    budget = {"samples": samples, "batch_size": batch, "dp": job.dp is not None}
+    budget["optimizer"] = job.optimizer
     if job.search:
         spec = run_search(
             job.search,
@@ -194,7 +197,7 @@ def choose_model(
             on_status=status,
             on_progress=progress,
         )
-        fit = check_fit(spec, profile, samples=samples, batch_size=batch, dp=job.dp is not None)
+        fit = check_fit(spec, profile, **budget)
         require_fit(spec, profile, fit)
         return spec, fit
     if job.model or job.spec_file:
@@ -203,19 +206,11 @@ def choose_model(
             if job.spec_file
             else parse_model_arg(job.model, info.input_shape, info.num_classes)
         )
-        fit = check_fit(spec, profile, samples=samples, batch_size=batch, dp=job.dp is not None)
+        fit = check_fit(spec, profile, **budget)
         if not job.force:
             require_fit(spec, profile, fit)
         return spec, fit
-    p = plan(
-        profile,
-        info,
-        role=job.role,
-        samples=samples,
-        batch_size=batch,
-        max_macs=job.max_macs,
-        dp=job.dp is not None,
-    )
+    p = plan(profile, info, role=job.role, max_macs=job.max_macs, **budget)
     return p.spec, p.fit
 
 

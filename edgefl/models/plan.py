@@ -213,9 +213,12 @@ def decide_role(
     samples: int,
     batch_size: int | None = None,
     dp: bool = False,
+    optimizer: str | None = None,
 ) -> tuple[Role, str]:
     ref = make_spec(info.reference_classifier, info.input_shape, info.num_classes)
-    fit = check_fit(ref, profile, samples=samples, batch_size=batch_size, dp=dp)
+    fit = check_fit(
+        ref, profile, samples=samples, batch_size=batch_size, dp=dp, optimizer=optimizer
+    )
     if fit.fits:
         return "classifier", (
             f"can train the reference classifier {spec_label(ref)!r} within budget"
@@ -236,14 +239,16 @@ def plan(
     batch_size: int | None = None,
     max_macs: int | None = None,
     dp: bool = False,
+    optimizer: str | None = None,
 ) -> Plan:
     """The largest model (by MACs, then parameters) of the device's role that fits every budget.
     `max_macs` optionally caps the choice (e.g. to keep a CPU simulation fast); `dp`: every
-    budget checked for DP-SGD training (see the module's docstring)."""
+    budget checked for DP-SGD training (see the module's docstring); `optimizer`: the one the
+    job names (None: DP-SGD's under `dp`, else the profile's)."""
     samples = samples or default_samples(info)
-    search = (info, profile, samples, batch_size, max_macs, dp)
+    search = (info, profile, samples, batch_size, max_macs, dp, optimizer)
     if role == "auto":
-        chosen_role, why = decide_role(profile, info, samples, batch_size, dp)
+        chosen_role, why = decide_role(profile, info, samples, batch_size, dp, optimizer)
     elif role in ("classifier", "generator"):
         chosen_role, why = role, "role given by --role"
     else:
@@ -264,18 +269,16 @@ def plan(
 
 def _nothing_fits(role, candidates, search) -> BudgetError:
     """The refusal when no candidate fits: the smallest one's shortfall, and the fix."""
-    info, profile, samples, batch_size, _, dp = search
+    info, profile, samples, batch_size, _, dp, optimizer = search
+    budget = {"samples": samples, "batch_size": batch_size, "optimizer": optimizer}
     if dp:  # the least DP training memory, among those DP-SGD can train at all
         trainable = [s for s in candidates if not _batchnorm(s)] or candidates
         smallest = min(
-            trainable,
-            key=lambda s: (
-                check_fit(s, profile, samples=samples, dp=True, batch_size=batch_size).train_bytes
-            ),
+            trainable, key=lambda s: check_fit(s, profile, dp=True, **budget).train_bytes
         )
     else:
         smallest = min(candidates, key=lambda s: costs(s).macs)
-    fit = check_fit(smallest, profile, samples=samples, batch_size=batch_size, dp=dp)
+    fit = check_fit(smallest, profile, dp=dp, **budget)
     hint = "lower --batch-size, train on fewer samples, or use a larger device profile"
     if dp:
         hint = (
@@ -290,11 +293,13 @@ def _nothing_fits(role, candidates, search) -> BudgetError:
     )
 
 
-def _search(role, info, profile, samples, batch_size, max_macs, dp=False):
+def _search(role, info, profile, samples, batch_size, max_macs, dp=False, optimizer=None):
     candidates = candidate_specs(info.input_shape, info.num_classes, role)
     fitting, rejected = [], []
     for spec in candidates:
-        fit = check_fit(spec, profile, samples=samples, batch_size=batch_size, dp=dp)
+        fit = check_fit(
+            spec, profile, samples=samples, batch_size=batch_size, dp=dp, optimizer=optimizer
+        )
         if not fit.fits:
             rejected.append((spec_label(spec), fit.reasons))
         elif max_macs is not None and costs(spec).macs > max_macs:

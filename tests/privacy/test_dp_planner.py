@@ -308,3 +308,20 @@ def test_without_a_dp_batch_the_planner_holds_dp_sgds_default_one_with_adam():
         make_spec("cvae-mlp", *MNIST, hidden=24), get_profile("wristband"), samples=360, dp=True
     )
     assert band.batch_size == 60
+
+
+@pytest.mark.parametrize("dp", [None, "8"])
+def test_the_planner_counts_the_optimizer_the_job_names(dp):
+    """A phone's job naming Adam is planned with Adam's two moments (the profile's SGD with
+    momentum keeps one), with or without --dp; a job naming none gets the profile's, or Adam
+    under --dp."""
+    from edgefl.client.job import ClientJob
+    from edgefl.client.run import choose_model
+
+    prof, info = get_profile("smartphone"), DATASETS.get("mnist")
+    named = ClientJob(profile="smartphone", dataset="mnist", model="cnn", dp=dp, optimizer="adam")
+    spec, fit = choose_model(named, prof, info, 6000)
+    assert fit.optimizer == "adam"
+    assert fit == check_fit(spec, prof, samples=6000, dp=dp is not None, optimizer="adam")
+    _, default = choose_model(dataclasses.replace(named, optimizer=None), prof, info, 6000)
+    assert default.optimizer == ("adam" if dp else prof.optimizer)
