@@ -88,8 +88,8 @@ def export_onnx(
         )
         if not max_diff <= atol:  # also catches NaN
             raise ExportError(
-                f"onnxruntime and torch disagree: max difference {max_diff:.3g} (relative to the sample's largest value above 1) "
-                f"> atol {atol:g}"
+                f"onnxruntime and torch disagree: max difference {max_diff:.3g} (relative to "
+                f"the sample's largest value above 1) > atol {atol:g}"
                 " (the module may behave differently when traced)"
             )
     finally:

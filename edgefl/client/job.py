@@ -14,7 +14,7 @@ from edgefl.bounds import OneOf, Range, check_fields, declare, declared
 from edgefl.models.augment import resolve as resolve_augment
 from edgefl.models.spec import ModelSpec
 from edgefl.models.zoo import input_kind
-from edgefl.privacy.config import DP_LR, DP_OPTIMIZER
+from edgefl.privacy.config import DP_LR, DP_OPTIMIZER, optimizer_for
 from edgefl.profiles import Profile
 from edgefl.training import DEFAULT_LR
 
@@ -119,7 +119,7 @@ def window_treatment(spec: ModelSpec, role: str) -> str | None:
 def job_optimizer(job: ClientJob, profile: Profile) -> str:
     """The job's optimizer, else DP-SGD's under --dp (edgefl.privacy.config), else the
     profile's."""
-    return job.optimizer or (DP_OPTIMIZER if job.dp is not None else profile.optimizer)
+    return optimizer_for(job.optimizer, profile.optimizer, job.dp is not None)
 
 
 def local_schedule(job: ClientJob, profile: Profile, role: str, samples: int) -> tuple[int, float]:

@@ -180,10 +180,13 @@ def choose_model(
 ):
     """The spec to train: --model, an architecture search (--search), or the planner's pick.
     `local` = (x_train, y_train, x_val, y_val) for a search."""
-    batch = _budget_batch(job, profile, samples)
-    # the memory of the optimizer the job trains with (job_optimizer: named, DP-SGD's, profile's)
-    budget = {"samples": samples, "batch_size": batch, "dp": job.dp is not None}
-    budget["optimizer"] = job.optimizer
+    # the memory of the optimizer the job trains with (named, else DP-SGD's, else the profile's)
+    budget = {
+        "samples": samples,
+        "batch_size": _budget_batch(job, profile, samples),
+        "dp": job.dp is not None,
+        "optimizer": job.optimizer,
+    }
     if job.search:
         spec = run_search(
             job.search,

@@ -22,7 +22,7 @@ from edgefl.errors import BudgetError, ConfigError
 from edgefl.models.cost import Costs, costs, runtime_needs
 from edgefl.models.spec import ModelSpec
 from edgefl.models.zoo import Role, build_model, candidate_specs, make_spec, role_of, spec_label
-from edgefl.privacy.config import DP_OPTIMIZER, dp_expected_batch
+from edgefl.privacy.config import dp_expected_batch, optimizer_for
 from edgefl.privacy.dpsgd import dp_ready
 from edgefl.profiles import Profile
 
@@ -97,7 +97,7 @@ def check_fit(
     batch = batch_size or profile.batch_size
     if dp and batch_size is None:
         batch = dp_expected_batch(samples, batch)
-    opt = optimizer or (DP_OPTIMIZER if dp else profile.optimizer)
+    opt = optimizer_for(optimizer, profile.optimizer, dp)
     budget = profile.ram_budget_bytes
     reasons, short = [], []
     chunk = clipping = None

@@ -37,6 +37,12 @@ DP_BATCHES_PER_EPOCH = 6  # HAPT (~360 windows a user): batch 32 / 64 / 128: 67 
 DP_BATCH_MAX = 512  # MNIST clients (~6,000 images): 384-768 alike; 1,024 -8 and +3 on two clients
 
 
+def optimizer_for(named: str | None, profile_optimizer: str, dp: bool) -> str:
+    """The optimizer a job trains with: the one it names, else DP-SGD's under --dp, else its
+    profile's (what the planner counts and what training runs)."""
+    return named or (DP_OPTIMIZER if dp else profile_optimizer)
+
+
 def dp_expected_batch(samples: int, batch_size: int) -> int:
     """DP-SGD's expected Poisson batch where `--dp` names none: about DP_BATCHES_PER_EPOCH an
     epoch, at most DP_BATCH_MAX and at least the training batch `batch_size`. It costs no
