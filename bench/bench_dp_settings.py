@@ -29,8 +29,9 @@ import numpy as np
 import torch
 from _record import run_header, write_record
 
+from edgefl.client.run import ClientJob, client_shard
 from edgefl.data.datasets import load_dataset
-from edgefl.data.partition import partition, train_val_split
+from edgefl.data.partition import train_val_split
 from edgefl.models.parse import parse_model_arg
 from edgefl.privacy import DPConfig
 from edgefl.privacy.config import dp_expected_batch
@@ -43,13 +44,17 @@ TRAIN_BATCH = {"generator": 16, "classifier": 64}  # the wristband's and the sma
 
 
 def shard(dataset: str, client: int, subset: int | None = None):
-    """(x, y, test x, test y, the client's classes): its training split as simulate makes it."""
+    """(x, y, test x, test y, the client's classes): its training split, as `client train`
+    makes it (edgefl.client.run.client_shard, then the 10 % validation split of its seed)."""
     train_set, test = load_dataset(dataset, "train"), load_dataset(dataset, "test")
     scheme, clients = SHARDS.get(dataset, ("dirichlet:0.5", 10))
-    classes = int(train_set.y.max()) + 1
-    parts = partition(train_set.y, clients, scheme, 0, num_classes=classes, groups=train_set.groups)
-    idx, _ = train_val_split(parts[client], 0.1, 0)
+    job = ClientJob(
+        profile="smartphone", dataset=dataset, partition=scheme, num_clients=clients,
+        client_index=client,
+    )  # fmt: skip
+    idx, _ = train_val_split(client_shard(job, train_set), 0.1, seed=job.seed + client)
     idx = idx[:subset] if subset else idx
+    classes = int(train_set.y.max()) + 1
     counts = np.bincount(train_set.y[idx], minlength=classes)
     held = np.flatnonzero(counts >= 0.01 * counts.sum())
     return (
