@@ -31,10 +31,10 @@ CLIP = Range(0, low_open=True)
 # sigma C sqrt(d) / B: DP-SGD wants fewer, larger, scale-free steps than plain training. At the
 # profiles' own settings MNIST's federation lost 16-26 points at epsilon 8 and HAPT's bands cost
 # theirs 18-20; with these, 9-14 and a gain of 4-9.
-DP_OPTIMIZER = "adam"  # scale-free: SGD's best rate differed 50x between MNIST's and HAPT's phones
-DP_LR = 1e-2  # a band's CVAE at batch 512: its draws 47.56 % useful at 1e-3, 77.11 % at 1e-2
+DP_OPTIMIZER = "adam"  # scale-free: SGD's best of 0.01-0.5 was 0.5 on an MNIST phone, 0.01 on HAPT
+DP_LR = 1e-2  # a band's CVAE at batch 512: its draws 47.56 % useful at 1e-3, 77.28 % at 1e-2
 DP_BATCHES_PER_EPOCH = 6  # HAPT (~360 windows a user): batch 32 / 64 / 128: 67 / 77 / 68 %
-DP_BATCH_MAX = 512  # MNIST clients (~6,000 images): 384-768 alike; 1,024 -8 and +3 on two clients
+DP_BATCH_MAX = 512  # MNIST shards (~6,000 images): 384-768 within 2 points; 1,024 -6 and +2
 
 
 def optimizer_for(named: str | None, profile_optimizer: str, dp: bool) -> str:

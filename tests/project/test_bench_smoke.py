@@ -115,6 +115,21 @@ RENDERS = {
     "datafree_coboosting": ("bench_datafree", lambda m, d: m.markdown(d), "datafree_coboosting"),
     "datafree_hapt": ("bench_datafree_hapt", lambda m, d: m.markdown(d), "datafree_hapt_fedhydra"),
     "dp_memory": ("bench_dp_memory", lambda m, d: m.render(d), "dp_memory"),
+    "dp_settings_mnist_sgd_rates": (
+        "bench_dp_settings",
+        lambda m, d: m.render(d),
+        "dp_settings_mnist_sgd_rates",
+    ),
+    "dp_settings_hapt_sgd_rates": (
+        "bench_dp_settings",
+        lambda m, d: m.render(d),
+        "dp_settings_hapt_sgd_rates",
+    ),
+    "dp_settings_mnist_generator_batch": (
+        "bench_dp_settings",
+        lambda m, d: m.render(d),
+        "dp_settings_mnist_generator_batch",
+    ),
     "privacy_audit_hapt6": ("bench_privacy", lambda m, d: m.render(d), "privacy_audit_hapt6"),
     "dp_settings_mnist_generator": (
         "bench_dp_settings",
