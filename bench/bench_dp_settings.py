@@ -74,6 +74,27 @@ def _accuracy(model, x, y) -> float:
     return round(100 * float((pred.numpy() == y).mean()), 2) if len(y) else float("nan")
 
 
+def setting_problem(setting: str) -> str | None:
+    """What is wrong with a ROLE/MODEL/BATCH/LR/OPTIMIZER[/EPSILON] setting, None if nothing."""
+    parts = setting.split("/")
+    if len(parts) not in (5, 6):
+        return (
+            "write ROLE/MODEL/BATCH/LR/OPTIMIZER[/EPSILON], e.g. generator/cvae-small/0/1e-2/adam"
+        )
+    role, _, batch, lr, optimizer, *eps = parts
+    try:
+        ok = (
+            int(batch) >= 0 and float(lr) > 0 and (not eps or eps[0] == "none" or float(eps[0]) > 0)
+        )
+    except ValueError:
+        ok = False
+    if role not in TRAIN_BATCH or optimizer not in ("adam", "sgd", "sgd-momentum") or not ok:
+        return (
+            "ROLE generator | classifier, BATCH >= 0, LR > 0, OPTIMIZER adam | sgd | sgd-momentum"
+        )
+    return None
+
+
 def run_setting(setting: str, data, epsilon: str, epochs: int, draws: int = DRAWS) -> dict:
     role, model, batch, lr, optimizer, *own = setting.split("/")
     epsilon = own[0] if own else epsilon
@@ -151,6 +172,9 @@ def main() -> None:
     ap.add_argument("--out", default=str(OUT))
     ap.add_argument("--render", default=None, help="only render this results JSON as markdown")
     args = ap.parse_args()
+    for setting in args.setting or ():
+        if problem := setting_problem(setting):
+            ap.error(f"--setting {setting!r}: {problem}")  # before any data loads
     if args.render:
         print(render(json.loads(Path(args.render).read_text())))
         return

@@ -250,6 +250,9 @@ def test_dp_settings_trains_both_roles_at_dp_sgds_default_batch(monkeypatch, tmp
     assert [(r["batch"], r["steps"]) for r in rows] == [(50, 6), (32, 10)]
     assert all(0 <= r["accuracy"] <= 100 and r["noise_multiplier"] > 0 for r in rows)
     assert out.with_suffix(".md").read_text().count("| generator/") == 1
+    with pytest.raises(SystemExit) as bad:  # a malformed setting: refused before any data loads
+        _run_main(monkeypatch, "bench_dp_settings", "--setting", "generator/cvae-small/0")
+    assert bad.value.code == 2
 
 
 def test_privacy_render_mode(monkeypatch, tmp_path):
