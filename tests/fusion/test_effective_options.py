@@ -97,6 +97,28 @@ def test_fedmho_takes_table_7_by_the_uploads_dataset(name):
     assert method.effective_config(method.budget_options("code"), (1, 28, 28), "mnist").epochs == 20
 
 
+def test_fedmho_cw_jitters_digits_and_windows_but_not_garments():
+    """fedmho-cw's student jitter by the uploads' dataset: none on Fashion-MNIST (centred,
+    upright garments: bench/results/fashion_fedmho_cw_augment.md), the input kind's elsewhere,
+    what "auto" gave before; FedCVAE-Ens keeps "auto" everywhere; a value given wins."""
+    method = METHODS.get("fedmho-cw")
+    got = {
+        dataset: method.effective_config({}, DATASETS.get(dataset).input_shape, dataset).augment
+        for dataset in ("mnist", "fmnist", "emnist", "svhn", "hapt")
+    }
+    assert got == {
+        "mnist": "affine",
+        "fmnist": "none",
+        "emnist": "affine",
+        "svhn": "affine",
+        "hapt": "rotate",
+    }
+    assert method.effective_config({}, (1, 28, 28), "my-own.npz").augment == "affine"
+    given = method.effective_config({"augment": "affine"}, (1, 28, 28), "fmnist")
+    assert given.augment == "affine"
+    assert METHODS.get("fedcvae-ens").effective_config({}, (1, 28, 28), "fmnist").augment == "auto"
+
+
 def test_server_methods_shows_the_defaults_by_dataset(cli):
     import json
 
