@@ -193,6 +193,11 @@ RENDERS = {
         lambda m, d: m.markdown(d["meta"], d["rows"]),
         "teacher_pass_2000",
     ),
+    "teacher_pass_2000_interleaved": (
+        "bench_teacher_pass",
+        lambda m, d: m.markdown(d["meta"], d["rows"]),
+        "teacher_pass_2000_interleaved",
+    ),
     "teacher_groups": (
         "bench_teacher_groups",
         lambda m, d: m._markdown(d, d["rows"]),
