@@ -29,6 +29,7 @@ import numpy as np
 import torch
 from _record import run_header, write_record
 
+from device_profiles import OPTIMIZERS
 from edgefl.client.run import ClientJob, client_shard
 from edgefl.data.datasets import load_dataset
 from edgefl.data.partition import train_val_split
@@ -88,9 +89,10 @@ def setting_problem(setting: str) -> str | None:
         )
     except ValueError:
         ok = False
-    if role not in TRAIN_BATCH or optimizer not in ("adam", "sgd", "sgd-momentum") or not ok:
+    if role not in TRAIN_BATCH or optimizer not in OPTIMIZERS or not ok:
         return (
-            "ROLE generator | classifier, BATCH >= 0, LR > 0, OPTIMIZER adam | sgd | sgd-momentum"
+            f"ROLE {' | '.join(TRAIN_BATCH)}, BATCH >= 0, LR > 0, "
+            f"OPTIMIZER {' | '.join(OPTIMIZERS)}"
         )
     return None
 

@@ -74,20 +74,19 @@ def _interleaved(ups, x, rounds: int):
     `rounds` slices of the teachers (which goes first alternates): both see the same machine,
     where one pass after the other saw a shared host's load change between them (the plain pass
     took 271-305 s in four runs of one hour)."""
-    t_new = t_old = 0.0
-    new = old = 0.0
+    runs = {
+        "form": lambda part: passes.mean_teacher_logits(part, x, "cpu"),
+        "plain": lambda part: _plain_pass(part, x),
+    }
+    seconds, sums = dict.fromkeys(runs, 0.0), dict.fromkeys(runs, 0.0)
     bounds = np.linspace(0, len(ups), max(1, min(rounds, len(ups))) + 1).astype(int)
     for r, (a, b) in enumerate(zip(bounds[:-1], bounds[1:], strict=True)):
         part = ups[a:b]
-        order = ("form", "plain") if r % 2 == 0 else ("plain", "form")
-        for which in order:
-            if which == "form":
-                t, v = _timed(lambda p=part: passes.mean_teacher_logits(p, x, "cpu"))
-                t_new, new = t_new + t, new + v * len(part)
-            else:
-                t, v = _timed(lambda p=part: _plain_pass(p, x))
-                t_old, old = t_old + t, old + v * len(part)
-    return t_new, t_old, new / len(ups), old / len(ups)
+        for name in list(runs)[:: 1 if r % 2 == 0 else -1]:
+            t, mean = _timed(lambda run=runs[name], part=part: run(part))
+            seconds[name] += t
+            sums[name] = sums[name] + mean * len(part)
+    return seconds["form"], seconds["plain"], sums["form"] / len(ups), sums["plain"] / len(ups)
 
 
 def run(

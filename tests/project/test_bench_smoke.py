@@ -108,44 +108,30 @@ def test_the_record_header_and_the_floors():
 # --- the recorded tables, rendered again from their JSON ------------------------------------
 
 
+# Pages of one bench rendered the same way, each case named by its page's stem.
+DP_SETTINGS_PAGES = (
+    "dp_settings_mnist_generator",
+    "dp_settings_mnist_classifier",
+    "dp_settings_hapt_classifier",
+    "dp_settings_mnist_sgd_rates",
+    "dp_settings_hapt_sgd_rates",
+    "dp_settings_mnist_generator_batch",
+)
+TEACHER_PASS_PAGES = ("teacher_pass_2000", "teacher_pass_2000_interleaved")
+
 RENDERS = {
     # case: (module, render(module, recorded JSON) -> markdown, STEM of STEM.json and STEM.md)
+    **{stem: ("bench_dp_settings", lambda m, d: m.render(d), stem) for stem in DP_SETTINGS_PAGES},
+    **{
+        stem: ("bench_teacher_pass", lambda m, d: m.markdown(d["meta"], d["rows"]), stem)
+        for stem in TEACHER_PASS_PAGES
+    },
     "datafree": ("bench_datafree", lambda m, d: m.markdown(d), "datafree"),
     "datafree_converged": ("bench_datafree", lambda m, d: m.markdown(d), "datafree_converged"),
     "datafree_coboosting": ("bench_datafree", lambda m, d: m.markdown(d), "datafree_coboosting"),
     "datafree_hapt": ("bench_datafree_hapt", lambda m, d: m.markdown(d), "datafree_hapt_fedhydra"),
     "dp_memory": ("bench_dp_memory", lambda m, d: m.render(d), "dp_memory"),
-    "dp_settings_mnist_sgd_rates": (
-        "bench_dp_settings",
-        lambda m, d: m.render(d),
-        "dp_settings_mnist_sgd_rates",
-    ),
-    "dp_settings_hapt_sgd_rates": (
-        "bench_dp_settings",
-        lambda m, d: m.render(d),
-        "dp_settings_hapt_sgd_rates",
-    ),
-    "dp_settings_mnist_generator_batch": (
-        "bench_dp_settings",
-        lambda m, d: m.render(d),
-        "dp_settings_mnist_generator_batch",
-    ),
     "privacy_audit_hapt6": ("bench_privacy", lambda m, d: m.render(d), "privacy_audit_hapt6"),
-    "dp_settings_mnist_generator": (
-        "bench_dp_settings",
-        lambda m, d: m.render(d),
-        "dp_settings_mnist_generator",
-    ),
-    "dp_settings_mnist_classifier": (
-        "bench_dp_settings",
-        lambda m, d: m.render(d),
-        "dp_settings_mnist_classifier",
-    ),
-    "dp_settings_hapt_classifier": (
-        "bench_dp_settings",
-        lambda m, d: m.render(d),
-        "dp_settings_hapt_classifier",
-    ),
     "export": ("bench_export", lambda m, d: m.markdown(d), "export"),
     "export_template": ("bench_export_template", lambda m, d: m.markdown(d), "export_template"),
     "flower": ("bench_flower", lambda m, d: m.markdown(d["rows"], d["meta"]), "flower_vgg9"),
@@ -187,16 +173,6 @@ RENDERS = {
         "bench_same_models",
         lambda m, d: m.markdown(d["meta"], d["rows"]),
         "same_models_since_69c8b9d",
-    ),
-    "teacher_pass_2000": (
-        "bench_teacher_pass",
-        lambda m, d: m.markdown(d["meta"], d["rows"]),
-        "teacher_pass_2000",
-    ),
-    "teacher_pass_2000_interleaved": (
-        "bench_teacher_pass",
-        lambda m, d: m.markdown(d["meta"], d["rows"]),
-        "teacher_pass_2000_interleaved",
     ),
     "teacher_groups": (
         "bench_teacher_groups",
