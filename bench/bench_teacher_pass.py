@@ -167,6 +167,8 @@ def main() -> None:
     )
     ap.add_argument("--out", help="STEM: write STEM.json and STEM.md")
     args = ap.parse_args()
+    if args.rounds < 1:
+        ap.error(f"--rounds {args.rounds}: give 1 or more (10 by default)")
     if args.threads:
         torch.set_num_threads(args.threads)
     header = run_header("bench/bench_teacher_pass.py")

@@ -385,6 +385,9 @@ def test_teacher_pass_tiny(monkeypatch, tmp_path):
     assert row["ort_teachers"] == 1 and row["ort_gmacs"] > 0
     page = (tmp_path / "tp.md").read_text()
     assert "| cnn | 3 x 8 | 1 |" in page and f"| {row['ort_gmacs']} (1) |" in page
+    with pytest.raises(SystemExit) as bad:  # no rounds: refused before any pass runs
+        _run_main(monkeypatch, "bench_teacher_pass", "--rounds", "0")
+    assert bad.value.code == 2
 
 
 # --- tiny measurements ---------------------------------------------------------------------
