@@ -14,27 +14,30 @@ import time
 import torch
 
 
-def timed(fn):
-    """(seconds, value) of one call of `fn`."""
+def timed(fn, device="cpu"):
+    """(seconds, value) of one call of `fn`, an accelerator's queued work included."""
     start = time.perf_counter()
     value = fn()
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize()
     return time.perf_counter() - start, value
 
 
-def matmul_peak(n: int = 2048, repeats: int = 5) -> float:
-    """Best multiply-adds per second of an n x n fp32 matmul."""
-    a, b = torch.rand(n, n), torch.rand(n, n)
-    torch.mm(a, b)
-    best = min(timed(lambda: torch.mm(a, b))[0] for _ in range(repeats))
+def matmul_peak(n: int = 2048, repeats: int = 5, device="cpu") -> float:
+    """Best multiply-adds per second of an n x n fp32 matmul on `device` (on a GPU, as torch's
+    matmul precision is set: strict fp32 unless the caller allows TF32)."""
+    a, b = torch.rand(n, n, device=device), torch.rand(n, n, device=device)
+    timed(lambda: torch.mm(a, b), device)
+    best = min(timed(lambda: torch.mm(a, b), device)[0] for _ in range(repeats))
     return n**3 / best
 
 
-def copy_bandwidth(mib: int = 256, repeats: int = 5) -> float:
+def copy_bandwidth(mib: int = 256, repeats: int = 5, device="cpu") -> float:
     """Best bytes per second moved (read + write) by copying a `mib` MiB fp32 tensor."""
-    src = torch.rand(mib * 2**20 // 4)
+    src = torch.rand(mib * 2**20 // 4, device=device)
     dst = torch.empty_like(src)
-    dst.copy_(src)
-    best = min(timed(lambda: dst.copy_(src))[0] for _ in range(repeats))
+    timed(lambda: dst.copy_(src), device)
+    best = min(timed(lambda: dst.copy_(src), device)[0] for _ in range(repeats))
     return 2 * src.numel() * 4 / best
 
 

@@ -15,9 +15,13 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def run_header(script: str) -> dict:
     """`script` is the bench's path from the repository root (e.g. "bench/bench_scale.py")."""
-    commit = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT
-    ).stdout.strip()
+    # EDGEFL_COMMIT: where the tree was copied without its history (a GPU machine's run)
+    commit = (
+        os.environ.get("EDGEFL_COMMIT")
+        or subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT
+        ).stdout.strip()
+    )
     return {
         "command": " ".join(["python", script, *sys.argv[1:]]),
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),

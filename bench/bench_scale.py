@@ -71,6 +71,7 @@ SHAPE, CLASSES = (1, 28, 28), 10
 BAND = ("wristband", "cvae-mlp", {"hidden": 24})
 PHONES = (("smartphone", "cnn", {}), ("smartphone", "scnn", {}))
 STEPS = 100  # local optimiser steps per client
+LAUNCH = "import sys; from edgefl.cli import main; sys.argv[0] = 'edgefl'; sys.exit(main())"
 METHODS = "fedavg,ensemble,ensemble:robust=screen,fedmho,fedmho-md,fedmho-cw,fedcvae-ens,dense,fedhydra,pfedzkd"
 
 
@@ -96,72 +97,97 @@ def _upload(template: onnx.ModelProto, state: dict, meta: dict, path: Path) -> N
     exporters.write_model_atomic(model, path)
 
 
-def make_federation(n: int, out: Path, scheme: str, min_size: int | None, seed: int = 0) -> dict:
-    """N uploads in out/uploads (kept if already complete); returns the manifest."""
+def _make_client(i, idx, n, scheme, seed, data, test, templates, uploads) -> float | None:
+    """Client i's upload in `uploads`; its accuracy on `test` if it is a phone's classifier."""
+    profile_name, name, params = client_kind(i)
+    profile = get_profile(profile_name)
+    spec = make_spec(name, SHAPE, CLASSES, **params)
+    role = role_of(spec)
+    model = init_model(spec, seed)
+    # STEPS optimiser steps, whatever the shard's size (1 epoch of 6 samples teaches nothing)
+    epochs = max(1, math.ceil(STEPS / math.ceil(len(idx) / profile.batch_size)))
+    cfg = TrainConfig(
+        epochs=epochs,
+        batch_size=profile.batch_size,
+        optimizer=profile.optimizer,
+        lr=DEFAULT_LR[(role, profile.optimizer)],
+        seed=seed * 100_000 + i,
+    )
+    summary = train(model, role, data.x[idx], data.y[idx], CLASSES, cfg)
+    counts = np.bincount(data.y[idx], minlength=CLASSES).astype(int).tolist()
+    meta = model_metadata(
+        spec,
+        class_names=list(data.class_names),
+        label_counts=counts,
+        client_id=f"client-{i:05d}",
+        profile=profile.name,
+        training=summary.as_dict(),
+        dataset="mnist",
+        partition={"scheme": scheme, "num_clients": n, "client_index": i, "seed": seed},
+    )
+    path = uploads / f"client-{i:05d}.onnx"
+    acc = None
+    if role == "classifier":
+        with torch.no_grad():
+            tx, ty = test
+            acc = float((model.eval()(tx).argmax(1).numpy() == ty).mean())
+    if spec_label(spec) not in templates:
+        export_model(model, spec, meta, path)
+        templates[spec_label(spec)] = onnx.load(path)
+        return acc
+    module = model if role == "classifier" else model.decoder
+    if role != "classifier":
+        meta["latent_dim"] = model.decoder.latent_dim  # as export_model stamps a decoder
+    state = {
+        k: v.detach().numpy()
+        for k, v in module.state_dict().items()
+        if not k.endswith("num_batches_tracked")
+    }
+    _upload(templates[spec_label(spec)], state, meta, path)
+    return acc
+
+
+def _make_share(job) -> dict[int, float]:
+    """Clients w, w+k, w+2k, ... of the federation (one build worker's share): {i: phone acc}."""
+    w, k, n, uploads, scheme, min_size, seed = job
+    torch.set_num_threads(1)
+    data = load_dataset("mnist", "train")
+    test = load_dataset("mnist", "test")
+    held = (torch.from_numpy(test.x[:1000]), test.y[:1000])
+    parts = partition(data.y, n, scheme, seed, num_classes=CLASSES, min_size=min_size)
+    templates: dict[str, onnx.ModelProto] = {}  # each worker exports its own first of each
+    accs, start = {}, time.perf_counter()
+    for i in range(w, n, k):
+        acc = _make_client(i, parts[i], n, scheme, seed, data, held, templates, uploads)
+        if acc is not None:
+            accs[i] = acc
+        if w == 0 and (i + k) % max(k, n // 10) < k:
+            done = min(n, i + k)
+            el = time.perf_counter() - start
+            print(f"  made ~{done:,}/{n:,} uploads in {el:.0f}s", flush=True)
+    return accs
+
+
+def make_federation(
+    n: int, out: Path, scheme: str, min_size: int | None, seed: int = 0, jobs: int = 1
+) -> dict:
+    """N uploads in out/uploads (kept if already complete), made by `jobs` processes; returns
+    the manifest. The uploads do not depend on `jobs`: each client's seed is its own."""
     manifest_path = out / "federation.json"
     if manifest_path.exists():
         return json.loads(manifest_path.read_text())
     uploads = out / "uploads"
     uploads.mkdir(parents=True, exist_ok=True)
-    data = load_dataset("mnist", "train")
-    test = load_dataset("mnist", "test")
-    tx, ty = torch.from_numpy(test.x[:1000]), test.y[:1000]
-    parts = partition(data.y, n, scheme, seed, num_classes=CLASSES, min_size=min_size)
-    templates: dict[str, onnx.ModelProto] = {}
-    phone_acc, start = [], time.perf_counter()
-    torch.set_num_threads(1)
-    for i, idx in enumerate(parts):
-        profile_name, name, params = client_kind(i)
-        profile = get_profile(profile_name)
-        spec = make_spec(name, SHAPE, CLASSES, **params)
-        role = role_of(spec)
-        model = init_model(spec, seed)
-        # STEPS optimiser steps, whatever the shard's size (1 epoch of 6 samples teaches nothing)
-        epochs = max(1, math.ceil(STEPS / math.ceil(len(idx) / profile.batch_size)))
-        cfg = TrainConfig(
-            epochs=epochs,
-            batch_size=profile.batch_size,
-            optimizer=profile.optimizer,
-            lr=DEFAULT_LR[(role, profile.optimizer)],
-            seed=seed * 100_000 + i,
-        )
-        summary = train(model, role, data.x[idx], data.y[idx], CLASSES, cfg)
-        counts = np.bincount(data.y[idx], minlength=CLASSES).astype(int).tolist()
-        meta = model_metadata(
-            spec,
-            class_names=list(data.class_names),
-            label_counts=counts,
-            client_id=f"client-{i:05d}",
-            profile=profile.name,
-            training=summary.as_dict(),
-            dataset="mnist",
-            partition={
-                "scheme": scheme,
-                "num_clients": n,
-                "client_index": i,
-                "seed": seed,
-            },
-        )
-        path = uploads / f"client-{i:05d}.onnx"
-        if role == "classifier":
-            with torch.no_grad():
-                phone_acc.append(float((model.eval()(tx).argmax(1).numpy() == ty).mean()))
-        if spec_label(spec) not in templates:
-            export_model(model, spec, meta, path)
-            templates[spec_label(spec)] = onnx.load(path)
-            continue
-        module = model if role == "classifier" else model.decoder
-        if role != "classifier":
-            meta["latent_dim"] = model.decoder.latent_dim  # as export_model stamps a decoder
-        state = {
-            k: v.detach().numpy()
-            for k, v in module.state_dict().items()
-            if not k.endswith("num_batches_tracked")
-        }
-        _upload(templates[spec_label(spec)], state, meta, path)
-        if (i + 1) % max(1, n // 10) == 0:
-            el = time.perf_counter() - start
-            print(f"  made {i + 1:,}/{n:,} uploads in {el:.0f}s", flush=True)
+    start = time.perf_counter()
+    shares = [(w, jobs, n, uploads, scheme, min_size, seed) for w in range(jobs)]
+    if jobs == 1:
+        accs = [_make_share(shares[0])]
+    else:
+        import multiprocessing
+
+        with multiprocessing.get_context("fork").Pool(jobs) as pool:
+            accs = pool.map(_make_share, shares)
+    phone_acc = [a for share in accs for a in share.values()]
     sizes = [p.stat().st_size for p in uploads.glob("*.onnx")]
     manifest = {
         "uploads": n,
@@ -172,6 +198,7 @@ def make_federation(n: int, out: Path, scheme: str, min_size: int | None, seed: 
         "samples_per_client_mean": 60_000 / n,
         "mean_phone_accuracy_1000_test": 100 * float(np.mean(phone_acc)),
         "seconds": time.perf_counter() - start,
+        "build_jobs": jobs,
     }
     manifest_path.write_text(json.dumps(manifest, indent=1))
     return manifest
@@ -189,6 +216,8 @@ def fuse(
     """One `server fuse` of `method` ("NAME" or "NAME:key=value[+key=value...]", e.g. the
     robust screen)."""
     edgefl = Path(sys.executable).parent / "edgefl"
+    # where edgefl is not installed (a GPU machine's own Python): the CLI from the source tree
+    launch = [str(edgefl)] if edgefl.exists() else [sys.executable, "-c", LAUNCH]
     name, _, opts = method.partition(":")
     extra = [arg for opt in opts.split("+") if opt for arg in ("--opt", opt)]
     model = out / f"{method.replace(':', '.')}.onnx"
@@ -196,7 +225,7 @@ def fuse(
         sys.executable,
         "-c",
         RSS_WRAPPER,
-        str(edgefl),
+        *launch,
         "server",
         "fuse",
         str(uploads),
@@ -422,6 +451,7 @@ def main() -> None:
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "scale"))
     ap.add_argument("--timeout", type=float, default=1800, help="seconds per method and size")
     ap.add_argument("--jobs", type=int, default=2, help="server fuse --jobs")
+    ap.add_argument("--build-jobs", type=int, default=1, help="processes making a federation")
     ap.add_argument("--device", default="cpu", help="server fuse --device (cuda on a GPU machine)")
     ap.add_argument(
         "--resident-mib", type=int, default=None, help="server fuse --resident-mib (0: park all)"
@@ -449,7 +479,7 @@ def main() -> None:
     for n in [int(s) for s in args.sizes.split(",")]:
         fed = work / f"n{n}"
         print(f"[{n}] making the federation in {fed}", flush=True)
-        federations[n] = make_federation(n, fed, args.partition, args.min_size)
+        federations[n] = make_federation(n, fed, args.partition, args.min_size, 0, args.build_jobs)
         print(f"[{n}] {json.dumps(federations[n])}", flush=True)
         for method in filter(None, args.methods.split(",")):
             row = {"n": n} | fuse(

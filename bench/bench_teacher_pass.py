@@ -7,12 +7,18 @@ run, and each pass's multiply-adds per second (from the cost model's count) as a
 matmul rate. Beside them, as a reference for what a mature runtime does with the same layers,
 onnxruntime (all graph optimisations, as many threads as torch) on the first --ort teachers.
 
+With --device cuda (issue 59 item 5) the passes run on the GPU against the GPU's own fp32 matmul
+rate, measured strict and with TF32 (cuDNN's convolutions take TF32 by torch's default), and a
+third pass runs beside them: each group of 64 teachers' weights stacked and evaluated as one
+vmapped module (`torch.func`), what batching the teachers would give there; onnxruntime is not run.
+
     python bench/bench_teacher_pass.py --teachers 2000 --samples 6000 --out bench/results/teacher_pass
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import io
 import json
 from types import SimpleNamespace
@@ -38,7 +44,25 @@ def _plain_pass(ups, x):
         with torch.no_grad():
             logits = torch.cat([u.module(x[i : i + 512]) for i in range(0, len(x), 512)])
         total = logits if total is None else total + logits
-    return total / len(ups)
+    return (total / len(ups)).cpu()  # from an accelerator: its queued work is part of the pass
+
+
+def _stacked_pass(ups, x, group: int = 64, batch: int = 1000):
+    """Each `group` teachers' weights stacked (stacking timed) and run as one vmapped module,
+    `batch` samples a call: the batched evaluation issue 59 asks for, measured on a GPU."""
+    from torch.func import functional_call, stack_module_state, vmap
+
+    shell = copy.deepcopy(ups[0].module).to("meta")
+    total = None
+    for start in range(0, len(ups), group):
+        params, buffers = stack_module_state([u.module for u in ups[start : start + group]])
+        run = vmap(lambda p, b, xb: functional_call(shell, (p, b), (xb,)), in_dims=(0, 0, None))
+        with torch.inference_mode():
+            part = torch.cat(
+                [run(params, buffers, x[i : i + batch]).sum(0) for i in range(0, len(x), batch)]
+            )
+        total = part if total is None else total + part
+    return (total / len(ups)).cpu()
 
 
 def _ort_pass(ups, x) -> float:
@@ -69,24 +93,72 @@ def _ort_pass(ups, x) -> float:
     return _timed(passes)[0]
 
 
-def _interleaved(ups, x, rounds: int):
-    """(form s, plain s, form mean, plain mean) over `ups`, the two passes taking turns over
-    `rounds` slices of the teachers (which goes first alternates): both see the same machine,
-    where one pass after the other saw a shared host's load change between them (the plain pass
-    took 271-305 s in four runs of one hour)."""
+def _interleaved(ups, x, rounds: int, device="cpu"):
+    """({pass: seconds}, {pass: mean logits}) over `ups`, the passes taking turns over `rounds`
+    slices of the teachers (which goes first alternates): all see the same machine, where one
+    pass after the other saw a shared host's load change between them (the plain pass took
+    271-305 s in four runs of one hour). The form pass gets host samples, as the server's do."""
+    xd = x.to(device)
     runs = {
-        "form": lambda part: passes.mean_teacher_logits(part, x, "cpu"),
-        "plain": lambda part: _plain_pass(part, x),
+        "form": lambda part: passes.mean_teacher_logits(part, x, device),
+        "plain": lambda part: _plain_pass(part, xd),
     }
+    if torch.device(device).type == "cuda":
+        runs["stacked"] = lambda part: _stacked_pass(part, xd)
     seconds, sums = dict.fromkeys(runs, 0.0), dict.fromkeys(runs, 0.0)
     bounds = np.linspace(0, len(ups), max(1, min(rounds, len(ups))) + 1).astype(int)
     for r, (a, b) in enumerate(zip(bounds[:-1], bounds[1:], strict=True)):
         part = ups[a:b]
         for name in list(runs)[:: 1 if r % 2 == 0 else -1]:
-            t, mean = _timed(lambda run=runs[name], part=part: run(part))
+            t, mean = _timed(lambda run=runs[name], part=part: run(part), device)
             seconds[name] += t
             sums[name] = sums[name] + mean * len(part)
-    return seconds["form"], seconds["plain"], sums["form"] / len(ups), sums["plain"] / len(ups)
+    return seconds, {name: total / len(ups) for name, total in sums.items()}
+
+
+def _gpu_peaks(device) -> dict:
+    """The GPU's matmul rate, strict fp32 and TF32 (GMAC/s), and its copy bandwidth (GB/s)."""
+    cuda = torch.backends.cuda.matmul
+    before = cuda.allow_tf32
+    try:
+        cuda.allow_tf32 = False
+        strict = matmul_peak(8192, 10, device)
+        cuda.allow_tf32 = True
+        tf32 = matmul_peak(8192, 10, device)
+    finally:
+        cuda.allow_tf32 = before
+    return {
+        "gpu": torch.cuda.get_device_name(device),
+        "matmul_gmacs_fp32": round(strict / 1e9, 1),
+        "matmul_gmacs_tf32": round(tf32 / 1e9, 1),
+        "copy_gbs": round(copy_bandwidth(2048, 10, device) / 1e9, 1),
+        "conv_tf32": torch.backends.cudnn.allow_tf32,
+    }
+
+
+def run_gpu(arch: str, teachers: int, samples: int, shape, classes: int, rounds: int, device):
+    """The passes on a GPU (module docstring): seconds, GMAC/s and fractions of its peaks."""
+    spec = parse_model_arg(arch, shape, classes)
+    torch.manual_seed(0)
+    ups = [
+        SimpleNamespace(module=build_model(spec).eval().to(device), meta={"num_classes": classes})
+        for _ in range(teachers)
+    ]
+    x = torch.rand(samples, *shape)
+    macs = costs(spec).macs * samples * teachers
+    peaks = _gpu_peaks(device)
+    _interleaved(ups[:8], x[:512], 1, device)  # kernels chosen and loaded before the timing
+    seconds, means = _interleaved(ups, x, rounds, device)
+    top = max(peaks["matmul_gmacs_fp32"], peaks["matmul_gmacs_tf32"]) * 1e9
+    row = {"arch": arch, "teachers": teachers, "samples": samples, "device": device}
+    row.update(rounds=rounds, macs=macs, **peaks, peak_after=_gpu_peaks(device))
+    for name, t in seconds.items():
+        row[f"{name}_s"] = round(t, 3)
+        row[f"{name}_gmacs"] = round(macs / t / 1e9, 1)
+        row[f"{name}_of_fp32"] = round(macs / t / (peaks["matmul_gmacs_fp32"] * 1e9), 5)
+        row[f"{name}_of_tf32"] = round(macs / t / top, 5)
+        row[f"{name}_max_abs_diff_vs_plain"] = float((means[name] - means["plain"]).abs().max())
+    return row
 
 
 def run(
@@ -103,7 +175,11 @@ def run(
     macs = costs(spec).macs * samples * teachers
     peak = matmul_peak()
     bandwidth = copy_bandwidth()
-    t_new, t_old, new, old = _interleaved(ups, x, rounds)
+    seconds, means = _interleaved(ups, x, rounds)
+    (t_new, t_old), (new, old) = (
+        (seconds["form"], seconds["plain"]),
+        (means["form"], means["plain"]),
+    )
     k = min(ort_k, teachers)
     t_ort = _ort_pass(ups[:k], x) if k else None
     peak_after = matmul_peak()
@@ -150,6 +226,32 @@ def markdown(header: dict, rows: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def markdown_gpu(header: dict, rows: list[dict]) -> str:
+    lines = [
+        "# A teacher pass against the GPU's peak (bench/bench_teacher_pass.py --device cuda)",
+        "",
+        f"`{header['command']}`, {header['date']}, {header['machine']}, commit {header['commit']}.",
+        "",
+        "| arch | teachers x samples | GPU | matmul GMAC/s fp32 / TF32 (after) | copy GB/s | pass | "
+        "s | GMAC/s | of fp32 peak | of TF32 peak | max abs diff vs plain |",
+        "|---|---|---|---|---:|---|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        after = r["peak_after"]
+        peaks = (
+            f"{r['matmul_gmacs_fp32']:.0f} / {r['matmul_gmacs_tf32']:.0f} "
+            f"({after['matmul_gmacs_fp32']:.0f} / {after['matmul_gmacs_tf32']:.0f})"
+        )
+        for name in ("plain", "form", "stacked"):
+            lines.append(
+                f"| {r['arch']} | {r['teachers']} x {r['samples']} | {r['gpu']} | {peaks} | "
+                f"{r['copy_gbs']} | {name} | {r[name + '_s']} | {r[name + '_gmacs']} | "
+                f"{100 * r[name + '_of_fp32']:.2f}% | {100 * r[name + '_of_tf32']:.2f}% | "
+                f"{r[name + '_max_abs_diff_vs_plain']:.1e} |"
+            )
+    return "\n".join(lines) + "\n"
+
+
 def _ort_cell(r: dict) -> str:
     k = r.get("ort_teachers")  # records before the reference column have none
     return f"{r['ort_gmacs']} ({k})" if k else "not measured"
@@ -165,6 +267,7 @@ def main() -> None:
     ap.add_argument(
         "--rounds", type=int, default=10, help="slices of the teachers the two passes alternate on"
     )
+    ap.add_argument("--device", default="cpu", help="cpu | cuda (the GPU's passes and peaks)")
     ap.add_argument("--out", help="STEM: write STEM.json and STEM.md")
     args = ap.parse_args()
     if args.rounds < 1:
@@ -174,9 +277,15 @@ def main() -> None:
     header = run_header("bench/bench_teacher_pass.py")
     rows = []
     for arch in args.archs.split(","):
-        rows.append(run(arch, args.teachers, args.samples, (1, 28, 28), 10, args.ort, args.rounds))
+        if args.device == "cpu":
+            row = run(arch, args.teachers, args.samples, (1, 28, 28), 10, args.ort, args.rounds)
+        else:
+            row = run_gpu(
+                arch, args.teachers, args.samples, (1, 28, 28), 10, args.rounds, args.device
+            )
+        rows.append(row)
         print(json.dumps(rows[-1]), flush=True)
-    text = markdown(header, rows)
+    text = markdown(header, rows) if args.device == "cpu" else markdown_gpu(header, rows)
     print(text)
     if args.out:
         write_record(args.out, header, rows, text)

@@ -331,7 +331,7 @@ def test_scale_tiny_against_the_peak(monkeypatch, tmp_path):
     _run_main(
         monkeypatch,
         "bench_scale",
-        *("--sizes", "3", "--methods", "fedmho-md:epochs=1", "--jobs", "1"),
+        *("--sizes", "3", "--methods", "fedmho-md:epochs=1", "--jobs", "1", "--build-jobs", "2"),
         *("--work", str(tmp_path / "w"), "--out", str(out), "--timeout", "120"),
     )
     record = json.loads(out.with_suffix(".json").read_text())
@@ -341,7 +341,8 @@ def test_scale_tiny_against_the_peak(monkeypatch, tmp_path):
     )
     assert peak["matmul_gmacs"] > 0 and peak["copy_gbs"] > 0
     (row,) = record["rows"]
-    assert row.get("rc") == 0, row
+    assert row.get("rc") == 0, row  # the uploads two build processes made were all accepted
+    assert record["federations"]["3"]["build_jobs"] == 2 and row["used"] == 3
     work, rates = row["work"], row["rates"]
     assert {"ingest", "initialise", "generate", "teacher", "train", "eval"} <= set(work)
     assert work["train"]["macs"] == 3 * work["teacher"]["macs"]  # 1 cnn teacher, 1 epoch
@@ -388,6 +389,26 @@ def test_teacher_pass_tiny(monkeypatch, tmp_path):
     with pytest.raises(SystemExit) as bad:  # no rounds: refused before any pass runs
         _run_main(monkeypatch, "bench_teacher_pass", "--rounds", "0")
     assert bad.value.code == 2
+
+
+def test_stacked_teacher_pass_agrees_with_the_plain_one():
+    """The GPU run's third pass (stacked weights, vmapped), checked here on the CPU: the same
+    mean logits up to float rounding, over more teachers than one stack holds."""
+    from types import SimpleNamespace
+
+    import bench_teacher_pass as b
+    import torch
+
+    from edgefl.models.parse import parse_model_arg
+    from edgefl.models.zoo import build_model
+
+    spec = parse_model_arg("cnn", (1, 28, 28), 10)
+    torch.manual_seed(0)
+    ups = [SimpleNamespace(module=build_model(spec).eval()) for _ in range(5)]
+    x = torch.rand(7, 1, 28, 28)
+    stacked = b._stacked_pass(ups, x, group=2, batch=3)
+    assert stacked.shape == (7, 10)
+    assert (stacked - b._plain_pass(ups, x)).abs().max() < 1e-5
 
 
 # --- tiny measurements ---------------------------------------------------------------------
