@@ -226,6 +226,15 @@ def markdown(header: dict, rows: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
+# what each pass is on a GPU: "form" is edgefl's own pass (`mean_teacher_logits`), whatever it
+# does there (one evaluation form at a time until 0e0219c; stacked teachers since)
+GPU_PASSES = {
+    "plain": "plain module",
+    "form": "edgefl's pass",
+    "stacked": "stacked (the bench's own)",
+}
+
+
 def markdown_gpu(header: dict, rows: list[dict]) -> str:
     lines = [
         "# A teacher pass against the GPU's peak (bench/bench_teacher_pass.py --device cuda)",
@@ -245,7 +254,7 @@ def markdown_gpu(header: dict, rows: list[dict]) -> str:
         for name in ("plain", "form", "stacked"):
             lines.append(
                 f"| {r['arch']} | {r['teachers']} x {r['samples']} | {r['gpu']} | {peaks} | "
-                f"{r['copy_gbs']} | {name} | {r[name + '_s']} | {r[name + '_gmacs']} | "
+                f"{r['copy_gbs']} | {GPU_PASSES[name]} | {r[name + '_s']} | {r[name + '_gmacs']} | "
                 f"{100 * r[name + '_of_fp32']:.2f}% | {100 * r[name + '_of_tf32']:.2f}% | "
                 f"{r[name + '_max_abs_diff_vs_plain']:.1e} |"
             )

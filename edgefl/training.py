@@ -173,7 +173,7 @@ def train(
             epochs_done = epoch + 1
             if not math.isfinite(loss_value):
                 raise ConfigError(
-                    f"training diverged (loss {loss_value}) at epoch {epoch + 1}",
+                    f"training diverged (loss {loss_value}) at epoch {epoch + 1} at lr {cfg.lr:g}",
                     hint="lower --lr",
                 )
             if on_epoch:
@@ -220,6 +220,8 @@ def _train_epoch(model, role, xt, yt, num_classes, cfg: TrainConfig, opt, gen) -
     opt.zero_grad(set_to_none=True)
     for idx in _batches(len(xt), cfg.batch_size, gen):  # order drawn on the CPU
         loss = _backward(model, role, xt, yt, idx.to(xt.device), num_classes, cfg.augment, gen)
+        if not math.isfinite(loss):
+            return loss  # diverged: `train` says so now, not at the epoch's end
         opt.step()
         opt.zero_grad(set_to_none=True)
         total += loss * len(idx)
@@ -234,6 +236,11 @@ def _backward(model, role, xt, yt, idx, num_classes, augment, gen) -> float:
         loss = F.cross_entropy(model(xb), yb)
     else:
         recon, mu, logvar = model(xb, F.one_hot(yb, num_classes).float())
+        # BCE refuses a decoder output outside [0, 1]: NaNs from diverged weights would raise
+        # deep in torch on a CPU and, on a GPU, assert on the device and take the process's
+        # CUDA context with it (cvae-large at the paper's Adam lr 5e-2, MNIST and Fashion)
+        if not bool(torch.isfinite(recon).all()):
+            return math.nan
         loss = cvae_loss(recon, xb, mu, logvar)
     loss.backward()
     return loss.item()

@@ -9,7 +9,13 @@ for bit (a maximum is exact) and several times faster. The evaluation form is a 
 the teacher with those pools replaced: the upload's own module, which the ensemble exports, is
 never touched. Teachers stacked into one batched module (torch.func's stack_module_state and
 vmap, or grouped convolutions) were measured slower on a CPU (bench/results/stacked_teachers.md)
-and are not used.
+and are not used there.
+
+On a GPU it is the other way round (bench/results/teacher_pass_gpu.md, an H200): one small
+teacher at a time leaves the GPU waiting on kernel launches, and the evaluation form's slices
+are more of them (2,000 `cnn` teachers: form 21.0 s, plain module 5.3 s, stacked 1.7 s). There
+a group's teachers of one architecture are stacked and run as one vmapped module, equal to the
+one-by-one logits up to float rounding; a teacher alone of its kind runs as it is.
 """
 
 from __future__ import annotations
@@ -154,6 +160,10 @@ def evaluation_batch(module: nn.Module, x: torch.Tensor, device) -> int:
     return max(lo, min(hi, ACTIVATION_BYTES // max(1, size)))
 
 
+def _on_cpu(device) -> bool:
+    return torch.device(device).type == "cpu"
+
+
 def teacher_logits(upload: Upload, x: torch.Tensor, device: torch.device, batch: int = 0):
     """Logits of one classifier upload on x (no gradient): the rebuilt module's evaluation form
     where there is one, onnxruntime otherwise (artifacts from other tools, int8 uploads); `batch`
@@ -161,7 +171,7 @@ def teacher_logits(upload: Upload, x: torch.Tensor, device: torch.device, batch:
     outs = []
     module = upload.module  # once: a parked upload's is read from disk at each access
     if module is not None:
-        module = evaluation_form(module).to(device)
+        module = (evaluation_form(module) if _on_cpu(device) else module).to(device)
         batch = batch or evaluation_batch(module, x, device)
     batch = batch or BATCH_RANGE[1]
     # inference mode, not no_grad: no version counters nor views' autograd metadata (3% of a
@@ -176,6 +186,60 @@ def teacher_logits(upload: Upload, x: torch.Tensor, device: torch.device, batch:
     return torch.cat(outs) if outs else torch.zeros(0, upload.meta["num_classes"])
 
 
+# Bytes a stacked call's largest activation may take (all the stack's teachers together).
+STACK_BYTES = 1 << 30
+
+
+def _architecture(module: nn.Module) -> tuple:
+    """What decides whether modules can share one vmapped forward: their layers as printed (kinds
+    and hyperparameters) and the names and shapes of their weights."""
+    shapes = tuple((k, tuple(v.shape)) for k, v in module.state_dict().items())
+    return type(module), str(module), shapes
+
+
+def stacked_logits(modules: list[nn.Module], x: torch.Tensor, device) -> torch.Tensor:
+    """(k, N, C) logits of k modules of one architecture on x: their weights stacked (copies; the
+    modules stay as they are) and run as one module under vmap, as many samples a call as keep
+    the stack's largest activation within STACK_BYTES."""
+    from torch.func import functional_call, stack_module_state, vmap
+
+    params, buffers = stack_module_state(modules)
+    params = {k: v.detach().to(device) for k, v in params.items()}
+    buffers = {k: v.to(device) for k, v in buffers.items()}
+    shell = copy.deepcopy(modules[0]).to("meta")
+    one = largest_activation(modules[0], x[:1].to(next(modules[0].parameters()).device))
+    batch = max(1, min(len(x), STACK_BYTES // max(1, len(modules) * one)))
+    run = vmap(lambda p, b, xb: functional_call(shell, (p, b), (xb,)), in_dims=(0, 0, None))
+    with torch.inference_mode():
+        outs = [
+            run(params, buffers, x[i : i + batch].to(device)).float().cpu()
+            for i in range(0, len(x), batch)
+        ]
+    return torch.cat(outs, 1)
+
+
+def group_logits(ups: list[Upload], x: torch.Tensor, device, stack: bool | None = None):
+    """(k, N, C) logits of `ups` on x. `stack` (by default: on an accelerator, module docstring)
+    runs the teachers that share an architecture as one stacked module."""
+    if not ((not _on_cpu(device)) if stack is None else stack):
+        return torch.stack([teacher_logits(u, x, device) for u in ups])
+    modules = [u.module for u in ups]  # once: a parked upload's is read from disk at each access
+    kinds: dict[tuple, list[int]] = {}
+    for i, m in enumerate(modules):
+        if m is not None:
+            kinds.setdefault(_architecture(m), []).append(i)
+    out: list[torch.Tensor | None] = [None] * len(ups)
+    for members in kinds.values():
+        if len(members) > 1:
+            logits = stacked_logits([modules[i] for i in members], x, device)
+            for j, i in enumerate(members):
+                out[i] = logits[j]
+    for i, u in enumerate(ups):
+        if out[i] is None:
+            out[i] = teacher_logits(u, x, device)
+    return torch.stack(out)
+
+
 # Teachers whose logits a teacher pass holds at once: a pass over 2,000 classifiers holds 64 x
 # samples x classes floats, not 2,000 x (480 MB for FedMHO's 6,000 samples). Up to 64 teachers
 # (every recorded federation but the scale bench's 1,000 and 10,000) the sum is one reduction,
@@ -183,14 +247,16 @@ def teacher_logits(upload: Upload, x: torch.Tensor, device: torch.device, batch:
 TEACHER_GROUP = 64
 
 
-def grouped_teacher_sum(teachers: list[Upload], x: torch.Tensor, device, term=None):
+def grouped_teacher_sum(
+    teachers: list[Upload], x: torch.Tensor, device, term=None, stack: bool | None = None
+):
     """The sum over the teachers of `term(logits, group)` (by default the logits themselves), on
     x: `logits` is (k, N, C), the logits of `teachers[group]` for a `range` of at most
-    TEACHER_GROUP teachers, and `term` returns k terms to be summed."""
+    TEACHER_GROUP teachers, and `term` returns k terms to be summed. `stack`: group_logits'."""
     total = None
     for start in range(0, len(teachers), TEACHER_GROUP):
         group = range(start, min(start + TEACHER_GROUP, len(teachers)))
-        logits = torch.stack([teacher_logits(teachers[i], x, device) for i in group])
+        logits = group_logits([teachers[i] for i in group], x, device, stack)
         part = (logits if term is None else term(logits, group)).sum(0)
         total = part if total is None else total + part
     if total is None:
@@ -198,6 +264,8 @@ def grouped_teacher_sum(teachers: list[Upload], x: torch.Tensor, device, term=No
     return total
 
 
-def mean_teacher_logits(teachers: list[Upload], x: torch.Tensor, device) -> torch.Tensor:
+def mean_teacher_logits(
+    teachers: list[Upload], x: torch.Tensor, device, stack: bool | None = None
+) -> torch.Tensor:
     # sum / K is bit for bit the stacked logits' mean(0), its form before the grouping
-    return grouped_teacher_sum(teachers, x, device) / len(teachers)
+    return grouped_teacher_sum(teachers, x, device, stack=stack) / len(teachers)

@@ -82,6 +82,15 @@ def test_train_refuses_model_that_does_not_fit(cli, tmp_path):
     assert "Traceback" not in r.output and not list(tmp_path.iterdir())
 
 
+def test_train_that_diverges_is_one_message_and_no_upload(cli, tmp_path):
+    """A decoder whose weights went NaN (the lr far too high): torch's BCE would refuse its
+    output deep inside (on a GPU, assert on the device); edgefl stops and names the lr."""
+    r = cli(*TRAIN, "--model", "cvae-mlp:hidden=16", "--lr", "1e4", "--out", str(tmp_path))
+    assert r.exit_code == 2, r.output
+    assert "training diverged" in r.output and "lr 10000" in r.output and "--lr" in r.output
+    assert "Traceback" not in r.output and not list(tmp_path.glob("*.onnx"))
+
+
 def test_sample(cli, artifacts, tmp_path):
     clf, dec = artifacts
     png = tmp_path / "grid.png"

@@ -126,3 +126,57 @@ def test_the_pass_batch_does_not_change_the_logits(arch):
     chosen = teacher_logits(_Up(model), x, cpu)
     assert passes.evaluation_batch(evaluation_form(model), x, cpu) < len(x)  # split
     assert torch.equal(chosen, teacher_logits(_Up(model), x, cpu, batch=len(x)))
+
+
+class _Artifact:
+    """An upload without a rebuilt module (another tool's graph): its logits come from run()."""
+
+    def __init__(self, module):
+        self._module = module
+
+    def run(self, x):
+        with torch.no_grad():
+            return self._module(torch.from_numpy(x)).numpy()
+
+
+def _mixed_teachers():
+    torch.manual_seed(3)
+    archs = ["cnn", "scnn:bn=true", "cnn", "scnn:width=4", "scnn:bn=true", "cnn"]
+    models = [build_model(parse_model_arg(a, (1, 28, 28), 6)).eval() for a in archs]
+    for m in models:  # running statistics that are not the identity
+        for bn in (b for b in m.modules() if isinstance(b, nn.BatchNorm2d)):
+            bn.running_mean.uniform_(-0.5, 0.5)
+            bn.running_var.uniform_(0.5, 2.0)
+    ups = [_Up(m) for m in models]
+    other = _Up(None)
+    other.artifact = _Artifact(build_model(parse_model_arg("cnn", (1, 28, 28), 6)).eval())
+    return [*ups, other], models
+
+
+@pytest.mark.parametrize("stack_bytes", [passes.STACK_BYTES, 40_000])
+def test_stacked_teachers_give_the_one_by_one_logits(monkeypatch, stack_bytes):
+    """The accelerator's pass, forced on the CPU: teachers of one architecture (BatchNorm ones
+    too) stacked, the one alone of its kind and the module-less upload run as they are; the same
+    logits up to float rounding, however the samples are split; the uploads' modules untouched."""
+    monkeypatch.setattr(passes, "STACK_BYTES", stack_bytes)  # 40 kB: a few samples a call
+    ups, models = _mixed_teachers()
+    before = [{k: v.clone() for k, v in m.state_dict().items()} for m in models]
+    x = torch.rand(45, 1, 28, 28)
+    cpu = torch.device("cpu")
+    one_by_one = passes.group_logits(ups, x, cpu, stack=False)
+    stacked = passes.group_logits(ups, x, cpu, stack=True)
+    assert stacked.shape == one_by_one.shape == (7, 45, 6)
+    assert (stacked - one_by_one).abs().max() < 1e-5
+    for m, b in zip(models, before, strict=True):
+        assert all(torch.equal(b[k], v) for k, v in m.state_dict().items())
+        assert not any(isinstance(p, WindowMax) for p in m.modules())
+
+
+def test_the_cpu_pass_is_not_stacked():
+    """On a CPU the mean is the one-by-one pass's, bit for bit (the recorded results')."""
+    ups, _ = _mixed_teachers()
+    x = torch.rand(20, 1, 28, 28)
+    cpu = torch.device("cpu")
+    assert torch.equal(
+        passes.mean_teacher_logits(ups, x, cpu), passes.mean_teacher_logits(ups, x, cpu, False)
+    )
