@@ -118,6 +118,7 @@ DP_SETTINGS_PAGES = (
     "dp_settings_mnist_generator_batch",
 )
 TEACHER_PASS_PAGES = ("teacher_pass_2000", "teacher_pass_2000_interleaved")
+TEACHER_PASS_GPU_PAGES = ("teacher_pass_gpu_forms", "teacher_pass_gpu")
 
 RENDERS = {
     # case: (module, render(module, recorded JSON) -> markdown, STEM of STEM.json and STEM.md)
@@ -125,6 +126,10 @@ RENDERS = {
     **{
         stem: ("bench_teacher_pass", lambda m, d: m.markdown(d["meta"], d["rows"]), stem)
         for stem in TEACHER_PASS_PAGES
+    },
+    **{
+        stem: ("bench_teacher_pass", lambda m, d: m.markdown_gpu(d["meta"], d["rows"]), stem)
+        for stem in TEACHER_PASS_GPU_PAGES
     },
     "datafree": ("bench_datafree", lambda m, d: m.markdown(d), "datafree"),
     "datafree_converged": ("bench_datafree", lambda m, d: m.markdown(d), "datafree_converged"),
