@@ -18,7 +18,6 @@ vmapped module (`torch.func`), what batching the teachers would give there; onnx
 from __future__ import annotations
 
 import argparse
-import copy
 import io
 import json
 from types import SimpleNamespace
@@ -48,19 +47,14 @@ def _plain_pass(ups, x):
 
 
 def _stacked_pass(ups, x, group: int = 64, batch: int = 1000):
-    """Each `group` teachers' weights stacked (stacking timed) and run as one vmapped module,
-    `batch` samples a call: the batched evaluation issue 59 asks for, measured on a GPU."""
-    from torch.func import functional_call, stack_module_state, vmap
-
-    shell = copy.deepcopy(ups[0].module).to("meta")
+    """Each `group` teachers' weights stacked (stacking timed) and run as one vmapped module
+    (edgefl's `stacked_forward`), `batch` samples a call, the sum kept on x's device: what
+    stacking gives without edgefl's host-side steps (one call's logits to the host each)."""
     total = None
     for start in range(0, len(ups), group):
-        params, buffers = stack_module_state([u.module for u in ups[start : start + group]])
-        run = vmap(lambda p, b, xb: functional_call(shell, (p, b), (xb,)), in_dims=(0, 0, None))
+        forward = passes.stacked_forward([u.module for u in ups[start : start + group]], x.device)
         with torch.inference_mode():
-            part = torch.cat(
-                [run(params, buffers, x[i : i + batch]).sum(0) for i in range(0, len(x), batch)]
-            )
+            part = torch.cat([forward(x[i : i + batch]).sum(0) for i in range(0, len(x), batch)])
         total = part if total is None else total + part
     return (total / len(ups)).cpu()
 
@@ -176,10 +170,8 @@ def run(
     peak = matmul_peak()
     bandwidth = copy_bandwidth()
     seconds, means = _interleaved(ups, x, rounds)
-    (t_new, t_old), (new, old) = (
-        (seconds["form"], seconds["plain"]),
-        (means["form"], means["plain"]),
-    )
+    t_new, t_old = seconds["form"], seconds["plain"]
+    new, old = means["form"], means["plain"]
     k = min(ort_k, teachers)
     t_ort = _ort_pass(ups[:k], x) if k else None
     peak_after = matmul_peak()

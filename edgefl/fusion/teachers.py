@@ -197,31 +197,36 @@ def _architecture(module: nn.Module) -> tuple:
     return type(module), str(module), shapes
 
 
-def stacked_logits(modules: list[nn.Module], x: torch.Tensor, device) -> torch.Tensor:
-    """(k, N, C) logits of k modules of one architecture on x: their weights stacked (copies; the
-    modules stay as they are) and run as one module under vmap, as many samples a call as keep
-    the stack's largest activation within STACK_BYTES."""
+def stacked_forward(modules: list[nn.Module], device):
+    """One function `xb -> (k, b, C)` running k modules of one architecture as one module under
+    vmap: their weights stacked on `device` (copies; the modules stay as they are)."""
     from torch.func import functional_call, stack_module_state, vmap
 
     params, buffers = stack_module_state(modules)
     params = {k: v.detach().to(device) for k, v in params.items()}
     buffers = {k: v.to(device) for k, v in buffers.items()}
     shell = copy.deepcopy(modules[0]).to("meta")
+    run = vmap(lambda p, b, xb: functional_call(shell, (p, b), (xb,)), in_dims=(0, 0, None))
+    return lambda xb: run(params, buffers, xb)
+
+
+def stacked_logits(modules: list[nn.Module], x: torch.Tensor, device) -> torch.Tensor:
+    """(k, N, C) logits of k modules of one architecture on x (`stacked_forward`), as many
+    samples a call as keep the stack's largest activation within STACK_BYTES."""
+    forward = stacked_forward(modules, device)
     one = largest_activation(modules[0], x[:1].to(next(modules[0].parameters()).device))
     batch = max(1, min(len(x), STACK_BYTES // max(1, len(modules) * one)))
-    run = vmap(lambda p, b, xb: functional_call(shell, (p, b), (xb,)), in_dims=(0, 0, None))
     with torch.inference_mode():
-        outs = [
-            run(params, buffers, x[i : i + batch].to(device)).float().cpu()
-            for i in range(0, len(x), batch)
-        ]
+        outs = [forward(x[i : i + batch].to(device)).float().cpu() for i in range(0, len(x), batch)]
     return torch.cat(outs, 1)
 
 
 def group_logits(ups: list[Upload], x: torch.Tensor, device, stack: bool | None = None):
     """(k, N, C) logits of `ups` on x. `stack` (by default: on an accelerator, module docstring)
     runs the teachers that share an architecture as one stacked module."""
-    if not ((not _on_cpu(device)) if stack is None else stack):
+    if stack is None:
+        stack = not _on_cpu(device)
+    if not stack:
         return torch.stack([teacher_logits(u, x, device) for u in ups])
     modules = [u.module for u in ups]  # once: a parked upload's is read from disk at each access
     kinds: dict[tuple, list[int]] = {}
