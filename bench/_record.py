@@ -30,6 +30,17 @@ def run_header(script: str) -> dict:
     }
 
 
+def page_head(title: str, header: dict) -> list[str]:
+    """A record page's first lines: its title, then the run's command, date, machine and commit."""
+    h = header
+    return [
+        f"# {title}",
+        "",
+        f"`{h['command']}`, {h['date']}, {h['machine']}, commit {h['commit']}.",
+        "",
+    ]
+
+
 # `python -c RSS_WRAPPER CMD...` runs CMD and prints "MAXRSS_KB n" on stderr: the largest
 # resident set of any process CMD started (the server or one of its forked workers).
 RSS_WRAPPER = (

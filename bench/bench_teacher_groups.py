@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from types import SimpleNamespace
 
-from _record import child_row, run_header
+from _record import child_row, page_head, run_header
 
 
 def _one(teachers: int, samples: int, group: int, kind: str) -> dict:
@@ -91,11 +91,9 @@ def main() -> None:
 
 
 def _markdown(header: dict, rows: list[dict]) -> str:
+    title = "A teacher pass's memory, a group of teachers at a time (bench/bench_teacher_groups.py)"
     lines = [
-        "# A teacher pass's memory, a group of teachers at a time (bench/bench_teacher_groups.py)",
-        "",
-        f"`{header['command']}`, {header['date']}, {header['machine']}, commit {header['commit']}.",
-        "",
+        *page_head(title, header),
         "| teachers | samples | teacher kind | group | pass s | peak RSS MiB | of it the pass MiB |",
         "|---:|---:|---|---:|---:|---:|---:|",
     ]

@@ -27,7 +27,7 @@ import onnxruntime as ort
 import torch
 from _peak import copy_bandwidth, matmul_peak  # bench/ is on sys.path when run as a script
 from _peak import timed as _timed
-from _record import run_header, write_record
+from _record import page_head, run_header, write_record
 
 from edgefl.fusion import teachers as passes
 from edgefl.models.cost import costs
@@ -199,10 +199,9 @@ def run(
 
 def markdown(header: dict, rows: list[dict]) -> str:
     lines = [
-        "# A teacher pass against the machine's peak (bench/bench_teacher_pass.py)",
-        "",
-        f"`{header['command']}`, {header['date']}, {header['machine']}, commit {header['commit']}.",
-        "",
+        *page_head(
+            "A teacher pass against the machine's peak (bench/bench_teacher_pass.py)", header
+        ),
         "| arch | teachers x samples | threads | matmul GMAC/s (before / after) | copy GB/s | "
         "plain module s | evaluation form s | speedup | form GMAC/s | of matmul peak | "
         "max abs diff | onnxruntime GMAC/s (teachers) |",
@@ -228,11 +227,9 @@ GPU_PASSES = {
 
 
 def markdown_gpu(header: dict, rows: list[dict]) -> str:
+    title = "A teacher pass against the GPU's peak (bench/bench_teacher_pass.py --device cuda)"
     lines = [
-        "# A teacher pass against the GPU's peak (bench/bench_teacher_pass.py --device cuda)",
-        "",
-        f"`{header['command']}`, {header['date']}, {header['machine']}, commit {header['commit']}.",
-        "",
+        *page_head(title, header),
         "| arch | teachers x samples | GPU | matmul GMAC/s fp32 / TF32 (after) | copy GB/s | pass | "
         "s | GMAC/s | of fp32 peak | of TF32 peak | max abs diff vs plain |",
         "|---|---|---|---|---:|---|---:|---:|---:|---:|---:|",
