@@ -460,6 +460,8 @@ def main() -> None:
         "--merge", nargs="+", metavar="JSON", help="only write --out from earlier runs' JSON"
     )
     args = ap.parse_args()
+    if args.build_jobs < 1:
+        ap.error(f"--build-jobs {args.build_jobs}: give 1 or more (1 by default)")
     if args.merge:
         runs = [json.loads(Path(f).read_text()) for f in args.merge]
         federations = {int(n): f for r in runs for n, f in r["federations"].items()}

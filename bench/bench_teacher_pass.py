@@ -270,6 +270,10 @@ def main() -> None:
     args = ap.parse_args()
     if args.rounds < 1:
         ap.error(f"--rounds {args.rounds}: give 1 or more (10 by default)")
+    if args.device not in ("cpu", "cuda"):
+        ap.error(f"--device {args.device}: give cpu or cuda")
+    if args.device == "cuda" and not torch.cuda.is_available():
+        ap.error("--device cuda: this torch sees no CUDA GPU; run on a GPU machine or give cpu")
     if args.threads:
         torch.set_num_threads(args.threads)
     header = run_header("bench/bench_teacher_pass.py")

@@ -348,6 +348,9 @@ def test_scale_tiny_against_the_peak(monkeypatch, tmp_path):
     (row,) = record["rows"]
     assert row.get("rc") == 0, row  # the uploads two build processes made were all accepted
     assert record["federations"]["3"]["build_jobs"] == 2 and row["used"] == 3
+    with pytest.raises(SystemExit) as bad:  # no build process: refused before any work
+        _run_main(monkeypatch, "bench_scale", "--build-jobs", "0", "--work", str(tmp_path / "z"))
+    assert bad.value.code == 2 and not (tmp_path / "z").exists()
     work, rates = row["work"], row["rates"]
     assert {"ingest", "initialise", "generate", "teacher", "train", "eval"} <= set(work)
     assert work["train"]["macs"] == 3 * work["teacher"]["macs"]  # 1 cnn teacher, 1 epoch
@@ -393,6 +396,9 @@ def test_teacher_pass_tiny(monkeypatch, tmp_path):
     assert "| cnn | 3 x 8 | 1 |" in page and f"| {row['ort_gmacs']} (1) |" in page
     with pytest.raises(SystemExit) as bad:  # no rounds: refused before any pass runs
         _run_main(monkeypatch, "bench_teacher_pass", "--rounds", "0")
+    assert bad.value.code == 2
+    with pytest.raises(SystemExit) as bad:  # a device it does not know: refused likewise
+        _run_main(monkeypatch, "bench_teacher_pass", "--device", "xyz")
     assert bad.value.code == 2
 
 
