@@ -52,8 +52,8 @@ class WindowMax(nn.Module):
     """What a MaxPool with kernel == stride, no padding, dilation 1 and floor mode computes. Where
     a gradient will flow through it (a generator or an input trained through the teacher) it
     is that pool: torch's forward and backward together beat the slices' forward with a
-    backward of their own (64 x 6 x 24 x 24: 0.54 against 0.82 ms; a generator step's backward
-    had spent 38 % of Co-Boosting's fusion there, bench/results/window_max_backward.md)."""
+    backward of their own, where 38 % of a Co-Boosting fusion had gone (a Fashion cell's 10
+    epochs: 91 -> 69 s, the same weights; bench/results/window_max_backward.md)."""
 
     def __init__(self, kh: int, kw: int):
         super().__init__()
