@@ -181,11 +181,12 @@ FEDMHO_TABLE3 = Table(
     budgets={
         "cpu": Budget(
             name="cpu",
-            description="what 2 CPU cores finish in about an hour and a half",
+            description="what 2 CPU cores finish in under an hour and a half",
             partitions=("dirichlet:0.5", "dirichlet:0.1"),
             seeds=(0, 1, 2),
-            estimate="about 1.5 hours on 2 CPU cores with --jobs 2: 18 cells of 2-5 min, the "
-            "classifiers' 6 up to 10 min (Co-Boosting's fusion: 7-9 min on 2 shared cores)",
+            estimate="about 80 minutes on 2 quiet CPU cores with --jobs 2 (Fashion-MNIST: 78, "
+            "2026-11-30): 18 cells of 2.5-7 min, the classifiers' 6 the longest (Co-Boosting's "
+            "fusion ~5 min of each)",
             substitutes={"vgg9": "scnn:width=16,hidden=128", "cvae-large": "cvae-mlp:hidden=512"},
             simulate={
                 "classifier_epochs": 30,
