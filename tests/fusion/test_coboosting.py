@@ -11,6 +11,7 @@ from torch.nn import functional as F
 
 from edgefl.fusion import METHODS
 from edgefl.fusion.coboosting import (
+    SignSteps,
     diversify,
     enhance_weights,
     hard_ce,
@@ -81,6 +82,43 @@ def test_weights_move_to_the_teacher_that_is_right(constraint):
         assert ((w >= 0) & (w <= 1)).all()
     same, _ = enhance_weights(w0, logits, y, step=0.0, steps=5, constraint=constraint)
     torch.testing.assert_close(same, w0)  # mu = 0: the plain average
+
+
+def _mixed_teachers(n=400, c=4, seed=0):
+    """Teacher 0 right on every sample but unsure, teacher 1 sure and wrong on a quarter: the
+    pool's CE is lowest at a mixture inside the box, not at a corner."""
+    g = torch.Generator().manual_seed(seed)
+    y = torch.randint(0, c, (n,), generator=g)
+    wrong = torch.where(torch.arange(n) % 4 == 0, (y + 1) % c, y)
+    return torch.stack([2 * F.one_hot(y, c).float(), 6 * F.one_hot(wrong, c).float()], 1), y
+
+
+@pytest.mark.parametrize("adapt", [False, True])
+def test_adapted_sign_steps_come_to_rest_where_fixed_ones_oscillate(adapt):
+    logits, y = _mixed_teachers()
+    w, sizes, path = torch.tensor([0.5, 0.5]), SignSteps(adapt), []
+    for _ in range(30):  # one step an epoch, as fuse takes them
+        w, _ = enhance_weights(w, logits, y, step=0.05, steps=1, constraint="box", sizes=sizes)
+        path.append(w)
+    moves = [float((b - a).abs().max()) for a, b in zip(path[-7:-1], path[-6:], strict=True)]
+    assert 0.0 < float(w[1]) < float(w[0]) < 1.0  # the sure-but-wrong teacher weighs less
+    if adapt:
+        assert max(moves) < 1e-3  # at rest
+        assert float(sizes.size.max()) <= 0.05  # never above mu
+    else:
+        assert min(moves) == pytest.approx(0.05)  # over its best and back, every epoch
+
+
+def test_sign_steps_halve_on_a_flip_and_grow_to_the_cap():
+    sizes = SignSteps(adapt=True)
+    up, down = torch.tensor([1.0]), torch.tensor([-1.0])
+    assert float(sizes(up, 0.1)) == pytest.approx(0.1)
+    assert float(sizes(down, 0.1)) == pytest.approx(-0.05)  # flipped: half
+    assert float(sizes(down, 0.1)) == pytest.approx(-0.06)  # held: x1.2
+    for _ in range(10):
+        step = sizes(down, 0.08)
+    assert float(step) == pytest.approx(-0.08)  # capped by the epoch's mu
+    assert float(SignSteps(adapt=False)(down, 0.1)) == pytest.approx(-0.1)  # the paper's
 
 
 def test_diversify_stays_within_eps_and_range():
