@@ -86,6 +86,7 @@ VARIANTS = {
     "coboosting": ("coboosting", {}),
     "coboosting-simplex": ("coboosting", {"weight_constraint": "simplex"}),
     "coboosting-no-weights": ("coboosting", {"weight_lr": 0.0}),
+    "coboosting-fixed-steps": ("coboosting", {"weight_adapt": False}),  # before a718159
     "fedhydra-no-replay": ("fedhydra", {"replay": 0, "val_size": 0}),
     "fedhydra-ratio": ("fedhydra", {"guidance_scale": "ratio"}),
 }

@@ -134,6 +134,11 @@ RENDERS = {
     "datafree": ("bench_datafree", lambda m, d: m.markdown(d), "datafree"),
     "datafree_converged": ("bench_datafree", lambda m, d: m.markdown(d), "datafree_converged"),
     "datafree_coboosting": ("bench_datafree", lambda m, d: m.markdown(d), "datafree_coboosting"),
+    "datafree_coboosting_adapt": (
+        "bench_datafree",
+        lambda m, d: m.markdown(d),
+        "datafree_coboosting_adapt",
+    ),
     "datafree_hapt": ("bench_datafree_hapt", lambda m, d: m.markdown(d), "datafree_hapt_fedhydra"),
     "dp_memory": ("bench_dp_memory", lambda m, d: m.render(d), "dp_memory"),
     "privacy_audit_hapt6": ("bench_privacy", lambda m, d: m.render(d), "privacy_audit_hapt6"),
