@@ -444,7 +444,7 @@ METHOD = Method(
             "kd_steps": 0,
             "weight_adapt": False,
         },
-        "code": {"reset_generator": True, "weight_ref": 0, "weight_adapt": False},
+        "code": {"reset_generator": True, "weight_ref": 0},
     },
     divergences=(
         "Past weight_ref (10) teachers the weights' sign step shrinks as weight_ref / m, the "
