@@ -224,7 +224,9 @@ class SignSteps:
     """The weights' sign-step sizes across epochs. Fixed (`adapt` false): mu * decay^t for every
     weight, the paper's. Adapted: each weight's own size, halved when its gradient's sign flips
     and grown by 1.2 while it holds, never above mu * decay^t (Rprop's rule, Riedmiller & Braun
-    1993): a weight that keeps stepping over its best comes to rest there."""
+    1993): a weight that keeps stepping over its best comes to rest there. Not torch.optim.Rprop:
+    it skips the step after a flip and caps every size at one fixed maximum, where this cap
+    decays with mu each epoch and the projection follows each step."""
 
     def __init__(self, adapt: bool):
         self.adapt = adapt
