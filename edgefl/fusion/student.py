@@ -147,11 +147,14 @@ def train_student(
     kd_reduction: str = "mean",
     optimizer: str = "adam",
     augment: str = "none",
+    logit_bias: torch.Tensor | None = None,
     progress=None,
 ) -> list[float]:
     """Train on (x, y) with loss lam * CE(y) + (1 - lam) * KL(teacher || student); `lam` is one
     number or one per sample (each sample's two terms weighted, then averaged over the batch).
-    `teacher` holds precomputed teacher logits for x (they never change: computed once)."""
+    `teacher` holds precomputed teacher logits for x (they never change: computed once).
+    `logit_bias` (C,) is added to the student's logits in the loss only: a large negative entry
+    takes that class out of the softmax, so no sample pushes its logit down."""
     if len(x) == 0:
         raise FusionError("no training samples left to train the global model on")
     if kd_reduction not in ("mean", "batchmean"):
@@ -167,6 +170,8 @@ def train_student(
 
     def loss_of(idx):
         logits = model(jitter(x[idx], augment, gen).to(device))
+        if logit_bias is not None:
+            logits = logits + logit_bias.to(device)
         if isinstance(lam, torch.Tensor):
             return _per_sample_loss(logits, y[idx], teacher[idx], lam[idx], kd_reduction, device)
         loss = torch.zeros((), device=device)
