@@ -226,6 +226,26 @@ def calibrate_left_out(model, x, left_out, device, quantile=0.99) -> None:
             bias[c] -= float(torch.quantile(logits[:, c] - best_other, quantile))
 
 
+def _left_out(mode, model, decoders, rates, share, num_classes) -> list[int]:
+    """`restriction` under the `restrict` mode; none for a model without an output bias (the
+    left-out classes' bias is set after training)."""
+    if mode == "off" or output_bias(model, num_classes) is None:
+        return []
+    candidates = below_noise(decoders, num_classes) if mode == "dp" else None
+    return restriction(rates, share, READ_FLOOR, candidates)
+
+
+def _without(left_out, x, y, teacher, num_classes):
+    """The draws of the other classes, the teacher renormalised over them, and the logit bias
+    that takes the left-out classes out of the student's softmax (None if none)."""
+    if not left_out:
+        return x, y, teacher, None
+    keep = ~torch.isin(y, torch.tensor(left_out))
+    bias = torch.zeros(num_classes)
+    bias[left_out] = -1e4  # exp underflows to 0: out of both softmaxes, with no NaN as -inf gives
+    return x[keep], y[keep], teacher[keep] + bias, bias
+
+
 def fuse(ctx: FusionContext, cfg: FedMHOCWConfig) -> FusionResult:
     classifiers = ctx.require("classifier")
     decoders = ctx.require("decoder")
@@ -240,18 +260,8 @@ def fuse(ctx: FusionContext, cfg: FedMHOCWConfig) -> FusionResult:
     rates = read_rates(teacher, y, ctx.num_classes)
     agreement = round(float((teacher.argmax(1) == y).float().mean()), 4)
     share = evidence_share(decoders, classifiers, ctx.num_classes)
-    left_out = []
-    # the left-out classes' bias is set afterwards: a model without an output bias cannot be
-    if cfg.restrict != "off" and output_bias(model, ctx.num_classes) is not None:
-        candidates = below_noise(decoders, ctx.num_classes) if cfg.restrict == "dp" else None
-        left_out = restriction(rates, share, READ_FLOOR, candidates)
-    bias = None
-    if left_out:
-        keep = ~torch.isin(y, torch.tensor(left_out))
-        x, y, teacher = x[keep], y[keep], teacher[keep]
-        bias = torch.zeros(ctx.num_classes)
-        bias[left_out] = -1e4  # out of both softmaxes: exp underflows to 0, no NaN as -inf gives
-        teacher = teacher + bias
+    left_out = _left_out(cfg.restrict, model, decoders, rates, share, ctx.num_classes)
+    x, y, teacher, bias = _without(left_out, x, y, teacher, ctx.num_classes)
     lam: float | torch.Tensor = cfg.lam
     if cfg.balance == "data":
         lam = share[y]
