@@ -129,6 +129,13 @@ class CoBoostingConfig(GeneratorConfig):
         "ensemble weights: each weight's step halves when its gradient changes sign and grows "
         "x1.2 (up to mu) while it keeps it (Rprop's rule); false: every step mu (the paper)",
     )
+    weight_floor: float = option(
+        0.0,
+        "ensemble weights: none below this fraction of the even weight 1/K after a step, so no "
+        "teacher is silenced for good (0: the paper)",
+        low=0,
+        high=1,
+    )
     weight_constraint: str = option(
         "box",
         "ensemble weights after each step: box (each w_k in [0, 1], the authors' code) or "
@@ -246,7 +253,7 @@ class SignSteps:
 
 
 def enhance_weights(
-    w, logits, y, *, step: float, steps: int, constraint: str, members=None, sizes=None
+    w, logits, y, *, step: float, steps: int, constraint: str, members=None, sizes=None, floor=0.0
 ):
     """`steps` projected sign-gradient steps w <- P(w - step * sign(grad_w CE(A_w(x), y))) on the
     whole pool; `logits` are its stored teacher logits (`pooled_ensemble`). With `sizes` (a
@@ -258,6 +265,8 @@ def enhance_weights(
         loss = F.cross_entropy(pooled_ensemble(logits, w, members), y)
         (grad,) = torch.autograd.grad(loss, [w])
         w = project(w.detach() - sizes(grad.sign(), step), constraint)
+        if floor:
+            w = w.clamp_min(floor / len(w))
         ce = float(loss.detach()) if ce is None else ce
     return w, ce
 
@@ -316,6 +325,7 @@ def fuse(ctx: FusionContext, cfg: CoBoostingConfig) -> FusionResult:
                 constraint=cfg.weight_constraint,
                 members=members,
                 sizes=sizes,
+                floor=cfg.weight_floor,
             )
             hist["weights_ce"].append(ce)
             hist["weights"].append([round(float(v), 6) for v in w])

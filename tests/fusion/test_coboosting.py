@@ -84,6 +84,17 @@ def test_weights_move_to_the_teacher_that_is_right(constraint):
     torch.testing.assert_close(same, w0)  # mu = 0: the plain average
 
 
+@pytest.mark.parametrize("constraint", ["box", "simplex"])
+def test_a_weight_floor_keeps_the_wrong_teacher_heard(constraint):
+    logits, y = _two_teachers()
+    w0 = torch.tensor([0.5, 0.5])
+    bare, _ = enhance_weights(w0, logits, y, step=0.2, steps=20, constraint=constraint)
+    assert float(bare[1]) == 0.0  # without a floor the wrong teacher is silenced
+    kept, _ = enhance_weights(w0, logits, y, step=0.2, steps=20, constraint=constraint, floor=0.25)
+    assert float(kept[1]) == pytest.approx(0.25 / 2)  # a quarter of the even weight 1/2
+    assert float(kept[0]) > float(kept[1])
+
+
 def _mixed_teachers(n=400, c=4, seed=0):
     """Teacher 0 right on every sample but unsure, teacher 1 sure and wrong on a quarter: the
     pool's CE is lowest at a mixture inside the box, not at a corner."""
