@@ -167,6 +167,16 @@ def read_rates(teacher: torch.Tensor, y: torch.Tensor, num_classes: int) -> list
     ]
 
 
+def _dp_rate_and_noise(record) -> tuple[float | None, float]:
+    """A privacy record's DP-SGD sampling rate and noise multiplier ((None, 0) without DP-SGD;
+    ingest has rejected records that are unreadable or contradict themselves)."""
+    plan = record.get("dp_sgd") if isinstance(record, dict) else None
+    try:
+        return float(plan["sample_rate"]), float(plan["noise_multiplier"])
+    except (KeyError, TypeError, ValueError):
+        return None, 0.0
+
+
 def below_noise(decoders, num_classes: int) -> np.ndarray:
     """(C,) bool: classes every decoder saw below its DP-SGD noise. A DP-SGD step sums clipped
     per-sample gradients (each at most C) over a Poisson batch of rate q and adds noise of std
@@ -175,14 +185,13 @@ def below_noise(decoders, num_classes: int) -> np.ndarray:
     counts = client_label_counts(decoders, num_classes)
     low = np.ones(num_classes, dtype=bool)
     for u, n in zip(decoders, counts, strict=True):
-        record = u.meta.get("privacy")
-        plan = record.get("dp_sgd") if isinstance(record, dict) else None
+        q, sigma = _dp_rate_and_noise(u.meta.get("privacy"))
         if len(u.label_counts) != num_classes:
             low[:] = False
-        elif not isinstance(plan, dict):
+        elif q is None:
             low &= n == 0
         else:
-            low &= plan["sample_rate"] * n / max(plan["noise_multiplier"], 1e-12) < NOISE_FLOOR
+            low &= q * n / max(sigma, 1e-12) < NOISE_FLOOR
     return low
 
 

@@ -89,6 +89,9 @@ def test_below_noise_bounds_each_class_signal_by_the_dp_record():
         False,
         False,
     ]
+    # A record without a rate or noise is read as no DP (ingest rejects such records anyway).
+    odd = SimpleNamespace(label_counts=np.array([0, 5, 1.0]), meta={"privacy": {"dp_sgd": {}}})
+    assert fedmho_cw.below_noise([band([0, 0, 0]), odd], 3).tolist() == [True, False, False]
     withheld = SimpleNamespace(label_counts=np.array([]), meta={})
     assert not fedmho_cw.below_noise([band([0, 0, 5]), withheld], 3).any()
 
