@@ -14,7 +14,7 @@ from fed_fixtures import build_federation
 from torch import nn
 
 import exporters
-from edgefl.fusion import METHODS, FusionContext, fedmho_cw
+from edgefl.fusion import METHODS, FusionContext, restrict
 from edgefl.fusion.base import federation_label_counts
 from edgefl.fusion.student import train_student
 from edgefl.server.ingest import ingest
@@ -31,7 +31,7 @@ def uploads(tmp_path_factory):
 def test_read_rates_per_class():
     teacher = torch.tensor([[5.0, 0, 0], [0, 5.0, 0], [5.0, 0, 0], [5.0, 0, 0]])
     y = torch.tensor([0, 0, 2, 2])
-    assert fedmho_cw.read_rates(teacher, y, 4) == [0.5, None, 0.0, None]
+    assert restrict.read_rates(teacher, y, 4) == [0.5, None, 0.0, None]
 
 
 def test_restriction_leaves_out_only_unread_classes_the_classifiers_hold():
@@ -39,10 +39,10 @@ def test_restriction_leaves_out_only_unread_classes_the_classifiers_hold():
     share = torch.tensor([0.1, 0.1, 0.9, 0.0, 0.5])  # the decoders' share of each class
     # class 1: unread, the classifiers' class -> out; class 2: the decoders' own evidence;
     # class 4: the decoders hold half, not under it; class 3: no draws.
-    assert fedmho_cw.restriction(rates, share, 0.5) == [1]
-    assert fedmho_cw.restriction(rates, share, 0.0) == []
+    assert restrict.restriction(rates, share, 0.5) == [1]
+    assert restrict.restriction(rates, share, 0.0) == []
     # Fewer than two classes would stay: nothing is left out.
-    assert fedmho_cw.restriction([0.1, 0.2, 0.9], torch.zeros(3), 0.5) == []
+    assert restrict.restriction([0.1, 0.2, 0.9], torch.zeros(3), 0.5) == []
 
 
 def test_a_left_out_class_keeps_its_output_row():
@@ -68,7 +68,7 @@ def test_calibration_bounds_how_often_kept_draws_rank_a_left_out_class_first():
     with torch.no_grad():
         model[1].bias[3] += 10.0  # class 3 first on every draw
     x = torch.randn(2000, 1, 4, 4)
-    fedmho_cw.calibrate_left_out(model, x, [3], CPU)
+    restrict.calibrate_left_out(model, x, [3], CPU)
     with torch.no_grad():
         top = model(x).argmax(1)
     assert 0 < float((top == 3).float().mean()) <= 0.011
@@ -81,19 +81,19 @@ def test_below_noise_bounds_each_class_signal_by_the_dp_record():
         return SimpleNamespace(label_counts=np.array(counts, float), meta={"privacy": record})
 
     # q n / sigma: class 0 at 50 and 5 -> above; class 1 at 5 and 9 -> below; class 2: none.
-    low = fedmho_cw.below_noise([band([500, 50, 0]), band([50, 90, 0], q=0.2, sigma=2.0)], 3)
+    low = restrict.below_noise([band([500, 50, 0]), band([50, 90, 0], q=0.2, sigma=2.0)], 3)
     assert low.tolist() == [False, True, True]
     # A band without DP holds what it declares; one withholding its counts, everything.
-    assert fedmho_cw.below_noise([band([0, 50, 0]), band([5, 5, 1], dp=False)], 3).tolist() == [
+    assert restrict.below_noise([band([0, 50, 0]), band([5, 5, 1], dp=False)], 3).tolist() == [
         False,
         False,
         False,
     ]
     # A record without a rate or noise is read as no DP (ingest rejects such records anyway).
     odd = SimpleNamespace(label_counts=np.array([0, 5, 1.0]), meta={"privacy": {"dp_sgd": {}}})
-    assert fedmho_cw.below_noise([band([0, 0, 0]), odd], 3).tolist() == [True, False, False]
+    assert restrict.below_noise([band([0, 0, 0]), odd], 3).tolist() == [True, False, False]
     withheld = SimpleNamespace(label_counts=np.array([]), meta={})
-    assert not fedmho_cw.below_noise([band([0, 0, 5]), withheld], 3).any()
+    assert not restrict.below_noise([band([0, 0, 5]), withheld], 3).any()
 
 
 def test_fuse_leaves_out_what_the_rule_says_and_still_predicts_it(uploads):
@@ -113,8 +113,8 @@ def test_fuse_leaves_out_what_the_rule_says_and_still_predicts_it(uploads):
     assert rates == off["teacher_label_agreement_per_class"]
     decoders = [u for u in uploads if u.kind == "decoder"]
     classifiers = [u for u in uploads if u.kind == "classifier"]
-    share = fedmho_cw.evidence_share(decoders, classifiers, ctx.num_classes)
-    left = fedmho_cw.restriction(rates, share, fedmho_cw.READ_FLOOR)
+    share = restrict.evidence_share(decoders, classifiers, ctx.num_classes)
+    left = restrict.restriction(rates, share, restrict.READ_FLOOR)
     assert left and on["classes_left_out"] == left
     assert all(on["synthetic_per_class"][c] == 0 for c in left)
     assert federation_label_counts(classifiers, ctx.num_classes)[left].min() > 0
@@ -128,6 +128,6 @@ def test_fuse_leaves_out_what_the_rule_says_and_still_predicts_it(uploads):
 
 
 def test_output_bias_is_the_last_linear_of_the_class_width():
-    assert fedmho_cw.output_bias(nn.Sequential(nn.Linear(4, 8), nn.Linear(8, 3)), 3).shape == (3,)
-    assert fedmho_cw.output_bias(nn.Sequential(nn.Linear(4, 3, bias=False)), 3) is None
-    assert fedmho_cw.output_bias(nn.Sequential(nn.Linear(4, 3), nn.Linear(3, 5)), 3) is None
+    assert restrict.output_bias(nn.Sequential(nn.Linear(4, 8), nn.Linear(8, 3)), 3).shape == (3,)
+    assert restrict.output_bias(nn.Sequential(nn.Linear(4, 3, bias=False)), 3) is None
+    assert restrict.output_bias(nn.Sequential(nn.Linear(4, 3), nn.Linear(3, 5)), 3) is None
