@@ -131,3 +131,20 @@ def test_output_bias_is_the_last_linear_of_the_class_width():
     assert restrict.output_bias(nn.Sequential(nn.Linear(4, 8), nn.Linear(8, 3)), 3).shape == (3,)
     assert restrict.output_bias(nn.Sequential(nn.Linear(4, 3, bias=False)), 3) is None
     assert restrict.output_bias(nn.Sequential(nn.Linear(4, 3), nn.Linear(3, 5)), 3) is None
+
+
+def test_dp_mode_follows_the_decoders_dp_records(uploads, monkeypatch):
+    ctx = FusionContext(uploads, device=CPU, seed=0)
+    method = METHODS.get("fedmho-cw")
+
+    def left(mode):
+        opts = {"synthetic": 400, "epochs": 1, "restrict": mode}
+        return method.fuse(ctx, method.effective_config(opts, ctx.input_shape)).info[
+            "classes_left_out"
+        ]
+
+    anyway = left("always")
+    assert anyway and left("dp") == []  # no decoder here trained with DP
+    # Every decoder's record: DP-SGD at a sampling rate that puts every class under the noise.
+    monkeypatch.setattr(restrict, "_dp_rate_and_noise", lambda record: (1e-6, 1.0))
+    assert left("dp") == anyway
