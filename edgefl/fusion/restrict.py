@@ -1,4 +1,4 @@
-"""Leaving out a class the decoders cannot draw under DP (fedmho-cw's `restrict`; FedMHO's).
+"""Leaving out a class the decoders cannot draw under DP (fedmho-cw's `restrict`).
 
 A DP-SGD decoder that saw a class a few times a batch draws noise for it. Distilling those draws
 teaches the global model that nothing is that class, and every draw of another class pushes its
@@ -12,8 +12,10 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from edgefl.errors import ConfigError
 from edgefl.fusion.base import client_label_counts, federation_label_counts
 from edgefl.fusion.options import option
+from edgefl.privacy import DPPlan
 
 # A class's draws read as that class under this share are unread (see `restrict`); a class a
 # DP-trained decoder expects fewer than NOISE_FLOOR x its noise multiplier of a batch is below
@@ -56,13 +58,13 @@ def read_rates(teacher: torch.Tensor, y: torch.Tensor, num_classes: int) -> list
 
 
 def _dp_rate_and_noise(record) -> tuple[float | None, float]:
-    """A privacy record's DP-SGD sampling rate and noise multiplier ((None, 0) without DP-SGD;
-    ingest has rejected records that are unreadable or contradict themselves)."""
-    plan = record.get("dp_sgd") if isinstance(record, dict) else None
+    """A privacy record's DP-SGD sampling rate and noise multiplier, read as the upload's own
+    `DPPlan` ((None, 0) without one; ingest has already rejected unreadable records)."""
     try:
-        return float(plan["sample_rate"]), float(plan["noise_multiplier"])
-    except (KeyError, TypeError, ValueError):
+        plan = DPPlan.from_dict(record["dp_sgd"])
+    except (ConfigError, KeyError, TypeError):
         return None, 0.0
+    return plan.sample_rate, plan.noise_multiplier
 
 
 def below_noise(decoders, num_classes: int) -> np.ndarray:
@@ -70,13 +72,13 @@ def below_noise(decoders, num_classes: int) -> np.ndarray:
     per-sample gradients (each at most C) over a Poisson batch of rate q and adds noise of std
     sigma C: class c's part is at most q n_c C, so q n_c / sigma bounds its signal to noise.
     A decoder without DP holds each class it declares; one withholding its counts, every class."""
+    if any(len(u.label_counts) != num_classes for u in decoders):
+        return np.zeros(num_classes, dtype=bool)
     counts = client_label_counts(decoders, num_classes)
     low = np.ones(num_classes, dtype=bool)
     for u, n in zip(decoders, counts, strict=True):
         q, sigma = _dp_rate_and_noise(u.meta.get("privacy"))
-        if len(u.label_counts) != num_classes:
-            low[:] = False
-        elif q is None:
+        if q is None:
             low &= n == 0
         else:
             low &= q * n / max(sigma, 1e-12) < NOISE_FLOOR

@@ -17,6 +17,7 @@ import exporters
 from edgefl.fusion import METHODS, FusionContext, restrict
 from edgefl.fusion.base import federation_label_counts
 from edgefl.fusion.student import train_student
+from edgefl.privacy import DPPlan
 from edgefl.server.ingest import ingest
 
 CPU = torch.device("cpu")
@@ -77,7 +78,10 @@ def test_calibration_bounds_how_often_kept_draws_rank_a_left_out_class_first():
 
 def test_below_noise_bounds_each_class_signal_by_the_dp_record():
     def band(counts, q=0.1, sigma=1.0, dp=True):
-        record = {"dp_sgd": {"sample_rate": q, "noise_multiplier": sigma}} if dp else {}
+        plan = DPPlan(
+            epsilon=8.0, delta=1e-5, clip=1.0, noise_multiplier=sigma, sample_rate=q, steps=100
+        )
+        record = {"dp_sgd": plan.as_dict()} if dp else {}
         return SimpleNamespace(label_counts=np.array(counts, float), meta={"privacy": record})
 
     # q n / sigma: class 0 at 50 and 5 -> above; class 1 at 5 and 9 -> below; class 2: none.
@@ -89,7 +93,7 @@ def test_below_noise_bounds_each_class_signal_by_the_dp_record():
         False,
         False,
     ]
-    # A record without a rate or noise is read as no DP (ingest rejects such records anyway).
+    # A record that is not a DP-SGD plan is read as no DP (ingest rejects such records anyway).
     odd = SimpleNamespace(label_counts=np.array([0, 5, 1.0]), meta={"privacy": {"dp_sgd": {}}})
     assert restrict.below_noise([band([0, 0, 0]), odd], 3).tolist() == [True, False, False]
     withheld = SimpleNamespace(label_counts=np.array([]), meta={})
