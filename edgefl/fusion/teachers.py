@@ -28,6 +28,7 @@ from torch.nn import functional as F
 
 from edgefl.artifacts.upload import Upload
 from edgefl.errors import FusionError
+from edgefl.fusion.onednn import keep_layout
 
 
 def _slice_max(parts: list[torch.Tensor]) -> torch.Tensor:
@@ -87,18 +88,20 @@ def _window_of(pool: nn.Module) -> tuple[int, int] | None:
 
 def evaluation_form(module: nn.Module, inplace: bool = False) -> nn.Module:
     """A private copy of `module` that computes the same outputs, bit for bit, faster on a CPU:
-    its exactly-reproducible max pools replaced (module docstring). The module itself is left
-    as it is (unless `inplace`: then it is changed and returned, for a copy the caller owns); a
-    module with no such pool is returned as it is, uncopied."""
+    its exactly-reproducible max pools replaced (module docstring) and its runs of
+    convolutions, pools and ReLUs kept in oneDNN's layout (`edgefl.fusion.onednn`). The module
+    itself is left as it is (unless `inplace`: then it is changed and returned, for a copy the
+    caller owns); a module with neither such a pool nor a Conv2d is returned as it is, uncopied."""
     pools = [(name, _window_of(m)) for name, m in module.named_modules()]
     pools = [(name, w) for name, w in pools if w is not None]
-    if not pools:
+    if not pools and not any(isinstance(m, nn.Conv2d) for m in module.modules()):
         return module
     fast = module if inplace else copy.deepcopy(module)
     for name, (kh, kw) in pools:
         parent_name, _, child = name.rpartition(".")
         parent = fast.get_submodule(parent_name) if parent_name else fast
         setattr(parent, child, WindowMax(kh, kw))
+    keep_layout(fast)
     return fast
 
 
@@ -121,9 +124,9 @@ def largest_activation(module: nn.Module, sample: torch.Tensor) -> int:
 
     leaves = [m for m in module.modules() if next(m.children(), None) is None]
     handles = [m.register_forward_hook(hook) for m in leaves]
-    try:
-        with torch.no_grad():
-            module(sample)
+    try:  # with a gradient to come: every layer runs as itself (a OneDNNRun's plain layers)
+        with torch.enable_grad():
+            module(sample.detach().requires_grad_(True))
     finally:
         for h in handles:
             h.remove()
