@@ -8,14 +8,14 @@ to its last layer, the same convolution kernels compute the same values, and a m
 ReLU are exact in any layout. A `cnn` teacher's pass takes 1.2-1.4x less time.
 
 It is the same result only where oneDNN picks the same kernel for both paths, which is true of
-every zoo teacher measured but is no contract of oneDNN's. So the run checks itself: its first
-batch is also run the plain way (at the same size: torch's own kernels differ between a batch
-of one and of more), and a run that differs by one bit goes back to the plain layers for good
-(about 3 % of a 6,000-sample pass). NaN is the other difference: oneDNN's max pool skips a NaN that
-torch's propagates. The fast path is taken only where no value of the run can be NaN or
-infinite: a finite input whose magnitude, carried through each layer's worst case (fan-in x
-largest weight + largest bias), stays far from float32's range. Where a gradient may flow (the
-data-free generators' steps) the plain layers run, as autograd needs.
+every zoo teacher measured but is no contract of oneDNN's. So the runs check themselves: the
+first batch of each kind of run and input shape in a process (`VERDICTS`; torch's own kernels
+differ between a batch of one and of more) is also run the plain way, and a kind that differs
+by one bit takes the plain layers for good. NaN is the other difference: oneDNN's max pool
+skips a NaN that torch's propagates. The fast path is taken only where no value of the run can
+be NaN or infinite: a finite input whose magnitude, carried through each layer's worst case
+(fan-in x largest weight + largest bias), stays far from float32's range. Where a gradient may
+flow (the data-free generators' steps) the plain layers run, as autograd needs.
 """
 
 from __future__ import annotations
@@ -26,6 +26,10 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+# Whether the fast path gave the plain layers' result, bit for bit, by (the run's layers as
+# printed, the input's shape, torch's threads): oneDNN picks a kernel by shapes, never by the
+# weights' values, so one teacher's check holds for every teacher of its kind in the process.
+VERDICTS: dict[tuple, bool] = {}
 # The largest magnitude the run may reach in its worst case: far under float32's 3.4e38, so no
 # sum of the run overflows into an infinity (and then a NaN) on either path.
 SAFE_MAGNITUDE = 1e30
@@ -71,7 +75,7 @@ class OneDNNRun(nn.Module):
     def __init__(self, layers: list[nn.Module]):
         super().__init__()
         self.layers = nn.Sequential(*layers)
-        self.same: bool | None = None  # None: not compared yet; False: plain layers for good
+        self.kind = repr(self.layers)  # the layers' kinds and shapes: what picks a kernel
         a, b = 1.0, 0.0  # |any value of the run| <= a |input| + b
         for layer in layers:
             ga, gb = _growth(layer)
@@ -79,7 +83,7 @@ class OneDNNRun(nn.Module):
         self.bound = (a, b)
 
     def _fast_ok(self, x: torch.Tensor) -> bool:
-        if self.same is False or x.device.type != "cpu" or x.dtype != torch.float32:
+        if x.device.type != "cpu" or x.dtype != torch.float32:
             return False
         if not x.numel() or (
             torch.is_grad_enabled()
@@ -110,10 +114,14 @@ class OneDNNRun(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if not self._fast_ok(x):
             return self.layers(x)
+        key = (self.kind, tuple(x.shape), torch.get_num_threads())
+        same = VERDICTS.get(key)
+        if same is False:
+            return self.layers(x)
         out = self._fast(x)
-        if self.same is None:  # the first batch also the plain way, at its own size
+        if same is None:  # the first batch of this kind and shape: also the plain way
             plain = self.layers(x)
-            self.same = torch.equal(out, plain)
+            VERDICTS[key] = torch.equal(out, plain)
             return plain
         return out
 
