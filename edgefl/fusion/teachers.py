@@ -6,8 +6,9 @@ NCHW tensors runs at a fraction of the speed of the convolutions around it; in t
 its two pools took over half of a forward. A pool whose window equals its stride, without
 padding, is the element-wise maximum of its window's strided slices, which is the same value bit
 for bit (a maximum is exact) and several times faster. The evaluation form is a private copy of
-the teacher with those pools replaced: the upload's own module, which the ensemble exports, is
-never touched. Teachers stacked into one batched module (torch.func's stack_module_state and
+the teacher with those pools replaced and its runs of convolutions, pools and ReLUs kept in
+oneDNN's layout between layers (`edgefl.fusion.onednn`, bit for bit too; a pass 1.2-1.4x
+faster): the upload's own module, which the ensemble exports, is never touched. Teachers stacked into one batched module (torch.func's stack_module_state and
 vmap, or grouped convolutions) were measured slower on a CPU (bench/results/stacked_teachers.md)
 and are not used there.
 
