@@ -117,7 +117,12 @@ DP_SETTINGS_PAGES = (
     "dp_settings_hapt_sgd_rates",
     "dp_settings_mnist_generator_batch",
 )
-TEACHER_PASS_PAGES = ("teacher_pass_2000", "teacher_pass_2000_interleaved", "teacher_pass_onednn")
+TEACHER_PASS_PAGES = (
+    "teacher_pass_2000",
+    "teacher_pass_2000_interleaved",
+    "teacher_pass_onednn",
+    "teacher_pass_onednn_archs",
+)
 TEACHER_PASS_GPU_PAGES = ("teacher_pass_gpu_forms", "teacher_pass_gpu")
 
 RENDERS = {
