@@ -37,13 +37,12 @@ SAFE_MAGNITUDE = 1e30
 
 def _pool_args(layer: nn.Module) -> tuple | None:
     """(kernel, stride, padding, ceil_mode) of a max pool oneDNN runs as torch does, else None."""
-    if isinstance(layer, nn.MaxPool2d):
-        if layer.return_indices or layer.dilation not in (1, (1, 1)):
-            return None
-        stride = layer.stride if layer.stride is not None else layer.kernel_size
-        return (layer.kernel_size, stride, layer.padding, layer.ceil_mode)
-    kh, kw = getattr(layer, "kh", None), getattr(layer, "kw", None)  # teachers.WindowMax
-    return ((kh, kw), (kh, kw), 0, False) if kh else None
+    if not isinstance(layer, nn.MaxPool2d) or layer.return_indices:
+        return None
+    if layer.dilation not in (1, (1, 1)):
+        return None
+    stride = layer.stride if layer.stride is not None else layer.kernel_size
+    return (layer.kernel_size, stride, layer.padding, layer.ceil_mode)
 
 
 def _convertible(layer: nn.Module) -> bool:
@@ -76,6 +75,9 @@ class OneDNNRun(nn.Module):
         super().__init__()
         self.layers = nn.Sequential(*layers)
         self.kind = repr(self.layers)  # the layers' kinds and shapes: what picks a kernel
+        # each pool's arguments, kept: teachers.evaluation_form then replaces the plain layers'
+        # pools by the WindowMax that computes the same
+        self.pools = {i: _pool_args(layer) for i, layer in enumerate(layers)}
         a, b = 1.0, 0.0  # |any value of the run| <= a |input| + b
         for layer in layers:
             ga, gb = _growth(layer)
@@ -97,7 +99,7 @@ class OneDNNRun(nn.Module):
 
     def _fast(self, x: torch.Tensor) -> torch.Tensor:
         h = x.to_mkldnn()  # a copy: the in-place ReLUs below never touch x
-        for layer in self.layers:
+        for i, layer in enumerate(self.layers):
             if isinstance(layer, nn.Conv2d):
                 w, b, st, pad, dil, g = (
                     layer.weight, layer.bias, layer.stride, layer.padding, layer.dilation,
@@ -107,7 +109,7 @@ class OneDNNRun(nn.Module):
             elif isinstance(layer, nn.ReLU):
                 h = h.relu_()  # every h here is the run's own
             else:
-                kernel, stride, padding, ceil = _pool_args(layer)
+                kernel, stride, padding, ceil = self.pools[i]
                 h = F.max_pool2d(h, kernel, stride, padding, 1, ceil)
         return h.to_dense()
 

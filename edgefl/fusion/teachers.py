@@ -8,9 +8,10 @@ padding, is the element-wise maximum of its window's strided slices, which is th
 for bit (a maximum is exact) and several times faster. The evaluation form is a private copy of
 the teacher with those pools replaced and its runs of convolutions, pools and ReLUs kept in
 oneDNN's layout between layers (`edgefl.fusion.onednn`, bit for bit too; a pass 1.2-1.4x
-faster): the upload's own module, which the ensemble exports, is never touched. Teachers stacked into one batched module (torch.func's stack_module_state and
-vmap, or grouped convolutions) were measured slower on a CPU (bench/results/stacked_teachers.md)
-and are not used there.
+faster): the upload's own module, which the ensemble exports, is never touched. Teachers
+stacked into one batched module (torch.func's stack_module_state and vmap, or grouped
+convolutions) were measured slower on a CPU (bench/results/stacked_teachers.md) and are not
+used there.
 
 On a GPU it is the other way round (bench/results/teacher_pass_gpu.md, an H200): one small
 teacher at a time leaves the GPU waiting on kernel launches, and the evaluation form's slices
@@ -93,16 +94,15 @@ def evaluation_form(module: nn.Module, inplace: bool = False) -> nn.Module:
     convolutions, pools and ReLUs kept in oneDNN's layout (`edgefl.fusion.onednn`). The module
     itself is left as it is (unless `inplace`: then it is changed and returned, for a copy the
     caller owns); a module with neither such a pool nor a Conv2d is returned as it is, uncopied."""
-    pools = [(name, _window_of(m)) for name, m in module.named_modules()]
-    pools = [(name, w) for name, w in pools if w is not None]
-    if not pools and not any(isinstance(m, nn.Conv2d) for m in module.modules()):
+    if not any(isinstance(m, nn.Conv2d) or _window_of(m) for m in module.modules()):
         return module
     fast = module if inplace else copy.deepcopy(module)
-    for name, (kh, kw) in pools:
+    keep_layout(fast)  # first: its runs then hold the pools replaced below as their plain layers
+    pools = [(name, _window_of(m)) for name, m in fast.named_modules()]
+    for name, (kh, kw) in [(name, w) for name, w in pools if w is not None]:
         parent_name, _, child = name.rpartition(".")
         parent = fast.get_submodule(parent_name) if parent_name else fast
         setattr(parent, child, WindowMax(kh, kw))
-    keep_layout(fast)
     return fast
 
 
