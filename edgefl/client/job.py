@@ -14,7 +14,7 @@ from edgefl.bounds import OneOf, Range, check_fields, declare, declared
 from edgefl.models.augment import resolve as resolve_augment
 from edgefl.models.spec import ModelSpec
 from edgefl.models.zoo import input_kind
-from edgefl.privacy.config import DP_LR, DP_OPTIMIZER, optimizer_for
+from edgefl.privacy.config import DP_LR, DP_OPTIMIZER, DPConfig, optimizer_for
 from edgefl.profiles import Profile
 from edgefl.training import DEFAULT_LR
 
@@ -124,9 +124,13 @@ def job_optimizer(job: ClientJob, profile: Profile) -> str:
 
 def local_schedule(job: ClientJob, profile: Profile, role: str, samples: int) -> tuple[int, float]:
     """(epochs, lr) a client trains with on `samples` training samples: the job's, else its
-    profile's for that much data (Profile.local_epochs) and the role's default rate (DP-SGD's
+    profile's for that much data (Profile.local_epochs: its min_steps counted in the steps the
+    client takes, DP-SGD's Poisson batches under --dp) and the role's default rate (DP-SGD's
     for its optimizer under --dp)."""
     optimizer = job_optimizer(job, profile)
-    epochs = job.epochs or profile.local_epochs(samples, job.batch_size)
+    batch = job.batch_size or profile.batch_size
+    if job.dp is not None:  # a DP-SGD step is one Poisson batch, of its expected size
+        batch = DPConfig.parse(job.dp).expected_batch(batch, samples)
+    epochs = job.epochs or profile.local_epochs(samples, batch)
     dp_default = job.dp is not None and optimizer == DP_OPTIMIZER
     return epochs, job.lr or (DP_LR if dp_default else DEFAULT_LR[(role, optimizer)])

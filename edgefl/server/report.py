@@ -101,6 +101,7 @@ def _report(
                 "client_id": u.client_id,
                 "kind": u.kind,
                 "model": spec_label(u.spec) if u.spec else None,
+                "sha256": u.artifact.sha256,  # the bytes validated and fused
             }
             for u in found.uploads
         ],

@@ -14,6 +14,7 @@ from edgefl.errors import ConfigError
 from edgefl.fusion import METHODS
 from edgefl.models.spec import ModelSpec
 from edgefl.models.zoo import spec_label
+from edgefl.outputs import sha256_file
 
 
 def upload_path(cjob: ClientJob) -> Path:
@@ -88,3 +89,15 @@ def reuse_global(method: str, options: dict, report: Path, input_shape, dataset:
             hint=f"use a fresh --out, or delete {report.parent} to fuse again with the new options",
         )
     return done
+
+
+def changed_uploads(done: dict, folder: Path) -> list[str]:
+    """The .onnx files of `folder` that are not the ones a finished global model's report says
+    it was fused from: changed since (or recorded without a digest), added, or gone. Deleting an
+    upload to retrain it must not leave a global model of the old one reported as this run's."""
+    accepted = {a["file"]: a.get("sha256") for a in done.get("accepted", [])}
+    seen = set(accepted) | {r["file"] for r in done.get("rejected", [])}
+    now = {p.name for p in folder.glob("*.onnx")}
+    differ = {n for n in now ^ seen if n.endswith(".onnx")}
+    differ |= {n for n, h in accepted.items() if n in now and h != sha256_file(folder / n)}
+    return sorted(differ)

@@ -30,7 +30,7 @@ from edgefl.models.parse import parse_model_arg
 from edgefl.models.plan import plan
 from edgefl.models.zoo import role_of
 from edgefl.profiles import get_profile
-from edgefl.progress import log_lines, no_progress
+from edgefl.progress import log_lines, no_progress, printable
 from edgefl.server.fuse import fuse_methods, refused_report
 from edgefl.server.plan import plan as plan_fuse
 from edgefl.server.plan import resolve_device
@@ -38,7 +38,7 @@ from edgefl.simulate.job import SEARCH, SimJob, parse_mix
 from edgefl.simulate.personalized import run_per_client
 from edgefl.simulate.pool import train_jobs
 from edgefl.simulate.render import pictures, results_markdown, upload_bytes
-from edgefl.simulate.resume import finished, reuse_global, upload_path
+from edgefl.simulate.resume import changed_uploads, finished, reuse_global, upload_path
 
 
 def _model_for(job: SimJob, profile: str, info, n_train: int) -> str:
@@ -269,12 +269,12 @@ def fuse_all(
         model = out / "global" / f"{name}.onnx"
         report = model.with_suffix(".json")
         done = [model, report] + [path for _, path in (classes.targets(model) if classes else [])]
-        if all(path.exists() for path in done):
-            reports[name] = reuse_global(name, options, report, _input_shape(job), job.dataset)
-            reports[name]["reused"] = True
-            log(f"reusing finished {name}")
-            continue
         folder = upload_folder(out, method.consumes)
+        if all(path.exists() for path in done):
+            reused = _still_finished(job, name, options, report, folder, log)
+            if reused is not None:
+                reports[name] = reused
+                continue
         planned = plan_fuse(name, options, model, folder, classes=classes)
         batches.setdefault(folder, []).append((name, planned))
     for folder, batch in batches.items():
@@ -283,6 +283,19 @@ def fuse_all(
         reports.update(_fuse_batch(job, batch, folder, log, progress))
     progress("methods fused", len(reports), len(job.methods))
     return {name: reports[name] for name in job.methods}
+
+
+def _still_finished(job: SimJob, name: str, options, report: Path, folder: Path, log):
+    """The report of a global model a previous run finished, if it was fused with these options
+    (else the run stops: `reuse_global`) from the uploads now in `folder`; None: fuse it again."""
+    reused = reuse_global(name, options, report, _input_shape(job), job.dataset)
+    changed = changed_uploads(reused, folder)
+    if not changed:
+        log(f"reusing finished {name}")
+        return reused | {"reused": True}
+    shown = ", ".join(printable(n) for n in changed[:3]) + (", ..." if changed[3:] else "")
+    log(f"{name}: fusing again: {len(changed)} upload(s) differ from those it used ({shown})")
+    return None
 
 
 def _fuse_batch(job: SimJob, batch, folder: Path, log, progress) -> dict[str, dict]:

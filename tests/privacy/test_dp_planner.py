@@ -325,3 +325,24 @@ def test_the_planner_counts_the_optimizer_the_job_names(dp):
     assert fit == check_fit(spec, prof, samples=6000, dp=dp is not None, optimizer="adam")
     _, default = choose_model(dataclasses.replace(named, optimizer=None), prof, info, 6000)
     assert default.optimizer == ("adam" if dp else prof.optimizer)
+
+
+def test_min_steps_counts_dp_sgds_poisson_batches():
+    """A profile's min_steps are optimiser steps: under --dp one is a Poisson batch of DP-SGD's
+    expected size, so a phone's 6,000 digits (512 a batch: 12 steps an epoch) train more epochs
+    than plain training's 94 steps an epoch need; a batch or epochs the job names still rule."""
+    from edgefl.client.job import ClientJob, local_schedule
+    from edgefl.privacy.config import plan_dp
+
+    prof = get_profile("smartphone")
+    job = ClientJob(profile="smartphone", dataset="mnist", model="cnn")
+    assert local_schedule(job, prof, "classifier", 6000)[0] == prof.epochs  # 940 steps already
+    epochs = local_schedule(dataclasses.replace(job, dp="8"), prof, "classifier", 6000)[0]
+    assert epochs > prof.epochs
+    steps = plan_dp(DPConfig.parse("8"), 6000, prof.batch_size, epochs).steps
+    assert prof.min_steps <= steps < prof.min_steps + 12  # the fewest epochs that get them
+    named = dataclasses.replace(job, dp=f"8,batch={prof.batch_size}")
+    assert local_schedule(named, prof, "classifier", 6000)[0] == prof.epochs
+    assert (
+        local_schedule(dataclasses.replace(job, dp="8", epochs=7), prof, "classifier", 6000)[0] == 7
+    )

@@ -307,6 +307,64 @@ def test_resume_refuses_a_global_model_fused_with_other_options(tmp_path):
     assert {r["method"] for r in again["results"]} == {"fedavg", "fedmho-sd"}
 
 
+def test_a_global_model_fused_from_other_uploads_is_fused_again(tmp_path):
+    """Deleting an upload to retrain it (what the refusal above advises) must not leave the
+    global model of the old upload reported as this run's: a report names the sha256 of every
+    upload it fused, and a run whose folder holds other bytes fuses that method again."""
+    import hashlib
+
+    import onnx
+    from onnx import numpy_helper
+
+    from exporters.graph import weights_hash
+
+    out = tmp_path / "run"
+    first = simulate(tiny(out, methods=("fedavg",)))["results"][0]
+    report = json.loads((out / "global" / "fedavg.json").read_text())
+    path = out / "uploads" / "client-000.onnx"
+    digest = {a["file"]: a["sha256"] for a in report["accepted"]}
+    assert digest[path.name] == hashlib.sha256(path.read_bytes()).hexdigest()
+    model = onnx.load(path)  # the same client's upload, other weights (as if retrained)
+    weight = max(model.graph.initializer, key=lambda t: numpy_helper.to_array(t).size)
+    weight.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(weight) * -1.0, weight.name))
+    meta = exporters.read_artifact(path).metadata
+    exporters.set_metadata(model, meta | {"weights_sha256": weights_hash(model)})
+    onnx.save(model, path)
+    lines = []
+    again = simulate(tiny(out, methods=("fedavg",)), log=lines.append)["results"][0]
+    assert any("fedavg: fusing again: 1 upload(s) differ" in line for line in lines), lines
+    assert not again.get("reused") and again["accuracy"] != first["accuracy"]
+    report = json.loads((out / "global" / "fedavg.json").read_text())
+    fused = {a["file"]: a["sha256"] for a in report["accepted"]}
+    assert fused[path.name] == hashlib.sha256(path.read_bytes()).hexdigest()
+    lines.clear()  # nothing changed since: reused
+    simulate(tiny(out, methods=("fedavg",)), log=lines.append)
+    assert "reusing finished fedavg" in lines
+
+
+def test_changed_uploads_names_what_differs(tmp_path):
+    from edgefl.simulate.resume import changed_uploads
+
+    for name, data in (("a.onnx", b"a"), ("b.onnx", b"b"), ("c.onnx", b"c")):
+        (tmp_path / name).write_bytes(data)
+    sha = {n: _sha256(tmp_path / n) for n in ("a.onnx", "b.onnx")}
+    report = {
+        "accepted": [{"file": "a.onnx", "sha256": sha["a.onnx"]}, {"file": "b.onnx"}],
+        "rejected": [{"file": "c.onnx", "reason": "x"}, {"file": "gone.onnx", "reason": "y"}],
+    }
+    # b: no digest recorded (an older report); gone: no longer there; a, c: as fused
+    assert changed_uploads(report, tmp_path) == ["b.onnx", "gone.onnx"]
+    (tmp_path / "d.onnx").write_bytes(b"d")
+    (tmp_path / "a.onnx").write_bytes(b"A")
+    assert changed_uploads(report, tmp_path) == ["a.onnx", "b.onnx", "d.onnx", "gone.onnx"]
+
+
+def _sha256(path: Path) -> str:
+    import hashlib
+
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
 def test_jobs_2_equals_jobs_1(tmp_path):
     a = simulate(tiny(tmp_path / "a", jobs=1, methods=("fedavg",)))
     b = simulate(tiny(tmp_path / "b", jobs=2, methods=("fedavg",)))
