@@ -39,8 +39,9 @@ _TRAINING = {
 _TRAINING_OPTIONAL = {
     "min_steps": (
         int,
-        "fewest optimiser steps of local training: a small shard trains more "
-        "epochs (up to MAX_EPOCHS_FACTOR x epochs) so that it gets them",
+        "fewest optimiser steps of local training (under --dp, DP-SGD's Poisson "
+        "batches): a small shard trains more epochs (up to MAX_EPOCHS_FACTOR x epochs) "
+        "so that it gets them",
     ),
 }
 # How far min_steps may stretch the profile's epochs (FedMHO's phones train 200 local epochs).
