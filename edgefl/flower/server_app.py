@@ -5,7 +5,9 @@ reports and `federation.json` (who answered, who was refused and why, who never 
 written to `out-dir`, each atomically.
 
 Run config (`[tool.flwr.app.config]` in the app's pyproject.toml, or `flwr run --run-config`):
-methods, out-dir, eval, device, min-nodes, wait-nodes-s, deadline-s, max-upload-mib,
+methods, out-dir, eval, device, min-nodes, wait-nodes-s, require-nodes (refuse the round when
+fewer than min-nodes connected in time, rather than run it with those that did), deadline-s,
+max-upload-mib,
 resident-mib (as `server fuse --resident-mib`), max-epsilon (as `server fuse --max-epsilon`;
 0: none), and the clients' shared settings (dataset, partition, num-clients, seed, epochs,
 public-size, subset, dp, label-counts: as `client train --dp` and `--label-counts`).
@@ -43,6 +45,7 @@ DEFAULTS: dict[str, Any] = {
     "device": "auto",
     "min-nodes": 1,
     "wait-nodes-s": 60.0,
+    "require-nodes": False,  # True: fewer than min-nodes in time refuses the round
     "deadline-s": 3600.0,
     "max-upload-mib": exporters.DEFAULT_MAX_UPLOAD_BYTES // (1 << 20),
     "resident-mib": DEFAULT_RESIDENT_MIB,
@@ -83,6 +86,39 @@ def settings_from(config: dict[str, Any], nodes: int) -> dict[str, Any]:
     return {"client": client}
 
 
+def _enough_nodes(grid, config: dict[str, Any], log) -> list[int]:
+    """The nodes the round runs with: those connected once min-nodes joined or wait-nodes-s
+    passed; fewer than min-nodes is said, and refused with require-nodes (before any training)."""
+    want, wait_s = int(config["min-nodes"]), float(config["wait-nodes-s"])
+    required = _flag(config["require-nodes"])  # a bad value is said before the wait
+    nodes = wait_for_nodes(grid, want, wait_s, log)
+    if not nodes:
+        raise ConfigError("no SuperNode connected", hint="start SuperNodes, or raise wait-nodes-s")
+    if len(nodes) >= want:
+        return nodes
+    short = f"only {len(nodes)} of min-nodes={want} SuperNodes connected in {wait_s:g} s"
+    if required:
+        raise ConfigError(
+            f"{short}; require-nodes is set, so the round does not start",
+            hint="start the missing SuperNodes, raise wait-nodes-s, or set require-nodes = "
+            "false to run the round with the nodes that connected",
+        )
+    log(f"warning: {short}: the round runs with them (require-nodes = true refuses instead)")
+    return nodes
+
+
+def _flag(value) -> bool:
+    """A run-config boolean: TOML's true/false, or the strings --run-config may carry."""
+    if isinstance(value, str):
+        if value.strip().lower() not in ("true", "false", "1", "0"):
+            raise ConfigError(
+                f"require-nodes must be true or false, got {value!r}",
+                hint="e.g. flwr run . --run-config 'require-nodes=true'",
+            )
+        return value.strip().lower() in ("true", "1")
+    return bool(value)
+
+
 def run_round(grid, run_config: dict[str, Any], log=print) -> dict[str, Any]:
     """The ServerApp's whole work; returns what it wrote to out-dir/federation.json."""
     config = DEFAULTS | {k: v for k, v in run_config.items() if k in DEFAULTS}
@@ -94,9 +130,7 @@ def run_round(grid, run_config: dict[str, Any], log=print) -> dict[str, Any]:
     max_bytes = int(float(config["max-upload-mib"]) * (1 << 20))
     resident_limit(int(config["resident-mib"]), "run config resident-mib")
     check_request(str(config["dp"]) or None, str(config["label-counts"]))  # before any training
-    nodes = wait_for_nodes(grid, int(config["min-nodes"]), float(config["wait-nodes-s"]), log)
-    if not nodes:
-        raise ConfigError("no SuperNode connected", hint="start SuperNodes, or raise wait-nodes-s")
+    nodes = _enough_nodes(grid, config, log)
     public = _public(config)
     got = collect(
         grid,
@@ -116,6 +150,7 @@ def run_round(grid, run_config: dict[str, Any], log=print) -> dict[str, Any]:
     personalized = _second_messages(grid, methods, reports, names, config, log)
     summary = {
         "nodes": nodes,
+        "min_nodes": int(config["min-nodes"]),  # fewer nodes: the round ran short of it
         "answered": {str(n): names.get(n) for n in got.replies},
         "refused": {str(n): why for n, why in got.refused.items()},
         "missing": got.missing,

@@ -233,6 +233,44 @@ def test_a_failed_round_says_why_in_the_out_dir_too(tmp_path, config, says):
     assert any(says in line and line.startswith("edgefl: error:") for line in lines)
 
 
+class TwoNodes:
+    """A grid where two nodes joined and no more ever will (it cannot send a message)."""
+
+    def get_node_ids(self):
+        return [7, 3]
+
+
+def test_require_nodes_refuses_a_round_short_of_min_nodes_before_any_training(tmp_path):
+    lines = []
+    config = {"methods": "fedavg", "min-nodes": 3, "wait-nodes-s": 0.0, "require-nodes": True}
+    with pytest.raises(EdgeflError) as err:
+        serve(TwoNodes(), config | {"out-dir": str(tmp_path / "g")}, log=lines.append)
+    assert "only 2 of min-nodes=3 SuperNodes connected" in str(err.value)
+    written = json.loads((tmp_path / "g" / "federation.json").read_text())
+    assert "require-nodes" in written["error"] and "wait-nodes-s" in written["hint"]
+    # TwoNodes has no messaging API: a round that went on to send the train message would
+    # have failed with an AttributeError, not this refusal.
+
+
+def test_a_short_round_is_said_and_run_without_require_nodes(monkeypatch):
+    from edgefl.flower import server_app
+
+    lines = []
+    base = {"min-nodes": 3, "wait-nodes-s": 0.0}
+    for flag in (False, "false"):
+        nodes = server_app._enough_nodes(
+            TwoNodes(), server_app.DEFAULTS | base | {"require-nodes": flag}, lines.append
+        )
+        assert nodes == [3, 7]
+    assert any("warning: only 2 of min-nodes=3" in line for line in lines)
+    with pytest.raises(EdgeflError, match="require-nodes must be true or false"):
+        server_app._enough_nodes(
+            NoNodes(), server_app.DEFAULTS | base | {"require-nodes": "maybe"}, lines.append
+        )
+    enough = server_app.DEFAULTS | {"min-nodes": 2, "require-nodes": True}
+    assert server_app._enough_nodes(TwoNodes(), enough, lines.append) == [3, 7]
+
+
 def test_the_apps_run_config_lists_every_setting_the_server_reads():
     from pathlib import Path
 
