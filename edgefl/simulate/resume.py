@@ -91,13 +91,17 @@ def reuse_global(method: str, options: dict, report: Path, input_shape, dataset:
     return done
 
 
-def changed_uploads(done: dict, folder: Path) -> list[str]:
+def changed_uploads(done: dict, folder: Path, since_ns: int | None = None) -> list[str]:
     """The .onnx files of `folder` that are not the ones a finished global model's report says
     it was fused from: changed since (or recorded without a digest), added, or gone. Deleting an
-    upload to retrain it must not leave a global model of the old one reported as this run's."""
+    upload to retrain it must not leave a global model of the old one reported as this run's.
+    A rejected file has no digest in the report: it counts as changed if it was written after
+    `since_ns` (the report's own mtime)."""
     accepted = {a["file"]: a.get("sha256") for a in done.get("accepted", [])}
-    seen = set(accepted) | {r["file"] for r in done.get("rejected", [])}
+    rejected = {r["file"] for r in done.get("rejected", [])}
     now = {p.name for p in folder.glob("*.onnx")}
-    differ = {n for n in now ^ seen if n.endswith(".onnx")}
+    differ = {n for n in now ^ (set(accepted) | rejected) if n.endswith(".onnx")}
     differ |= {n for n, h in accepted.items() if n in now and h != sha256_file(folder / n)}
+    if since_ns is not None:
+        differ |= {n for n in rejected & now if (folder / n).stat().st_mtime_ns > since_ns}
     return sorted(differ)

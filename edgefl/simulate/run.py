@@ -289,7 +289,7 @@ def _still_finished(job: SimJob, name: str, options, report: Path, folder: Path,
     """The report of a global model a previous run finished, if it was fused with these options
     (else the run stops: `reuse_global`) from the uploads now in `folder`; None: fuse it again."""
     reused = reuse_global(name, options, report, _input_shape(job), job.dataset)
-    changed = changed_uploads(reused, folder)
+    changed = changed_uploads(reused, folder, report.stat().st_mtime_ns)
     if not changed:
         log(f"reusing finished {name}")
         return reused | {"reused": True}

@@ -357,6 +357,10 @@ def test_changed_uploads_names_what_differs(tmp_path):
     (tmp_path / "d.onnx").write_bytes(b"d")
     (tmp_path / "a.onnx").write_bytes(b"A")
     assert changed_uploads(report, tmp_path) == ["a.onnx", "b.onnx", "d.onnx", "gone.onnx"]
+    # A rejected file written after the report: changed (its bytes have no digest there).
+    written = (tmp_path / "c.onnx").stat().st_mtime_ns
+    assert "c.onnx" not in changed_uploads(report, tmp_path, since_ns=written)
+    assert "c.onnx" in changed_uploads(report, tmp_path, since_ns=written - 1)
 
 
 def _sha256(path: Path) -> str:
