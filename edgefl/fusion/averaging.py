@@ -3,6 +3,8 @@ the methods that start from it), and the logits of any classifiers (`EnsembleMod
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import nn
 
@@ -94,11 +96,17 @@ def _add_weights(total: dict[str, torch.Tensor], module: nn.Module) -> None:
 
 
 class EnsembleModule(nn.Module):
-    """Mean of the members' logits: one exportable module."""
+    """The members as one exportable module: the mean of their logits, or with `combine=
+    "probabilities"` the log of the mean of their softmax outputs (whose softmax is that mean:
+    a member's vote is bounded by 1 whatever the scale of its logits)."""
 
-    def __init__(self, members: list[nn.Module]):
+    def __init__(self, members: list[nn.Module], combine: str = "logits"):
         super().__init__()
         self.members = nn.ModuleList(members)
+        self.combine = combine
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.stack([m(x) for m in self.members]).mean(0)
+        outs = torch.stack([m(x) for m in self.members])
+        if self.combine == "logits":
+            return outs.mean(0)
+        return torch.logsumexp(outs.log_softmax(-1), 0) - math.log(len(self.members))

@@ -10,11 +10,22 @@ from edgefl.errors import FusionError
 from edgefl.fusion.averaging import EnsembleModule
 from edgefl.fusion.base import FusionContext, FusionResult, Method
 from edgefl.fusion.config import FusionConfig
+from edgefl.fusion.options import option
 
 
 @dataclass(frozen=True)
 class EnsembleConfig(FusionConfig):
-    pass
+    # FedDF's baseline averages logits, and every recorded ensemble number did. DP-SGD's
+    # classifiers differ in logit scale (mean top logit 19-50 across one federation's five
+    # phones at epsilon 8, 9-13 without DP), so their logit mean is the largest-scaled phone's
+    # vote: MNIST Dir(0.5) seed 2 at epsilon 8, 52.11 % by logits, 91.94 % by probabilities
+    # (bench/results/ensemble_combine.md).
+    combine: str = option(
+        "logits",
+        "logits: the members' mean logit (FedDF's baseline); probabilities: the mean of their "
+        "softmax outputs (each member's vote bounded, whatever its logits' scale)",
+        choices=("logits", "probabilities"),
+    )
 
 
 def fuse(ctx: FusionContext, cfg: EnsembleConfig) -> FusionResult:
@@ -38,13 +49,13 @@ def fuse(ctx: FusionContext, cfg: EnsembleConfig) -> FusionResult:
             hint="distil them into one model instead (fedmho-md, feddf or dense), or fuse "
             "fewer classifiers",
         )
-    model = EnsembleModule(modules)
+    model = EnsembleModule(modules, cfg.combine)
     return FusionResult(model, None, {"members": [u.client_id for u in classifiers]})
 
 
 METHOD = Method(
     name="ensemble",
-    description="logit average of the classifiers, exported as one model",
+    description="the classifiers' logit (or probability) average, exported as one model",
     paper="ensemble baseline (FedDF, Lin et al. NeurIPS 2020; FedMHO)",
     consumes=("classifier",),
     # Its global model is the members' rebuilt modules, exported as one graph: an upload that

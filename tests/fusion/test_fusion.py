@@ -626,6 +626,50 @@ def test_ensemble_refuses_members_one_onnx_file_cannot_hold(uploads, monkeypatch
     assert "distil them" in err.value.hint
 
 
+def test_ensemble_by_probabilities_bounds_each_members_vote(
+    uploads, federation, digits_test, tmp_path
+):
+    """combine=probabilities: the global model's softmax is the members' mean softmax, so a
+    member whose logits are 100x larger does not outvote the others (it does with logits);
+    exported, onnxruntime gives the same outputs."""
+    import copy
+
+    from edgefl.fusion.averaging import EnsembleModule
+
+    members = [u.module for u in uploads if u.kind == "classifier"]
+    loud = copy.deepcopy(members[0])
+    last = [m for m in loud.modules() if isinstance(m, torch.nn.Linear)][-1]
+    with torch.no_grad():
+        last.weight.mul_(100)
+        last.bias.mul_(100)
+    x = torch.from_numpy(np.asarray(digits_test.x, dtype=np.float32))
+    trio = [loud, members[1], members[1]]  # the quiet member twice: two votes of three
+    with torch.no_grad():
+        outs = [m(x) for m in trio]
+        by_probs = EnsembleModule(trio, "probabilities")(x)
+        by_logits = EnsembleModule(trio)(x)
+    mean = torch.stack([o.softmax(-1) for o in outs]).mean(0)
+    torch.testing.assert_close(by_probs.softmax(-1), mean, rtol=0, atol=1e-6)
+    torch.testing.assert_close(by_logits, torch.stack(outs).mean(0))
+    quiet = outs[1].softmax(-1)
+    # quiet p > 3/4 outweighs a one-hot: 2 p > 1 + 2 (1 - p)
+    split = (quiet.max(1).values > 0.75) & (quiet.argmax(1) != outs[0].argmax(1))
+    assert int(split.sum()) > 0  # digits where the two quiet votes outweigh the loud one
+    assert bool((by_probs.argmax(1)[split] == quiet.argmax(1)[split]).all())
+    loud_wins = (by_logits.argmax(1)[split] == outs[0].argmax(1)[split]).float().mean()
+    assert float(loud_wins) > 0.9  # by logits the loud member decides nearly all of them
+    out = tmp_path / "ens.onnx"
+    job = FuseJob(
+        uploads=str(federation), method="ensemble", out=str(out), device="cpu",
+        options={"combine": "probabilities"}, eval="digits",
+    )  # fmt: skip
+    report = run_fuse(job)
+    assert report["config"]["combine"] == "probabilities" and report["accuracy"] > 0.5
+    with torch.no_grad():
+        want = EnsembleModule(members, "probabilities")(x).numpy()
+    np.testing.assert_allclose(exporters.read_artifact(out).run(x.numpy()), want, atol=1e-4)
+
+
 @pytest.mark.parametrize("name", NAMES)
 def test_every_method_has_a_size_for_ordering(name, tmp_path):
     """Side-by-side fusion starts the largest method first (`Method.work`, else epochs x
