@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -70,8 +69,8 @@ class Artifact:
     # Its name in the upload folder it was ingested from: "phones/client-000.onnx" when read
     # from a subfolder (ingest_dir(recursive=True)); "" elsewhere (the file name is used).
     name: str = ""
-    # sha256 of the bytes parsed (and, for an upload, validated): what a report names as the
-    # file it used, so a later reader can tell whether the file beside it is still that one.
+    # An upload's: sha256 of the bytes validated (exporters.validate), what a report names as
+    # the file it used, so a later reader can tell whether the file beside it is still that one.
     sha256: str = ""
 
     @property
@@ -128,7 +127,6 @@ def artifact_from_bytes(
         input_names=[v.name for v in real_inputs(model.graph)],
         output_names=[v.name for v in model.graph.output],
         _data=data,
-        sha256=hashlib.sha256(data).hexdigest(),
     )
 
 

@@ -3,6 +3,7 @@ One file's checks; a folder of uploads is read by exporters.folder."""
 
 from __future__ import annotations
 
+import hashlib
 import math
 import os
 import stat
@@ -120,6 +121,7 @@ def validate_upload(
     with timed(timings, "session"):
         session = _session(data)
     artifact = artifact_from_bytes(path, data, model, meta)
+    artifact.sha256 = hashlib.sha256(data).hexdigest()
     artifact._sessions[("CPUExecutionProvider",)] = session
     # The session and the parsed model hold the weights already; a third copy in the bytes
     # would only raise the server's peak memory (another session re-serializes the model).

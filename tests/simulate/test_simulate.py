@@ -7,6 +7,7 @@ import pytest
 from reported import onnx_accuracy
 
 import exporters
+from edgefl.outputs import sha256_file
 from edgefl.simulate import pool
 from edgefl.simulate import run as sim
 from edgefl.simulate.job import SimJob
@@ -311,8 +312,6 @@ def test_a_global_model_fused_from_other_uploads_is_fused_again(tmp_path):
     """Deleting an upload to retrain it (what the refusal above advises) must not leave the
     global model of the old upload reported as this run's: a report names the sha256 of every
     upload it fused, and a run whose folder holds other bytes fuses that method again."""
-    import hashlib
-
     import onnx
     from onnx import numpy_helper
 
@@ -323,7 +322,7 @@ def test_a_global_model_fused_from_other_uploads_is_fused_again(tmp_path):
     report = json.loads((out / "global" / "fedavg.json").read_text())
     path = out / "uploads" / "client-000.onnx"
     digest = {a["file"]: a["sha256"] for a in report["accepted"]}
-    assert digest[path.name] == hashlib.sha256(path.read_bytes()).hexdigest()
+    assert digest[path.name] == sha256_file(path)
     model = onnx.load(path)  # the same client's upload, other weights (as if retrained)
     weight = max(model.graph.initializer, key=lambda t: numpy_helper.to_array(t).size)
     weight.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(weight) * -1.0, weight.name))
@@ -336,7 +335,7 @@ def test_a_global_model_fused_from_other_uploads_is_fused_again(tmp_path):
     assert not again.get("reused") and again["accuracy"] != first["accuracy"]
     report = json.loads((out / "global" / "fedavg.json").read_text())
     fused = {a["file"]: a["sha256"] for a in report["accepted"]}
-    assert fused[path.name] == hashlib.sha256(path.read_bytes()).hexdigest()
+    assert fused[path.name] == sha256_file(path)
     lines.clear()  # nothing changed since: reused
     simulate(tiny(out, methods=("fedavg",)), log=lines.append)
     assert "reusing finished fedavg" in lines
@@ -347,7 +346,7 @@ def test_changed_uploads_names_what_differs(tmp_path):
 
     for name, data in (("a.onnx", b"a"), ("b.onnx", b"b"), ("c.onnx", b"c")):
         (tmp_path / name).write_bytes(data)
-    sha = {n: _sha256(tmp_path / n) for n in ("a.onnx", "b.onnx")}
+    sha = {n: sha256_file(tmp_path / n) for n in ("a.onnx", "b.onnx")}
     report = {
         "accepted": [{"file": "a.onnx", "sha256": sha["a.onnx"]}, {"file": "b.onnx"}],
         "rejected": [{"file": "c.onnx", "reason": "x"}, {"file": "gone.onnx", "reason": "y"}],
@@ -361,12 +360,6 @@ def test_changed_uploads_names_what_differs(tmp_path):
     written = (tmp_path / "c.onnx").stat().st_mtime_ns
     assert "c.onnx" not in changed_uploads(report, tmp_path, since_ns=written)
     assert "c.onnx" in changed_uploads(report, tmp_path, since_ns=written - 1)
-
-
-def _sha256(path: Path) -> str:
-    import hashlib
-
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def test_jobs_2_equals_jobs_1(tmp_path):
