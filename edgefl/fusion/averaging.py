@@ -1,5 +1,6 @@
 """Averaging uploads: the parameters of one architecture's classifiers (one-shot FedAvg and
-the methods that start from it), and the logits of any classifiers (`EnsembleModule`)."""
+the methods that start from it), and the logits or probabilities of any classifiers
+(`combine_outputs`, `EnsembleModule`)."""
 
 from __future__ import annotations
 
@@ -95,10 +96,29 @@ def _add_weights(total: dict[str, torch.Tensor], module: nn.Module) -> None:
         total[k] = total[k] + v.double() if k in total else v.double()
 
 
+COMBINES = ("logits", "probabilities")
+
+
+def combine_outputs(
+    outs: torch.Tensor, how: str = "logits", weights: torch.Tensor | None = None, dim: int = 0
+) -> torch.Tensor:
+    """Classifiers' logits stacked along `dim` -> one ensemble's logits. `logits`: their mean;
+    `probabilities`: the log of the mean of their softmax outputs, whose softmax is that mean
+    (a member's vote is bounded by 1 whatever its logits' scale). `weights`, broadcastable to
+    `outs` (a 1 in the class dimension), make both means weighted, divided by the weights' sum."""
+    if weights is None:
+        if how == "logits":
+            return outs.mean(dim)
+        return torch.logsumexp(outs.log_softmax(-1), dim) - math.log(outs.shape[dim])
+    total = weights.sum(dim).clamp_min(1e-12)
+    if how == "logits":
+        return (outs * weights).sum(dim) / total
+    tiny = torch.finfo(weights.dtype).tiny  # a zero weight: that member's vote is gone
+    return torch.logsumexp(outs.log_softmax(-1) + weights.clamp_min(tiny).log(), dim) - total.log()
+
+
 class EnsembleModule(nn.Module):
-    """The members as one exportable module: the mean of their logits, or with `combine=
-    "probabilities"` the log of the mean of their softmax outputs (whose softmax is that mean:
-    a member's vote is bounded by 1 whatever the scale of its logits)."""
+    """The members as one exportable module, combined by `combine_outputs`."""
 
     def __init__(self, members: list[nn.Module], combine: str = "logits"):
         super().__init__()
@@ -106,7 +126,4 @@ class EnsembleModule(nn.Module):
         self.combine = combine
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        outs = torch.stack([m(x) for m in self.members])
-        if self.combine == "logits":
-            return outs.mean(0)
-        return torch.logsumexp(outs.log_softmax(-1), 0) - math.log(len(self.members))
+        return combine_outputs(torch.stack([m(x) for m in self.members]), self.combine)

@@ -3,7 +3,8 @@ Co-Boosting", ICLR 2024, arXiv 2402.15070; a DENSE extension in shared/notes/met
 
 Data-free one-shot fusion of classifiers of any architectures, in which the synthetic data and
 the ensemble improve each other. The ensemble is a weighted sum of the teachers' logits,
-A_w(x) = sum_k w_k f_k(x), w starting at 1/K. Per epoch t:
+A_w(x) = sum_k w_k f_k(x), w starting at 1/K (`combine=probabilities`: the log of
+sum_k w_k softmax(f_k(x)), each teacher's vote bounded). Per epoch t:
 1. hard samples: the generator takes `gen_steps` steps on one (z, y) batch with
    L_H - adv * KL(A_w(x) || S(x)), where L_H = mean of -(1 - p_y)^gamma log p_y, p = softmax(A_w(x))
    (cross-entropy that weighs most the samples the ensemble finds hard: focal weighting), and
@@ -35,6 +36,7 @@ from typing import ClassVar
 import torch
 from torch.nn import functional as F
 
+from edgefl.fusion.averaging import COMBINES, combine_outputs
 from edgefl.fusion.base import (
     FusionContext,
     FusionResult,
@@ -165,6 +167,12 @@ class CoBoostingConfig(GeneratorConfig):
     # teacher's: 2,000 teachers x 50,000 samples would be 4 GB), and the weights of a sample's
     # ensemble are its committee's.
     committee: int = option(0, COMMITTEE_HELP, low=0)
+    combine: str = option(
+        "logits",
+        "the teachers' ensemble A_w: logits (a weighted mean of logits, the paper's) or "
+        "probabilities (a weighted mean of their softmax outputs)",
+        choices=COMBINES,
+    )
     # At 2,000 teachers with a committee of 64, the diversifying step (a committee's forward
     # and backward per distillation batch) took 488 of 805 s and its targets, each batch's
     # fresh committee, gave 27.92 %; from the pool's stored logits: 319 s, 40.75 %. A weight
@@ -184,22 +192,21 @@ class CoBoostingConfig(GeneratorConfig):
         check_committee(self)
 
 
-def weighted_ensemble(logits: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+def weighted_ensemble(logits: torch.Tensor, w: torch.Tensor, how: str = "logits") -> torch.Tensor:
     """A_w: (m, b, c) teacher logits and (m,) weights -> (b, c), divided by the weights' sum
     as the authors' code does (its WEnsemble): the weights choose the mixture, never the
     logits' scale. Without it, sign steps in the box shrank every weight together (Fashion
     Dir(0.5), wider clients: their sum 1.0 -> 0.31, the targets' logits x0.31 at T=4, and the
-    student 27 points under the ensemble it distilled)."""
-    return torch.einsum("mbc,m->bc", logits, w) / w.sum().clamp_min(1e-12)
+    student 27 points under the ensemble it distilled). `how`: `combine_outputs`'."""
+    return combine_outputs(logits, how, w[:, None, None])
 
 
-def pooled_ensemble(logits: torch.Tensor, w: torch.Tensor, members=None) -> torch.Tensor:
+def pooled_ensemble(logits: torch.Tensor, w: torch.Tensor, members=None, how="logits"):
     """A_w on pooled samples: `logits` (n, m, c) of every teacher, or with `members` (n, k),
     each sample's committee, (n, k, c) of its committee's, weighted by their own weights."""
     if members is None:
-        return weighted_ensemble(logits.transpose(0, 1), w)
-    wk = w[members]
-    return torch.einsum("nkc,nk->nc", logits, wk) / wk.sum(1, keepdim=True).clamp_min(1e-12)
+        return weighted_ensemble(logits.transpose(0, 1), w, how)
+    return combine_outputs(logits, how, w[members][..., None], dim=1)
 
 
 def hard_ce(logits: torch.Tensor, y: torch.Tensor, gamma: float) -> torch.Tensor:
@@ -253,7 +260,17 @@ class SignSteps:
 
 
 def enhance_weights(
-    w, logits, y, *, step: float, steps: int, constraint: str, members=None, sizes=None, floor=0.0
+    w,
+    logits,
+    y,
+    *,
+    step: float,
+    steps: int,
+    constraint: str,
+    members=None,
+    sizes=None,
+    floor=0.0,
+    combine="logits",
 ):
     """`steps` projected sign-gradient steps w <- P(w - step * sign(grad_w CE(A_w(x), y))) on the
     whole pool; `logits` are its stored teacher logits (`pooled_ensemble`). With `sizes` (a
@@ -262,7 +279,7 @@ def enhance_weights(
     sizes = sizes or SignSteps(adapt=False)
     for _ in range(steps):
         w = w.detach().requires_grad_(True)
-        loss = F.cross_entropy(pooled_ensemble(logits, w, members), y)
+        loss = F.cross_entropy(pooled_ensemble(logits, w, members, combine), y)
         (grad,) = torch.autograd.grad(loss, [w])
         w = project(w.detach() - sizes(grad.sign(), step), constraint)
         if floor:
@@ -271,11 +288,11 @@ def enhance_weights(
     return w, ce
 
 
-def diversify(teachers, x, w, eps: float, temperature: float, rng: torch.Generator):
+def diversify(teachers, x, w, eps: float, temperature: float, rng, combine="logits"):
     """Output-diversified sampling: x + eps * sign(grad_x r . softmax(A_w(x) / T)), r ~ U[-1, 1]
     per sample and class, kept in [0, 1]. Only x gets a gradient (the teachers are frozen)."""
     x = x.detach().requires_grad_(True)
-    p = F.softmax(weighted_ensemble(teacher_forward(teachers, x), w) / temperature, 1)
+    p = F.softmax(weighted_ensemble(teacher_forward(teachers, x), w, combine) / temperature, 1)
     r = (torch.rand(p.shape, generator=rng) * 2 - 1).to(p.device)
     (grad,) = torch.autograd.grad((r * p).sum(), [x])
     return (x.detach() + eps * grad.sign()).clamp(0.0, 1.0)
@@ -326,6 +343,7 @@ def fuse(ctx: FusionContext, cfg: CoBoostingConfig) -> FusionResult:
                 members=members,
                 sizes=sizes,
                 floor=cfg.weight_floor,
+                combine=cfg.combine,
             )
             hist["weights_ce"].append(ce)
             hist["weights"].append([round(float(v), 6) for v in w])
@@ -378,11 +396,11 @@ def _generator_epoch(gen, opt_g, z, y, teachers, bn, w, student, pool, rng, cfg)
         members = draw_committee(len(teachers), cfg.committee, rng)
         if members is None:
             logits = teacher_forward(teachers, x, bn)
-            ens = weighted_ensemble(logits, w)
+            ens = weighted_ensemble(logits, w, cfg.combine)
             kept = (logits.detach().transpose(0, 1), y)
         else:
             logits = teacher_forward([teachers[k] for k in members], x, bn)
-            ens = weighted_ensemble(logits, w[members])
+            ens = weighted_ensemble(logits, w[members], cfg.combine)
             chosen = torch.tensor(members, device=dev).expand(len(x), -1)
             kept = (logits.detach().transpose(0, 1), y, chosen)
         l_h = hard_ce(ens, y, cfg.hard_gamma)
@@ -408,12 +426,12 @@ def _distill(student, opt, teachers, pool, w, rng, augment: str, cfg: CoBoosting
             drawn = draw_committee(len(teachers), cfg.committee, rng)
             some = teachers if drawn is None else [teachers[k] for k in drawn]
             wk = w if drawn is None else w[drawn]
-            x = diversify(some, x, wk, cfg.ods_eps, cfg.temperature, rng)
+            x = diversify(some, x, wk, cfg.ods_eps, cfg.temperature, rng, cfg.combine)
             with torch.no_grad():
-                target = weighted_ensemble(teacher_forward(some, x), wk)
+                target = weighted_ensemble(teacher_forward(some, x), wk, cfg.combine)
         else:  # the stored logits: no teacher pass
             chosen = None if members is None else members[idx]
-            target = pooled_ensemble(logits_all[idx], w, chosen)
+            target = pooled_ensemble(logits_all[idx], w, chosen, cfg.combine)
         loss = kl_at(target, student(jitter(x, augment, rng)), cfg.temperature)
         total += descend(opt, loss)
     return total / max(1, len(batches))

@@ -11,7 +11,8 @@ Data-free one-shot fusion of classifiers of any architectures. Per epoch:
    the synthetic data for no extra teacher pass (65 -> 75% on MNIST Dir(0.5) at the same
    generator budget, in less time: bench/results/datafree_diagnosis.md);
 3. distill the student on the pool with KL at temperature T (T = 20 in DENSE).
-The ensemble is the plain mean of the teachers' logits.
+The ensemble is the plain mean of the teachers' logits (DENSE's), or with `combine=probabilities`
+the log of the mean of their softmax outputs (a teacher's vote bounded whatever its logits' scale).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from dataclasses import dataclass
 import torch
 from torch.nn import functional as F
 
+from edgefl.fusion.averaging import COMBINES, combine_outputs
 from edgefl.fusion.base import (
     FusionContext,
     FusionResult,
@@ -69,6 +71,12 @@ class DenseConfig(GeneratorConfig):
         True, "adversarial term only where student and ensemble agree (DENSE's indicator)"
     )
     committee: int = option(0, COMMITTEE_HELP, low=0)
+    combine: str = option(
+        "logits",
+        "the teachers' ensemble: logits (their mean logit, DENSE's) or probabilities (the mean "
+        "of their softmax outputs)",
+        choices=COMBINES,
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -133,7 +141,8 @@ def _generator_epoch(gen, opt_g, z, y, teachers, bn, student, cfg: DenseConfig, 
     pooled = []
     for _ in range(cfg.gen_steps):
         x = gen(z)
-        ens = teacher_forward(committee(teachers, cfg.committee, rng), x, bn).mean(0)
+        members = committee(teachers, cfg.committee, rng)
+        ens = combine_outputs(teacher_forward(members, x, bn), cfg.combine)
         l_ce = F.cross_entropy(ens, y)
         l_bn = bn.value(dev)
         s = student(x)
@@ -148,7 +157,7 @@ def _generator_epoch(gen, opt_g, z, y, teachers, bn, student, cfg: DenseConfig, 
         with torch.no_grad():
             x = gen(z)
             members = committee(teachers, cfg.committee, rng)
-            pooled.append((x, teacher_forward(members, x).mean(0)))
+            pooled.append((x, combine_outputs(teacher_forward(members, x), cfg.combine)))
     return pooled, (loss, l_ce, l_bn, l_adv)
 
 

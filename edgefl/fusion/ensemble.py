@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import exporters
 from edgefl.errors import FusionError
-from edgefl.fusion.averaging import EnsembleModule
+from edgefl.fusion.averaging import COMBINES, EnsembleModule
 from edgefl.fusion.base import FusionContext, FusionResult, Method
 from edgefl.fusion.config import FusionConfig
 from edgefl.fusion.options import option
@@ -24,7 +24,7 @@ class EnsembleConfig(FusionConfig):
         "logits",
         "logits: the members' mean logit (FedDF's baseline); probabilities: the mean of their "
         "softmax outputs (each member's vote bounded, whatever its logits' scale)",
-        choices=("logits", "probabilities"),
+        choices=COMBINES,
     )
 
 

@@ -10,11 +10,13 @@ from fed_fixtures import build_federation, fuse_digits
 from torch.nn import functional as F
 
 from edgefl.fusion import METHODS
+from edgefl.fusion.averaging import COMBINES, combine_outputs
 from edgefl.fusion.coboosting import (
     SignSteps,
     diversify,
     enhance_weights,
     hard_ce,
+    pooled_ensemble,
     project,
     weighted_ensemble,
 )
@@ -68,19 +70,24 @@ def _two_teachers(n=256, c=4, seed=0):
     return torch.stack([good, bad], 1), y  # (n, m, c) as the pool stores them
 
 
+@pytest.mark.parametrize("combine", COMBINES)
 @pytest.mark.parametrize("constraint", ["box", "simplex"])
-def test_weights_move_to_the_teacher_that_is_right(constraint):
+def test_weights_move_to_the_teacher_that_is_right(constraint, combine):
     logits, y = _two_teachers()
     w0 = torch.tensor([0.5, 0.5])
-    w, ce = enhance_weights(w0, logits, y, step=0.05, steps=5, constraint=constraint)
+    w, ce = enhance_weights(
+        w0, logits, y, step=0.05, steps=5, constraint=constraint, combine=combine
+    )
     assert w[0] > w[1]
-    after = F.cross_entropy(weighted_ensemble(logits.transpose(0, 1), w), y)
+    after = F.cross_entropy(weighted_ensemble(logits.transpose(0, 1), w, combine), y)
     assert float(after) < ce  # the pool's CE fell
     if constraint == "simplex":
         assert float(w.sum()) == pytest.approx(1.0)
     else:
         assert ((w >= 0) & (w <= 1)).all()
-    same, _ = enhance_weights(w0, logits, y, step=0.0, steps=5, constraint=constraint)
+    same, _ = enhance_weights(
+        w0, logits, y, step=0.0, steps=5, constraint=constraint, combine=combine
+    )
     torch.testing.assert_close(same, w0)  # mu = 0: the plain average
 
 
@@ -189,3 +196,28 @@ def test_the_weights_choose_the_mixture_never_the_logits_scale():
         weighted_ensemble(per_teacher, 0.31 * w), weighted_ensemble(per_teacher, w)
     )
     torch.testing.assert_close(weighted_ensemble(per_teacher, w), per_teacher.mean(0))
+
+
+def test_weighted_probabilities_are_the_weighted_mean_of_the_teachers_softmax():
+    """combine=probabilities: A_w's softmax is sum_k w_k softmax(f_k) / sum_k w_k, whatever the
+    teachers' logit scales (x1, x10, x100 here), a zero weight silences its teacher, and the
+    pool's (n, m, c) layout gives the same ensemble."""
+    g = torch.Generator().manual_seed(0)
+    scale = torch.tensor([1.0, 10.0, 100.0])[:, None, None]
+    logits = torch.randn(3, 32, 5, generator=g) * scale
+    w = torch.tensor([0.2, 0.5, 0.0])
+    got = weighted_ensemble(logits, w, "probabilities")
+    want = (logits.softmax(-1) * w[:, None, None]).sum(0) / w.sum()
+    torch.testing.assert_close(got.softmax(-1), want)
+    torch.testing.assert_close(got, weighted_ensemble(logits[:2], w[:2], "probabilities"))
+    torch.testing.assert_close(
+        weighted_ensemble(logits, 0.31 * w, "probabilities"), got
+    )  # the weights choose the mixture, never its scale
+    torch.testing.assert_close(pooled_ensemble(logits.transpose(0, 1), w, how="probabilities"), got)
+    even = weighted_ensemble(logits, torch.full((3,), 0.4), "probabilities")
+    torch.testing.assert_close(even, combine_outputs(logits, "probabilities"))
+    # a committee of teachers 0 and 1 for every sample: their weighted mixture
+    members = torch.tensor([0, 1]).expand(32, -1)
+    torch.testing.assert_close(
+        pooled_ensemble(logits.transpose(0, 1)[:, :2], w, members, "probabilities"), got
+    )

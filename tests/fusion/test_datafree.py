@@ -588,3 +588,34 @@ def test_fedhydra_distils_mixes_labelled_by_the_aggregate(federation, tmp_path, 
         # labelled right after being made, for the batch's own hard labels
         (x, y), *_ = [(x, y) for x, y in labelled if x is mixes]
         assert y.shape == (len(batch),)
+
+
+def test_dense_pools_the_teachers_mean_softmax_by_probabilities():
+    """DENSE with combine=probabilities: each pooled target's softmax is the mean of the
+    teachers' softmax outputs on those images, so a teacher with 100x the logits holds one
+    vote (with logits, the mean logit it dominates)."""
+    from edgefl.fusion.dense import DenseConfig, _generator_epoch
+
+    torch.manual_seed(0)
+    teachers = [torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(64, 4)) for _ in range(3)]
+    with torch.no_grad():
+        teachers[0][1].weight.mul_(100)
+    student = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(64, 4))
+    gen = make_generator(16, 4, (1, 8, 8), 0, torch.device("cpu"))
+    opt = torch.optim.Adam(gen.parameters(), lr=1e-3)
+    z, y = torch.randn(32, 16), torch.randint(0, 4, (32,))
+    for t in (*teachers, student):
+        t.requires_grad_(False)
+    for combine in ("logits", "probabilities"):
+        cfg = DenseConfig(**TINY, combine=combine)
+        pooled, _ = _generator_epoch(
+            gen, opt, z, y, teachers, BNStatLoss(teachers), student, cfg, "cpu", None
+        )
+        assert len(pooled) == TINY["gen_steps"]
+        x, target = pooled[-1]
+        with torch.no_grad():
+            outs = torch.stack([t(x) for t in teachers])
+        if combine == "logits":
+            torch.testing.assert_close(target, outs.mean(0))
+        else:
+            torch.testing.assert_close(target.softmax(-1), outs.softmax(-1).mean(0))
