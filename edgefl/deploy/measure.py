@@ -90,6 +90,21 @@ def min_arena(path: Path, limit: int, on_step: Callable[[int], None] | None = No
     return hi
 
 
+def tflite_ops(path: Path) -> list[str]:
+    """The builtin operators a .tflite file uses, in its own order (its flatbuffer's operator
+    codes, read with the schema TFLite Micro ships)."""
+    from tflite_micro.tensorflow.lite.micro.python import schema_py_generated as schema
+
+    model = schema.Model.GetRootAsModel(path.read_bytes(), 0)
+    names = {v: k for k, v in vars(schema.BuiltinOperator).items() if not k.startswith("_")}
+    ops = []
+    for i in range(model.OperatorCodesLength()):
+        oc = model.OperatorCodes(i)  # codes past 127 live in BuiltinCode, older ones in both
+        code = max(oc.BuiltinCode(), oc.DeprecatedBuiltinCode())
+        ops.append(names.get(code, f"builtin {code}"))
+    return ops
+
+
 def tflm_split(path: Path, arena: int) -> dict[str, int] | None:
     """The arena's split as TFLite Micro's recording allocator reports it: `head` (activations,
     planned and reused between ops), `tail` (persistent: tensor structs, per-op data), `total`."""

@@ -259,6 +259,8 @@ def build_tflite_micro(plan: Plan, stage: Path, status) -> Built:
     limit = plan.profile.ram_budget_bytes
     status(f"measuring the TFLite Micro arena (bisection up to {limit:,} bytes)")
     arena = measure.min_arena(path, limit)
+    if arena is None:
+        _check_tflm_runs(plan, path)
     _check_tflm_budget(plan, arena, flash)
     built = Built()
     x = plan.eval_x if plan.eval_x is not None else plan.probe_x
@@ -329,6 +331,30 @@ def _convert_tflite(plan: Plan, stage: Path, status) -> Path:
         path = stage / f"{plan.base}.tflite"
         shutil.copyfile(result["tflite"], path)
     return path
+
+
+# An interpreter that fails at every arena up to the profile's RAM may lack an op, not memory:
+# one try at this size tells the two apart (a probabilities ensemble failed at every size up to
+# 256 MiB while the logits' ensemble of the same members ran in 21,552 bytes).
+TFLM_PROBE_ARENA = 256 * 2**20
+
+
+def _check_tflm_runs(plan: Plan, path: Path) -> None:
+    """ArtifactError, with the interpreter's own words, if TFLite Micro cannot run `path` even
+    with TFLM_PROBE_ARENA bytes: then no arena is what it lacks."""
+    if plan.profile.ram_budget_bytes >= TFLM_PROBE_ARENA or measure.tflm_fits(
+        path, TFLM_PROBE_ARENA
+    ):
+        return
+    said = measure.child_error("tflm", str(path), str(TFLM_PROBE_ARENA))
+    raise ArtifactError(
+        f"TFLite Micro cannot run {plan.source_name} as full-integer int8 TFLite with any arena "
+        f"(tried up to {TFLM_PROBE_ARENA:,} bytes; the interpreter said: {said}); the file's "
+        f"ops: {', '.join(measure.tflite_ops(path))}",
+        hint="one of those ops (or its int8 form) is one TFLite Micro's interpreter lacks: "
+        "deploy the model to onnx or ort-mobile, or distil it into a zoo classifier for the "
+        f"band (`edgefl server fuse UPLOADS --method METHOD --for {plan.profile.name}`)",
+    )
 
 
 def _check_tflm_budget(plan: Plan, arena: int | None, flash: int) -> None:

@@ -386,3 +386,30 @@ def test_report_says_whether_points_were_lost_or_gained(fp32, int8, says):
     )
     (line,) = [x for x in report.lines() if "deployed vs" in x]
     assert f"({says});" in line and "-" not in line.split("(")[1]
+
+
+@pytest.mark.skipif(bool(TFLITE_MISSING), reason=f"needs {TFLITE_MISSING}")
+def test_an_op_tflite_micro_lacks_is_said_not_an_arena(files, cli, tmp_path):
+    """The ensemble by probabilities (a log of a mean of softmax outputs) converts to int8
+    TFLite but TFLite Micro's interpreter runs it at no arena: deploy says so with the
+    interpreter's own error and the ways out, exit 2, not that it needs a bigger arena."""
+    uploads = tmp_path / "uploads"
+    uploads.mkdir()
+    (uploads / "phone.onnx").write_bytes(Path(files["cnn"]).read_bytes())
+    fused = tmp_path / "ens.onnx"
+    r = cli(
+        "server", "fuse", str(uploads), "--method", "ensemble", "--opt",
+        "combine=probabilities", "--out", str(fused), "-q",
+    )  # fmt: skip
+    assert r.exit_code == 0, r.output
+    out = tmp_path / "band"
+    r = cli(
+        "deploy", str(fused), "--profile", "wristband", "--target", "tflite-micro",
+        "--out", str(out), "--calibrate", "digits:train", "--json", "-q",
+    )  # fmt: skip
+    assert r.exit_code == 2, r.output
+    err = json.loads(r.stdout)
+    assert "with any arena" in err["error"] and "ort-mobile" in err["fix"], err
+    assert "LOG_SOFTMAX" in err["error"] and "CONV_2D" in err["error"]  # the file's ops
+    assert "more than" not in err["error"], err
+    assert not out.exists()
