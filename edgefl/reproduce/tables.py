@@ -320,11 +320,15 @@ FEDHYDRA_TABLE1 = Table(
             # epoch costs ~1 s here (measured, Fashion Dir(0.5) seed 0: fedavg 57.77 -> 70.81,
             # the teachers' ensemble 58.41 -> 63.14 from 5 to 40 epochs)
             simulate={"classifier_epochs": 40, "classifier_optimizer": "sgd-momentum"},
+            # DENSE at 40 epochs: its student climbs with the generator's epochs (Fashion: 60.48
+            # / 58.52 / 51.52 at 10, 67.02 / 66.16 / - at 40; bench/results/dense_epochs.md)
+            fuse_options={"dense": {"epochs": 40}},
             reductions=(
                 "clients train 40 local epochs, SGD-momentum lr 0.01, batch 64 (paper: 200, "
                 "SGD lr 0.01, batch 128)",
                 "Dir(0.5), Dir(0.3) and Dir(0.1) (paper: also Dir(0.01))",
-                "fusion at each method's cpu budget (DENSE, FedHydra: 10 epochs; paper 200)",
+                "fusion at each method's cpu budget, DENSE's at 40 epochs (FedHydra 24, "
+                "Co-Boosting 10; paper 200)",
             ),
         ),
         "paper": Budget(
