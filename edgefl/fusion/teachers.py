@@ -110,7 +110,9 @@ def evaluation_form(module: nn.Module, inplace: bool = False) -> nn.Module:
 # within ACTIVATION_BYTES, so the maps one layer writes are still in cache when the next reads
 # them (bench/results/teacher_pass_2000.md: a 32-filter scnn ran 3x faster at 64 samples than at
 # 512 in a probe).
-# A teacher's logits do not depend on the batch (tests/fusion/test_teacher_form.py).
+# A teacher's logits do not depend on the batch but for float rounding (tests/fusion/
+# test_teacher_form.py): bit for bit on the AMD EPYC this was measured on; on an AVX-512 Xeon
+# oneDNN's kernels for another batch size round up to 1.3e-7 apart (a 64-filter scnn).
 ACTIVATION_BYTES = 4 << 20
 BATCH_RANGE = (32, 512)
 

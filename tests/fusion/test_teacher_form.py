@@ -128,7 +128,10 @@ def test_the_pass_batch_does_not_change_the_logits(arch):
     cpu = torch.device("cpu")
     chosen = teacher_logits(_Up(model), x, cpu)
     assert passes.evaluation_batch(evaluation_form(model), x, cpu) < len(x)  # split
-    assert torch.equal(chosen, teacher_logits(_Up(model), x, cpu, batch=len(x)))
+    # float rounding only: bit for bit on an AMD EPYC, 1.3e-7 apart on an AVX-512 Xeon, where
+    # oneDNN picks another kernel for another batch size
+    whole = teacher_logits(_Up(model), x, cpu, batch=len(x))
+    torch.testing.assert_close(chosen, whole, rtol=1e-5, atol=1e-6)
 
 
 class _Artifact:
