@@ -105,14 +105,16 @@ def combine_outputs(
     """Classifiers' logits stacked along `dim` -> one ensemble's logits. `logits`: their mean;
     `probabilities`: the log of the mean of their softmax outputs, whose softmax is that mean
     (a member's vote is bounded by 1 whatever its logits' scale). `weights`, broadcastable to
-    `outs` (a 1 in the class dimension), make both means weighted, divided by the weights' sum."""
+    `outs` (a 1 in the class dimension), weigh the probabilities' mean, divided by their sum (a
+    weighted mean of logits is its caller's: Co-Boosting's einsum, whose rounding its records
+    have)."""
     if weights is None:
         if how == "logits":
             return outs.mean(dim)
         return torch.logsumexp(outs.log_softmax(-1), dim) - math.log(outs.shape[dim])
-    total = weights.sum(dim).clamp_min(1e-12)
     if how == "logits":
-        return (outs * weights).sum(dim) / total
+        raise ValueError("combine_outputs weighs probabilities only")
+    total = weights.sum(dim).clamp_min(1e-12)
     tiny = torch.finfo(weights.dtype).tiny  # a zero weight: that member's vote is gone
     return torch.logsumexp(outs.log_softmax(-1) + weights.clamp_min(tiny).log(), dim) - total.log()
 

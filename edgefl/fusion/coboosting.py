@@ -198,6 +198,8 @@ def weighted_ensemble(logits: torch.Tensor, w: torch.Tensor, how: str = "logits"
     logits' scale. Without it, sign steps in the box shrank every weight together (Fashion
     Dir(0.5), wider clients: their sum 1.0 -> 0.31, the targets' logits x0.31 at T=4, and the
     student 27 points under the ensemble it distilled). `how`: `combine_outputs`'."""
+    if how == "logits":
+        return torch.einsum("mbc,m->bc", logits, w) / w.sum().clamp_min(1e-12)
     return combine_outputs(logits, how, w[:, None, None])
 
 
@@ -206,7 +208,10 @@ def pooled_ensemble(logits: torch.Tensor, w: torch.Tensor, members=None, how="lo
     each sample's committee, (n, k, c) of its committee's, weighted by their own weights."""
     if members is None:
         return weighted_ensemble(logits.transpose(0, 1), w, how)
-    return combine_outputs(logits, how, w[members][..., None], dim=1)
+    wk = w[members]
+    if how == "logits":
+        return torch.einsum("nkc,nk->nc", logits, wk) / wk.sum(1, keepdim=True).clamp_min(1e-12)
+    return combine_outputs(logits, how, wk[..., None], dim=1)
 
 
 def hard_ce(logits: torch.Tensor, y: torch.Tensor, gamma: float) -> torch.Tensor:
