@@ -28,6 +28,12 @@ CHILD_TIMEOUT_S = 600
 
 def run_child(*args: str, timeout: float = CHILD_TIMEOUT_S) -> dict | None:
     """The child's JSON result, or None if it failed (an exception or a crash)."""
+    return child(*args, timeout=timeout)[0]
+
+
+def child(*args: str, timeout: float = CHILD_TIMEOUT_S) -> tuple[dict | None, str]:
+    """One run of the child: its JSON result (None if it failed: an exception, a crash, no
+    answer in `timeout`) and the last line it wrote, for a message ('' when it succeeded)."""
     try:
         done = subprocess.run(
             [sys.executable, str(CHILD), *args],
@@ -37,24 +43,12 @@ def run_child(*args: str, timeout: float = CHILD_TIMEOUT_S) -> dict | None:
             env=_child_env(),
         )
     except subprocess.TimeoutExpired:
-        return None
-    if done.returncode != 0:
-        return None
+        return None, f"no answer in {timeout:.0f} s"
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
-    return json.loads(lines[-1]) if lines else None
-
-
-def child_error(*args: str) -> str:
-    """The last line a failing child wrote (for a message), '' if none."""
-    done = subprocess.run(
-        [sys.executable, str(CHILD), *args],
-        capture_output=True,
-        text=True,
-        timeout=CHILD_TIMEOUT_S,
-        env=_child_env(),
-    )
+    if done.returncode == 0 and lines:
+        return json.loads(lines[-1]), ""
     tail = [line for line in (done.stderr + done.stdout).splitlines() if line.strip()]
-    return tail[-1][:300] if tail else f"exit code {done.returncode}"
+    return None, tail[-1][:300] if tail else f"exit code {done.returncode}"
 
 
 def _child_env() -> dict:
@@ -66,6 +60,13 @@ def _child_env() -> dict:
 def tflm_fits(path: Path, arena: int) -> bool:
     """TFLite Micro creates the interpreter and runs one inference within `arena` bytes."""
     return run_child("tflm", str(path), str(arena), timeout=120) is not None
+
+
+def tflm_try(path: Path, arena: int) -> str | None:
+    """None if TFLite Micro runs `path` within `arena` bytes (`tflm_fits`), else the last line
+    its interpreter wrote: one run for the answer and the words."""
+    result, said = child("tflm", str(path), str(arena), timeout=120)
+    return None if result is not None else said
 
 
 def min_arena(path: Path, limit: int, on_step: Callable[[int], None] | None = None) -> int | None:
@@ -119,11 +120,10 @@ def tflm_run(path: Path, arena: int, x: np.ndarray) -> tuple[np.ndarray, dict]:
     with tempfile.TemporaryDirectory(prefix="edgefl-tflm-") as tmp:
         inputs, outputs = Path(tmp, "x.npy"), Path(tmp, "y.npy")
         np.save(inputs, x.astype(np.float32))
-        result = run_child("tflm", str(path), str(arena), str(inputs), str(outputs))
+        result, said = child("tflm", str(path), str(arena), str(inputs), str(outputs))
         if result is None:
             raise ArtifactError(
-                f"TFLite Micro could not run {path.name} with a {arena}-byte arena: "
-                f"{child_error('tflm', str(path), str(arena), str(inputs), str(outputs))}"
+                f"TFLite Micro could not run {path.name} with a {arena}-byte arena: {said}"
             )
         return np.load(outputs), result
 

@@ -323,11 +323,10 @@ def _convert_tflite(plan: Plan, stage: Path, status) -> Path:
             "calibration samples)"
         )
         args = ("onnx2tf", str(src), str(Path(tmp, "tf")), str(calib))
-        result = measure.run_child(*args)
+        result, said = measure.child(*args)
         if not result or not result.get("ok"):
-            raise ArtifactError(
-                f"onnx2tf could not convert {plan.source_name}: {measure.child_error(*args)}"
-            )
+            said = said or json.dumps(result)  # a run that ended but made no file
+            raise ArtifactError(f"onnx2tf could not convert {plan.source_name}: {said}")
         path = stage / f"{plan.base}.tflite"
         shutil.copyfile(result["tflite"], path)
     return path
@@ -342,11 +341,11 @@ TFLM_PROBE_ARENA = 256 * 2**20
 def _check_tflm_runs(plan: Plan, path: Path) -> None:
     """ArtifactError, with the interpreter's own words, if TFLite Micro cannot run `path` even
     with TFLM_PROBE_ARENA bytes: then no arena is what it lacks."""
-    if plan.profile.ram_budget_bytes >= TFLM_PROBE_ARENA or measure.tflm_fits(
-        path, TFLM_PROBE_ARENA
-    ):
+    if plan.profile.ram_budget_bytes >= TFLM_PROBE_ARENA:
         return
-    said = measure.child_error("tflm", str(path), str(TFLM_PROBE_ARENA))
+    said = measure.tflm_try(path, TFLM_PROBE_ARENA)
+    if said is None:
+        return
     raise ArtifactError(
         f"TFLite Micro cannot run {plan.source_name} as full-integer int8 TFLite with any arena "
         f"(tried up to {TFLM_PROBE_ARENA:,} bytes; the interpreter said: {said}); the file's "

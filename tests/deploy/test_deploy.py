@@ -389,10 +389,21 @@ def test_report_says_whether_points_were_lost_or_gained(fp32, int8, says):
 
 
 @pytest.mark.skipif(bool(TFLITE_MISSING), reason=f"needs {TFLITE_MISSING}")
-def test_an_op_tflite_micro_lacks_is_said_not_an_arena(files, cli, tmp_path):
+def test_an_op_tflite_micro_lacks_is_said_not_an_arena(files, cli, tmp_path, monkeypatch):
     """The ensemble by probabilities (a log of a mean of softmax outputs) converts to int8
     TFLite but TFLite Micro's interpreter runs it at no arena: deploy says so with the
-    interpreter's own error and the ways out, exit 2, not that it needs a bigger arena."""
+    interpreter's own error and the ways out, exit 2, not that it needs a bigger arena. The
+    probe at the large arena runs the interpreter once, for the answer and its words."""
+    from edgefl.deploy import measure, targets
+
+    runs = []
+    real_child = measure.child
+
+    def counted(*args, **kw):
+        runs.append(args)
+        return real_child(*args, **kw)
+
+    monkeypatch.setattr(measure, "child", counted)
     uploads = tmp_path / "uploads"
     uploads.mkdir()
     (uploads / "phone.onnx").write_bytes(Path(files["cnn"]).read_bytes())
@@ -413,3 +424,5 @@ def test_an_op_tflite_micro_lacks_is_said_not_an_arena(files, cli, tmp_path):
     assert "LOG_SOFTMAX" in err["error"] and "CONV_2D" in err["error"]  # the file's ops
     assert "more than" not in err["error"], err
     assert not out.exists()
+    probes = [a for a in runs if a[0] == "tflm" and a[2] == str(targets.TFLM_PROBE_ARENA)]
+    assert len(probes) == 1, probes
