@@ -320,15 +320,17 @@ FEDHYDRA_TABLE1 = Table(
             # epoch costs ~1 s here (measured, Fashion Dir(0.5) seed 0: fedavg 57.77 -> 70.81,
             # the teachers' ensemble 58.41 -> 63.14 from 5 to 40 epochs)
             simulate={"classifier_epochs": 40, "classifier_optimizer": "sgd-momentum"},
-            # DENSE at 40 epochs: its student climbs with the generator's epochs (Fashion: 60.48
-            # / 58.52 / 51.52 at 10, 67.02 / 66.16 / - at 40; bench/results/dense_epochs.md)
-            fuse_options={"dense": {"epochs": 40}},
+            # DENSE and Co-Boosting at 40 epochs: their students climb with the generator's
+            # epochs (Fashion, DENSE 60.48 / 58.52 / 51.52 at 10, 67.02 / 66.16 / 53.79 at 40,
+            # bench/results/dense_epochs.md; Co-Boosting 70.77 / 63.37 at 10, 76.60 / 71.69 at
+            # 40, bench/results/fashion_fedhydra_table1_cpu_coboosting40.md)
+            fuse_options={"dense": {"epochs": 40}, "coboosting": {"epochs": 40}},
             reductions=(
                 "clients train 40 local epochs, SGD-momentum lr 0.01, batch 64 (paper: 200, "
                 "SGD lr 0.01, batch 128)",
                 "Dir(0.5), Dir(0.3) and Dir(0.1) (paper: also Dir(0.01))",
-                "fusion at each method's cpu budget, DENSE's at 40 epochs (FedHydra 24, "
-                "Co-Boosting 10; paper 200)",
+                "fusion at each method's cpu budget, DENSE's and Co-Boosting's at 40 epochs "
+                "(FedHydra 24; paper 200)",
             ),
         ),
         "paper": Budget(
