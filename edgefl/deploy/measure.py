@@ -59,12 +59,12 @@ def _child_env() -> dict:
 
 def tflm_fits(path: Path, arena: int) -> bool:
     """TFLite Micro creates the interpreter and runs one inference within `arena` bytes."""
-    return run_child("tflm", str(path), str(arena), timeout=120) is not None
+    return tflm_try(path, arena) is None
 
 
 def tflm_try(path: Path, arena: int) -> str | None:
-    """None if TFLite Micro runs `path` within `arena` bytes (`tflm_fits`), else the last line
-    its interpreter wrote: one run for the answer and the words."""
+    """None if TFLite Micro runs `path` within `arena` bytes, else the last line its
+    interpreter wrote: one run for the answer and the words."""
     result, said = child("tflm", str(path), str(arena), timeout=120)
     return None if result is not None else said
 
