@@ -311,11 +311,12 @@ FEDHYDRA_TABLE1 = Table(
     budgets={
         "cpu": Budget(
             name="cpu",
-            description="the methods' cpu fusion on clients of 40 local epochs: hours on 2 cores",
+            description="the methods' cpu fusion on clients of 40 local epochs: under 90 min "
+            "on 2 cores",
             partitions=("dirichlet:0.5", "dirichlet:0.3", "dirichlet:0.1"),
             seeds=(0, 1, 2),
-            estimate="about 20 min a cell on 2 shared CPU cores, 9 cells (Fashion-MNIST, "
-            "2026-11-29: 3 cells of seed 0)",
+            estimate="about 80 min on 2 quiet CPU cores with --jobs 2: 9 cells of ~9 min "
+            "(Fashion-MNIST, 2026-12-01: 78.7 min)",
             # 40 local epochs, not 5: the teachers are what every method distils, and a client's
             # epoch costs ~1 s here (measured, Fashion Dir(0.5) seed 0: fedavg 57.77 -> 70.81,
             # the teachers' ensemble 58.41 -> 63.14 from 5 to 40 epochs)
