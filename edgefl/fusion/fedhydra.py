@@ -47,6 +47,12 @@ tests/fusion/test_datafree.py has a test for each):
   teachers' declared label counts differ (`min_label_skew`); otherwise every client is
   weighted alike; the paper budget always stratifies. `mix` also distils mixes of each batch
   labelled by the aggregate (24 epochs with them cost ~2x 30 without; the paper budget has none).
+- Eq. 19 distils P, which depends on the label y the generator aimed at, through V(y) (Eq. 10);
+  the student never sees y. Under strong skew V(y) is one or two holders of y, who cannot tell
+  y from the classes they lack, so an image between y and another class is taught as y because
+  it was drawn for y. The generator still follows SA (it aims at y through y's holders); the
+  student distils each class's probability from the clients that know it (U_c, every row alike:
+  `distill_target`), a target of the image alone (bench/results/fashion_fedhydra_targets.md).
 """
 
 from __future__ import annotations
@@ -167,6 +173,17 @@ class FedHydraConfig(GeneratorConfig):
         True,
         "each student step also distils as many mixes lam * x_i + (1 - lam) * x_j of its "
         "batch (lam uniform), labelled by the aggregate for x_i's label (false: about half the time)",
+    )
+    # Eq. 19 distils P, the SA of the label y the generator aimed at; the student never sees y.
+    # Under strong skew V(y) is one or two holders of y, blind to the classes they lack, and an
+    # image between y and such a class is taught as y only because it was drawn for y.
+    distill_target: str = option(
+        "class-weighted",
+        "what the student distils: stratified (Eq. 19: SA for the generator's label, the "
+        "paper's) or class-weighted (each class's probability from the clients that know it, "
+        "U_c, every client's row alike: a target the image alone determines; the generator "
+        "still follows SA)",
+        choices=("stratified", "class-weighted"),
     )
     epochs: int = option(24, "epochs: generator steps, then distillation (paper: 200)", low=1)
     heatmap: str | None = option(
@@ -373,16 +390,24 @@ class Hasa:
         self.hist: dict[str, list[float]] = {
             k: [] for k in ("generator", "ce", "bn", "adv", "global")
         }
+        self.by_target = cfg.distill_target == "stratified"
 
-    def aggregate(self, x, y, bn=None, members=None):
-        """Eq. 8-11 over every teacher, or over `members` (indices; their rows of U_r are
-        normalised among them by the mixture's own normalisation)."""
-        if members is None:
-            return stratified_aggregate(
-                teacher_forward(self.teachers, x, bn), y, self.u_r, self.u_c
-            )
-        logits = teacher_forward([self.teachers[k] for k in members], x, bn)
-        return stratified_aggregate(logits, y, self.u_r[:, members], self.u_c[:, members])
+    def logits(self, x, bn=None, members=None) -> torch.Tensor:
+        """(m, b, c): every teacher's logits on x, or `members`' (indices)."""
+        teachers = self.teachers if members is None else [self.teachers[k] for k in members]
+        return teacher_forward(teachers, x, bn)
+
+    def mix(self, logits, y, members=None, by_target: bool = True) -> torch.Tensor:
+        """Eq. 8-11 on the teachers' logits (`members`' rows of U_r are normalised among them by
+        the mixture's own normalisation); by_target False: every client's row weight alike,
+        U_c's per-class weights only, a mixture the images alone determine."""
+        cols = slice(None) if members is None else members
+        u_r = self.u_r if by_target else torch.ones_like(self.u_r)
+        return stratified_aggregate(logits, y, u_r[:, cols], self.u_c[:, cols])
+
+    def target(self, x, y, members=None):
+        """What the student distils on x drawn for labels y (`distill_target`)."""
+        return self.mix(self.logits(x, None, members), y, members, self.by_target)
 
     def members(self) -> list[int] | None:
         """A fresh committee's indices for one pass (None: every teacher, nothing drawn)."""
@@ -399,12 +424,15 @@ class Hasa:
         while step < cfg.gen_steps or (step < cfg.max_gen_steps and agree < cfg.finish):
             step += 1
             x = self.gen(z)
-            p = self.aggregate(x, y, self.bn, self.members())
+            members = self.members()
+            logits = self.logits(x, self.bn, members)
+            p = self.mix(logits, y, members)
             l_ce = F.cross_entropy(p, y)
             l_bn = self.bn.value(dev)
             l_adv = -kl_at(p, student(x))  # Eq. 16: no temperature (it is Eq. 19's)
             loss = cfg.ce_weight * l_ce + cfg.bn_weight * l_bn + cfg.adv_weight * l_adv
-            intermediates.append((x.detach(), p.detach()))
+            target = p if self.by_target else self.mix(logits.detach(), y, members, False)
+            intermediates.append((x.detach(), target.detach()))
             agree = float((p.argmax(1) == y).float().mean())
             descend(self.opt_g, loss, "the FedHydra generator", rate="gen_lr")
         for k, v in zip(("generator", "ce", "bn", "adv"), (loss, l_ce, l_bn, l_adv), strict=True):
@@ -419,7 +447,7 @@ class Hasa:
             self.val_rng, val.per_epoch, cfg.nz, self.ctx.num_classes, self.ctx.device
         )
         xv = self.gen(zv)
-        hard = self.aggregate(xv, yv, members=self.members()).argmax(1)
+        hard = self.target(xv, yv, self.members()).argmax(1)
         keep = hard == yv
         val.add(xv[keep], hard[keep])
 
@@ -437,7 +465,7 @@ class Hasa:
             if cfg.mix:
                 xm = pair_mixes(x, rng)
                 with torch.no_grad():
-                    pm = self.aggregate(xm, p.argmax(1), members=self.members())
+                    pm = self.target(xm, p.argmax(1), self.members())
                 x, p = torch.cat([x, xm]), torch.cat([p, pm])
             s = student(jitter(x, self.augment, rng))
             loss = kl_at(p, s, cfg.temperature) + cfg.beta * F.cross_entropy(s, p.argmax(1))
@@ -620,6 +648,7 @@ METHOD = Method(
             "distill_passes": 1,
             "min_label_skew": 0.0,
             "mix": False,
+            "distill_target": "stratified",
         }
     },
 )

@@ -470,6 +470,32 @@ def test_fedhydra_temperature_is_the_students_alone(federation):
     assert adv[1.0] == pytest.approx(adv[4.0], rel=1e-6)
 
 
+def test_fedhydra_student_targets_depend_on_the_image_alone(federation):
+    """distill_target class-weighted: what the student distils on an image is the same whatever
+    label the generator drew it for (the student never sees that label), and it is what
+    `generate` hands the student; stratified (Eq. 19) weighs the clients by that label."""
+    from edgefl.fusion.base import FusionContext
+    from edgefl.fusion.fedhydra import FedHydraConfig, Hasa
+    from edgefl.fusion.generator import frozen_teachers
+    from edgefl.server.ingest import ingest
+
+    uploads = ingest(federation, max_upload_bytes=1 << 26).uploads
+    ctx = FusionContext(uploads, device=torch.device("cpu"), seed=0, method="fedhydra")
+    c, m = ctx.num_classes, len(uploads)
+    rng = np.random.default_rng(0)
+    u_r, u_c = rng.dirichlet(np.ones(m), size=c), rng.dirichlet(np.ones(c), size=m).T
+    teachers = frozen_teachers(uploads, ctx.device)
+    x = torch.rand(16, *ctx.input_shape, generator=torch.Generator().manual_seed(0))
+    y0, y1 = torch.zeros(16, dtype=torch.long), torch.arange(16) % c
+    for target, alike in (("class-weighted", True), ("stratified", False)):
+        cfg = FedHydraConfig(gen_steps=2, max_gen_steps=2, batch_size=16, distill_target=target)
+        game = Hasa(ctx, cfg, teachers, u_r, u_c)
+        assert torch.allclose(game.target(x, y0), game.target(x, y1)) == alike
+        if alike:
+            for xi, pi in game.generate():
+                torch.testing.assert_close(pi, game.target(xi, y0))
+
+
 def test_the_cli_names_every_file_a_method_writes(federation, tmp_path, cli):
     opts = [
         x for k, v in (TINY_OPTS["fedhydra"] | {"epochs": 1}).items() for x in ("--opt", f"{k}={v}")
@@ -545,21 +571,21 @@ def test_pair_mixes_are_convex_combinations_of_two_rows():
 
 
 @pytest.mark.parametrize("mix", [True, False])
-def test_fedhydra_distils_mixes_labelled_by_the_aggregate(federation, tmp_path, monkeypatch, mix):
+def test_fedhydra_distils_mixes_labelled_by_the_target(federation, tmp_path, monkeypatch, mix):
     """With `mix`, every student step's batch gains as many mixes of its own samples, and each
-    mix is labelled by the stratified aggregate for its first sample's label."""
+    mix is labelled by the student's target for its first sample's label."""
     from edgefl.fusion import fedhydra
 
     made, labelled, seen = [], [], []
-    real_mixes, real_aggregate = fedhydra.pair_mixes, fedhydra.Hasa.aggregate
+    real_mixes, real_target = fedhydra.pair_mixes, fedhydra.Hasa.target
 
     def spy_mixes(x, gen):
         made.append((x, real_mixes(x, gen)))
         return made[-1][1]
 
-    def spy_aggregate(self, x, y, bn=None, members=None):
+    def spy_target(self, x, y, members=None):
         labelled.append((x, y))
-        return real_aggregate(self, x, y, bn, members)
+        return real_target(self, x, y, members)
 
     real_distill = fedhydra.Hasa.distill
 
@@ -572,7 +598,7 @@ def test_fedhydra_distils_mixes_labelled_by_the_aggregate(federation, tmp_path, 
             del self.student.forward
 
     monkeypatch.setattr(fedhydra, "pair_mixes", spy_mixes)
-    monkeypatch.setattr(fedhydra.Hasa, "aggregate", spy_aggregate)
+    monkeypatch.setattr(fedhydra.Hasa, "target", spy_target)
     monkeypatch.setattr(fedhydra.Hasa, "distill", spy_distill)
     opts = TINY_OPTS["fedhydra"] | {"mix": mix, "replay": 0, "val_size": 0}
     job = FuseJob(
