@@ -494,6 +494,11 @@ def test_fedhydra_student_targets_depend_on_the_image_alone(federation):
         if alike:
             for xi, pi in game.generate():
                 torch.testing.assert_close(pi, game.target(xi, y0))
+    # Clients weighted alike (unstratified: HAPT users, `min_label_skew`): the same target.
+    flat = np.ones((c, m)) / m
+    cfgs = [FedHydraConfig(distill_target=t) for t in ("class-weighted", "stratified")]
+    same = [Hasa(ctx, cfg, teachers, flat, u_c).target(x, y1) for cfg in cfgs]
+    torch.testing.assert_close(*same)
 
 
 def test_the_cli_names_every_file_a_method_writes(federation, tmp_path, cli):
