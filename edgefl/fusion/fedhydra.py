@@ -46,7 +46,7 @@ tests/fusion/test_datafree.py has a test for each):
   mean and 8.5 on one seed (bench/results/datafree_hapt_fedhydra.md). Alg. 2 runs when the
   teachers' declared label counts differ (`min_label_skew`); otherwise every client is
   weighted alike; the paper budget always stratifies. `mix` also distils mixes of each batch
-  labelled by the aggregate (24 epochs with them cost ~2x 30 without; the paper budget has none).
+  labelled like the batch (24 epochs with them cost ~2x 30 without; the paper budget has none).
 - Eq. 19 distils P, which depends on the label y the generator aimed at, through V(y) (Eq. 10);
   the student never sees y. Under strong skew V(y) is one or two holders of y, who cannot tell
   y from the classes they lack, so an image between y and another class is taught as y because
@@ -172,7 +172,8 @@ class FedHydraConfig(GeneratorConfig):
     mix: bool = option(
         True,
         "each student step also distils as many mixes lam * x_i + (1 - lam) * x_j of its "
-        "batch (lam uniform), labelled by the aggregate for x_i's label (false: about half the time)",
+        "batch (lam uniform), labelled by the student's target for x_i's label (false: about half "
+        "the time)",
     )
     # Eq. 19 distils P, the SA of the label y the generator aimed at; the student never sees y.
     # Under strong skew V(y) is one or two holders of y, blind to the classes they lack, and an
