@@ -175,9 +175,7 @@ class FedHydraConfig(GeneratorConfig):
         "batch (lam uniform), labelled by the student's target for x_i's label (false: about half "
         "the time)",
     )
-    # Eq. 19 distils P, the SA of the label y the generator aimed at; the student never sees y.
-    # Under strong skew V(y) is one or two holders of y, blind to the classes they lack, and an
-    # image between y and such a class is taught as y only because it was drawn for y.
+    # Why not Eq. 19's: the module docstring's last bullet.
     distill_target: str = option(
         "class-weighted",
         "what the student distils: stratified (Eq. 19: SA for the generator's label, the "
@@ -398,7 +396,7 @@ class Hasa:
         teachers = self.teachers if members is None else [self.teachers[k] for k in members]
         return teacher_forward(teachers, x, bn)
 
-    def mix(self, logits, y, members=None, by_target: bool = True) -> torch.Tensor:
+    def weigh(self, logits, y, members=None, by_target: bool = True) -> torch.Tensor:
         """Eq. 8-11 on the teachers' logits (`members`' rows of U_r are normalised among them by
         the mixture's own normalisation); by_target False: every client's row weight alike,
         U_c's per-class weights only, a mixture the images alone determine."""
@@ -408,7 +406,7 @@ class Hasa:
 
     def target(self, x, y, members=None):
         """What the student distils on x drawn for labels y (`distill_target`)."""
-        return self.mix(self.logits(x, None, members), y, members, self.by_target)
+        return self.weigh(self.logits(x, None, members), y, members, self.by_target)
 
     def members(self) -> list[int] | None:
         """A fresh committee's indices for one pass (None: every teacher, nothing drawn)."""
@@ -427,12 +425,12 @@ class Hasa:
             x = self.gen(z)
             members = self.members()
             logits = self.logits(x, self.bn, members)
-            p = self.mix(logits, y, members)
+            p = self.weigh(logits, y, members)
             l_ce = F.cross_entropy(p, y)
             l_bn = self.bn.value(dev)
             l_adv = -kl_at(p, student(x))  # Eq. 16: no temperature (it is Eq. 19's)
             loss = cfg.ce_weight * l_ce + cfg.bn_weight * l_bn + cfg.adv_weight * l_adv
-            target = p if self.by_target else self.mix(logits.detach(), y, members, False)
+            target = p if self.by_target else self.weigh(logits.detach(), y, members, False)
             intermediates.append((x.detach(), target.detach()))
             agree = float((p.argmax(1) == y).float().mean())
             descend(self.opt_g, loss, "the FedHydra generator", rate="gen_lr")
