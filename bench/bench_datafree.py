@@ -90,6 +90,7 @@ VARIANTS = {
     "fedhydra-no-replay": ("fedhydra", {"replay": 0, "val_size": 0}),
     "fedhydra-ratio": ("fedhydra", {"guidance_scale": "ratio"}),
     "fedhydra-stratified": ("fedhydra", {"distill_target": "stratified"}),  # before af619b7
+    "fedhydra-pick": ("fedhydra", {"average_from": 1.0}),  # the held-out pick, as before
 }
 TARGET_GAP = 3.0  # issue 16: each >= the teachers' ensemble - 3 points (mean over seeds)
 
@@ -301,9 +302,10 @@ NOTES = """\
 `ensemble` is the teachers' logit average (one model per client at inference). The paper numbers
 are FedHydra's Table 1 (5 clients, its own CNNs trained 200 local epochs, the paper budget on the
 server); ours train 5 local epochs and fuse at the `cpu` budget, so they compare the methods'
-behaviour, not the setting. `fedhydra-no-replay`, `fedhydra-ratio` and `fedhydra-stratified` (where
-run) are ablations: without the rehearsal of earlier synthetic batches, with Eq. 2's linear
-guidance scale, and with Eq. 19's targets (the SA of the generator's label).
+behaviour, not the setting. `fedhydra-no-replay`, `fedhydra-ratio`, `fedhydra-stratified` and
+`fedhydra-pick` (where run) are ablations: without the rehearsal of earlier synthetic batches,
+with Eq. 2's linear guidance scale, with Eq. 19's targets (the SA of the generator's label), and
+keeping the student of the best held-out agreement instead of the late students' average.
 """
 
 

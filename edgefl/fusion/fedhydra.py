@@ -53,10 +53,15 @@ tests/fusion/test_datafree.py has a test for each):
   it was drawn for y. The generator still follows SA (it aims at y through y's holders); the
   student distils each class's probability from the clients that know it (U_c, every row alike:
   `distill_target`), a target of the image alone (bench/results/fashion_fedhydra_targets.md).
+- The student's accuracy swings by 5-10 points from one epoch to the next, and the held-out
+  synthetic images (a few dozen the teachers agree on) pick an epoch no better than chance:
+  the global model is the average of the student's weights over the later epochs
+  (`average_from`; bench/results/fedhydra_average.md).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
@@ -75,6 +80,7 @@ from edgefl.fusion.generator import (
     GeneratorConfig,
     ReplayPool,
     SyntheticValidation,
+    WeightAverage,
     draw_committee,
     kl_at,
     make_generator,
@@ -183,6 +189,14 @@ class FedHydraConfig(GeneratorConfig):
         "U_c, every client's row alike: a target the image alone determines; the generator "
         "still follows SA)",
         choices=("stratified", "class-weighted"),
+    )
+    # Why: generator.WeightAverage. The held-out pick remains with average_from 1 (the paper's).
+    average_from: float = option(
+        0.5,
+        "keep the average of the student's weights over the epochs from this share of the run "
+        "on (stochastic weight averaging); 1: keep the student of the best held-out agreement",
+        low=0,
+        high=1,
     )
     epochs: int = option(24, "epochs: generator steps, then distillation (paper: 200)", low=1)
     heatmap: str | None = option(
@@ -506,6 +520,7 @@ def fuse(ctx: FusionContext, cfg: FedHydraConfig) -> FusionResult:
         u_r, u_c = stratification_weights(u, cfg.relative_classes)
     game = Hasa(ctx, cfg, teachers, u_r, u_c if cfg.class_weights else np.ones_like(u_c))
     val = SyntheticValidation(cfg.val_size, cfg.epochs)
+    average = WeightAverage(math.ceil(cfg.average_from * cfg.epochs))
     ctx.progress("epoch", 0, cfg.epochs)
     for epoch in range(cfg.epochs):
         with ctx.stage("generator"):
@@ -514,6 +529,8 @@ def fuse(ctx: FusionContext, cfg: FedHydraConfig) -> FusionResult:
             game.hold_out(val)
         with ctx.stage("distill"):
             game.distill(intermediates)
+        if cfg.average_from < 1:
+            average.update(game.student, epoch + 1)
         agree = (
             f", held-out agreement {val.update(game.student, epoch + 1):.3f}"
             if cfg.val_size
@@ -530,13 +547,28 @@ def fuse(ctx: FusionContext, cfg: FedHydraConfig) -> FusionResult:
         if cfg.val_size and cfg.patience and val.stale >= cfg.patience:
             ctx.log(f"stopping: no better held-out agreement for {cfg.patience} epochs")
             break
-    val.restore_best(game.student)
+    kept = keep_student(game, val, average)
     game.bn.remove()
     game.student.eval()
 
     info = _info(ctx, cfg, uploads, game, u, u_r, u_c)
+    info["student"] = kept
     info["stratification"]["label_skew"] = skew
     return FusionResult(game.student, game.spec, info)
+
+
+def keep_student(game: Hasa, val: SyntheticValidation, average: WeightAverage) -> dict:
+    """Load the student the fusion returns into game.student: the weight average when one was
+    taken (BatchNorm statistics measured again on the rehearsal pool), else the best held-out
+    one (else the last); say which."""
+    if average.n:
+        pool = game.replay.contents()[0] if game.replay.size else None
+        average.restore(game.student, pool)
+        return {"kept": "weight average", "from_epoch": average.start, "epochs": average.n}
+    if val.best is not None:
+        val.restore_best(game.student)
+        return {"kept": "best held-out agreement", "epoch": val.best_epoch}
+    return {"kept": "last"}
 
 
 def _info(ctx, cfg: FedHydraConfig, uploads, game: Hasa, u, u_r, u_c) -> dict:
@@ -648,6 +680,7 @@ METHOD = Method(
             "min_label_skew": 0.0,
             "mix": False,
             "distill_target": "stratified",
+            "average_from": 1.0,
         }
     },
 )

@@ -30,6 +30,7 @@ from edgefl.fusion.generator import (
     BNStatLoss,
     ReplayPool,
     SyntheticValidation,
+    WeightAverage,
     make_generator,
     teacher_forward,
 )
@@ -426,6 +427,64 @@ def test_synthetic_validation_keeps_the_best_student():
     assert val.update(model, 2) == 0.0 and val.stale == 1 and val.best_epoch == 1
     val.restore_best(model)
     assert (model(x).argmax(1) == y).all()
+
+
+def test_weight_average_is_the_mean_of_the_late_students():
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.BatchNorm1d(4))
+    avg = WeightAverage(start=2)
+    for epoch in (1, 2, 3):
+        with torch.no_grad():
+            net[0].weight.fill_(float(epoch))
+        avg.update(net, epoch)
+    assert avg.n == 2
+    images = torch.randn(512, 3) + 3.0
+    avg.restore(net, images)
+    assert torch.equal(net[0].weight, torch.full((4, 3), 2.5))  # epochs 2 and 3, not 1
+    # BatchNorm's statistics are those of the averaged layer's outputs on the images
+    with torch.no_grad():
+        h = net[0](images)
+    assert torch.allclose(net[1].running_mean, h.mean(0), rtol=1e-4)
+    WeightAverage(start=5).restore(net)  # nothing averaged: the student is left as it is
+    assert torch.equal(net[0].weight, torch.full((4, 3), 2.5))
+
+
+@pytest.mark.parametrize("average_from", [0.5, 1.0])
+def test_fedhydra_keeps_the_average_of_its_late_students(
+    federation, tmp_path, monkeypatch, average_from
+):
+    """average_from < 1: the global model is the mean of the students after the epochs past
+    that share of the run; 1: the best held-out student, as the paper's budget keeps."""
+    from edgefl.fusion import fedhydra
+
+    after, kept = {}, {}
+    real_update, real_keep = WeightAverage.update, fedhydra.keep_student
+
+    def spy_update(self, student, epoch):
+        after[epoch] = {k: v.clone() for k, v in student.state_dict().items()}
+        return real_update(self, student, epoch)
+
+    def spy_keep(game, val, average):
+        out = real_keep(game, val, average)
+        kept.update(game.student.state_dict())
+        return out
+
+    monkeypatch.setattr(WeightAverage, "update", spy_update)
+    monkeypatch.setattr(fedhydra, "keep_student", spy_keep)
+    opts = TINY_OPTS["fedhydra"] | {"epochs": 4, "average_from": average_from}
+    report = run_fuse(
+        FuseJob(
+            uploads=str(federation), method="fedhydra", out=str(tmp_path / "g.onnx"), options=opts
+        )
+    )
+    if average_from == 1.0:
+        assert not after and report["student"]["kept"] == "best held-out agreement"
+        return
+    assert report["student"] == {"kept": "weight average", "from_epoch": 2, "epochs": 3}
+    assert sorted(after) == [1, 2, 3, 4]
+    for k, v in kept.items():
+        assert torch.allclose(v, (after[2][k] + after[3][k] + after[4][k]) / 3, atol=1e-6), k
+        assert not torch.allclose(v, after[4][k]), k  # not the last student
 
 
 def test_fedhydra_rehearses_earlier_batches(federation, tmp_path):
