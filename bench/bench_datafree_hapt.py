@@ -83,7 +83,8 @@ def fuse(method: str, folder: Path, overrides: dict[str, str], test) -> dict:
     from edgefl.server.ingest import ingest
 
     m = METHODS.get(method)  # options typed as `server fuse --opt` types them
-    cfg = m.make_config({k: parse_value(v) for k, v in overrides.items()})
+    # Options that default by input kind resolved for windows, as `server fuse` resolves them.
+    cfg = m.effective_config({k: parse_value(v) for k, v in overrides.items()}, test.input_shape)
     teachers = [u for u in ingest(folder, max_upload_bytes=10**8).uploads if u.kind == "classifier"]
     x, y = torch.from_numpy(test.x), torch.from_numpy(test.y)
     with torch.no_grad():

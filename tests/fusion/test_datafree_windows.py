@@ -75,6 +75,9 @@ def test_fuses_a_window_federation_deterministically(phones, tmp_path, method):
 
     spec = exporters.read_artifact(tmp_path / "a" / "g.onnx").metadata["spec"]
     assert spec["name"] == "cnn1d"  # auto: the 1-D student on windows
+    if method == "fedhydra":  # windows: the held-out pick, not the images' weight average
+        assert rep["config"]["average_from"] == 1.0
+        assert rep["student"]["kept"] == "best held-out agreement"
 
 
 def test_class_weights_carry_no_prior_that_every_client_shares():
