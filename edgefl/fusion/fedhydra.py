@@ -191,11 +191,11 @@ class FedHydraConfig(GeneratorConfig):
         "still follows SA)",
         choices=("stratified", "class-weighted"),
     )
-    # Why: generator.WeightAverage. On images the held-out synthetic images (teachers' agreement
-    # with their own target 0.3-0.6 by the end) pick a late epoch little better than chance,
-    # and the average gains 0.9-6.9 points on Fashion (bench/results/fedhydra_average.md); on
-    # sensor windows that agreement reaches 0.95-1.0, the pick works, and the average lost 0.96
-    # on HAPT's users (3 seeds) and 1.66 on HAPT split by label. The paper budget: the pick.
+    # Why: generator.WeightAverage. On images the late students agree with 0.49-0.74 of the
+    # held-out synthetic images' labels, a signal that picks a late epoch little better than
+    # chance, and the average gains 0.9-6.9 points on Fashion (bench/results/fedhydra_average.md);
+    # on sensor windows they agree with 0.92-1.0, the pick works, and the average lost 0.96 on
+    # HAPT's users (3 seeds) and 1.66 on HAPT split by label. The paper budget: the pick.
     average_from: float | None = option(
         None,
         "keep the average of the student's weights over the epochs from this share of the run "
