@@ -495,9 +495,14 @@ def main(argv=None) -> None:
     result["budget"] = {
         "clients": f"{NUM_CLIENTS} x cnn, smartphone profile (SGD momentum 0.9, lr 0.01, "
         f"batch 64), {args.client_epochs} local epochs (paper: SGD 0.01, 200 epochs)",
+        # What each row ran with on MNIST, options that default by input kind resolved.
         "server": {
             m: METHODS.get(VARIANTS[m][0])
-            .make_config(METHODS.get(VARIANTS[m][0]).budget_options(args.budget) | VARIANTS[m][1])
+            .effective_config(
+                METHODS.get(VARIANTS[m][0]).budget_options(args.budget) | VARIANTS[m][1],
+                (1, 28, 28),
+                "mnist",
+            )
             .as_dict()
             for m in args.methods
         },
