@@ -377,12 +377,12 @@ class WeightAverage:
     @torch.no_grad()
     def restore(self, student: nn.Module, images: torch.Tensor | None = None) -> None:
         """Load the average into `student`; with BatchNorm, its statistics are measured again on
-        `images` (an average of weights has no running statistics of its own)."""
+        `images` (an average of weights has no running statistics of its own; `update_bn` leaves
+        a student without BatchNorm as it is)."""
         if not self.n:
             return
         student.load_state_dict(self.avg)
-        norms = [m for m in student.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
-        if norms and images is not None and len(images):
+        if images is not None and len(images):
             torch.optim.swa_utils.update_bn(images.split(256), student)
 
 
