@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import random
 import shlex
 import shutil
 import signal
@@ -50,10 +51,30 @@ if role in ("hostile", "stuck"):
 """
 
 
+_GIVEN: set[int] = set()
+
+
 def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A free loopback port below the kernel's ephemeral range, never given twice. A port from
+    bind(0) is free only until the child binds it, and in between an outgoing connection (a
+    node's, a test worker's) can take it from the ephemeral range: CI once saw a node's HTTP
+    API fail to start on its port."""
+    try:
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError):
+        low = 32768
+    for _ in range(500):
+        port = random.randrange(10_000, max(low, 10_001))
+        if port in _GIVEN:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue  # a listener holds it
+        _GIVEN.add(port)
+        return port
+    raise AssertionError(f"no free loopback port in [10000, {low})")
 
 
 def _page_lines(*programs: str) -> list[str]:
