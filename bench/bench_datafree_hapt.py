@@ -106,7 +106,7 @@ def fuse(method: str, folder: Path, overrides: dict[str, str], test) -> dict:
         "seconds": round(seconds, 1),
         "recall": recall(pred),
         "ensemble_recall": recall(ens),
-    }
+    } | ({"student": result.info["student"]} if "student" in result.info else {})
 
 
 def markdown(res: dict) -> str:

@@ -449,12 +449,12 @@ def test_weight_average_is_the_mean_of_the_late_students():
     assert torch.equal(net[0].weight, torch.full((4, 3), 2.5))
 
 
-@pytest.mark.parametrize("average_from", [None, 1.0])
-def test_fedhydra_keeps_the_average_of_its_late_students(
-    federation, tmp_path, monkeypatch, average_from
-):
-    """On images by default (average_from 0.5) the global model is the mean of the students of
-    the run's second half; 1: the best held-out student, as the paper's budget keeps."""
+@pytest.mark.parametrize("keep", ["average", "pick by agreement", "pick"])
+def test_fedhydra_keeps_the_average_of_its_late_students(federation, tmp_path, monkeypatch, keep):
+    """By default (average_from 0.5) the global model is the mean of the students of the run's
+    second half, unless those students agreed with more than `pick_agreement` of the held-out
+    images (their mean, reported), when the best held-out student is kept; average_from 1: that
+    student always, as the paper's budget keeps."""
     from edgefl.fusion import fedhydra
 
     after, kept = {}, {}
@@ -464,30 +464,53 @@ def test_fedhydra_keeps_the_average_of_its_late_students(
         after[epoch] = {k: v.clone() for k, v in student.state_dict().items()}
         return real_update(self, student, epoch)
 
-    def spy_keep(game, val, average):
-        out = real_keep(game, val, average)
+    def spy_keep(game, *args):
+        out = real_keep(game, *args)
         kept.update(game.student.state_dict())
         return out
 
     monkeypatch.setattr(WeightAverage, "update", spy_update)
     monkeypatch.setattr(fedhydra, "keep_student", spy_keep)
     opts = TINY_OPTS["fedhydra"] | {"epochs": 4}
-    if average_from is not None:
-        opts["average_from"] = average_from
+    opts |= {
+        "average": {"pick_agreement": 1.0},
+        "pick by agreement": {"pick_agreement": 0.0},
+        "pick": {"average_from": 1.0},
+    }[keep]
     report = run_fuse(
         FuseJob(
             uploads=str(federation), method="fedhydra", out=str(tmp_path / "g.onnx"), options=opts
         )
     )
-    if average_from == 1.0:
-        assert not after and report["student"]["kept"] == "best held-out agreement"
+    student = report["student"]
+    if keep == "pick":
+        assert not after and student["kept"] == "best held-out agreement"
         return
     assert report["config"]["average_from"] == 0.5
-    assert report["student"] == {"kept": "weight average", "from_epoch": 2, "epochs": 3}
     assert sorted(after) == [1, 2, 3, 4]
+    assert 0.0 <= student["late_agreement"] <= 1.0
+    if keep == "pick by agreement":
+        assert student["kept"] == "best held-out agreement", student
+        assert any(all(torch.equal(v, after[e][k]) for k, v in kept.items()) for e in after)
+        return
+    assert student == {
+        "kept": "weight average",
+        "from_epoch": 2,
+        "epochs": 3,
+        "late_agreement": student["late_agreement"],
+    }
     for k, v in kept.items():
         assert torch.allclose(v, (after[2][k] + after[3][k] + after[4][k]) / 3, atol=1e-6), k
         assert not torch.allclose(v, after[4][k]), k  # not the last student
+
+
+def test_late_agreement_is_the_mean_from_the_averaged_epochs():
+    from edgefl.fusion.fedhydra import late_agreement
+
+    assert late_agreement([0.2, 0.4, 0.6, 1.0], 3) == 0.8  # epochs 3 and 4
+    assert late_agreement([0.5], 1) == 0.5
+    assert late_agreement([], 1) is None  # no held-out set
+    assert late_agreement([0.5, 0.7], 3) is None  # stopped before the average began
 
 
 def test_fedhydra_rehearses_earlier_batches(federation, tmp_path):
