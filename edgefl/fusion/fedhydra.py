@@ -193,11 +193,11 @@ class FedHydraConfig(GeneratorConfig):
         choices=("stratified", "class-weighted"),
     )
     # Why: generator.WeightAverage. Where the late students agree with 0.49-0.80 of the
-    # held-out synthetic images' labels (Fashion, fresh MNIST and HAPT federations), that signal
-    # picks a late epoch little better than chance and the average won every cell, by 0.3-7.9
-    # points; where they agree with 0.85-1.0 (HAPT's users and label split, a failing MNIST cell)
-    # the pick won by 0.4-9.3 (bench/results/fedhydra_average.md). So the run's own agreement
-    # decides (`pick_agreement`, inside the gap), not the kind of input. Paper budget: the pick.
+    # held-out synthetic images' labels (Fashion, MNIST, HAPT users), that signal picks a late
+    # epoch little better than chance and the average won every run, by 0.3-7.9 points; where
+    # they agree with 0.85-0.96 (HAPT users and split by label, the MNIST bench's failing cell)
+    # the pick won every fresh run, by 0.1-9.5 (bench/results/fedhydra_average.md). So the run's
+    # own agreement decides (`pick_agreement`, inside that gap). The paper budget: the pick.
     average_from: float = option(
         0.5,
         "keep the average of the student's weights over the epochs from this share of the run "
