@@ -516,23 +516,27 @@ def work(cfg: FedHydraConfig) -> float:
     return cfg.epochs * max(cfg.gen_steps, cfg.max_gen_steps) * cfg.distill_passes * per_step
 
 
-def fuse(ctx: FusionContext, cfg: FedHydraConfig) -> FusionResult:
-    uploads, teachers = seeded_teachers(ctx, cfg, TEACHER_COST)
+def stratification(ctx: FusionContext, cfg: FedHydraConfig, uploads, teachers):
+    """(U or None, U_r, U_c): Alg. 2's guidance (or the declared counts'), or every client alike
+    where the declared label counts barely differ (`min_label_skew`)."""
     skew = declared_skew(uploads, ctx.num_classes)
     if skew is not None and skew < cfg.min_label_skew:
         ctx.log(
             f"the teachers' label counts barely differ (Cramer's V {skew:.3f} < min_label_skew "
             f"{cfg.min_label_skew:g}): every client weighted alike, no stratification"
         )
-        u = None
-        u_r, u_c = stratification_weights(np.ones((ctx.num_classes, len(teachers))))
-    elif cfg.stratification == "counts":
+        return (None, *stratification_weights(np.ones((ctx.num_classes, len(teachers)))))
+    if cfg.stratification == "counts":
         u = declared_guidance(uploads, ctx.num_classes)
-        u_r, u_c = stratification_weights(u, cfg.relative_classes)
     else:
         with ctx.stage("stratify"):
             u = _stratify(ctx, cfg, teachers)
-        u_r, u_c = stratification_weights(u, cfg.relative_classes)
+    return (u, *stratification_weights(u, cfg.relative_classes))
+
+
+def fuse(ctx: FusionContext, cfg: FedHydraConfig) -> FusionResult:
+    uploads, teachers = seeded_teachers(ctx, cfg, TEACHER_COST)
+    u, u_r, u_c = stratification(ctx, cfg, uploads, teachers)
     game = Hasa(ctx, cfg, teachers, u_r, u_c if cfg.class_weights else np.ones_like(u_c))
     val = SyntheticValidation(cfg.val_size, cfg.epochs)
     average = WeightAverage(math.ceil(cfg.average_from * cfg.epochs))
@@ -570,7 +574,7 @@ def fuse(ctx: FusionContext, cfg: FedHydraConfig) -> FusionResult:
 
     info = _info(ctx, cfg, uploads, game, u, u_r, u_c)
     info["student"] = kept
-    info["stratification"]["label_skew"] = skew
+    info["stratification"]["label_skew"] = declared_skew(uploads, ctx.num_classes)
     return FusionResult(game.student, game.spec, info)
 
 

@@ -451,6 +451,28 @@ def test_teacher_groups_tiny(monkeypatch, tmp_path):
     assert "| 2 | 10 | mean | 1 |" in (tmp_path / "tg.md").read_text()
 
 
+@pytest.mark.slow
+def test_fedhydra_targets_tiny(monkeypatch, tmp_path):
+    """Its targets scored on real digits, and its student the one `server fuse` keeps with the
+    same options and seed (the bench's stratification is the fusion's)."""
+    from fed_fixtures import build_classifier_only, fuse_digits
+
+    ups = build_classifier_only(tmp_path)
+    tiny = {"epochs": 2, "gen_steps": 2, "batch_size": 16, "nz": 8, "ngf": 4}
+    tiny |= {"strat_steps": 2, "strat_batch": 8, "max_gen_steps": 3, "val_size": 32}
+    opts = [f"--opt={k}={v}" for k, v in tiny.items()]
+    out = tmp_path / "ft"
+    argv = [str(ups), "--eval", "digits", "--fuse", *opts, "--out", str(out)]
+    _run_main(monkeypatch, "bench_fedhydra_targets", *argv)
+    (row,) = json.loads(out.with_suffix(".json").read_text())["rows"]
+    cols = ("logit_mean", "prob_mean", "cw_target", "sa_true_label", "student")
+    assert all(0 <= row[c] <= 100 for c in cols), row
+    report = fuse_digits(ups, tmp_path, "fedhydra", **tiny)
+    assert row["student"] == round(100 * report["eval"]["accuracy"], 2)
+    assert row["kept"] == report["student"]
+    assert f"| {ups} | 2 |" in out.with_suffix(".md").read_text()
+
+
 def test_teacher_groups_cw_teacher_in_process(monkeypatch):
     """The class-wise teacher kind (fedmho-cw's `_teacher`), which the child above skips."""
     import bench_teacher_groups
