@@ -22,6 +22,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -62,6 +63,7 @@ def score(folder: Path, args, test) -> dict:
     ctx = FusionContext(found, device=torch.device("cpu"), seed=cfg.seed)
     uploads, teachers = seeded_teachers(ctx, cfg, fh.TEACHER_COST)
     _, u_r, u_c = fh.stratification(ctx, cfg, uploads, teachers)
+    u_c = u_c if cfg.class_weights else np.ones_like(u_c)  # as fuse hands them to HASA
     u_r, u_c = torch.tensor(u_r, dtype=torch.float32), torch.tensor(u_c, dtype=torch.float32)
     x, y = torch.from_numpy(test.x).float(), torch.from_numpy(test.y).long()
     with torch.no_grad():
