@@ -48,9 +48,14 @@ def parse_args(argv=None):
     return ap.parse_args(argv)
 
 
+def top1(logits: torch.Tensor, y: torch.Tensor) -> float:
+    return round(100 * float((logits.argmax(1) == y).float().mean()), 2)
+
+
 def score(folder: Path, args, test) -> dict:
     from edgefl.fusion import METHODS
     from edgefl.fusion import fedhydra as fh
+    from edgefl.fusion.averaging import combine_outputs
     from edgefl.fusion.base import FusionContext
     from edgefl.fusion.generator import seeded_teachers, teacher_forward
     from edgefl.models.spec import parse_value
@@ -70,19 +75,18 @@ def score(folder: Path, args, test) -> dict:
         lg = torch.cat(
             [teacher_forward(teachers, x[i : i + 512]) for i in range(0, len(x), 512)], 1
         )
-        preds = {
-            "logit_mean": lg.mean(0),
-            "prob_mean": lg.softmax(-1).mean(0),
+        preds = {  # the `ensemble` method's two combinations, then FedHydra's aggregates
+            "logit_mean": combine_outputs(lg, "logits"),
+            "prob_mean": combine_outputs(lg, "probabilities"),
             "cw_target": fh.stratified_aggregate(lg, y, torch.ones_like(u_r), u_c),
             "sa_true_label": fh.stratified_aggregate(lg, y, u_r, u_c),
         }
-    row = {k: round(100 * float((p.argmax(1) == y).float().mean()), 2) for k, p in preds.items()}
+    row = {k: top1(p, y) for k, p in preds.items()}
     if args.fuse:
         start = time.monotonic()
         result = m.fuse(FusionContext(found, device=torch.device("cpu"), seed=cfg.seed), cfg)
         with torch.no_grad():
-            pred = result.model.cpu().eval()(x).argmax(1)
-        row["student"] = round(100 * float((pred == y).float().mean()), 2)
+            row["student"] = top1(result.model.cpu().eval()(x), y)
         row["kept"] = result.info.get("student")
         row["fuse_seconds"] = round(time.monotonic() - start, 1)
     return {"uploads": str(folder), "teachers": len(teachers)} | row

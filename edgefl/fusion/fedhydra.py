@@ -589,8 +589,8 @@ def keep_student(
     game: Hasa,
     val: SyntheticValidation,
     average: WeightAverage,
-    agreement: float | None = None,
-    pick_at: float = 0.84,
+    agreement: float | None,
+    pick_at: float,
 ) -> dict:
     """Load the student the fusion returns into game.student: the weight average when one was
     taken (BatchNorm statistics measured again on the rehearsal pool), unless the averaged
