@@ -22,7 +22,6 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -67,9 +66,8 @@ def score(folder: Path, args, test) -> dict:
     found = [u for u in ingest(folder, max_upload_bytes=10**8).uploads if u.kind == "classifier"]
     ctx = FusionContext(found, device=torch.device("cpu"), seed=cfg.seed)
     uploads, teachers = seeded_teachers(ctx, cfg, fh.TEACHER_COST)
-    _, u_r, u_c = fh.stratification(ctx, cfg, uploads, teachers)
-    u_c = u_c if cfg.class_weights else np.ones_like(u_c)  # as fuse hands them to HASA
-    u_r, u_c = torch.tensor(u_r, dtype=torch.float32), torch.tensor(u_c, dtype=torch.float32)
+    strata = fh.stratification(ctx, cfg, uploads, teachers)
+    u_r, u_c = (torch.tensor(w, dtype=torch.float32) for w in (strata.u_r, strata.hasa_u_c))
     x, y = torch.from_numpy(test.x).float(), torch.from_numpy(test.y).long()
     with torch.no_grad():
         lg = torch.cat(

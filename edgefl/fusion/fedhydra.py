@@ -66,7 +66,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar
+from typing import ClassVar, NamedTuple
 
 import numpy as np
 import torch
@@ -516,28 +516,43 @@ def work(cfg: FedHydraConfig) -> float:
     return cfg.epochs * max(cfg.gen_steps, cfg.max_gen_steps) * cfg.distill_passes * per_step
 
 
-def stratification(ctx: FusionContext, cfg: FedHydraConfig, uploads, teachers):
-    """(U or None, U_r, U_c): Alg. 2's guidance (or the declared counts'), or every client alike
-    where the declared label counts barely differ (`min_label_skew`)."""
+class Strata(NamedTuple):
+    """Alg. 2's outcome: U (None where not stratified), U_r and U_c as computed, the per-class
+    weights HASA uses (U_c, or ones without `class_weights`) and the declared label skew."""
+
+    u: np.ndarray | None
+    u_r: np.ndarray
+    u_c: np.ndarray
+    hasa_u_c: np.ndarray
+    skew: float | None
+
+
+def stratification(ctx: FusionContext, cfg: FedHydraConfig, uploads, teachers) -> Strata:
+    """Alg. 2's guidance (or the declared counts'), or every client alike where the declared
+    label counts barely differ (`min_label_skew`)."""
     skew = declared_skew(uploads, ctx.num_classes)
     if skew is not None and skew < cfg.min_label_skew:
         ctx.log(
             f"the teachers' label counts barely differ (Cramer's V {skew:.3f} < min_label_skew "
             f"{cfg.min_label_skew:g}): every client weighted alike, no stratification"
         )
-        return (None, *stratification_weights(np.ones((ctx.num_classes, len(teachers)))))
-    if cfg.stratification == "counts":
-        u = declared_guidance(uploads, ctx.num_classes)
+        u = None
+        u_r, u_c = stratification_weights(np.ones((ctx.num_classes, len(teachers))))
     else:
-        with ctx.stage("stratify"):
-            u = _stratify(ctx, cfg, teachers)
-    return (u, *stratification_weights(u, cfg.relative_classes))
+        if cfg.stratification == "counts":
+            u = declared_guidance(uploads, ctx.num_classes)
+        else:
+            with ctx.stage("stratify"):
+                u = _stratify(ctx, cfg, teachers)
+        u_r, u_c = stratification_weights(u, cfg.relative_classes)
+    hasa_u_c = u_c if cfg.class_weights else np.ones_like(u_c)
+    return Strata(u, u_r, u_c, hasa_u_c, skew)
 
 
 def fuse(ctx: FusionContext, cfg: FedHydraConfig) -> FusionResult:
     uploads, teachers = seeded_teachers(ctx, cfg, TEACHER_COST)
-    u, u_r, u_c = stratification(ctx, cfg, uploads, teachers)
-    game = Hasa(ctx, cfg, teachers, u_r, u_c if cfg.class_weights else np.ones_like(u_c))
+    strata = stratification(ctx, cfg, uploads, teachers)
+    game = Hasa(ctx, cfg, teachers, strata.u_r, strata.hasa_u_c)
     val = SyntheticValidation(cfg.val_size, cfg.epochs)
     average = WeightAverage(math.ceil(cfg.average_from * cfg.epochs))
     agreements: list[float] = []
@@ -572,9 +587,8 @@ def fuse(ctx: FusionContext, cfg: FedHydraConfig) -> FusionResult:
     game.bn.remove()
     game.student.eval()
 
-    info = _info(ctx, cfg, uploads, game, u, u_r, u_c)
+    info = _info(ctx, cfg, uploads, game, strata)
     info["student"] = kept
-    info["stratification"]["label_skew"] = declared_skew(uploads, ctx.num_classes)
     return FusionResult(game.student, game.spec, info)
 
 
@@ -610,13 +624,13 @@ def keep_student(
     return kept | ({"late_agreement": agreement} if agreement is not None else {})
 
 
-def _info(ctx, cfg: FedHydraConfig, uploads, game: Hasa, u, u_r, u_c) -> dict:
+def _info(ctx, cfg: FedHydraConfig, uploads, game: Hasa, strata: Strata) -> dict:
     ids = [u.client_id for u in uploads]
     names = [str(c) for c in ctx.class_names]
     heatmap = None
     if cfg.heatmap:
         with ctx.stage("heatmap"):
-            heatmap = str(plot_stratification(u_r, ids, names, cfg.heatmap))
+            heatmap = str(plot_stratification(strata.u_r, ids, names, cfg.heatmap))
     info = {
         "teachers": ids,
         "bn_teachers": [ids[k] for k in game.bn.with_bn],
@@ -624,11 +638,12 @@ def _info(ctx, cfg: FedHydraConfig, uploads, game: Hasa, u, u_r, u_c) -> dict:
             "client_ids": ids,
             "class_names": names,
             "layout": "rows = classes, columns = clients",
-            "U": None if u is None else u.tolist(),  # None: not stratified (min_label_skew)
-            "U_r": u_r.tolist(),
-            "U_c": u_c.tolist(),
+            "U": None if strata.u is None else strata.u.tolist(),  # None: min_label_skew
+            "U_r": strata.u_r.tolist(),
+            "U_c": strata.u_c.tolist(),
             "min_loss_floor": MIN_LOSS_FLOOR,
             "guidance_scale": cfg.guidance_scale,
+            "label_skew": strata.skew,
         },
         "stratification_heatmap": heatmap,
         "loss_history": game.hist,
