@@ -555,6 +555,33 @@ def test_fedhydra_temperature_is_the_students_alone(federation):
     assert adv[1.0] == pytest.approx(adv[4.0], rel=1e-6)
 
 
+def test_fedhydra_smoothness_prior_smooths_the_generators_images(federation):
+    """`smooth` adds each image's roughness to the generator's loss: from the same generator
+    and noise, its images come out smoother than without the prior; 0 is the paper's loss."""
+    from edgefl.fusion.base import FusionContext
+    from edgefl.fusion.fedhydra import FedHydraConfig, Hasa
+    from edgefl.fusion.generator import frozen_teachers
+    from edgefl.fusion.inversion import roughness
+    from edgefl.server.ingest import ingest
+
+    uploads = ingest(federation, max_upload_bytes=1 << 26).uploads
+    ctx = FusionContext(uploads, device=torch.device("cpu"), seed=0, method="fedhydra")
+    flat = np.ones((ctx.num_classes, len(uploads))) / len(uploads)
+    rough = {}
+    for weight in (0.0, 10.0):
+        cfg = FedHydraConfig(gen_steps=8, max_gen_steps=8, batch_size=16, smooth=weight)
+        game = Hasa(ctx, cfg, frozen_teachers(uploads, ctx.device), flat, flat)
+        first, *_, last = game.generate()
+        rough[weight] = (float(roughness(first[0]).mean()), float(roughness(last[0]).mean()))
+    assert rough[0.0][0] == pytest.approx(rough[10.0][0])  # the same start
+    assert rough[10.0][1] < 0.5 * rough[0.0][1]
+    from edgefl.fusion.options import effective
+
+    assert effective(FedHydraConfig(), (1, 28, 28), "fmnist").smooth > 0  # garments
+    assert effective(FedHydraConfig(), (1, 28, 28), "mnist").smooth == 0  # strokes
+    assert effective(FedHydraConfig(), (6, 1, 128), "hapt").smooth == 0  # sensor windows
+
+
 def test_fedhydra_student_targets_depend_on_the_image_alone(federation):
     """distill_target class-weighted: what the student distils on an image is the same whatever
     label the generator drew it for (the student never sees that label), and it is what
