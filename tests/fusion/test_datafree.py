@@ -535,17 +535,24 @@ def test_fedhydra_rehearses_earlier_batches(federation, tmp_path):
     assert hist[0][1:] != pytest.approx(hist[1][1:])
 
 
-def test_fedhydra_temperature_is_the_students_alone(federation):
-    """Eq. 16's adversarial KL has no temperature: one generator batch against the same
-    student gives the same adversarial term at any distillation temperature T."""
+def hasa_inputs(federation):
+    """(uploads, ctx, flat U) to build FedHydra's HASA game on the federation's uploads; each
+    game takes its own `frozen_teachers(uploads, ctx.device)` (HASA hooks them)."""
     from edgefl.fusion.base import FusionContext
-    from edgefl.fusion.fedhydra import FedHydraConfig, Hasa
-    from edgefl.fusion.generator import frozen_teachers
     from edgefl.server.ingest import ingest
 
     uploads = ingest(federation, max_upload_bytes=1 << 26).uploads
     ctx = FusionContext(uploads, device=torch.device("cpu"), seed=0, method="fedhydra")
-    flat = np.ones((ctx.num_classes, len(uploads))) / len(uploads)
+    return uploads, ctx, np.ones((ctx.num_classes, len(uploads))) / len(uploads)
+
+
+def test_fedhydra_temperature_is_the_students_alone(federation):
+    """Eq. 16's adversarial KL has no temperature: one generator batch against the same
+    student gives the same adversarial term at any distillation temperature T."""
+    from edgefl.fusion.fedhydra import FedHydraConfig, Hasa
+    from edgefl.fusion.generator import frozen_teachers
+
+    uploads, ctx, flat = hasa_inputs(federation)
     adv = {}
     for t in (1.0, 4.0):
         cfg = FedHydraConfig(gen_steps=2, max_gen_steps=2, batch_size=16, temperature=t)
@@ -558,15 +565,12 @@ def test_fedhydra_temperature_is_the_students_alone(federation):
 def test_fedhydra_smoothness_prior_smooths_the_generators_images(federation):
     """`smooth` adds each image's roughness to the generator's loss: from the same generator
     and noise, its images come out smoother than without the prior; 0 is the paper's loss."""
-    from edgefl.fusion.base import FusionContext
     from edgefl.fusion.fedhydra import FedHydraConfig, Hasa
     from edgefl.fusion.generator import frozen_teachers
     from edgefl.fusion.inversion import roughness
-    from edgefl.server.ingest import ingest
+    from edgefl.fusion.options import effective
 
-    uploads = ingest(federation, max_upload_bytes=1 << 26).uploads
-    ctx = FusionContext(uploads, device=torch.device("cpu"), seed=0, method="fedhydra")
-    flat = np.ones((ctx.num_classes, len(uploads))) / len(uploads)
+    uploads, ctx, flat = hasa_inputs(federation)
     rough = {}
     for weight in (0.0, 10.0):
         cfg = FedHydraConfig(gen_steps=8, max_gen_steps=8, batch_size=16, smooth=weight)
@@ -575,8 +579,6 @@ def test_fedhydra_smoothness_prior_smooths_the_generators_images(federation):
         rough[weight] = (float(roughness(first[0]).mean()), float(roughness(last[0]).mean()))
     assert rough[0.0][0] == pytest.approx(rough[10.0][0])  # the same start
     assert rough[10.0][1] < 0.5 * rough[0.0][1]
-    from edgefl.fusion.options import effective
-
     assert effective(FedHydraConfig(), (1, 28, 28), "fmnist").smooth > 0  # garments
     assert effective(FedHydraConfig(), (1, 28, 28), "mnist").smooth == 0  # strokes
     assert effective(FedHydraConfig(), (6, 1, 128), "hapt").smooth == 0  # sensor windows
@@ -586,13 +588,10 @@ def test_fedhydra_student_targets_depend_on_the_image_alone(federation):
     """distill_target class-weighted: what the student distils on an image is the same whatever
     label the generator drew it for (the student never sees that label), and it is what
     `generate` hands the student; stratified (Eq. 19) weighs the clients by that label."""
-    from edgefl.fusion.base import FusionContext
     from edgefl.fusion.fedhydra import FedHydraConfig, Hasa
     from edgefl.fusion.generator import frozen_teachers
-    from edgefl.server.ingest import ingest
 
-    uploads = ingest(federation, max_upload_bytes=1 << 26).uploads
-    ctx = FusionContext(uploads, device=torch.device("cpu"), seed=0, method="fedhydra")
+    uploads, ctx, flat = hasa_inputs(federation)
     c, m = ctx.num_classes, len(uploads)
     rng = np.random.default_rng(0)
     u_r, u_c = rng.dirichlet(np.ones(m), size=c), rng.dirichlet(np.ones(c), size=m).T
@@ -607,7 +606,6 @@ def test_fedhydra_student_targets_depend_on_the_image_alone(federation):
             for xi, pi in game.generate():
                 torch.testing.assert_close(pi, game.target(xi, y0))
     # Clients weighted alike (unstratified: HAPT users, `min_label_skew`): the same target.
-    flat = np.ones((c, m)) / m
     cfgs = [FedHydraConfig(distill_target=t) for t in ("class-weighted", "stratified")]
     same = [Hasa(ctx, cfg, teachers, flat, u_c).target(x, y1) for cfg in cfgs]
     torch.testing.assert_close(*same)
