@@ -563,8 +563,10 @@ def test_fedhydra_temperature_is_the_students_alone(federation):
 
 
 def test_fedhydra_smoothness_prior_smooths_the_generators_images(federation):
-    """`smooth` adds each image's roughness to the generator's loss: from the same generator
-    and noise, its images come out smoother than without the prior; 0 is the paper's loss."""
+    """`smooth` adds each image's roughness past `smooth_from` to the generator's loss: from the
+    same generator and noise, its images come out smoother than without the prior; an image
+    no rougher than `smooth_from` is not charged (the same images as without it); 0 is the
+    paper's loss."""
     from edgefl.fusion.fedhydra import FedHydraConfig, Hasa
     from edgefl.fusion.generator import frozen_teachers
     from edgefl.fusion.inversion import roughness
@@ -572,14 +574,20 @@ def test_fedhydra_smoothness_prior_smooths_the_generators_images(federation):
 
     uploads, ctx, flat = hasa_inputs(federation)
     rough = {}
-    for weight in (0.0, 10.0):
-        cfg = FedHydraConfig(gen_steps=8, max_gen_steps=8, batch_size=16, smooth=weight)
+    for weight, free in ((0.0, 0.0), (10.0, 0.0), (10.0, 1e9)):
+        cfg = FedHydraConfig(
+            gen_steps=8, max_gen_steps=8, batch_size=16, smooth=weight, smooth_from=free
+        )
         game = Hasa(ctx, cfg, frozen_teachers(uploads, ctx.device), flat, flat)
         first, *_, last = game.generate()
-        rough[weight] = (float(roughness(first[0]).mean()), float(roughness(last[0]).mean()))
-    assert rough[0.0][0] == pytest.approx(rough[10.0][0])  # the same start
-    assert rough[10.0][1] < 0.5 * rough[0.0][1]
-    assert effective(FedHydraConfig(), (1, 28, 28), "fmnist").smooth > 0  # garments
+        rough[weight, free] = (float(roughness(first[0]).mean()), last[0])
+    assert rough[0.0, 0.0][0] == pytest.approx(rough[10.0, 0.0][0])  # the same start
+    assert float(roughness(rough[10.0, 0.0][1]).mean()) < 0.5 * float(
+        roughness(rough[0.0, 0.0][1]).mean()
+    )
+    assert torch.equal(rough[10.0, 1e9][1], rough[0.0, 0.0][1])  # nothing past the free level
+    fmnist = effective(FedHydraConfig(), (1, 28, 28), "fmnist")
+    assert fmnist.smooth > 0 and fmnist.smooth_from > 0  # garments: only past real ones
     assert effective(FedHydraConfig(), (1, 28, 28), "mnist").smooth == 0  # strokes
     assert effective(FedHydraConfig(), (6, 1, 128), "hapt").smooth == 0  # sensor windows
 
