@@ -194,7 +194,8 @@ class FedHydraConfig(GeneratorConfig):
     smooth: float | None = option(
         None,
         "generator loss: weight of a smoothness prior on its images (each image's squared steps "
-        "between neighbouring values, averaged over the batch; 0: the paper's loss)",
+        "between neighbouring values past `smooth_from`, averaged over the batch; 0: the "
+        "paper's loss)",
         otherwise=0.0,
         by_dataset={"fmnist": 0.02},
         low=0,
