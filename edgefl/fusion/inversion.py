@@ -7,6 +7,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from edgefl.fusion.generator import BNStatLoss
+
 INVERSION_CHUNK = 256  # images optimised together; each image's loss is its own (sum, not mean)
 
 
@@ -22,6 +24,7 @@ def invert(
     device: torch.device,
     init_std: float = 1.0,
     smooth: float = 0.0,
+    bn: float = 0.0,
 ) -> torch.Tensor:
     """Pseudo-images x with softmax(teacher(x) / tau) ~ targets: Adam on v, x = sigmoid(v),
     v ~ N(0, init_std^2 I). Only v gets gradients: the teacher's parameters are never touched.
@@ -32,23 +35,41 @@ def invert(
     teacher ignores drifts as far as what it reads, and the start's noise stays: x carries
     noise of the size of init_std and lr * steps. Pixels saturate at 0 or 1 anyway; a sensor
     window's information is a small deviation around its range's centre, which that noise
-    drowns (`inversion_defaults`)."""
+    drowns (`inversion_defaults`).
+
+    `bn` weighs DeepInversion's prior (Yin et al. 2020): at each BatchNorm layer of the teacher,
+    the distance of the chunk's mean and variance of the layer's input from the layer's running
+    ones, i.e. from what the teacher's own training data gave there (`BNStatLoss`; a teacher
+    without BatchNorm adds nothing). It is a batch's term, so it is scaled by the chunk's size
+    to weigh against the summed cross-entropy as against a mean."""
     teacher = teacher.to(device).eval()
+    stats = BNStatLoss([teacher]) if bn else None
+    if stats is not None:
+        stats.recording = True  # every pass here is the teacher's own
     out = []
-    for chunk in targets.split(INVERSION_CHUNK):
-        y = chunk.to(device)
-        v = init_std * torch.randn(len(y), *input_shape, generator=gen)
-        v = v.to(device).requires_grad_(True)
-        opt = torch.optim.Adam([v], lr=lr)
-        for _ in range(steps):
-            x = torch.sigmoid(v)
-            logp = F.log_softmax(teacher(x) / tau, dim=1)
-            loss = -(y * logp).sum()  # soft-target cross-entropy, summed: images are independent
-            if smooth:
-                loss = loss + smooth * roughness(x).sum()
-            (v.grad,) = torch.autograd.grad(loss, [v])
-            opt.step()
-        out.append(torch.sigmoid(v).detach().cpu())
+    try:
+        for chunk in targets.split(INVERSION_CHUNK):
+            y = chunk.to(device)
+            v = init_std * torch.randn(len(y), *input_shape, generator=gen)
+            v = v.to(device).requires_grad_(True)
+            opt = torch.optim.Adam([v], lr=lr)
+            for _ in range(steps):
+                x = torch.sigmoid(v)
+                logp = F.log_softmax(teacher(x) / tau, dim=1)
+                loss = -(
+                    y * logp
+                ).sum()  # soft-target cross-entropy, summed: images are independent
+                if smooth:
+                    loss = loss + smooth * roughness(x).sum()
+                if stats is not None:
+                    loss = loss + bn * len(y) * stats.value(device)
+                    stats.reset()
+                (v.grad,) = torch.autograd.grad(loss, [v])
+                opt.step()
+            out.append(torch.sigmoid(v).detach().cpu())
+    finally:
+        if stats is not None:
+            stats.remove()  # the teacher leaves as it came: no hooks
     return torch.cat(out) if out else torch.zeros(0, *input_shape)
 
 

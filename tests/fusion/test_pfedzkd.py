@@ -15,6 +15,7 @@ from edgefl.client.run import ClientJob, run_client
 from edgefl.data import load_dataset
 from edgefl.errors import ConfigError
 from edgefl.fusion import METHODS
+from edgefl.fusion.generator import BNStatLoss
 from edgefl.fusion.pfedzkd import (
     PFedZKDConfig,
     class_similarity,
@@ -105,6 +106,50 @@ def test_inverted_images_are_classified_as_their_target_class(teacher):
     assert (pred == classes).float().mean() >= 0.8
     assert all(torch.equal(before[k], v) for k, v in teacher.state_dict().items())
     assert all(p.grad is None for p in teacher.parameters())  # only the images got gradients
+
+
+def _peaked_targets(per_class: int):
+    classes = torch.arange(10).repeat_interleave(per_class)
+    targets = torch.full((len(classes), 10), 0.02)
+    targets[torch.arange(len(classes)), classes] = 0.82
+    return classes, targets
+
+
+def _bn_distance(model, x) -> float:
+    stats = BNStatLoss([model])
+    stats.recording = True
+    with torch.no_grad():
+        model(x)
+    value = float(stats.value(torch.device("cpu")))
+    stats.remove()
+    return value
+
+
+def test_the_batchnorm_prior_pulls_pseudo_images_to_the_teachers_statistics(teacher):
+    data = load_dataset("digits", "train")
+    spec = make_spec("scnn", (1, 8, 8), 10, width=16, bn=True)
+    bn_teacher = init_model(spec, 0)
+    cfg = TrainConfig(epochs=8, batch_size=32, optimizer="adam", lr=3e-3, seed=0)
+    train(bn_teacher, "classifier", data.x, data.y, 10, cfg)
+    bn_teacher.zero_grad(set_to_none=True)
+    bn_teacher.eval()
+    classes, targets = _peaked_targets(8)
+
+    def images(model, bn):
+        return invert(
+            model, targets, (1, 8, 8), steps=150, lr=0.1, tau=4.0, bn=bn,
+            gen=torch.Generator().manual_seed(0), device=torch.device("cpu"),
+        )  # fmt: skip
+
+    plain, pulled = images(bn_teacher, 0.0), images(bn_teacher, 10.0)
+    real = torch.from_numpy(data.x[:80])
+    assert _bn_distance(bn_teacher, pulled) < 0.5 * _bn_distance(bn_teacher, plain)
+    assert _bn_distance(bn_teacher, real) < _bn_distance(bn_teacher, plain)
+    with torch.no_grad():
+        assert (bn_teacher(pulled).argmax(1) == classes).float().mean() >= 0.8
+    # the teacher leaves as it came: no hooks; one without BatchNorm is inverted as without bn
+    assert not any(m._forward_hooks for m in bn_teacher.modules())
+    assert torch.equal(images(teacher, 10.0), images(teacher, 0.0))
 
 
 def _digest(path) -> str:
