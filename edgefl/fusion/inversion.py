@@ -56,9 +56,8 @@ def invert(
             for _ in range(steps):
                 x = torch.sigmoid(v)
                 logp = F.log_softmax(teacher(x) / tau, dim=1)
-                loss = -(
-                    y * logp
-                ).sum()  # soft-target cross-entropy, summed: images are independent
+                # soft-target cross-entropy, summed: images are independent
+                loss = -(y * logp).sum()
                 if smooth:
                     loss = loss + smooth * roughness(x).sum()
                 if stats is not None:

@@ -84,11 +84,16 @@ def test_soft_targets_are_distributions_and_small_beta_is_peaked(teacher):
     assert sharp.max(1).values.mean() > smooth.max(1).values.mean()
 
 
-def test_inverted_images_are_classified_as_their_target_class(teacher):
-    per_class = 4
+def _peaked_targets(per_class: int):
+    """per_class images of each digit, each with a peaked soft target on its class."""
     classes = torch.arange(10).repeat_interleave(per_class)
     targets = torch.full((len(classes), 10), 0.02)
-    targets[torch.arange(len(classes)), classes] = 0.82  # peaked soft target on class c
+    targets[torch.arange(len(classes)), classes] = 0.82
+    return classes, targets
+
+
+def test_inverted_images_are_classified_as_their_target_class(teacher):
+    classes, targets = _peaked_targets(4)
     before = {k: v.clone() for k, v in teacher.state_dict().items()}
     x = invert(
         teacher,
@@ -106,13 +111,6 @@ def test_inverted_images_are_classified_as_their_target_class(teacher):
     assert (pred == classes).float().mean() >= 0.8
     assert all(torch.equal(before[k], v) for k, v in teacher.state_dict().items())
     assert all(p.grad is None for p in teacher.parameters())  # only the images got gradients
-
-
-def _peaked_targets(per_class: int):
-    classes = torch.arange(10).repeat_interleave(per_class)
-    targets = torch.full((len(classes), 10), 0.02)
-    targets[torch.arange(len(classes)), classes] = 0.82
-    return classes, targets
 
 
 def _bn_distance(model, x) -> float:
