@@ -16,6 +16,7 @@ from edgefl.data import load_dataset
 from edgefl.errors import ConfigError
 from edgefl.fusion import METHODS
 from edgefl.fusion.generator import BNStatLoss
+from edgefl.fusion.options import effective
 from edgefl.fusion.pfedzkd import (
     PFedZKDConfig,
     class_similarity,
@@ -236,4 +237,9 @@ def test_config_parses_betas_and_refuses_bad_values():
             method.make_config(bad)
     with pytest.raises(ConfigError, match="no option"):
         method.make_config({"temperature": 4})
-    assert PFedZKDConfig().tau == 4.0 and PFedZKDConfig().synthetic == 4000
+    assert PFedZKDConfig().tau == 4.0 and PFedZKDConfig().synthetic is None  # by input
+    # twice the paper's count on images (measured), the paper's on windows and at its budget
+    assert effective(PFedZKDConfig(), (1, 28, 28), "fmnist").synthetic == 8000
+    assert effective(PFedZKDConfig(), (6, 1, 128), "hapt").synthetic == 4000
+    assert method.make_config(method.budgets["paper"]).synthetic == 4000
+    assert effective(PFedZKDConfig(synthetic=500), (1, 28, 28)).synthetic == 500  # given stays
