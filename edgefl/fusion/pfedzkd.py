@@ -13,7 +13,8 @@
    With `bn` (ours, on for images) DeepInversion's BatchNorm-statistics prior joins the loss:
    a Fashion teacher's pseudo-images were far from its data (bench/results/pfedzkd_bn.md).
 3. All teachers' pseudo-images are pooled and labelled by the mean over ALL teachers of
-   softmax(T(x) / tau).
+   softmax(T(x) / tau) (`labels=probabilities`, ours: by their probability average, softened as
+   one teacher's output).
    With `mix` (ours, on): as many mixes of random pairs of them join, labelled the same way
    (the paper's student sees the teachers at the N_syn points alone).
 4. A fresh `--student` is trained on them with KL(label || softmax(S(x) / tau)), scaled by tau^2
@@ -121,6 +122,28 @@ class PFedZKDConfig(FusionConfig):
         by_input={"image": 10.0, "signal": 0.0},
         low=0,
     )
+    # At tau 4 each teacher's softened output is near-uniform plus its logits / tau, so their
+    # mean ranks classes nearly as the logit average does: the teachers' weakest combination
+    # (Fashion Table 2, Dir(0.1-0.5): logit average 50.84-68.89, probability average
+    # 65.12-85.13; bench/results/fashion_pfedzkd_levers.md).
+    labels: str = option(
+        "softened",
+        "softened: the mean of the teachers' softmax(T(x) / tau) (the paper's); probabilities: "
+        "their mean softmax(T(x)), softened as one teacher's (softmax(log p / tau))",
+        choices=("softened", "probabilities"),
+    )
+    # The teachers' consensus names a few classes for most pseudo-images, whatever class each
+    # was inverted for (Fashion Dir(0.1) seed 0: pullover 8,421 of 16,000, coat 7), and the
+    # student learns that skew as a prior. Dividing each label by its class's mass over the
+    # pseudo-set (Saerens et al. 2002's label-shift correction), to the power `balance`,
+    # evens the prior and keeps each image's ranking of the rest.
+    balance: float = option(
+        0.0,
+        "labels divided by (their class's mean label over the pseudo-set) ^ balance, "
+        "renormalised (ours; 0: the paper's labels, 1: a uniform class prior)",
+        low=0,
+        high=1,
+    )
     similarity_floor: float = option(
         1e-3, "class similarities are clamped to [floor, 1] (ours)", low=0, low_open=True, high=1
     )
@@ -187,6 +210,33 @@ def soft_targets(sim: torch.Tensor, c: int, beta: float, n: int, rng: np.random.
     bad = ~np.isfinite(y).all(1) | (y.sum(1) <= 0)
     y[bad] = np.eye(len(alpha))[c]
     return torch.from_numpy(y / y.sum(1, keepdims=True)).float()
+
+
+def soften(p: torch.Tensor, tau: float) -> torch.Tensor:
+    """softmax(log p / tau): probabilities p softened as if they were one model's at tau 1."""
+    return F.softmax(p.clamp_min(1e-12).log() / tau, dim=1)
+
+
+@torch.no_grad()
+def labels_of(teachers, parts, cfg, device, committee=None):
+    """The pooled images' soft labels by `cfg.labels`: the mean of the teachers' softened
+    outputs, or their probability average softened as one teacher's."""
+    if cfg.labels == "softened":
+        labels = consensus_of(teachers, parts, cfg.tau, device, committee=committee)
+    else:
+        labels = [
+            soften(p, cfg.tau)
+            for p in consensus_of(teachers, parts, 1.0, device, committee=committee)
+        ]
+    return rebalance(labels, cfg.balance)
+
+
+def rebalance(labels: list[torch.Tensor], power: float) -> list[torch.Tensor]:
+    """Each label divided by its class's mean label over all parts, to `power`, renormalised."""
+    if not power:
+        return labels
+    mass = torch.cat(labels).mean(0).clamp_min(1e-12)
+    return [F.normalize(y * mass.pow(-power), p=1, dim=1) for y in labels]
 
 
 @torch.no_grad()
@@ -346,7 +396,7 @@ def fuse(ctx: FusionContext, cfg: PFedZKDConfig) -> FusionResult:
     )
     with ctx.stage("label"):
         parts = [x, mixes_of(x, cfg.seed)] if cfg.mix else [x]
-        labels = consensus_of(Teachers(teachers), parts, cfg.tau, ctx.device, committee=committee)
+        labels = labels_of(Teachers(teachers), parts, cfg, ctx.device, committee=committee)
         x, labels = torch.cat(parts), torch.cat(labels)
     spec, student = ctx.student(cfg.student)
     with ctx.stage("distill"):

@@ -23,8 +23,11 @@ from edgefl.fusion.pfedzkd import (
     consensus,
     consensus_of,
     invert,
+    labels_of,
     mixes_of,
+    rebalance,
     soft_targets,
+    soften,
 )
 from edgefl.models.zoo import make_spec
 from edgefl.server.fuse import FuseJob, run_fuse
@@ -202,6 +205,53 @@ def test_mixes_lie_between_two_pseudo_samples_and_the_teachers_label_them(teache
     assert (mixed[:, None] - x[None]).flatten(2).norm(dim=-1).min() > 1e-3
 
 
+def _fixed(logits: list[float]) -> torch.nn.Module:
+    """A teacher that gives every input the same logits."""
+    head = torch.nn.Linear(1, len(logits))
+    with torch.no_grad():
+        head.weight.zero_()
+        head.bias.copy_(torch.tensor(logits))
+    return head
+
+
+def test_probability_labels_rank_as_the_teachers_probability_average():
+    # Two teachers fairly sure of class 1 and one with huge logits for class 0: the mean of
+    # their tau-4 outputs ranks class 0 first (near the logit average), their probabilities 1.
+    teachers = [_fixed([40.0, 0, 0]), _fixed([0, 3.0, 0]), _fixed([0, 3.0, 0])]
+    x = torch.zeros(5, 1)
+    paper = labels_of(teachers, [x], PFedZKDConfig(), "cpu")[0]
+    probs = labels_of(teachers, [x], PFedZKDConfig(labels="probabilities"), "cpu")[0]
+    assert torch.equal(paper, consensus(teachers, x, 4.0, "cpu"))
+    avg = torch.stack([torch.softmax(t(x), 1) for t in teachers]).mean(0)
+    assert (paper.argmax(1) == 0).all() and (avg.argmax(1) == 1).all()
+    assert torch.allclose(probs, soften(avg, 4.0)) and (probs.argmax(1) == 1).all()
+    # softened as one teacher's: log-odds shrink by tau, so the labels are flatter than avg
+    assert (
+        torch.allclose(probs.sum(1), torch.ones(5))
+        and (probs.max(1).values < avg.max(1).values).all()
+    )
+    assert torch.allclose(soften(avg, 1.0), avg)
+
+
+def test_balance_divides_labels_by_their_class_mass_over_every_part():
+    a = torch.tensor([[0.9, 0.1], [0.9, 0.1]])
+    b = torch.tensor([[0.5, 0.5]])
+    assert rebalance([a, b], 0.0) == [a, b]  # the paper's labels, untouched
+    mass = torch.tensor([2.3, 0.7]) / 3  # over both parts: the mixes count too
+    for power in (0.5, 1.0):
+        out = rebalance([a, b], power)
+        want = torch.cat([a, b]) / mass**power
+        want = want / want.sum(1, keepdim=True)
+        assert torch.allclose(torch.cat(out), want) and [len(y) for y in out] == [2, 1]
+    # the even label now leans to the rarer class; one-hot labels stay what they were
+    assert out[1][0, 1] > 0.7 and torch.equal(rebalance([torch.eye(2)], 1.0)[0], torch.eye(2))
+    teachers = [_fixed([40.0, 0, 0]), _fixed([0, 3.0, 0])]
+    x = torch.zeros(4, 1)
+    plain = labels_of(teachers, [x], PFedZKDConfig(), "cpu")
+    even = labels_of(teachers, [x], PFedZKDConfig(balance=1.0), "cpu")
+    assert torch.allclose(even[0], rebalance(plain, 1.0)[0])
+
+
 def test_without_mixes_the_student_learns_the_papers_set_alone(uploads, tmp_path):
     job = FuseJob(
         uploads=str(uploads),
@@ -232,6 +282,8 @@ def test_config_parses_betas_and_refuses_bad_values():
         {"inversion_steps": 0},
         {"synthetic": 0},
         {"similarity_floor": 0},
+        {"balance": 1.5},
+        {"labels": "logits"},
     ):
         with pytest.raises(ConfigError):
             method.make_config(bad)
