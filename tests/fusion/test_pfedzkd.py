@@ -294,4 +294,8 @@ def test_config_parses_betas_and_refuses_bad_values():
     assert effective(PFedZKDConfig(), (1, 28, 28), "fmnist").synthetic == 8000
     assert effective(PFedZKDConfig(), (6, 1, 128), "hapt").synthetic == 4000
     assert method.make_config(method.budgets["paper"]).synthetic == 4000
+    # labels evened half-way on images (measured), the paper's on windows and at its budget
+    assert effective(PFedZKDConfig(), (1, 28, 28), "fmnist").balance == 0.5
+    assert effective(PFedZKDConfig(), (6, 1, 128), "hapt").balance == 0.0
+    assert method.make_config(method.budgets["paper"]).balance == 0.0
     assert effective(PFedZKDConfig(synthetic=500), (1, 28, 28)).synthetic == 500  # given stays
