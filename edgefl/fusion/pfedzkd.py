@@ -59,7 +59,7 @@ class PFedZKDConfig(FusionConfig):
 
     # The student meets the teachers' function at these points only. Twice the paper's count:
     # +1.24 +- 0.52 over Fashion Table 2's nine cpu cells (the table re-run, bench/results/
-    # fashion_pfedzkd_balance.md), +2.13 on six MNIST ones (fashion_pfedzkd_levers.md), for
+    # fashion_pfedzkd_balance.md), +1.59 +- 0.39 over MNIST's nine (the same file), for
     # 1.7-2x the inversion; windows keep 4,000 (HAPT unmeasured at more). The paper budget
     # keeps the paper's 4,000.
     synthetic: int | None = option(
@@ -140,7 +140,7 @@ class PFedZKDConfig(FusionConfig):
     # pseudo-set (Saerens et al. 2002's label-shift correction), to the power `balance`,
     # evens that prior (1: fully; 1 lost 1.1 on the one cell run, 0.25 gained less than 0.5).
     # At 8,000 pseudo-images, 0.5 against 0: Fashion Table 2's nine cpu cells +2.86 +- 0.86
-    # (8 better), MNIST's three seed-2 cells +2.70 (bench/results/fashion_pfedzkd_balance.md);
+    # (8 better), MNIST's nine +2.44 +- 0.61 (bench/results/fashion_pfedzkd_balance.md);
     # windows keep the paper's labels (not measured there).
     balance: float | None = option(
         None,
