@@ -14,7 +14,9 @@
    a Fashion teacher's pseudo-images were far from its data (bench/results/pfedzkd_bn.md).
 3. All teachers' pseudo-images are pooled and labelled by the mean over ALL teachers of
    softmax(T(x) / tau) (`labels=probabilities`, ours: by their probability average, softened as
-   one teacher's output).
+   one teacher's output). With `balance` (ours, 0.5 on images) each label is divided by its
+   class's mean label over the pseudo-set to that power: the consensus names a few classes for
+   most pseudo-images, and the student would learn that skew as a prior.
    With `mix` (ours, on): as many mixes of random pairs of them join, labelled the same way
    (the paper's student sees the teachers at the N_syn points alone).
 4. A fresh `--student` is trained on them with KL(label || softmax(S(x) / tau)), scaled by tau^2
