@@ -24,12 +24,14 @@ def invert(
     device: torch.device,
     init_std: float = 1.0,
     smooth: float = 0.0,
+    smooth_from: float = 0.0,
     bn: float = 0.0,
 ) -> torch.Tensor:
     """Pseudo-images x with softmax(teacher(x) / tau) ~ targets: Adam on v, x = sigmoid(v),
     v ~ N(0, init_std^2 I). Only v gets gradients: the teacher's parameters are never touched.
     `smooth` weighs a prior that real inputs satisfy and the teacher's loss does not ask for:
-    the squared differences of neighbouring samples along every spatial axis (`roughness`).
+    the squared differences of neighbouring samples along every spatial axis (`roughness`),
+    charged only past `smooth_from` (real inputs' own roughness: detail no real input has).
 
     Adam moves every coordinate of v by about `lr` per step whatever its gradient, so what the
     teacher ignores drifts as far as what it reads, and the start's noise stays: x carries
@@ -59,7 +61,7 @@ def invert(
                 # soft-target cross-entropy, summed: images are independent
                 loss = -(y * logp).sum()
                 if smooth:
-                    loss = loss + smooth * roughness(x).sum()
+                    loss = loss + smooth * (roughness(x) - smooth_from).clamp_min(0).sum()
                 if stats is not None:
                     loss = loss + bn * len(y) * stats.value(device)
                     stats.reset()

@@ -154,6 +154,32 @@ def test_the_batchnorm_prior_pulls_pseudo_images_to_the_teachers_statistics(teac
     assert torch.equal(images(teacher, 10.0), images(teacher, 0.0))
 
 
+def test_the_smoothness_prior_charges_only_roughness_past_its_free_level(teacher):
+    """`smooth` weighs each image's roughness past `smooth_from`: with the free level far above
+    any image the inversion is the plain one, bit for bit; at 0 the images come out smoother
+    than without the prior; a free level between leaves them between."""
+    from edgefl.fusion.inversion import roughness
+
+    _, targets = _peaked_targets(4)
+
+    def images(smooth, smooth_from=0.0):
+        return invert(
+            teacher, targets, (1, 8, 8), steps=100, lr=0.1, tau=4.0, smooth=smooth,
+            smooth_from=smooth_from, gen=torch.Generator().manual_seed(0),
+            device=torch.device("cpu"),
+        )  # fmt: skip
+
+    plain, free = images(0.0), images(1.0, smooth_from=1e9)
+    assert torch.equal(plain, free)
+    full, half = images(1.0), images(1.0, smooth_from=float(roughness(plain).mean()) / 2)
+    r_plain, r_full, r_half = (float(roughness(x).mean()) for x in (plain, full, half))
+    assert r_full < r_half < r_plain
+    assert r_half > float(roughness(plain).mean()) / 2 * 0.8  # not pushed past its free level
+    fmnist = effective(PFedZKDConfig(), (1, 28, 28), "fmnist")
+    assert fmnist.smooth_from == 49.24  # Fashion-MNIST's training images' mean roughness
+    assert effective(PFedZKDConfig(), (1, 28, 28), "mnist").smooth_from == 0.0
+
+
 def _digest(path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
