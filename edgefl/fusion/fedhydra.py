@@ -91,7 +91,7 @@ from edgefl.fusion.generator import (
     set_trainable,
     teacher_forward,
 )
-from edgefl.fusion.inversion import roughness
+from edgefl.fusion.inversion import roughness, smooth_from_option
 from edgefl.fusion.options import option
 from edgefl.fusion.student import descend, pair_mixes, student_jitter
 from edgefl.models.augment import jitter
@@ -204,14 +204,7 @@ class FedHydraConfig(GeneratorConfig):
     # (real garments 49) and its student never left one class (10.00 %; 52.57 without the
     # prior): it must take only what is rougher than real images. Fashion-MNIST's training
     # images average 49.24 (a statistic of the dataset, like a paper's per-dataset setting).
-    smooth_from: float | None = option(
-        None,
-        "roughness an image keeps free of the smoothness prior, which charges smooth * "
-        "max(0, roughness - this): real images' mean, so only detail no real image has is taken",
-        otherwise=0.0,
-        by_dataset={"fmnist": 49.24},
-        low=0,
-    )
+    smooth_from: float | None = smooth_from_option()
     # Why not Eq. 19's: the module docstring's last bullet.
     distill_target: str = option(
         "class-weighted",

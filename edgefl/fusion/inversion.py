@@ -8,8 +8,26 @@ from torch import nn
 from torch.nn import functional as F
 
 from edgefl.fusion.generator import BNStatLoss
+from edgefl.fusion.options import option
 
 INVERSION_CHUNK = 256  # images optimised together; each image's loss is its own (sum, not mean)
+
+# Mean `roughness` of a dataset's training images (Fashion-MNIST's 60,000: 49.24), a statistic
+# of the data like a paper's per-dataset setting: where a smoothness prior leaves images free.
+REAL_ROUGHNESS = {"fmnist": 49.24}
+
+
+def smooth_from_option():
+    """The `smooth_from` option of methods with a smoothness prior: real images' roughness where
+    it was measured, 0 elsewhere (charged from the first step)."""
+    return option(
+        None,
+        "roughness an image keeps free of the smoothness prior, which charges smooth * "
+        "max(0, roughness - this): real images' mean, so only detail no real image has is taken",
+        otherwise=0.0,
+        by_dataset=REAL_ROUGHNESS,
+        low=0,
+    )
 
 
 def invert(

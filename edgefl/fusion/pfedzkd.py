@@ -47,7 +47,7 @@ from edgefl.fusion.caps import (
     upload_cap,
 )
 from edgefl.fusion.config import FusionConfig
-from edgefl.fusion.inversion import invert
+from edgefl.fusion.inversion import invert, smooth_from_option
 from edgefl.fusion.options import option
 from edgefl.fusion.samples import largest_remainder
 from edgefl.fusion.student import pair_mixes, shuffled_epochs
@@ -112,14 +112,7 @@ class PFedZKDConfig(FusionConfig):
         by_input={"image": 0.0, "signal": 1.0},
         low=0,
     )
-    smooth_from: float | None = option(
-        None,
-        "roughness a pseudo-image keeps free of the smoothness prior, which charges smooth * "
-        "max(0, roughness - this): real images' mean, so only detail no real image has is taken",
-        otherwise=0.0,
-        by_dataset={"fmnist": 49.24},
-        low=0,
-    )
+    smooth_from: float | None = smooth_from_option()
     # Inverted from the teacher's loss alone, a Fashion image is whatever the teacher reads as its
     # class, and the student taught on them falls 6-8 points under the same teachers' ensemble;
     # on 4,000 real training images (unlabelled, the same distillation) it reaches 82.02, over
