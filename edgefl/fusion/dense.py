@@ -44,6 +44,7 @@ from edgefl.fusion.generator import (
     set_trainable,
     teacher_forward,
 )
+from edgefl.fusion.inversion import excess_roughness, smooth_from_option
 from edgefl.fusion.options import option
 from edgefl.fusion.student import descend, pool_batches, student_jitter
 from edgefl.models.augment import jitter
@@ -77,6 +78,14 @@ class DenseConfig(GeneratorConfig):
         "of their softmax outputs)",
         choices=COMBINES,
     )
+    smooth: float = option(
+        0.0,
+        "generator loss: weight of a smoothness prior on its images (each image's squared steps "
+        "between neighbouring values past `smooth_from`, averaged over the batch; 0: the "
+        "paper's loss)",
+        low=0,
+    )
+    smooth_from: float | None = smooth_from_option()
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -150,6 +159,8 @@ def _generator_epoch(gen, opt_g, z, y, teachers, bn, student, cfg: DenseConfig, 
         agree = (s.argmax(1) == ens.argmax(1)).float() if cfg.adv_mask else 1.0
         l_adv = -(kl * agree).mean()
         loss = cfg.ce_weight * l_ce + cfg.bn_weight * l_bn + cfg.adv_weight * l_adv
+        if cfg.smooth:
+            loss = loss + cfg.smooth * excess_roughness(x, cfg.smooth_from).mean()
         if cfg.pool_every_step:  # x and ens come before this step's update: a pair
             pooled.append((x.detach(), ens.detach()))
         descend(opt_g, loss, "the DENSE generator", rate="gen_lr")

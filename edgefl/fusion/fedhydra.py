@@ -91,7 +91,7 @@ from edgefl.fusion.generator import (
     set_trainable,
     teacher_forward,
 )
-from edgefl.fusion.inversion import roughness, smooth_from_option
+from edgefl.fusion.inversion import excess_roughness, smooth_from_option
 from edgefl.fusion.options import option
 from edgefl.fusion.student import descend, pair_mixes, student_jitter
 from edgefl.models.augment import jitter
@@ -482,8 +482,7 @@ class Hasa:
             l_adv = -kl_at(p, student(x))  # Eq. 16: no temperature (it is Eq. 19's)
             loss = cfg.ce_weight * l_ce + cfg.bn_weight * l_bn + cfg.adv_weight * l_adv
             if cfg.smooth:
-                excess = roughness(x) - (cfg.smooth_from or 0.0)
-                loss = loss + cfg.smooth * excess.clamp_min(0).mean()
+                loss = loss + cfg.smooth * excess_roughness(x, cfg.smooth_from).mean()
             target = p if self.by_target else self.weigh(logits.detach(), y, members, False)
             intermediates.append((x.detach(), target.detach()))
             agree = float((p.argmax(1) == y).float().mean())

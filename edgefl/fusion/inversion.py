@@ -79,7 +79,7 @@ def invert(
                 # soft-target cross-entropy, summed: images are independent
                 loss = -(y * logp).sum()
                 if smooth:
-                    loss = loss + smooth * (roughness(x) - smooth_from).clamp_min(0).sum()
+                    loss = loss + smooth * excess_roughness(x, smooth_from).sum()
                 if stats is not None:
                     loss = loss + bn * len(y) * stats.value(device)
                     stats.reset()
@@ -101,3 +101,9 @@ def roughness(x: torch.Tensor) -> torch.Tensor:
         if x.shape[dim] > 1:
             total = total + x.diff(dim=dim).pow(2).flatten(1).sum(1)
     return total
+
+
+def excess_roughness(x: torch.Tensor, free: float | None) -> torch.Tensor:
+    """Per sample, the `roughness` past `free` (a smoothness prior's charge: only detail no real
+    input has)."""
+    return (roughness(x) - (free or 0.0)).clamp_min(0)

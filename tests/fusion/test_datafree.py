@@ -592,6 +592,40 @@ def test_fedhydra_smoothness_prior_smooths_the_generators_images(federation):
     assert effective(FedHydraConfig(), (6, 1, 128), "hapt").smooth == 0  # sensor windows
 
 
+def test_dense_smoothness_prior_smooths_the_generators_images(federation):
+    """DENSE's `smooth` is FedHydra's prior on its generator: from the same generator and
+    noise its images come out smoother; nothing is charged under `smooth_from`; 0 (the
+    default) is DENSE's loss."""
+    from edgefl.fusion.dense import DenseConfig, _generator_epoch
+    from edgefl.fusion.generator import (
+        BNStatLoss,
+        frozen_teachers,
+        make_generator,
+        sample_noise,
+    )
+    from edgefl.fusion.inversion import roughness
+
+    uploads, ctx, _ = hasa_inputs(federation)
+    _, student = ctx.student("auto")
+    last = {}
+    for weight, free in ((0.0, 0.0), (10.0, 0.0), (10.0, 1e9)):
+        cfg = DenseConfig(gen_steps=8, batch_size=16, smooth=weight, smooth_from=free)
+        teachers = frozen_teachers(uploads, ctx.device)
+        bn = BNStatLoss(teachers)
+        gen = make_generator(cfg.nz, cfg.ngf, ctx.input_shape, 0, ctx.device)
+        opt = torch.optim.Adam(gen.parameters(), lr=cfg.gen_lr)
+        z, y = sample_noise(torch.Generator().manual_seed(0), 16, cfg.nz, ctx.num_classes, "cpu")
+        pooled, _ = _generator_epoch(
+            gen, opt, z, y, teachers, bn, student, cfg, ctx.device, torch.Generator()
+        )
+        bn.remove()
+        last[weight, free] = pooled[-1][0]
+    rough = {k: float(roughness(x).mean()) for k, x in last.items()}
+    assert rough[10.0, 0.0] < 0.5 * rough[0.0, 0.0]
+    assert torch.equal(last[10.0, 1e9], last[0.0, 0.0])  # nothing past the free level
+    assert DenseConfig().smooth == 0.0
+
+
 def test_fedhydra_student_targets_depend_on_the_image_alone(federation):
     """distill_target class-weighted: what the student distils on an image is the same whatever
     label the generator drew it for (the student never sees that label), and it is what
