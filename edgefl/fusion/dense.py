@@ -78,6 +78,8 @@ class DenseConfig(GeneratorConfig):
         "of their softmax outputs)",
         choices=COMBINES,
     )
+    # FedHydra's Fashion prior (0.02 past real garments' roughness; +2.6 there) leaves DENSE level:
+    # +0.02 +- 0.33 over seven Table 1 cells (bench/results/fashion_dense_smooth.md). Off.
     smooth: float = option(
         0.0,
         "generator loss: weight of a smoothness prior on its images (each image's squared steps "
