@@ -44,7 +44,11 @@ from edgefl.fusion.generator import (
     set_trainable,
     teacher_forward,
 )
-from edgefl.fusion.inversion import excess_roughness, smooth_from_option
+from edgefl.fusion.inversion import (
+    GENERATOR_SMOOTH_HELP,
+    excess_roughness,
+    smooth_from_option,
+)
 from edgefl.fusion.options import option
 from edgefl.fusion.student import descend, pool_batches, student_jitter
 from edgefl.models.augment import jitter
@@ -82,9 +86,7 @@ class DenseConfig(GeneratorConfig):
     # +0.02 +- 0.33 over seven Table 1 cells (bench/results/fashion_dense_smooth.md). Off.
     smooth: float = option(
         0.0,
-        "generator loss: weight of a smoothness prior on its images (each image's squared steps "
-        "between neighbouring values past `smooth_from`, averaged over the batch; 0: the "
-        "paper's loss)",
+        GENERATOR_SMOOTH_HELP,
         low=0,
     )
     smooth_from: float | None = smooth_from_option()

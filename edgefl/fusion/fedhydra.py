@@ -91,7 +91,11 @@ from edgefl.fusion.generator import (
     set_trainable,
     teacher_forward,
 )
-from edgefl.fusion.inversion import excess_roughness, smooth_from_option
+from edgefl.fusion.inversion import (
+    GENERATOR_SMOOTH_HELP,
+    excess_roughness,
+    smooth_from_option,
+)
 from edgefl.fusion.options import option
 from edgefl.fusion.student import descend, pair_mixes, student_jitter
 from edgefl.models.augment import jitter
@@ -193,9 +197,7 @@ class FedHydraConfig(GeneratorConfig):
     # (bench/results/fedhydra_smooth.md). So by dataset, where it was measured.
     smooth: float | None = option(
         None,
-        "generator loss: weight of a smoothness prior on its images (each image's squared steps "
-        "between neighbouring values past `smooth_from`, averaged over the batch; 0: the "
-        "paper's loss)",
+        GENERATOR_SMOOTH_HELP,
         otherwise=0.0,
         by_dataset={"fmnist": 0.02},
         low=0,

@@ -17,6 +17,14 @@ INVERSION_CHUNK = 256  # images optimised together; each image's loss is its own
 REAL_ROUGHNESS = {"fmnist": 49.24}
 
 
+# The `smooth` option's help where a generator (DENSE, FedHydra) pays the prior.
+GENERATOR_SMOOTH_HELP = (
+    "generator loss: weight of a smoothness prior on its images (each image's squared steps "
+    "between neighbouring values past `smooth_from`, averaged over the batch; 0: the "
+    "paper's loss)"
+)
+
+
 def smooth_from_option():
     """The `smooth_from` option of methods with a smoothness prior: real images' roughness where
     it was measured, 0 elsewhere (charged from the first step)."""
