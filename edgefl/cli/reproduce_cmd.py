@@ -5,7 +5,8 @@ from __future__ import annotations
 import typer
 from rich.table import Table
 
-from edgefl.cli.common import MAKES_FOLDERS, console, err_console, print_json
+from edgefl.cli.common import MAKES_FOLDERS, console, print_json
+from edgefl.cli.progress import reporter
 
 
 def register(app: typer.Typer) -> None:
@@ -89,9 +90,10 @@ def reproduce_cmd(
         train_device=train_device,
         data_dir=data_dir,
     )
-    # Progress goes to stderr under --json, so stdout stays one JSON document.
-    where = err_console if json_out else console
-    summary = reproduce(job, log=lambda m: where.print(f"[dim]{m}[/]"))
+    # Progress (the table's lines and each cell's own steps, with rates and ETAs) goes to
+    # stderr, so stdout holds only the table, or one JSON document under --json.
+    with reporter() as watch:
+        summary = reproduce(job, log=watch.message, progress=watch)
     if json_out:
         print_json(summary)
     else:

@@ -27,6 +27,7 @@ from edgefl.data.partition import parse_scheme
 from edgefl.errors import ConfigError, UnknownNameError
 from edgefl.fusion import paper_reference
 from edgefl.fusion.layering import layer
+from edgefl.progress import no_progress
 from edgefl.reproduce.render import plot_table, table_markdown
 from edgefl.reproduce.tables import TABLES, Budget, Table
 from edgefl.server.plan import resolve_device
@@ -114,7 +115,7 @@ def _check_rows(job: ReproduceJob, table: Table) -> None:
         raise ConfigError("--methods names no method", hint=f"e.g. --methods {table.methods[0]}")
     for m in job.methods or ():
         if m not in table.methods:
-            raise UnknownNameError(f"method of {table.name}", m, table.methods)
+            raise UnknownNameError(f"{table.name} method", m, table.methods)
 
 
 def check_out_dir(out: str) -> None:
@@ -217,8 +218,11 @@ def output_stem(job: ReproduceJob) -> str:
     return "table" if job.federation == OWN else f"table-{job.federation}-federation"
 
 
-def reproduce(job: ReproduceJob, log=None) -> dict:
+def reproduce(job: ReproduceJob, log=None, progress=None) -> dict:
+    """`log(text)` gets the table's lines; `progress(task, done, total, note)` each cell's own
+    steps (clients trained, a method's epochs and teachers), named by the cell's place."""
     log = log or (lambda m: None)
+    progress = progress or no_progress
     table, budget = resolve(job)
     todo = cells(job, table, budget)
     for c in todo:  # a bad model name or option fails here, not after an hour
@@ -246,7 +250,11 @@ def reproduce(job: ReproduceJob, log=None) -> dict:
             models = ", ".join(f"{p} {m}" for p, m in c.sim.client_models.items())
             log(f"[{i}/{n}] {c.label}: {models} -> {', '.join(c.sim.methods)}{eta}")
             t = time.perf_counter()
-            done = simulate(c.sim, log=lambda m, i=i: log(f"  [{i}/{n}] {m}"))
+            done = simulate(
+                c.sim,
+                log=lambda m, i=i: log(f"  [{i}/{n}] {m}"),
+                progress=lambda task, *a, i=i: progress(f"  [{i}/{n}] {task}", *a),
+            )
             spent, ran = spent + time.perf_counter() - t, ran + 1
             log(f"[{i}/{n}] {c.label}: done in {time.perf_counter() - t:.0f} s")
         records.append(cell_record(c, done, skipped=previous[i - 1] is not None))

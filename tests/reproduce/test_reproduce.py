@@ -152,13 +152,13 @@ def test_reproduce_end_to_end_then_skips_finished_cells(cli, tmp_path, tiny_tabl
     trained = []
     real = rep.simulate
 
-    def spy(job, log=None):
+    def spy(job, log=None, **kw):
         from edgefl.simulate import pool
 
         before = pool._train_one
         pool._train_one = lambda c, *a: trained.append(c) or before(c, *a)
         try:
-            return real(job, log)
+            return real(job, log, **kw)
         finally:
             pool._train_one = before
 
@@ -180,6 +180,9 @@ def test_one_cell_of_the_shipped_table3_at_the_smoke_budget(cli, tmp_path):
     r = cli("reproduce", *args)
     assert r.exit_code == 0, r.output
     assert "[1/1] fedmho dirichlet:0.5 seed 0" in r.output and "Traceback" not in r.output
+    # Inside the cell its own steps show, named by the cell: a long fusion is never silent.
+    assert "  [1/1] clients trained 10/10 done" in r.output
+    assert "  [1/1] fedmho epoch 1/1 done: loss" in r.output
     summary = json.loads((out / "table.json").read_text())
     assert (summary["table"], summary["budget"]["name"]) == ("fedmho-table3", "smoke")
     assert [(row["method"], row["setting"]) for row in summary["rows"]] == [("fedmho", "fedmho")]
@@ -291,6 +294,7 @@ def test_errors_exit_2_before_any_work(cli, tmp_path, monkeypatch):
         (["fedmho-tabel3"], "did you mean 'fedmho-table3'"),
         (["fedmho-table3", "--budget", "gpu"], "--budget must be one of cpu, smoke, paper, code"),
         (["fedmho-table3", "--methods", "fedmo"], "did you mean 'fedmho'"),
+        (["fedmho-table3", "--methods", "fedmo"], "valid fedmho-table3 methods: coboosting,"),
         (["fedmho-table3", "--methods", ","], "--methods names no method"),
         (["fedmho-table3", "--out", str(a_file)], "is a file"),
         (["fedmho-table3", "--out", str(a_file / "sub")], "cannot be written"),
