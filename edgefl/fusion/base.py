@@ -127,6 +127,10 @@ class Method:
     # fused side by side start largest first, so that a long one does not start last. None:
     # epochs x rounds x synthetic, where its config has them.
     work: Callable[[Any], float] | None = None
+    # False: fusing trains no network (an average or a wrapper of the uploads: seconds). Methods
+    # fused side by side share the cores among those that train, so a long one beside an
+    # average keeps them all (pFedZKD beside the ensemble ran on one of two cores, 1.9x longer).
+    trains: bool = True
 
     def __post_init__(self) -> None:
         if set(self.budgets) - set(BUDGETS[1:]):

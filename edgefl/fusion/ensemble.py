@@ -63,4 +63,5 @@ METHOD = Method(
     needs_modules=True,
     config_cls=EnsembleConfig,
     fuse=fuse,
+    trains=False,
 )

@@ -48,6 +48,7 @@ METHOD = Method(
     needs_modules=True,  # needs the weights themselves, i.e. rebuildable edgefl classifiers
     config_cls=FedAvgConfig,
     fuse=fuse,
+    trains=False,
     references=fedmho_table3((85.91, 74.57, 49.12))
     + fedmho_table3((60.24, 47.36, 30.37), "fmnist")
     + pfedzkd_table2((51.62, 74.92, 86.91))

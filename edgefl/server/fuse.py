@@ -185,7 +185,11 @@ def _fuse_ingested(plans: list[Planned], run: FuseRun, jobs: int | None) -> list
             screen_verdict(p, run.found, run.device, run.log, run.progress)
     workers = method_workers(jobs, len(plans), run.device)
     if workers > 1:
-        return fuse_forked(plans, run, workers, _outcome)
+        # The cores go to the methods that train (`Method.trains`): one that trains beside an
+        # average still gets a forked worker of its own (a kill costs its task only), with
+        # every core.
+        crew = max(1, min(workers, sum(p.method.trains for p in plans)))
+        return fuse_forked(plans, run, crew, _outcome)
     return [_outcome(p, run) for p in plans]
 
 

@@ -90,7 +90,9 @@ class _Crew:
     def __init__(self, pending: list[int], work: Work, workers: int, log, progress):
         self.ctx = multiprocessing.get_context("fork")
         self.pending, self.work, self.log, self.progress = pending, work, log, progress
-        self.threads = max(1, (os.cpu_count() or 1) // workers)
+        # The threads this process may use (torch's count: OMP_NUM_THREADS where it is set, so a
+        # one-thread run stays one thread in a lone worker), shared among the workers.
+        self.threads = max(1, min(os.cpu_count() or 1, torch.get_num_threads()) // workers)
         self.busy: dict[Any, list] = {}  # connection -> [process, task or None]
         self.done: dict[int, Any] = {}
         self.raised: list[BaseException] = []
@@ -229,8 +231,10 @@ def _work(p: Planned) -> float:
 
 def fuse_forked(plans, run: FuseRun, workers: int, outcome) -> list:
     """Each planned method's `outcome(p, run)` (the pipeline's: (report, None) or (None, its
-    refusal)), in order, from `workers` forked processes, the longest method first."""
-    order = sorted(range(len(plans)), key=lambda i: -_work(plans[i]))
+    refusal)), in order, from `workers` forked processes: those that train nothing first (their
+    seconds; a lone worker would hold them behind a long method, and lose them if it fails),
+    then the longest first."""
+    order = sorted(range(len(plans)), key=lambda i: (plans[i].method.trains, -_work(plans[i])))
 
     def one(i: int, log, progress):
         try:

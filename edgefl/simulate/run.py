@@ -301,8 +301,8 @@ def _still_finished(job: SimJob, name: str, options, report: Path, folder: Path,
 def _fuse_batch(job: SimJob, batch, folder: Path, log, progress) -> dict[str, dict]:
     """The planned methods of `batch` as `server fuse --method A,B,..` fuses them with its
     defaults: those over their max_teachers refused before the folder's one ingest, the rest
-    on a CPU side by side in forked workers (one per core, up to 4, the cores' threads shared
-    among them), the longest first. Not by `--jobs`, so that the result of a method does not
+    on a CPU side by side in forked workers (one per core, up to 4, and no more than the methods
+    that train: the cores' threads shared among those), the longest first. Not by `--jobs`, so that the result of a method does not
     depend on it. Small models cannot keep two cores busy: the HAPT bench's twelve methods
     fused in 575 s one after another and in 318 s side by side, every accuracy the same
     (bench/results/hapt.md, seed 0)."""

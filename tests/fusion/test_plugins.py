@@ -694,6 +694,10 @@ def test_contract_fields(name):
         assert m.reference(ref.dataset, ref.partition, ref.clients, ref.source) == ref
     keys = [(r.dataset, r.partition, r.clients, r.source) for r in m.references]
     assert len(keys) == len(set(keys))
+    # A method that says it trains nothing (and so claims no core beside others) has nothing
+    # to train for: no epochs, rounds, steps or learning rate among its options.
+    training = {"epochs", "rounds", "steps", "lr", "synthetic"}
+    assert m.trains or not training & m.option_names(), name
 
 
 @pytest.mark.parametrize("name", METHODS.names())

@@ -154,3 +154,51 @@ def test_a_signal_during_a_fork_is_not_lost():
     )
     assert done.returncode == 143, (done.returncode, done.stderr[-2000:])
     assert "Exception ignored" not in done.stderr
+
+
+def test_the_cores_go_to_the_methods_that_train(cli, tmp_path, monkeypatch, request):
+    """An average beside one method that trains does not halve that method's cores: it still
+    fuses in a forked worker (a kill costs its task only), with every core's thread; two
+    methods that train share the cores."""
+    import torch
+    from fed_fixtures import build_federation
+
+    import edgefl.server.fuse as fuse
+
+    federation = build_federation(tmp_path / "fed")
+    seen = tmp_path / "threads"
+    real = fuse.fuse_one
+
+    def noted(p, *args, **kwargs):  # runs in the worker: the fork inherits the patch
+        with seen.open("a") as f:
+            f.write(f"{p.method.name} {torch.get_num_threads()} {os.getpid()}\n")
+        return real(p, *args, **kwargs)
+
+    monkeypatch.setattr(fuse, "fuse_one", noted)
+    cores = os.cpu_count() or 1
+    before = torch.get_num_threads()  # the suite runs one thread (conftest); a server, all
+    torch.set_num_threads(cores)
+    request.addfinalizer(lambda: torch.set_num_threads(before))
+
+    def threads(methods: str) -> dict[str, int]:
+        seen.unlink(missing_ok=True)
+        out = tmp_path / methods.replace(",", "-")
+        argv = ["server", "fuse", str(federation), "--method", methods, "--jobs", "2"]
+        fast = [
+            a
+            for m in methods.split(",")
+            if m.startswith("fedmho")
+            for a in ("--opt", f"{m}:epochs=1")
+        ]
+        r = cli(*argv, *fast, "--out-dir", str(out), "--quiet")
+        assert r.exit_code == 0, r.output
+        rows = [line.split() for line in seen.read_text().splitlines()]
+        assert all(int(pid) != os.getpid() for _, _, pid in rows)  # every one in a worker
+        return {name: int(n) for name, n, _ in rows}
+
+    assert threads("fedavg,fedmho")["fedmho"] == cores
+    assert threads("ensemble,fedavg,fedmho-md")["fedmho-md"] == cores
+    assert threads("fedmho,fedmho-md") == {
+        "fedmho": max(1, cores // 2),
+        "fedmho-md": max(1, cores // 2),
+    }
