@@ -426,3 +426,14 @@ def test_simulate_clients_that_search_their_own_architecture(cli, tmp_path):
         )
         assert r.exit_code == 2 and says in r.output, (args, r.output)
         assert not (tmp_path / "bad" / "uploads").exists()
+
+
+def test_time_left_counts_each_cell_at_its_settings_pace():
+    """A table's settings differ by 10x (searched clients against CNNs): the cells left are
+    each counted at their own setting's mean so far, a setting not yet run at the mean of all."""
+    assert rep.time_left(["pso", "cnn"], {}) is None  # nothing run yet: no guess
+    spent = {"pso": [700.0, 500.0]}
+    assert rep.time_left(["pso", "pso"], spent) == 1200.0
+    assert rep.time_left(["pso", "cnn"], spent) == 1200.0  # cnn not yet run: all cells' mean
+    spent["cnn"] = [60.0]
+    assert rep.time_left(["pso", "cnn", "cnn"], spent) == 600.0 + 120.0
