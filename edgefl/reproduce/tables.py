@@ -394,10 +394,10 @@ PFEDZKD_TABLE2 = Table(
             description="what 2 CPU cores finish in under an hour",
             partitions=("dirichlet:0.1", "dirichlet:0.3", "dirichlet:0.5"),
             seeds=(0, 1, 2),
-            # Cells of pFedZKD at 8,000 pseudo-images took 6-11.5 min (loaded, 2026-12-03,
-            # fashion_pfedzkd_balance.md), its wider student ~1 min more; not timed end to end.
-            estimate="about 90-110 min on 2 CPU cores with --jobs 2: pFedZKD's 9 cells of "
-            "7-13 min, the baselines' 9 of 1-3 min",
+            # Fashion end to end, 2026-12-04 (fashion_pfedzkd_table2_cpu_1204.md): pFedZKD's
+            # cells 307-503 s alone (846 beside a test run), the baselines' ~3 min loaded.
+            estimate="about 80-90 min on 2 CPU cores with --jobs 2: pFedZKD's 9 cells of "
+            "5-8 min, the baselines' 9 of 2-3 min",
             simulate={
                 "classifier_epochs": 5,
                 "search_options": {
