@@ -412,7 +412,7 @@ PFEDZKD_TABLE2 = Table(
             # Sec. 3.3.3 predefines the global student "according to deployment requirements"
             # and names none; these devices are Pis. Against edgefl's 8,490-parameter `cnn`,
             # FedGH's CNN holds more of ten searched teachers: Fashion +1.94 +- 0.57 over nine
-            # cells, MNIST +3.0 over five (bench/results/fashion_pfedzkd_student.md).
+            # cells, MNIST +3.46 over nine (bench/results/fashion_pfedzkd_student.md).
             fuse_options={"pfedzkd": {"student": "fedgh-cnn5"}},
             reductions=(
                 "PSO-FedNAS: 5 particles x 3 generations, once, 1 epoch a candidate on at most "
