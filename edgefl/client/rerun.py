@@ -121,7 +121,7 @@ def upload_differs(
     """How the upload described by `meta` differs from what `job` would write ([] if it is
     this job's own). `want`: the spec the job trains (None for a search, not yet run);
     `dataset`: the name of the job's dataset, as uploads record it."""
-    diffs = _federation_differs(job, meta, dataset)
+    diffs = federation_differs(job, meta, dataset)
     if diffs:  # another client's or another federation's upload: its model says no more
         return diffs
     trained = meta.get("training") or {}
@@ -138,8 +138,9 @@ def upload_differs(
     return diffs
 
 
-def _federation_differs(job: ClientJob, meta: dict[str, Any], dataset: str) -> list[str]:
-    """The upload's kind, profile, dataset and place in a federation, where not the job's."""
+def federation_differs(job: ClientJob, meta: dict[str, Any], dataset: str) -> list[str]:
+    """The upload's kind, profile, dataset and place in a federation (partition, clients,
+    index, seed, subset), where not the job's."""
     diffs = []
     kind = meta.get("kind")
     if kind not in _KINDS[job.kind]:
@@ -152,6 +153,7 @@ def _federation_differs(job: ClientJob, meta: dict[str, Any], dataset: str) -> l
         "num_clients": job.num_clients,
         "client_index": job.client_index,
         "partition_seed": job.partition_seed,
+        "subset": job.subset,
     }
     theirs = {
         "profile": meta.get("profile"),
@@ -160,6 +162,7 @@ def _federation_differs(job: ClientJob, meta: dict[str, Any], dataset: str) -> l
         "num_clients": part.get("num_clients"),
         "client_index": part.get("client_index"),
         "partition_seed": part.get("seed"),
+        "subset": part.get("subset"),  # absent: the whole training split
     }
     return diffs + [f"{k} {theirs[k]} -> {ours[k]}" for k in ours if theirs[k] != ours[k]]
 

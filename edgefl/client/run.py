@@ -504,12 +504,16 @@ def _training_record(
 
 
 def _partition_record(job: ClientJob, data: ArrayDataset, shard: np.ndarray) -> dict[str, Any]:
-    return {
-        "scheme": job.partition,
-        "num_clients": job.num_clients,
-        "client_index": job.client_index,
-        "seed": job.partition_seed,
-    } | _whose(job, data, shard)
+    return (
+        {
+            "scheme": job.partition,
+            "num_clients": job.num_clients,
+            "client_index": job.client_index,
+            "seed": job.partition_seed,
+        }
+        | ({} if job.subset is None else {"subset": job.subset})
+        | _whose(job, data, shard)
+    )
 
 
 def _write_upload(

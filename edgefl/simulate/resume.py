@@ -8,8 +8,9 @@ from dataclasses import replace
 from pathlib import Path
 
 import exporters
-from edgefl.client.rerun import training_differs
+from edgefl.client.rerun import federation_differs, training_differs
 from edgefl.client.run import ClientJob, upload_val_accuracy
+from edgefl.data.registry import DATASETS
 from edgefl.errors import ConfigError
 from edgefl.fusion import METHODS
 from edgefl.models.spec import ModelSpec
@@ -36,13 +37,13 @@ def finished(cjob: ClientJob) -> dict | None:
         return None
     meta = exporters.read_artifact(path).metadata
     part = meta.get("partition", {})
-    if (
-        part.get("scheme") != cjob.partition
-        or part.get("seed") != cjob.partition_seed
-        or meta.get("profile") != cjob.profile
-    ):
+    # Another dataset's, federation's or client's upload is never this run's: reusing it would
+    # report its numbers under this run's dataset and setting.
+    dataset = DATASETS.get(cjob.dataset).name if cjob.dataset in DATASETS else meta.get("dataset")
+    differs = federation_differs(cjob, meta, dataset)
+    if differs:
         raise ConfigError(
-            f"{path} was made by a different run (partition/profile differ)",
+            f"{path} was made by a different run ({', '.join(differs)})",
             hint="use a fresh --out directory for a different setting",
         )
     spec = ModelSpec.from_dict(meta["spec"])

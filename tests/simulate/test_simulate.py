@@ -1,6 +1,7 @@
 """edgefl simulate end to end on digits: CLI, resume after an interruption, --jobs parity."""
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -216,13 +217,26 @@ def test_resume_after_interruption(tmp_path, monkeypatch):
     assert {r["method"] for r in results["results"]} == {"fedavg", "fedmho-sd"}
 
 
-def test_resume_refuses_a_different_setting(tmp_path):
-    out = tmp_path / "run"
-    simulate(tiny(out, methods=("fedavg",)))
+def test_resume_refuses_a_different_setting(tmp_path, monkeypatch):
+    """Another dataset's, federation's or subset's uploads in --out are never reused as this
+    run's (a Fashion run's numbers were reported as MNIST's): refused before any training."""
     from edgefl.errors import ConfigError
 
-    with pytest.raises(ConfigError, match="different run"):
-        simulate(tiny(out, partition="iid", methods=("fedavg",)))
+    out = tmp_path / "run"
+    simulate(tiny(out, methods=("fedavg",)))
+    before = upload_state(out)
+    monkeypatch.setattr(pool, "_train_one", lambda *a: pytest.fail("trained before refusing"))
+    for change, message in (
+        ({"partition": "iid"}, r"partition dirichlet:1.0 -> iid"),
+        ({"dataset": "mnist", "subset": 2000}, r"dataset digits -> mnist"),
+        ({"subset": 1000}, r"subset None -> 1000"),
+        ({"clients": 5, "mix": "smartphone:3,wristband:2"}, r"num_clients 4 -> 5"),
+    ):
+        with pytest.raises(ConfigError, match="different run") as err:
+            simulate(tiny(out, methods=("fedavg",), **change))
+        assert re.search(message, err.value.message), err.value.message
+        assert "fresh --out" in err.value.hint
+    assert upload_state(out) == before
 
 
 def test_resume_refuses_uploads_trained_otherwise(tmp_path):
