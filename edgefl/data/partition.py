@@ -164,12 +164,34 @@ def partition(
     return [np.sort(p).astype(np.int64) for p in parts]
 
 
+def check_for_data(text: str | PartitionScheme, num_classes: int, users: bool) -> None:
+    """What `partition` would refuse of this scheme on a dataset of `num_classes` classes (and
+    with or without `users`), refused from the dataset's description, before any data is read:
+    a table or a simulation states its partitions before its first client trains."""
+    scheme = parse_scheme(text)
+    if scheme.kind == "classes" and scheme.k > num_classes:
+        raise _too_many_classes(scheme.k, num_classes)
+    if scheme.kind == "user" and not users:
+        raise _no_users()
+
+
+def _no_users() -> ConfigError:
+    return ConfigError(
+        "--partition user needs data that says whose each sample is",
+        hint="use a dataset with users (e.g. hapt), or iid / dirichlet:ALPHA",
+    )
+
+
+def _too_many_classes(k: int, num_classes: int) -> ConfigError:
+    return ConfigError(
+        f"classes:{k} asks for {k} classes per client but the dataset has {num_classes}",
+        hint=f"use classes:K with K <= {num_classes}",
+    )
+
+
 def _users(groups, n: int, num_clients: int, chosen, seed: int) -> list[np.ndarray]:
     if groups is None:
-        raise ConfigError(
-            "--partition user needs data that says whose each sample is",
-            hint="use a dataset with users (e.g. hapt), or iid / dirichlet:ALPHA",
-        )
+        raise _no_users()
     groups = np.asarray(groups)
     if groups.shape != (n,):
         raise DataError(f"{n} samples but user ids of shape {groups.shape}")
@@ -255,10 +277,7 @@ def _dirichlet(labels, num_clients, num_classes, alpha, min_size, rng) -> list[n
 
 def _classes(labels, num_clients, num_classes, k, rng) -> list[np.ndarray]:
     if k > num_classes:
-        raise ConfigError(
-            f"classes:{k} asks for {k} classes per client but the dataset has {num_classes}",
-            hint=f"use classes:K with K <= {num_classes}",
-        )
+        raise _too_many_classes(k, num_classes)
     # Walk a seeded class order round-robin: K consecutive positions are K distinct classes, and
     # every class is dealt once K * num_clients >= C.
     order = rng.permutation(num_classes)

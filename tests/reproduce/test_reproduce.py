@@ -301,6 +301,14 @@ def test_errors_exit_2_before_any_work(cli, tmp_path, monkeypatch):
         (["fedmho-table3", "--federation", "fedmo"], "--federation must be own or one of"),
         (["fedmho-table3", "--seeds", "0,x"], "--seeds expects comma-separated integers"),
         (["fedmho-table3", "--partitions", "dirichlet:x"], "--partitions: invalid partition"),
+        # said before the first cell trains, not after it
+        (["fedmho-table3", "--partitions", "dirichlet:0.5,classes:11"], "dataset has 10"),
+        (["fedmho-table3", "--partitions", "dirichlet:0.5,user"], "says whose each sample is"),
+        (["fedmho-table3", "--seeds", "0,0"], "--seeds names 0 more than once"),
+        (
+            ["fedmho-table3", "--partitions", "dirichlet:0.5,dirichlet:0.50"],
+            "--partitions names dirichlet:0.5 more than once",
+        ),
         (["fedmho-table3", "--train-device", "tpu"], "--train-device must be auto, cpu or cuda"),
     ):
         r = cli("reproduce", *args, *([] if "--out" in args else ["--out", str(tmp_path / "o")]))
