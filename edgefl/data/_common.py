@@ -21,6 +21,14 @@ def frozen(*arrays: np.ndarray) -> tuple[np.ndarray, ...]:
     return arrays
 
 
+def fetch_hint(name: str, root: Path) -> str:
+    """The one command that fetches a file-based dataset (only `data partition` downloads)."""
+    return (
+        f"or fetch them with `edgefl data partition --dataset {name} --data-dir {root} "
+        "--download` (torchvision, internet)"
+    )
+
+
 def missing_files(name: str, files: list[str], dirs: list[Path], how: str) -> DataError:
     looked = ", ".join(str(d / f) for d in dirs for f in files)
     return DataError(f"{name} files not found; looked at: {looked}", hint=how)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from edgefl.data._common import missing_files, to_unit_float
+from edgefl.data._common import fetch_hint, missing_files, to_unit_float
 from edgefl.data.registry import DATASETS
 from edgefl.errors import DataError
 
@@ -74,8 +74,8 @@ def load_cifar10(split: str, root: Path):
             "cifar10",
             files,
             dirs,
-            f"download cifar-10-python.tar.gz and extract it into {root}, or pass --download "
-            "with torchvision installed",
+            f"download cifar-10-python.tar.gz and extract it into {root}, "
+            + fetch_hint("cifar10", root),
         )
     parts = [_batch_arrays(_unpickle(folder / f), "labels", folder / f) for f in files]
     meta_path = folder / "batches.meta"
@@ -93,8 +93,8 @@ def load_cifar100(split: str, root: Path):
             "cifar100",
             [split],
             dirs,
-            f"download cifar-100-python.tar.gz and extract it into {root}, or pass --download "
-            "with torchvision installed",
+            f"download cifar-100-python.tar.gz and extract it into {root}, "
+            + fetch_hint("cifar100", root),
         )
     x, y = _batch_arrays(_unpickle(folder / split), "fine_labels", folder / split)
     meta_path = folder / "meta"

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from edgefl.data._common import to_unit_float
+from edgefl.data._common import fetch_hint, to_unit_float
 from edgefl.errors import DataError
 
 _IDX_DTYPES = {0x08: ">u1", 0x09: ">i1", 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}
@@ -109,6 +109,18 @@ def read_idx_pair(images: Path, labels: Path, transpose: bool = False):
     return to_unit_float(x)[:, None, :, :], y.astype(np.int64)
 
 
+def missing_idx_files(name: str, root: Path) -> str | None:
+    """What `root` lacks of `name`'s two splits, with every folder looked in (None: nothing)."""
+    lacked = []
+    for split in ("train", "test"):
+        found, wanted = find_idx_files(name, split, root)
+        lacked += [] if found else wanted
+    if not lacked:
+        return None
+    dirs = ", ".join(str(d) for d in _idx_dirs(name, root))
+    return f"looked for {' and '.join(lacked)} (plain or .gz) in {dirs}"
+
+
 def load_idx_dataset(name: str, split: str, root: Path) -> tuple[np.ndarray, np.ndarray]:
     found, wanted = find_idx_files(name, split, root)
     if found is None:
@@ -117,7 +129,7 @@ def load_idx_dataset(name: str, split: str, root: Path) -> tuple[np.ndarray, np.
             f"{name} {split} files not found: looked for {' and '.join(wanted)} "
             f"(plain or .gz) in {dirs}",
             hint=f"download the four {name} IDX files (train and test, images and labels) into "
-            f"{root}, or pass --download with torchvision installed",
+            f"{root}, {fetch_hint(name, root)}",
         )
     # EMNIST stores each image transposed relative to MNIST; flip it upright.
     return read_idx_pair(*found, transpose=(name == "emnist"))

@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 
 from edgefl.data.cifar import has_cifar
-from edgefl.data.idx import has_idx_files
+from edgefl.data.idx import has_idx_files, missing_idx_files
 from edgefl.data.registry import DATASETS
 from edgefl.data.svhn import has_svhn
 from edgefl.errors import DataError
@@ -69,16 +69,29 @@ def install_hint(name: str) -> str:
             f"in a folder and pass --data-dir or set {ENV}"
         )
     return (
-        f"put {FILES[name]} in a folder and pass --data-dir or set {ENV} (or --download with "
-        "torchvision installed)"
+        f"put {FILES[name]} in a folder and pass --data-dir or set {ENV} (or fetch them with "
+        f"`edgefl data partition --dataset {name} --download`: torchvision, internet)"
     )
 
 
+def _missing(name: str, root: Path) -> str:
+    """What `root` lacks of `name` (each IDX file by its name, with the folders looked in)."""
+    if name in ("fmnist", "emnist"):
+        return missing_idx_files(name, root) or FILES[name]
+    return f"{FILES[name]} in {root}"
+
+
 def require(name: str, data_dir: str | Path | None = None) -> Path:
-    """The folder to read `name` from: with --data-dir that folder (its loader names any file
-    it lacks); else the first on the search path that holds the files, or one message naming
+    """The folder to read `name` from: with --data-dir that folder, if it holds every file of
+    both splits (a folder with the training files only failed at the evaluation, after the
+    training); else the first on the search path that holds the files, or one message naming
     every folder looked in and the package that provides them."""
     if data_dir is not None:
+        if not _PROBES[name](Path(data_dir)):
+            raise DataError(
+                f"{name}: --data-dir {data_dir} lacks its files: {_missing(name, Path(data_dir))}",
+                hint=install_hint(name),
+            )
         return Path(data_dir)
     root = find(name)
     if root is None:

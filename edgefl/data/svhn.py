@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from edgefl.data._common import missing_files, to_unit_float
+from edgefl.data._common import fetch_hint, missing_files, to_unit_float
 from edgefl.errors import DataError
 
 
@@ -37,8 +37,8 @@ def load_svhn(split: str, root: Path) -> tuple[np.ndarray, np.ndarray]:
             "svhn",
             [fname],
             dirs,
-            f"download {fname} from http://ufldl.stanford.edu/housenumbers/ into {root}, or "
-            "pass --download with torchvision installed",
+            f"download {fname} from http://ufldl.stanford.edu/housenumbers/ into {root}, "
+            + fetch_hint("svhn", root),
         )
     try:
         mat = loadmat(path)

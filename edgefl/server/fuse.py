@@ -117,7 +117,7 @@ def fuse_methods(
     log = log or (lambda msg: None)
     progress = progress or no_progress
     dev = resolve_device(device)
-    check_inputs(plans, eval)
+    check_inputs(plans, eval, data_dir)
     check_max_epsilon(max_epsilon)
     resident_limit(resident_mib)  # before the folder is read to count or check a file
     # Held until every method has published or failed; forked workers share it.

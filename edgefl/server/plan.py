@@ -134,12 +134,13 @@ def _fused_by(made: dict[str, Any], method: str) -> bool:
 # --- stage: claim --------------------------------------------------------------------------
 
 
-def check_inputs(plans: list[Planned], eval_ref: str | None) -> None:
+def check_inputs(plans: list[Planned], eval_ref: str | None, data_dir: str | None = None) -> None:
     """What the run reads besides the uploads, resolved by name without loading it: the --eval
-    dataset and split, the public sets the methods' options name. A typo found after the
-    fusion cost the whole fusion."""
+    dataset and split, the public sets the methods' options name, and that a dataset read
+    from files has them (on the search path or in --data-dir). A typo or a missing file found
+    after the fusion cost the whole fusion."""
     if eval_ref:
-        _check_dataset_ref(eval_ref, "--eval", default_split="test", splits=("train", "test"))
+        _check_dataset_ref(eval_ref, "--eval", "test", splits=("train", "test"), data_dir=data_dir)
     for p in plans:
         public = p.config.public_args() if p.method.public_data else None
         if public:
@@ -148,11 +149,15 @@ def check_inputs(plans: list[Planned], eval_ref: str | None) -> None:
                 f"{p.method.name} --public",
                 "train",
                 splits=("train", "test", "public"),
+                data_dir=data_dir,
             )
 
 
-def _check_dataset_ref(ref: str, what: str, default_split: str, splits: tuple[str, ...]) -> None:
+def _check_dataset_ref(
+    ref: str, what: str, default_split: str, splits: tuple[str, ...], data_dir: str | None
+) -> None:
     from edgefl.data import DATASETS, parse_dataset_ref
+    from edgefl.data.locate import file_based, require
 
     name, split = parse_dataset_ref(ref)
     split = split or default_split
@@ -166,3 +171,5 @@ def _check_dataset_ref(ref: str, what: str, default_split: str, splits: tuple[st
             f"{what} {ref!r}: unknown split {split!r}",
             hint=f"valid splits: {', '.join(splits)}, e.g. {name}:{default_split}",
         )
+    if name in DATASETS and file_based(name):
+        require(name, data_dir)  # the files, found now: a DataError naming where it looked

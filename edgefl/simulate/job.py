@@ -10,6 +10,7 @@ from device_profiles import OPTIMIZERS
 from edgefl.bounds import OneOf, Range, check_fields, declare, declared
 from edgefl.client.attacks import parse_attacks
 from edgefl.client.privacy import SEARCH_UNDER_DP, check_request
+from edgefl.data.locate import file_based, require
 from edgefl.data.partition import check_for_data
 from edgefl.data.public import DEFAULT_PUBLIC_SIZE
 from edgefl.data.registry import DATASETS
@@ -122,6 +123,8 @@ class SimJob:
         if self.dataset in DATASETS:  # classes:K past the classes, user without users
             info = DATASETS.get(self.dataset)
             check_for_data(self.partition, info.num_classes, info.users)
+            if file_based(self.dataset):  # both splits' files, before a client trains
+                require(self.dataset, self.data_dir)
         profiles = set(parse_mix(self.mix, self.clients))
         if self.attacks:
             parse_attacks(",".join(f"{k}:{n}" for k, n in self.attacks.items()))

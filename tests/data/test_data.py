@@ -177,15 +177,18 @@ def test_missing_files_name_every_path(tmp_path):
         load_dataset("fmnist", data_dir=tmp_path)
     msg = str(err.value)
     assert "train-images-idx3-ubyte" in msg and str(tmp_path / "FashionMNIST" / "raw") in msg
-    assert "--download" in err.value.hint
+    assert "t10k-labels-idx1-ubyte" in msg  # both splits' files, said before either is read
+    assert "dataset-fashion-mnist" in err.value.hint  # the package that provides them
     for name, expect in (
-        ("cifar10", "data_batch_1"),
+        ("cifar10", "cifar-10-batches-py"),
         ("cifar100", "cifar-100-python"),
         ("svhn", "train_32x32.mat"),
     ):
         with pytest.raises(DataError, match=expect) as err:
             load_dataset(name, data_dir=tmp_path)
         assert str(tmp_path) in str(err.value)
+        # the one command that downloads: only `data partition` has --download
+        assert f"data partition --dataset {name}" in err.value.hint
 
 
 def test_download_without_torchvision(tmp_path, monkeypatch):

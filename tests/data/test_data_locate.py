@@ -98,3 +98,32 @@ def test_the_real_fashion_mnist_from_the_system_package():
     assert np.bincount(train.y).tolist() == [6_000] * 10
     assert np.bincount(test.y).tolist() == [1_000] * 10
     assert 0.25 < float(train.x.mean()) < 0.35  # grey clothes, not digits' mostly black
+
+
+def test_a_dataset_without_its_files_is_said_before_any_work(roots, cli):
+    """A --data-dir holding the training files only failed at the evaluation, after every
+    client trained (simulate) or the fusion ran (server fuse --eval): said first now."""
+    partial = roots / "partial"
+    write_idx_set(partial, "", 12, 5, 10)
+    for f in partial.glob("t10k-*"):
+        f.unlink()
+    r = cli(
+        "simulate",
+        *("--dataset", "fmnist", "--data-dir", str(partial), "--clients", "4"),
+        *("--mix", "smartphone:2,wristband:2", "--out", str(roots / "run")),
+    )
+    assert r.exit_code == 2 and "Traceback" not in r.output, r.output
+    said = " ".join(r.output.split())
+    assert "lacks its files" in said and "t10k-images-idx3-ubyte" in said, said
+    assert "client 0" not in said and not (roots / "run" / "uploads").exists()
+    uploads = roots / "uploads"
+    uploads.mkdir()
+    for flags in (["--data-dir", str(partial)], []):  # no flag: the search path, empty here
+        r = cli(
+            "server", "fuse", str(uploads), "--method", "fedavg",
+            *("--eval", "fmnist:test", "--out", str(roots / "g.onnx"), *flags),
+        )  # fmt: skip
+        assert r.exit_code == 2 and "Traceback" not in r.output, r.output
+        said = " ".join(r.output.split())
+        assert "fmnist" in said and "ingest" not in said and "accepted" not in said, said
+        assert "dataset-fashion-mnist" in said  # the package that provides the files
