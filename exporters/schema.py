@@ -171,7 +171,21 @@ def _check_classes(key: str, classes: Any, ctx: _Context) -> str | None:
     return None
 
 
+def _counts_stated(ctx: _Context) -> bool:
+    """Prototypes state their per-class counts where the label counts are released exactly, or
+    where DP released both (the counts then noisy); withheld or noised label counts leave them
+    out: the exact counts are that histogram."""
+    record = ctx.meta.get("privacy")
+    dp_prototypes = isinstance(record, dict) and "prototypes" in record
+    return ctx.kind == "prototypes" and (_label_release(ctx) == "exact" or dp_prototypes)
+
+
 def _check_counts(key: str, counts: Any, ctx: _Context) -> str | None:
+    if not _counts_stated(ctx):
+        return (
+            f"'{key}' states exact class counts, but the privacy record releases the label "
+            f"counts {_label_release(ctx)}"
+        )
     if not (isinstance(counts, list) and all(_is_int(c) and 1 <= c <= MAX_SAMPLES for c in counts)):
         return _wrong(
             key,
@@ -392,7 +406,12 @@ _RULES: tuple[_Rule, ...] = (
         _prototypes,
     ),
     _Rule("classes", _check_classes, _prototypes),
-    _Rule("counts", _check_counts, _prototypes),
+    # required where stated (`_counts_stated`); present otherwise, a problem of its own
+    _Rule(
+        "counts",
+        _check_counts,
+        lambda ctx: _prototypes(ctx) and (_counts_stated(ctx) or "counts" in ctx.meta),
+    ),
     _Rule("method", _unless(_is_str, "a string"), _global),
     _Rule("config", _unless(_is_dict, "an object"), _global),
     _Rule("client_ids", _unless(_str_list, "a list of strings"), _global),

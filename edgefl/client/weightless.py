@@ -20,6 +20,7 @@ from torch import nn
 import exporters
 from edgefl.artifacts import RebuildRejected, read_header, rebuild
 from edgefl.client.export import export_model
+from edgefl.client.privacy import LabelRelease
 from edgefl.data import parse_dataset_ref
 from edgefl.data.public import DEFAULT_PUBLIC_SIZE, is_carved, load_public, public_fingerprint
 from edgefl.errors import ArtifactError, ConfigError
@@ -123,16 +124,23 @@ def write_predictions(
 
 
 def write_prototypes(
-    path: Path, classes: list[int], means: np.ndarray, counts: list[int], meta: dict[str, Any]
+    path: Path,
+    classes: list[int],
+    means: np.ndarray,
+    counts: list[int] | None,
+    meta: dict[str, Any],
 ) -> exporters.ExportReport:
     """The FedGH upload: per held class the mean representation; ids and counts in metadata
-    (schema-checked JSON ints, the same as label_counts) so the tensor is the only payload."""
+    (schema-checked JSON ints, the same as label_counts) so the tensor is the only payload.
+    `counts` None: not stated (the user withheld or noised the label counts, and exact
+    per-class counts are that histogram)."""
     meta = meta | {
         "kind": "prototypes",
         "representation_size": int(means.shape[1]),
         "classes": [int(c) for c in classes],
-        "counts": [int(c) for c in counts],
     }
+    if counts is not None:
+        meta["counts"] = [int(c) for c in counts]
     try:
         return exporters.write_constant_artifact(path, {"prototypes": means}, meta)
     except exporters.ExportError as exc:
@@ -222,6 +230,8 @@ def export_data_artifact(
         classes, means, counts = prototypes or class_prototypes(
             model, data.x[train_idx], data.y[train_idx], data.num_classes
         )
+        if prototypes is None and LabelRelease.parse(job.label_counts).mode != "exact":
+            counts = None  # the exact histogram --label-counts withholds or noises
         report = write_prototypes(path, classes, means, counts, base)
     return report, exporters.read_artifact(path).metadata | kept
 
@@ -244,8 +254,11 @@ def derive_upload(
     label = spec_label(ModelSpec.from_dict(art.metadata["spec"]))
     classes, means, counts = class_prototypes(module, x, y, num_classes)
     meta = data_metadata(art.metadata, label)
-    if isinstance(meta.get("privacy"), dict):  # exact means: no DP release of prototypes here
-        meta["privacy"].pop("prototypes", None)
+    privacy = meta.get("privacy")
+    if isinstance(privacy, dict):  # exact means: no DP release of prototypes here
+        privacy.pop("prototypes", None)
+        if (privacy.get("label_counts") or {}).get("release", "exact") != "exact":
+            counts = None  # the model's upload withheld or noised its label counts
     write_prototypes(path, classes, means, counts, meta)
 
 

@@ -67,7 +67,7 @@ def collect_prototypes(ctx: FusionContext):
         reps.append(means.astype(np.float32))
         labels.append(np.asarray(u.meta["classes"], dtype=np.int64))
         used.append(
-            {"client_id": u.client_id, "classes": u.meta["classes"], "counts": u.meta["counts"]}
+            {"client_id": u.client_id, "classes": u.meta["classes"], "counts": u.meta.get("counts")}
         )
     return np.concatenate(reps), np.concatenate(labels), used, rejected
 

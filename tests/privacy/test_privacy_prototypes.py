@@ -331,3 +331,29 @@ def test_simulate_under_dp_trains_fedghs_clients_again_in_its_workers(cli, tmp_p
     for name, arrays in alone.items():
         assert arrays and sum(a.size for a in arrays) > 10, name  # the prototypes are in them
         assert all(np.array_equal(a, b) for a, b in zip(arrays, together[name], strict=True))
+
+
+def test_withheld_or_noised_label_counts_keep_the_prototypes_counts_off_the_upload(cli, tmp_path):
+    """Without --dp a prototypes upload stated its exact per-class counts beside
+    --label-counts absent (or noised): the very histogram the user withheld. Left out now,
+    and an upload that states them against its record is malformed."""
+    for release, client in (("absent", 0), ("noised:2", 1), ("exact", 2)):
+        r = cli(
+            "client", "prototypes", *COMMON, "--client-index", str(client),
+            "--out", str(tmp_path / "up"), "--keep-model", str(tmp_path / "local"),
+            "--label-counts", release, "--quiet",
+        )  # fmt: skip
+        assert r.exit_code == 0, r.output
+        meta = exporters.read_artifact(tmp_path / "up" / f"client-{client:03d}.onnx").metadata
+        assert ("counts" in meta) == (release == "exact"), (release, meta.get("counts"))
+        assert exporters.validate_metadata(meta) == []
+    absent = exporters.read_artifact(tmp_path / "up" / "client-000.onnx").metadata
+    stated = absent | {"counts": [1] * len(absent["classes"])}
+    problems = exporters.validate_metadata(stated)
+    assert any("exact class counts" in p for p in problems), problems
+    fused = cli(
+        "server", "fuse", str(tmp_path / "up"), "--method", "fedgh",
+        "--out", str(tmp_path / "g.onnx"), "--json", "--quiet",
+    )  # fmt: skip
+    assert fused.exit_code == 0, fused.output
+    assert len(json.loads(fused.stdout)["used"]) == 3  # FedGH fuses with or without counts
