@@ -108,7 +108,7 @@ def check_fit(
         train = c.dp_train_bytes(batch, opt, max(1, chunk))
         train_what = f"training memory with DP-SGD ({clipping} clipping, batch {batch}, {opt})"
         seconds = c.dp_train_macs(samples) / profile.macs_per_second
-        batchnorm = _batchnorm(spec)
+        batchnorm = dp_untrainable(spec)
         if batchnorm:
             reasons.append(
                 f"--dp cannot train it ({batchnorm}): pick a model without BatchNorm, "
@@ -165,7 +165,7 @@ def _batchnorm_cached(spec_json: str) -> str | None:
     return dp_ready(build_model(ModelSpec.from_json(spec_json)))
 
 
-def _batchnorm(spec: ModelSpec) -> str | None:
+def dp_untrainable(spec: ModelSpec) -> str | None:
     """Why DP-SGD cannot train `spec` (its BatchNorm), or None."""
     return _batchnorm_cached(spec.to_json())
 
@@ -272,7 +272,7 @@ def _nothing_fits(role, candidates, search) -> BudgetError:
     info, profile, samples, batch_size, _, dp, optimizer = search
     budget = {"samples": samples, "batch_size": batch_size, "optimizer": optimizer}
     if dp:  # the least DP training memory, among those DP-SGD can train at all
-        trainable = [s for s in candidates if not _batchnorm(s)] or candidates
+        trainable = [s for s in candidates if not dp_untrainable(s)] or candidates
         smallest = min(
             trainable, key=lambda s: check_fit(s, profile, dp=True, **budget).train_bytes
         )
@@ -310,6 +310,12 @@ def _search(role, info, profile, samples, batch_size, max_macs, dp=False, optimi
 
 
 def require_fit(spec: ModelSpec, profile: Profile, fit: Fit) -> None:
+    if "dp BatchNorm" in fit.short:  # no budget: --force would only meet the same refusal
+        why = dp_untrainable(spec)
+        raise ConfigError(
+            f"--dp cannot train {spec_label(spec)} ({why})",
+            hint="pick a model without BatchNorm, e.g. --model scnn:bn=false",
+        )
     if not fit.fits:
         raise BudgetError(
             f"{spec_label(spec)} ({role_of(spec)}) does not fit profile {profile.name!r}: "

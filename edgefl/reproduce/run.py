@@ -32,7 +32,7 @@ from edgefl.reproduce.render import plot_table, table_markdown
 from edgefl.reproduce.tables import TABLES, Budget, Table
 from edgefl.server.plan import resolve_device
 from edgefl.simulate.job import SEARCH, SimJob
-from edgefl.simulate.run import check_resumable, simulate
+from edgefl.simulate.run import check_dp_models, check_resumable, simulate
 
 OWN = "own"  # --federation: each method in its own paper's client setting
 
@@ -237,6 +237,7 @@ def reproduce(job: ReproduceJob, log=None, progress=None) -> dict:
     todo = cells(job, table, budget)
     for c in todo:  # a bad model name or option fails here, not after an hour
         c.sim.validate()
+        check_dp_models(c.sim)
     previous = [finished_cell(c) for c in todo]
     for c, done in zip(todo, previous, strict=True):
         if done is None and Path(c.sim.out).exists():

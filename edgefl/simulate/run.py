@@ -27,7 +27,7 @@ from edgefl.fusion import METHODS, paper_reference
 from edgefl.fusion.caps import over_caps
 from edgefl.fusion.config import PublicSetConfig
 from edgefl.models.parse import parse_model_arg
-from edgefl.models.plan import plan
+from edgefl.models.plan import dp_untrainable, plan
 from edgefl.models.zoo import role_of
 from edgefl.profiles import get_profile
 from edgefl.progress import log_lines, no_progress, printable
@@ -87,6 +87,26 @@ def _roles(job: SimJob) -> tuple[list[str], dict[str, str], dict[str, str]]:
 
 def _input_shape(job: SimJob) -> tuple[int, ...]:
     return tuple(DATASETS.get(job.dataset).input_shape)
+
+
+def check_dp_models(job: SimJob) -> None:
+    """Under --dp, a model a device class is made to train (--client-model, --paper-models)
+    that DP-SGD cannot train, refused before any client trains: it was refused at that
+    client's turn, after the others had trained (the planner's own picks are DP-ready)."""
+    if job.dp is None:
+        return
+    info = DATASETS.get(job.dataset)
+    _, models, _ = _roles(job)
+    for prof, model in models.items():
+        if model.startswith(SEARCH):
+            continue  # refused with --dp by SimJob.validate
+        why = dp_untrainable(parse_model_arg(model, info.input_shape, info.num_classes))
+        if why is not None:
+            raise ConfigError(
+                f"--dp cannot train {prof}'s model {model} ({why})",
+                hint=f"name one without BatchNorm (e.g. --client-model {prof}=scnn:bn=false), "
+                f"or leave {prof} to the planner",
+            )
 
 
 def client_jobs(job: SimJob) -> list[ClientJob]:
@@ -373,6 +393,7 @@ def simulate(job: SimJob, log=None, progress=None, trainer=None) -> dict:
     log = log or (lambda m: None)
     progress = progress or no_progress
     job.validate()
+    check_dp_models(job)
     check_caps(job, log)
     out = Path(job.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -224,7 +224,23 @@ def test_a_batchnorm_model_is_refused_under_dp_before_training(cli, tmp_path, mo
         "--epochs", "1", "--out", str(tmp_path), "--dp", "8", "--quiet",
     )  # fmt: skip
     assert r.exit_code == 2 and "BatchNorm" in r.output and "bn=false" in r.output, r.output
+    assert "--force" not in r.output  # no budget is exceeded: forcing meets the same refusal
     assert not (tmp_path / "client-000.onnx").exists()
+
+
+def test_simulate_refuses_a_model_dp_cannot_train_before_any_client(cli, tmp_path, monkeypatch):
+    """A --client-model with BatchNorm under --dp was refused at its client's turn, after the
+    clients before it had trained."""
+    monkeypatch.setattr("edgefl.simulate.pool._train_one", lambda *a: pytest.fail("trained"))
+    r = cli(
+        "simulate", "--dataset", "digits", "--clients", "2", "--mix", "smartphone:1,wristband:1",
+        "--methods", "ensemble", "--dp", "8", "--client-model", "smartphone=mlp",
+        "--client-model", "wristband=scnn:width=4,bn=true", "--out", str(tmp_path / "run"),
+    )  # fmt: skip
+    said = " ".join(r.output.split())
+    assert r.exit_code == 2 and "Traceback" not in said, said
+    assert "wristband's model scnn:width=4,bn=true" in said and "BatchNorm" in said, said
+    assert "--client-model wristband=scnn:bn=false" in said, said
 
 
 def test_label_release_parses_its_forms():
