@@ -68,10 +68,12 @@ def print_plan(p: Plan) -> None:
     from edgefl.models.zoo import spec_label
 
     c, f, prof = p.costs, p.fit, p.profile
-    console.print(f"[bold]{prof.name}[/] on [bold]{p.dataset.name}[/]: role [cyan]{p.role}[/]")
-    console.print(f"  why: {p.role_reason}")
     console.print(
-        f"  model: [bold]{spec_label(p.spec)}[/] (largest of {p.considered} {p.role}s that fits)"
+        f"[bold]{escape(prof.name)}[/] on [bold]{escape(p.dataset.name)}[/]: role [cyan]{p.role}[/]"
+    )
+    console.print(f"  why: {escape(p.role_reason)}")
+    console.print(
+        f"  model: [bold]{escape(spec_label(p.spec))}[/] (largest of {p.considered} {p.role}s that fits)"
     )
     budget = prof.ram_budget_bytes
     console.print(
@@ -264,7 +266,8 @@ def _print_trained(result, warnings: list[str]) -> None:
 
     s, f, prof = result.summary, result.fit, result.profile
     console.print(
-        f"[bold]{result.client_id}[/] ({prof.name}): [cyan]{result.role}[/] {spec_label(result.spec)}"
+        f"[bold]{escape(result.client_id)}[/] ({escape(prof.name)}): [cyan]{result.role}[/] "
+        f"{escape(spec_label(result.spec))}"
     )
     console.print(
         f"  {costs_line(result)}; training memory {fmt_bytes(f.train_bytes)} of "
@@ -287,7 +290,9 @@ def _print_trained(result, warnings: list[str]) -> None:
     privacy = _privacy_line(result.metadata.get("privacy") or {})
     if privacy:
         console.print(f"  privacy: {privacy}", markup=False)
-    console.print(f"  upload: [bold]{result.path}[/] ({fmt_bytes(result.upload_bytes)})")
+    console.print(
+        f"  upload: [bold]{escape(str(result.path))}[/] ({fmt_bytes(result.upload_bytes)})"
+    )
     for w in warnings:
         console.print(f"[yellow]warning[/] {escape(w)}")
 
@@ -337,7 +342,7 @@ def sample_cmd(
     check_counts(per_class=per_class)
     check_writable(out, "--out", "samples.png")  # before the decoder is read, not after
     path = sample_grid(decoder, per_class=per_class, out=out, seed=seed)
-    console.print(f"wrote {path}")
+    console.print(f"wrote {escape(str(path))}")
 
 
 # --- uploads without weights (FedOL predictions, FedGH prototypes) and FedGH's header -------
@@ -368,7 +373,8 @@ def _run_data_client(job, json_out: bool, quiet: bool = False) -> None:
     s = result.summary
     acc = f", local val accuracy {100 * s.val_accuracy:.2f}%" if s.val_accuracy is not None else ""
     console.print(
-        f"[bold]{result.client_id}[/] ({result.profile.name}): trained {spec_label(result.spec)}, "
+        f"[bold]{escape(result.client_id)}[/] ({escape(result.profile.name)}): trained "
+        f"{escape(spec_label(result.spec))}, "
         f"{s.epochs} epochs{acc}"
     )
     if meta["kind"] == "predictions":
@@ -381,10 +387,14 @@ def _run_data_client(job, json_out: bool, quiet: bool = False) -> None:
             f"{len(meta['classes'])} class-mean representations of size "
             f"{meta['representation_size']} (classes {meta['classes']})"
         )
-    console.print(f"  {what}; no weights leave the device")
+    console.print(f"  {escape(what)}; no weights leave the device")
     if result.metadata.get("kept_model"):
-        console.print(f"  own model kept at {result.metadata['kept_model']} (not an upload)")
-    console.print(f"  upload: [bold]{result.path}[/] ({fmt_bytes(result.upload_bytes)})")
+        console.print(
+            f"  own model kept at {escape(result.metadata['kept_model'])} (not an upload)"
+        )
+    console.print(
+        f"  upload: [bold]{escape(str(result.path))}[/] ({fmt_bytes(result.upload_bytes)})"
+    )
 
 
 @app.command("predict")
@@ -552,8 +562,9 @@ def apply_header_cmd(
         print_json(info)
         return
     console.print(
-        f"spliced the {info['representation_size']}-d global header from {header} into {model}"
+        f"spliced the {info['representation_size']}-d global header from {escape(str(header))} "
+        f"into {escape(str(model))}"
     )
     console.print(
-        f"  personalized model: [bold]{info['path']}[/] ({fmt_bytes(info['size_bytes'])})"
+        f"  personalized model: [bold]{escape(str(info['path']))}[/] ({fmt_bytes(info['size_bytes'])})"
     )

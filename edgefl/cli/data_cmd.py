@@ -137,7 +137,7 @@ def partition_cmd(
         title = f"{ds.name} {parsed}, {num_clients} clients, seed {seed}"
         saved = plot_label_heatmap(counts, plot, ds.class_names, title=title)
         # Keep stdout pure JSON under --json.
-        (err_console if as_json else console).print(f"wrote heat map to {saved}")
+        (err_console if as_json else console).print(f"wrote heat map to {escape(str(saved))}")
 
     if as_json:
         print_json(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 
 import typer
+from rich.markup import escape
 
 from edgefl.cli.common import QUIET, check_counts, console, err_console, print_json, upload_text
 
@@ -44,7 +45,7 @@ def deploy_cmd(
 
     def status(message: str) -> None:
         if not quiet:
-            err_console.print(f"[dim]{time.perf_counter() - start:6.1f}s[/] {message}")
+            err_console.print(f"[dim]{time.perf_counter() - start:6.1f}s[/] {escape(message)}")
 
     req = DeployRequest(
         model=model,

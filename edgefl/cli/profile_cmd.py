@@ -67,7 +67,9 @@ def show_cmd(
     if json_out:
         print_json(p.as_dict())
         return
-    console.print(f"[bold]{p.name}[/]: {p.description}  [dim]({p.source})[/]")
+    console.print(
+        f"[bold]{escape(p.name)}[/]: {escape(p.description)}  [dim]({escape(str(p.source))})[/]"
+    )
     console.print(
         f"  RAM {fmt_bytes(p.ram_bytes)} x {p.ram_available_fraction} = "
         f"{fmt_bytes(p.ram_budget_bytes)} for learning; storage {fmt_bytes(p.storage_bytes)}; "

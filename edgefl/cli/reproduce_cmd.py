@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from edgefl.cli.common import MAKES_FOLDERS, console, print_json
@@ -153,4 +154,7 @@ def print_summary(summary: dict) -> None:
     stem = (
         "table" if summary["federation"] == "own" else f"table-{summary['federation']}-federation"
     )
-    console.print(f"{out}/{stem}.md, .json and .png; each cell's run in {out}/<setting>/")
+    console.print(
+        f"{escape(str(out))}/{stem}.md, .json and .png; each cell's run in "
+        f"{escape(str(out))}/<setting>/"
+    )

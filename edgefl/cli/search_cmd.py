@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from edgefl.cli.common import (
@@ -128,7 +129,9 @@ def _print_best(result) -> None:
 
     best, c, b = result.best, costs(result.spec), result.budget
     ram = b["ram_budget_bytes"]
-    console.print(f"[bold]best architecture[/] ({result.profile.name}): [cyan]{best.arch}[/]")
+    console.print(
+        f"[bold]best architecture[/] ({escape(result.profile.name)}): [cyan]{escape(str(best.arch))}[/]"
+    )
     console.print(
         f"  val accuracy {100 * best.val_accuracy:.2f}%, val CE {best.fitness:.4f}; "
         f"{fmt_count(c.params)} params, {c.macs:,} MACs/sample"
