@@ -27,7 +27,7 @@ from edgefl.data.partition import parse_scheme
 from edgefl.errors import ConfigError, UnknownNameError
 from edgefl.fusion import paper_reference
 from edgefl.fusion.layering import layer
-from edgefl.progress import no_progress
+from edgefl.progress import no_progress, printable
 from edgefl.reproduce.render import plot_table, table_markdown
 from edgefl.reproduce.tables import TABLES, Budget, Table
 from edgefl.server.plan import resolve_device
@@ -224,6 +224,31 @@ def finished_cell(cell: Cell) -> dict | None:
     return done
 
 
+def check_table_kept(job: ReproduceJob, todo: list[Cell]) -> None:
+    """The table in --out is rewritten whole from this run's cells and methods: one that holds
+    a method or cell this run leaves out (a narrower --methods, --seeds or --partitions) would
+    lose it silently, so the run stops first and says what to name."""
+    path = Path(job.out) / f"{output_stem(job)}.json"
+    try:
+        had = json.loads(path.read_text())
+        methods = {r["method"] for r in had["rows"]}
+        cells = {(c["setting"], c["partition"], c["seed"]) for c in had["cells"]}
+    except (OSError, ValueError, KeyError, TypeError):
+        return  # none, or not a table: nothing of a table's to lose
+    asked = {m for c in todo for m in c.sim.methods}
+    lost = sorted(m for m in methods if isinstance(m, str) and m not in asked)
+    lost += [
+        f"{s} {p} seed {seed}"
+        for s, p, seed in sorted(cells - {(c.setting, c.partition, c.seed) for c in todo}, key=str)
+    ]
+    if lost:
+        shown = ", ".join(map(printable, lost[:4])) + (", ..." if lost[4:] else "")
+        raise ConfigError(
+            f"{path} holds {shown} as well; this run would rewrite it without them",
+            hint="name them too (their finished cells are reused), or use another --out",
+        )
+
+
 def output_stem(job: ReproduceJob) -> str:
     return "table" if job.federation == OWN else f"table-{job.federation}-federation"
 
@@ -238,6 +263,7 @@ def reproduce(job: ReproduceJob, log=None, progress=None) -> dict:
     for c in todo:  # a bad model name or option fails here, not after an hour
         c.sim.validate()
         check_dp_models(c.sim)
+    check_table_kept(job, todo)
     previous = [finished_cell(c) for c in todo]
     for c, done in zip(todo, previous, strict=True):
         if done is None and Path(c.sim.out).exists():

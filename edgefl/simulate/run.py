@@ -248,10 +248,30 @@ def check_caps(job: SimJob, log) -> None:
         log_lines(log, f"{name} will be refused: {exc.message}")
 
 
+def check_results_kept(job: SimJob) -> None:
+    """A run's results.json and results.md name every method of the run that made them: a
+    run of fewer methods into the same --out would replace them with its own few rows
+    (README: nothing is replaced silently), so it stops first and says which to name."""
+    path = Path(job.out) / "results.json"
+    try:
+        had = json.loads(path.read_text())["job"]["methods"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return  # none, or not a run's: nothing of a run's to lose
+    dropped = [m for m in had if isinstance(m, str) and m not in job.methods]
+    if dropped:
+        raise ConfigError(
+            f"{path} holds the results of {', '.join(map(printable, dropped))} as well; this "
+            "run would replace them with its own rows",
+            hint=f"name them too (--methods {','.join(dict.fromkeys([*job.methods, *dropped]))}"
+            "; finished ones are reused), or use a fresh --out",
+        )
+
+
 def check_resumable(job: SimJob) -> None:
     """Refuse now, before any work, what `simulate(job)` would refuse later: uploads or global
-    models in `job.out` that were made with other settings."""
+    models in `job.out` that were made with other settings, results of more methods."""
     job.validate()
+    check_results_kept(job)
     for cjob in client_jobs(job):
         finished(cjob)
     for name in job.methods:
@@ -393,6 +413,7 @@ def simulate(job: SimJob, log=None, progress=None, trainer=None) -> dict:
     log = log or (lambda m: None)
     progress = progress or no_progress
     job.validate()
+    check_results_kept(job)
     check_dp_models(job)
     check_caps(job, log)
     out = Path(job.out)

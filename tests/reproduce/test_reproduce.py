@@ -140,6 +140,13 @@ def test_reproduce_end_to_end_then_skips_finished_cells(cli, tmp_path, tiny_tabl
     assert r.exit_code == 0, r.output
     assert r.output.count("finished earlier, skipped") == 3
 
+    # A narrower run would rewrite the table without the others' rows: refused, table kept.
+    table = (out / "table.json").read_bytes()
+    r = cli("reproduce", "tiny-table3", "--methods", "fedmho", "--out", str(out))
+    said = " ".join(r.output.split())
+    assert r.exit_code == 2 and "this run would rewrite it without them" in said, said
+    assert "coboosting" in said and (out / "table.json").read_bytes() == table
+
     # Another budget's settings in the same folder: refused before any work.
     r = cli("reproduce", "tiny-table3", "--budget", "paper", "--out", str(out))
     # Read as words: the message wraps at the terminal's width, wherever the path ends.

@@ -217,6 +217,21 @@ def test_resume_after_interruption(tmp_path, monkeypatch):
     assert {r["method"] for r in results["results"]} == {"fedavg", "fedmho-sd"}
 
 
+def test_a_run_of_fewer_methods_does_not_replace_the_results_of_more(tmp_path, monkeypatch):
+    """results.json and results.md of a run of fedavg and FedMHO-SD were replaced by a later
+    run of fedavg alone into the same --out: refused before any work, the results kept."""
+    from edgefl.errors import ConfigError
+
+    out = tmp_path / "run"
+    simulate(tiny(out))
+    kept = (out / "results.json").read_bytes()
+    monkeypatch.setattr(pool, "_train_one", lambda *a: pytest.fail("trained before refusing"))
+    with pytest.raises(ConfigError, match="holds the results of fedmho-sd") as err:
+        simulate(tiny(out, methods=("fedavg",)))
+    assert "--methods fedavg,fedmho-sd" in err.value.hint
+    assert (out / "results.json").read_bytes() == kept
+
+
 def test_resume_refuses_a_different_setting(tmp_path, monkeypatch):
     """Another dataset's, federation's or subset's uploads in --out are never reused as this
     run's (a Fashion run's numbers were reported as MNIST's): refused before any training."""
