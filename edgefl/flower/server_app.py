@@ -35,7 +35,7 @@ from edgefl.fusion import DEFAULT_METHODS, METHODS
 from edgefl.fusion.config import PublicSetConfig
 from edgefl.outputs import check_writable
 from edgefl.server.fuse import fuse_methods, refused_report
-from edgefl.server.ingest import DEFAULT_RESIDENT_MIB, resident_limit
+from edgefl.server.ingest import DEFAULT_RESIDENT_MIB, MAX_EPSILON, resident_limit
 from edgefl.server.plan import plan
 
 DEFAULTS: dict[str, Any] = {
@@ -119,6 +119,18 @@ def _flag(value) -> bool:
     return bool(value)
 
 
+def _run_number(config: dict[str, Any], key: str) -> float:
+    """A number of the run config, or one message naming its key (`float('abc')` was a
+    traceback after every node had trained)."""
+    try:
+        return float(config[key])
+    except (TypeError, ValueError):
+        raise ConfigError(
+            f"run config {key} must be a number, got {config[key]!r}",
+            hint=f"e.g. {key} = {DEFAULTS[key]}",
+        ) from None
+
+
 def run_round(grid, run_config: dict[str, Any], log=print) -> dict[str, Any]:
     """The ServerApp's whole work; returns what it wrote to out-dir/federation.json."""
     config = DEFAULTS | {k: v for k, v in run_config.items() if k in DEFAULTS}
@@ -127,9 +139,15 @@ def run_round(grid, run_config: dict[str, Any], log=print) -> dict[str, Any]:
     for m in methods:  # refuse a bad name or folder before any node trains
         METHODS.get(m)
     check_writable(out_dir, "out-dir", "global", folder_ok=True)
-    max_bytes = int(float(config["max-upload-mib"]) * (1 << 20))
-    resident_limit(int(config["resident-mib"]), "run config resident-mib")
+    max_bytes = int(_run_number(config, "max-upload-mib") * (1 << 20))
+    resident_limit(int(_run_number(config, "resident-mib")), "run config resident-mib")
     check_request(str(config["dp"]) or None, str(config["label-counts"]))  # before any training
+    max_epsilon = _run_number(config, "max-epsilon")  # refused at fusion, after every node trained
+    if max_epsilon:
+        MAX_EPSILON.check(
+            "run config max-epsilon", max_epsilon, hint="e.g. max-epsilon = 8 (0: no limit)"
+        )
+    _run_number(config, "deadline-s")
     nodes = _enough_nodes(grid, config, log)
     public = _public(config)
     got = collect(

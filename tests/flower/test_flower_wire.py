@@ -222,6 +222,9 @@ class NoNodes:
         ({"methods": "fedavg,fedmhoo"}, "fedmhoo"),
         ({"methods": "fedavg", "wait-nodes-s": 0.0}, "no SuperNode connected"),
         ({"methods": "fedavg", "resident-mib": -1}, "resident-mib must be >= 0"),
+        # refused at the fusion, after every node had trained ("abc": a traceback)
+        ({"methods": "fedavg", "max-epsilon": -1}, "run config max-epsilon must be > 0"),
+        ({"methods": "fedavg", "max-epsilon": "abc"}, "max-epsilon must be a number"),
     ],
 )
 def test_a_failed_round_says_why_in_the_out_dir_too(tmp_path, config, says):
