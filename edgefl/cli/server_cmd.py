@@ -306,9 +306,16 @@ def _print_one(rep: dict) -> None:
 def privacy_line(privacy: dict) -> str:
     """What the used uploads spent of their clients' privacy, in words."""
     if privacy.get("epsilon") is not None:
+        replayable = privacy.get("replayable") or 0
+        seeded = (
+            f"; {replayable} of them with noise seeded by a simulation, replayable by who knows "
+            "the seed: the epsilon their settings spend, no guarantee"
+            if replayable
+            else ""
+        )
         return (
             f"(epsilon {privacy['epsilon']:.4g}, delta {privacy['delta']:.3g})-DP for each "
-            f"client's data: the largest of the {privacy['uploads']} used uploads' own"
+            f"client's data: the largest of the {privacy['uploads']} used uploads' own{seeded}"
         )
     return f"{privacy['not_private']} of the {privacy['uploads']} used upload(s) not DP as a whole"
 

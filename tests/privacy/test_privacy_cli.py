@@ -469,3 +469,14 @@ def test_simulate_trains_every_client_under_dp_and_resumes_only_the_same(cli, tm
     assert row["privacy"]["epsilon"] == pytest.approx(8, rel=0.01), row
     r = cli(*args, "--dp", "4")  # the finished uploads were trained otherwise
     assert r.exit_code == 2 and "dp 8 -> 4" in " ".join(r.output.split()), r.output
+
+
+def test_the_servers_privacy_line_says_when_the_noise_is_replayable():
+    """A simulation's uploads draw their noise from its seed: the line stated DP for them
+    without a word of it (the report counted them, the terminal did not)."""
+    from edgefl.cli.server_cmd import privacy_line
+
+    base = {"epsilon": 8.0, "delta": 1e-3, "uploads": 3, "private": 3, "not_private": 0}
+    assert "seeded" not in privacy_line(base | {"replayable": 0})
+    line = privacy_line(base | {"replayable": 2})
+    assert line.startswith("(epsilon 8, delta 0.001)-DP") and "2 of them with noise seeded" in line
