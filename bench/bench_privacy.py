@@ -447,7 +447,24 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     unknown = set(args.datasets) - set(SETUPS)
     if unknown:
         p.error(f"--datasets: unknown {sorted(unknown)}; known: {', '.join(SETUPS)}")
-    args.epsilons = [None if e.strip() == "none" else float(e) for e in args.epsilons.split(",")]
+    try:
+        args.epsilons = [
+            None if e.strip() == "none" else float(e) for e in args.epsilons.split(",")
+        ]
+    except ValueError:
+        p.error(f"--epsilons: numbers or none, comma-separated (got {args.epsilons!r})")
+    if any(e is not None and not 0 < e < math.inf for e in args.epsilons):
+        p.error("--epsilons: each must be a number > 0 (or none: no DP), e.g. none,8,4,1")
+    # said now, not after the settings before the bad one have trained
+    for flag, value, low in (
+        ("--samples", args.samples, 1),
+        ("--shadows", args.shadows, 2),  # LiRA fits a Gaussian to the shadows' scores
+        ("--restarts", args.restarts, 1),
+        ("--steps", args.steps, 1),
+        ("--hapt-users", args.hapt_users, 1),
+    ):
+        if value < low:
+            p.error(f"{flag} must be >= {low}, got {value}")
     return args
 
 

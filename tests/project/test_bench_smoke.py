@@ -257,6 +257,21 @@ def test_privacy_render_mode(monkeypatch, tmp_path):
     _same_rows((tmp_path / "p.md").read_text(), "privacy_audit.md")
 
 
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["--epsilons", "0"], "--epsilons: each must be a number > 0"),
+        (["--epsilons", "none,abc"], "--epsilons: numbers or none"),
+        (["--samples", "0"], "--samples must be >= 1"),
+        (["--shadows", "1"], "--shadows must be >= 2"),  # was refused after training
+    ],
+)
+def test_privacy_bad_options_exit_2_before_any_training(argv, says, monkeypatch, capsys):
+    with pytest.raises(SystemExit) as done:
+        _run_main(monkeypatch, "bench_privacy", *argv, "--out", "/nonexistent/x")
+    assert done.value.code == 2 and says in capsys.readouterr().err
+
+
 def test_fedmho_code_rerender_mode(monkeypatch, tmp_path):
     shutil.copy(RESULTS / "fedmho_code_budget.json", tmp_path / "c.json")
     _run_main(
