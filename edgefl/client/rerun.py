@@ -140,7 +140,7 @@ def upload_differs(
 
 def federation_differs(job: ClientJob, meta: dict[str, Any], dataset: str) -> list[str]:
     """The upload's kind, profile, dataset and place in a federation (partition, clients,
-    index, seed, subset), where not the job's."""
+    index, seed, subset, public set carved), where not the job's."""
     diffs = []
     kind = meta.get("kind")
     if kind not in _KINDS[job.kind]:
@@ -153,7 +153,8 @@ def federation_differs(job: ClientJob, meta: dict[str, Any], dataset: str) -> li
         "num_clients": job.num_clients,
         "client_index": job.client_index,
         "partition_seed": job.partition_seed,
-        "subset": job.subset,
+        "subset": job.subset or None,
+        "public_size": job.public_size or None,
     }
     theirs = {
         "profile": meta.get("profile"),
@@ -163,6 +164,7 @@ def federation_differs(job: ClientJob, meta: dict[str, Any], dataset: str) -> li
         "client_index": part.get("client_index"),
         "partition_seed": part.get("seed"),
         "subset": part.get("subset"),  # absent: the whole training split
+        "public_size": part.get("public_size"),  # absent: no public set carved
     }
     return diffs + [f"{k} {theirs[k]} -> {ours[k]}" for k in ours if theirs[k] != ours[k]]
 

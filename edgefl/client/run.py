@@ -511,9 +511,15 @@ def _partition_record(job: ClientJob, data: ArrayDataset, shard: np.ndarray) -> 
             "client_index": job.client_index,
             "seed": job.partition_seed,
         }
-        | ({} if job.subset is None else {"subset": job.subset})
+        | _carved(job)
         | _whose(job, data, shard)
     )
+
+
+def _carved(job: ClientJob) -> dict[str, int]:
+    """What else decides the shard: the subset dealt and the public set carved out first
+    (recorded where used, so older uploads, made without either, read the same)."""
+    return {k: v for k, v in (("subset", job.subset), ("public_size", job.public_size)) if v}
 
 
 def _write_upload(

@@ -245,6 +245,7 @@ def test_resume_refuses_a_different_setting(tmp_path, monkeypatch):
         ({"partition": "iid"}, r"partition dirichlet:1.0 -> iid"),
         ({"dataset": "mnist", "subset": 2000}, r"dataset digits -> mnist"),
         ({"subset": 1000}, r"subset None -> 1000"),
+        ({"public_size": 300}, r"public_size None -> 300"),  # FedDF's carve moves every shard
         ({"clients": 5, "mix": "smartphone:3,wristband:2"}, r"num_clients 4 -> 5"),
     ):
         with pytest.raises(ConfigError, match="different run") as err:
