@@ -354,8 +354,9 @@ FEDHYDRA_TABLE1 = Table(
     notes=(
         "The CNN is edgefl's `cnn` (FedMHO's two-conv MNIST CNN); FedHydra's appendix G model "
         "may differ in widths.",
-        "FedDF and OT have no row: edgefl has no FedHydra-Table-1 number for FedDF (its "
-        "reference is FedMHO's table) and does not implement OT.",
+        "FedDF has no row yet: it distils on a public set these clients do not carve (carving "
+        "one moves every client's shard, and every recorded cell); its Table 1 numbers are in "
+        "its registry entry. OT is not implemented.",
     ),
 )
 
