@@ -9,6 +9,7 @@ registry entry holds its `references`, read through `edgefl.fusion.paper_referen
 
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
@@ -91,10 +92,13 @@ class Table:
         if dataset not in self.datasets:
             from edgefl.errors import ConfigError
 
+            close = difflib.get_close_matches(dataset, self.dataset_names, n=1, cutoff=0.5)
             raise ConfigError(
                 f"--dataset must be one of {', '.join(self.dataset_names)} for {self.name}, "
                 f"got {dataset!r}",
-                hint="the paper's table has no block for it; `edgefl simulate --dataset "
+                hint=f"did you mean {close[0]!r}?"
+                if close
+                else "the paper's table has no block for it; `edgefl simulate --dataset "
                 "NAME` runs a federation on any dataset",
             )
         over = self.datasets[dataset]

@@ -64,7 +64,10 @@ def resolve_device(name: str, flag: str = "--device") -> torch.device:
             f"{flag} cuda: no CUDA device is available", hint=f"use {flag} auto or cpu"
         )
     if name not in ("cpu", "cuda"):
-        raise ConfigError(f"{flag} must be auto, cpu or cuda, got {name!r}")
+        raise ConfigError(
+            f"{flag} must be auto, cpu or cuda, got {name!r}",
+            hint=f"{flag} auto (a GPU where torch sees one, else the CPU)",
+        )
     return torch.device(name)
 
 

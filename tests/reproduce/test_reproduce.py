@@ -312,6 +312,7 @@ def test_errors_exit_2_before_any_work(cli, tmp_path, monkeypatch):
         (["fedmho-table3", "--partitions", "dirichlet:0.5,classes:11"], "dataset has 10"),
         (["fedmho-table3", "--partitions", "dirichlet:0.5,user"], "says whose each sample is"),
         (["fedmho-table3", "--seeds", "0,0"], "--seeds names 0 more than once"),
+        (["fedmho-table3", "--dataset", "fashion-mnist"], "did you mean 'fmnist'?"),
         (
             ["fedmho-table3", "--partitions", "dirichlet:0.5,dirichlet:0.50"],
             "--partitions names dirichlet:0.5 more than once",
