@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from edgefl.data._common import fetch_hint, to_unit_float
+from edgefl.data.registry import DATASETS
 from edgefl.errors import DataError
 
 _IDX_DTYPES = {0x08: ">u1", 0x09: ">i1", 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}
@@ -61,7 +62,16 @@ def read_idx(path: str | Path) -> np.ndarray:
 
 
 def _idx_dirs(name: str, root: Path) -> list[Path]:
-    return [root, root / "gzip", root / _TV_FOLDERS[name] / "raw", root / name]
+    # and the system package's folder name (fashion-mnist/), so that a copy of it under ./data
+    # or EDGEFL_DATA_DIR=/usr/share/datasets is found too
+    packaged = DATASETS.get(name).system_folder
+    return [
+        root,
+        root / "gzip",
+        root / _TV_FOLDERS[name] / "raw",
+        root / name,
+        *([root / packaged] if packaged else []),
+    ]
 
 
 def find_idx_files(name: str, split: str, root: Path) -> tuple[tuple[Path, Path] | None, list[str]]:

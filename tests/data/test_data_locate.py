@@ -127,3 +127,14 @@ def test_a_dataset_without_its_files_is_said_before_any_work(roots, cli):
         said = " ".join(r.output.split())
         assert "fmnist" in said and "ingest" not in said and "accepted" not in said, said
         assert "dataset-fashion-mnist" in said  # the package that provides the files
+
+
+def test_the_packages_folder_name_is_found_under_every_root(roots, monkeypatch):
+    """A copy of /usr/share/datasets/fashion-mnist under ./data, or EDGEFL_DATA_DIR naming a
+    folder of packages' datasets, was not found: only fmnist/ was looked for under them."""
+    write_idx_set(roots / "data" / "fashion-mnist", "", 7, 3, 10)
+    assert len(load_dataset("fmnist")) == 7
+    write_idx_set(roots / "shared" / "fashion-mnist", "", 9, 3, 10)
+    monkeypatch.setenv(locate.ENV, str(roots / "shared"))
+    datasets._load_registered.cache_clear()
+    assert locate.find("fmnist") == roots / "shared" and len(load_dataset("fmnist")) == 9
