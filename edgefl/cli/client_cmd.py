@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 import typer
 from rich.markup import escape
 
+from device_profiles import OPTIMIZERS
 from edgefl.cli.common import (
     MAKES_FOLDERS,
     QUIET,
@@ -47,6 +48,10 @@ CLIENT_ID = typer.Option(None, help="Client id (default client-<index>).")
 JSON_SUMMARY = typer.Option(False, "--json", help="Print a JSON summary.")
 FED_SEED = typer.Option(0, help="Federation seed (initial weights).")
 LR = typer.Option(None, help="Learning rate.")
+OPTIMIZER = typer.Option(
+    None,
+    help=f"{' | '.join(OPTIMIZERS)} (default: the profile's; Adam under --dp).",
+)
 OVERWRITE = typer.Option(
     False,
     "--overwrite",
@@ -175,6 +180,7 @@ def train_cmd(
     epochs: int | None = EPOCHS,
     batch_size: int | None = BATCH_SIZE,
     lr: float | None = typer.Option(None, help="Learning rate (default by role and optimizer)."),
+    optimizer: str | None = OPTIMIZER,
     augment: str | None = typer.Option(
         None,
         help="Train-time jitter: rotate (sensor windows: small 3-D rotation and gain, the "
@@ -232,6 +238,7 @@ def train_cmd(
         epochs=epochs,
         batch_size=batch_size,
         lr=lr,
+        optimizer=optimizer,
         seed=seed,
         fed_seed=fed_seed,
         quantize=quantize,
@@ -417,6 +424,7 @@ def predict_cmd(
     epochs: int | None = EPOCHS,
     batch_size: int | None = BATCH_SIZE,
     lr: float | None = LR,
+    optimizer: str | None = OPTIMIZER,
     seed: int = SEED,
     fed_seed: int = FED_SEED,
     fp16: bool = typer.Option(False, "--fp16", help="Store the predictions as float16."),
@@ -449,6 +457,7 @@ def predict_cmd(
         epochs=epochs,
         batch_size=batch_size,
         lr=lr,
+        optimizer=optimizer,
         seed=seed,
         fed_seed=fed_seed,
         force=force,
@@ -488,6 +497,7 @@ def prototypes_cmd(
     epochs: int | None = EPOCHS,
     batch_size: int | None = BATCH_SIZE,
     lr: float | None = LR,
+    optimizer: str | None = OPTIMIZER,
     seed: int = SEED,
     fed_seed: int = FED_SEED,
     force: bool = FORCE,
@@ -514,6 +524,7 @@ def prototypes_cmd(
         epochs=epochs,
         batch_size=batch_size,
         lr=lr,
+        optimizer=optimizer,
         seed=seed,
         fed_seed=fed_seed,
         force=force,

@@ -153,6 +153,11 @@ def test_dp_sgd_trains_by_its_own_defaults_unless_the_job_names_them(cli, tmp_pa
     training = meta_of(tmp_path / "named" / "client-000.onnx")["training"]
     assert (training["optimizer"], training["lr"]) == (DP_OPTIMIZER, 0.003)
     assert training["privacy"]["sample_rate"] == pytest.approx(8 / training["samples"])
+    # --optimizer, as docs/privacy.md says (the client commands lacked it)
+    r = train(cli, tmp_path / "sgd", 0, "--dp", "8", "--optimizer", "sgd", "--lr", "0.5")
+    assert r.exit_code == 0, r.output
+    training = meta_of(tmp_path / "sgd" / "client-000.onnx")["training"]
+    assert (training["optimizer"], training["lr"]) == ("sgd", 0.5)
 
 
 # --- bad input: one message, exit 2, before any data --------------------------------------
