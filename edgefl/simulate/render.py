@@ -89,6 +89,16 @@ def classes_markdown(rows: list[dict]) -> list[str]:
     ]
 
 
+def _privacy_lines(job: dict) -> list[str]:
+    """What the clients released, said where the accuracies are read (a DP run's results.md
+    read like a plain one's)."""
+    dp, counts = job.get("dp"), job.get("label_counts") or "exact"
+    if dp is None and counts == "exact":
+        return []
+    trained = f"DP-SGD at `--dp {_md(str(dp))}`" if dp is not None else "without DP"
+    return [f"Clients trained {trained}; label counts {_md(str(counts))}.", ""]
+
+
 def results_markdown(results: dict) -> str:
     j = results["job"]
     lines = [
@@ -98,6 +108,7 @@ def results_markdown(results: dict) -> str:
         f"Run {results['date_utc']} UTC; clients {seconds_text(results['seconds']['clients'])}, "
         f"fusion {seconds_text(results['seconds']['fusion'])}{reused_text(results['seconds'])}.",
         "",
+        *_privacy_lines(j),
         "| method | accuracy (%) | paper (%) | fuse time (s) | upload bytes |",
         "|---|---:|---:|---:|---:|",
     ]

@@ -461,3 +461,17 @@ def test_fedgh_personalized_vs_standalone(tmp_path):
     # The personalized model is the client's features with the server's header.
     report = json.loads((out / "global" / "fedgh.json").read_text())
     assert set(report["per_client"]) == {"client-000", "client-001", "client-002", "client-003"}
+
+
+def test_results_md_says_what_the_clients_released():
+    from edgefl.simulate.render import results_markdown
+
+    job = dict(dataset="mnist", clients=2, partition="iid", mix="smartphone:2", seed=0)
+    run = {"date_utc": "2026-12-04", "seconds": {"clients": 1.0, "fusion": 1.0}}
+    run |= {"results": [], "clients": []}
+    plain = results_markdown(run | {"job": job | {"paper_models": False}})
+    assert "DP" not in plain and "label counts" not in plain
+    dp = results_markdown(
+        run | {"job": job | {"paper_models": False, "dp": "8", "label_counts": "absent"}}
+    )
+    assert "Clients trained DP-SGD at `--dp 8`; label counts absent." in dp
