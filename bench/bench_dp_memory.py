@@ -74,7 +74,7 @@ def measure(dataset: str) -> dict:
     # seldom drew one, and under-measured the peak by 62 KB)
     x, y = _data(spec, 32 * batch)
     role = role_of(spec)
-    dp = DPConfig(8.0, delta=1e-3, batch=batch)
+    dp = DPConfig(8.0, batch=batch)
     cfg = TrainConfig(1, batch, opt, 1e-3, dp=dp, noise_seed=0, dp_chunk=p.fit.dp_chunk)
     dp_peak = peak_bytes(lambda: train(init_model(spec, 0), role, x, y, spec.num_classes, cfg))
     plain = dataclasses.replace(cfg, dp=None, dp_chunk=None)

@@ -312,6 +312,10 @@ def spent(meta: dict[str, Any]) -> Spent:
         return Spent(None, None, problem=f"its privacy record is inconsistent: {problem}")
     if labels["release"] == "exact":
         return Spent(None, None, "its label counts are exact (not private)")
+    samples = (meta.get("training") or {}).get("samples")
+    if isinstance(samples, int) and samples > 0 and delta > (1 + 1e-9) / samples:  # sums round
+        why = f"its delta {delta:.3g} is above 1/n = {1 / samples:.3g} ({samples} samples)"
+        return Spent(None, None, why)
     if meta.get("kind") == "prototypes" and "prototypes" not in record:
         return Spent(None, None, "its prototypes are exact means (no noise on them)")
     if record.get("noise") != "secret":

@@ -182,6 +182,14 @@ def plan_dp(cfg: DPConfig, samples: int, batch_size: int, epochs: int) -> DPPlan
         Range(1, integer=True).check(name, value)
     batch_size = cfg.expected_batch(batch_size, samples)
     delta = cfg.delta if cfg.delta is not None else 1 / samples
+    if cfg.delta is not None and delta > (1 + 1e-9) / samples:
+        # (epsilon, delta)-DP allows a release that publishes one sample outright with
+        # probability delta: above 1/n that is about one person's data in every upload
+        raise ConfigError(
+            f"--dp delta {delta:g} is above 1/n = {1 / samples:.3g} for a client of {samples} "
+            "samples: a release that publishes a sample outright would meet it",
+            hint="leave delta out (edgefl takes 1/n) or give one at most 1/n, e.g. delta=1e-5",
+        )
     if delta >= 1:
         raise ConfigError(
             f"delta 1/n is {delta:g} for a client of {samples} sample(s): no privacy at all",

@@ -47,7 +47,7 @@ def _dp_train_peak(spec, batch: int, optimizer: str, chunk: int, epochs: int = 1
         batch,
         optimizer,
         1e-3,
-        dp=DPConfig(8.0, delta=1e-3, batch=batch),
+        dp=DPConfig(8.0, batch=batch),
         noise_seed=0,
         dp_chunk=chunk,
     )
@@ -118,7 +118,7 @@ def test_a_large_dp_batch_is_gathered_a_chunk_at_a_time():
     x, y = _data(p.spec, 1024)
     spec, peaks = p.spec, []
     for batch in (None, 256):
-        dp = DPConfig(8.0, delta=1e-3, batch=batch)
+        dp = DPConfig(8.0, batch=batch)
         cfg = TrainConfig(1, 16, prof.optimizer, 1e-3, dp=dp, noise_seed=0, dp_chunk=p.fit.dp_chunk)
         peaks.append(
             peak_bytes(lambda cfg=cfg: train(init_model(spec, 0), role_of(spec), x, y, 10, cfg))

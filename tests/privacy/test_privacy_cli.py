@@ -485,3 +485,18 @@ def test_the_servers_privacy_line_says_when_the_noise_is_replayable():
     assert "seeded" not in privacy_line(base | {"replayable": 0})
     line = privacy_line(base | {"replayable": 2})
     assert line.startswith("(epsilon 8, delta 0.001)-DP") and "2 of them with noise seeded" in line
+
+
+def test_a_delta_above_one_over_n_is_no_guarantee(cli, uploads, tmp_path):
+    """`--dp 8,delta=0.99` trained, and the server stated "(8, 0.99)-DP": a delta above 1/n
+    is met by a release that publishes a sample outright. Refused on the device before
+    training; an upload that states one is not private to the server."""
+    r = train(cli, tmp_path / "u", 0, "--dp", "8,delta=0.5")
+    said = " ".join(r.output.split())
+    assert r.exit_code == 2 and "above 1/n" in said and "Traceback" not in said, said
+    assert not list((tmp_path / "u").glob("*.onnx"))
+    meta = copy.deepcopy(meta_of(uploads / "client-002.onnx"))  # --dp 16, counts absent
+    assert spent(meta).epsilon == pytest.approx(16, rel=0.01)
+    meta["training"]["samples"] = 10**9  # its delta (1/n of its real n) is now above 1/n
+    got = spent(meta)
+    assert got.epsilon is None and "above 1/n" in got.why
