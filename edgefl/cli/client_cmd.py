@@ -314,6 +314,8 @@ def _privacy_line(record: dict) -> str:
             f"DP-SGD epsilon {plan['epsilon']:.3g} at delta {plan['delta']:.3g} (noise "
             f"{plan['noise_multiplier']:.3g}, {plan['steps']} steps)"
         )
+    if isinstance(record.get("prototypes"), dict):
+        parts.append(f"prototypes noised (epsilon {record['prototypes']['epsilon']:.3g})")
     if labels.get("release") == "noised":
         parts.append(f"label counts noised (epsilon {labels['epsilon']:.3g})")
     elif labels.get("release") == "absent":
@@ -395,6 +397,9 @@ def _run_data_client(job, json_out: bool, quiet: bool = False) -> None:
             f"{meta['representation_size']} (classes {meta['classes']})"
         )
     console.print(f"  {escape(what)}; no weights leave the device")
+    privacy = _privacy_line(meta.get("privacy") or {})
+    if privacy:  # as client train says it
+        console.print(f"  privacy: {privacy}", markup=False)
     if result.metadata.get("kept_model"):
         console.print(
             f"  own model kept at {escape(result.metadata['kept_model'])} (not an upload)"

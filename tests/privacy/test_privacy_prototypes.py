@@ -357,3 +357,16 @@ def test_withheld_or_noised_label_counts_keep_the_prototypes_counts_off_the_uplo
     )  # fmt: skip
     assert fused.exit_code == 0, fused.output
     assert len(json.loads(fused.stdout)["used"]) == 3  # FedGH fuses with or without counts
+
+
+def test_client_prototypes_says_what_it_spent(cli, tmp_path):
+    """client train printed its privacy; client prototypes and predict printed none."""
+    r = cli(
+        "client", "prototypes", *[a for a in COMMON if a != "--quiet"], "--client-index", "0",
+        "--out", str(tmp_path / "up"), "--keep-model", str(tmp_path / "local"), "--dp", "8",
+        "--label-counts", "absent",
+    )  # fmt: skip
+    said = " ".join(r.output.split())
+    assert r.exit_code == 0, said
+    assert "privacy: DP-SGD epsilon" in said and "prototypes noised (epsilon 4)" in said, said
+    assert "(8, " in said and "-DP in all" in said, said
