@@ -320,10 +320,18 @@ def privacy_line(privacy: dict) -> str:
     return f"{privacy['not_private']} of the {privacy['uploads']} used upload(s) not DP as a whole"
 
 
-def _print_privacy(rep: dict) -> None:
+def _said_privacy(rep: dict) -> str | None:
+    """The privacy line of one method's report, where there is one to say (a DP upload was
+    used, or --max-epsilon screened them)."""
     privacy = rep.get("privacy")
     if privacy and (privacy["private"] or privacy["max_epsilon_allowed"] is not None):
-        console.print(f"  privacy: {privacy_line(privacy)}", markup=False)
+        return privacy_line(privacy)
+    return None
+
+
+def _print_privacy(rep: dict) -> None:
+    if (line := _said_privacy(rep)) is not None:
+        console.print(f"  privacy: {line}", markup=False)
 
 
 def _print_classes(rep: dict) -> None:
@@ -404,6 +412,8 @@ def _print_notes(name: str, r: dict) -> None:
         )
     for n in r.get("robust_notes", []):
         console.print(f"{upload_text(name)}: [cyan]robust[/] {upload_text(n)}")
+    if (line := _said_privacy(r)) is not None:
+        console.print(f"{name} privacy: {line}", markup=False)
     if r.get("extra_outputs") or r.get("for_classes"):
         console.print(f"{name}:", markup=False)
         _print_extra(r)

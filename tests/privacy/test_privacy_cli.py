@@ -348,6 +348,15 @@ def test_max_epsilon_sets_aside_uploads_without_dp_or_over_budget(cli, uploads, 
     rep = report_of(fuse(cli, folder, tmp_path / "all"))
     assert len(rep["used"]) == 3 and rep["privacy"]["epsilon"] is None
     assert rep["privacy"]["not_private"] == 1 and rep["privacy"]["label_counts_absent"] == 1
+    # Several methods (--out-dir) print each one's privacy line too (they printed none).
+    r = cli(
+        "server", "fuse", str(folder), "--method", "fedavg,ensemble", "--max-epsilon", "4",
+        "--out-dir", str(tmp_path / "many"), "--device", "cpu",
+    )  # fmt: skip
+    said = " ".join(r.output.split())
+    assert r.exit_code == 0, said
+    for m in ("fedavg", "ensemble"):
+        assert f"{m} privacy: (epsilon 2" in said, said
 
 
 def test_a_record_that_understates_its_epsilon_is_set_aside(cli, uploads, tmp_path):
