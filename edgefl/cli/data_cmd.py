@@ -26,9 +26,12 @@ def list_datasets(
     """List the registered datasets: shape, classes, split sizes, and whether each was found and
     where (file-based ones by the search path: --data-dir, else $EDGEFL_DATA_DIR, ./data, then
     /usr/share/datasets/NAME, where system packages put them)."""
+    from edgefl.data.locate import unusable_folders
     from edgefl.data.registry import DATASETS
 
     rows = [_dataset_row(d, data_dir) for d in DATASETS]
+    for why in unusable_folders(data_dir):
+        err_console.print(f"[yellow]warning[/] {escape(why)}")
     if as_json:
         print_json(rows)
         return

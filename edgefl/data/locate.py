@@ -53,6 +53,15 @@ def search_path(name: str, data_dir: str | Path | None = None) -> list[Path]:
     return [*env, Path("data"), *system]
 
 
+def unusable_folders(data_dir: str | Path | None = None) -> list[str]:
+    """The folders the user named (--data-dir, $EDGEFL_DATA_DIR) that are not folders: the
+    search passes over them, and `data list` says so (a typo read as "not found")."""
+    named = [Path(data_dir)] if data_dir is not None else None
+    named = named or [Path(p) for p in os.environ.get(ENV, "").split(os.pathsep) if p]
+    flag = "--data-dir" if data_dir is not None else f"${ENV}"
+    return [f"{flag} names {p}, which is not a folder" for p in named if not p.is_dir()]
+
+
 def find(name: str, data_dir: str | Path | None = None) -> Path | None:
     """The first folder of the search path holding `name`'s files, or None."""
     probe = _PROBES[name]
