@@ -138,3 +138,15 @@ def test_the_packages_folder_name_is_found_under_every_root(roots, monkeypatch):
     monkeypatch.setenv(locate.ENV, str(roots / "shared"))
     datasets._load_registered.cache_clear()
     assert locate.find("fmnist") == roots / "shared" and len(load_dataset("fmnist")) == 9
+
+
+def test_data_list_says_when_a_named_folder_is_not_one(roots, cli, monkeypatch):
+    """$EDGEFL_DATA_DIR with a typo was passed over without a word: the datasets read as
+    merely not found."""
+    monkeypatch.setenv(locate.ENV, str(roots / "typo"))
+    r = cli("data", "list")
+    said = " ".join(r.output.split())
+    assert r.exit_code == 0, said
+    assert f"$EDGEFL_DATA_DIR names {roots / 'typo'}, which is not a folder" in said, said
+    r = cli("data", "list", "--data-dir", str(roots / "nowhere"))
+    assert "--data-dir names" in " ".join(r.output.split())
