@@ -245,7 +245,8 @@ FEDMHO_TABLE3 = Table(
             },
             reductions=(
                 "a smoke test, not the paper's setting: its numbers say the table runs",
-                "3,000 training images (500 of them the public set), one seed, Dir(0.5) only",
+                "3,000 training images (500 of them the public set); by default one seed, "
+                "Dir(0.5) only",
                 "clients train 1 local epoch (VGG-9 and CVAE-large replaced as at --budget cpu)",
                 "fusion: 1 epoch, 600 synthetic samples, 2 generator steps where a method has them",
             ),
@@ -286,8 +287,8 @@ FEDMHO_TABLE3 = Table(
         "5 large classifiers.",
         "CNN classifiers on the small clients train with the classifiers' optimizer "
         "(SGD-momentum); Table 7 names it for VGG-9 only.",
-        "Every setting first carves FedDF's 5,000-sample public set from train, so client k "
-        "holds the same data in every setting.",
+        "Every setting first carves FedDF's public set from train (5,000 samples; 500 at "
+        "--budget smoke), so client k holds the same data in every setting.",
     ),
 )
 
