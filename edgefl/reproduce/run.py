@@ -101,7 +101,7 @@ def resolve(job: ReproduceJob) -> tuple[Table, Budget]:
     _once("--partitions", schemes, "--partitions dirichlet:0.5,dirichlet:0.1")
     resolve_device(job.device, "--device")
     resolve_device(job.train_device, "--train-device")
-    check_out_dir(job.out)  # last: it makes the folder
+    check_out_dir(job.out, output_stem(job))  # last: it makes the folder
     return table, table.budgets[job.budget]
 
 
@@ -128,11 +128,18 @@ def _check_rows(job: ReproduceJob, table: Table) -> None:
             raise UnknownNameError(f"{table.name} method", m, table.methods)
 
 
-def check_out_dir(out: str) -> None:
-    """--out must be a folder this process can create and write in (made now if missing)."""
+def check_out_dir(out: str, stem: str = "table") -> None:
+    """--out must be a folder this process can create and write in (made now if missing), and
+    the table's files in it files (one that is a folder failed after the first cell)."""
     path = Path(out)
     if path.exists() and not path.is_dir():
         raise ConfigError(f"--out {out} is a file", hint="name a folder, e.g. --out runs/table3")
+    for suffix in (".json", ".md", ".png"):
+        if (path / f"{stem}{suffix}").is_dir():
+            raise ConfigError(
+                f"{path / (stem + suffix)} is a folder: the table is written there",
+                hint="move it away, or use another --out",
+            )
     try:
         path.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryFile(dir=path):

@@ -297,6 +297,7 @@ def test_errors_exit_2_before_any_work(cli, tmp_path, monkeypatch):
     monkeypatch.setattr(rep, "simulate", lambda *a, **k: pytest.fail("work started"))
     a_file = tmp_path / "f"
     a_file.write_text("")
+    (tmp_path / "holds" / "table.md").mkdir(parents=True)
     for args, message in (
         (["fedmho-tabel3"], "did you mean 'fedmho-table3'"),
         (["fedmho-table3", "--budget", "gpu"], "--budget must be one of cpu, smoke, paper, code"),
@@ -305,6 +306,7 @@ def test_errors_exit_2_before_any_work(cli, tmp_path, monkeypatch):
         (["fedmho-table3", "--methods", ","], "--methods names no method"),
         (["fedmho-table3", "--out", str(a_file)], "is a file"),
         (["fedmho-table3", "--out", str(a_file / "sub")], "cannot be written"),
+        (["fedmho-table3", "--out", str(tmp_path / "holds")], "table.md is a folder"),
         (["fedmho-table3", "--federation", "fedmo"], "--federation must be own or one of"),
         (["fedmho-table3", "--seeds", "0,x"], "--seeds expects comma-separated integers"),
         (["fedmho-table3", "--partitions", "dirichlet:x"], "--partitions: invalid partition"),
