@@ -97,6 +97,8 @@ class ClientResult:
                 # reads the same dict back from the metadata.
                 "training": self.metadata.get("training") or self.summary.as_dict(),
                 "label_counts": self.label_counts,
+                # the upload's whole privacy record: DP-SGD's part, the counts', the total
+                "privacy": self.metadata.get("privacy"),
                 "num_classes": self.spec.num_classes,
                 "upload_bytes": self.upload_bytes,
                 "export_seconds": self.export_seconds,

@@ -62,6 +62,7 @@ def finished(cjob: ClientJob) -> dict | None:
         "profile": meta["profile"],
         "training": meta["training"],
         "label_counts": meta.get("label_counts"),  # None: withheld (--label-counts absent)
+        "privacy": meta.get("privacy"),
         "num_classes": meta["num_classes"],
         "upload_bytes": path.stat().st_size,
         "costs": meta["costs"],

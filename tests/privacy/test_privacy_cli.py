@@ -509,3 +509,14 @@ def test_a_delta_above_one_over_n_is_no_guarantee(cli, uploads, tmp_path):
     meta["training"]["samples"] = 10**9  # its delta (1/n of its real n) is now above 1/n
     got = spent(meta)
     assert got.epsilon is None and "above 1/n" in got.why
+
+
+def test_client_train_json_carries_the_whole_privacy_record(cli, tmp_path):
+    """--json gave DP-SGD's part only (epsilon 7.2 of --dp 8 with noised counts): the total
+    and the counts' part are the upload's record, now in the summary too."""
+    r = train(cli, tmp_path / "u", 0, "--dp", "8", "--label-counts", "noised", "--json")
+    assert r.exit_code == 0, r.output
+    got = json.loads(r.stdout[r.stdout.index("{") :])
+    record = got["privacy"]
+    assert record == meta_of(tmp_path / "u" / "client-000.onnx")["privacy"]
+    assert record["epsilon"] == pytest.approx(8) and record["label_counts"]["release"] == "noised"
