@@ -153,8 +153,8 @@ def federation_differs(job: ClientJob, meta: dict[str, Any], dataset: str) -> li
         "num_clients": job.num_clients,
         "client_index": job.client_index,
         "partition_seed": job.partition_seed,
-        "subset": job.subset or None,
-        "public_size": job.public_size or None,
+        "subset": job.subset,
+        "public_size": job.public_size,
     }
     theirs = {
         "profile": meta.get("profile"),
@@ -163,10 +163,15 @@ def federation_differs(job: ClientJob, meta: dict[str, Any], dataset: str) -> li
         "num_clients": part.get("num_clients"),
         "client_index": part.get("client_index"),
         "partition_seed": part.get("seed"),
-        "subset": part.get("subset"),  # absent: the whole training split
-        "public_size": part.get("public_size"),  # absent: no public set carved
+        "subset": part.get("subset"),
+        "public_size": part.get("public_size"),
     }
-    return diffs + [f"{k} {theirs[k]} -> {ours[k]}" for k in ours if theirs[k] != ours[k]]
+    # An upload made before edgefl recorded the subset and the public carve does not say them:
+    # those two are not compared for it (the dataset and the rest still are).
+    unsaid = {k for k in ("subset", "public_size") if k not in part}
+    return diffs + [
+        f"{k} {theirs[k]} -> {ours[k]}" for k in ours if k not in unsaid and theirs[k] != ours[k]
+    ]
 
 
 def _model_differs(

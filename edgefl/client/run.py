@@ -518,10 +518,10 @@ def _partition_record(job: ClientJob, data: ArrayDataset, shard: np.ndarray) -> 
     )
 
 
-def _carved(job: ClientJob) -> dict[str, int]:
-    """What else decides the shard: the subset dealt and the public set carved out first
-    (recorded where used, so older uploads, made without either, read the same)."""
-    return {k: v for k, v in (("subset", job.subset), ("public_size", job.public_size)) if v}
+def _carved(job: ClientJob) -> dict[str, int | None]:
+    """What else decides the shard: the subset dealt (None: all of train) and the public set
+    carved out first (0: none). Always recorded: an upload without them predates them."""
+    return {"subset": job.subset, "public_size": job.public_size}
 
 
 def _write_upload(

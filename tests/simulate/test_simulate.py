@@ -245,7 +245,7 @@ def test_resume_refuses_a_different_setting(tmp_path, monkeypatch):
         ({"partition": "iid"}, r"partition dirichlet:1.0 -> iid"),
         ({"dataset": "mnist", "subset": 2000}, r"dataset digits -> mnist"),
         ({"subset": 1000}, r"subset None -> 1000"),
-        ({"public_size": 300}, r"public_size None -> 300"),  # FedDF's carve moves every shard
+        ({"public_size": 300}, r"public_size 0 -> 300"),  # FedDF's carve moves every shard
         ({"clients": 5, "mix": "smartphone:3,wristband:2"}, r"num_clients 4 -> 5"),
     ):
         with pytest.raises(ConfigError, match="different run") as err:
@@ -475,3 +475,25 @@ def test_results_md_says_what_the_clients_released():
         run | {"job": job | {"paper_models": False, "dp": "8", "label_counts": "absent"}}
     )
     assert "Clients trained DP-SGD at `--dp 8`; label counts absent." in dp
+
+
+def test_uploads_made_before_the_carve_was_recorded_are_still_reused(tmp_path, monkeypatch):
+    """An --out of an earlier edgefl (e.g. `make demo`'s runs/demo) holds uploads that do not
+    record --subset or the public carve: resumed as before, not refused for saying nothing."""
+    import onnx
+
+    out = tmp_path / "run"
+    simulate(tiny(out, methods=("fedavg",), subset=1000))
+    for f in (out / "uploads").glob("*.onnx"):
+        model = onnx.load(str(f))
+        for prop in model.metadata_props:
+            if prop.key == exporters.METADATA_KEY:
+                meta = json.loads(prop.value)
+                assert meta["partition"]["subset"] == 1000
+                del meta["partition"]["subset"], meta["partition"]["public_size"]
+                prop.value = json.dumps(meta)
+        onnx.save(model, str(f))
+    monkeypatch.setattr(pool, "_train_one", lambda *a: pytest.fail("an old upload was retrained"))
+    (out / "results.json").unlink()
+    done = simulate(tiny(out, methods=("fedavg",), subset=1000))
+    assert all(c["reused"] for c in done["clients"])
