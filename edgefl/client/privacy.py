@@ -310,18 +310,25 @@ def spent(meta: dict[str, Any]) -> Spent:
         return Spent(None, None, problem=f"its privacy record is unreadable ({text})")
     if problem is not None:
         return Spent(None, None, problem=f"its privacy record is inconsistent: {problem}")
-    if labels["release"] == "exact":
-        return Spent(None, None, "its label counts are exact (not private)")
-    samples = (meta.get("training") or {}).get("samples")
-    if isinstance(samples, int) and samples > 0 and delta > (1 + 1e-9) / samples:  # sums round
-        why = f"its delta {delta:.3g} is above 1/n = {1 / samples:.3g} ({samples} samples)"
-        return Spent(None, None, why)
-    if meta.get("kind") == "prototypes" and "prototypes" not in record:
-        return Spent(None, None, "its prototypes are exact means (no noise on them)")
+    leak = _not_private(meta, record, labels, delta)
+    if leak is not None:
+        return Spent(None, None, leak)
     if record.get("noise") != "secret":
         why = "its noise came from a stated seed (a simulation)"
         return Spent(eps, delta, why, replayable=True)
     return Spent(eps, delta)
+
+
+def _not_private(meta: dict[str, Any], record: dict, labels: dict, delta: float) -> str | None:
+    """Why a consistent record is still not private as a whole, or None."""
+    if labels["release"] == "exact":
+        return "its label counts are exact (not private)"
+    samples = (meta.get("training") or {}).get("samples")
+    if isinstance(samples, int) and samples > 0 and delta > (1 + 1e-9) / samples:  # sums round
+        return f"its delta {delta:.3g} is above 1/n = {1 / samples:.3g} ({samples} samples)"
+    if meta.get("kind") == "prototypes" and "prototypes" not in record:
+        return "its prototypes are exact means (no noise on them)"
+    return None
 
 
 def _gaussian_parts(record: dict[str, Any]) -> tuple[float, float, str | None]:
