@@ -172,12 +172,12 @@ def _check_classes(key: str, classes: Any, ctx: _Context) -> str | None:
 
 
 def _counts_stated(ctx: _Context) -> bool:
-    """Prototypes state their per-class counts where the label counts are released exactly, or
+    """(Of a prototypes upload.) Prototypes state their per-class counts where the label counts are released exactly, or
     where DP released both (the counts then noisy); withheld or noised label counts leave them
     out: the exact counts are that histogram."""
     record = ctx.meta.get("privacy")
     dp_prototypes = isinstance(record, dict) and "prototypes" in record
-    return ctx.kind == "prototypes" and (_label_release(ctx) == "exact" or dp_prototypes)
+    return _label_release(ctx) == "exact" or dp_prototypes
 
 
 def _check_counts(key: str, counts: Any, ctx: _Context) -> str | None:

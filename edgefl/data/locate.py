@@ -47,17 +47,21 @@ def search_path(name: str, data_dir: str | Path | None = None) -> list[Path]:
     """The folders looked in for dataset `name`, in order."""
     if data_dir is not None:
         return [Path(data_dir)]
-    env = [Path(p) for p in os.environ.get(ENV, "").split(os.pathsep) if p]
+    env = _env_folders()
     info = DATASETS.get(name)
     system = [SYSTEM_ROOT / (info.system_folder or name)]
     return [*env, Path("data"), *system]
 
 
+def _env_folders() -> list[Path]:
+    """The folders of $EDGEFL_DATA_DIR, in order."""
+    return [Path(p) for p in os.environ.get(ENV, "").split(os.pathsep) if p]
+
+
 def unusable_folders(data_dir: str | Path | None = None) -> list[str]:
     """The folders the user named (--data-dir, $EDGEFL_DATA_DIR) that are not folders: the
     search passes over them, and `data list` says so (a typo read as "not found")."""
-    named = [Path(data_dir)] if data_dir is not None else None
-    named = named or [Path(p) for p in os.environ.get(ENV, "").split(os.pathsep) if p]
+    named = [Path(data_dir)] if data_dir is not None else _env_folders()
     flag = "--data-dir" if data_dir is not None else f"${ENV}"
     return [f"{flag} names {p}, which is not a folder" for p in named if not p.is_dir()]
 
