@@ -18,8 +18,10 @@ import gc
 import multiprocessing
 import os
 import pickle
+import queue
 import signal
 import sys
+import threading
 import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -96,6 +98,7 @@ class _Crew:
         self.busy: dict[Any, list] = {}  # connection -> [process, task or None]
         self.done: dict[int, Any] = {}
         self.raised: list[BaseException] = []
+        self.forker = _Forker()
 
     def start(self) -> None:
         here, there = self.ctx.Pipe()
@@ -106,7 +109,7 @@ class _Crew:
         # is known here (stop() ends it). Python-level: a thread mask would not hold a signal
         # the kernel hands to another of this process's threads.
         with deferred_signals():
-            proc.start()
+            self.forker.start(proc)
             there.close()
             self.busy[here] = [proc, None]
         self.give(here)
@@ -155,6 +158,47 @@ class _Crew:
                 proc.join()
             conn.close()
         self.busy.clear()
+        self.forker.close()  # after its workers: their parent-death signal follows its thread
+
+
+class _Forker:
+    """Starts the workers from a thread of its own, which never runs torch.
+
+    libgomp (torch's OpenMP) keeps a thread's pool of helper threads in that thread's own
+    storage, and fork copies the storage but not the helpers: a worker forked from a thread that
+    had run a parallel region waited forever in its first one (a futex in libgomp under a oneDNN
+    convolution: `server fuse --method ensemble,fedavg --robust screen` on an idle 2-core machine,
+    whose screen ran 2-thread convolutions before the fork and whose lone worker got both
+    threads). Forked from this thread, a worker's thread has no pool and builds a fresh one.
+    The thread lives as long as the crew: a worker's PR_SET_PDEATHSIG fires when the thread
+    that forked it ends."""
+
+    def __init__(self) -> None:
+        self.requests: queue.Queue = queue.Queue()
+        self.thread = threading.Thread(target=self._run, name="edgefl-forker", daemon=True)
+        self.thread.start()
+
+    def start(self, proc) -> None:
+        done: queue.Queue = queue.Queue(maxsize=1)
+        self.requests.put((proc, done))
+        failed = done.get()
+        if failed is not None:
+            raise failed
+
+    def close(self) -> None:
+        if self.thread.is_alive():
+            self.requests.put(None)
+            self.thread.join()
+
+    def _run(self) -> None:
+        while (item := self.requests.get()) is not None:
+            proc, done = item
+            try:
+                proc.start()
+            except BaseException as exc:  # noqa: BLE001 - raised again in the crew's thread
+                done.put(exc)
+            else:
+                done.put(None)
 
 
 def _serve(parent: int, conn, work: Work, threads: int) -> None:

@@ -1,0 +1,147 @@
+"""`edgefl audit UPLOAD...`: membership inference against one's own uploads (edgefl.client.audit)."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+import typer
+from rich.table import Table
+
+from edgefl.cli.common import QUIET, console, print_json, upload_text
+from edgefl.errors import ConfigError
+
+REPORT_KEY = "edgefl_audit"  # what marks a JSON file as an audit report (--out replaces only one)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("audit")(audit_cmd)
+
+
+def audit_cmd(
+    uploads: list[str] = typer.Argument(..., help="Classifier or decoder uploads (.onnx)."),
+    data_dir: str | None = typer.Option(None, help="Folder with standard dataset files."),
+    dataset: str | None = typer.Option(
+        None, help="The data the clients trained on (default: the dataset each upload names)."
+    ),
+    queries: int = typer.Option(1000, help="Members queried (at most; as many non-members)."),
+    nonmembers: str = typer.Option(
+        "population",
+        help="population: other clients' samples with the members' class counts; held-out: the "
+        "client's own validation split (sensor windows overlap theirs: an upper bound).",
+    ),
+    shadows: int = typer.Option(
+        4, help="Classifiers: LiRA's shadow models, trained as the upload was (0: none)."
+    ),
+    reference: bool = typer.Option(
+        True, help="Decoders: train a reference decoder to calibrate the distances."
+    ),
+    restarts: int = typer.Option(4, help="Decoders: latent starts per reconstruction."),
+    steps: int = typer.Option(100, help="Decoders: Adam steps per reconstruction start."),
+    draws: int = typer.Option(2000, help="Decoders: samples per class (sample distance)."),
+    seed: int = typer.Option(0, help="Seed of the queries, the attacker's models, the bootstrap."),
+    out: str | None = typer.Option(None, help="Also write the report (JSON) to this file."),
+    json_out: bool = typer.Option(False, "--json", help="Print JSON."),
+    quiet: bool = QUIET,
+) -> None:
+    """Membership inference against uploads: how well an attacker holding an upload tells the
+    samples it was trained on from samples it never saw (AUC, TPR at 1% and 0.1% FPR, 95%
+    bootstrap intervals)."""
+    from edgefl.cli.progress import reporter
+    from edgefl.client.audit import AuditSettings, open_target, run_audit
+
+    settings = AuditSettings(
+        queries=queries,
+        nonmembers=nonmembers,
+        shadows=shadows,
+        reference=reference,
+        restarts=restarts,
+        steps=steps,
+        draws=draws,
+        seed=seed,
+    )
+    if out:
+        _check_out(Path(out))
+    targets = [open_target(path, data_dir, dataset) for path in uploads]  # every check first
+    start = time.perf_counter()
+    results = []
+    with reporter(quiet) as report:
+        for i, target in enumerate(targets):
+            report.message(f"auditing {target.path} ({i + 1}/{len(targets)})")
+            results.append(run_audit(target, settings, report))
+    result = {
+        REPORT_KEY: 1,
+        "settings": asdict(settings),
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "seconds": round(time.perf_counter() - start, 1),
+        "uploads": results,
+    }
+    if out:
+        import exporters
+
+        exporters.atomic_write_text(out, json.dumps(result, indent=1) + "\n")
+    if json_out:
+        print_json(result)
+    elif not quiet:
+        for r in results:
+            _print(r)
+        if out:
+            console.print(f"report: {upload_text(out)}")
+
+
+def _check_out(path: Path) -> None:
+    """--out may be created, or replaced if an earlier audit wrote it (nothing else)."""
+    from edgefl.outputs import check_writable
+
+    check_writable(path, "--out", "audit.json")
+    if not path.exists():
+        return
+    try:
+        ours = REPORT_KEY in json.loads(path.read_text())
+    except (OSError, ValueError, TypeError):
+        ours = False
+    if not ours:
+        raise ConfigError(
+            f"--out {path} exists and is not an audit report",
+            hint="name a new file, e.g. --out audit.json",
+        )
+
+
+def _ci(value: float, ci) -> str:
+    return f"{value:.3f} [{ci[0]:.3f}, {ci[1]:.3f}]"
+
+
+def _print(r: dict) -> None:
+    console.print(
+        f"[bold]{upload_text(r['upload'])}[/] ({r['kind']} {upload_text(r['model'] or '')}, "
+        f"client {upload_text(r['client_id'])}, {upload_text(r['dataset'])}): "
+        f"{upload_text(r['privacy'])}"
+    )
+    console.print(
+        f"  members: {r['members']} of the {r['trained_on']} samples it trained on; "
+        f"non-members: {upload_text(r['nonmember_source'])}"
+    )
+    if r["accuracy"]:
+        acc = r["accuracy"]
+        console.print(
+            f"  accuracy: members {100 * acc['members']:.1f}%, non-members "
+            f"{100 * acc['nonmembers']:.1f}%"
+        )
+    table = Table(show_header=True)
+    for column in ("attack", "AUC [95% CI]", "TPR@1%FPR", "TPR@0.1%FPR"):
+        table.add_column(column)
+    for row in r["attacks"]:
+        tpr = {k: _ci(row["tpr"][k], row["tpr_ci"][k]) for k in row["tpr"]}
+        table.add_row(
+            row["attack"],
+            _ci(row["auc"], row["auc_ci"]),
+            tpr.get("0.01", "-"),
+            tpr.get("0.001", "-"),
+        )
+    console.print(table)
+    for line in r["skipped"]:
+        console.print(f"  not run: {upload_text(line)}")
+    if r["label_counts"] == "exact":
+        console.print("  label counts: exact (the client's class histogram, released as is)")

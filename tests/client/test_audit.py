@@ -1,0 +1,154 @@
+"""`edgefl audit`: membership inference against real uploads, the members recovered from the
+upload's own record (edgefl.client.audit), on digits."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from edgefl.client.audit import AuditSettings, choose_queries, open_target, run_audit
+from edgefl.client.run import ClientJob, _local_data, run_client
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+COMMON = dict(profile="wristband", dataset="digits", num_clients=4, partition="dirichlet:0.5")
+# An MLP trained 40 epochs on 540 MNIST digits: 100 % on them, ~84 % on others (digits' 8x8
+# images are too easy to overfit: 60 epochs of scnn left the loss attack at AUC 0.54).
+OVERFIT = dict(profile="wristband", dataset="mnist", num_clients=100, partition="iid")
+
+
+@pytest.fixture(scope="module")
+def uploads(tmp_path_factory):
+    """An overfit classifier (many epochs on a small shard), a plain one trained under DP-SGD
+    and a small decoder."""
+    out = str(tmp_path_factory.mktemp("uploads"))
+    overfit = run_client(
+        ClientJob(**OVERFIT, out_dir=out, model="mlp", epochs=40, force=True, client_id="overfit")
+    )
+    dp = run_client(
+        ClientJob(
+            **COMMON,
+            out_dir=out,
+            client_index=1,
+            model="scnn:width=8,bn=false",
+            epochs=2,
+            dp="8",
+            label_counts="absent",
+            client_id="dp",
+        )
+    )
+    dec = run_client(
+        ClientJob(**COMMON, out_dir=out, client_index=2, model="cvae-mlp:hidden=16", epochs=2)
+    )
+    return {"overfit": overfit.path, "dp": dp.path, "decoder": dec.path}
+
+
+def test_members_are_the_samples_the_client_trained_on(uploads):
+    target = open_target(uploads["decoder"])
+    _, _, _, train_idx, val_idx, _ = _local_data(ClientJob(**COMMON, client_index=2))
+    assert np.array_equal(target.train_idx, train_idx)
+    assert np.array_equal(target.val_idx, val_idx)
+    q = choose_queries(target, AuditSettings(queries=50))
+    assert 0 < len(q.members) <= 50 and set(q.members) <= set(train_idx.tolist())
+    # population non-members: outside the shard, with the members' class counts
+    assert not set(q.nonmembers) & set(target.shard.tolist())
+    y = target.data.y
+    assert np.array_equal(
+        np.bincount(y[q.members], minlength=10), np.bincount(y[q.nonmembers], minlength=10)
+    )
+    assert not set(q.pool) & (set(q.members) | set(q.nonmembers))
+    held = choose_queries(target, AuditSettings(queries=50, nonmembers="held-out"))
+    assert set(held.nonmembers) <= set(val_idx.tolist())
+
+
+def test_an_overfit_classifier_is_caught(uploads, cli, tmp_path):
+    report = tmp_path / "audit.json"
+    res = cli(
+        "audit", str(uploads["overfit"]), "--shadows", "2", "--out", str(report), "--json", "-q"
+    )
+    assert res.exit_code == 0, res.output
+    result = json.loads(res.stdout)
+    assert json.loads(report.read_text()) == result
+    (audited,) = result["uploads"]
+    assert audited["kind"] == "classifier" and 0 < audited["members"] <= audited["trained_on"]
+    rows = {r["attack"]: r for r in audited["attacks"]}
+    assert set(rows) == {"loss threshold", "LiRA offline, 2 shadows"}
+    loss = rows["loss threshold"]
+    assert loss["auc_ci"][0] <= loss["auc"] <= loss["auc_ci"][1]
+    # measured 0.62 [0.59, 0.66] (loss) and 0.68 [0.65, 0.71] (LiRA): members are told apart
+    assert loss["auc_ci"][0] > 0.55
+    assert rows["LiRA offline, 2 shadows"]["auc_ci"][0] > 0.55
+    assert audited["accuracy"]["members"] > audited["accuracy"]["nonmembers"]
+    assert "not differentially private as a whole" in audited["privacy"]
+
+
+def test_decoder_and_dp_uploads_print_their_attacks(uploads, cli):
+    res = cli(
+        "audit", str(uploads["decoder"]), str(uploads["dp"]), "--shadows", "0",
+        "--steps", "5", "--restarts", "1", "--draws", "50", "-q", "--json",
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    dec, dp = json.loads(res.stdout)["uploads"]
+    assert [r["attack"] for r in dec["attacks"]] == [
+        "reconstruction",
+        "reconstruction (calibrated)",
+        "sample distance",
+        "sample distance (calibrated)",
+    ]
+    assert [r["attack"] for r in dp["attacks"]] == ["loss threshold"]
+    assert dp["label_counts"] == "absent"
+    assert "-DP by its record" in dp["privacy"]
+    for row in dec["attacks"] + dp["attacks"]:
+        assert 0 <= row["auc"] <= 1
+
+
+def test_table_output(uploads, cli):
+    res = cli(
+        "audit",
+        str(uploads["decoder"]),
+        "--no-reference",
+        "--steps",
+        "3",
+        "--restarts",
+        "1",
+        "--draws",
+        "20",
+    )
+    assert res.exit_code == 0, res.output
+    text = " ".join(res.stdout.split())
+    assert "reconstruction" in text and "calibrated" not in text
+    assert "AUC" in text and "label counts: exact" in text
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--shadows", "1"], "--shadows 2 or more"),
+        (["--nonmembers", "others"], "--nonmembers"),
+        (["--queries", "0"], "--queries"),
+        (["--dataset", "fmnist"], "not what it trained on"),
+    ],
+)
+def test_refusals_come_before_any_work(uploads, cli, args, says):
+    res = cli("audit", str(uploads["overfit"]), *args)
+    assert res.exit_code == 2, res.output
+    assert says in " ".join(res.output.split())
+    assert "Traceback" not in res.output
+
+
+def test_missing_upload_and_foreign_out_are_refused(uploads, cli, tmp_path):
+    res = cli("audit", str(tmp_path / "nope.onnx"))
+    assert res.exit_code == 2 and "not found" in res.output
+    other = tmp_path / "notes.json"
+    other.write_text('{"mine": 1}')
+    res = cli("audit", str(uploads["overfit"]), "--out", str(other))
+    assert res.exit_code == 2 and "not an audit report" in " ".join(res.output.split())
+    assert other.read_text() == '{"mine": 1}'
+
+
+def test_run_audit_is_repeatable(uploads):
+    target = open_target(uploads["dp"])
+    settings = AuditSettings(queries=40, shadows=0)
+    assert run_audit(target, settings)["attacks"] == run_audit(target, settings)["attacks"]
