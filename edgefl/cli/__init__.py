@@ -159,6 +159,7 @@ def _register() -> None:
         "search_cmd",
         "infer_cmd",
         "deploy_cmd",
+        "audit_cmd",
     )
     for name in names:
         try:

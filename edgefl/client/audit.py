@@ -230,7 +230,8 @@ def choose_queries(target: Target, settings: AuditSettings) -> Queries:
             + (" (other users' windows)" if data.groups is not None else "")
             + ", with the members' class counts"
             + (
-                f" (classes {', '.join(map(str, short))}: as many members as others)"
+                f" (class{'es' if len(short) > 1 else ''} {', '.join(map(str, short))}: "
+                "as many members as others)"
                 if len(short)
                 else ""
             )
@@ -358,15 +359,21 @@ def decoder_scores(
     how = audit.Reconstruction(restarts=settings.restarts, steps=settings.steps)
     distances: dict[tuple[str, str], np.ndarray] = {}
     for who, decoder in decoders.items():
-        report("decoder attacks", len(distances), 2 * len(decoders), who)
         if not isinstance(decoder, _Onnx):  # reconstruction needs the decoder's gradient
-            distances[who, "reconstruction"] = audit.reconstruction_distances(
-                decoder, x, y, classes, how, seed=settings.seed
+            distances[who, "reconstruction"] = _reconstructed(
+                decoder,
+                x,
+                y,
+                classes,
+                how,
+                settings.seed,
+                lambda i, k=who: report(
+                    f"reconstruction ({k})", i, len(y), f"{how.restarts} starts x {how.steps} steps"
+                ),
             )
         distances[who, "sample distance"] = audit.sample_distances(
             decoder, x, y, classes, samples=settings.draws, seed=settings.seed
         )
-    report("decoder attacks", 2 * len(decoders), 2 * len(decoders))
     scores = {}
     for (who, attack), dist in distances.items():
         if who != "target":
@@ -376,6 +383,19 @@ def decoder_scores(
         if ref is not None:
             scores[attack + " (calibrated)"] = _split(audit.distance_scores(dist, ref), n)
     return scores, {}
+
+
+def _reconstructed(decoder, x, y, classes, how, seed: int, done: Callable[[int], None]):
+    """audit.reconstruction_distances in batches, each done reported (minutes on a CPU)."""
+    out = []
+    for i in range(0, len(y), how.batch):
+        done(i)
+        part = slice(i, i + how.batch)
+        out.append(
+            audit.reconstruction_distances(decoder, x[part], y[part], classes, how, seed=seed + i)
+        )
+    done(len(y))
+    return np.concatenate(out)
 
 
 def _split(scores: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:

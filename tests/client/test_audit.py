@@ -42,7 +42,13 @@ def uploads(tmp_path_factory):
     dec = run_client(
         ClientJob(**COMMON, out_dir=out, client_index=2, model="cvae-mlp:hidden=16", epochs=2)
     )
-    return {"overfit": overfit.path, "dp": dp.path, "decoder": dec.path}
+    int8 = run_client(
+        ClientJob(
+            **COMMON, out_dir=out, client_index=3, model="cvae-mlp:hidden=16", epochs=1,
+            quantize="int8",
+        )
+    )  # fmt: skip
+    return {"overfit": overfit.path, "dp": dp.path, "decoder": dec.path, "int8": int8.path}
 
 
 def test_members_are_the_samples_the_client_trained_on(uploads):
@@ -152,3 +158,11 @@ def test_run_audit_is_repeatable(uploads):
     target = open_target(uploads["dp"])
     settings = AuditSettings(queries=40, shadows=0)
     assert run_audit(target, settings)["attacks"] == run_audit(target, settings)["attacks"]
+
+
+def test_an_int8_decoder_is_queried_through_onnxruntime(uploads, cli):
+    res = cli("audit", str(uploads["int8"]), "--draws", "30", "--no-reference", "-q", "--json")
+    assert res.exit_code == 0, res.output
+    (audited,) = json.loads(res.stdout)["uploads"]
+    assert [r["attack"] for r in audited["attacks"]] == ["sample distance"]
+    assert "reconstruction" in audited["skipped"][0] and "int8" in audited["skipped"][0]
