@@ -393,10 +393,12 @@ def _partition_summary(
         for x in r["results"]
         if x["method"] == m
     ]
-    accs = [(s, 100 * x["accuracy"]) for s, x in hits if x["accuracy"] is not None]
+    # Rounded to 4 decimals (a test set's accuracy in percent has 2 or 3): the JSON reads
+    # 12.74, not the float sum's 12.740000000000002.
+    accs = [(s, round(100 * x["accuracy"], 4)) for s, x in hits if x["accuracy"] is not None]
     scopes = _scopes(hits)
     values = [a for _, a in accs]
-    mean, std = _mean_std(values)
+    mean, std = (None if v is None else round(v, 4) for v in _mean_std(values))
     paper = paper_reference(table.dataset, p, table.clients, table.source).get(m)
     return {
         "seeds": [s for s, _ in accs],
@@ -406,7 +408,7 @@ def _partition_summary(
         "std": std,
         "paper": paper,
         # Not the paper's row when part of the federation was left out: no gap.
-        "gap": None if mean is None or paper is None or scopes else mean - paper,
+        "gap": None if mean is None or paper is None or scopes else round(mean - paper, 4),
         "scope": scopes,
         "error": next((x["error"] for _, x in hits if x["accuracy"] is None), None),
     }

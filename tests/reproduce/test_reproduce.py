@@ -257,6 +257,8 @@ def test_table_shows_the_gap_to_the_paper():
     cell = {r["method"]: r for r in summary["rows"]}["fedmho"]["partitions"]["dirichlet:0.5"]
     assert cell["paper"] == paper_reference("mnist", "dirichlet:0.5", 10)["fedmho"] == 93.45
     assert cell["mean"] == pytest.approx(91.0) and cell["gap"] == pytest.approx(-2.45)
+    # The JSON carries the numbers as written, not the float arithmetic's tails
+    assert cell["accuracies"] == [90.0, 92.0] and cell["gap"] == -2.45 and cell["std"] == 1.4142
     md = table_markdown(summary)
     assert "| fedmho | fedmho | 91.00 +- 1.41 (n=2) | 93.45 | -2.45 |" in md
     assert "fedavg: needs one architecture" in md
