@@ -398,7 +398,7 @@ def _partition_summary(
     accs = [(s, round(100 * x["accuracy"], 4)) for s, x in hits if x["accuracy"] is not None]
     scopes = _scopes(hits)
     values = [a for _, a in accs]
-    mean, std = (None if v is None else round(v, 4) for v in _mean_std(values))
+    mean, std = map(_rounded, _mean_std(values))
     paper = paper_reference(table.dataset, p, table.clients, table.source).get(m)
     return {
         "seeds": [s for s, _ in accs],
@@ -412,6 +412,10 @@ def _partition_summary(
         "scope": scopes,
         "error": next((x["error"] for _, x in hits if x["accuracy"] is None), None),
     }
+
+
+def _rounded(value: float | None) -> float | None:
+    return None if value is None else round(value, 4)
 
 
 def _mean_std(values: list[float]) -> tuple[float | None, float | None]:
