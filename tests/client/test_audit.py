@@ -11,7 +11,7 @@ import pytest
 from edgefl.client.audit import AuditSettings, choose_queries, open_target, run_audit
 from edgefl.client.run import ClientJob, _local_data, run_client
 
-pytestmark = pytest.mark.usefixtures("one_torch_thread")
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_torch_thread")]
 
 COMMON = dict(profile="wristband", dataset="digits", num_clients=4, partition="dirichlet:0.5")
 # An MLP trained 40 epochs on 540 MNIST digits: 100 % on them, ~84 % on others (digits' 8x8
@@ -112,16 +112,9 @@ def test_decoder_and_dp_uploads_print_their_attacks(uploads, cli):
 
 def test_table_output(uploads, cli):
     res = cli(
-        "audit",
-        str(uploads["decoder"]),
-        "--no-reference",
-        "--steps",
-        "3",
-        "--restarts",
-        "1",
-        "--draws",
-        "20",
-    )
+        "audit", str(uploads["decoder"]), "--no-reference", "--steps", "3", "--restarts", "1",
+        "--draws", "20",
+    )  # fmt: skip
     assert res.exit_code == 0, res.output
     text = " ".join(res.stdout.split())
     assert "reconstruction" in text and "calibrated" not in text

@@ -29,6 +29,7 @@ print("done", sorted(done))
 """
 
 
+@pytest.mark.slow
 @pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="a worker gets one thread on one core")
 def test_a_worker_with_threads_forked_after_parallel_work_finishes():
     proc = subprocess.run(
