@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
+import platform
+import shlex
+import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -10,6 +14,7 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
+from edgefl import __version__
 from edgefl.cli.common import QUIET, console, print_json, upload_text
 from edgefl.errors import ConfigError
 
@@ -73,6 +78,9 @@ def audit_cmd(
             results.append(run_audit(target, settings, report))
     result = {
         REPORT_KEY: 1,
+        "command": shlex.join(["edgefl", *sys.argv[1:]]) if sys.argv[1:2] == ["audit"] else None,
+        "edgefl_version": __version__,
+        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, {platform.platform()}",
         "settings": asdict(settings),
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "seconds": round(time.perf_counter() - start, 1),
