@@ -159,3 +159,19 @@ def test_an_int8_decoder_is_queried_through_onnxruntime(uploads, cli):
     (audited,) = json.loads(res.stdout)["uploads"]
     assert [r["attack"] for r in audited["attacks"]] == ["sample distance"]
     assert "reconstruction" in audited["skipped"][0] and "int8" in audited["skipped"][0]
+
+
+def test_a_hapt_users_uploads_against_other_peoples_windows(tmp_path, cli):
+    """Sensor windows: a user partition's client, its decoder (trained on aligned windows) and
+    its classifier (rotation jitter), audited against other users' windows."""
+    hapt = dict(profile="smartphone", dataset="hapt", partition="user", num_clients=21, epochs=1)
+    dec = run_client(ClientJob(**hapt, out_dir=str(tmp_path), model="cvae1d", client_id="dec"))
+    clf = run_client(ClientJob(**hapt, out_dir=str(tmp_path), model="cnn1d", client_id="clf"))
+    assert dec.metadata["training"]["windows"] == "aligned"
+    args = ("--queries", "60", "--draws", "30", "--steps", "3", "--restarts", "1")
+    res = cli("audit", str(dec.path), str(clf.path), *args, "--shadows", "0", "-q", "--json")
+    assert res.exit_code == 0, res.output
+    for audited in json.loads(res.stdout)["uploads"]:
+        assert "other users' windows" in audited["nonmember_source"]
+        assert audited["members"] == audited["nonmembers"] == 60
+        assert all(0 <= r["auc"] <= 1 for r in audited["attacks"])
