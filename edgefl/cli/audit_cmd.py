@@ -55,7 +55,7 @@ def audit_cmd(
     samples it was trained on from samples it never saw (AUC, TPR at 1% and 0.1% FPR, 95%
     bootstrap intervals)."""
     from edgefl.cli.progress import reporter
-    from edgefl.client.audit import AuditSettings, open_target, run_audit
+    from edgefl.client.audit import AuditSettings, open_target, prepare, run_audit
 
     settings = AuditSettings(
         queries=queries,
@@ -67,15 +67,16 @@ def audit_cmd(
         draws=draws,
         seed=seed,
     )
-    if out:
+    if out is not None:
         _check_out(Path(out))
     targets = [open_target(path, data_dir, dataset) for path in uploads]  # every check first
+    queries = [prepare(target, settings) for target in targets]
     start = time.perf_counter()
     results = []
     with reporter(quiet) as report:
         for i, target in enumerate(targets):
             report.message(f"auditing {target.path} ({i + 1}/{len(targets)})")
-            results.append(run_audit(target, settings, report))
+            results.append(run_audit(target, settings, report, queries[i]))
     result = {
         REPORT_KEY: 1,
         "command": shlex.join(["edgefl", *sys.argv[1:]]) if sys.argv[1:2] == ["audit"] else None,
@@ -103,11 +104,14 @@ def _check_out(path: Path) -> None:
     """--out may be created, or replaced if an earlier audit wrote it (nothing else)."""
     from edgefl.outputs import check_writable
 
+    if not str(path) or str(path) == ".":
+        raise ConfigError("--out names no file", hint="e.g. --out audit.json")
     check_writable(path, "--out", "audit.json")
     if not path.exists():
         return
     try:
-        ours = REPORT_KEY in json.loads(path.read_text())
+        held = json.loads(path.read_text())
+        ours = isinstance(held, dict) and REPORT_KEY in held
     except (OSError, ValueError, TypeError):
         ours = False
     if not ours:

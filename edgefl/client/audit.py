@@ -23,7 +23,7 @@ counts.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -35,15 +35,15 @@ import exporters
 from edgefl.artifacts.upload import RebuildRejected, Upload, rebuild
 from edgefl.bounds import OneOf, Range
 from edgefl.client.job import ClientJob
-from edgefl.client.privacy import spent, split_budget
-from edgefl.client.run import client_shard
+from edgefl.client.privacy import spent
+from edgefl.client.run import client_shard, dataset_info_for
 from edgefl.data import load_dataset
-from edgefl.data.align import align_windows
+from edgefl.data.align import align_like, align_windows
 from edgefl.data.datasets import ArrayDataset
-from edgefl.data.partition import train_val_split
+from edgefl.data.partition import parse_scheme, train_val_split
 from edgefl.errors import ArtifactError, ConfigError, EdgeflError
 from edgefl.models.zoo import spec_label
-from edgefl.privacy import audit
+from edgefl.privacy import DPConfig, audit
 from edgefl.progress import NullReporter, Reporter
 from edgefl.training import TrainConfig, init_model, train
 
@@ -70,7 +70,7 @@ class AuditSettings:
             ("--draws", self.draws),
         ):
             Range(1, integer=True).check(flag, value)
-        Range(0, integer=True).check("--seed", self.seed)
+        Range(0, 2**31 - 1, integer=True).check("--seed", self.seed)
         OneOf(NONMEMBERS).check("--nonmembers", self.nonmembers)
         if self.shadows == 1 or self.shadows < 0:
             raise ConfigError(
@@ -111,10 +111,16 @@ def open_target(
         )
     if not (dataset or meta.get("dataset")):
         raise ConfigError(f"{path} does not name its dataset", hint="pass --dataset")
-    data = load_dataset(dataset or meta["dataset"], "train", data_dir=data_dir)
-    shard = client_shard(_job_of(meta, dataset, data_dir), data)
-    client = int(meta["partition"]["client_index"])
-    train_idx, val_idx = train_val_split(shard, 0.1, seed=int(meta["training"]["seed"]) + client)
+    data = load_dataset(str(dataset or meta["dataset"]), "train", data_dir=data_dir)
+    named = dataset_info_for(str(dataset or meta["dataset"]), data).name
+    if meta.get("dataset") and named != meta["dataset"]:
+        raise ConfigError(
+            f"{path} was trained on {meta['dataset']!r}, not on {named!r}",
+            hint=f"drop --dataset, or pass the data it trained on ({meta['dataset']})",
+        )
+    job = _job_of(meta, dataset, data_dir)
+    shard = client_shard(job, data)
+    train_idx, val_idx = train_val_split(shard, 0.1, seed=job.seed + job.client_index)
     _check_members(path, meta, data, shard, train_idx)
     return Target(path, upload, data, train_idx, val_idx, shard)
 
@@ -212,7 +218,7 @@ def choose_queries(target: Target, settings: AuditSettings) -> Queries:
     members = np.sort(
         rng.choice(target.train_idx, min(settings.queries, len(target.train_idx)), replace=False)
     )
-    outside = np.setdiff1d(np.arange(len(data)), target.shard)
+    outside = np.setdiff1d(np.arange(len(data)), _overlapping(target))
     if settings.nonmembers == "held-out":
         own = target.val_idx
         nonmembers = np.sort(rng.choice(own, min(settings.queries, len(own)), replace=False))
@@ -227,7 +233,7 @@ def choose_queries(target: Target, settings: AuditSettings) -> Queries:
         members = class_matched(rng, members, y, got)
         source = (
             f"{len(nonmembers)} samples of other clients' data"
-            + (" (other users' windows)" if data.groups is not None else "")
+            + _windows_text(target)
             + ", with the members' class counts"
             + (
                 f" (class{'es' if len(short) > 1 else ''} {', '.join(map(str, short))}: "
@@ -237,11 +243,40 @@ def choose_queries(target: Target, settings: AuditSettings) -> Queries:
             )
         )
     if len(nonmembers) == 0:
+        other = "held-out" if settings.nonmembers == "population" else "population"
         raise ConfigError(
-            f"{target.path}: no non-members to query ({settings.nonmembers})",
-            hint="use --nonmembers population",
+            f"{target.path}: no non-members to query (--nonmembers {settings.nonmembers}: "
+            "no sample outside the client's shard is of a class it trained on)"
+            if settings.nonmembers == "population"
+            else f"{target.path}: the client held out no samples (--nonmembers held-out)",
+            hint=f"use --nonmembers {other}",
         )
     return Queries(members, nonmembers, np.setdiff1d(outside, nonmembers), source)
+
+
+def _user_split(target: Target) -> bool:
+    return parse_scheme(target.upload.meta["partition"]["scheme"]).kind == "user"
+
+
+def _overlapping(target: Target) -> np.ndarray:
+    """The client's samples and, on sensor windows dealt by other than user, each one's
+    neighbours in its recording: consecutive windows share half their samples, so a neighbour
+    of a trained window is no non-member."""
+    shard, groups = target.shard, target.data.groups
+    if groups is None or _user_split(target):
+        return shard
+    # Windows are stored in time order within a recording; a neighbour across a recording's
+    # end is left out too (a few samples fewer, never an overlap).
+    near = np.concatenate([shard - 1, shard, shard + 1])
+    return np.unique(near[(near >= 0) & (near < len(groups))])
+
+
+def _windows_text(target: Target) -> str:
+    if target.data.groups is None:
+        return ""
+    if _user_split(target):
+        return " (other users' windows)"
+    return " (no window next to one it holds: neighbours share half their samples)"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -251,24 +286,43 @@ def choose_queries(target: Target, settings: AuditSettings) -> Queries:
 Trainer = Callable[[np.ndarray, np.ndarray, int], nn.Module]
 
 
-def recipe(target: Target) -> Trainer:
-    t, spec = target.training, target.upload.spec
-    role = "generator" if target.upload.kind == "decoder" else "classifier"
-    classes = target.data.num_classes
-
-    def fit(x: np.ndarray, y: np.ndarray, seed: int) -> nn.Module:
-        budget = split_budget(t.get("dp"), t.get("label_release") or "exact", len(y))
-        cfg = TrainConfig(
+def train_config(target: Target, seed: int) -> TrainConfig:
+    """How the upload trained, from its record: DP-SGD at the (epsilon, delta) its plan spent on
+    the model (a share of --dp where label counts or prototypes took the rest), its clip and
+    batch; ConfigError naming the upload when the record cannot be replayed."""
+    t = target.training
+    plan = (target.upload.meta.get("privacy") or {}).get("dp_sgd")
+    try:
+        dp = None
+        if t.get("dp") is not None:
+            dp = replace(DPConfig.parse(t["dp"]), epsilon=plan["epsilon"], delta=plan["delta"])
+        return TrainConfig(
             epochs=int(t["epochs"]),
             batch_size=int(t["batch_size"]),
             optimizer=t["optimizer"],
             lr=float(t["lr"]),
             seed=seed,
             augment=t.get("augment") or "none",
-            dp=budget.training,
+            dp=dp,
             noise_seed=seed,  # the attacker's own models: seeded, so an audit repeats
         )
-        if t.get("windows") == "aligned":
+    except (EdgeflError, KeyError, TypeError, ValueError) as exc:
+        why = exc.message if isinstance(exc, EdgeflError) else f"{type(exc).__name__}: {exc}"
+        raise ConfigError(
+            f"{target.path}: its training record cannot be replayed for the shadow or "
+            f"reference models ({why})",
+            hint="audit it with --shadows 0 --no-reference (the attacks that train nothing)",
+        ) from None
+
+
+def recipe(target: Target) -> Trainer:
+    spec = target.upload.spec
+    role = "generator" if target.upload.kind == "decoder" else "classifier"
+    classes = target.data.num_classes
+
+    def fit(x: np.ndarray, y: np.ndarray, seed: int) -> nn.Module:
+        cfg = train_config(target, seed)
+        if target.training.get("windows") == "aligned":
             x = align_windows(x, y)
         model = init_model(spec, seed)
         train(model, role, x, y, classes, cfg)
@@ -282,6 +336,27 @@ def drawn_like(target: Target, pool: np.ndarray, seed: int) -> np.ndarray:
     holds them."""
     counts = np.bincount(target.data.y[target.train_idx], minlength=target.data.num_classes)
     return class_matched(np.random.default_rng(seed), pool, target.data.y, counts)
+
+
+def trains(target: Target, settings: AuditSettings) -> bool:
+    """Whether the audit trains models of its own (shadows, a reference decoder)."""
+    return bool(settings.shadows if target.upload.kind == "classifier" else settings.reference)
+
+
+def prepare(target: Target, settings: AuditSettings) -> Queries:
+    """The queries, and every check the attacks' own training needs: before any work."""
+    q = choose_queries(target, settings)
+    if trains(target, settings):
+        train_config(target, settings.seed)
+        have, need = len(drawn_like(target, q.pool, settings.seed)), len(target.train_idx)
+        if have < need / 2:
+            raise ConfigError(
+                f"{target.path}: the data outside its shard hold {have} samples of its classes "
+                f"for a shadow or reference model, which trains on {need} as it did",
+                hint="lower --queries (the non-members are kept out of it), or use --shadows 0 "
+                "--no-reference (the attacks that train nothing)",
+            )
+    return q
 
 
 # ---------------------------------------------------------------------------------------------
@@ -354,12 +429,16 @@ def decoder_scores(
         report("reference decoder", 1, 1)
     x, y, n = q.xy(target.data)
     if target.training.get("windows") == "aligned":  # as the decoder saw its windows
-        x = align_windows(x, y)  # members and non-members together: neither favoured
+        train_x, train_y = target.data.x[target.train_idx], target.data.y[target.train_idx]
+        x = align_like(train_x, train_y, x, y)
     classes = target.data.num_classes
     how = audit.Reconstruction(restarts=settings.restarts, steps=settings.steps)
     distances: dict[tuple[str, str], np.ndarray] = {}
+    # Reconstruction needs the decoder's gradient: an int8 target has none (nor then a use for
+    # the reference's).
+    rebuilt = not isinstance(decoders["target"], _Onnx)
     for who, decoder in decoders.items():
-        if not isinstance(decoder, _Onnx):  # reconstruction needs the decoder's gradient
+        if rebuilt:
             distances[who, "reconstruction"] = _reconstructed(
                 decoder,
                 x,
@@ -423,11 +502,15 @@ def privacy_text(meta: dict) -> str:
 
 
 def run_audit(
-    target: Target, settings: AuditSettings, report: Reporter | None = None
+    target: Target,
+    settings: AuditSettings,
+    report: Reporter | None = None,
+    queries: Queries | None = None,
 ) -> dict[str, Any]:
-    """Every attack on the upload's kind: AUC and TPR at low FPR with bootstrap intervals."""
+    """Every attack on the upload's kind: AUC and TPR at low FPR with bootstrap intervals.
+    `queries`: from `prepare` (which checks before any work), else chosen here."""
     report = report or NullReporter()
-    q = choose_queries(target, settings)
+    q = queries if queries is not None else prepare(target, settings)
     attack = classifier_scores if target.upload.kind == "classifier" else decoder_scores
     try:
         scores, accuracy = attack(target, q, settings, report)

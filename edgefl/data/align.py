@@ -22,17 +22,28 @@ ROUNDS = 3  # the template settles after two or three rounds
 
 def _shifts(moving: np.ndarray, rounds: int = ROUNDS) -> np.ndarray:
     """Circular shift per window (N, C, L) that best matches the class template."""
-    spectra = np.fft.rfft(moving, axis=-1)
+    return _fit(moving, rounds)[0]
+
+
+def _fit(moving: np.ndarray, rounds: int = ROUNDS) -> tuple[np.ndarray, np.ndarray]:
+    """(the shifts, the template the last round matched them to)."""
     template = moving[np.argmax((moving**2).sum(axis=(1, 2)))]
     shifts = np.zeros(len(moving), dtype=np.int64)
     for _ in range(rounds):
-        t = np.fft.rfft(template, axis=-1)
-        corr = np.fft.irfft((spectra * np.conj(t)[None]).sum(axis=1), n=moving.shape[-1], axis=-1)
-        shifts = -corr.argmax(axis=-1)
+        used = template
+        shifts = _match(moving, used)
         template = np.mean(
             [np.roll(m, s, axis=-1) for m, s in zip(moving, shifts, strict=True)], axis=0
         )
-    return shifts
+    return shifts, used
+
+
+def _match(moving: np.ndarray, template: np.ndarray) -> np.ndarray:
+    """Shift per window maximising its circular cross-correlation with `template`."""
+    spectra = np.fft.rfft(moving, axis=-1)
+    t = np.fft.rfft(template, axis=-1)
+    corr = np.fft.irfft((spectra * np.conj(t)[None]).sum(axis=1), n=moving.shape[-1], axis=-1)
+    return -corr.argmax(axis=-1)
 
 
 def align_windows(x: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -45,5 +56,24 @@ def align_windows(x: np.ndarray, y: np.ndarray) -> np.ndarray:
         idx = np.flatnonzero(y == c)
         moving = flat[idx] - flat[idx].mean(axis=-1, keepdims=True)
         for i, s in zip(idx, _shifts(moving), strict=True):
+            out[i] = np.roll(x[i], int(s), axis=-1)
+    return out
+
+
+def align_like(x_ref: np.ndarray, y_ref: np.ndarray, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """A copy of windows `x` aligned to the class templates `align_windows(x_ref, y_ref)` ends
+    with: a window of `x_ref` is shifted exactly as it was there, any other as it would have
+    been (a decoder's audit queries its training windows as it saw them). A class `x_ref`
+    lacks is left as recorded."""
+    out = np.array(x, copy=True)
+    ref, flat = np.asarray(x_ref)[:, :, 0, :], out[:, :, 0, :]
+    for c in np.unique(y):
+        own = ref[y_ref == c]
+        if len(own) == 0:
+            continue
+        _, template = _fit(own - own.mean(axis=-1, keepdims=True))
+        idx = np.flatnonzero(y == c)
+        moving = flat[idx] - flat[idx].mean(axis=-1, keepdims=True)
+        for i, s in zip(idx, _match(moving, template), strict=True):
             out[i] = np.roll(x[i], int(s), axis=-1)
     return out

@@ -92,7 +92,7 @@ def test_an_overfit_classifier_is_caught(uploads, cli, tmp_path):
 
 def test_decoder_and_dp_uploads_print_their_attacks(uploads, cli):
     res = cli(
-        "audit", str(uploads["decoder"]), str(uploads["dp"]), "--shadows", "0",
+        "audit", str(uploads["decoder"]), str(uploads["dp"]), "--shadows", "0", "--queries", "100",
         "--steps", "5", "--restarts", "1", "--draws", "50", "-q", "--json",
     )  # fmt: skip
     assert res.exit_code == 0, res.output
@@ -127,7 +127,7 @@ def test_table_output(uploads, cli):
         (["--shadows", "1"], "--shadows 2 or more"),
         (["--nonmembers", "others"], "--nonmembers"),
         (["--queries", "0"], "--queries"),
-        (["--dataset", "fmnist"], "not what it trained on"),
+        (["--dataset", "fmnist"], "was trained on 'mnist', not on 'fmnist'"),
     ],
 )
 def test_refusals_come_before_any_work(uploads, cli, args, says):
@@ -140,11 +140,19 @@ def test_refusals_come_before_any_work(uploads, cli, args, says):
 def test_missing_upload_and_foreign_out_are_refused(uploads, cli, tmp_path):
     res = cli("audit", str(tmp_path / "nope.onnx"))
     assert res.exit_code == 2 and "not found" in res.output
-    other = tmp_path / "notes.json"
-    other.write_text('{"mine": 1}')
-    res = cli("audit", str(uploads["overfit"]), "--out", str(other))
-    assert res.exit_code == 2 and "not an audit report" in " ".join(res.output.split())
-    assert other.read_text() == '{"mine": 1}'
+    for held in ('{"mine": 1}', '["edgefl_audit", "mine"]'):
+        other = tmp_path / "notes.json"
+        other.write_text(held)
+        res = cli("audit", str(uploads["overfit"]), "--out", str(other))
+        assert res.exit_code == 2 and "not an audit report" in " ".join(res.output.split())
+        assert other.read_text() == held
+
+
+def test_too_little_data_for_the_attackers_models_is_said_first(uploads, cli):
+    # digits: 1,797 images; 1,000 non-members leave the shadows too few to train as it did
+    res = cli("audit", str(uploads["decoder"]))
+    assert res.exit_code == 2, res.output
+    assert "lower --queries" in " ".join(res.output.split())
 
 
 def test_run_audit_is_repeatable(uploads):
@@ -175,3 +183,30 @@ def test_a_hapt_users_uploads_against_other_peoples_windows(tmp_path, cli):
         assert "other users' windows" in audited["nonmember_source"]
         assert audited["members"] == audited["nonmembers"] == 60
         assert all(0 <= r["auc"] <= 1 for r in audited["attacks"])
+
+
+def test_hapt_windows_next_to_a_trained_one_are_no_non_members(tmp_path):
+    job = ClientJob(
+        profile="smartphone", dataset="hapt", partition="iid", num_clients=10, client_index=3,
+        epochs=1, model="cnn1d", out_dir=str(tmp_path),
+    )  # fmt: skip
+    target = open_target(run_client(job).path)
+    q = choose_queries(target, AuditSettings(queries=300))
+    near = set((target.shard - 1).tolist()) | set((target.shard + 1).tolist())
+    assert len(q.nonmembers) and not near & set(q.nonmembers.tolist())
+    assert not near & set(q.pool.tolist())
+    assert "neighbours share half their samples" in q.source
+
+
+def test_shadows_of_a_prototypes_devices_model_spend_what_it_spent(tmp_path):
+    """`client prototypes --dp 8` spends half on the prototypes: its kept model trained at 4."""
+    from edgefl.client.audit import train_config
+
+    job = ClientJob(
+        **COMMON, model="scnn:width=8,bn=false", epochs=1, dp="8", kind="prototypes",
+        out_dir=str(tmp_path / "up"), keep_model=str(tmp_path / "kept"),
+    )  # fmt: skip
+    run_client(job)
+    (kept,) = (tmp_path / "kept").glob("*.onnx")
+    cfg = train_config(open_target(kept), 0)
+    assert cfg.dp.epsilon == pytest.approx(4.0)

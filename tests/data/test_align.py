@@ -76,3 +76,19 @@ def test_auto_pixels_draw_images_but_not_windows():
 
     assert _draws("auto", (1, 28, 28)) and not _draws("auto", (3, 1, 128))
     assert _draws("bernoulli", (3, 1, 128)) and not _draws("mean", (1, 28, 28))
+
+
+def test_align_like_shifts_a_reference_window_as_its_own_alignment_did():
+    from edgefl.data import load_dataset
+    from edgefl.data.align import align_like
+
+    ds = load_dataset("hapt")
+    x, y = ds.x[:600], ds.y[:600]
+    ref = align_windows(x, y)
+    assert np.array_equal(align_like(x, y, x, y), ref)
+    # a few of the windows queried alone, with others the reference never held
+    pick = np.r_[0:40, 300:320]
+    queries = np.concatenate([x[pick], ds.x[4000:4040]])
+    labels = np.concatenate([y[pick], ds.y[4000:4040]])
+    got = align_like(x, y, queries, labels)
+    assert np.array_equal(got[: len(pick)], ref[pick])
