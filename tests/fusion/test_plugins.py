@@ -526,7 +526,8 @@ def test_toy_methods_through_reproduce(toy, simulated, tmp_path, cli):
     # draws 20 per class here, 50 there).
     local = _results(simulated)
     for m in ("toy-pick", "toy-vote", "toy-header"):
-        assert abs(cells[m]["mean"] - 100 * local[m]["accuracy"]) < 1e-6, (m, cells[m], local[m])
+        # (the table's JSON rounds to 4 decimals)
+        assert abs(cells[m]["mean"] - 100 * local[m]["accuracy"]) <= 5e-5, (m, cells[m], local[m])
 
 
 # --- one ingest, many methods ----------------------------------------------------------------
