@@ -3,7 +3,7 @@
 The attacks are edgefl.privacy.audit's (issue 57, item 5); this module points them at a real
 upload. An upload records the federation it came from (dataset, partition, client index, seeds,
 subset, public carve) and how it trained, so its training samples, the *members*, are recovered
-exactly (`client_shard`, the split a device makes) and checked against what the upload states
+exactly (`client.run.device_split`, the split a device makes) and checked against what the upload states
 (its training sample count, its exact label counts). *Non-members* are samples it never saw, of
 the same distribution:
 
@@ -36,11 +36,11 @@ from edgefl.artifacts.upload import RebuildRejected, Upload, rebuild
 from edgefl.bounds import OneOf, Range
 from edgefl.client.job import ClientJob
 from edgefl.client.privacy import spent
-from edgefl.client.run import client_shard, dataset_info_for
+from edgefl.client.run import dataset_info_for, device_split
 from edgefl.data import load_dataset
 from edgefl.data.align import align_like, align_windows
 from edgefl.data.datasets import ArrayDataset
-from edgefl.data.partition import parse_scheme, train_val_split
+from edgefl.data.partition import parse_scheme
 from edgefl.errors import ArtifactError, ConfigError, EdgeflError
 from edgefl.models.zoo import spec_label
 from edgefl.privacy import DPConfig, audit
@@ -111,16 +111,16 @@ def open_target(
         )
     if not (dataset or meta.get("dataset")):
         raise ConfigError(f"{path} does not name its dataset", hint="pass --dataset")
-    data = load_dataset(str(dataset or meta["dataset"]), "train", data_dir=data_dir)
-    named = dataset_info_for(str(dataset or meta["dataset"]), data).name
+    ref = str(dataset or meta["dataset"])
+    data = load_dataset(ref, "train", data_dir=data_dir)
+    named = dataset_info_for(ref, data).name
     if meta.get("dataset") and named != meta["dataset"]:
         raise ConfigError(
             f"{path} was trained on {meta['dataset']!r}, not on {named!r}",
             hint=f"drop --dataset, or pass the data it trained on ({meta['dataset']})",
         )
-    job = _job_of(meta, dataset, data_dir)
-    shard = client_shard(job, data)
-    train_idx, val_idx = train_val_split(shard, 0.1, seed=job.seed + job.client_index)
+    train_idx, val_idx = device_split(_job_of(meta, dataset, data_dir), data)
+    shard = np.concatenate([train_idx, val_idx])  # the split is a partition of the shard
     _check_members(path, meta, data, shard, train_idx)
     return Target(path, upload, data, train_idx, val_idx, shard)
 
@@ -166,6 +166,11 @@ def _job_of(meta: dict, dataset: str | None, data_dir: str | None) -> ClientJob:
         ) from None
 
 
+def _release(meta: dict) -> str:
+    """How the upload released its label counts (exact where its record predates the choice)."""
+    return ((meta.get("privacy") or {}).get("label_counts") or {}).get("release", "exact")
+
+
 def _check_members(path: Path, meta: dict, data: ArrayDataset, shard, train_idx) -> None:
     """The recovered samples are the upload's own: as many as it trained on, with the class
     counts it states when it states them exactly."""
@@ -174,7 +179,7 @@ def _check_members(path: Path, meta: dict, data: ArrayDataset, shard, train_idx)
     if trained != len(train_idx):
         problems.append(f"it trained on {trained} samples, these data give {len(train_idx)}")
     stated = meta.get("label_counts")
-    exact = (meta.get("privacy") or {}).get("label_counts", {}).get("release", "exact") == "exact"
+    exact = _release(meta) == "exact"
     have = np.bincount(data.y[shard], minlength=data.num_classes).tolist()
     if stated and exact and list(stated) != have:
         problems.append("its label counts differ from these samples'")
@@ -380,13 +385,6 @@ class _Onnx(nn.Module):
         return torch.from_numpy(np.asarray(out))
 
 
-@torch.no_grad()
-def _top1(model: nn.Module, x: np.ndarray, batch: int = 512) -> np.ndarray:
-    model.eval()
-    xt = torch.as_tensor(np.asarray(x, dtype=np.float32))
-    return torch.cat([model(xt[i : i + batch]).argmax(1) for i in range(0, len(xt), batch)]).numpy()
-
-
 def _model(target: Target) -> nn.Module:
     up = target.upload
     if up.module is not None:
@@ -402,7 +400,7 @@ def classifier_scores(
     logits = audit.loss_scores(model, x, y)
     scores = {"loss threshold": (logits[:n], logits[n:])}
     conf = audit.logit_confidence(model, x, y)
-    right = _top1(model, x) == y
+    right = audit.model_logits(model, x).argmax(1).numpy() == y
     accuracy = {"members": float(right[:n].mean()), "nonmembers": float(right[n:].mean())}
     if settings.shadows:
         fit, rows = recipe(target), []
@@ -533,9 +531,7 @@ def run_audit(
         "model": spec_label(target.upload.spec) if target.upload.spec else None,
         "dataset": target.data.name,
         "privacy": privacy_text(meta),
-        "label_counts": ((meta.get("privacy") or {}).get("label_counts") or {}).get(
-            "release", "exact"
-        ),
+        "label_counts": _release(meta),
         "members": len(q.members),
         "nonmembers": len(q.nonmembers),
         "nonmember_source": q.source,

@@ -171,6 +171,12 @@ def client_shard(job: ClientJob, data: ArrayDataset) -> np.ndarray:
     return rest[parts[job.client_index]]
 
 
+def device_split(job: ClientJob, data: ArrayDataset) -> tuple[np.ndarray, np.ndarray]:
+    """(train, validation) indices of this client's shard: the split the device trains on (and
+    what simulate's derived uploads and `edgefl audit` recover)."""
+    return train_val_split(client_shard(job, data), 0.1, seed=job.seed + job.client_index)
+
+
 def choose_model(
     job: ClientJob,
     profile: Profile,
@@ -234,8 +240,7 @@ def _local_data(job: ClientJob):
     profile = get_profile(job.profile)
     data = load_dataset(job.dataset, "train", data_dir=job.data_dir)
     info = dataset_info_for(job.dataset, data)
-    shard = client_shard(job, data)
-    train_idx, val_idx = train_val_split(shard, 0.1, seed=job.seed + job.client_index)
+    train_idx, val_idx = device_split(job, data)
     local = (data.x[train_idx], data.y[train_idx], data.x[val_idx], data.y[val_idx])
     return profile, data, info, train_idx, val_idx, local
 

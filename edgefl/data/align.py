@@ -20,11 +20,6 @@ import numpy as np
 ROUNDS = 3  # the template settles after two or three rounds
 
 
-def _shifts(moving: np.ndarray, rounds: int = ROUNDS) -> np.ndarray:
-    """Circular shift per window (N, C, L) that best matches the class template."""
-    return _fit(moving, rounds)[0]
-
-
 def _fit(moving: np.ndarray, rounds: int = ROUNDS) -> tuple[np.ndarray, np.ndarray]:
     """(the shifts, the template the last round matched them to)."""
     template = moving[np.argmax((moving**2).sum(axis=(1, 2)))]
@@ -48,16 +43,7 @@ def _match(moving: np.ndarray, template: np.ndarray) -> np.ndarray:
 
 def align_windows(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     """A copy of windows `x` (N, C, 1, L) with each class's windows aligned in time."""
-    out = np.array(x, copy=True)
-    if len(x) == 0:
-        return out
-    flat = out[:, :, 0, :]
-    for c in np.unique(y):
-        idx = np.flatnonzero(y == c)
-        moving = flat[idx] - flat[idx].mean(axis=-1, keepdims=True)
-        for i, s in zip(idx, _shifts(moving), strict=True):
-            out[i] = np.roll(x[i], int(s), axis=-1)
-    return out
+    return _rolled(x, y, lambda c, moving: _fit(moving)[0])
 
 
 def align_like(x_ref: np.ndarray, y_ref: np.ndarray, x: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -65,15 +51,29 @@ def align_like(x_ref: np.ndarray, y_ref: np.ndarray, x: np.ndarray, y: np.ndarra
     with: a window of `x_ref` is shifted exactly as it was there, any other as it would have
     been (a decoder's audit queries its training windows as it saw them). A class `x_ref`
     lacks is left as recorded."""
-    out = np.array(x, copy=True)
-    ref, flat = np.asarray(x_ref)[:, :, 0, :], out[:, :, 0, :]
-    for c in np.unique(y):
+    ref = np.asarray(x_ref)[:, :, 0, :]
+
+    def shifts(c, moving: np.ndarray) -> np.ndarray | None:
         own = ref[y_ref == c]
         if len(own) == 0:
-            continue
-        _, template = _fit(own - own.mean(axis=-1, keepdims=True))
+            return None
+        return _match(moving, _fit(own - own.mean(axis=-1, keepdims=True))[1])
+
+    return _rolled(x, y, shifts)
+
+
+def _rolled(x: np.ndarray, y: np.ndarray, shifts) -> np.ndarray:
+    """A copy of `x` with each class c's windows rolled by shifts(c, their movement) (None:
+    left as they are); the movement is each channel minus its mean."""
+    out = np.array(x, copy=True)
+    if len(x) == 0:
+        return out
+    flat = out[:, :, 0, :]
+    for c in np.unique(y):
         idx = np.flatnonzero(y == c)
-        moving = flat[idx] - flat[idx].mean(axis=-1, keepdims=True)
-        for i, s in zip(idx, _match(moving, template), strict=True):
+        found = shifts(c, flat[idx] - flat[idx].mean(axis=-1, keepdims=True))
+        if found is None:
+            continue
+        for i, s in zip(idx, found, strict=True):
             out[i] = np.roll(x[i], int(s), axis=-1)
     return out

@@ -153,7 +153,8 @@ def evaluate_attack(
 
 
 @torch.no_grad()
-def _logits(model: nn.Module, x: np.ndarray, batch: int = 512) -> torch.Tensor:
+def model_logits(model: nn.Module, x: np.ndarray, batch: int = 512) -> torch.Tensor:
+    """The model's logits for every query, `batch` at a time."""
     model.eval()
     xt = torch.as_tensor(np.asarray(x, dtype=np.float32))
     return torch.cat([model(xt[i : i + batch]) for i in range(0, len(xt), batch)])
@@ -165,7 +166,7 @@ def loss_scores(model: nn.Module, x: np.ndarray, y: np.ndarray) -> np.ndarray:
     # In float64: float32's log-softmax rounds every confident sample's loss to exactly 0, and
     # the tie at the top hid all members behind the non-members there (TPR 0 at 1 % FPR for a
     # DP-trained MNIST cnn, 96 members and >15 non-members at loss 0).
-    logits = _logits(model, x).double()
+    logits = model_logits(model, x).double()
     loss = F.cross_entropy(logits, torch.as_tensor(np.asarray(y, dtype=np.int64)), reduction="none")
     return (-loss).numpy()
 
@@ -174,7 +175,7 @@ def logit_confidence(model: nn.Module, x: np.ndarray, y: np.ndarray) -> np.ndarr
     """log(p_y / (1 - p_y)) per query, where LiRA fits Gaussians (the softmax confidence itself
     piles up at 1). Computed from the logits without forming p: log p_y = z_y - LSE(z) and
     log(1 - p_y) = LSE_{j != y}(z_j) - LSE(z), so the ratio is z_y - LSE_{j != y}(z_j)."""
-    logits = _logits(model, x).double()
+    logits = model_logits(model, x).double()
     yt = torch.as_tensor(np.asarray(y, dtype=np.int64))
     own = logits.gather(1, yt[:, None])[:, 0]
     others = logits.scatter(1, yt[:, None], float("-inf")).logsumexp(1)

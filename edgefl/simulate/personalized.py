@@ -16,9 +16,9 @@ from pathlib import Path
 import numpy as np
 
 import exporters
-from edgefl.client.run import client_shard
+from edgefl.client.run import device_split
 from edgefl.client.weightless import derive_upload, personalize
-from edgefl.data import load_dataset, train_val_split
+from edgefl.data import load_dataset
 from edgefl.errors import FusionError
 from edgefl.fusion.base import Method
 from edgefl.server.fuse import fuse_methods
@@ -47,9 +47,7 @@ def run_per_client(job, method: Method, cjobs, clients: list[dict], options: dic
     folder, splits, models = out / f"uploads-{kind}", {}, {}
     again = list(cjobs)  # each member's job again as a `kind` job, under --dp
     for cj, c in members:
-        train_idx, val_idx = train_val_split(
-            client_shard(cj, data), 0.1, seed=cj.seed + cj.client_index
-        )
+        train_idx, val_idx = device_split(cj, data)
         splits[c["client_id"]] = val_idx
         path = folder / Path(c["path"]).name
         if cj.dp is None:  # exact statistics of the model it trained, on its training part
