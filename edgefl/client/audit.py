@@ -71,7 +71,9 @@ class AuditSettings:
         ):
             Range(1, integer=True).check(flag, value)
         Range(0, 2**31 - 1, integer=True).check("--seed", self.seed)
-        OneOf(NONMEMBERS).check("--nonmembers", self.nonmembers)
+        OneOf(NONMEMBERS).check(
+            "--nonmembers", self.nonmembers, hint="e.g. --nonmembers held-out (the client's own)"
+        )
         if self.shadows == 1 or self.shadows < 0:
             raise ConfigError(
                 f"--shadows {self.shadows}: LiRA fits a variance to the shadows' scores",
