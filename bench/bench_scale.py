@@ -50,7 +50,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 import numpy as np
 import onnx
 import torch
-from _peak import machine_peak  # bench/ is on sys.path when run as a script
+from _peak import copy_bandwidth, machine_peak, matmul_peak  # bench/ is on sys.path
 from _record import RSS_WRAPPER, run_header
 from onnx import numpy_helper
 
@@ -261,6 +261,7 @@ def fuse(
     rss = [int(line.split()[1]) for line in err.splitlines() if line.startswith("MAXRSS_KB")]
     row = {
         "method": method,
+        "device": device,
         "wall_s": wall,
         "peak_rss_bytes": 1024 * rss[-1] if rss else None,
         "rc": p.returncode,
@@ -384,12 +385,22 @@ def stage_work(method: str, rep: dict, spec: ModelSpec | None, ingest_bytes: int
     return work
 
 
+# The fusion's multiply-adds (a teacher pass, a decode, a student's training, the evaluation) run
+# on `server fuse --device`; the ingest and the weight reads run on the CPU.
+DEVICE_STAGES = ("generate", "teacher", "train", "eval")
+
+
 def stage_rates(row: dict, peak: dict) -> dict:
     """stage -> its achieved rate and fraction of the run's peak (the larger of the before and
     after measurements): {"gmac_s", "of_matmul"} for counted MACs, {"gb_s", "of_copy"} for
-    counted bytes; a stage without counted work or time is left out."""
+    counted bytes; a stage without counted work or time is left out. A fusion on a GPU is
+    measured against the GPU's matmul (`peak["device"]`); where the run measured none,
+    "of_matmul" is None (a CPU peak says nothing of a GPU stage)."""
     matmul = max(peak["matmul_gmacs"], peak.get("matmul_gmacs_after") or 0)
     copy = max(peak["copy_gbs"], peak.get("copy_gbs_after") or 0)
+    on_gpu = row.get("device", "cpu") != "cpu"
+    gpu = peak.get("device") or {}
+    gpu_matmul = max(gpu.get("matmul_gmacs") or 0, gpu.get("matmul_gmacs_after") or 0)
     seconds = row.get("stages", {})
     out = {}
     for stage, work in row.get("work", {}).items():
@@ -398,7 +409,10 @@ def stage_rates(row: dict, peak: dict) -> dict:
             continue
         if "macs" in work:
             rate = work["macs"] / t / 1e9
-            out[stage] = {"gmac_s": _sig(rate), "of_matmul": _sig(rate / matmul)}
+            of = matmul
+            if on_gpu and stage in DEVICE_STAGES:
+                of = gpu_matmul or None
+            out[stage] = {"gmac_s": _sig(rate), "of_matmul": _sig(rate / of) if of else None}
         elif "bytes" in work:
             rate = work["bytes"] / t / 1e9
             out[stage] = {"gb_s": _sig(rate), "of_copy": _sig(rate / copy)}
@@ -464,11 +478,14 @@ def main() -> None:
         ap.error(f"--build-jobs {args.build_jobs}: give 1 or more (1 by default)")
     if args.merge:
         runs = [json.loads(Path(f).read_text()) for f in args.merge]
+        for r in runs:
+            _mark_gpu_rows(r)
         federations = {int(n): f for r in runs for n, f in r["federations"].items()}
         rows = [row for r in runs for row in r["rows"]]
-        commands = [r["command"] for r in runs]
+        heads = [h for r in runs for h in r.get("runs", [r])]  # a merged record's runs, in turn
+        commands = [h["command"] for h in heads]
         heads = [
-            {k: r[k] for k in HEADER} | ({"peak": r["peak"]} if "peak" in r else {}) for r in runs
+            {k: h[k] for k in HEADER} | ({"peak": h["peak"]} if "peak" in h else {}) for h in heads
         ]
         write(args, rows, federations, {"runs": heads})
         print("\n".join(commands))
@@ -476,7 +493,7 @@ def main() -> None:
     work = Path(args.work or tempfile.mkdtemp(prefix="edgefl-scale-"))
     rows, federations = [], {}
     threads = fuse_threads()
-    peak = machine_peak(threads)
+    peak = machine_peak(threads) | device_peak(args.device)
     print(f"peak before: {json.dumps(peak)}", flush=True)
     for n in [int(s) for s in args.sizes.split(",")]:
         fed = work / f"n{n}"
@@ -496,10 +513,44 @@ def main() -> None:
             print(f"[{n}] {json.dumps(row)}", flush=True)
             rows.append(row)
             write(args, rows, federations, peak=peak)
-    after = machine_peak(threads)
+    after = machine_peak(threads) | device_peak(args.device)
     print(f"peak after: {json.dumps(after)}", flush=True)
     peak |= {"matmul_gmacs_after": after["matmul_gmacs"], "copy_gbs_after": after["copy_gbs"]}
+    if "device" in peak:
+        peak["device"] |= {f"{k}_after": after["device"][k] for k in ("matmul_gmacs", "copy_gbs")}
     write(args, rows, federations, peak=peak)
+
+
+def device_peak(device: str) -> dict:
+    """{"device": {"name", "matmul_gmacs", "copy_gbs"}} of the GPU a `--device cuda` fusion runs
+    on (strict fp32, as edgefl leaves torch's matmul precision), measured like the CPU's; {} on
+    the CPU."""
+    if torch.device(device).type != "cuda":
+        return {}
+    return {
+        "device": {
+            "name": torch.cuda.get_device_name(0),
+            "matmul_gmacs": round(matmul_peak(8192, 5, device) / 1e9, 2),
+            "copy_gbs": round(copy_bandwidth(1024, 5, device) / 1e9, 2),
+        }
+    }
+
+
+def _mark_gpu_rows(record: dict) -> None:
+    """Rows of a record made before rows named their device: a `--device cuda` run's (every run
+    of a merged record so) get "device" cuda, and without a GPU peak in the record their fusion
+    stages' fraction of peak becomes None (they were once divided by the CPU's matmul)."""
+    heads = record.get("runs", [record])
+    if not all(" --device cuda" in h["command"] for h in heads):
+        return
+    gpu_peak = all((h.get("peak") or {}).get("device") for h in heads)
+    for row in record["rows"]:
+        if "device" in row:
+            continue
+        row["device"] = "cuda"
+        for stage, rate in row.get("rates", {}).items():
+            if stage in DEVICE_STAGES and "of_matmul" in rate and not gpu_peak:
+                rate["of_matmul"] = None
 
 
 def fuse_threads() -> int:
@@ -591,14 +642,24 @@ def _peak_text(peak: dict | None) -> str:
     if not peak:
         return "not measured (recorded before bench/_peak.py)"
 
-    def pair(key: str) -> str:
-        after = peak.get(key + "_after")
-        return f"{peak[key]}" if after is None else f"{peak[key]} / {after}"
-
-    return (
-        f"dense fp32 matmul {pair('matmul_gmacs')} GMAC/s, copy {pair('copy_gbs')} GB/s "
-        f"(CPU, before / after the run, {peak['threads']} torch thread(s))"
+    text = (
+        f"dense fp32 matmul {_pair(peak, 'matmul_gmacs')} GMAC/s, copy "
+        f"{_pair(peak, 'copy_gbs')} GB/s (CPU, before / after the run, {peak['threads']} torch "
+        "thread(s))"
     )
+    gpu = peak.get("device")
+    if gpu:
+        text += (
+            f"; {gpu['name']}: dense fp32 matmul {_pair(gpu, 'matmul_gmacs')} GMAC/s, copy "
+            f"{_pair(gpu, 'copy_gbs')} GB/s"
+        )
+    return text
+
+
+def _pair(m: dict, key: str) -> str:
+    """A measurement, "before / after" where the run measured it again at its end."""
+    after = m.get(key + "_after")
+    return f"{m[key]}" if after is None else f"{m[key]} / {after}"
 
 
 def _counted(work: dict) -> str:
@@ -611,6 +672,8 @@ def _counted(work: dict) -> str:
 
 def _achieved(rate: dict) -> tuple[str, str]:
     if "gmac_s" in rate:
+        if rate["of_matmul"] is None:
+            return f"{rate['gmac_s']:.3g} GMAC/s", "- (on the GPU; no GPU peak in this run)"
         return f"{rate['gmac_s']:.3g} GMAC/s", f"{100 * rate['of_matmul']:.3g} % of matmul"
     if "gb_s" in rate:
         return f"{rate['gb_s']:.3g} GB/s", f"{100 * rate['of_copy']:.3g} % of copy"

@@ -299,6 +299,37 @@ def test_scale_merge_mode(monkeypatch, tmp_path):
     assert "| 10,000 | fedmho-md | teacher | 589.11 | - | - | - |" in text
 
 
+def test_scale_gpu_stages_against_the_gpu():
+    """A `--device cuda` fusion's teacher pass is measured against the GPU's matmul, its ingest
+    against the CPU's copy; recorded without a GPU peak, the fraction is unknown (None, shown
+    as such), never a CPU fraction (it read 1,350 % of the CPU's matmul)."""
+    import bench_scale as b
+
+    row = {
+        "device": "cuda",
+        "stages": {"ingest": 2.0, "teacher": 1.0},
+        "work": {"ingest": {"bytes": 8e9}, "teacher": {"macs": 1e12}},
+    }
+    cpu = {"threads": 1, "matmul_gmacs": 50.0, "copy_gbs": 10.0}
+    gpu = cpu | {"device": {"name": "GPU", "matmul_gmacs": 2e4, "copy_gbs": 4e3}}
+    assert b.stage_rates(row, gpu)["teacher"]["of_matmul"] == pytest.approx(1000 / 2e4)
+    assert b.stage_rates(row, gpu)["ingest"]["of_copy"] == pytest.approx(4 / 10)
+    assert b.stage_rates(row, cpu)["teacher"]["of_matmul"] is None
+    assert b.stage_rates(row | {"device": "cpu"}, cpu)["teacher"]["of_matmul"] == 20.0
+    assert b._achieved({"gmac_s": 1e3, "of_matmul": None})[1].startswith("- (on the GPU")
+    # an old GPU record (no "device" in its rows) merged: its GPU stages lose the CPU fraction
+    old = {
+        "command": "python bench/bench_scale.py --device cuda",
+        "peak": cpu,
+        "rows": [dict(row, rates=b.stage_rates(row | {"device": "cpu"}, cpu))],
+    }
+    del old["rows"][0]["device"]
+    b._mark_gpu_rows(old)
+    rates = old["rows"][0]["rates"]
+    assert old["rows"][0]["device"] == "cuda" and rates["teacher"]["of_matmul"] is None
+    assert rates["ingest"]["of_copy"] == pytest.approx(0.4)
+
+
 def test_scale_stage_work_counts():
     """Each counted stage's work is the cost model's count of what the report says it ran."""
     import bench_scale as b
