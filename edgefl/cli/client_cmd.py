@@ -323,7 +323,8 @@ def _privacy_line(record: dict) -> str:
     if not parts:
         return ""
     if record.get("epsilon") is not None:
-        return "; ".join(parts) + f": ({record['epsilon']:.3g}, {record['delta']:.3g})-DP in all"
+        total = f"({record['epsilon']:.3g}, {record['delta']:.3g})-DP in all"
+        return "; ".join(parts) + f": {total}, for each training sample (not the data as a whole)"
     leak = (
         "exact label counts" if labels.get("release") == "exact" else "a model trained without --dp"
     )

@@ -315,7 +315,8 @@ def privacy_line(privacy: dict) -> str:
         )
         return (
             f"(epsilon {privacy['epsilon']:.4g}, delta {privacy['delta']:.3g})-DP for each "
-            f"client's data: the largest of the {privacy['uploads']} used uploads' own{seeded}"
+            "training sample (one image or window of a client, not a client's data as a whole): "
+            f"the largest of the {privacy['uploads']} used uploads' own{seeded}"
         )
     return f"{privacy['not_private']} of the {privacy['uploads']} used upload(s) not DP as a whole"
 

@@ -83,10 +83,12 @@ def evaluate_global(
 
 def privacy_of(used: list[Upload], found: Ingest) -> dict[str, Any]:
     """The privacy of what a global model was made of, by the uploads' records (recomputed at
-    the ingest). Each person's data is in one upload only, so the model is (epsilon, delta)-DP
-    for each of them at the largest of the used uploads' own (parallel composition), when
-    every used upload is private as a whole; otherwise epsilon is null and `not_private` says
-    how many are not."""
+    the ingest). DP-SGD's guarantee is per training sample ("unit"), and each sample is in one
+    upload only, so the model is (epsilon, delta)-DP for each sample at the largest of the used
+    uploads' own (parallel composition), when every used upload is private as a whole;
+    otherwise epsilon is null and `not_private` says how many are not. A client's data as a
+    whole (a person's, on a wristband) has only what group privacy gives k samples: k x epsilon
+    (docs/privacy.md)."""
     spent = [found.privacy.get(u.name) for u in used]
     private = [s for s in spent if s is not None and s.epsilon is not None]
     whole = len(private) == len(spent) and bool(spent)
@@ -95,6 +97,7 @@ def privacy_of(used: list[Upload], found: Ingest) -> dict[str, Any]:
         "uploads": len(spent),
         "private": len(private),
         "not_private": len(spent) - len(private),
+        "unit": "sample",
         "epsilon": max(s.epsilon for s in private) if whole else None,
         "delta": max(s.delta for s in private) if whole else None,
         "accountant": "rdp" if private else None,

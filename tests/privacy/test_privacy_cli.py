@@ -343,6 +343,8 @@ def test_max_epsilon_sets_aside_uploads_without_dp_or_over_budget(cli, uploads, 
     privacy = rep["privacy"]
     assert privacy["max_epsilon_allowed"] == 4 and privacy["epsilon"] == pytest.approx(2, rel=0.01)
     assert privacy["private"] == 1 and privacy["not_private"] == 0
+    # DP-SGD protects a sample, not a client's whole data: the report and the line say so
+    assert privacy["unit"] == "sample"
     assert meta_of(tmp_path / "g.onnx")["privacy"]["epsilon"] == pytest.approx(2, rel=0.01)
     # Without the flag every upload is used, and the report says not all are private.
     rep = report_of(fuse(cli, folder, tmp_path / "all"))
@@ -357,6 +359,7 @@ def test_max_epsilon_sets_aside_uploads_without_dp_or_over_budget(cli, uploads, 
     assert r.exit_code == 0, said
     for m in ("fedavg", "ensemble"):
         assert f"{m} privacy: (epsilon 2" in said, said
+    assert "for each training sample" in said and "not a client's data as a whole" in said
 
 
 def test_a_record_that_understates_its_epsilon_is_set_aside(cli, uploads, tmp_path):
@@ -452,6 +455,7 @@ def test_client_train_says_what_the_upload_spent(cli, tmp_path):
     assert r.exit_code == 0, r.output
     line = " ".join(r.output.split())
     assert "DP-SGD epsilon 8" in line and "no label counts" in line and "-DP in all" in line
+    assert "for each training sample" in line
 
 
 def r_args(out: Path) -> list[str]:
