@@ -426,6 +426,19 @@ def test_scale_tiny_against_the_peak(monkeypatch, tmp_path):
     assert both["rows"][0]["rates"] == rates
     page = merged.with_suffix(".md").read_text()
     assert "% of matmul |" in page and "not measured" in page
+    # the ingest bench on the same uploads: timed at two --jobs, two files profiled
+    uploads = tmp_path / "w" / "n3" / "uploads"
+    _run_main(
+        monkeypatch, "bench_ingest", str(uploads), "--jobs", "1,2", "--profile", "2",
+        "--out", str(tmp_path / "i"),
+    )  # fmt: skip
+    ingest = json.loads((tmp_path / "i.json").read_text())
+    assert [r["jobs"] for r in ingest["runs"]] == [1, 2]
+    assert all(r["accepted"] == 3 and r["stages_s"]["rebuild"] > 0 for r in ingest["runs"])
+    prof = ingest["profile"]
+    assert prof["uploads"] == 2 and prof["run"]["accepted"] == 2
+    assert any("_rebuilt" in r["function"] for r in prof["by_total"]), prof["by_total"]
+    assert sorted(p.name for p in uploads.iterdir()) == [f"client-0000{i}.onnx" for i in range(3)]
 
 
 @pytest.mark.slow
