@@ -22,6 +22,7 @@ counts.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -121,21 +122,34 @@ def open_target(
             f"{path} was trained on {meta['dataset']!r}, not on {named!r}",
             hint=f"drop --dataset, or pass the data it trained on ({meta['dataset']})",
         )
-    train_idx, val_idx = device_split(_job_of(meta, dataset, data_dir), data)
+    try:
+        train_idx, val_idx = device_split(_job_of(meta, dataset, data_dir), data)
+    except EdgeflError as exc:  # its record's values, checked as flags would be: name the file
+        raise ConfigError(
+            f"{path}: its partition record cannot be replayed ({_as_record(exc.message)})",
+            hint=REPLAYABLE,
+        ) from None
     shard = np.concatenate([train_idx, val_idx])  # the split is a partition of the shard
     _check_members(path, meta, data, shard, train_idx)
     return Target(path, upload, data, train_idx, val_idx, shard)
 
 
+REPLAYABLE = "audit an upload `edgefl client train` or `edgefl simulate` wrote, unchanged"
+
+
 def _read(path: Path) -> Upload:
     """The upload, validated and rebuilt where its spec allows (else run by onnxruntime)."""
+    if path.is_dir():
+        raise ArtifactError(
+            f"{path} is a folder, not an upload", hint=f"name its files, e.g. {path}/*.onnx"
+        )
     if not path.is_file():
         raise ArtifactError(f"upload {path} not found", hint="name an .onnx upload file")
     try:
         art = exporters.validate_upload(path)
         module, why = rebuild(art)
     except (exporters.UploadRejected, RebuildRejected) as exc:
-        raise ArtifactError(f"{path} is not a valid upload: {exc}") from None
+        raise ArtifactError(f"{path} is not a valid upload: {exc}", hint=REPLAYABLE) from None
     if art.kind not in AUDITED:
         raise ConfigError(
             f"{path} is a {art.kind} upload: edgefl audit attacks the models a device uploads "
@@ -144,6 +158,25 @@ def _read(path: Path) -> Upload:
             "device kept (--keep-model) to see what it learnt",
         )
     return Upload(art, module, why)
+
+
+# The flags `client train` checks these values under, and the upload record's keys they came from
+_RECORD_KEYS = {
+    "--num-clients": "partition.num_clients",
+    "--client-index": "partition.client_index",
+    "--partition": "partition.scheme",
+    "--public-size": "partition.public_size",
+    "--subset": "partition.subset",
+    "--seed": "training.seed",
+}
+
+
+def _as_record(message: str) -> str:
+    """A flag's refusal said of the upload's record: the key, not the flag, and no "lower it"
+    (the fix is another upload, not another value)."""
+    for flag, key in _RECORD_KEYS.items():
+        message = message.replace(flag, key)
+    return re.sub(r": (lower|raise) it$", "", message)
 
 
 def _job_of(meta: dict, dataset: str | None, data_dir: str | None) -> ClientJob:
@@ -164,7 +197,7 @@ def _job_of(meta: dict, dataset: str | None, data_dir: str | None) -> ClientJob:
     except (KeyError, TypeError) as exc:
         raise ConfigError(
             f"the upload's partition record is incomplete ({type(exc).__name__}: {exc})",
-            hint="audit an upload this edgefl wrote",
+            hint=REPLAYABLE,
         ) from None
 
 
@@ -332,7 +365,8 @@ def recipe(target: Target) -> Trainer:
         if target.training.get("windows") == "aligned":
             x = align_windows(x, y)
         model = init_model(spec, seed)
-        train(model, role, x, y, classes, cfg)
+        if train(model, role, x, y, classes, cfg).interrupted:
+            raise KeyboardInterrupt  # Ctrl-C stops the audit: no report of half-trained shadows
         return model.decoder if role == "generator" else model
 
     return fit
@@ -350,11 +384,24 @@ def trains(target: Target, settings: AuditSettings) -> bool:
     return bool(settings.shadows if target.upload.kind == "classifier" else settings.reference)
 
 
+# Epochs x samples of one shadow or reference model: 200 epochs over all 60,000 of MNIST's are
+# 1.2e7; past this the upload's record (its own word) would tie the machine up for hours.
+MAX_SAMPLE_PASSES = 100_000_000
+
+
 def prepare(target: Target, settings: AuditSettings) -> Queries:
     """The queries, and every check the attacks' own training needs: before any work."""
     q = choose_queries(target, settings)
     if trains(target, settings):
-        train_config(target, settings.seed)
+        passes = train_config(target, settings.seed).epochs * len(target.train_idx)
+        if passes > MAX_SAMPLE_PASSES:
+            raise ConfigError(
+                f"{target.path}: its training record asks each shadow or reference model for "
+                f"{passes:,} sample passes ({target.training['epochs']} epochs over "
+                f"{len(target.train_idx):,} samples), over the {MAX_SAMPLE_PASSES:,} an audit "
+                "trains",
+                hint="audit it with --shadows 0 --no-reference (the attacks that train nothing)",
+            )
         have, need = len(drawn_like(target, q.pool, settings.seed)), len(target.train_idx)
         if have < need / 2:
             raise ConfigError(

@@ -210,3 +210,60 @@ def test_shadows_of_a_prototypes_devices_model_spend_what_it_spent(tmp_path):
     (kept,) = (tmp_path / "kept").glob("*.onnx")
     cfg = train_config(open_target(kept), 0)
     assert cfg.dp.epsilon == pytest.approx(4.0)
+
+
+def _with_record(src, dst, part: str, key: str, value):
+    """A copy of upload `src` whose metadata's `part`.`key` says `value` (the weights intact)."""
+    import onnx
+
+    import exporters
+
+    model = onnx.load(src)
+    meta = exporters.get_metadata(model)
+    meta[part][key] = value
+    exporters.set_metadata(model, meta)
+    onnx.save(model, dst)
+    return dst
+
+
+def test_damaged_folders_and_unreplayable_records_name_the_file_and_the_fix(uploads, cli, tmp_path):
+    """The upload's own record is its word, not a flag: a value outside what `client train`
+    accepts names the file (not --num-clients), a record that would train for hours is refused
+    before any work, a folder is called one, a damaged file gets the fix line too."""
+    src = uploads["overfit"]
+    folder = tmp_path / "d.onnx"
+    folder.mkdir()
+    damaged = tmp_path / "cut.onnx"
+    damaged.write_bytes(src.read_bytes()[:5000])
+    cases = [
+        (folder, "is a folder, not an upload"),
+        (damaged, "is not a valid upload"),
+        (_with_record(src, tmp_path / "n.onnx", "partition", "num_clients", 10**12), "cannot be replayed"),
+        (_with_record(src, tmp_path / "e.onnx", "training", "epochs", 10**9), "sample passes"),
+    ]  # fmt: skip
+    for path, says in cases:
+        res = cli("audit", str(path), "--queries", "50", "--shadows", "2")
+        said = " ".join(res.output.split())
+        assert res.exit_code == 2 and "Traceback" not in res.output, said
+        assert says in said and str(path) in said, said
+        assert "fix" in said, said
+        assert "--num-clients" not in said
+
+
+def test_ctrl_c_in_a_shadows_training_stops_the_audit(uploads, monkeypatch):
+    """training.train returns on Ctrl-C (interrupted=True): the audit must not go on with a
+    half-trained shadow and write a report of it."""
+    import edgefl.training as training
+    from edgefl.client.audit import recipe
+
+    def interrupted(*args, **kwargs):
+        def epoch(on_step=None):
+            raise KeyboardInterrupt
+
+        return epoch
+
+    monkeypatch.setattr(training, "_epoch_step", interrupted)
+    target = open_target(uploads["overfit"])
+    x, y = target.data.x[target.train_idx], target.data.y[target.train_idx]
+    with pytest.raises(KeyboardInterrupt):
+        recipe(target)(x, y, 0)
