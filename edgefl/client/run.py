@@ -58,6 +58,7 @@ from edgefl.models.plan import Fit, check_fit, plan, require_fit
 from edgefl.models.spec import ModelSpec
 from edgefl.models.zoo import role_of, spec_label
 from edgefl.outputs import check_writable
+from edgefl.privacy import plan_dp
 from edgefl.profiles import Profile, get_profile
 from edgefl.search import PSOConfig, SearchResult, run_search, search_architecture
 from edgefl.search.pso import SHORTEN_FLAGS
@@ -327,6 +328,22 @@ def run_client(job: ClientJob, *, on_epoch=None, on_status=None, on_progress=Non
         meta,
         _attacker_upload_accuracy(job, attack, role, path, own),
     )
+
+
+def preflight(job: ClientJob) -> None:
+    """What `run_client` would refuse for `job` before training it, without training: its
+    inputs, its data, the model's fit to the budget and its DP-SGD plan (a delta above 1/n of
+    its shard). Simulate checks every client so (a shard far smaller than the others, a DP batch
+    a band cannot hold) before the first one trains. A search is checked up to the search."""
+    _check_job(job)
+    profile, _, info, train_idx, _, local = _local_data(job)
+    if job.search:
+        return
+    spec, _ = choose_model(job, profile, info, len(train_idx), local)
+    role = role_of(spec)
+    cfg, _ = _train_config(job, profile, role, len(train_idx), job_augment(job, spec, role))
+    if cfg.dp is not None:
+        plan_dp(cfg.dp, len(train_idx), cfg.batch_size, cfg.epochs)
 
 
 def _with_dp_chunk(cfg: TrainConfig, fit: Fit) -> TrainConfig:

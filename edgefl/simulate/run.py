@@ -21,8 +21,9 @@ import exporters
 from edgefl.chance import classifier_warnings
 from edgefl.client.attacks import assign
 from edgefl.client.job import ClientJob, SimSettings
+from edgefl.client.run import preflight
 from edgefl.data.registry import DATASETS
-from edgefl.errors import ConfigError, FusionError
+from edgefl.errors import ConfigError, EdgeflError, FusionError
 from edgefl.fusion import METHODS, paper_reference
 from edgefl.fusion.caps import over_caps
 from edgefl.fusion.config import PublicSetConfig
@@ -107,6 +108,25 @@ def check_dp_models(job: SimJob) -> None:
                 hint=f"name one without BatchNorm (e.g. --client-model {prof}=scnn:bn=false), "
                 f"or leave {prof} to the planner",
             )
+
+
+def check_dp_clients(job: SimJob) -> None:
+    """Under --dp, each client's refusals before the first client trains: a delta above 1/n of
+    a small shard, a DP batch a device cannot hold (without this they came when that client's
+    turn did, after the others had trained). Uploads already finished are not checked again."""
+    if job.dp is None:
+        return
+    for cjob in client_jobs(job):
+        if finished(cjob) is not None:
+            continue
+        try:
+            preflight(cjob)
+        except EdgeflError as exc:
+            raise ConfigError(
+                f"client {cjob.client_index} ({cjob.profile}): {exc.message}",
+                hint="in simulate: --dp EPS,delta=D,batch=B sets the DP plan (leave delta out "
+                "for 1/n), --client-model PROFILE=MODEL a device class's model",
+            ) from None
 
 
 def client_jobs(job: SimJob) -> list[ClientJob]:
@@ -415,6 +435,7 @@ def simulate(job: SimJob, log=None, progress=None, trainer=None) -> dict:
     job.validate()
     check_results_kept(job)
     check_dp_models(job)
+    check_dp_clients(job)
     check_caps(job, log)
     out = Path(job.out)
     out.mkdir(parents=True, exist_ok=True)
