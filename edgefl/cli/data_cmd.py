@@ -84,6 +84,8 @@ def _dataset_row(d, data_dir: Path | None) -> dict:
         "path": str(where) if where is not None else None,
         "package": d.package or None,
         "looked_in": [str(p) for p in locate.search_path(d.name, data_dir)] if files else [],
+        # --data-dir holding some of the files: which it lacks (not "no" alone)
+        "lacks": locate.partly_there(d.name, data_dir) if files and data_dir and not where else [],
         "description": d.description,
     }
 
@@ -93,6 +95,8 @@ def _found_text(r: dict) -> str:
         return "built in"
     if r["path"]:
         return escape(r["path"])
+    if r["lacks"]:
+        return "no: --data-dir lacks " + escape(", ".join(r["lacks"]))
     return f"no ({r['package']})" if r["package"] else "no (--data-dir)"
 
 

@@ -75,7 +75,8 @@ def _idx_dirs(name: str, root: Path) -> list[Path]:
 
 
 def find_idx_files(name: str, split: str, root: Path) -> tuple[tuple[Path, Path] | None, list[str]]:
-    """Find (images, labels) for a split; also return the file names tried, for error messages."""
+    """Find (images, labels) for a split; else None and the names of the files not found (a
+    folder holding the labels only lacks the images, not both), for error messages."""
     # MNIST and Fashion-MNIST call their test split "t10k"; EMNIST calls it "test".
     file_split = "t10k" if split == "test" and name != "emnist" else split
     wanted = [
@@ -96,7 +97,7 @@ def find_idx_files(name: str, split: str, root: Path) -> tuple[tuple[Path, Path]
         found.append(hit)
     if all(found):
         return (found[0], found[1]), wanted
-    return None, wanted
+    return None, [base for base, hit in zip(wanted, found, strict=True) if hit is None]
 
 
 def has_idx_files(name: str, root: Path) -> bool:

@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 
 from edgefl.data.cifar import has_cifar
-from edgefl.data.idx import has_idx_files, missing_idx_files
+from edgefl.data.idx import find_idx_files, has_idx_files, missing_idx_files
 from edgefl.data.registry import DATASETS
 from edgefl.data.svhn import has_svhn
 from edgefl.errors import DataError
@@ -92,6 +92,18 @@ def _missing(name: str, root: Path) -> str:
     if name in ("fmnist", "emnist"):
         return missing_idx_files(name, root) or FILES[name]
     return f"{FILES[name]} in {root}"
+
+
+def partly_there(name: str, root: Path) -> list[str]:
+    """The files an IDX dataset's folder lacks when it holds some of them ([] when it holds
+    all, none, or the dataset is not read from IDX files): `data list` names them."""
+    if name not in ("fmnist", "emnist"):
+        return []
+    lacked = []
+    for split in ("train", "test"):
+        found, missing = find_idx_files(name, split, root)
+        lacked += [] if found else missing
+    return lacked if len(lacked) < 4 else []
 
 
 def require(name: str, data_dir: str | Path | None = None) -> Path:

@@ -116,6 +116,19 @@ def test_a_dataset_without_its_files_is_said_before_any_work(roots, cli):
     said = " ".join(r.output.split())
     assert "lacks its files" in said and "t10k-images-idx3-ubyte" in said, said
     assert "client 0" not in said and not (roots / "run" / "uploads").exists()
+    # only what is missing: with the test labels back, only the test images are named
+    write_idx_set(partial, "", 12, 5, 10)
+    (partial / "t10k-images-idx3-ubyte").unlink()
+    r = cli("client", "train", "--profile", "smartphone", "--dataset", "fmnist", "--data-dir",
+            str(partial), "--num-clients", "2", "--out", str(roots / "one"))  # fmt: skip
+    said = " ".join(r.output.split())
+    assert r.exit_code == 2 and "t10k-images-idx3-ubyte" in said, said
+    assert "t10k-labels" not in said and "train-images" not in said, said
+    said = " ".join(cli("data", "list", "--data-dir", str(partial)).output.split())
+    assert "no: --data-dir lacks t10k-images-idx3-ubyte" in said, said
+    write_idx_set(partial, "", 12, 5, 10)
+    for f in partial.glob("t10k-*"):
+        f.unlink()
     uploads = roots / "uploads"
     uploads.mkdir()
     for flags in (["--data-dir", str(partial)], []):  # no flag: the search path, empty here
