@@ -45,8 +45,10 @@ def upload_text(text: object) -> str:
     return escape(printable(text))
 
 
-console = SafeConsole(highlight=False)
-err_console = SafeConsole(stderr=True, highlight=False)
+# emoji=False: rich turns ":name:" into an emoji in any string it prints, so a file called
+# "m:fire:.onnx" or a --calibrate "digits:train:..." would be shown as another name.
+console = SafeConsole(highlight=False, emoji=False)
+err_console = SafeConsole(stderr=True, highlight=False, emoji=False)
 
 # Progress goes to stderr (bars on a terminal, a plain line every few seconds elsewhere).
 # --quiet, the same on every command that has it: for scripts, whose files and exit code are

@@ -31,14 +31,18 @@ def eval_cmd(
     from edgefl.outputs import check_writable
 
     if not Path(model).is_file():
-        raise ArtifactError(f"model file {model} not found")
+        raise ArtifactError(
+            f"model file {model} not found",
+            hint="pass a classifier or global model (.onnx), e.g. one `server fuse` wrote",
+        )
     if plot:
         check_writable(plot, "--plot", "confusion.png")  # before the evaluation, not after
     try:
         art = exporters.read_artifact(model, require_metadata=False)
     except Exception as exc:  # onnx raises DecodeError and friends for non-ONNX bytes
         raise ArtifactError(
-            f"{model} is not a readable ONNX model ({type(exc).__name__})"
+            f"{model} is not a readable ONNX model ({type(exc).__name__})",
+            hint="pass a classifier or global model (.onnx), e.g. one `server fuse` wrote",
         ) from None
     name, ref_split = parse_dataset_ref(dataset)
     res = evaluate_artifact(art, name, ref_split or split, data_dir=data_dir)

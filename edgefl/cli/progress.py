@@ -65,7 +65,7 @@ def reporter(quiet: bool = False, every: float = 5.0) -> Iterator[Reporter]:
     if quiet:
         yield NullReporter()
     elif stderr_is_terminal():
-        bars = BarReporter(Console(stderr=True, highlight=False))
+        bars = BarReporter(Console(stderr=True, highlight=False, emoji=False))
         with bars.bars:
             yield bars
     else:

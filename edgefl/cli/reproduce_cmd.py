@@ -20,7 +20,7 @@ def _ints(text: str | None, flag: str) -> tuple[int, ...] | None:
     if text is None:
         return None
     try:
-        return tuple(int(s) for s in text.split(",") if s.strip())
+        return tuple(int(s) for s in text.split(","))  # "0,,1": an empty one is a typo
     except ValueError:
         raise ConfigError(
             f"{flag} expects comma-separated integers, got {text!r}", hint=f"e.g. {flag} 0,1,2"

@@ -52,7 +52,7 @@ def fitted(
     until the rest fits, and the caption says which were left out."""
     natural = _natural(cols, rows)
     natural = [min(n, WRAP_WIDTH) if c.wrap else n for n, c in zip(natural, cols, strict=True)]
-    measure = Console(width=10_000)  # unclamped: the width the table needs at least
+    measure = Console(width=10_000, emoji=False)  # unclamped: the width the table needs at least
 
     def build(keep: list[int], heavy: bool, note: str | None) -> Table:
         # Light: SIMPLE_HEAD's column divider is one blank, so no padding is needed beside it.

@@ -123,6 +123,7 @@ def _check_rows(job: ReproduceJob, table: Table) -> None:
         )
     if job.methods is not None and not job.methods:
         raise ConfigError("--methods names no method", hint=f"e.g. --methods {table.methods[0]}")
+    _once("--methods", list(job.methods or ()), f"--methods {','.join(table.methods[:2])}")
     for m in job.methods or ():
         if m not in table.methods:
             raise UnknownNameError(f"{table.name} method", m, table.methods)
@@ -140,6 +141,7 @@ def check_out_dir(out: str, stem: str = "table") -> None:
                 f"{path / (stem + suffix)} is a folder: the table is written there",
                 hint="move it away, or use another --out",
             )
+    _check_table_files_are_ours(path, stem)
     try:
         path.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryFile(dir=path):
@@ -149,6 +151,26 @@ def check_out_dir(out: str, stem: str = "table") -> None:
             f"--out {out} cannot be written: {exc.strerror or exc}",
             hint="name a folder you can write, e.g. --out runs/table3",
         ) from None
+
+
+def _check_table_files_are_ours(path: Path, stem: str) -> None:
+    """A table file already in --out is rewritten only if an earlier reproduce wrote it (its
+    JSON names a table): a user's own table.json or table.md there was replaced, exit 0."""
+    data, page = path / f"{stem}.json", path / f"{stem}.md"
+    ours = False
+    if data.is_file():
+        try:
+            held = json.loads(data.read_text(errors="replace"))
+            ours = isinstance(held, dict) and isinstance(held.get("table"), str)
+        except (ValueError, TypeError, OSError):
+            ours = False
+    theirs = [f for f in (data, page) if f.is_file() and not ours]
+    if theirs:
+        raise ConfigError(
+            f"--out {path} holds {', '.join(str(f) for f in theirs)}, which edgefl reproduce did "
+            "not write: the table would replace it",
+            hint="use another --out, or move the file away",
+        )
 
 
 def rows_of(job: ReproduceJob, table: Table) -> tuple[str, ...]:

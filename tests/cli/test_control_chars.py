@@ -139,3 +139,23 @@ def test_server_fuse_human_summary(hostile_dir, tmp_path):
     r = _fuse(hostile_dir, tmp_path / "g.onnx", "--method", "ensemble")
     assert r.returncode == 0, r.stderr[-3000:]
     _clean(r.stdout)
+
+
+def test_emoji_codes_in_names_are_shown_as_written(cli, tmp_path, capsys):
+    """rich turned ":rocket:" in any printed string into an emoji: a file "x:rocket:.onnx" was
+    named as "x\U0001f680.onnx", a file that does not exist (and `--calibrate digits:train:`
+    lost its text)."""
+    from edgefl.cli.common import console
+
+    bad = tmp_path / "x:rocket:.onnx"
+    bad.write_text("not onnx")
+    deploy = ["deploy", str(bad), "--profile", "smartphone", "--target", "onnx"]
+    for args in (["eval", str(bad), "--dataset", "digits"], [*deploy, "--out", str(tmp_path)]):
+        r = cli(*args)
+        said = " ".join(r.output.split())
+        assert r.exit_code == 2 and "x:rocket:.onnx" in said and "\U0001f680" not in said, said
+        assert "fix:" in said, said
+    table = Table("file")
+    table.add_row(":fire:")
+    console.print(":fire:", table)  # a line and a table cell, as every command prints them
+    assert capsys.readouterr().out.count(":fire:") == 2

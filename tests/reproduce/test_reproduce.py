@@ -300,6 +300,10 @@ def test_errors_exit_2_before_any_work(cli, tmp_path, monkeypatch):
     a_file = tmp_path / "f"
     a_file.write_text("")
     (tmp_path / "holds" / "table.md").mkdir(parents=True)
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "table.json").write_text('{"my": "precious"}')
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "table.md").write_text("# my notes")
     for args, message in (
         (["fedmho-tabel3"], "did you mean 'fedmho-table3'"),
         (["fedmho-table3", "--budget", "gpu"], "--budget must be one of cpu, smoke, paper, code"),
@@ -322,10 +326,18 @@ def test_errors_exit_2_before_any_work(cli, tmp_path, monkeypatch):
             "--partitions names dirichlet:0.5 more than once",
         ),
         (["fedmho-table3", "--train-device", "tpu"], "--train-device must be auto, cpu or cuda"),
+        # a user's own table files there were replaced, exit 0
+        (["fedmho-table3", "--out", str(tmp_path / "mine")], "reproduce did not write"),
+        (["fedmho-table3", "--out", str(tmp_path / "notes")], "notes/table.md, which"),
+        (["fedmho-table3", "--seeds", "0,,1"], "--seeds expects comma-separated integers"),
+        (["fedmho-table3", "--methods", "fedmho,fedmho"], "--methods names fedmho more than once"),
     ):
         r = cli("reproduce", *args, *([] if "--out" in args else ["--out", str(tmp_path / "o")]))
         assert r.exit_code == 2, (args, r.output)
-        assert message in r.output and "Traceback" not in r.output, (args, r.output)
+        assert message in " ".join(r.output.split()), (args, r.output)
+        assert "Traceback" not in r.output, (args, r.output)
+    assert (tmp_path / "mine" / "table.json").read_text() == '{"my": "precious"}'
+    assert (tmp_path / "notes" / "table.md").read_text() == "# my notes"
 
 
 def test_lists_tables(cli):
