@@ -66,3 +66,23 @@ def machine_peak(
         "matmul_gmacs": round(matmul / 1e9, 2),
         "copy_gbs": round(copy / 1e9, 2),
     }
+
+
+def gpu_peaks(device, repeats: int = 10, mib: int = 2048) -> dict:
+    """The GPU's matmul rate, strict fp32 and TF32 (GMAC/s), and its copy bandwidth (GB/s)."""
+    cuda = torch.backends.cuda.matmul
+    before = cuda.allow_tf32
+    try:
+        cuda.allow_tf32 = False
+        strict = matmul_peak(8192, repeats, device)
+        cuda.allow_tf32 = True
+        tf32 = matmul_peak(8192, repeats, device)
+    finally:
+        cuda.allow_tf32 = before
+    return {
+        "gpu": torch.cuda.get_device_name(device),
+        "matmul_gmacs_fp32": round(strict / 1e9, 1),
+        "matmul_gmacs_tf32": round(tf32 / 1e9, 1),
+        "copy_gbs": round(copy_bandwidth(mib, repeats, device) / 1e9, 1),
+        "conv_tf32": torch.backends.cudnn.allow_tf32,
+    }

@@ -50,7 +50,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 import numpy as np
 import onnx
 import torch
-from _peak import copy_bandwidth, machine_peak, matmul_peak  # bench/ is on sys.path
+from _peak import gpu_peaks, machine_peak  # bench/ is on sys.path when run as a script
 from _record import RSS_WRAPPER, run_header
 from onnx import numpy_helper
 
@@ -523,15 +523,16 @@ def main() -> None:
 
 def device_peak(device: str) -> dict:
     """{"device": {"name", "matmul_gmacs", "copy_gbs"}} of the GPU a `--device cuda` fusion runs
-    on (strict fp32, as edgefl leaves torch's matmul precision), measured like the CPU's; {} on
-    the CPU."""
+    on (`_peak.gpu_peaks`; strict fp32, as edgefl leaves torch's matmul precision); {} on the
+    CPU."""
     if torch.device(device).type != "cuda":
         return {}
+    gpu = gpu_peaks(device)
     return {
         "device": {
-            "name": torch.cuda.get_device_name(0),
-            "matmul_gmacs": round(matmul_peak(8192, 5, device) / 1e9, 2),
-            "copy_gbs": round(copy_bandwidth(1024, 5, device) / 1e9, 2),
+            "name": gpu["gpu"],
+            "matmul_gmacs": gpu["matmul_gmacs_fp32"],
+            "copy_gbs": gpu["copy_gbs"],
         }
     }
 

@@ -25,7 +25,7 @@ from types import SimpleNamespace
 import numpy as np
 import onnxruntime as ort
 import torch
-from _peak import copy_bandwidth, matmul_peak  # bench/ is on sys.path when run as a script
+from _peak import copy_bandwidth, gpu_peaks, matmul_peak  # bench/ is on sys.path
 from _peak import timed as _timed
 from _record import page_head, run_header, write_record
 
@@ -110,26 +110,6 @@ def _interleaved(ups, x, rounds: int, device="cpu"):
     return seconds, {name: total / len(ups) for name, total in sums.items()}
 
 
-def _gpu_peaks(device) -> dict:
-    """The GPU's matmul rate, strict fp32 and TF32 (GMAC/s), and its copy bandwidth (GB/s)."""
-    cuda = torch.backends.cuda.matmul
-    before = cuda.allow_tf32
-    try:
-        cuda.allow_tf32 = False
-        strict = matmul_peak(8192, 10, device)
-        cuda.allow_tf32 = True
-        tf32 = matmul_peak(8192, 10, device)
-    finally:
-        cuda.allow_tf32 = before
-    return {
-        "gpu": torch.cuda.get_device_name(device),
-        "matmul_gmacs_fp32": round(strict / 1e9, 1),
-        "matmul_gmacs_tf32": round(tf32 / 1e9, 1),
-        "copy_gbs": round(copy_bandwidth(2048, 10, device) / 1e9, 1),
-        "conv_tf32": torch.backends.cudnn.allow_tf32,
-    }
-
-
 def run_gpu(arch: str, teachers: int, samples: int, shape, classes: int, rounds: int, device):
     """The passes on a GPU (module docstring): seconds, GMAC/s and fractions of its peaks."""
     spec = parse_model_arg(arch, shape, classes)
@@ -140,12 +120,12 @@ def run_gpu(arch: str, teachers: int, samples: int, shape, classes: int, rounds:
     ]
     x = torch.rand(samples, *shape)
     macs = costs(spec).macs * samples * teachers
-    peaks = _gpu_peaks(device)
+    peaks = gpu_peaks(device)
     _interleaved(ups[:8], x[:512], 1, device)  # kernels chosen and loaded before the timing
     seconds, means = _interleaved(ups, x, rounds, device)
     top = max(peaks["matmul_gmacs_fp32"], peaks["matmul_gmacs_tf32"]) * 1e9
     row = {"arch": arch, "teachers": teachers, "samples": samples, "device": device}
-    row.update(rounds=rounds, macs=macs, **peaks, peak_after=_gpu_peaks(device))
+    row.update(rounds=rounds, macs=macs, **peaks, peak_after=gpu_peaks(device))
     for name, t in seconds.items():
         row[f"{name}_s"] = round(t, 3)
         row[f"{name}_gmacs"] = round(macs / t / 1e9, 1)

@@ -13,6 +13,9 @@ def register(app: typer.Typer) -> None:
     app.command("eval")(eval_cmd)
 
 
+MODEL_HINT = "pass a classifier or global model (.onnx), e.g. one `server fuse` wrote"
+
+
 def eval_cmd(
     model: str = typer.Argument(..., help="A classifier or global model (.onnx)."),
     dataset: str = typer.Option(..., help="Dataset name or file, optionally NAME:SPLIT."),
@@ -33,7 +36,7 @@ def eval_cmd(
     if not Path(model).is_file():
         raise ArtifactError(
             f"model file {model} not found",
-            hint="pass a classifier or global model (.onnx), e.g. one `server fuse` wrote",
+            hint=MODEL_HINT,
         )
     if plot:
         check_writable(plot, "--plot", "confusion.png")  # before the evaluation, not after
@@ -42,7 +45,7 @@ def eval_cmd(
     except Exception as exc:  # onnx raises DecodeError and friends for non-ONNX bytes
         raise ArtifactError(
             f"{model} is not a readable ONNX model ({type(exc).__name__})",
-            hint="pass a classifier or global model (.onnx), e.g. one `server fuse` wrote",
+            hint=MODEL_HINT,
         ) from None
     name, ref_split = parse_dataset_ref(dataset)
     res = evaluate_artifact(art, name, ref_split or split, data_dir=data_dir)

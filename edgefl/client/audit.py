@@ -50,6 +50,9 @@ from edgefl.training import TrainConfig, init_model, train
 
 NONMEMBERS = ("population", "held-out")
 AUDITED = ("classifier", "decoder")  # the kinds that are models of the data
+# The fixes of a file that cannot be replayed, and of a recipe too long to train
+REPLAYABLE = "audit an upload `edgefl client train` or `edgefl simulate` wrote, unchanged"
+TRAIN_NOTHING = "--shadows 0 --no-reference (the attacks that train nothing)"
 
 
 @dataclass(frozen=True)
@@ -132,9 +135,6 @@ def open_target(
     shard = np.concatenate([train_idx, val_idx])  # the split is a partition of the shard
     _check_members(path, meta, data, shard, train_idx)
     return Target(path, upload, data, train_idx, val_idx, shard)
-
-
-REPLAYABLE = "audit an upload `edgefl client train` or `edgefl simulate` wrote, unchanged"
 
 
 def _read(path: Path) -> Upload:
@@ -351,7 +351,7 @@ def train_config(target: Target, seed: int) -> TrainConfig:
         raise ConfigError(
             f"{target.path}: its training record cannot be replayed for the shadow or "
             f"reference models ({why})",
-            hint="audit it with --shadows 0 --no-reference (the attacks that train nothing)",
+            hint=f"audit it with {TRAIN_NOTHING}",
         ) from None
 
 
@@ -400,15 +400,15 @@ def prepare(target: Target, settings: AuditSettings) -> Queries:
                 f"{passes:,} sample passes ({target.training['epochs']} epochs over "
                 f"{len(target.train_idx):,} samples), over the {MAX_SAMPLE_PASSES:,} an audit "
                 "trains",
-                hint="audit it with --shadows 0 --no-reference (the attacks that train nothing)",
+                hint=f"audit it with {TRAIN_NOTHING}",
             )
         have, need = len(drawn_like(target, q.pool, settings.seed)), len(target.train_idx)
         if have < need / 2:
             raise ConfigError(
                 f"{target.path}: the data outside its shard hold {have} samples of its classes "
                 f"for a shadow or reference model, which trains on {need} as it did",
-                hint="lower --queries (the non-members are kept out of it), or use --shadows 0 "
-                "--no-reference (the attacks that train nothing)",
+                hint="lower --queries (the non-members are kept out of it), or use "
+                + TRAIN_NOTHING,
             )
     return q
 

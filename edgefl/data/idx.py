@@ -120,12 +120,18 @@ def read_idx_pair(images: Path, labels: Path, transpose: bool = False):
     return to_unit_float(x)[:, None, :, :], y.astype(np.int64)
 
 
-def missing_idx_files(name: str, root: Path) -> str | None:
-    """What `root` lacks of `name`'s two splits, with every folder looked in (None: nothing)."""
+def lacking_idx_files(name: str, root: Path) -> list[str]:
+    """The IDX files of `name`'s two splits that `root` lacks (each split's missing ones)."""
     lacked = []
     for split in ("train", "test"):
-        found, wanted = find_idx_files(name, split, root)
-        lacked += [] if found else wanted
+        found, missing = find_idx_files(name, split, root)
+        lacked += [] if found else missing
+    return lacked
+
+
+def missing_idx_files(name: str, root: Path) -> str | None:
+    """What `root` lacks of `name`'s two splits, with every folder looked in (None: nothing)."""
+    lacked = lacking_idx_files(name, root)
     if not lacked:
         return None
     dirs = ", ".join(str(d) for d in _idx_dirs(name, root))

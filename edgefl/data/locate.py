@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 
 from edgefl.data.cifar import has_cifar
-from edgefl.data.idx import find_idx_files, has_idx_files, missing_idx_files
+from edgefl.data.idx import has_idx_files, lacking_idx_files, missing_idx_files
 from edgefl.data.registry import DATASETS
 from edgefl.data.svhn import has_svhn
 from edgefl.errors import DataError
@@ -99,10 +99,7 @@ def partly_there(name: str, root: Path) -> list[str]:
     all, none, or the dataset is not read from IDX files): `data list` names them."""
     if name not in ("fmnist", "emnist"):
         return []
-    lacked = []
-    for split in ("train", "test"):
-        found, missing = find_idx_files(name, split, root)
-        lacked += [] if found else missing
+    lacked = lacking_idx_files(name, root)
     return lacked if len(lacked) < 4 else []
 
 
