@@ -19,7 +19,9 @@ MODEL_HINT = "pass a classifier or global model (.onnx), e.g. one `server fuse` 
 def eval_cmd(
     model: str = typer.Argument(..., help="A classifier or global model (.onnx)."),
     dataset: str = typer.Option(..., help="Dataset name or file, optionally NAME:SPLIT."),
-    split: str = typer.Option("test", help="Split to evaluate on."),
+    split: str | None = typer.Option(
+        None, help="Split to evaluate on (default: test; or name it in --dataset, NAME:SPLIT)."
+    ),
     data_dir: str | None = typer.Option(None, help="Folder with standard dataset files."),
     plot: str | None = typer.Option(None, help="Save a confusion-matrix PNG here."),
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
@@ -29,10 +31,16 @@ def eval_cmd(
 
     import exporters
     from edgefl.data import parse_dataset_ref
-    from edgefl.errors import ArtifactError
+    from edgefl.errors import ArtifactError, ConfigError
     from edgefl.evaluate import evaluate_artifact
     from edgefl.outputs import check_writable
 
+    name, ref_split = parse_dataset_ref(dataset)
+    if ref_split and split and ref_split != split:  # which one was meant is not ours to guess
+        raise ConfigError(
+            f"--dataset {dataset} names split {ref_split!r} but --split says {split!r}",
+            hint=f"name the split once, e.g. --dataset {name}:{split} or --split {ref_split}",
+        )
     if not Path(model).is_file():
         raise ArtifactError(
             f"model file {model} not found",
@@ -47,8 +55,7 @@ def eval_cmd(
             f"{model} is not a readable ONNX model ({type(exc).__name__})",
             hint=MODEL_HINT,
         ) from None
-    name, ref_split = parse_dataset_ref(dataset)
-    res = evaluate_artifact(art, name, ref_split or split, data_dir=data_dir)
+    res = evaluate_artifact(art, name, ref_split or split or "test", data_dir=data_dir)
     names = (
         art.metadata.get("class_names")
         or res.class_names

@@ -51,24 +51,30 @@ def table_markdown(summary: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def partial_text(summary: dict) -> str:
+    """Said wherever a table of fewer cells than its job asked for is shown: its means are over
+    the seeds that finished, not the table's."""
+    return (
+        f"**Partial: {len(summary['cells'])} of {summary['cells_planned']} cells finished** "
+        "(the run stopped or is still running); the command above finishes it, reusing them."
+    )
+
+
 def _heading(summary: dict) -> list[str]:
     """The title, the command and host that made the table, and its budget."""
     b = summary["budget"]
-    fed = summary["federation"]
     lines = [
         f"# {summary['title']}",
         "",
-        f"`edgefl reproduce {summary['table']} --budget {b['name']}"
-        + (f" --dataset {data}" if (data := summary["job"].get("dataset")) else "")
-        + ("" if fed == "own" else f" --federation {fed}")
-        + (f" --methods {','.join(only)}" if (only := summary["job"].get("methods")) else "")
-        + "`: "
+        f"`{summary['command']}`: "
         f"{summary['date_utc']} UTC, {summary['host']['cpu_count']} CPU cores"
         + (f", {summary['host']['cuda']}" if summary["host"]["cuda"] else "")
         + f", torch {summary['host']['torch']}. Paper's numbers: {summary['source']}.",
         "",
         f"Budget **{b['name']}**: {b['description']} ({b['estimate']}).",
     ]
+    if not summary["complete"]:
+        lines += ["", partial_text(summary)]
     if b["reductions"]:
         lines += ["Differs from the paper:", ""] + [f"- {r}" for r in b["reductions"]]
     return lines
@@ -137,5 +143,7 @@ def table_figure(summary: dict):
                 ax.text(x, 1, "refused", rotation=90, ha="center", va="bottom", fontsize=7)
         ax.set_title(p, loc="left")
     accuracy_legend(axes[-1], panels=axes)
-    fig.suptitle(f"{summary['title']} (budget {summary['budget']['name']})", fontsize=10)
+    done = "" if summary["complete"] else f"; partial: {len(summary['cells'])} of "
+    done += "" if summary["complete"] else f"{summary['cells_planned']} cells"
+    fig.suptitle(f"{summary['title']} (budget {summary['budget']['name']}{done})", fontsize=10)
     return fig

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import statistics
 import tempfile
 import time
@@ -325,7 +326,7 @@ def reproduce(job: ReproduceJob, log=None, progress=None) -> dict:
             spent.setdefault(c.setting, []).append(time.perf_counter() - t)
             log(f"[{i}/{n}] {c.label}: done in {spent[c.setting][-1]:.0f} s")
         records.append(cell_record(c, done, skipped=previous[i - 1] is not None))
-        summary = summarize(job, table, budget, records)
+        summary = summarize(job, table, budget, records, planned=n)
         write(out / output_stem(job), summary)
     return summary
 
@@ -361,9 +362,35 @@ def cell_record(cell: Cell, results: dict, skipped: bool) -> dict:
     }
 
 
-def summarize(job: ReproduceJob, table: Table, budget: Budget, records: list[dict]) -> dict:
+def command_of(job: ReproduceJob) -> str:
+    """The command that makes this table again: every option that chooses its cells or where
+    they are (a finished cell in --out is reused, so the same --out finishes an interrupted
+    table); --jobs and the devices change how fast, not which cells."""
+    words = ["edgefl", "reproduce", job.table, "--budget", job.budget]
+    for flag, value in (
+        ("--dataset", job.dataset),
+        ("--federation", None if job.federation == OWN else job.federation),
+        ("--methods", job.methods and ",".join(job.methods)),
+        ("--partitions", job.partitions and ",".join(job.partitions)),
+        ("--seeds", job.seeds and ",".join(map(str, job.seeds))),
+        ("--data-dir", job.data_dir),
+        ("--out", job.out),
+    ):
+        if value:
+            words += [flag, str(value)]
+    return shlex.join(words)
+
+
+def summarize(
+    job: ReproduceJob,
+    table: Table,
+    budget: Budget,
+    records: list[dict],
+    planned: int | None = None,
+) -> dict:
     """Per method and partition: our accuracies over the finished seeds (mean +- sample std),
-    the paper's number (the method's registry reference) and the gap, ours - paper."""
+    the paper's number (the method's registry reference) and the gap, ours - paper. `planned`:
+    the cells the job asked for (default: those recorded); fewer recorded is a partial table."""
     partitions = list(job.partitions or budget.partitions)
     rows = []
     for m in rows_of(job, table):
@@ -394,6 +421,9 @@ def summarize(job: ReproduceJob, table: Table, budget: Budget, records: list[dic
         "notes": list(table.notes),
         "rows": rows,
         "cells": records,
+        "cells_planned": len(records) if planned is None else planned,
+        "complete": planned is None or len(records) >= planned,
+        "command": command_of(job),
         "job": _plain(asdict(job)),
         "host": {
             "cpu_count": os.cpu_count(),

@@ -295,6 +295,54 @@ def test_a_partial_average_says_what_it_averaged_and_has_no_gap():
     assert "5 of 10: vgg9 only (seed 0); 5 of 10: cnn only (seed 1): 60.00" in md
 
 
+def test_an_interrupted_table_says_it_is_partial_and_how_to_finish_it(tmp_path, monkeypatch):
+    """Ctrl-C after the first of three cells: the table written then says it holds one of
+    three cells, and the command it records (with --seeds and --out) is the one that finishes
+    it. Finishing it writes a table that no longer says so."""
+    t = FEDMHO_TABLE3
+    out = tmp_path / "my table"
+    job = ReproduceJob(
+        table=t.name, budget="smoke", out=str(out), methods=("fedavg",), seeds=(3, 4, 5)
+    )
+    calls = []
+
+    def fake(sim, log=None, progress=None):
+        calls.append(sim.seed)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return {
+            "seconds": {"total": 1.0},
+            "clients": [],
+            "results": [{"method": "fedavg", "accuracy": 0.5, "error": None}],
+        }
+
+    monkeypatch.setattr(rep, "simulate", fake)
+    with pytest.raises(KeyboardInterrupt):
+        rep.reproduce(job)
+    summary = json.loads((out / "table.json").read_text())
+    assert (summary["complete"], summary["cells_planned"], len(summary["cells"])) == (False, 3, 1)
+    md = (out / "table.md").read_text()
+    assert "**Partial: 1 of 3 cells finished**" in md
+    command = summary["command"]
+    assert command.endswith(f"--methods fedavg --seeds 3,4,5 --out '{out}'"), command
+    assert command.startswith("edgefl reproduce fedmho-table3 --budget smoke")
+    assert f"`{command}`" in md
+    # The same job over a folder whose cells are all finished: complete, no partial line.
+    calls.clear()
+    monkeypatch.setattr(
+        rep,
+        "finished_cell",
+        lambda c: {
+            "seconds": {"total": 1.0},
+            "clients": [],
+            "results": [{"method": "fedavg", "accuracy": 0.5, "error": None}],
+        },
+    )
+    summary = rep.reproduce(job)
+    assert summary["complete"] and calls == []
+    assert "Partial" not in (out / "table.md").read_text()
+
+
 def test_errors_exit_2_before_any_work(cli, tmp_path, monkeypatch):
     monkeypatch.setattr(rep, "simulate", lambda *a, **k: pytest.fail("work started"))
     a_file = tmp_path / "f"

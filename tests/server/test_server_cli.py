@@ -271,6 +271,10 @@ def test_eval_errors(federation, tmp_path):
         for extra in ([], ["--json"]):
             r = run("eval", path, "--dataset", "digits", *extra, code=2)
             assert message in flat(r.output), (path.name, r.output)
+    # Two splits named: refused, not one of them taken silently (before the model is read).
+    r = run("eval", junk, "--dataset", "digits:train", "--split", "test", code=2)
+    said = flat(r.output)
+    assert "names split 'train' but --split says 'test'" in said and "fix:" in said, said
 
 
 def test_fuse_budget_paper_under_the_users_flags(federation, tmp_path):
