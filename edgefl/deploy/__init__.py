@@ -255,6 +255,14 @@ def _requested_target(req: DeployRequest) -> Target:
             f"--quantize {req.quantize}: not a choice",
             hint=f"--quantize {' or '.join(QUANTIZE_CHOICES)}, or leave it out",
         )
+    if req.calibrate and not target.always_int8 and req.quantize != "int8":
+        # fp32 needs no calibration: taking the flag silently would let a user believe the
+        # file was quantized with their data
+        raise ConfigError(
+            f"--calibrate {req.calibrate}: --target {target.name} without --quantize int8 "
+            "ships fp32, which is not calibrated",
+            hint="add --quantize int8 to ship int8 calibrated on it, or leave --calibrate out",
+        )
     return target
 
 

@@ -346,6 +346,11 @@ def test_bad_inputs_exit_2_with_nothing_written(files, cli, tmp_path):
             "classes",
         ),
         "no calibration": ([cnn, "--target", "onnx", "--quantize", "int8"], "calibration"),
+        # fp32 is not calibrated: the flag would be dropped without a word
+        "fp32 calibrated": (
+            [cnn, "--target", "ort-mobile", "--calibrate", "digits:train"],
+            "ships fp32, which is not calibrated",
+        ),
         "fit": ([vgg, "--target", "onnx", "--profile", "wristband"], "wristband"),
         "ort on a band": ([cnn, "--target", "ort-mobile", "--profile", "wristband"], "MiB"),
     }
