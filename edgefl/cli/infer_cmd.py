@@ -112,12 +112,25 @@ def load_npy(path: str) -> np.ndarray:
         raise DataError(
             f"input file {path!r} does not exist", hint="pass a .npy saved with np.save"
         )
+    with p.open("rb") as f:
+        magic = f.read(6)
+    # Without numpy's header np.load reads a file as a pickle and says so: not what is wrong
+    if magic != b"\x93NUMPY" and not magic.startswith(b"PK\x03\x04"):
+        raise DataError(
+            f"{path} is not a .npy file (it does not begin with numpy's .npy header)",
+            hint="save the input with np.save(path, array)",
+        )
     try:
         arr = np.load(p, allow_pickle=False)
     except (OSError, ValueError, EOFError) as exc:
+        pickled = "Object arrays" in str(exc)  # Python objects: never unpickled here
         raise DataError(
-            f"cannot read {path} as .npy: {_first_line(exc)}",
-            hint="save the input with np.save(path, array)",
+            f"{path} holds Python objects (an object array), not numbers"
+            if pickled
+            else f"cannot read {path} as .npy: {_first_line(exc)}",
+            hint="save a numeric array: np.save(path, np.asarray(array, dtype=np.float32))"
+            if pickled
+            else "save the input with np.save(path, array)",
         ) from None
     if not isinstance(arr, np.ndarray):  # an .npz archive loads as NpzFile
         arr.close()

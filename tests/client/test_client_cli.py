@@ -202,12 +202,15 @@ def test_infer_decoder(cli, artifacts, tmp_path):
         ("dec", lambda: np.zeros((2, 2), np.int64), "expected integer labels of shape (N,)"),
         ("dec", lambda: np.array([0.5]), "got dtype float64"),
         ("clf", None, "does not exist"),
+        ("clf", lambda: b"0.1 0.2 0.3\n", "is not a .npy file"),  # not numpy's pickle message
+        ("clf", lambda: np.array([{"x": 1}], dtype=object), "holds Python objects"),
     ],
 )
 def test_infer_bad_input_exits_2(cli, artifacts, tmp_path, which, make, expect):
     path = tmp_path / "in.npy"
     if make is not None:
-        np.save(path, make())
+        made = make()
+        path.write_bytes(made) if isinstance(made, bytes) else np.save(path, made)
     art = artifacts[0] if which == "clf" else artifacts[1]
     r = cli("infer", str(art), "--input", str(path))
     assert r.exit_code == 2 and expect in _flat(r.output) and "Traceback" not in r.output, r.output
