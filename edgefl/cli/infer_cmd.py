@@ -107,19 +107,14 @@ def load_artifact(path: str):
 
 
 def load_npy(path: str) -> np.ndarray:
+    from edgefl.data.npz import check_numpy_file
+
     p = Path(path)
     if not p.is_file():
         raise DataError(
             f"input file {path!r} does not exist", hint="pass a .npy saved with np.save"
         )
-    with p.open("rb") as f:
-        magic = f.read(6)
-    # Without numpy's header np.load reads a file as a pickle and says so: not what is wrong
-    if magic != b"\x93NUMPY" and not magic.startswith(b"PK\x03\x04"):
-        raise DataError(
-            f"{path} is not a .npy file (it does not begin with numpy's .npy header)",
-            hint="save the input with np.save(path, array)",
-        )
+    check_numpy_file(p, ".npy", "save the input with np.save(path, array)")
     try:
         arr = np.load(p, allow_pickle=False)
     except (OSError, ValueError, EOFError) as exc:

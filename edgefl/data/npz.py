@@ -15,6 +15,21 @@ from edgefl.data._common import as_int_labels, check_label_range, to_unit_float
 from edgefl.errors import DataError
 
 
+def check_numpy_file(path: Path, kind: str, hint: str) -> None:
+    """Refuse a file numpy did not write (`kind`: ".npy" or ".npz"), before np.load reads it as
+    a pickle and says "pickled (object) data ... allow_pickle", which is not what is wrong."""
+    try:
+        with Path(path).open("rb") as f:
+            magic = f.read(6)
+    except OSError:  # a folder, unreadable: np.load's own message says which
+        return
+    if magic == b"\x93NUMPY" or magic.startswith(b"PK\x03\x04"):  # .npy header / zip (.npz)
+        return
+    raise DataError(
+        f"{path} is not a {kind} file (it does not begin with numpy's header)", hint=hint
+    )
+
+
 def npz_images(x: np.ndarray, where: str) -> np.ndarray:
     """User images as float32 (N, C, H, W) in [0, 1]; `where` names the source in errors."""
     if x.ndim == 3:
@@ -61,6 +76,7 @@ def load_npz(path: Path, split: str) -> tuple[np.ndarray, np.ndarray, tuple[str,
 
 def _read_arrays(path: Path) -> dict[str, np.ndarray]:
     """Every array in the .npz at `path`, which must hold at least `x` and `y`."""
+    check_numpy_file(path, ".npz", "save user data with np.savez(path, x=images, y=labels)")
     try:
         with np.load(path, allow_pickle=False) as npz:
             arrays = {k: npz[k] for k in npz.files}

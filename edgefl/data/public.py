@@ -74,7 +74,9 @@ def load_public(
 def _npz_samples(path: Path) -> np.ndarray:
     # An unlabeled public .npz needs only `x`; pixels are normalised as for any user dataset.
     from edgefl.data.datasets import _npz_images
+    from edgefl.data.npz import check_numpy_file
 
+    check_numpy_file(path, ".npz", "save the public set with np.savez(path, x=images)")
     try:
         with np.load(path, allow_pickle=False) as npz:
             if "x" not in npz.files:

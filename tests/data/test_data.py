@@ -298,6 +298,11 @@ def test_npz_errors(tmp_path):
         load_dataset(save(images=x))
     with pytest.raises(DataError, match="does not exist"):
         load_dataset(str(tmp_path / "nope.npz"))
+    # A file numpy did not write: said so, not numpy's "pickled (object) data" message.
+    (tmp_path / "notes.npz").write_text("x,y\n0,1\n")
+    with pytest.raises(DataError, match=r"notes.npz is not a .npz file") as err:
+        load_dataset(str(tmp_path / "notes.npz"))
+    assert "pickle" not in str(err.value) and "np.savez" in err.value.hint
 
 
 def test_image_folder(tmp_path):
