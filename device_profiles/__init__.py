@@ -139,6 +139,9 @@ def _check_table(
             problems.append(f"{prefix}{key}: unknown key (valid: {', '.join(spec | optional)})")
 
 
+MIN_BUDGET_BYTES = 1024  # smaller than any model, optimizer state or batch it could hold
+
+
 def parse_profile(data: dict, source: str) -> Profile:
     problems: list[str] = []
     _check_table(data, _TOP, "", problems)
@@ -153,6 +156,16 @@ def parse_profile(data: dict, source: str) -> Profile:
     frac = data.get("ram_available_fraction")
     if isinstance(frac, int | float) and not isinstance(frac, bool) and frac > 1:
         problems.append(f"ram_available_fraction: must be in (0, 1], got {frac}: lower it")
+    ram = data.get("ram_bytes")
+    if (
+        not problems
+        and isinstance(ram, int)
+        and int(ram * float(frac)) < MIN_BUDGET_BYTES  # a budget of 0 bytes fits nothing
+    ):
+        problems.append(
+            f"ram_bytes x ram_available_fraction: a learning budget of {int(ram * float(frac))} "
+            f"bytes, under {MIN_BUDGET_BYTES}: raise either"
+        )
     opt = training.get("optimizer")
     if isinstance(opt, str) and opt not in OPTIMIZERS:
         problems.append(f"training.optimizer: {opt!r} is not one of {', '.join(OPTIMIZERS)}")

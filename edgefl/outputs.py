@@ -48,6 +48,40 @@ def check_writable(path: str | Path, flag_name: str, example: str, folder_ok: bo
         )
 
 
+# The PNG text chunk every picture edgefl saves carries (edgefl.plots.save_figure): a picture
+# with it is edgefl's and its rerun may replace it; any other file at that path is the user's.
+PNG_SOFTWARE = "edgefl"
+_PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def check_png_out(path: str | Path, flag_name: str, example: str) -> None:
+    """`check_writable` for a picture, and before any work: the name ends in .png (the bytes
+    are PNG whatever the name says), and an existing file there is a picture edgefl saved (a
+    rerun replaces it), never an upload, a model or the user's own file."""
+    check_writable(path, flag_name, example)
+    path = Path(path)
+    if path.suffix.lower() != ".png":
+        raise ConfigError(
+            f"{flag_name} {path}: a PNG picture is written there; its name should end in .png",
+            hint=f"e.g. {flag_name} {example}",
+        )
+    if path.is_file() and not _saved_by_edgefl(path):
+        raise ConfigError(
+            f"{path} already holds a file edgefl did not draw; this run would replace it",
+            hint=f"write the picture elsewhere (another {flag_name}), or remove that file "
+            "yourself first",
+        )
+
+
+def _saved_by_edgefl(path: Path) -> bool:
+    try:
+        with path.open("rb") as f:
+            head = f.read(1 << 16)  # the text chunks come before the image data
+    except OSError:
+        return False
+    return head.startswith(_PNG_MAGIC) and b"Software\x00" + PNG_SOFTWARE.encode() in head
+
+
 # --- results another command made ------------------------------------------------------------
 
 

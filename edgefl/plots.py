@@ -24,8 +24,13 @@ PAPER_LABEL = "paper"
 def save_figure(fig, path, dpi: int = 120) -> Path:
     """Save a matplotlib figure as PNG atomically (a reader never sees half a file), with the
     mode a plain write would give (the user's umask)."""
+    from edgefl.outputs import PNG_SOFTWARE
+
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=dpi, bbox_inches="tight")
+    # marked as edgefl's: a rerun may replace this picture, never a file edgefl did not draw
+    fig.savefig(
+        buf, format="png", dpi=dpi, bbox_inches="tight", metadata={"Software": PNG_SOFTWARE}
+    )
     return atomic_write_bytes(path, buf.getvalue())
 
 

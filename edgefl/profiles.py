@@ -16,6 +16,13 @@ def get_profile(name_or_path: str | Path) -> Profile:
     except UnknownProfile as exc:
         raise UnknownNameError("profile", exc.name, exc.valid) from None
     except ProfileError as exc:
+        path = Path(name_or_path)
+        if not path.is_file():  # nothing to fix inside: the path is wrong
+            what = "is a folder" if path.is_dir() else "does not exist"
+            raise ConfigError(
+                f"--profile {name_or_path}: {what}",
+                hint=f"name a profile TOML file or a built-in ({', '.join(list_profiles())})",
+            ) from None
         raise ConfigError(
             str(exc), hint="fix the keys listed above (see device_profiles/*.toml for examples)"
         ) from None

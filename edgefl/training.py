@@ -56,7 +56,10 @@ def one_thread() -> Iterator[None]:
 
 
 COUNT = Range(1, integer=True)
-SEED = Range(0, integer=True)  # numpy's generators take no negative seed
+# A learning rate torch's float32 optimizers can hold (1e39 overflowed inside the optimizer);
+# no useful one is near the bound.
+LR = Range(0, 1e6, low_open=True)
+SEED = Range(0, 2**63 - 1, integer=True)  # numpy takes no negative seed, torch none past int64
 
 
 @declared(epochs=1, batch_size=1, optimizer="sgd", lr=0.1)
@@ -65,7 +68,7 @@ class TrainConfig:
     epochs: int = declare(COUNT)
     batch_size: int = declare(COUNT)
     optimizer: str = declare(OneOf(OPTIMIZERS), flag="optimizer")  # the profile's
-    lr: float = declare(Range(0, low_open=True))
+    lr: float = declare(LR)
     seed: int = declare(SEED, 0)
     weight_decay: float = declare(Range(0), 0.0)
     # train-time jitter (edgefl.models.augment): none | rotate | affine

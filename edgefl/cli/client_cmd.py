@@ -280,11 +280,12 @@ def _print_trained(result, warnings: list[str]) -> None:
         f"  {costs_line(result)}; training memory {fmt_bytes(f.train_bytes)} of "
         f"{fmt_bytes(prof.ram_budget_bytes)} budget; est. on-device {f.epoch_seconds:.1f} s/epoch"
     )
-    metric = (
-        f"local val accuracy {100 * s.val_accuracy:.2f}%"
-        if s.val_accuracy is not None
-        else f"local val loss {s.val_loss:.3f}"
-    )
+    if s.val_accuracy is not None:
+        metric = f"local val accuracy {100 * s.val_accuracy:.2f}%"
+    elif s.val_loss is not None:
+        metric = f"local val loss {s.val_loss:.3f}"
+    else:  # a shard too small to hold any sample out
+        metric = "no local validation samples"
     console.print(
         f"  {s.epochs} epochs, final loss {s.final_loss:.4f}, {metric} ({s.seconds:.1f} s here)"
     )
@@ -346,11 +347,15 @@ def sample_cmd(
     seed: int = typer.Option(0, help="Seed of the latent draws."),
 ) -> None:
     """A picture of what a decoder generates, one row per class."""
+    from edgefl.cli.infer_cmd import load_artifact
     from edgefl.client.sample import sample_grid
-    from edgefl.outputs import check_writable
+    from edgefl.outputs import check_png_out
+    from edgefl.training import SEED as SEEDS
 
     check_counts(per_class=per_class)
-    check_writable(out, "--out", "samples.png")  # before the decoder is read, not after
+    SEEDS.check("--seed", seed, hint="e.g. --seed 0")
+    check_png_out(out, "--out", "samples.png")  # before the decoder is read, not after
+    load_artifact(decoder)  # a file that is not an edgefl artifact: said, not a traceback
     path = sample_grid(decoder, per_class=per_class, out=out, seed=seed)
     console.print(f"wrote {escape(str(path))}")
 

@@ -131,9 +131,9 @@ def partition_cmd(
 
     parsed = parse_scheme(old_scheme or scheme)  # fail on a bad flag before loading any data
     if plot is not None:
-        from edgefl.outputs import check_writable
+        from edgefl.outputs import check_png_out
 
-        check_writable(plot, "--plot", "heatmap.png")
+        check_png_out(plot, "--plot", "heatmap.png")
     ds, counts, users = _split(dataset, num_clients, parsed, seed, data_dir, download)
     sizes = counts.sum(axis=1)
 

@@ -33,7 +33,7 @@ def eval_cmd(
     from edgefl.data import parse_dataset_ref
     from edgefl.errors import ArtifactError, ConfigError
     from edgefl.evaluate import evaluate_artifact
-    from edgefl.outputs import check_writable
+    from edgefl.outputs import check_png_out
 
     name, ref_split = parse_dataset_ref(dataset)
     if ref_split and split and ref_split != split:  # which one was meant is not ours to guess
@@ -47,7 +47,7 @@ def eval_cmd(
             hint=MODEL_HINT,
         )
     if plot:
-        check_writable(plot, "--plot", "confusion.png")  # before the evaluation, not after
+        check_png_out(plot, "--plot", "confusion.png")  # before the evaluation, not after
     try:
         art = exporters.read_artifact(model, require_metadata=False)
     except Exception as exc:  # onnx raises DecodeError and friends for non-ONNX bytes

@@ -33,6 +33,14 @@ def models_cmd(
     from edgefl.models.plan import default_samples
 
     check_counts(batch_size=batch_size, samples=samples)
+    if samples is not None and not profile:  # epochs are timed on a profile's compute only
+        from edgefl.errors import ConfigError
+
+        raise ConfigError(
+            "--samples sizes the epoch-time estimate, which needs a device: without --profile "
+            "it would change nothing",
+            hint="add --profile NAME (e.g. --profile wristband), or drop --samples",
+        )
     info = dataset_info(dataset)
     prof = get_profile(profile) if profile else None
     batch = batch_size or (prof.batch_size if prof else 64)
@@ -155,15 +163,15 @@ def _print_models(rows: list[dict], info, batch: int, optimizer: str, prof) -> N
         Col("TFLM arena", drop=7),
         Col("train mem"),
     ]
-    console.print(
-        "[dim]no: train x1.04 +2 = needs 1.04 times its training budget (the budget it "
-        "overshoots most) and overshoots 2 more; --json gives every reason in full[/]"
-    )
     if prof:
+        console.print(
+            "[dim]no: train x1.04 +2 = needs 1.04 times its training budget (the budget it "
+            "overshoots most) and overshoots 2 more; --json gives every reason in full[/]"
+        )
         cols += [
             Col("epoch", drop=5),
             Col("runs in", right=False, drop=8),
-            Col(f"fits {prof.name}", right=False),
+            Col(f"fits {escape(prof.name)}", right=False),  # a profile's name is the user's text
         ]
     cells = [_model_cells(r, prof) for r in rows]
     table = fitted(

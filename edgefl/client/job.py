@@ -11,12 +11,13 @@ from typing import Any
 
 from device_profiles import OPTIMIZERS
 from edgefl.bounds import OneOf, Range, check_fields, declare, declared
+from edgefl.errors import ConfigError
 from edgefl.models.augment import resolve as resolve_augment
 from edgefl.models.spec import ModelSpec
 from edgefl.models.zoo import input_kind
 from edgefl.privacy.config import DP_LR, DP_OPTIMIZER, DPConfig, optimizer_for
 from edgefl.profiles import Profile
-from edgefl.training import DEFAULT_LR
+from edgefl.training import DEFAULT_LR, LR
 
 
 @dataclass(frozen=True)
@@ -36,7 +37,7 @@ class SimSettings:
 KINDS = ("model", "predictions", "prototypes")
 ROLES = ("auto", "classifier", "generator")
 COUNT = Range(1, integer=True)
-SEED = Range(0, integer=True)
+SEED = Range(0, 2**63 - 1, integer=True)  # torch takes no seed past int64
 
 
 @declared(profile="wristband")
@@ -59,10 +60,10 @@ class ClientJob:
     max_macs: int | None = declare(COUNT, None)  # cap for the planner (fast CPU simulations)
     epochs: int | None = declare(COUNT, None)  # None: the profile's
     batch_size: int | None = declare(COUNT, None)
-    lr: float | None = declare(Range(0, low_open=True), None)
+    lr: float | None = declare(LR, None, hint="e.g. --lr 1e-3, or leave it out for the profile's")
     optimizer: str | None = declare(OneOf(OPTIMIZERS), None)  # None = the profile's
-    seed: int = declare(SEED, 0)
-    fed_seed: int = declare(SEED, 0)
+    seed: int = declare(SEED, 0, hint="e.g. --seed 0")
+    fed_seed: int = declare(SEED, 0, hint="e.g. --fed-seed 0")
     quantize: str | None = declare(OneOf(("int8",)), None)
     force: bool = False
     client_id: str | None = None
@@ -90,6 +91,31 @@ class ClientJob:
 
     def __post_init__(self) -> None:
         check_fields(self)
+        check_client_id(self.client_id)
+        if self.search and (self.model or self.spec_file):  # the search picks the model
+            flag = "--model" if self.model else "--spec"
+            raise ConfigError(
+                f"--search {self.search} with {flag}: the search chooses the architecture, "
+                f"so {flag} would not be trained",
+                hint=f"drop {flag} to search one, or drop --search to train {flag}'s",
+            )
+        if self.search and self.role == "generator":
+            raise ConfigError(
+                "--search with --role generator: the search finds classifiers",
+                hint="drop --role (or --role classifier), or drop --search",
+            )
+
+
+def check_client_id(client_id: str | None) -> None:
+    """The id names the upload file `<id>.onnx` in --out: one plain name, never a path."""
+    if client_id is None:
+        return
+    if not client_id.strip() or client_id in (".", "..") or any(c in client_id for c in "/\\\0"):
+        raise ConfigError(
+            f"--client-id {client_id!r}: the upload is written as <client-id>.onnx inside "
+            "--out, so the id must be one plain name (not empty, no / or \\, not . or ..)",
+            hint="e.g. --client-id band-07, or leave it out for client-<index>",
+        )
 
 
 def _default_augment(spec: ModelSpec, role: str) -> str:

@@ -218,6 +218,12 @@ def choose_model(
             if job.spec_file
             else parse_model_arg(job.model, info.input_shape, info.num_classes)
         )
+        if job.role != "auto" and role_of(spec) != job.role:  # not silently the other role
+            raise ConfigError(
+                f"--role {job.role} with {'--spec' if job.spec_file else '--model'} "
+                f"{job.spec_file or job.model}, a {role_of(spec)}",
+                hint="drop --role (the model says its role), or name a model of that role",
+            )
         fit = check_fit(spec, profile, **budget)
         if not job.force:
             require_fit(spec, profile, fit)
@@ -399,6 +405,8 @@ def _released_prototypes(job: ClientJob, model, own: _DeviceData, budget: Budget
 def _check_job(job: ClientJob) -> None:
     """What the job names, checked before the data loads."""
     check_writable(job.out_dir, "--out", "uploads", folder_ok=True)  # before the training
+    if job.keep_model:
+        check_writable(job.keep_model, "--keep-model", "local", folder_ok=True)
     if job.augment:
         check_augment(job.augment)  # before the data; its kind is checked once the model is known
     if job.sim.attack:

@@ -51,7 +51,10 @@ def sample_figure(path: str, *, per_class: int, seed: int = 0):
     shape = art.metadata["input_shape"]
     images = np.clip(decode(art, labels, rng).reshape(c, per_class, *shape), 0, 1)
     names = art.metadata.get("class_names") or [str(i) for i in range(c)]
-    title = f"{art.metadata.get('client_id')}: samples per class"
+    from edgefl.plots import label_text
+
+    # the id is the upload's text: drawn as written, never as mathtext
+    title = f"{label_text(art.metadata.get('client_id'), limit=60)}: samples per class"
     held = held_classes(art.metadata)
     if input_kind(shape) == "signal":  # windows of sensor channels: lines, not pixels
         return signal_grid_figure(images, row_labels=names, title=title, held=held)

@@ -73,7 +73,7 @@ def _heading(summary: dict) -> list[str]:
         "",
         f"Budget **{b['name']}**: {b['description']} ({b['estimate']}).",
     ]
-    if not summary["complete"]:
+    if not summary.get("complete", True):  # (a table written before 2026-12-04 does not say)
         lines += ["", partial_text(summary)]
     if b["reductions"]:
         lines += ["Differs from the paper:", ""] + [f"- {r}" for r in b["reductions"]]
@@ -143,7 +143,8 @@ def table_figure(summary: dict):
                 ax.text(x, 1, "refused", rotation=90, ha="center", va="bottom", fontsize=7)
         ax.set_title(p, loc="left")
     accuracy_legend(axes[-1], panels=axes)
-    done = "" if summary["complete"] else f"; partial: {len(summary['cells'])} of "
-    done += "" if summary["complete"] else f"{summary['cells_planned']} cells"
+    done = ""
+    if not summary.get("complete", True):
+        done = f"; partial: {len(summary['cells'])} of {summary['cells_planned']} cells"
     fig.suptitle(f"{summary['title']} (budget {summary['budget']['name']}{done})", fontsize=10)
     return fig

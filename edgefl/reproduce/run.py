@@ -32,7 +32,7 @@ from edgefl.progress import no_progress, printable
 from edgefl.reproduce.render import plot_table, table_markdown
 from edgefl.reproduce.tables import TABLES, Budget, Table
 from edgefl.server.plan import resolve_device
-from edgefl.simulate.job import SEARCH, SimJob
+from edgefl.simulate.job import SEARCH, SEED, SimJob
 from edgefl.simulate.run import check_dp_models, check_resumable, simulate
 
 OWN = "own"  # --federation: each method in its own paper's client setting
@@ -88,7 +88,7 @@ def resolve(job: ReproduceJob) -> tuple[Table, Budget]:
         if not job.seeds:
             raise ConfigError("--seeds names no seed", hint="--seeds 0,1,2")
         for seed in job.seeds:
-            Range(0, integer=True).check("--seeds", seed, hint="--seeds 0,1,2")
+            SEED.check("--seeds", seed, hint="--seeds 0,1,2")
         _once("--seeds", [str(s) for s in job.seeds], "--seeds 0,1,2")
     schemes = []
     for p in job.partitions or ():

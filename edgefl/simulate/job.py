@@ -24,6 +24,7 @@ from edgefl.server.classes import EPOCHS as FOR_EPOCHS
 from edgefl.server.classes import SAMPLES as FOR_SAMPLES
 from edgefl.server.classes import ClassRequest, parse_request
 from edgefl.server.plan import resolve_device
+from edgefl.training import LR
 
 # Budget-true classifiers are capped so a 10-client CPU simulation of every method stays within
 # minutes (bench/ records the effect); the cap never lets a model exceed its device's budget.
@@ -31,7 +32,7 @@ DEFAULT_MAX_CLASSIFIER_MACS = 2_000_000
 SEARCH = "search:"  # --client-model PROFILE=search:pso
 # The ranges of simulate's own numbers: counts and batch sizes, and the local schedules.
 COUNT = Range(1, integer=True)
-SEED = Range(0, integer=True)
+SEED = Range(0, 2**63 - 1, integer=True)  # torch takes no seed past int64
 POSITIVE = Range(0, low_open=True)
 
 
@@ -68,8 +69,8 @@ class SimJob:
     classifier_epochs: int | None = _local(POSITIVE, "10")  # default: the profile's
     generator_epochs: int | None = _local(POSITIVE, "10")
     # default: the client's for its optimizer
-    classifier_lr: float | None = _local(POSITIVE, "1e-3")
-    generator_lr: float | None = _local(POSITIVE, "1e-3")
+    classifier_lr: float | None = _local(LR, "1e-3")
+    generator_lr: float | None = _local(LR, "1e-3")
     subset: int | None = declare(COUNT, None)  # use only this many training samples (quick runs)
     data_dir: str | None = None
     fuse_options: dict[str, dict[str, Any]] = field(default_factory=dict)  # method -> options

@@ -52,6 +52,19 @@ def test_models_table_and_unknown_dataset(cli):
     assert r.exit_code == 2 and "did you mean 'mnist'" in r.output
 
 
+def test_models_shows_a_profile_name_as_written_and_refuses_samples_without_one(cli, tmp_path):
+    from importlib import resources
+
+    band = (resources.files("device_profiles") / "wristband.toml").read_text()
+    mine = tmp_path / "mine.toml"
+    mine.write_text(band.replace('name = "wristband"', 'name = "band[/]"'))
+    r = cli("models", "--dataset", "digits", "--profile", str(mine))
+    assert r.exit_code == 0 and "fits band[/]" in r.output, r.output  # not a markup error
+    r = cli("models", "--dataset", "digits", "--samples", "500")
+    said = " ".join(r.output.split())
+    assert r.exit_code == 2 and "without --profile it would change nothing" in said, said
+
+
 def test_client_plan(cli):
     r = cli("client", "plan", "--profile", "wristband", "--dataset", "mnist", "--json")
     assert r.exit_code == 0

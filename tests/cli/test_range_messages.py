@@ -68,12 +68,15 @@ def _refused(make, start: str, move: str) -> None:
             ["simulate", "--generator-batch-size", "-1"],
             "--generator-batch-size must be an integer >= 1",
         ),
-        (["simulate", "--classifier-lr", "0"], "--classifier-lr must be > 0"),
-        (["simulate", "--generator-lr", "-0.1"], "--generator-lr must be > 0"),
+        (["simulate", "--classifier-lr", "0"], "--classifier-lr must be in (0, 1000000]"),
+        (["simulate", "--generator-lr", "-0.1"], "--generator-lr must be in (0, 1000000]"),
         (["simulate", "--classifier-epochs", "0"], "--classifier-epochs must be > 0"),
         (["simulate", "--generator-epochs", "0"], "--generator-epochs must be > 0"),
         (["reproduce", "fedmho-table3", "--jobs", "0"], "--jobs must be an integer >= 1, got 0"),
-        (["reproduce", "fedmho-table3", "--seeds", "0,-1"], "--seeds must be an integer >= 0"),
+        (
+            ["reproduce", "fedmho-table3", "--seeds", "0,-1"],
+            "--seeds must be an integer in 0..9223372036854775807",
+        ),
     ],
     ids=lambda a: " ".join(a) if isinstance(a, list) else None,
 )

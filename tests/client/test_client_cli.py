@@ -99,6 +99,86 @@ def test_sample(cli, artifacts, tmp_path):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     r = cli("client", "sample", str(clf), "--out", str(tmp_path / "no.png"))
     assert r.exit_code == 2 and "not a decoder" in _flat(r.output) and "Traceback" not in r.output
+    # Its own picture is replaced by a rerun; nothing else is: not an upload (the decoder
+    # itself), not the user's file, not a name that is not .png.
+    r = cli("client", "sample", str(dec), "--per-class", "1", "--out", str(png))
+    assert r.exit_code == 0, r.output
+    upload = dec.read_bytes()
+    (tmp_path / "thesis.png").write_text("mine")
+    for out, said in (
+        (dec, "its name should end in .png"),
+        (tmp_path / "grid.pdf", "its name should end in .png"),
+        (tmp_path / "thesis.png", "already holds a file edgefl did not draw"),
+    ):
+        r = cli("client", "sample", str(dec), "--out", str(out))
+        assert r.exit_code == 2 and said in _flat(r.output) and "fix:" in r.output, r.output
+    assert dec.read_bytes() == upload and (tmp_path / "thesis.png").read_text() == "mine"
+    assert not (tmp_path / "grid.pdf").exists()
+    (tmp_path / "notes.txt").write_text("not a model")
+    for args, said in (
+        ([str(tmp_path / "notes.txt")], "is not a readable edgefl artifact"),
+        ([str(dec), "--seed", "-1"], "--seed must be an integer in 0.."),
+    ):
+        r = cli("client", "sample", *args, "--out", str(tmp_path / "x.png"))
+        assert r.exit_code == 2 and said in _flat(r.output) and "Traceback" not in r.output
+
+
+def test_sample_title_draws_the_client_id_as_written(tmp_path):
+    """An id is the upload's text: `$x^{2}$` is drawn as those characters, not as mathtext."""
+    from edgefl.client.sample import sample_figure
+
+    dec = run_client(
+        ClientJob(
+            profile="wristband",
+            dataset="digits",
+            out_dir=str(tmp_path),
+            num_clients=4,
+            epochs=1,
+            model="cvae-mlp:hidden=8",
+            client_id="a$x^{2}$",
+        )
+    ).path
+    fig = sample_figure(str(dec), per_class=1)
+    title = " ".join(ax.get_title() for ax in fig.axes)
+    assert "a\\$x^{2}\\$" in title, title  # escaped: drawn as typed
+
+
+@pytest.mark.parametrize(
+    "args, said",
+    [
+        (["--client-id", "../evil"], "the id must be one plain name"),
+        (["--client-id", "a/b"], "the id must be one plain name"),
+        (["--client-id", ""], "the id must be one plain name"),
+        (["--search", "pso"], "the search chooses the architecture"),
+        (["--role", "generator"], "--role generator with --model cnn, a classifier"),
+        (["--lr", "1e39"], "--lr must be in (0, 1000000]"),
+        (["--seed", "99999999999999999999"], "--seed must be an integer in 0.."),
+    ],
+)
+def test_train_refuses_flags_it_would_ignore_or_misread(cli, tmp_path, args, said):
+    r = cli(*TRAIN, "--model", "cnn", "--out", str(tmp_path / "up"), *args)
+    assert r.exit_code == 2 and said in _flat(r.output) and "fix:" in r.output, r.output
+    assert not (tmp_path / "up").exists() and not (tmp_path / "evil.onnx").exists()
+
+
+def test_keep_model_that_is_a_file_is_refused_before_training(cli, tmp_path):
+    (tmp_path / "notes.txt").write_text("keep me")
+    args = ("client", "predict", "--profile", "smartphone", "--dataset", "digits")
+    r = cli(
+        *args,
+        "--model",
+        "cnn",
+        "--epochs",
+        "1",
+        "--public",
+        "digits:public",
+        "--out",
+        str(tmp_path / "up"),
+        "--keep-model",
+        str(tmp_path / "notes.txt"),
+    )
+    assert r.exit_code == 2 and "--keep-model" in _flat(r.output) and "is a file" in r.output
+    assert (tmp_path / "notes.txt").read_text() == "keep me" and not (tmp_path / "up").exists()
 
 
 def test_infer_classifier(cli, artifacts, tmp_path):

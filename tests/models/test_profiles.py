@@ -117,9 +117,18 @@ def test_wristband_cannot_hold_cvae_small_and_trains_a_smaller_cvae():
 
 def test_nothing_fits_is_a_budget_error(tmp_path):
     path = tmp_path / "tiny.toml"
-    path.write_text(GOOD.replace("ram_bytes = 1000000", "ram_bytes = 100"))
+    path.write_text(GOOD.replace("ram_bytes = 1000000", "ram_bytes = 4000"))
     with pytest.raises(BudgetError, match="even the smallest"):
         plan(get_profile(str(path)), dataset_info("mnist"))
+
+
+def test_a_budget_under_a_kibibyte_is_refused_as_the_profile_is_read(tmp_path):
+    """ram_bytes x ram_available_fraction rounding to 0 bytes divided by zero in every command
+    that set a model against it; refused when the file is read, naming both keys."""
+    path = tmp_path / "zero.toml"
+    path.write_text(GOOD.replace("ram_bytes = 1000000", "ram_bytes = 1"))
+    with pytest.raises(ConfigError, match="a learning budget of 0 bytes, under 1024: raise either"):
+        get_profile(str(path))
 
 
 def test_dataset_registry_shapes():
