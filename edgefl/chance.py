@@ -57,9 +57,10 @@ def classifier_warnings(clients: list[dict]) -> list[str]:
     out = []
     for c in clients:
         acc, counts = c["training"].get("val_accuracy"), c.get("label_counts")
-        # Without counts (--label-counts absent): the classes and samples the summary states.
+        # Without counts (--label-counts absent): the classes the summary states. The samples
+        # are those it trained on (the counts hold the validation ones too, and may be noised).
         classes = len(counts) if counts else c.get("num_classes")
-        samples = sum(counts) if counts else c["training"].get("samples", 0)
+        samples = c["training"].get("samples") or (sum(counts) if counts else 0)
         if c["role"] == "classifier" and classes and near_chance(acc, classes):
             out.append(client_warning(c["client_id"], acc, classes, samples))
     return out

@@ -152,6 +152,12 @@ def client_shard(job: ClientJob, data: ArrayDataset) -> np.ndarray:
             job.partition,
         )
         public, rest = rest[public], rest[keep]
+        if len(rest) < job.num_clients:  # the carve, not the clients, left too little
+            raise ConfigError(
+                f"--public-size {job.public_size} leaves {len(rest)} training sample(s) for "
+                f"{job.num_clients} clients",
+                hint=f"lower --public-size (the training set has {len(data)} samples)",
+            )
     try:
         parts = partition(
             data.y[rest],
@@ -236,8 +242,8 @@ def _budget_batch(job: ClientJob, profile: Profile, samples: int) -> int | None:
     """The batch the memory budget must hold: DP-SGD's expected batch under `--dp` (its indices
     are held whole), else the training batch (None: the profile's)."""
     dp, _ = check_request(job.dp, job.label_counts)
-    if dp is None:
-        return job.batch_size
+    if dp is None:  # a batch past the shard holds the shard (what the loader gives)
+        return None if job.batch_size is None else min(job.batch_size, max(1, samples))
     return dp.expected_batch(job.batch_size or profile.batch_size, samples)
 
 

@@ -74,8 +74,9 @@ class DPConfig:
 
     def expected_batch(self, batch_size: int, samples: int) -> int:
         """DP-SGD's expected Poisson batch: `batch=B`, else `dp_expected_batch` of the
-        `samples` and the training batch `batch_size`."""
-        return self.batch or dp_expected_batch(samples, batch_size)
+        `samples` and the training batch `batch_size`; never more than the samples (a Poisson
+        draw at rate 1 holds them all: memory is counted for what a step can hold)."""
+        return min(self.batch or dp_expected_batch(samples, batch_size), samples)
 
     @classmethod
     def parse(cls, text: str) -> DPConfig:

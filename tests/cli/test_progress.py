@@ -170,7 +170,7 @@ def test_simulate_json_reports_clients_and_methods_on_stderr(tmp_path):
 
 
 def test_chance_level_is_named_with_its_likely_cause():
-    from edgefl.chance import client_warning, global_warning, near_chance
+    from edgefl.chance import classifier_warnings, client_warning, global_warning, near_chance
 
     assert near_chance(0.10, 10) and near_chance(0.149, 10) and not near_chance(0.15, 10)
     assert not near_chance(None, 10) and not near_chance(float("nan"), 10)
@@ -180,6 +180,18 @@ def test_chance_level_is_named_with_its_likely_cause():
     assert "did not learn from these uploads" in global_warning("dense", 0.11, 10, [0.95, 0.9])
     assert "did not learn" in global_warning("fedcvae-ens", 0.11, 10, [])  # decoders only
     assert "(1,234 training samples)" in client_warning("client-001", 0.1, 10, 1234)
+    # the samples it trained on, not its label counts (which hold its validation samples too)
+    (said,) = classifier_warnings(
+        [
+            {
+                "role": "classifier",
+                "client_id": "c",
+                "label_counts": [14] * 9 + [11],
+                "training": {"val_accuracy": 0.1, "samples": 123},
+            }
+        ]
+    )
+    assert "(123 training samples)" in said, said
 
 
 def test_a_global_model_at_chance_is_warned_about_in_the_report(federation, tmp_path):

@@ -151,6 +151,7 @@ def test_sample_title_draws_the_client_id_as_written(tmp_path):
         (["--client-id", ""], "the id must be one plain name"),
         (["--search", "pso"], "the search chooses the architecture"),
         (["--role", "generator"], "--role generator with --model cnn, a classifier"),
+        (["--public-size", "1437"], "--public-size 1437 leaves 0 training sample(s) for 4"),
         (["--lr", "1e39"], "--lr must be in (0, 1000000]"),
         (["--seed", "99999999999999999999"], "--seed must be an integer in 0.."),
     ],

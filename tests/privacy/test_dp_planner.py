@@ -12,7 +12,7 @@ import io
 import numpy as np
 import pytest
 import torch
-from fed_fixtures import DATASET, NUM_CLIENTS, PARTITION
+from fed_fixtures import PARTITION
 from torch.nn import functional as F
 
 from edgefl.data.registry import DATASETS
@@ -213,8 +213,9 @@ def test_nothing_fits_says_why_and_exits_2_before_training(cli, tmp_path, monkey
 
     monkeypatch.setattr("edgefl.client.run.train", no_training)
     r = cli(
-        "client", "train", "--dataset", DATASET, "--partition", PARTITION, "--num-clients",
-        str(NUM_CLIENTS), "--profile", "mcu", "--batch-size", "200000", "--dp", "8",
+        # one MCU holding all of MNIST: DP-SGD's indices of a batch of its whole shard
+        "client", "train", "--dataset", "mnist", "--partition", PARTITION, "--num-clients",
+        "1", "--profile", "mcu", "--batch-size", "200000", "--dp", "8",
         "--out", str(tmp_path), "--quiet",
     )  # fmt: skip
     out = r.output
@@ -279,9 +280,12 @@ def test_the_client_plans_for_dp_sgds_own_batch():
     assert (
         fit.train_bytes == check_fit(spec, prof, samples=6000, batch_size=4096, dp=True).train_bytes
     )
-    huge = dataclasses.replace(job, dp=f"8,batch={prof.ram_budget_bytes // 8}")
+    huge = prof.ram_budget_bytes // 8
+    # a batch past the shard is the shard (a Poisson draw at rate 1): counted as such
+    _, fit = choose_model(dataclasses.replace(job, dp=f"8,batch={huge}"), prof, info, 6000)
+    assert fit.batch_size == 6000
     with pytest.raises(BudgetError, match="under --dp"):
-        choose_model(huge, prof, info, 6000)
+        choose_model(dataclasses.replace(job, dp=f"8,batch={huge}"), prof, info, huge)
 
 
 def test_client_plan_counts_dp_sgds_own_batch(cli):

@@ -249,22 +249,28 @@ def test_simulate_refuses_a_model_dp_cannot_train_before_any_client(cli, tmp_pat
 
 
 @pytest.mark.parametrize(
-    ("mix", "dp", "says"),
+    ("data", "mix", "dp", "says"),
     [
         # Dir(0.1) over 3 digits phones: client 1 holds 456 samples, client 0 more
-        ("smartphone:3", "8,delta=0.0024", "client 1 (smartphone): --dp delta 0.0024 is above 1/n"),
-        ("smartphone:1,wristband:1", "8,batch=200000", "client 1 (wristband): cvae-small"),
+        (
+            "digits",
+            "smartphone:3",
+            "8,delta=0.0024",
+            "client 1 (smartphone): --dp delta 0.0024 is above 1/n",
+        ),
+        # an MCU holding half of MNIST: DP-SGD's indices of its whole shard overflow it
+        ("mnist", "smartphone:1,mcu:1", "8,batch=200000", "client 1 (mcu): cvae-mlp(hidden=4)"),
     ],
 )
 def test_simulate_checks_every_clients_dp_plan_before_any_trains(
-    cli, tmp_path, monkeypatch, mix, dp, says
+    cli, tmp_path, monkeypatch, data, mix, dp, says
 ):
     """A delta above 1/n of one small shard, a DP batch a band cannot hold: refused at that
     client's turn, after the clients before it had trained and left their uploads, with a fix
     naming flags simulate does not have (--force)."""
     monkeypatch.setattr("edgefl.simulate.pool._train_one", lambda *a: pytest.fail("trained"))
     r = cli(
-        "simulate", "--dataset", "digits", "--clients", str(sum(int(m[-1]) for m in mix.split(","))),
+        "simulate", "--dataset", data, "--clients", str(sum(int(m[-1]) for m in mix.split(","))),
         "--mix", mix, "--partition", "dirichlet:0.1", "--methods", "fedavg",
         "--client-model", "smartphone=cnn", "--dp", dp, "--out", str(tmp_path / "run"),
     )  # fmt: skip
