@@ -13,7 +13,7 @@ import math
 import secrets
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
 import torch
@@ -99,9 +99,19 @@ class TrainSummary:
     samples: int
     interrupted: bool = False
     privacy: dict | None = None  # the DPPlan trained under (DPPlan.as_dict()), for the upload
+    # What stopped it (Ctrl-C, or the CLI's SIGTERM subclass), raised again by `stop_if_interrupted`
+    # so that the command exits as that signal says (130 or 143)
+    stop: KeyboardInterrupt | None = field(default=None, repr=False, compare=False)
 
     def as_dict(self) -> dict:
-        return asdict(self)
+        return {k: v for k, v in asdict(self).items() if k != "stop"}
+
+
+def stop_if_interrupted(summary: TrainSummary | None) -> None:
+    """Raise what interrupted `summary`'s training, if anything did: its caller publishes
+    nothing of a half-trained model."""
+    if summary is not None and summary.interrupted:
+        raise summary.stop or KeyboardInterrupt()
 
 
 def make_optimizer(params, cfg: TrainConfig) -> torch.optim.Optimizer:
@@ -168,7 +178,7 @@ def train(
     opt = make_optimizer(model.parameters(), cfg)
     epoch_of = _epoch_step(model, role, (xt, yt, num_classes), cfg, plan, opt, gen)
     start = time.perf_counter()
-    loss_value, epochs_done, interrupted = math.nan, 0, False
+    loss_value, epochs_done, interrupted, stop = math.nan, 0, False, None
     model.train()
     try:
         for epoch in range(cfg.epochs):
@@ -181,8 +191,8 @@ def train(
                 )
             if on_epoch:
                 on_epoch(epochs_done, cfg.epochs, loss_value)
-    except KeyboardInterrupt:
-        interrupted = True
+    except KeyboardInterrupt as exc:
+        interrupted, stop = True, exc
     model.to("cpu").eval()
     val_acc = val_loss = None
     if x_val is not None and len(x_val):
@@ -197,6 +207,7 @@ def train(
         samples=len(x),
         interrupted=interrupted,
         privacy=plan.as_dict() if plan is not None else None,
+        stop=stop,
     )
 
 

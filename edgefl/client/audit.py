@@ -46,7 +46,7 @@ from edgefl.errors import ArtifactError, ConfigError, EdgeflError
 from edgefl.models.zoo import spec_label
 from edgefl.privacy import DPConfig, audit
 from edgefl.progress import NullReporter, Reporter
-from edgefl.training import TrainConfig, init_model, train
+from edgefl.training import TrainConfig, init_model, stop_if_interrupted, train
 
 NONMEMBERS = ("population", "held-out")
 AUDITED = ("classifier", "decoder")  # the kinds that are models of the data
@@ -365,8 +365,8 @@ def recipe(target: Target) -> Trainer:
         if target.training.get("windows") == "aligned":
             x = align_windows(x, y)
         model = init_model(spec, seed)
-        if train(model, role, x, y, classes, cfg).interrupted:
-            raise KeyboardInterrupt  # Ctrl-C stops the audit: no report of half-trained shadows
+        # Ctrl-C or SIGTERM stops the audit: no report of half-trained shadows
+        stop_if_interrupted(train(model, role, x, y, classes, cfg))
         return model.decoder if role == "generator" else model
 
     return fit

@@ -62,7 +62,7 @@ from edgefl.privacy import plan_dp
 from edgefl.profiles import Profile, get_profile
 from edgefl.search import PSOConfig, SearchResult, run_search, search_architecture
 from edgefl.search.pso import SHORTEN_FLAGS
-from edgefl.training import TrainConfig, TrainSummary, init_model, train
+from edgefl.training import TrainConfig, TrainSummary, init_model, stop_if_interrupted, train
 
 
 @dataclass
@@ -511,8 +511,7 @@ def _train_local(
         on_epoch=on_epoch,
         on_progress=on_progress,
     )
-    if summary.interrupted:
-        raise KeyboardInterrupt  # nothing was written: an interrupted client publishes nothing
+    stop_if_interrupted(summary)  # nothing was written: an interrupted client publishes nothing
     return summary
 
 

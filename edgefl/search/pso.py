@@ -40,7 +40,7 @@ from edgefl.progress import fmt_seconds, no_progress
 from edgefl.search.budget import Budget, repair, sample_feasible
 from edgefl.search.genes import Genes, align, make_target
 from edgefl.search.pso_config import PSOConfig
-from edgefl.training import DEFAULT_LR, TrainConfig, init_model, train
+from edgefl.training import DEFAULT_LR, TrainConfig, init_model, stop_if_interrupted, train
 
 Status = Callable[[str], None]
 METHODS = ("pso",)
@@ -290,8 +290,7 @@ class _Evaluations:
             fitness, acc = float(s.val_loss), float(s.val_accuracy)
         except ConfigError:  # diverged: the worst possible fitness, the search goes on
             fitness, acc, s = math.inf, 0.0, None
-        if s is not None and s.interrupted:
-            raise KeyboardInterrupt
+        stop_if_interrupted(s)
         c = costs(spec)
         return Candidate(
             genes,

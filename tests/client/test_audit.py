@@ -267,3 +267,17 @@ def test_ctrl_c_in_a_shadows_training_stops_the_audit(uploads, monkeypatch):
     x, y = target.data.x[target.train_idx], target.data.y[target.train_idx]
     with pytest.raises(KeyboardInterrupt):
         recipe(target)(x, y, 0)
+
+    # SIGTERM (the CLI's KeyboardInterrupt subclass) is raised again as itself: the command
+    # then says "terminated" and exits 143, not Ctrl-C's 130
+    from edgefl.cli import Terminated
+
+    def terminated(*args, **kwargs):
+        def epoch(on_step=None):
+            raise Terminated
+
+        return epoch
+
+    monkeypatch.setattr(training, "_epoch_step", terminated)
+    with pytest.raises(Terminated):
+        recipe(target)(x, y, 0)
