@@ -415,14 +415,32 @@ def _run_data_client(job, json_out: bool, quiet: bool = False) -> None:
     )
 
 
+def _carved_size(public: str, public_size: int | None) -> int:
+    """What a predictions job carves out of train: a DATASET:public split's size; nothing for
+    an .npz public set (a --public-size there would take samples from training for nothing)."""
+    from edgefl.data.public import DEFAULT_PUBLIC_SIZE, is_carved
+    from edgefl.errors import ConfigError
+
+    if is_carved(public):
+        return DEFAULT_PUBLIC_SIZE if public_size is None else public_size
+    if public_size is not None:
+        raise ConfigError(
+            f"--public-size sizes a DATASET:public split; --public {public} is used whole",
+            hint="drop --public-size, or use --public DATASET:public",
+        )
+    return 0
+
+
 @app.command("predict")
 def predict_cmd(
     profile: str = PROFILE,
     public: str = typer.Option(
         ..., help="Public set: DATASET:public (held out of every client) or an .npz with x."
     ),
-    public_size: int = typer.Option(
-        5000, help="Size of a DATASET:public split (the same on every client and the server)."
+    public_size: int | None = typer.Option(
+        None,
+        help="Size of a DATASET:public split, the same on every client and the server "
+        "(default 5000; not for an .npz, which is used whole).",
     ),
     dataset: str = DATASET,
     out: str = UPLOAD_DIR,
@@ -452,6 +470,8 @@ def predict_cmd(
 ) -> None:
     """Train locally, then upload only softmax predictions on the public set (FedOL)."""
     from edgefl.client.run import ClientJob
+
+    public_size = _carved_size(public, public_size)
 
     job = ClientJob(
         profile=profile,

@@ -265,3 +265,9 @@ def test_predict_cli(tmp_path, cli):
     )
     assert r.exit_code == 2 and "carved from another dataset" in r.output
     assert "Traceback" not in r.output
+    # an .npz public set is used whole: a --public-size would carve training samples for nothing
+    np.savez(tmp_path / "pub.npz", x=np.zeros((20, 8, 8), np.float32))
+    args = ("client", "predict", "--profile", "smartphone", "--dataset", "digits")
+    r = cli(*args, "--public", str(tmp_path / "pub.npz"), "--public-size", "300")
+    said = " ".join(r.output.split())
+    assert r.exit_code == 2 and "is used whole" in said and "fix:" in said, said
