@@ -95,7 +95,10 @@ class Range:
         if problem is not None:
             move = self.direction(value)
             side = below if move == RAISE else above if move == LOWER else None
-            raise ConfigError(problem, hint=side or hint)
+            # every refusal says how to fix it, if only by the range itself
+            raise ConfigError(
+                problem, hint=side or hint or f"give {name} a value that is {self.text()}"
+            )
 
     def outside(self) -> list[tuple[float, str]]:
         """A value just past each bound and the way it must move: for tests."""
@@ -137,7 +140,7 @@ class OneOf:
     def check(self, name: str, value: Any, *, hint: str | None = None, **_: Any) -> None:
         problem = self.problem(name, value)
         if problem is not None:
-            raise ConfigError(problem, hint=hint)
+            raise ConfigError(problem, hint=hint or f"e.g. {name} {self.choices[0]}")
 
     def outside(self) -> list[tuple[Any, str]]:
         """A value of the choices' type that is none of them: for tests."""

@@ -313,6 +313,7 @@ def test_cli_counts_below_range_are_told_to_raise(args):
     assert r.exit_code == 2, r.output
     text = " ".join(r.output.split())
     assert "raise it" in text and "lower" not in text and "Traceback" not in text, text
+    assert "fix:" in text, text  # every refusal has its fix line, if only the range itself
 
 
 def test_range_words_and_moves():
