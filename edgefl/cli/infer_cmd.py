@@ -202,12 +202,10 @@ def _unit_float(x: np.ndarray, where: str) -> np.ndarray:
             f"{where}: expected float pixels in [0, 1] or uint8 0..255, got dtype {x.dtype}",
             hint="convert with x.astype(np.float32) / 255 or x.astype(np.uint8)",
         )
+    from edgefl.data._common import check_unit_range
+
     x = x.astype(np.float32)
-    if not (np.isfinite(x).all() and x.min() >= 0.0 and x.max() <= 1.0):
-        raise DataError(
-            f"{where}: float pixels must lie in [0, 1], found {np.nanmin(x):g}..{np.nanmax(x):g}",
-            hint="scale the images to [0, 1] (e.g. x / 255) or save them as uint8",
-        )
+    check_unit_range(x, where)
     return x
 
 

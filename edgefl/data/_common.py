@@ -15,6 +15,25 @@ def to_unit_float(x: np.ndarray) -> np.ndarray:
     return (x.astype(np.float32) / np.float32(255.0)) if x.dtype == np.uint8 else x
 
 
+def check_unit_range(x: np.ndarray, where: str) -> None:
+    """Float pixels in [0, 1], or one DataError naming what is not: NaN or infinite values by
+    their count (a range of the others would hide them), else the range found."""
+    if not x.size:
+        return
+    bad = int(x.size - np.count_nonzero(np.isfinite(x)))
+    if bad:
+        found = f"{bad:,} NaN or infinite value(s)"
+    elif x.min() < 0.0 or x.max() > 1.0:
+        found = f"{x.min():g}..{x.max():g}"
+    else:
+        return
+    raise DataError(
+        f"{where}: float pixels must lie in [0, 1], found {found}",
+        hint="scale the images to [0, 1] (e.g. x / 255) or save them as uint8"
+        + (", with no NaN" if bad else ""),
+    )
+
+
 def frozen(*arrays: np.ndarray) -> tuple[np.ndarray, ...]:
     for a in arrays:
         a.flags.writeable = False

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from edgefl.data._common import as_int_labels, check_label_range, to_unit_float
+from edgefl.data._common import as_int_labels, check_label_range, check_unit_range, to_unit_float
 from edgefl.errors import DataError
 
 
@@ -51,11 +51,7 @@ def npz_images(x: np.ndarray, where: str) -> np.ndarray:
             hint="convert with x.astype(np.uint8) or x.astype(np.float32) / x.max()",
         )
     x = np.ascontiguousarray(x, dtype=np.float32)
-    if x.size and not (np.isfinite(x).all() and x.min() >= 0.0 and x.max() <= 1.0):
-        raise DataError(
-            f"{where}: float pixels must lie in [0, 1], found {np.nanmin(x):g}..{np.nanmax(x):g}",
-            hint="scale the images to [0, 1] (e.g. x / 255) or save them as uint8",
-        )
+    check_unit_range(x, where)
     return x
 
 

@@ -7,6 +7,7 @@ import json
 import pickle
 import struct
 import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -294,6 +295,10 @@ def test_npz_errors(tmp_path):
         load_dataset(save(x=np.zeros((5, 4)), y=np.zeros(5, int)))
     with pytest.raises(DataError, match=r"\[0, 1\]"):
         load_dataset(save(x=np.full((5, 4, 4), 3.0), y=np.zeros(5, int)))
+    with warnings.catch_warnings():  # NaN named, not hidden by a range; no numpy warning
+        warnings.simplefilter("error")
+        with pytest.raises(DataError, match=r"found 80 NaN or infinite value"):
+            load_dataset(save(x=np.full((5, 4, 4), np.nan), y=np.zeros(5, int)))
     with pytest.raises(DataError, match="expected arrays 'x' and 'y'"):
         load_dataset(save(images=x))
     with pytest.raises(DataError, match="does not exist"):
