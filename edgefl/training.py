@@ -178,21 +178,8 @@ def train(
     opt = make_optimizer(model.parameters(), cfg)
     epoch_of = _epoch_step(model, role, (xt, yt, num_classes), cfg, plan, opt, gen)
     start = time.perf_counter()
-    loss_value, epochs_done, interrupted, stop = math.nan, 0, False, None
     model.train()
-    try:
-        for epoch in range(cfg.epochs):
-            loss_value = epoch_of(_step_reporter(on_progress, plan, epoch, cfg.epochs))
-            epochs_done = epoch + 1
-            if not math.isfinite(loss_value):
-                raise ConfigError(
-                    f"training diverged (loss {loss_value}) at epoch {epoch + 1} at lr {cfg.lr:g}",
-                    hint="lower --lr",
-                )
-            if on_epoch:
-                on_epoch(epochs_done, cfg.epochs, loss_value)
-    except KeyboardInterrupt as exc:
-        interrupted, stop = True, exc
+    loss_value, epochs_done, stop = _epochs(epoch_of, cfg, plan, on_epoch, on_progress)
     model.to("cpu").eval()
     val_acc = val_loss = None
     if x_val is not None and len(x_val):
@@ -205,10 +192,30 @@ def train(
         val_loss=val_loss,
         seconds=time.perf_counter() - start,
         samples=len(x),
-        interrupted=interrupted,
+        interrupted=stop is not None,
         privacy=plan.as_dict() if plan is not None else None,
         stop=stop,
     )
+
+
+def _epochs(epoch_of, cfg: TrainConfig, plan, on_epoch, on_progress):
+    """(last loss, epochs done, the KeyboardInterrupt that stopped them or None): the epochs of
+    `epoch_of`, a diverged loss refused with the fix."""
+    loss_value, epochs_done = math.nan, 0
+    try:
+        for epoch in range(cfg.epochs):
+            loss_value = epoch_of(_step_reporter(on_progress, plan, epoch, cfg.epochs))
+            epochs_done = epoch + 1
+            if not math.isfinite(loss_value):
+                raise ConfigError(
+                    f"training diverged (loss {loss_value}) at epoch {epoch + 1} at lr {cfg.lr:g}",
+                    hint="lower --lr",
+                )
+            if on_epoch:
+                on_epoch(epochs_done, cfg.epochs, loss_value)
+    except KeyboardInterrupt as exc:
+        return loss_value, epochs_done, exc
+    return loss_value, epochs_done, None
 
 
 def _step_reporter(on_progress, plan, epoch: int, epochs: int):

@@ -16,6 +16,37 @@ def register(app: typer.Typer) -> None:
 MODEL_HINT = "pass a classifier or global model (.onnx), e.g. one `server fuse` wrote"
 
 
+def _split_of(dataset: str, split: str | None) -> tuple[str, str]:
+    """(dataset name, split): named once, in --dataset NAME:SPLIT or --split (default test)."""
+    from edgefl.data import parse_dataset_ref
+    from edgefl.errors import ConfigError
+
+    name, ref_split = parse_dataset_ref(dataset)
+    if ref_split and split and ref_split != split:  # which one was meant is not ours to guess
+        raise ConfigError(
+            f"--dataset {dataset} names split {ref_split!r} but --split says {split!r}",
+            hint=f"name the split once, e.g. --dataset {name}:{split} or --split {ref_split}",
+        )
+    return name, ref_split or split or "test"
+
+
+def _read_model(model: str):
+    """The model file as an artifact, or one message with the fix."""
+    from pathlib import Path
+
+    import exporters
+    from edgefl.errors import ArtifactError
+
+    if not Path(model).is_file():
+        raise ArtifactError(f"model file {model} not found", hint=MODEL_HINT)
+    try:
+        return exporters.read_artifact(model, require_metadata=False)
+    except Exception as exc:  # onnx raises DecodeError and friends for non-ONNX bytes
+        raise ArtifactError(
+            f"{model} is not a readable ONNX model ({type(exc).__name__})", hint=MODEL_HINT
+        ) from None
+
+
 def eval_cmd(
     model: str = typer.Argument(..., help="A classifier or global model (.onnx)."),
     dataset: str = typer.Option(..., help="Dataset name or file, optionally NAME:SPLIT."),
@@ -29,33 +60,14 @@ def eval_cmd(
     """Accuracy of an ONNX model on a dataset split."""
     from pathlib import Path
 
-    import exporters
-    from edgefl.data import parse_dataset_ref
-    from edgefl.errors import ArtifactError, ConfigError
     from edgefl.evaluate import evaluate_artifact
     from edgefl.outputs import check_png_out
 
-    name, ref_split = parse_dataset_ref(dataset)
-    if ref_split and split and ref_split != split:  # which one was meant is not ours to guess
-        raise ConfigError(
-            f"--dataset {dataset} names split {ref_split!r} but --split says {split!r}",
-            hint=f"name the split once, e.g. --dataset {name}:{split} or --split {ref_split}",
-        )
-    if not Path(model).is_file():
-        raise ArtifactError(
-            f"model file {model} not found",
-            hint=MODEL_HINT,
-        )
+    name, split = _split_of(dataset, split)
     if plot:
         check_png_out(plot, "--plot", "confusion.png")  # before the evaluation, not after
-    try:
-        art = exporters.read_artifact(model, require_metadata=False)
-    except Exception as exc:  # onnx raises DecodeError and friends for non-ONNX bytes
-        raise ArtifactError(
-            f"{model} is not a readable ONNX model ({type(exc).__name__})",
-            hint=MODEL_HINT,
-        ) from None
-    res = evaluate_artifact(art, name, ref_split or split or "test", data_dir=data_dir)
+    art = _read_model(model)
+    res = evaluate_artifact(art, name, split, data_dir=data_dir)
     names = (
         art.metadata.get("class_names")
         or res.class_names

@@ -84,7 +84,8 @@ def load_artifact(path: str):
     p = Path(path)
     if not p.is_file():
         raise ArtifactError(
-            f"artifact {path!r} does not exist", hint="pass the .onnx file a client or server wrote"
+            f"artifact {path!r} {'is a folder' if p.is_dir() else 'does not exist'}",
+            hint="pass the .onnx file a client or server wrote",
         )
     try:
         art = exporters.read_artifact(p)

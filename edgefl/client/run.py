@@ -224,7 +224,9 @@ def choose_model(
             if job.spec_file
             else parse_model_arg(job.model, info.input_shape, info.num_classes)
         )
-        if job.role != "auto" and role_of(spec) != job.role:  # not silently the other role
+        # --role and the model disagree: not silently the model's role (predict and prototypes
+        # set the role themselves and say so in weightless.prepare)
+        if job.kind == "model" and job.role != "auto" and role_of(spec) != job.role:
             raise ConfigError(
                 f"--role {job.role} with {'--spec' if job.spec_file else '--model'} "
                 f"{job.spec_file or job.model}, a {role_of(spec)}",

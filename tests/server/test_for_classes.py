@@ -102,7 +102,7 @@ def test_bad_profile_refused_before_ingest(federation, tmp_path, monkeypatch):
     for name in ("global.onnx", "global.json", "global.wristband.onnx"):
         (tmp_path / name).write_bytes(b"previous " + name.encode())
     before = snapshot(tmp_path)
-    pin = _profile(tmp_path, "pin", 1_000)  # 600 bytes: no zoo classifier runs there
+    pin = _profile(tmp_path, "pin", 2_000)  # 1,200 bytes: no zoo classifier runs there
     before[pin.name] = snapshot(tmp_path)[pin.name]
 
     def never(*args, **kwargs):
