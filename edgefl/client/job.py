@@ -17,7 +17,7 @@ from edgefl.models.spec import ModelSpec
 from edgefl.models.zoo import input_kind
 from edgefl.privacy.config import DP_LR, DP_OPTIMIZER, DPConfig, optimizer_for
 from edgefl.profiles import Profile
-from edgefl.training import DEFAULT_LR, LR
+from edgefl.training import DEFAULT_LR, LR, SEED
 
 
 @dataclass(frozen=True)
@@ -37,7 +37,6 @@ class SimSettings:
 KINDS = ("model", "predictions", "prototypes")
 ROLES = ("auto", "classifier", "generator")
 COUNT = Range(1, integer=True)
-SEED = Range(0, 2**63 - 1, integer=True)  # torch takes no seed past int64
 
 
 @declared(profile="wristband")

@@ -32,8 +32,9 @@ from edgefl.progress import no_progress, printable
 from edgefl.reproduce.render import plot_table, table_markdown
 from edgefl.reproduce.tables import TABLES, Budget, Table
 from edgefl.server.plan import resolve_device
-from edgefl.simulate.job import SEARCH, SEED, SimJob
+from edgefl.simulate.job import SEARCH, SimJob
 from edgefl.simulate.run import check_dp_models, check_resumable, simulate
+from edgefl.training import SEED
 
 OWN = "own"  # --federation: each method in its own paper's client setting
 

@@ -24,7 +24,7 @@ from edgefl.server.classes import EPOCHS as FOR_EPOCHS
 from edgefl.server.classes import SAMPLES as FOR_SAMPLES
 from edgefl.server.classes import ClassRequest, parse_request
 from edgefl.server.plan import resolve_device
-from edgefl.training import LR
+from edgefl.training import LR, SEED
 
 # Budget-true classifiers are capped so a 10-client CPU simulation of every method stays within
 # minutes (bench/ records the effect); the cap never lets a model exceed its device's budget.
@@ -32,7 +32,6 @@ DEFAULT_MAX_CLASSIFIER_MACS = 2_000_000
 SEARCH = "search:"  # --client-model PROFILE=search:pso
 # The ranges of simulate's own numbers: counts and batch sizes, and the local schedules.
 COUNT = Range(1, integer=True)
-SEED = Range(0, 2**63 - 1, integer=True)  # torch takes no seed past int64
 POSITIVE = Range(0, low_open=True)
 
 
