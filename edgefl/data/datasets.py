@@ -214,6 +214,12 @@ def _load_registered(
     elif name == "mnist":
         x, y = load_mnist(split, root)
     elif name == "digits":
+        if root is not None:  # a folder named for it would be passed over without a word
+            raise DataError(
+                f"digits is built in (scikit-learn's 8x8 digits) and reads no files, but the "
+                f"data folder {root} was named",
+                hint="drop --data-dir, or name the dataset whose files are there",
+            )
         x, y = load_sklearn_digits(split)
     elif name in ("fmnist", "emnist"):
         x, y = load_idx_dataset(name, split, locate.require(name, root))

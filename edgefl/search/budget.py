@@ -207,10 +207,25 @@ def sample_feasible(rng: np.random.Generator, budget: Budget, cfg: PSOConfig) ->
     for genes in tiny:
         if budget.fits(genes):
             return genes
-    chk = budget.check(tiny[0])
+    # the one to name: the cheapest in MACs of those the profile holds (then only the cap binds)
+    held = [t for t in tiny if budget.check(t).fit.fits]
+    least = min(held, key=lambda t: budget.check(t).macs) if held else tiny[0]
+    chk = budget.check(least)
     why = "; ".join(chk.fit.reasons) or f"MACs {chk.macs:,} > --max-macs {budget.max_macs:,}"
     raise BudgetError(
         f"no nas-cnn architecture fits profile {budget.profile.name!r}: even "
-        f"{arch_string(tiny[0])} needs {why}",
-        hint="use a larger device profile, a smaller --batch-size, or fewer samples",
+        f"{arch_string(least)} needs {why}",
+        hint=_no_fit_hint(budget, tiny),
     )
+
+
+def _no_fit_hint(budget: Budget, tiny: list[Genes]) -> str:
+    """The fix for the constraint that binds: the profile's budget, --max-macs, or both."""
+    checks = [budget.check(t) for t in tiny]
+    least = min(c.macs for c in checks)
+    raise_macs = f"raise --max-macs to at least {least:,}"
+    if not any(c.fit.fits for c in checks):
+        larger = "use a larger device profile, a smaller --batch-size, or fewer samples"
+        over = budget.max_macs and least > budget.max_macs
+        return f"{larger}; and {raise_macs}" if over else larger
+    return raise_macs  # the profile holds the tiniest architectures: only the cap binds

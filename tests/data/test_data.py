@@ -159,6 +159,27 @@ def test_mnist_reads_idx_from_data_dir(tmp_path):
     assert len(load_dataset("mnist:test", data_dir=tmp_path)) == 3
 
 
+def test_named_folder_is_the_one_meant_for_builtin_datasets(tmp_path):
+    """A --data-dir without MNIST's files fell back to the built-in MNIST without a word, and a
+    folder of Fashion-MNIST's files (same names, same sizes) was read as digits; digits, which
+    reads no files, passed over the folder too. Each is refused, naming the folder and the fix."""
+    with pytest.raises(DataError, match="holds no MNIST train files") as err:
+        load_dataset("mnist", data_dir=tmp_path)
+    assert str(tmp_path) in str(err.value) and "drop --data-dir" in err.value.hint
+    with pytest.raises(DataError, match="reads no files") as err:
+        load_dataset("digits", data_dir=tmp_path)
+    assert "drop --data-dir" in err.value.hint
+    # a full test split whose labels are not MNIST's (the images are not read before the check)
+    real = load_dataset("mnist:test").y
+    write_idx(tmp_path / "t10k-images-idx3-ubyte", np.zeros((len(real), 28, 28), np.uint8))
+    write_idx(tmp_path / "t10k-labels-idx1-ubyte", np.roll(real, 1).astype(np.uint8))
+    with pytest.raises(DataError, match="not MNIST's") as err:
+        load_dataset("mnist:test", data_dir=tmp_path)
+    assert "--dataset fmnist" in err.value.hint
+    write_idx(tmp_path / "t10k-labels-idx1-ubyte", real.astype(np.uint8))  # MNIST's own: read
+    assert np.array_equal(load_dataset("mnist:test", data_dir=tmp_path).y, real)
+
+
 def test_malformed_idx(tmp_path):
     bad = tmp_path / "bad-idx"
     bad.write_bytes(b"<html>not found</html>")

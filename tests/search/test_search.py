@@ -65,6 +65,26 @@ def _assert_valid(genes, shape):
     assert h >= 1 and all(1 <= n <= 300 for n in genes[-1]["hidden"])
 
 
+def test_no_fit_names_the_binding_constraint():
+    """With the profile roomy and --max-macs tiny, the fix said "a larger device profile"; it
+    names the cap and the least it must be, which then fits."""
+    cfg = PSOConfig(max_macs=10, redraws=2)
+    phone = get_profile("smartphone")
+    budget = Budget(phone, (1, 28, 28), 10, samples=500, batch_size=None, max_macs=10)
+    with pytest.raises(BudgetError) as err:
+        sample_feasible(np.random.default_rng(0), budget, cfg)
+    least = int(err.value.hint.rsplit(" ", 1)[1].replace(",", ""))
+    assert err.value.hint.startswith("raise --max-macs") and f"{least:,} >" in str(err.value)
+    room = Budget(phone, (1, 28, 28), 10, samples=500, batch_size=None, max_macs=least)
+    assert room.fits(sample_feasible(np.random.default_rng(0), room, cfg))
+    # a profile too small as well: both fixes
+    tiny = _profile(2048, 0.5, 2048, 1e6, "sgd", 32, 1.0)
+    budget = Budget(tiny, (1, 28, 28), 10, samples=500, batch_size=None, max_macs=10)
+    with pytest.raises(BudgetError) as err:
+        sample_feasible(np.random.default_rng(0), budget, cfg)
+    assert "larger device profile" in err.value.hint and "--max-macs" in err.value.hint
+
+
 # Found by hypothesis (2026-11-23): a 36 KiB budget where a second conv's feature map does not
 # fit but a 1-unit hidden layer does; the tiniest set lacked it, so a later draw raised.
 @example(
