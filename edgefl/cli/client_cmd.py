@@ -590,7 +590,9 @@ def apply_header_cmd(
     from edgefl.outputs import check_replace, check_writable, existing_result
 
     if not out.endswith(".onnx"):
-        raise ConfigError(f"--out must end in .onnx, got {out}")
+        raise ConfigError(
+            f"--out must end in .onnx, got {out}", hint="e.g. --out personalized.onnx"
+        )
     check_writable(out, "--out", "personalized.onnx")
     device = (existing_result(model) or {}).get("client_id")
     check_replace(

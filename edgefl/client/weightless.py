@@ -276,6 +276,12 @@ def personalize(how: str, model_path: str, global_path: str, out: str) -> dict[s
 # --- FedGH: the global header back into the device's model ------------------------------------
 
 
+_OWN_MODEL = (
+    "pass the model this device kept (`edgefl client prototypes --keep-model DIR` wrote it "
+    "there), then the server's header"
+)
+
+
 def apply_header(model_path: str, header_path: str, out: str) -> dict[str, Any]:
     """Replace the head of this device's classifier (its own, trusted artifact) with the server's
     global header, and re-export. The header is validated like any file from outside."""
@@ -283,15 +289,17 @@ def apply_header(model_path: str, header_path: str, out: str) -> dict[str, Any]:
     try:
         art = exporters.read_artifact(model_path)
     except Exception as exc:
-        raise ArtifactError(f"cannot read {model_path}: {exc}") from None
+        raise ArtifactError(f"cannot read {model_path}: {exc}", hint=_OWN_MODEL) from None
     if art.kind != "classifier":
-        raise ArtifactError(f"{model_path} is a {art.kind} artifact, not a classifier")
+        raise ArtifactError(
+            f"{model_path} is a {art.kind} artifact, not a classifier", hint=_OWN_MODEL
+        )
     try:
         module, why = rebuild(art)
     except (RebuildRejected, ConfigError) as exc:
-        raise ArtifactError(f"cannot rebuild {model_path}: {exc}") from None
+        raise ArtifactError(f"cannot rebuild {model_path}: {exc}", hint=_OWN_MODEL) from None
     if module is None:
-        raise ArtifactError(f"cannot personalize {model_path}: {why}")
+        raise ArtifactError(f"cannot personalize {model_path}: {why}", hint=_OWN_MODEL)
     _, head = representation_layer(module)
     weight, bias = read_header(header_path, head.in_features, head.out_features)
     with torch.no_grad():
@@ -315,7 +323,10 @@ def apply_header(model_path: str, header_path: str, out: str) -> dict[str, Any]:
             metadata=meta,
         )
     except exporters.ExportError as exc:
-        raise ArtifactError(f"exporting the personalized model failed: {exc}") from None
+        raise ArtifactError(
+            f"exporting the personalized model failed: {exc}",
+            hint="check that --out names a file in a folder you can write",
+        ) from None
     return {
         "path": report.path,
         "size_bytes": report.size_bytes,

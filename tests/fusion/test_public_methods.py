@@ -204,7 +204,11 @@ def test_fedgh_and_apply_header_through_the_cli(fed, tmp_path, cli):
         str(tmp_path / "p2.onnx"),
     )
     assert r.exit_code == 2 and "not a global header" in r.output
-    assert "Traceback" not in r.output
+    assert "Traceback" not in r.output and "fix: pass the global header" in r.output
+    # the two swapped: the header is not this device's classifier; each refusal has a fix line
+    r = cli("client", "apply-header", str(tmp_path / "header.onnx"), str(tmp_path / "header.onnx"))
+    assert r.exit_code == 2 and "not a classifier" in r.output
+    assert "fix: pass the model this device kept" in r.output
     r = cli(
         "client",
         "prototypes",
