@@ -9,7 +9,6 @@ import numpy as np
 import exporters
 from edgefl.errors import ArtifactError
 
-
 _FROM_SERVER = "pass the global header `edgefl server fuse --method fedgh` wrote, as it was sent"
 
 
