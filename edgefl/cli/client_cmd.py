@@ -355,8 +355,8 @@ def sample_cmd(
     check_counts(per_class=per_class)
     SEEDS.check("--seed", seed, hint="e.g. --seed 0")
     check_png_out(out, "--out", "samples.png")  # before the decoder is read, not after
-    load_artifact(decoder)  # a file that is not an edgefl artifact: said, not a traceback
-    path = sample_grid(decoder, per_class=per_class, out=out, seed=seed)
+    art = load_artifact(decoder)  # a file that is not an edgefl artifact: said, not a traceback
+    path = sample_grid(art, per_class=per_class, out=out, seed=seed)
     console.print(f"wrote {escape(str(path))}")
 
 

@@ -27,20 +27,21 @@ def held_classes(meta: dict) -> list[bool] | None:
     return [int(n) > 0 for n in counts]
 
 
-def sample_grid(path: str, *, per_class: int, out: str, seed: int = 0) -> Path:
-    """Save a picture of `per_class` draws per class from a decoder; rows of classes the client
-    never held are greyed and labelled "not held" (the decoder was never taught them)."""
+def sample_grid(path, *, per_class: int, out: str, seed: int = 0) -> Path:
+    """Save a picture of `per_class` draws per class from a decoder (a path, or an artifact
+    already read); rows of classes the client never held are greyed and labelled "not held"
+    (the decoder was never taught them)."""
     from edgefl.plots import save_figure
 
     return save_figure(sample_figure(path, per_class=per_class, seed=seed), out)
 
 
-def sample_figure(path: str, *, per_class: int, seed: int = 0):
+def sample_figure(path, *, per_class: int, seed: int = 0):
     """The Figure `sample_grid` saves (tests read its axes)."""
-    art = read_artifact(path)
+    art = read_artifact(path) if isinstance(path, str | Path) else path
     if art.metadata.get("kind") != "decoder":
         raise ArtifactError(
-            f"{path} is a {art.metadata.get('kind')!r} artifact, not a decoder",
+            f"{art.path} is a {art.metadata.get('kind')!r} artifact, not a decoder",
             hint="pass the .onnx of a client that trained a CVAE",
         )
     from edgefl.data.plots import image_grid_figure, signal_grid_figure
