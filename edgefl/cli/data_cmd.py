@@ -73,6 +73,10 @@ def _dataset_row(d, data_dir: Path | None) -> dict:
 
     files = locate.file_based(d.name)
     where = locate.find(d.name, data_dir) if files else None
+    # a built-in dataset given --data-dir reads that folder or nothing (digits reads no files)
+    named = d.builtin and data_dir is not None
+    if named and locate.builtin_reads(d.name, data_dir):
+        where = Path(data_dir)
     return {
         "name": d.name,
         "input_shape": list(d.input_shape),
@@ -80,7 +84,7 @@ def _dataset_row(d, data_dir: Path | None) -> dict:
         "train_size": d.train_size,
         "test_size": d.test_size,
         "builtin": d.builtin,
-        "found": d.builtin or where is not None,
+        "found": (d.builtin and not named) or where is not None,
         "path": str(where) if where is not None else None,
         "package": d.package or None,
         "looked_in": [str(p) for p in locate.search_path(d.name, data_dir)] if files else [],
@@ -91,10 +95,10 @@ def _dataset_row(d, data_dir: Path | None) -> dict:
 
 
 def _found_text(r: dict) -> str:
-    if r["builtin"]:
-        return "built in"
     if r["path"]:
         return escape(r["path"])
+    if r["builtin"]:
+        return "built in" if r["found"] else "no (built in: drop --data-dir)"
     if r["lacks"]:
         return "no: --data-dir lacks " + escape(", ".join(r["lacks"]))
     return f"no ({r['package']})" if r["package"] else "no (--data-dir)"

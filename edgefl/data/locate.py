@@ -66,6 +66,19 @@ def unusable_folders(data_dir: str | Path | None = None) -> list[str]:
     return [f"{flag} names {p}, which is not a folder" for p in named if not p.is_dir()]
 
 
+def builtin_reads(name: str, data_dir: str | Path) -> bool:
+    """A built-in dataset reads its files from `data_dir` (when named, the loaders read that
+    folder or refuse: MNIST's IDX files, HAPT's UCI files; digits reads none)."""
+    from edgefl.data import hapt  # its layouts are many: its own reader says
+
+    root = Path(data_dir)
+    if name == "mnist":
+        return has_idx_files("mnist", root)
+    if name in ("hapt", "hapt-gyro"):
+        return hapt.in_folder(root) is not None
+    return False
+
+
 def find(name: str, data_dir: str | Path | None = None) -> Path | None:
     """The first folder of the search path holding `name`'s files, or None."""
     probe = _PROBES[name]

@@ -163,3 +163,22 @@ def test_data_list_says_when_a_named_folder_is_not_one(roots, cli, monkeypatch):
     assert f"$EDGEFL_DATA_DIR names {roots / 'typo'}, which is not a folder" in said, said
     r = cli("data", "list", "--data-dir", str(roots / "nowhere"))
     assert "--data-dir names" in " ".join(r.output.split())
+
+
+def test_data_list_says_what_a_named_folder_gives_the_built_in_datasets(roots, cli):
+    """A built-in dataset given --data-dir reads that folder or is refused (it fell back to the
+    built-in copy without a word): `data list` said "built in" either way."""
+    mine = roots / "mine"
+    write_idx_set(mine, "", 7, 3, 10)  # MNIST-named IDX files (not a full split: no check)
+    rows = {r["name"]: r for r in json.loads(
+        cli("data", "list", "--data-dir", str(mine), "--json").output)}  # fmt: skip
+    assert rows["mnist"]["found"] and rows["mnist"]["path"] == str(mine)
+    assert not rows["digits"]["found"] and not rows["hapt"]["found"]
+    lines = cli("data", "list", "--data-dir", str(mine)).output.splitlines()
+    digits = next(line for line in lines if " digits " in line)
+    assert "no (built in: drop --data-dir)" in digits, lines
+    assert len(load_dataset("mnist", data_dir=mine)) == 7  # what the list says is what loads
+    with pytest.raises(DataError, match="reads no files"):
+        load_dataset("digits", data_dir=mine)
+    rows = {r["name"]: r for r in json.loads(cli("data", "list", "--json").output)}
+    assert rows["mnist"]["found"] and rows["digits"]["found"]  # no flag: built in

@@ -236,6 +236,15 @@ def test_nothing_found_says_how_to_install(tmp_path, monkeypatch):
         load_hapt("test", tmp_path)
 
 
+def test_a_named_folder_without_hapt_is_not_passed_over(tmp_path, monkeypatch):
+    """With the package installed, a --data-dir without HAPT's files fell back to the package's
+    windows without a word: refused, naming the folder."""
+    monkeypatch.setattr(hapt, "find_hapt_pickle", lambda: tmp_path / "installed.pkl.gz")
+    with pytest.raises(DataError, match="holds no UCI HAPT/HAR files") as err:
+        load_hapt("train", tmp_path)
+    assert str(tmp_path.resolve()) in str(err.value) and "drop --data-dir" in err.value.hint
+
+
 def test_pickle_of_the_package_layout_matches_the_raw_layout(tmp_path, monkeypatch):
     data = fake_pandas_pickle(monkeypatch, RECORDINGS)
     assert pickle_globals(data) == ALLOWED_GLOBALS  # same globals as the real file
