@@ -128,7 +128,9 @@ def _result_kind(meta: dict, kind) -> str:
     if meta.get("personalized_from"):
         return "personalized model"
     if kind is None and "name" in meta and "input_shape" in meta:
-        return f"model spec ({meta['name']})"
+        searched = meta.get("searched") if isinstance(meta.get("searched"), dict) else {}
+        who = ", ".join(f"{k} {searched[k]}" for k in ("profile", "dataset") if k in searched)
+        return f"model spec ({meta['name']}" + (f"; searched for {who})" if who else ")")
     if kind is None and "method" in meta:
         return f"{meta['method']} fusion report"
     return {

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import typer
 from rich.markup import escape
 from rich.table import Table
@@ -22,15 +24,17 @@ def register(root: typer.Typer) -> None:
     root.command("search")(search_cmd)
 
 
-def _saved_by_search(made: dict) -> bool:
-    """A spec an earlier `edgefl search --save` wrote: a search's result, which a rerun (or
-    another search) replaces; anything else at --save is kept unless --overwrite."""
-    return made.get("name") == "nas-cnn" and set(made) <= {
-        "name",
-        "input_shape",
-        "num_classes",
-        "params",
-    }
+def _saved_by_search(searched: dict):
+    """Whether a record is a spec an earlier `edgefl search --save` wrote for the same search
+    (profile, dataset, shard), which a rerun replaces; a spec searched for another device or
+    data, or anything else, is kept unless --overwrite. Specs saved before the record: any."""
+
+    def own(made: dict) -> bool:
+        keys = {"name", "input_shape", "num_classes", "params", "searched"}
+        same = made.get("searched", searched) == searched
+        return made.get("name") == "nas-cnn" and set(made) <= keys and same
+
+    return own
 
 
 def search_cmd(
@@ -69,8 +73,8 @@ def search_cmd(
     overwrite: bool = typer.Option(
         False,
         "--overwrite",
-        help="Let --save replace a file that is not a spec an earlier search saved (a rerun "
-        "replaces its own spec without it).",
+        help="Let --save replace a file that is not a spec this search saved before (the same "
+        "profile, dataset and shard replace their own spec without it).",
     ),
     quiet: bool = QUIET,
 ) -> None:
@@ -81,9 +85,16 @@ def search_cmd(
     from edgefl.search import PSOConfig
 
     check_counts(top=top, batch_size=batch_size)
+    searched = {
+        "profile": profile,
+        "dataset": dataset,
+        "partition": partition,
+        "num_clients": num_clients,
+        "client_index": client_index,
+    }
     if save is not None:
         check_writable(save, "--save", "best-spec.json")  # before the search, not after it
-        check_replace(save, "--save", overwrite, _saved_by_search)
+        check_replace(save, "--save", overwrite, _saved_by_search(searched))
 
     job = ClientJob(
         profile=profile,
@@ -107,7 +118,8 @@ def search_cmd(
     with reporter(quiet) as watch:
         result = search_client(job, cfg, on_status=watch.message, on_progress=watch)
     if save is not None:
-        exporters.atomic_write_text(save, result.spec.to_json() + "\n")
+        saved = result.spec.to_dict() | {"searched": searched}
+        exporters.atomic_write_text(save, json.dumps(saved, sort_keys=True) + "\n")
     if json_out:
         print_json(result.as_dict() | ({"saved": save} if save else {}))
         return

@@ -69,12 +69,15 @@ class ModelSpec:
                 problems.append(f"missing key {key!r}")
             elif not isinstance(data[key], typ) or isinstance(data[key], bool):
                 problems.append(f"key {key!r} must be {typ.__name__}")
-        extra = set(data) - {"name", "input_shape", "num_classes", "params"}
+        extra = set(data) - {"name", "input_shape", "num_classes", "params", "searched"}
         if extra:
             problems.append(f"unknown keys {sorted(extra)}")
         params = data.get("params", {})
         if not isinstance(params, dict):
             problems.append("key 'params' must be an object")
+        # what `edgefl search --save` searched it for (its profile, dataset, shard): a record only
+        if not isinstance(data.get("searched", {}), dict):
+            problems.append("key 'searched' must be an object")
         if problems:
             raise ConfigError("invalid model spec: " + "; ".join(problems))
         return cls(data["name"], tuple(data["input_shape"]), data["num_classes"], params)

@@ -284,6 +284,20 @@ def test_search_save_rerun_replaces_its_spec(cli, tmp_path):
     assert cli(*args).exit_code == 0
     r = cli(*args)
     assert r.exit_code == 0, r.output
+    # another device's search at the same path: its spec is kept unless --overwrite
+    saved = (tmp_path / "s.json").read_text()
+    other = [a if a != "wristband" else "smartphone" for a in args]
+    r = cli(*other)
+    _refused(r, "s.json already holds", "searched for profile wristband, dataset digits")
+    assert (tmp_path / "s.json").read_text() == saved
+    assert cli(*other, "--overwrite").exit_code == 0
+    spec = json.loads((tmp_path / "s.json").read_text())
+    assert spec["searched"]["profile"] == "smartphone"
+    # the record does not stop the spec being trained
+    r = cli("client", "train", "--profile", "smartphone", "--dataset", "digits", "--num-clients",
+            "4", "--epochs", "1", "--spec", str(tmp_path / "s.json"), "--out",
+            str(tmp_path / "up"), "--quiet")  # fmt: skip
+    assert r.exit_code == 0, r.output
 
 
 def test_deploy_replaces_its_own_deploy_only(cli, federation, tmp_path):
