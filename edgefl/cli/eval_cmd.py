@@ -6,7 +6,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from edgefl.cli.common import console, print_json
+from edgefl.cli.common import console, print_json, upload_text
 
 
 def register(app: typer.Typer) -> None:
@@ -88,14 +88,15 @@ def eval_cmd(
         print_json(res.as_dict() | ({"plot": plot} if plot else {}))
         return
     console.print(
-        f"[bold]{Path(model).name}[/] on {res.dataset}:{res.split} ({res.samples:,} samples): "
+        f"[bold]{upload_text(Path(model).name)}[/] on {upload_text(res.dataset)}:{res.split} "
+        f"({res.samples:,} samples): "
         f"top-1 [bold]{100 * res.accuracy:.2f}%[/]"
     )
     table = Table(show_header=True)
     table.add_column("class")
     table.add_column("accuracy", justify="right")
     for n, a in zip(names, res.per_class, strict=False):
-        table.add_row(str(n), f"{100 * a:.2f}%")
+        table.add_row(upload_text(n), f"{100 * a:.2f}%")  # a model's class names are data
     console.print(table)
     if plot:
         console.print(f"confusion matrix: {escape(plot)}")

@@ -12,7 +12,7 @@ import numpy as np
 import typer
 from rich.markup import escape
 
-from edgefl.cli.common import MAKES_FOLDERS, console, print_json
+from edgefl.cli.common import MAKES_FOLDERS, console, print_json, upload_text
 from edgefl.data.datasets import as_int_labels
 from edgefl.errors import ArtifactError, ConfigError, DataError
 from edgefl.outputs import check_writable
@@ -72,7 +72,7 @@ def infer_cmd(
         print_json({"predictions": predictions, "probabilities": probs.tolist()})
         return
     for i, (name, k) in enumerate(zip(predictions, top, strict=True)):
-        console.print(f"{i}: {escape(name)} (p={probs[i, k]:.3f})")  # names are user text
+        console.print(f"{i}: {upload_text(name)} (p={probs[i, k]:.3f})")  # names are data
 
 
 def load_artifact(path: str):

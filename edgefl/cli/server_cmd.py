@@ -264,7 +264,8 @@ def _print_fused(reps: dict[str, dict], methods: list[str], json_out: bool, quie
 def _print_one(rep: dict) -> None:
     # Upload-derived text (file names, client ids, reasons) is data: never rich markup.
     console.print(f"[bold]{rep['method']}[/] ({upload_text(rep['paper'])}) on {rep['device']}")
-    console.print(f"  used {len(rep['used'])} upload(s): {', '.join(rep['used'])}", markup=False)
+    used = ", ".join(upload_text(u) for u in rep["used"])
+    console.print(f"  used {len(rep['used'])} upload(s): {used}")
     for r in rep["rejected"]:
         console.print(f"  [red]rejected[/] {upload_text(r['file'])}: {upload_text(r['reason'])}")
     for r in rep["skipped"]:

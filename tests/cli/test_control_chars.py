@@ -12,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 from fed_fixtures import build_federation, copy_uploads
 from rich.console import Console
@@ -159,3 +160,37 @@ def test_emoji_codes_in_names_are_shown_as_written(cli, tmp_path, capsys):
     table.add_row(":fire:")
     console.print(":fire:", table)  # a line and a table cell, as every command prints them
     assert capsys.readouterr().out.count(":fire:") == 2
+
+
+def _with_meta(src: Path, dst: Path, **changes) -> Path:
+    """A copy of an upload whose edgefl metadata has `changes` (what a hostile client sends)."""
+    import onnx
+
+    model = onnx.load(src)
+    prop = next(p for p in model.metadata_props if p.key == "edgefl")
+    prop.value = json.dumps(json.loads(prop.value) | changes)
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    onnx.save(model, dst)
+    return dst
+
+
+def test_client_ids_and_class_names_from_uploads_are_data(federation, tmp_path, cli):
+    """`server fuse` printed the used uploads' client ids raw (a newline in one forged a line of
+    its own), and `eval` and `infer` drew a model's class names as markup (bold red, a link):
+    the class names of an upload reach the global model."""
+    up = tmp_path / "up"
+    names = ["[bold red]ZERO[/]", *map(str, range(1, 9)), "[link=http://evil]9[/link]"]
+    _with_meta(federation / "client-000.onnx", up / "a.onnx", client_id=HOSTILE)
+    _with_meta(federation / "client-001.onnx", up / "b.onnx", class_names=names)
+    r = _fuse(up, tmp_path / "g.onnx", "--method", "ensemble")
+    assert r.returncode == 0, r.stderr[-3000:]
+    _clean(r.stdout)
+    assert "used 2 upload(s): up\\x0aerror: forged" in r.stdout, r.stdout
+    art = tmp_path / "named.onnx"
+    _with_meta(federation / "client-001.onnx", art, class_names=names)
+    said = cli("eval", str(art), "--dataset", "digits").output
+    assert "[bold red]ZERO[/]" in said and "[link=http://evil]9[/link]" in said, said
+    x = tmp_path / "x.npy"
+    np.save(x, np.zeros((2, 1, 8, 8), np.float32))
+    said = cli("infer", str(art), "--input", str(x)).output
+    assert any(f"0: {n} (p=" in said for n in names), said  # the name shown as written
