@@ -23,7 +23,8 @@ class FusionConfig:
     """Knobs every method has. Subclasses add theirs with `option(...)`; each field is a flag of
     `server fuse` (`--name value`) and is checked against its declaration when built."""
 
-    seed: int = option(0, "seed of generation, initialisation and training", low=0)
+    # torch seeds are 64-bit: past 2^63 - 1 torch.manual_seed raised an OverflowError
+    seed: int = option(0, "seed of generation, initialisation and training", low=0, high=2**63 - 1)
     robust: str = option("off", ROBUST_HELP, choices=ROBUST)
 
     def __post_init__(self) -> None:

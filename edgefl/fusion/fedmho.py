@@ -32,7 +32,7 @@ import torch
 
 from edgefl.fusion.averaging import average_classifiers, average_scope, one_architecture
 from edgefl.fusion.base import FusionContext, FusionResult, Method, fedmho_table3, pfedzkd_table2
-from edgefl.fusion.options import option, redefault
+from edgefl.fusion.options import MAX_SYNTHETIC, option, redefault
 from edgefl.fusion.samples import allocate, class_mean_filter, generate, per_class_counts
 from edgefl.fusion.student import AUGMENT, STUDENT_JITTER_HELP, student_jitter, train_student
 from edgefl.fusion.student_options import SampledStudentConfig
@@ -51,6 +51,7 @@ class FedMHOConfig(SampledStudentConfig):
         by_dataset={"emnist": 12_000},
         otherwise=6_000,
         low=1,
+        high=MAX_SYNTHETIC,
     )
     # The global model starts from w0, trained on real digits, at a tiny lr: it did slightly
     # better on the mean images (MD 85.7 vs 85.2, bench/results/fedcvae_diagnosis.md).

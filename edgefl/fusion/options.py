@@ -21,6 +21,10 @@ from edgefl.data.registry import DATASETS
 from edgefl.errors import ConfigError
 from edgefl.models.zoo import INPUT_KINDS, input_kind
 
+# Synthetic samples a method may be asked for: 1M 28x28 images are 3 GiB, 166x the defaults;
+# past it a typo (--synthetic 99999999999999) ended in numpy's allocation error after ingest.
+MAX_SYNTHETIC = 1_000_000
+
 
 @dataclass(frozen=True)
 class Opt:

@@ -48,7 +48,7 @@ from edgefl.fusion.caps import (
 )
 from edgefl.fusion.config import FusionConfig
 from edgefl.fusion.inversion import invert, smooth_from_option
-from edgefl.fusion.options import option
+from edgefl.fusion.options import MAX_SYNTHETIC, option
 from edgefl.fusion.samples import largest_remainder
 from edgefl.fusion.student import pair_mixes, shuffled_epochs
 from edgefl.fusion.teachers import TEACHER_GROUP, evaluation_form
@@ -69,6 +69,7 @@ class PFedZKDConfig(FusionConfig):
         "pseudo-images in all (paper: 4,000 on MNIST)",
         by_input={"image": 8_000, "signal": 4_000},
         low=1,
+        high=MAX_SYNTHETIC,
     )
     tau: float = option(4.0, "distillation temperature (paper: 4)", low=0, low_open=True)
     betas: tuple[float, ...] = option(

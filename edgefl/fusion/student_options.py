@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from edgefl.fusion.config import FusionConfig
-from edgefl.fusion.options import option
+from edgefl.fusion.options import MAX_SYNTHETIC, option
 from edgefl.fusion.samples import LABELS, LABELS_HELP, PIXELS, PIXELS_HELP
 from edgefl.fusion.student import AUGMENT, AUGMENT_HELP
 
@@ -16,7 +16,7 @@ from edgefl.fusion.student import AUGMENT, AUGMENT_HELP
 class SampledStudentConfig(FusionConfig):
     """What every such method draws and how long it trains on the draws."""
 
-    synthetic: int = option(6_000, "samples generated from the decoders", low=1)
+    synthetic: int = option(6_000, "samples generated from the decoders", low=1, high=MAX_SYNTHETIC)
     pixels: str = option("auto", PIXELS_HELP, choices=PIXELS)
     epochs: int = option(20, "global training epochs", low=1)
     batch_size: int = option(64, "global batch size", low=1)

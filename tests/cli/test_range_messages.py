@@ -112,6 +112,23 @@ def test_server_fuse_numbers_below_range_are_told_to_raise(tmp_path, flags, star
     assert not (tmp_path / "g.onnx").exists()
 
 
+@pytest.mark.parametrize(
+    "flags, start",
+    [
+        (["--method", "fedavg", "--seed", str(2**64)], "--seed must be an integer in [0, "),
+        (["--method", "fedmho-md", "--synthetic", str(10**14)], "--synthetic must be an integer"),
+        (["--method", "fedcvae-ens", "--opt", "synthetic=2000000"], "--synthetic must be an"),
+    ],
+    ids=lambda a: " ".join(a) if isinstance(a, list) else None,
+)
+def test_server_fuse_numbers_past_range_are_told_to_lower(tmp_path, flags, start):
+    """A seed past 64 bits overflowed inside torch, and a synthetic count of 10^14 failed in
+    numpy's allocator, both after every upload was read: bounds now, before the ingest."""
+    (tmp_path / "up").mkdir()  # empty: the refusal comes before the folder is read
+    _cli(["server", "fuse", str(tmp_path / "up"), *flags, "--out", str(tmp_path / "g.onnx")],
+         start, LOWER)  # fmt: skip
+
+
 # --- through the functions behind them -------------------------------------------------------
 
 
