@@ -65,7 +65,7 @@ def check_png_out(path: str | Path, flag_name: str, example: str) -> None:
             f"{flag_name} {path}: a PNG picture is written there; its name should end in .png",
             hint=f"e.g. {flag_name} {example}",
         )
-    if path.is_file() and not _saved_by_edgefl(path):
+    if path.is_file() and not saved_by_edgefl(path):
         raise ConfigError(
             f"{path} already holds a file edgefl did not draw; this run would replace it",
             hint=f"write the picture elsewhere (another {flag_name}), or remove that file "
@@ -73,7 +73,8 @@ def check_png_out(path: str | Path, flag_name: str, example: str) -> None:
         )
 
 
-def _saved_by_edgefl(path: Path) -> bool:
+def saved_by_edgefl(path: Path) -> bool:
+    """A PNG edgefl drew (its `Software` text chunk)."""
     try:
         with path.open("rb") as f:
             head = f.read(1 << 16)  # the text chunks come before the image data

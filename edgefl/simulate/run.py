@@ -287,10 +287,35 @@ def check_results_kept(job: SimJob) -> None:
         )
 
 
+def check_run_files(out: str | Path) -> None:
+    """The files a run writes at the top of --out are a run's own (an earlier run's, which
+    this one replaces) or absent: a results.md, results.json or picture edgefl did not write
+    there was replaced without a word."""
+    from edgefl.outputs import saved_by_edgefl
+
+    out = Path(out)
+    try:
+        own = isinstance(json.loads((out / "results.json").read_text())["job"]["methods"], list)
+    except (OSError, ValueError, KeyError, TypeError):
+        own = False
+    files = [out / "results.json", out / "results.md"]
+    foreign = [f for f in files if f.exists() and not own]
+    pictures = [out / "accuracy.png", out / "label_distribution.png", *out.glob("samples_*.png")]
+    foreign += [f for f in pictures if f.is_file() and not saved_by_edgefl(f)]
+    if foreign:
+        raise ConfigError(
+            f"{printable(foreign[0])} is not an earlier run's file; this run would replace it"
+            + (f" (and {len(foreign) - 1} more)" if len(foreign) > 1 else ""),
+            hint="use a fresh --out, or move those files away first",
+        )
+
+
 def check_resumable(job: SimJob) -> None:
     """Refuse now, before any work, what `simulate(job)` would refuse later: uploads or global
-    models in `job.out` that were made with other settings, results of more methods."""
+    models in `job.out` that were made with other settings, results of more methods, files of
+    its own names that no run wrote."""
     job.validate()
+    check_run_files(job.out)
     check_results_kept(job)
     for cjob in client_jobs(job):
         finished(cjob)
@@ -433,6 +458,7 @@ def simulate(job: SimJob, log=None, progress=None, trainer=None) -> dict:
     log = log or (lambda m: None)
     progress = progress or no_progress
     job.validate()
+    check_run_files(job.out)
     check_results_kept(job)
     check_dp_models(job)
     check_dp_clients(job)

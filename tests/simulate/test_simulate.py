@@ -8,6 +8,7 @@ import pytest
 from reported import onnx_accuracy
 
 import exporters
+from edgefl.errors import ConfigError
 from edgefl.outputs import sha256_file
 from edgefl.simulate import pool
 from edgefl.simulate import run as sim
@@ -498,3 +499,26 @@ def test_uploads_made_before_the_carve_was_recorded_are_still_reused(tmp_path, m
     (out / "results.json").unlink()
     done = simulate(tiny(out, methods=("fedavg",), subset=1000))
     assert all(c["reused"] for c in done["clients"])
+
+
+def test_files_of_a_runs_names_that_no_run_wrote_are_kept(tmp_path):
+    """A --out folder holding the user's own results.md, results.json or accuracy.png: simulate
+    replaced them without a word. Refused before any client trains; an earlier run's own files
+    are still replaced by its rerun (the resume path)."""
+    from edgefl.simulate.run import check_run_files
+
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "results.md").write_text("my notes")
+    with pytest.raises(ConfigError, match="results.md is not an earlier run's file"):
+        simulate(tiny(out))
+    assert (out / "results.md").read_text() == "my notes" and not (out / "uploads").exists()
+    (out / "results.md").unlink()
+    (out / "accuracy.png").write_bytes(b"\x89PNG\r\n\x1a\n not edgefl's")
+    with pytest.raises(ConfigError, match="accuracy.png is not an earlier run's file"):
+        check_run_files(out)
+    (out / "accuracy.png").unlink()
+    (out / "holiday.png").write_bytes(b"\x89PNG\r\n\x1a\n")  # not a name a run writes: kept
+    (out / "results.json").write_text(json.dumps({"job": {"methods": ["fedavg"]}}))
+    (out / "results.md").write_text("an earlier run's")
+    check_run_files(out)  # a run's own files: its rerun replaces them
