@@ -294,12 +294,7 @@ def check_run_files(out: str | Path) -> None:
     from edgefl.outputs import saved_by_edgefl
 
     out = Path(out)
-    try:
-        own = isinstance(json.loads((out / "results.json").read_text())["job"]["methods"], list)
-    except (OSError, ValueError, KeyError, TypeError):
-        own = False
-    files = [out / "results.json", out / "results.md"]
-    foreign = [f for f in files if f.exists() and not own]
+    foreign = [f for f in (out / "results.json", out / "results.md") if not _runs_own(f)]
     pictures = [out / "accuracy.png", out / "label_distribution.png", *out.glob("samples_*.png")]
     foreign += [f for f in pictures if f.is_file() and not saved_by_edgefl(f)]
     if foreign:
@@ -308,6 +303,19 @@ def check_run_files(out: str | Path) -> None:
             + (f" (and {len(foreign) - 1} more)" if len(foreign) > 1 else ""),
             hint="use a fresh --out, or move those files away first",
         )
+
+
+def _runs_own(path: Path) -> bool:
+    """Absent, or a run's results.json (its job's methods) or results.md (its title line)."""
+    if not path.exists():
+        return True
+    try:
+        if path.suffix == ".json":
+            return isinstance(json.loads(path.read_text())["job"]["methods"], list)
+        with path.open("rb") as f:
+            return f.read(16).startswith(b"# edgefl ")
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
 
 
 def check_resumable(job: SimJob) -> None:

@@ -520,5 +520,5 @@ def test_files_of_a_runs_names_that_no_run_wrote_are_kept(tmp_path):
     (out / "accuracy.png").unlink()
     (out / "holiday.png").write_bytes(b"\x89PNG\r\n\x1a\n")  # not a name a run writes: kept
     (out / "results.json").write_text(json.dumps({"job": {"methods": ["fedavg"]}}))
-    (out / "results.md").write_text("an earlier run's")
+    (out / "results.md").write_text("# edgefl simulate: an earlier run's")
     check_run_files(out)  # a run's own files: its rerun replaces them
