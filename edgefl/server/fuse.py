@@ -41,7 +41,15 @@ from edgefl.outputs import Staging, lock_outputs
 from edgefl.progress import log_lines, no_progress
 from edgefl.server import classes as device_classes
 from edgefl.server.ingest import Ingest, check_max_epsilon, ingest, parking, resident_limit
-from edgefl.server.plan import FuseRun, Planned, check_inputs, check_replacing, plan, resolve_device
+from edgefl.server.plan import (
+    FuseRun,
+    Planned,
+    check_eval_fits,
+    check_inputs,
+    check_replacing,
+    plan,
+    resolve_device,
+)
 from edgefl.server.report import jsonable, staged_report
 from edgefl.server.selection import screen_verdict, set_aside, uses, why_not
 from edgefl.server.workers import fuse_forked, method_workers
@@ -178,6 +186,7 @@ def _with_refused(plans: list[Planned], early: dict[str, FusionError], outcomes:
 def _fuse_ingested(plans: list[Planned], run: FuseRun, jobs: int | None) -> list:
     """Each planned method's (report, None) or (None, its refusal), in order, from the one
     ingest of `run`: side by side in forked workers where that pays."""
+    check_eval_fits(run.found.uploads, run.eval_ref)  # before any method, not after
     _check_classes(plans, run.found)
     plans = _in_effect(plans, run.found)
     for p in plans:  # before workers fork: they all read the one verdict

@@ -17,6 +17,7 @@ from edgefl.fusion import METHODS
 from edgefl.fusion.base import Method
 from edgefl.fusion.config import FusionConfig
 from edgefl.outputs import check_replace, check_writable
+from edgefl.progress import printable
 from edgefl.server import classes as device_classes
 from edgefl.server.ingest import Ingest
 
@@ -154,6 +155,31 @@ def check_inputs(plans: list[Planned], eval_ref: str | None, data_dir: str | Non
                 splits=("train", "test", "public"),
                 data_dir=data_dir,
             )
+
+
+def check_eval_fits(uploads, eval_ref: str | None) -> None:
+    """After the ingest, before any method runs: the --eval dataset's samples are what the
+    uploads' models take (a mismatch was found only when the fused model was evaluated)."""
+    from edgefl.data import dataset_shape
+
+    models = [u for u in uploads if u.kind in ("classifier", "decoder")]
+    if not eval_ref or not models:
+        return  # data uploads (predictions, prototypes) say nothing of an input
+    shape, classes, _ = dataset_shape(eval_ref)
+    meta = models[0].meta
+    theirs = (tuple(meta["input_shape"]), int(meta["num_classes"]))
+    if theirs != (tuple(shape), classes):
+        name = meta.get("dataset")
+        raise ConfigError(
+            f"--eval {printable(eval_ref)}: its samples are {_shape_text(shape)} of {classes} "
+            f"classes; the uploads' models take {_shape_text(theirs[0])} of {theirs[1]}",
+            hint="evaluate on the dataset the federation trained on"
+            + (f", e.g. --eval {printable(name)}:test" if isinstance(name, str) else ""),
+        )
+
+
+def _shape_text(shape) -> str:
+    return "x".join(str(d) for d in shape)
 
 
 def _check_dataset_ref(

@@ -137,6 +137,12 @@ def test_fuse_json_with_options_and_eval(federation, tmp_path):
         (["--method", "fedmho", "--lam", "2"], "--lam must be in [0, 1]"),
         (["--method", "fedavg", "--out", "global.txt"], "--out must end in .onnx"),
         (["--method", "fedavg", "--device", "tpu"], "--device must be auto, cpu or cuda"),
+        # found after the ingest, before the fusion (it was said after the fused model)
+        (
+            ["--method", "fedmho-sd", "--eval", "mnist:test"],
+            "--eval mnist:test: its samples are 1x28x28 of 10 classes; the uploads' models take "
+            "1x8x8 of 10",
+        ),
     ],
 )
 def test_fuse_user_errors(federation, tmp_path, monkeypatch, args, message):
