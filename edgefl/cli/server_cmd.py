@@ -160,6 +160,7 @@ def fuse_cmd(
     from edgefl.server.plan import plan, resolve_device
 
     check_max_epsilon(max_epsilon)  # before any upload is read
+    _check_upload_cap(max_upload_bytes)
     methods = _method_names(method)
     options = method_options(methods, _extra_flags(list(ctx.args)), opt, budget)
     classes = parse_request(
@@ -208,14 +209,24 @@ def fuse_cmd(
         raise typer.Exit(2)
 
 
+def _check_upload_cap(max_upload_bytes: int | None) -> None:
+    """0 or less rejected every upload as over the limit, after reading them all."""
+    from edgefl.bounds import Range
+
+    if max_upload_bytes is not None:
+        hint = "e.g. --max-upload-bytes 536870912 (512 MiB)"
+        Range(1).check("--max-upload-bytes", max_upload_bytes, hint=hint)
+
+
 def _method_names(method: str) -> list[str]:
     """--method as a list of distinct names."""
     from edgefl.errors import ConfigError
 
     methods = [m.strip() for m in method.split(",") if m.strip()]
     if not methods or len(set(methods)) != len(methods):
+        what = "no name" if not methods else "a name twice"
         raise ConfigError(
-            f"--method expects distinct names, got {method!r}",
+            f"--method expects distinct names, got {what}: {method!r}",
             hint="e.g. --method fedmho or --method fedavg,fedmho-md",
         )
     return methods

@@ -102,6 +102,8 @@ def test_simulate_and_reproduce_numbers_below_range_are_told_to_raise(tmp_path, 
             ["--for", "wristband", "--for-max-macs", "0"],
             "--for-max-macs must be an integer >= 1, got 0",
         ),
+        # every upload was read, then rejected as over a limit of 0 bytes
+        (["--max-upload-bytes", "0"], "--max-upload-bytes must be >= 1, got 0"),
     ],
     ids=lambda a: " ".join(a) if isinstance(a, list) else None,
 )

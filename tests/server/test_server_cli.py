@@ -131,6 +131,8 @@ def test_fuse_json_with_options_and_eval(federation, tmp_path):
     "args, message",
     [
         (["--method", "fedmh"], "did you mean 'fedmho'?"),
+        (["--method", ","], "--method expects distinct names, got no name"),
+        (["--method", "fedavg,fedavg"], "got a name twice"),
         (["--method", "fedavg", "--epochs", "3"], "method 'fedavg' has no option(s) --epochs"),
         (["--method", "fedavg", "--opt", "bogus=1"], "has no option(s) --bogus"),
         (["--method", "fedavg", "--opt", "seed"], "--opt expects key=value"),
