@@ -37,6 +37,12 @@ def printable(text: str, lines: bool = False) -> str:
     return str(text).translate(_CONTROL_LINES if lines else _CONTROL)
 
 
+def one_line(text: str) -> str:
+    """A message of several lines (a refusal listing the uploads it went without) as one, its
+    lines joined by "; ": for a line of -q output or a table cell."""
+    return "; ".join(part.strip() for part in str(text).splitlines() if part.strip())
+
+
 def log_lines(log, text: str) -> None:
     """`text` logged line by line: a log line escapes control characters, a newline inside one
     included (shown as \\x0a); a message's own lines (the uploads a method went without, each

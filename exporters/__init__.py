@@ -11,7 +11,7 @@ from .atomic import atomic_write_bytes, atomic_write_text, write_model_atomic
 from .constant import read_constant_outputs, write_constant_artifact
 from .errors import ExportError, UploadRejected
 from .export import MAX_INLINE_BYTES, ExportReport, export_onnx, max_relative_diff
-from .folder import IngestResult, ingest_dir, list_uploads
+from .folder import IngestResult, ingest_dir, list_uploads, shape_text
 from .graph import weights_hash, without_weights
 from .peek import declared_kinds, peek_kind, peek_metadata
 from .quantize import QUANTIZED_TAG, quantize_int8
@@ -58,6 +58,7 @@ __all__ = [
     "peek_kind",
     "peek_metadata",
     "quantize_int8",
+    "shape_text",
     "read_artifact",
     "read_constant_outputs",
     "set_metadata",

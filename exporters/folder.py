@@ -143,7 +143,8 @@ class _ByteBudget:
                 self.cond.notify_all()
 
 
-def _shape_text(shape: tuple[int, ...]) -> str:
+def shape_text(shape: tuple[int, ...]) -> str:
+    """An input shape as users read it: 1x28x28."""
     return "x".join(str(d) for d in shape)
 
 
@@ -251,7 +252,15 @@ def _task(a: Artifact) -> tuple[tuple[int, ...], int] | None:
     return tuple(a.metadata["input_shape"]), a.metadata["num_classes"]
 
 
-def _majority(candidates: list[Artifact]) -> tuple[tuple[tuple[int, ...], int] | None, str | None]:
+def _names(a: Artifact) -> tuple[str, ...] | None:
+    names = a.metadata.get("class_names")
+    return tuple(str(n) for n in names) if names else None
+
+
+_Task = tuple[tuple[int, ...], int]
+
+
+def _majority(candidates: list[Artifact]) -> tuple[_Task | None, str | None]:
     """The most common task (input shape, class count) and a note when uploads disagree on it."""
     # Uploads that disagree with the majority on the task cannot be fused with it.
     tally = Counter(t for t in map(_task, candidates) if t is not None)
@@ -259,17 +268,33 @@ def _majority(candidates: list[Artifact]) -> tuple[tuple[tuple[int, ...], int] |
     if majority is None or len(tally) <= 1:
         return majority, None
     return majority, (
-        f"majority task: input shape {_shape_text(majority[0])}, {majority[1]} classes "
+        f"majority task: input shape {shape_text(majority[0])}, {majority[1]} classes "
         f"({tally[majority]} of {sum(tally.values())} uploads)"
     )
 
 
+def _majority_names(candidates: list[Artifact], task: _Task | None) -> tuple[str, ...] | None:
+    """The class names most uploads of the majority task declare: the global model carries
+    them, so an upload that names class 0 "T-shirt" among uploads naming it "0" is another
+    task with the same shapes."""
+    tally = Counter(_names(a) for a in candidates if _task(a) == task and _names(a) is not None)
+    return tally.most_common(1)[0][0] if tally else None
+
+
+def _names_differ(own: tuple[str, ...] | None, majority: tuple[str, ...] | None) -> str | None:
+    if own is None or majority is None or own == majority:
+        return None
+    i = next(i for i, (a, b) in enumerate(zip(own, majority, strict=True)) if a != b)
+    return f"class {i} is named {own[i]!r}, the majority's {majority[i]!r}"
+
+
 def _admit(
-    candidates: list[Artifact], majority: tuple[tuple[int, ...], int] | None
+    candidates: list[Artifact], majority: _Task | None
 ) -> tuple[list[Artifact], list[tuple[str, str]]]:
     """The valid uploads that fit the set (accepted) and the others with why (rejected)."""
     accepted: list[Artifact] = []
     rejected: list[tuple[str, str]] = []
+    names = _majority_names(candidates, majority)
     # One client may send one artifact of each kind (e.g. a classifier and its predictions).
     seen_clients: dict[tuple[str, str | None], str] = {}
     for artifact in candidates:
@@ -279,10 +304,13 @@ def _admit(
             rejected.append(
                 (
                     name,
-                    f"input shape {_shape_text(own[0])} / class count {own[1]} disagrees with "
-                    f"the majority {_shape_text(majority[0])} / {majority[1]}",
+                    f"input shape {shape_text(own[0])} / class count {own[1]} disagrees with "
+                    f"the majority {shape_text(majority[0])} / {majority[1]}",
                 )
             )
+            continue
+        if own is not None and (differ := _names_differ(_names(artifact), names)) is not None:
+            rejected.append((name, differ))
             continue
         client = artifact.client_id
         key = (client, artifact.kind)

@@ -13,7 +13,7 @@ from rich.markup import escape
 from rich.segment import Segment
 
 from edgefl.bounds import Range
-from edgefl.progress import printable
+from edgefl.progress import one_line, printable
 
 
 class SafeConsole(Console):
@@ -86,9 +86,9 @@ def check_counts(**counts: int | None) -> None:
 def print_quiet(warnings: Iterable[str] = (), errors: Iterable[str] = ()) -> None:
     """All --quiet prints: each error, then each warning, one line on stderr."""
     for e in errors:
-        err_console.print(f"[red]error[/] {upload_text(e)}")
+        err_console.print(f"[red]error[/] {upload_text(one_line(e))}")
     for w in warnings:
-        err_console.print(f"[yellow]warning[/] {upload_text(w)}")
+        err_console.print(f"[yellow]warning[/] {upload_text(one_line(w))}")
 
 
 def print_json(obj: Any) -> None:

@@ -20,6 +20,7 @@ from edgefl.outputs import check_replace, check_writable
 from edgefl.progress import printable
 from edgefl.server import classes as device_classes
 from edgefl.server.ingest import Ingest
+from exporters import shape_text
 
 
 @dataclass(frozen=True)
@@ -171,15 +172,11 @@ def check_eval_fits(uploads, eval_ref: str | None) -> None:
     if theirs != (tuple(shape), classes):
         name = meta.get("dataset")
         raise ConfigError(
-            f"--eval {printable(eval_ref)}: its samples are {_shape_text(shape)} of {classes} "
-            f"classes; the uploads' models take {_shape_text(theirs[0])} of {theirs[1]}",
+            f"--eval {printable(eval_ref)}: its samples are {shape_text(shape)} of {classes} "
+            f"classes; the uploads' models take {shape_text(theirs[0])} of {theirs[1]}",
             hint="evaluate on the dataset the federation trained on"
             + (f", e.g. --eval {printable(name)}:test" if isinstance(name, str) else ""),
         )
-
-
-def _shape_text(shape) -> str:
-    return "x".join(str(d) for d in shape)
 
 
 def _check_dataset_ref(

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from edgefl.fusion import METHODS
-from edgefl.progress import printable
+from edgefl.progress import one_line, printable
 
 
 def upload_bytes(method: str, client: str, models: dict, predictions: dict, out: Path) -> int:
@@ -23,7 +23,8 @@ def upload_bytes(method: str, client: str, models: dict, predictions: dict, out:
 
 def accuracy_text(row: dict) -> str:
     if row["accuracy"] is None:
-        return f"refused: {row['error']}"
+        # One cell of a markdown table: the reason's lines joined, a "|" in it escaped.
+        return "refused: " + one_line(row["error"]).replace("|", "\\|")
     text = f"{100 * row['accuracy']:.2f}"
     if row.get("scope"):  # the global model stands for part of the federation only
         text += f" ({row['scope']})"

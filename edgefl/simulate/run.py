@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -258,10 +258,40 @@ def refused_by_plan(job: SimJob) -> dict[str, FusionError]:
     return over_caps(configured, classifiers, flag="--fuse-opt")
 
 
+def refused_by_kinds(job: SimJob) -> dict[str, FusionError]:
+    """The methods that read no kind of upload this job's mix plans (classifier clients send
+    classifiers, predictions or prototypes; CVAE clients decoders): an all-wristband mix, or
+    one the DP planner made all CVAEs, gave every classifier method nothing to fuse, and it
+    was found after every client had trained."""
+    _, _, roles = _roles(job)
+    planned = set()
+    if "classifier" in roles.values():
+        planned |= {"classifier", "predictions", "prototypes"}
+    if any(r != "classifier" for r in roles.values()):
+        planned.add("decoder")
+    every = "classifier" if "decoder" not in planned else "CVAE (decoder uploads)"
+    why = f"every client of --mix {job.mix} trains a {every}"
+    fix = "add a device class that trains the other kind to --mix (e.g. smartphone for "
+    fix += "classifiers, wristband for CVAEs)"
+    if job.dp is not None and set(_roles(replace(job, dp=None))[2].values()) != set(roles.values()):
+        why += " under --dp (without it some would not)"
+        fix = "name a DP-trainable model for a device class (e.g. --client-model smartphone=cnn)"
+    return {
+        name: FusionError(
+            f"{name} reads {', '.join(m.consumes)} uploads, and {why}",
+            hint=f"{fix}, or choose --methods that read what this mix uploads (`edgefl "
+            "server methods` lists what each reads)",
+        )
+        for name in job.methods
+        if not set((m := METHODS.get(name)).consumes) & planned
+    }
+
+
 def check_caps(job: SimJob, log) -> None:
-    """Before any client trains: every method over its cap is an error (exit 2, nothing would
+    """Before any client trains: every method that cannot fuse what the mix plans (over its cap,
+    or reading no planned kind of upload) refused together is an error (exit 2, nothing would
     be fused); some of them, a line each now (their reports say it again after training)."""
-    refused = refused_by_plan(job)
+    refused = refused_by_kinds(job) | refused_by_plan(job)
     if refused and len(refused) == len(job.methods):
         raise next(iter(refused.values()))
     for name, exc in refused.items():

@@ -107,6 +107,15 @@ def build_hostile(federation, root) -> dict[str, str]:
         "spec in metadata is implausibly large",
     )
 
+    # Same shapes and class count, another task: its names would have labelled the global
+    # model had they been first.
+    names = ["T-shirt", *(str(i) for i in range(1, 10))]
+    add(
+        "renamed.onnx",
+        restamp(clone(cls), client_id="h-names", class_names=names),
+        "class 0 is named 'T-shirt', the majority's '0'",
+    )
+
     for name, content in files.items():
         data = content if isinstance(content, bytes) else content.SerializeToString()
         (root / name).write_bytes(data)

@@ -318,12 +318,57 @@ def test_local_schedule_flags_are_checked_before_training(tmp_path, flag, value)
     assert not (tmp_path / "run" / "uploads").exists()
 
 
-def test_every_method_refused_is_reported_not_raised(tmp_path):
-    # Only CVAE clients: fedavg has nothing to average; the run still ends with a results table.
-    res = simulate(tiny(tmp_path / "run", mix="wristband:4", methods=("fedavg",)))
-    (row,) = res["results"]
-    assert row["accuracy"] is None and "classifier" in row["error"]
-    assert res["host"]["device"] is None
+def test_a_method_reading_no_planned_upload_is_refused_before_any_client_trains(tmp_path):
+    from edgefl.errors import FusionError
+
+    # Only CVAE clients: fedavg would have nothing to average, known from the mix.
+    with pytest.raises(
+        FusionError,
+        match="fedavg reads classifier uploads, and every client of "
+        "--mix wristband:4 trains a CVAE",
+    ) as err:
+        simulate(tiny(tmp_path / "run", mix="wristband:4", methods=("fedavg",)))
+    assert "--mix" in err.value.hint and "under --dp" not in err.value.message
+    assert not (tmp_path / "run" / "uploads").exists()
+
+
+def test_a_refused_method_beside_others_is_reported_not_raised(tmp_path):
+    out = tmp_path / "run"
+    lines: list[str] = []
+    res = simulate(
+        tiny(out, mix="wristband:4", methods=("fedavg", "fedcvae-ens")), log=lines.append
+    )
+    assert any(ln.startswith("fedavg will be refused: fedavg reads classifier") for ln in lines)
+    refused, fused = res["results"]
+    assert refused["accuracy"] is None and "classifier" in refused["error"]
+    assert "\n" in refused["error"]  # it lists the uploads it went without, a line each
+    assert fused["accuracy"] is not None
+    # results.md keeps the refusal in its table row: one line, not one per upload
+    (row,) = [ln for ln in (out / "results.md").read_text().splitlines() if "| fedavg |" in ln]
+    assert row.startswith("| fedavg | refused: ") and row.endswith(" | - | 0.0 | 0 |")
+    assert "; not used client-000.onnx" in row
+
+
+def test_a_mix_the_dp_planner_made_all_cvaes_says_so(tmp_path):
+    # On the digits' small shards the DP planner makes the phone a CVAE too at epsilon 0.5.
+    job = tiny(
+        tmp_path / "run",
+        mix="smartphone:1,wristband:3",
+        methods=("fedavg", "fedcvae-ens"),
+        paper_models=False,
+        dp="0.5",
+    )
+    (name,) = sim.refused_by_kinds(job)
+    exc = sim.refused_by_kinds(job)[name]
+    assert name == "fedavg" and "under --dp (without it some would not)" in exc.message
+    assert "--client-model smartphone=" in exc.hint
+
+
+def test_a_refusal_of_several_lines_is_one_table_cell():
+    from edgefl.simulate.render import accuracy_text
+
+    text = accuracy_text({"accuracy": None, "error": "none usable\n  not used a|b.onnx: x"})
+    assert text == "refused: none usable; not used a\\|b.onnx: x"
 
 
 def test_resume_refuses_a_global_model_fused_with_other_options(tmp_path):
