@@ -212,7 +212,7 @@ def train_cmd(
     """Train the model that fits this device on its local data and write one ONNX upload."""
 
     from edgefl.chance import classifier_warnings
-    from edgefl.client.privacy import check_request
+    from edgefl.client.privacy import check_request, whole_shard_warnings
     from edgefl.client.run import ClientJob
     from edgefl.errors import ConfigError
     from edgefl.models.parse import load_spec_file
@@ -259,7 +259,7 @@ def train_cmd(
     )
     result = train_with_progress(job, quiet)
     summary = result.as_dict()
-    warnings = classifier_warnings([summary])
+    warnings = classifier_warnings([summary]) + whole_shard_warnings([summary])
     if json_out:
         print_json(summary | ({"warnings": warnings} if warnings else {}))
     elif quiet:

@@ -61,14 +61,15 @@ def method_options(
     user's. A flag or a plain --opt goes to every chosen method that has the option (an error
     if none has it); `--opt METHOD:key=value` to that method alone."""
     from edgefl.errors import ConfigError
-    from edgefl.fusion.layering import layer, split_items
+    from edgefl.fusion.layering import given_once, layer, split_items
 
-    shared = split_items(flags, "a method flag")
+    what = "the method flags and --opt"
+    shared = split_items(flags, what)
     targeted: dict[str, dict[str, str]] = {}
     for item in opts:
         key = item.partition("=")[0]
         if ":" not in key:
-            shared |= split_items([item], "--opt")
+            given_once(shared, split_items([item], "--opt"), what)
             continue
         method, _, kv = item.partition(":")
         if method not in methods:
@@ -76,7 +77,7 @@ def method_options(
                 f"--opt {item!r} names {method!r}, which is not among --method {','.join(methods)}",
                 hint="name one of the chosen methods, or leave METHOD: out to set it for all",
             )
-        targeted.setdefault(method, {}).update(split_items([kv], "--opt"))
+        given_once(targeted.setdefault(method, {}), split_items([kv], "--opt"), "--opt")
     return layer(methods, budget, shared, targeted)
 
 

@@ -32,7 +32,7 @@ def register(app: typer.Typer) -> None:
 def _fuse_options(items: list[str]) -> tuple[dict[str, str], dict[str, dict[str, str]]]:
     """--fuse-opt METHOD:key=value (METHOD may be 'all') -> (for all, {method: for it})."""
     from edgefl.errors import ConfigError
-    from edgefl.fusion.layering import split_items
+    from edgefl.fusion.layering import given_once, split_items
 
     shared: dict[str, str] = {}
     targeted: dict[str, dict[str, str]] = {}
@@ -41,7 +41,14 @@ def _fuse_options(items: list[str]) -> tuple[dict[str, str], dict[str, dict[str,
         if not sep:
             raise ConfigError(f"--fuse-opt expects METHOD:key=value, got {item!r}")
         into = shared if method == "all" else targeted.setdefault(method, {})
-        into.update(split_items([kv], "--fuse-opt"))
+        kv = split_items([kv], "--fuse-opt")
+        if "seed" in kv:  # method_options sets --seed over it
+            raise ConfigError(
+                f"--fuse-opt {item!r}: a simulation fuses with its --seed",
+                hint=f"pass --seed {kv['seed'].strip()} (it seeds the partition, the clients "
+                "and the fusion), or fuse the run's uploads with `edgefl server fuse --seed`",
+            )
+        given_once(into, kv, "--fuse-opt")
     return shared, targeted
 
 
@@ -90,6 +97,20 @@ def _trainer(engine: str):
     return train_clients_flower
 
 
+def _method_list(methods: str) -> tuple[str, ...]:
+    """--methods as distinct names; none at all (`--methods ''`) ran the default table."""
+    from edgefl.errors import ConfigError
+
+    names = tuple(m.strip() for m in methods.split(",") if m.strip())
+    if not names or len(set(names)) != len(names):
+        raise ConfigError(
+            f"--methods expects distinct names, got {'no name' if not names else 'a name twice'}"
+            f": {methods!r}",
+            hint="e.g. --methods fedavg,fedmho-md, or leave --methods out for the paper's table",
+        )
+    return names
+
+
 def _methods_and_options(
     methods: str | None, budget: str, fuse_opt: list[str]
 ) -> tuple[tuple[str, ...], dict[str, dict]]:
@@ -98,9 +119,7 @@ def _methods_and_options(
     from edgefl.fusion.layering import layer
 
     shared, targeted = _fuse_options(fuse_opt)
-    method_list = (
-        tuple(m.strip() for m in methods.split(",") if m.strip()) if methods else DEFAULT_METHODS
-    )
+    method_list = DEFAULT_METHODS if methods is None else _method_list(methods)
     check_budget(budget)  # before anything runs, whichever methods are named
     # The budget's options, then all:, then METHOD: (edgefl.fusion.layering), as server fuse.
     opts = layer(

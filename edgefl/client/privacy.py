@@ -354,3 +354,21 @@ def _gaussian_parts(record: dict[str, Any]) -> tuple[float, float, str | None]:
 
 def _below(total: tuple[float, float], eps: float, delta: float) -> bool:
     return total[0] * (1 + 1e-6) < eps or total[1] * (1 + 1e-9) < delta
+
+
+def whole_shard_warnings(clients: list[dict]) -> list[str]:
+    """A warning for every client whose DP-SGD batch was not below its training samples (a
+    `--dp ...,batch=B` above a small shard's size): every step took them all, at sampling rate
+    1, which the upload recorded without a word."""
+    out = []
+    for c in clients:
+        plan = (c.get("privacy") or {}).get("dp_sgd") or {}
+        if plan.get("sample_rate", 0) >= 1:
+            samples = c["training"].get("samples")
+            of = f"its {samples:,} training samples" if samples else "its training samples"
+            out.append(
+                f"{c['client_id']}: every DP-SGD step took all of {of} (sampling rate 1, "
+                f"{plan['steps']} steps: the --dp batch is not below them); give a batch "
+                "below the shard's size for sampled steps, e.g. --dp EPS,batch=N/6"
+            )
+    return out

@@ -44,14 +44,28 @@ def parse_text(name: str, opt: Opt, text: str) -> Any:
 
 
 def split_items(items: Sequence[str], what: str, hint: str | None = None) -> dict[str, str]:
-    """`key=value` texts -> {key: value text}, keys with - or _ alike."""
-    out = {}
+    """`key=value` texts -> {key: value text}, keys with - or _ alike; a key given twice with
+    two values is an error (`given_once`)."""
+    out: dict[str, str] = {}
     for item in items:
         key, eq, value = item.partition("=")
         if not eq or not key.strip():
             raise ConfigError(f"{what} expects key=value, got {item!r}", hint=hint)
-        out[key.strip().replace("-", "_")] = value
+        given_once(out, {key.strip().replace("-", "_"): value}, what)
     return out
+
+
+def given_once(into: dict[str, str], new: Mapping[str, str], what: str) -> None:
+    """`new` added to `into`. An option given twice with two values (`--epochs 1 --opt
+    epochs=2`) is refused: the later one won without a word. A `METHOD:key=value` over one for
+    every method is layering, not this (`layer`)."""
+    for key, value in new.items():
+        if key in into and into[key].strip() != value.strip():
+            raise ConfigError(
+                f"option {flag(key)!r} given twice in {what}, as {into[key]!r} and {value!r}",
+                hint="give each option once (METHOD:key=value sets one method's alone)",
+            )
+        into[key] = value
 
 
 def layer(

@@ -21,6 +21,7 @@ import exporters
 from edgefl.chance import classifier_warnings
 from edgefl.client.attacks import assign
 from edgefl.client.job import ClientJob, SimSettings
+from edgefl.client.privacy import whole_shard_warnings
 from edgefl.client.run import preflight
 from edgefl.data.registry import DATASETS
 from edgefl.errors import ConfigError, EdgeflError, FusionError
@@ -448,8 +449,9 @@ def _fuse_batch(job: SimJob, batch, folder: Path, log, progress) -> dict[str, di
 
 
 def chance_warnings(clients: list[dict], reports: dict[str, dict]) -> list[str]:
-    """Every client classifier and global model at or near chance, with its likely cause."""
-    out = classifier_warnings(clients)
+    """Every client classifier and global model at or near chance, with its likely cause, and
+    every client whose DP-SGD steps each took its whole shard."""
+    out = classifier_warnings(clients) + whole_shard_warnings(clients)
     for rep in reports.values():
         out += rep.get("warnings", [])
     return out

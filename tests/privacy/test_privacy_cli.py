@@ -280,6 +280,27 @@ def test_simulate_checks_every_clients_dp_plan_before_any_trains(
     assert not (tmp_path / "run").exists()
 
 
+def test_a_dp_batch_above_a_shard_is_said_not_recorded_silently(cli, tmp_path):
+    """`--dp 8,batch=100000` on shards of ~600 digits: every step takes the whole shard
+    (sampling rate 1), which only the uploads' records said."""
+    r = cli(
+        "simulate", "--dataset", "digits", "--clients", "2", "--mix", "smartphone:2",
+        "--client-model", "smartphone=scnn:bn=false", "--classifier-epochs", "2",
+        "--dp", "8,batch=100000", "--methods", "fedavg", "--out", str(tmp_path / "run"), "-q",
+    )  # fmt: skip
+    said = " ".join(r.output.split())
+    assert r.exit_code == 0, said
+    for client in ("client-000", "client-001"):
+        assert f"{client}: every DP-SGD step took all of its" in said, said
+    assert "(sampling rate 1, 2 steps" in said, said
+    r = cli(
+        "simulate", "--dataset", "digits", "--clients", "2", "--mix", "smartphone:2",
+        "--client-model", "smartphone=scnn:bn=false", "--classifier-epochs", "2",
+        "--dp", "8,batch=64", "--methods", "fedavg", "--out", str(tmp_path / "b64"), "-q",
+    )  # fmt: skip
+    assert r.exit_code == 0 and "every DP-SGD step" not in r.output, r.output
+
+
 def test_label_release_parses_its_forms():
     assert LabelRelease.parse("noised:0.5") == LabelRelease("noised", 0.5)
     assert LabelRelease.parse("absent") == LabelRelease("absent")

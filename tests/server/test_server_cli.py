@@ -136,6 +136,13 @@ def test_fuse_json_with_options_and_eval(federation, tmp_path):
         (["--method", "fedavg", "--epochs", "3"], "method 'fedavg' has no option(s) --epochs"),
         (["--method", "fedavg", "--opt", "bogus=1"], "has no option(s) --bogus"),
         (["--method", "fedavg", "--opt", "seed"], "--opt expects key=value"),
+        # the later of two values won without a word
+        (
+            ["--method", "fedmho", "--epochs", "1", "--opt", "epochs=2"],
+            "option 'epochs' given twice in the method flags and --opt, as '1' and '2'",
+        ),
+        (["--method", "fedmho", "--lam", "0.1", "--lam", "0.2"], "option 'lam' given twice"),
+        (["--method", "fedmho", "--opt", "fedmho:lam=0.1", "--opt", "fedmho:lam=0.2"], "twice"),
         (["--method", "fedmho", "--lam", "2"], "--lam must be in [0, 1]"),
         (["--method", "fedavg", "--out", "global.txt"], "--out must end in .onnx"),
         (["--method", "fedavg", "--device", "tpu"], "--device must be auto, cpu or cuda"),

@@ -112,6 +112,19 @@ def test_cli_bad_mix(cli, tmp_path):
     assert r.exit_code == 2 and "did you mean" in r.output
     r = cli("simulate", "--budget", "huge", "--out", str(tmp_path))
     assert r.exit_code == 2 and "--budget must be one of cpu, paper, code" in r.output
+    # These ran: the default table for no name, --seed over the method's seed, the later value.
+    for flags, says in (
+        (["--methods", ""], "--methods expects distinct names, got no name"),
+        (["--methods", "fedavg,fedavg"], "got a name twice"),
+        (["--fuse-opt", "fedmho:seed=7"], "a simulation fuses with its --seed"),
+        (
+            ["--fuse-opt", "all:epochs=1", "--fuse-opt", "all:epochs=3"],
+            "option 'epochs' given twice in --fuse-opt, as '1' and '3'",
+        ),
+    ):
+        r = cli("simulate", "--dataset", "digits", *flags, "--out", str(tmp_path / "o"))
+        assert r.exit_code == 2 and says in " ".join(r.output.split()), r.output
+    assert not (tmp_path / "o").exists()
 
 
 @pytest.fixture(scope="module")
