@@ -41,12 +41,21 @@ def global_warning(
     return f"{method}: {_level(accuracy, num_classes)}; likely cause: {cause}"
 
 
-def client_warning(client: str, accuracy: float, num_classes: int, samples: int) -> str:
-    """A client classifier near chance on its own validation data."""
+def client_warning(
+    client: str, accuracy: float, num_classes: int, samples: int, dp: dict | None = None
+) -> str:
+    """A client classifier near chance on its own validation data; `dp`: the DP-SGD plan it
+    trained with (its noise, not its epochs, is then the first suspect)."""
     cause = (
         "too few epochs for this model and learning rate, or too little data "
         f"({samples:,} training samples): try more --epochs, a smaller model, or more data"
     )
+    if dp:
+        cause = (
+            f"DP-SGD's noise at epsilon {dp['epsilon']:g} (noise multiplier "
+            f"{dp['noise_multiplier']:.3g} on {samples:,} training samples): try a larger "
+            "--dp epsilon or a larger --dp batch, or more data"
+        )
     return f"{client}: validation {_level(accuracy, num_classes)}; likely cause: {cause}"
 
 
@@ -62,5 +71,6 @@ def classifier_warnings(clients: list[dict]) -> list[str]:
         classes = len(counts) if counts else c.get("num_classes")
         samples = c["training"].get("samples") or (sum(counts) if counts else 0)
         if c["role"] == "classifier" and classes and near_chance(acc, classes):
-            out.append(client_warning(c["client_id"], acc, classes, samples))
+            dp = (c.get("privacy") or {}).get("dp_sgd")
+            out.append(client_warning(c["client_id"], acc, classes, samples, dp))
     return out

@@ -31,7 +31,12 @@ class UnknownNameError(EdgeflError, KeyError):
 
     def __init__(self, kind: str, name: str, valid: Iterable[str]):
         valid = sorted(valid)
-        close = difflib.get_close_matches(name, valid, n=1, cutoff=0.5)
+        # Case-blind: "FEDAVG" is as near to fedavg as "fedavgx" is.
+        by_lower = {v.lower(): v for v in valid}
+        close = [
+            by_lower[m]
+            for m in difflib.get_close_matches(str(name).lower(), by_lower, n=1, cutoff=0.5)
+        ]
         message = f"unknown {kind} {name!r}"
         if close:
             message += f"; did you mean {close[0]!r}?"

@@ -54,6 +54,9 @@ def _extra_flags(args: list[str]) -> list[str]:
     return items
 
 
+OPT_FORM = "e.g. --opt lam=0.3 (every chosen method), --opt fedmho:lam=0.3 (one), or --lam 0.3"
+
+
 def method_options(
     methods: list[str], flags: list[str], opts: list[str], budget: str = "cpu"
 ) -> dict[str, dict]:
@@ -69,7 +72,7 @@ def method_options(
     for item in opts:
         key = item.partition("=")[0]
         if ":" not in key:
-            given_once(shared, split_items([item], "--opt"), what)
+            given_once(shared, split_items([item], "--opt", hint=OPT_FORM), what)
             continue
         method, _, kv = item.partition(":")
         if method not in methods:
@@ -77,7 +80,9 @@ def method_options(
                 f"--opt {item!r} names {method!r}, which is not among --method {','.join(methods)}",
                 hint="name one of the chosen methods, or leave METHOD: out to set it for all",
             )
-        given_once(targeted.setdefault(method, {}), split_items([kv], "--opt"), "--opt")
+        given_once(
+            targeted.setdefault(method, {}), split_items([kv], "--opt", hint=OPT_FORM), "--opt"
+        )
     return layer(methods, budget, shared, targeted)
 
 
@@ -252,7 +257,11 @@ def _fuse_targets(
             raise ConfigError("several methods need --out-dir", hint="e.g. --out-dir global")
         return [Path(out_dir) / f"{m}.onnx" for m in methods], None, "--out-dir"
     if out_dir is not None and out is not None:
-        raise ConfigError("give --out or --out-dir, not both")
+        raise ConfigError(
+            "give --out or --out-dir, not both",
+            hint="--out FILE.onnx for one method's model, --out-dir DIR for several "
+            "(DIR/METHOD.onnx each)",
+        )
     target = out or (str(Path(out_dir) / f"{methods[0]}.onnx") if out_dir else "global.onnx")
     return [target], report, "--out-dir" if out_dir else "--out"
 

@@ -39,9 +39,13 @@ def _fuse_options(items: list[str]) -> tuple[dict[str, str], dict[str, dict[str,
     for item in items:
         method, sep, kv = item.partition(":")
         if not sep:
-            raise ConfigError(f"--fuse-opt expects METHOD:key=value, got {item!r}")
+            raise ConfigError(
+                f"--fuse-opt expects METHOD:key=value, got {item!r}",
+                hint="e.g. --fuse-opt fedmho:epochs=5 (one method), --fuse-opt all:epochs=5 "
+                "(every method that has the option)",
+            )
         into = shared if method == "all" else targeted.setdefault(method, {})
-        kv = split_items([kv], "--fuse-opt")
+        kv = split_items([kv], "--fuse-opt", hint="e.g. --fuse-opt fedmho:epochs=5")
         if "seed" in kv:  # method_options sets --seed over it
             raise ConfigError(
                 f"--fuse-opt {item!r}: a simulation fuses with its --seed",

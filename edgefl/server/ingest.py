@@ -338,8 +338,18 @@ def _none_usable(out: Ingest, d: Path, recursive: bool, in_folders: bool) -> Fus
     shown = [f"{printable(n)}: {r}" for n, r in out.rejected[:10]]
     more = len(out.rejected) - len(shown)
     listing = "; ".join(shown) + (f"; and {more} more" if more > 0 else "")
+    hint = (
+        "fix or remove the rejected files, or point at the folder of edgefl uploads "
+        "(.onnx files written by `edgefl client train`)"
+    )
+    if all(r.startswith("--max-epsilon") for _, r in out.rejected):  # sound files, screened
+        spent = [s.epsilon for s in out.privacy.values() if s.epsilon and not s.replayable]
+        hint = (
+            (f"raise --max-epsilon (the least spent here: {min(spent):.4g}), " if spent else "")
+            + "leave --max-epsilon out to fuse them as they are, or have the devices train "
+            "with `edgefl client train --dp EPSILON`"
+        )
     return FusionError(
         f"no usable uploads in {d}: {len(out.rejected)} rejected ({listing})" + folders,
-        hint="fix or remove the rejected files, or point at the folder of edgefl uploads "
-        "(.onnx files written by `edgefl client train`)",
+        hint=hint,
     )

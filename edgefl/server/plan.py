@@ -116,10 +116,20 @@ def plan(
                 hint="the server never writes among the uploads: write the global model and "
                 "its report elsewhere, e.g. --out global.onnx",
             )
-        # The hint's example: the same name in the current folder (a folder for --out-dir).
-        check_writable(path, flag_name, path.parent.name if flag_name == "--out-dir" else path.name)
+        check_writable(path, flag_name, _example(flag_name, path, name))
     flags = (out_flag, "--report") + ("--for",) * len(class_outs)
     return Planned(method, cfg, out, report_path, classes, class_outs, overwrite, flags)
+
+
+def _example(flag_name: str, path: Path, method: str) -> str:
+    """The fix's example for an output path that cannot be written: the same name in the
+    current folder, a file inside the folder named (not that folder's name again), a fresh
+    folder for --out-dir."""
+    if flag_name == "--out-dir":
+        return "global" if path.parent.exists() else path.parent.name
+    if path.is_dir():
+        return str(path / f"{method}{'.json' if flag_name == '--report' else '.onnx'}")
+    return path.name
 
 
 def check_replacing(p: Planned) -> None:

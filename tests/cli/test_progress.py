@@ -192,6 +192,21 @@ def test_chance_level_is_named_with_its_likely_cause():
         ]
     )
     assert "(123 training samples)" in said, said
+    # Under DP-SGD the noise is the first suspect, not the epochs.
+    plan = {"epsilon": 0.05, "noise_multiplier": 91.2}
+    (said,) = classifier_warnings(
+        [
+            {
+                "role": "classifier",
+                "client_id": "c",
+                "label_counts": [14] * 10,
+                "training": {"val_accuracy": 0.1, "samples": 123},
+                "privacy": {"dp_sgd": plan},
+            }
+        ]
+    )
+    assert "likely cause: DP-SGD's noise at epsilon 0.05 (noise multiplier 91.2" in said, said
+    assert "more --epochs" not in said, said
 
 
 def test_a_global_model_at_chance_is_warned_about_in_the_report(federation, tmp_path):

@@ -90,6 +90,8 @@ def test_bad_profile_lists_every_problem(tmp_path):
 def test_unknown_and_unparseable(tmp_path):
     with pytest.raises(UnknownNameError, match="did you mean 'wristband'"):
         get_profile("wristbnd")
+    with pytest.raises(UnknownNameError, match="did you mean 'wristband'"):  # case-blind
+        get_profile("WRISTBAND")
     path = tmp_path / "x.toml"
     path.write_text("name = ")
     with pytest.raises(ConfigError, match="not valid TOML"):

@@ -415,6 +415,19 @@ def test_max_epsilon_sets_aside_uploads_without_dp_or_over_budget(cli, uploads, 
     assert "for each training sample" in said and "not a client's data as a whole" in said
 
 
+def test_when_max_epsilon_sets_every_upload_aside_the_fix_is_the_flag(cli, uploads, tmp_path):
+    """The files are sound: "fix or remove the rejected files" was the wrong fix."""
+    folder = tmp_path / "u"
+    folder.mkdir()
+    for i in (0, 2):  # no DP; epsilon 16
+        shutil.copy(uploads / f"client-00{i}.onnx", folder)
+    r = fuse(cli, folder, tmp_path, "--max-epsilon", "4")
+    said = " ".join(r.output.split())
+    assert r.exit_code == 2 and "no usable uploads" in said, said
+    assert "raise --max-epsilon (the least spent here: 16" in said, said
+    assert "fix or remove the rejected files" not in said, said
+
+
 def test_a_record_that_understates_its_epsilon_is_set_aside(cli, uploads, tmp_path):
     folder = tmp_path / "u"
     folder.mkdir()

@@ -161,6 +161,28 @@ def test_fuse_user_errors(federation, tmp_path, monkeypatch, args, message):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_fuse_output_refusals_name_a_fix_that_is_not_the_failing_path(federation, tmp_path):
+    """The fix lines repeated the path that failed ("--out d.onnx is a directory; fix: name a
+    file, e.g. d.onnx"), and some refusals had none."""
+    (tmp_path / "d.onnx").mkdir()
+    (tmp_path / "rep").mkdir()
+    (tmp_path / "file").write_text("mine")
+    g = tmp_path / "g.onnx"
+    for args, says in (
+        (["--out", tmp_path / "d.onnx"], f"fix: name a file, e.g. {tmp_path}/d.onnx/fedavg.onnx"),
+        (["--out", g, "--report", tmp_path / "rep"], f"e.g. {tmp_path}/rep/fedavg.json"),
+        (["--method", "fedavg,ensemble", "--out-dir", tmp_path / "file"], "e.g. --out-dir global"),
+        (["--out", g, "--out-dir", tmp_path / "o"], "fix: --out FILE.onnx for one method's"),
+        (["--opt", "lam"], "fix: e.g. --opt lam=0.3"),
+        (["--opt", "=3"], "fix: e.g. --opt lam=0.3"),
+    ):
+        method = [] if "--method" in args else ["--method", "fedavg"]
+        r = run("server", "fuse", federation, *method, *args, code=2)
+        assert says in flat(r.output), r.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["d.onnx", "file", "rep"]
+    assert (tmp_path / "file").read_text() == "mine"
+
+
 def test_fuse_refuses_to_write_into_the_upload_dir(federation, tmp_path):
     before = sorted(os.listdir(federation))
     for args, flag_name in (

@@ -117,6 +117,7 @@ def test_cli_bad_mix(cli, tmp_path):
         (["--methods", ""], "--methods expects distinct names, got no name"),
         (["--methods", "fedavg,fedavg"], "got a name twice"),
         (["--fuse-opt", "fedmho:seed=7"], "a simulation fuses with its --seed"),
+        (["--fuse-opt", "epochs=1"], "fix: e.g. --fuse-opt fedmho:epochs=5 (one method)"),
         (
             ["--fuse-opt", "all:epochs=1", "--fuse-opt", "all:epochs=3"],
             "option 'epochs' given twice in --fuse-opt, as '1' and '3'",
