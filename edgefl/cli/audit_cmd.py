@@ -67,6 +67,7 @@ def audit_cmd(
         draws=draws,
         seed=seed,
     )
+    _check_distinct(uploads)
     if out is not None:
         _check_out(Path(out))
     targets = [open_target(path, data_dir, dataset) for path in uploads]  # every check first
@@ -98,6 +99,21 @@ def audit_cmd(
             _print(r)
         if out:
             console.print(f"report: {upload_text(out)}")
+
+
+def _check_distinct(uploads: list[str]) -> None:
+    """Each upload once: the same file named twice (or by two paths) was audited twice."""
+    from edgefl.progress import printable
+
+    seen: dict[Path, str] = {}
+    for name in uploads:
+        key = Path(name).resolve()
+        if key in seen:
+            raise ConfigError(
+                f"{printable(name)} is the upload {printable(seen[key])} again",
+                hint="name each upload once",
+            )
+        seen[key] = name
 
 
 def _check_out(path: Path) -> None:

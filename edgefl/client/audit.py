@@ -78,7 +78,10 @@ class AuditSettings:
         OneOf(NONMEMBERS).check(
             "--nonmembers", self.nonmembers, hint="e.g. --nonmembers held-out (the client's own)"
         )
-        if self.shadows == 1 or self.shadows < 0:
+        Range(0, integer=True).check(
+            "--shadows", self.shadows, hint="e.g. --shadows 4, or 0 for the loss attack only"
+        )
+        if self.shadows == 1:
             raise ConfigError(
                 f"--shadows {self.shadows}: LiRA fits a variance to the shadows' scores",
                 hint="use --shadows 2 or more (4 is the default), or 0 for the loss attack only",
@@ -270,17 +273,13 @@ def choose_queries(target: Target, settings: AuditSettings) -> Queries:
         # are queried as it has non-members, so that no class weighs more on one side.
         got = np.bincount(y[nonmembers], minlength=data.num_classes)
         short = np.flatnonzero(got < counts)
+        asked = len(members)
         members = class_matched(rng, members, y, got)
         source = (
             f"{len(nonmembers)} samples of other clients' data"
             + _windows_text(target)
             + ", with the members' class counts"
-            + (
-                f" (class{'es' if len(short) > 1 else ''} {', '.join(map(str, short))}: "
-                "as many members as others)"
-                if len(short)
-                else ""
-            )
+            + _short_text(short, asked - len(members))
         )
     if len(nonmembers) == 0:
         other = "held-out" if settings.nonmembers == "population" else "population"
@@ -292,6 +291,19 @@ def choose_queries(target: Target, settings: AuditSettings) -> Queries:
             hint=f"use --nonmembers {other}",
         )
     return Queries(members, nonmembers, np.setdiff1d(outside, nonmembers), source)
+
+
+def _short_text(short: np.ndarray, dropped: int) -> str:
+    """Why fewer members are queried than --queries asked: the other clients hold fewer samples
+    of a class than the member draw has, and each class weighs the same on both sides."""
+    if not len(short):
+        return ""
+    classes = f"class{'es' if len(short) > 1 else ''} {', '.join(map(str, short))}"
+    return (
+        f"; {dropped} member(s) of {classes} left out: the other clients hold fewer samples "
+        f"of {'them' if len(short) > 1 else 'it'} than were drawn, and each class is queried "
+        "as often on both sides"
+    )
 
 
 def _user_split(target: Target) -> bool:

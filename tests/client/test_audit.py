@@ -65,6 +65,14 @@ def test_members_are_the_samples_the_client_trained_on(uploads):
         np.bincount(y[q.members], minlength=10), np.bincount(y[q.nonmembers], minlength=10)
     )
     assert not set(q.pool) & (set(q.members) | set(q.nonmembers))
+    assert "left out" not in q.source, q.source
+    # Every sample it trained on asked for: a class the client holds most of has fewer others,
+    # and fewer members than asked are said, with why (it read "as many members as others").
+    every = choose_queries(target, AuditSettings(queries=10_000))
+    short = len(train_idx) - len(every.members)
+    assert short > 0, "the shard holds no class mostly: the case is gone"
+    assert f"; {short} member(s) of class" in every.source, every.source
+    assert "each class is queried as often on both sides" in every.source, every.source
     held = choose_queries(target, AuditSettings(queries=50, nonmembers="held-out"))
     assert set(held.nonmembers) <= set(val_idx.tolist())
 
@@ -125,6 +133,7 @@ def test_table_output(uploads, cli):
     ("args", "says"),
     [
         (["--shadows", "1"], "--shadows 2 or more"),
+        (["--shadows", "-1"], "--shadows must be an integer >= 0, got -1"),
         (["--nonmembers", "others"], "--nonmembers"),
         (["--queries", "0"], "--queries"),
         (["--dataset", "fmnist"], "was trained on 'mnist', not on 'fmnist'"),
@@ -135,6 +144,14 @@ def test_refusals_come_before_any_work(uploads, cli, args, says):
     assert res.exit_code == 2, res.output
     assert says in " ".join(res.output.split())
     assert "Traceback" not in res.output
+
+
+def test_one_upload_named_twice_is_refused(uploads, cli):
+    """It was audited twice, its attackers' models trained twice."""
+    path = uploads["overfit"]
+    res = cli("audit", str(path), str(path.parent / ".." / path.parent.name / path.name))
+    said = " ".join(res.output.split())
+    assert res.exit_code == 2 and f"is the upload {path} again" in said, said
 
 
 def test_missing_upload_and_foreign_out_are_refused(uploads, cli, tmp_path):
