@@ -126,7 +126,7 @@ class ArrayDataset:
 # References: "mnist", "mnist:test", "path/to/data.npz", "path/to/images:test"
 
 
-def _looks_like_path(text: str) -> bool:
+def looks_like_path(text: str) -> bool:
     # A registry name wins over a same-named file in the working directory; write ./name for that.
     if not text or text in DATASETS:
         return False
@@ -140,10 +140,10 @@ def parse_dataset_ref(ref: str | os.PathLike) -> tuple[str, str | None]:
         return ref, None
     if ":" in ref:
         head, tail = ref.rsplit(":", 1)
-        if _looks_like_path(head):
+        if looks_like_path(head):
             return (head, tail) if Path(head).exists() else (ref, None)
         return head.lower(), tail
-    return (ref, None) if _looks_like_path(ref) else (ref.lower(), None)
+    return (ref, None) if looks_like_path(ref) else (ref.lower(), None)
 
 
 def default_data_dir() -> Path:
@@ -171,7 +171,7 @@ def load_dataset(
             f"unknown split {split!r} for dataset {name!r}",
             hint=f"valid splits: {', '.join(SPLITS)} (e.g. {name}:test)",
         )
-    if _looks_like_path(name):
+    if looks_like_path(name):
         return _load_user(Path(name), split)
 
     info = DATASETS.get(name)  # raises UnknownNameError with the nearest name
@@ -190,7 +190,7 @@ def load_dataset(
 def dataset_shape(ref: str | os.PathLike) -> tuple[tuple[int, int, int], int, tuple[str, ...]]:
     """(input_shape, num_classes, class_names) without loading registered data."""
     name, _ = parse_dataset_ref(ref)
-    if not _looks_like_path(name):
+    if not looks_like_path(name):
         info = DATASETS.get(name)
         return info.input_shape, info.num_classes, info.class_names
     ds = _load_user(Path(name), "train")

@@ -125,9 +125,13 @@ def _example(flag_name: str, path: Path, method: str) -> str:
     """The fix's example for an output path that cannot be written: the same name in the
     current folder, a file inside the folder named (not that folder's name again), a fresh
     folder for --out-dir."""
+    try:  # a name too long to stat is check_writable's to refuse
+        is_dir, parent_exists = path.is_dir(), path.parent.exists()
+    except OSError:
+        is_dir = parent_exists = False
     if flag_name == "--out-dir":
-        return "global" if path.parent.exists() else path.parent.name
-    if path.is_dir():
+        return "global" if parent_exists else path.parent.name
+    if is_dir:
         return str(path / f"{method}{'.json' if flag_name == '--report' else '.onnx'}")
     return path.name
 
@@ -193,10 +197,21 @@ def _check_dataset_ref(
     ref: str, what: str, default_split: str, splits: tuple[str, ...], data_dir: str | None
 ) -> None:
     from edgefl.data import DATASETS, parse_dataset_ref
+    from edgefl.data.datasets import looks_like_path
     from edgefl.data.locate import file_based, require
 
     name, split = parse_dataset_ref(ref)
+    example = f"e.g. {what} digits:{default_split}, or a .npz file or image folder of your own"
+    if not name:
+        raise ConfigError(f"{what} {ref!r} names no dataset", hint=example)
+    if split == "":  # "digits:" was read as the default split
+        raise ConfigError(
+            f"{what} {ref!r} names no split after ':'",
+            hint=f"valid splits: {', '.join(splits)}, e.g. {name}:{default_split}",
+        )
     split = split or default_split
+    if looks_like_path(name) and not Path(name).exists():  # not "unknown dataset"
+        raise ConfigError(f"{what} {ref!r}: no such file or folder", hint=example)
     if name not in DATASETS and not Path(name).exists():  # neither a name nor a user's file
         try:
             DATASETS.get(name)  # raises UnknownNameError, with the nearest name

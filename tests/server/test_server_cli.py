@@ -146,6 +146,11 @@ def test_fuse_json_with_options_and_eval(federation, tmp_path):
         (["--method", "fedmho", "--lam", "2"], "--lam must be in [0, 1]"),
         (["--method", "fedavg", "--out", "global.txt"], "--out must end in .onnx"),
         (["--method", "fedavg", "--device", "tpu"], "--device must be auto, cpu or cuda"),
+        # failed after the fusion ("unknown dataset ''"), was read as the default split, was
+        # called an unknown dataset
+        (["--method", "fedavg", "--eval", ":test"], "--eval ':test' names no dataset"),
+        (["--method", "fedavg", "--eval", "digits:"], "names no split after ':'"),
+        (["--method", "fedavg", "--eval", "./no.npz"], "--eval './no.npz': no such file"),
         # found after the ingest, before the fusion (it was said after the fused model)
         (
             ["--method", "fedmho-sd", "--eval", "mnist:test"],
