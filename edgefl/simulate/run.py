@@ -276,7 +276,8 @@ def refused_by_kinds(job: SimJob) -> dict[str, FusionError]:
     fix += "classifiers, wristband for CVAEs)"
     if job.dp is not None and set(_roles(replace(job, dp=None))[2].values()) != set(roles.values()):
         why += " under --dp (without it some would not)"
-        fix = "name a DP-trainable model for a device class (e.g. --client-model smartphone=cnn)"
+        first = next(iter(roles))  # the mix's first device class
+        fix = f"name a DP-trainable model for a device class (e.g. --client-model {first}=cnn)"
     return {
         name: FusionError(
             f"{name} reads {', '.join(m.consumes)} uploads, and {why}",
