@@ -227,3 +227,6 @@ def invalid_values(cls: Any) -> Iterator[tuple[str, Any, str, str]]:
             yield name, inside + 0.5 if c.allows(inside) else 0.5, flag, ""
         if not rule.nullable:
             yield name, None, flag, ""
+
+
+SEED = Range(0, 2**63 - 1, integer=True)  # numpy takes no negative seed, torch none past int64

@@ -21,7 +21,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from device_profiles import OPTIMIZERS
-from edgefl.bounds import OneOf, Range, check_fields, declare, declared
+from edgefl.bounds import SEED, OneOf, Range, check_fields, declare, declared
 from edgefl.errors import ConfigError, DataError
 from edgefl.models.augment import CHOICES as AUGMENT_CHOICES
 from edgefl.models.augment import jitter
@@ -59,7 +59,6 @@ COUNT = Range(1, integer=True)
 # A learning rate torch's float32 optimizers can hold (1e39 overflowed inside the optimizer);
 # no useful one is near the bound.
 LR = Range(0, 1e6, low_open=True)
-SEED = Range(0, 2**63 - 1, integer=True)  # numpy takes no negative seed, torch none past int64
 
 
 @declared(epochs=1, batch_size=1, optimizer="sgd", lr=0.1)

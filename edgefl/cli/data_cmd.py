@@ -131,9 +131,11 @@ def partition_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
 ) -> None:
     """Partition a dataset's train split among clients and show each client's label counts."""
+    from edgefl.bounds import SEED
     from edgefl.data import parse_scheme
 
     parsed = parse_scheme(old_scheme or scheme)  # fail on a bad flag before loading any data
+    SEED.check("--seed", seed, hint="e.g. --seed 0")
     if plot is not None:
         from edgefl.outputs import check_png_out
 

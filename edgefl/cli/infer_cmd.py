@@ -12,6 +12,7 @@ import numpy as np
 import typer
 from rich.markup import escape
 
+from edgefl.bounds import SEED
 from edgefl.cli.common import MAKES_FOLDERS, console, print_json, upload_text
 from edgefl.data.datasets import as_int_labels
 from edgefl.errors import ArtifactError, ConfigError, DataError
@@ -40,17 +41,21 @@ def infer_cmd(
         + MAKES_FOLDERS,
     ),
     seed: int = typer.Option(0, help="Decoder: seed of the latent draws."),
+    overwrite: bool = typer.Option(
+        False, "--overwrite", help="Decoder: replace an existing file at --out."
+    ),
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Predict classes with a classifier, or generate images from labels with a decoder."""
+    SEED.check("--seed", seed, hint="e.g. --seed 0")
     if out:
-        check_writable(out, "--out", "generated.npy")  # before any file is read
+        _check_out(Path(out), artifact, input_path, overwrite)  # before any file is read
     art = load_artifact(artifact)
     data = load_npy(input_path)
     if art.metadata["kind"] == "decoder":
         target = Path(out) if out else default_out(Path(input_path))
         if not out:  # the default beside the input (--out itself was checked above)
-            check_writable(target, "--out", "generated.npy")
+            _check_out(target, artifact, input_path, overwrite)
         images = generate(art, data, input_path, seed)
         save_npy(target, images)
         if json_out:
@@ -73,6 +78,27 @@ def infer_cmd(
         return
     for i, (name, k) in enumerate(zip(predictions, top, strict=True)):
         console.print(f"{i}: {upload_text(name)} (p={probs[i, k]:.3f})")  # names are data
+
+
+def _check_out(target: Path, artifact: str, input_path: str, overwrite: bool) -> None:
+    """The generated images' file: a .npy that is neither the decoder nor its input, and not
+    an existing file unless --overwrite (a .npy records nothing to tell a rerun's own from the
+    user's; an upload named as --out became 896 bytes of images)."""
+    check_writable(target, "--out", "generated.npy")
+    if target.suffix != ".npy":
+        raise ConfigError(
+            f"--out {target}: the generated images are written as .npy; its name should end "
+            "in .npy",
+            hint=f"e.g. --out {target.with_suffix('.npy').name}",
+        )
+    for what, path in (("the decoder", artifact), ("the --input labels", input_path)):
+        if Path(path).exists() and target.exists() and target.samefile(path):
+            raise ConfigError(f"--out {target} is {what} itself", hint="e.g. --out generated.npy")
+    if target.exists() and not overwrite:
+        raise ConfigError(
+            f"{target} already exists; this run would replace it",
+            hint="write the images elsewhere (another --out), or pass --overwrite to replace it",
+        )
 
 
 def load_artifact(path: str):

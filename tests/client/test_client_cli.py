@@ -269,6 +269,32 @@ def test_infer_decoder(cli, artifacts, tmp_path):
     assert r.exit_code == 0 and json.loads(r.stdout) == {"shape": [3, 1, 8, 8], "path": str(out)}
 
 
+def test_infer_never_replaces_a_file_unasked(cli, artifacts, tmp_path):
+    """An upload named as --out became 896 bytes of images, the labels their own images, a
+    user's file the default output: a .npy says nothing of who wrote it, so --overwrite."""
+    clf, dec = artifacts
+    labels = tmp_path / "labels.npy"
+    np.save(labels, np.array([0, 3, 9]))
+    mine = tmp_path / "labels.generated.npy"
+    mine.write_bytes(b"mine")
+    upload = tmp_path / "up.onnx"
+    upload.write_bytes(clf.read_bytes())
+    for args, says in (
+        ([], f"{mine} already exists; this run would replace it"),
+        (["--out", str(upload)], "its name should end in .npy"),
+        (["--out", str(labels)], f"--out {labels} is the --input labels itself"),
+        (["--out", str(labels), "--overwrite"], "is the --input labels itself"),
+        (["--seed", "-1"], "--seed must be an integer in 0.."),
+    ):
+        r = cli("infer", str(dec), "--input", str(labels), *args)
+        said = " ".join(r.output.split())
+        assert r.exit_code == 2 and says in said, said
+    assert mine.read_bytes() == b"mine" and upload.read_bytes() == clf.read_bytes()
+    assert np.array_equal(np.load(labels), [0, 3, 9])
+    r = cli("infer", str(dec), "--input", str(labels), "--overwrite")
+    assert r.exit_code == 0 and np.load(mine).shape == (3, 1, 8, 8), r.output
+
+
 @pytest.mark.parametrize(
     "which, make, expect",
     [

@@ -305,8 +305,9 @@ def test_profile_fraction_says_which_way_to_move(tmp_path, value, move):
         ],
         ["simulate", "--partition", "dirichlet:0"],
         ["data", "partition", "--partition", "classes:0"],
+        ["data", "partition", "--seed", "-1"],  # a traceback from numpy's partition
     ],
-    ids=lambda a: " ".join(a[:2]),
+    ids=lambda a: " ".join(a[:2]) + (" --seed" if "--seed" in a else ""),
 )
 def test_cli_counts_below_range_are_told_to_raise(args):
     r = CliRunner().invoke(app, args)
