@@ -128,10 +128,19 @@ def init_model(spec: ModelSpec, fed_seed: int) -> nn.Module:
         return build_model(spec)
 
 
-def _batches(n: int, batch_size: int, gen: torch.Generator):
+def _batches(n: int, batch_size: int, gen: torch.Generator, min_last: int = 1):
+    """Shuffled batches of `batch_size`; a last one under `min_last` samples is left out of
+    this epoch (BatchNorm takes no batch of one sample where a map is 1x1: a NAS spec on a
+    shard of 17, 33, ... samples failed its last batch). Left out, not joined to the batch
+    before it: no step may hold more than the batch the planner counted."""
     order = torch.randperm(n, generator=gen)
     for i in range(0, n, batch_size):
-        yield order[i : i + batch_size]
+        if n - i >= min_last or i == 0:
+            yield order[i : i + batch_size]
+
+
+def _min_batch(model: nn.Module) -> int:
+    return 2 if any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in model.modules()) else 1
 
 
 def cvae_loss(recon, x, mu, logvar) -> torch.Tensor:
@@ -238,7 +247,7 @@ def _train_epoch(model, role, xt, yt, num_classes, cfg: TrainConfig, opt, gen) -
     zeroing before each backward: the same weights bit for bit."""
     total, count = 0.0, 0
     opt.zero_grad(set_to_none=True)
-    for idx in _batches(len(xt), cfg.batch_size, gen):  # order drawn on the CPU
+    for idx in _batches(len(xt), cfg.batch_size, gen, _min_batch(model)):  # drawn on the CPU
         loss = _backward(model, role, xt, yt, idx.to(xt.device), num_classes, cfg.augment, gen)
         if not math.isfinite(loss):
             return loss  # diverged: `train` says so now, not at the epoch's end

@@ -33,7 +33,8 @@ class PSOConfig:
     max_kernel: int = declare(OneOf(KERNELS), 7)
     # hidden FC layers before the head (paper's example: [C P C P F F])
     max_fc_layers: int = declare(Range(0, 4, integer=True), 2)
-    fitness_samples: int | None = declare(COUNT, None)  # edgefl: train candidates on a subset
+    # edgefl: train candidates on a subset (of 2 at least: BatchNorm takes no batch of one)
+    fitness_samples: int | None = declare(Range(2, integer=True), None)
     max_macs: int | None = declare(COUNT, None)  # edgefl: extra MACs cap for fast simulations
     redraws: int = declare(COUNT, 8)  # edgefl: infeasible random draws before repairing one
 

@@ -85,3 +85,39 @@ def test_the_wristbands_validation_stays_within_its_budget(dataset):
     p = plan(prof, info)
     measured = _train_peak(p.spec, prof.batch_size, prof.optimizer, prof.batch_size * 2, val=600)
     assert measured <= prof.ram_budget_bytes, (measured, prof.ram_budget_bytes)
+
+
+def test_a_last_batch_of_one_is_left_out_where_batchnorm_cannot_take_it():
+    """A NAS spec whose BatchNorm sees a 1x1 map failed the last batch of a shard of 17 at
+    batch 16 ("Expected more than 1 value per channel"); no step holds more than the batch."""
+    genes = [{"type": "conv", "out": 4, "kernel": 3}, {"type": "pool", "kind": "avg"}] * 3
+    genes += [{"type": "conv", "out": 4, "kernel": 3}, {"type": "fc", "hidden": []}]  # at 1x1
+    spec = make_spec("nas-cnn", (1, 8, 8), 10, genes=genes)
+    model = init_model(spec, 0)
+    seen: list[int] = []
+    model.register_forward_pre_hook(lambda _, args: seen.append(len(args[0])))
+    rng = np.random.default_rng(0)
+    x, y = rng.random((17, 1, 8, 8), dtype=np.float32), np.arange(17) % 10
+    summary = train(
+        model,
+        "classifier",
+        x,
+        y,
+        10,
+        TrainConfig(epochs=2, batch_size=16, lr=0.01, optimizer="sgd"),
+    )
+    assert np.isfinite(summary.final_loss)
+    assert seen == [16, 16], seen  # the 17th sample of each epoch's order sits out
+    # Without BatchNorm every sample trains, the last one alone.
+    plain = init_model(make_spec("mlp", (1, 8, 8), 10), 0)
+    seen.clear()
+    plain.register_forward_pre_hook(lambda _, args: seen.append(len(args[0])))
+    train(
+        plain,
+        "classifier",
+        x,
+        y,
+        10,
+        TrainConfig(epochs=1, batch_size=16, lr=0.01, optimizer="sgd"),
+    )
+    assert seen == [16, 1], seen
