@@ -23,7 +23,9 @@ def deploy_cmd(
         None, help="DATASET:SPLIT for int8 calibration (tflite-micro, --quantize int8)."
     ),
     eval_ref: str | None = typer.Option(
-        None, "--eval", help="DATASET:SPLIT: accuracy of the deployed file vs the fp32 model."
+        None,
+        "--eval",
+        help="DATASET[:SPLIT]: accuracy of the deployed file vs the fp32 model (split: test).",
     ),
     quantize: str | None = typer.Option(None, help="int8: static QDQ int8 (onnx, ort-mobile)."),
     data_dir: str | None = typer.Option(None, help="Folder with standard dataset files."),

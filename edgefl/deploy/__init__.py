@@ -129,7 +129,10 @@ def _load_split(ref: str, flag: str, art: exporters.Artifact, data_dir, limit: i
     from edgefl.data import load_dataset, parse_dataset_ref
 
     name, split = parse_dataset_ref(ref)
-    data = load_dataset(name, split or "train", data_dir=data_dir)
+    # Calibration reads training data; accuracy is measured on the test split, as `eval` does
+    # (a bare --eval DATASET scored the training split and did not say so).
+    split = split or ("train" if flag == "--calibrate" else "test")
+    data = load_dataset(name, split, data_dir=data_dir)
     meta = art.metadata
     want_shape, want_classes = tuple(meta["input_shape"]), int(meta["num_classes"])
     if tuple(data.x.shape[1:]) != want_shape or data.num_classes != want_classes:
@@ -141,7 +144,7 @@ def _load_split(ref: str, flag: str, art: exporters.Artifact, data_dir, limit: i
         )
     rng = np.random.default_rng(seed)
     idx = np.sort(rng.permutation(len(data.x))[:limit])
-    return data.x[idx].astype(np.float32), data.y[idx], name
+    return data.x[idx].astype(np.float32), data.y[idx], name, f"{name}:{split}"
 
 
 def _estimate(art: exporters.Artifact, int8: bool) -> dict[str, Any]:
@@ -218,9 +221,9 @@ def plan_deploy(req: DeployRequest) -> Plan:
     if quantize == "int8":
         calibration, name = _calibration(req, target, art, dataset)
         calibrate_ref, dataset = req.calibrate, dataset or name
-    eval_x = eval_y = None
+    eval_x = eval_y = eval_ref = None
     if req.eval:
-        eval_x, eval_y, name = _load_split(
+        eval_x, eval_y, name, eval_ref = _load_split(
             req.eval, "--eval", art, req.data_dir, req.eval_samples, seed=1
         )
         dataset = dataset or name
@@ -237,7 +240,7 @@ def plan_deploy(req: DeployRequest) -> Plan:
         calibrate_ref,
         eval_x,
         eval_y,
-        req.eval,
+        eval_ref,  # with its split, named
         _probe(art, calibration),
         est,
     )
@@ -286,7 +289,7 @@ def _calibration(
             hint="add --calibrate DATASET:SPLIT of the model's task, e.g. --calibrate "
             f"{dataset or 'mnist'}:train",
         )
-    calibration, _, name = _load_split(
+    calibration, _, name, _ = _load_split(
         req.calibrate, "--calibrate", art, req.data_dir, req.calibrate_samples, seed=0
     )
     return calibration, name

@@ -21,6 +21,7 @@ import torch
 
 import exporters
 from edgefl.client.run import ClientJob, export_model, model_metadata, run_client
+from edgefl.data import load_dataset
 from edgefl.deploy import DeployRequest, deploy
 from edgefl.deploy.targets import TARGETS
 from edgefl.models.cost import costs
@@ -231,6 +232,19 @@ def test_deployed_file_describes_itself(files, tmp_path):
     # Static int8 keeps the argmax on most samples of a trained model.
     assert rep.accuracy["argmax_agreement"] >= 0.9
     assert rep.accuracy["samples"] == 200
+
+
+def test_a_bare_eval_dataset_scores_the_test_split_and_says_so(files, tmp_path):
+    """`--eval digits` scored 1,000 training images under the name "digits" (`eval` reads the
+    test split): now the test split, named with its split in the report."""
+    rep = deploy(
+        DeployRequest(
+            model=str(files["cnn"]), profile="smartphone", target="onnx", out=str(tmp_path),
+            eval="digits", eval_samples=1000,
+        )
+    )  # fmt: skip
+    assert rep.eval_ref == "digits:test"
+    assert rep.accuracy["samples"] == len(load_dataset("digits", "test").y) == 360
 
 
 # ---- tflite-micro ----------------------------------------------------------------------------
