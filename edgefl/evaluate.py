@@ -32,11 +32,41 @@ class EvalResult:
         }
 
 
+CLASSIFIER_KINDS = ("classifier", "global")
+
+
+def require_classifier(art: exporters.Artifact, path, verb: str, decoder_ok: bool = False) -> None:
+    """`art` classifies one sample (`decoder_ok`: or is a decoder): what `eval`, `infer` and
+    `deploy` (the command's `verb`) can run. A decoder, a data upload (prototypes,
+    predictions) and a partial model (a FedGH header) are each named, with what to do."""
+    kind = art.kind
+    if kind == "decoder" and not decoder_ok:
+        raise ArtifactError(
+            f"{path} is a CVAE decoder upload: it generates samples, it does not classify",
+            hint=f"{verb} a classifier: the global model from `edgefl server fuse`, or a "
+            "client's own classifier (`edgefl client sample` draws a decoder's images)",
+        )
+    if kind not in CLASSIFIER_KINDS + (("decoder",) if decoder_ok else ()):
+        raise ArtifactError(
+            f"{path} is a {kind} artifact (data, not a model)",
+            hint=f"{verb} a classifier or global model (.onnx) instead",
+        )
+    shape = art.metadata.get("input_shape") or []
+    if kind != "decoder" and (
+        art.input_names != ["input"] or len(art.output_names) != 1 or len(shape) < 2
+    ):
+        raise ArtifactError(
+            f"{path} takes {art.input_names} of shape {shape}, not one sample: a FedGH header "
+            "or another partial model",
+            hint="apply it first (`edgefl client apply-header MODEL.onnx HEADER.onnx --out "
+            f"personalized.onnx`) and {verb} the result",
+        )
+
+
 def evaluate_artifact(
     art: exporters.Artifact, dataset: str, split: str = "test", data_dir=None, batch: int = 1000
 ) -> EvalResult:
-    if art.kind == "decoder":
-        raise ArtifactError("a decoder generates images; evaluate a classifier or global model")
+    require_classifier(art, art.path, "evaluate")
     data = load_dataset(dataset, split, data_dir=data_dir)
     shape = tuple(art.metadata.get("input_shape", data.input_shape))
     if data.input_shape != shape:

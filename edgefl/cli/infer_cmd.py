@@ -16,6 +16,7 @@ from edgefl.bounds import SEED
 from edgefl.cli.common import MAKES_FOLDERS, console, print_json, upload_text
 from edgefl.data.datasets import as_int_labels
 from edgefl.errors import ArtifactError, ConfigError, DataError
+from edgefl.evaluate import require_classifier
 from edgefl.outputs import check_writable
 
 # Rows per onnxruntime call: bounds the activation memory of a large --input file.
@@ -126,6 +127,7 @@ def load_artifact(path: str):
             f"{path} has invalid edgefl metadata: " + "; ".join(problems[:3]),
             hint="re-export the model with edgefl",
         )
+    require_classifier(art, path, "run", decoder_ok=True)
     if art.metadata["kind"] == "decoder" and art.input_names != ["z", "label"]:
         raise ArtifactError(
             f"{path}: a decoder must have inputs ['z', 'label'], got {art.input_names}"

@@ -26,11 +26,11 @@ from edgefl.deploy import measure
 from edgefl.deploy.report import DeployReport
 from edgefl.deploy.targets import TARGETS, Target
 from edgefl.errors import ArtifactError, BudgetError, ConfigError, UnknownNameError
+from edgefl.evaluate import require_classifier
 from edgefl.profiles import Profile, get_profile
 
 __all__ = ["TARGETS", "DeployReport", "DeployRequest", "Plan", "deploy", "plan_deploy"]
 
-DEPLOYABLE_KINDS = ("classifier", "global")
 QUANTIZE_CHOICES = ("int8",)
 _PROBE_SAMPLES = 32
 
@@ -101,27 +101,7 @@ def _read_source(path: str) -> exporters.Artifact:
             f"{path} is not an edgefl ONNX model ({exc})",
             hint="pass a classifier or global model edgefl wrote (.onnx)",
         ) from None
-    kind = art.kind
-    if kind == "decoder":
-        raise ArtifactError(
-            f"{path} is a CVAE decoder upload: it generates samples, it does not classify",
-            hint="deploy a classifier: the global model from `edgefl server fuse`, or a "
-            "client's own classifier",
-        )
-    if kind not in DEPLOYABLE_KINDS:
-        raise ArtifactError(
-            f"{path} is a {kind} artifact (data, not a model)",
-            hint="deploy a classifier or global model (.onnx) instead",
-        )
-    inputs = art.input_names
-    shape = art.metadata.get("input_shape") or []
-    if inputs != ["input"] or len(art.output_names) != 1 or len(shape) < 2:
-        raise ArtifactError(
-            f"{path} takes {inputs} of shape {shape}, not one sample: a FedGH header or another "
-            "partial model",
-            hint="apply it first (`edgefl client apply-header MODEL.onnx HEADER.onnx --out "
-            "personalized.onnx`) and deploy the result",
-        )
+    require_classifier(art, path, "deploy")
     return art
 
 

@@ -18,6 +18,7 @@ import onnx
 import onnxruntime as ort
 import pytest
 import torch
+from fed_fixtures import proto_meta
 
 import exporters
 from edgefl.client.run import ClientJob, export_model, model_metadata, run_client
@@ -340,6 +341,30 @@ def _predictions(src: Path, path: Path) -> Path:
     exporters.set_metadata(model, exporters.get_metadata(model) | {"kind": "predictions"})
     onnx.save(model, path)
     return path
+
+
+def test_eval_and_infer_name_what_is_not_a_classifier_as_deploy_does(files, cli, tmp_path):
+    """`eval` on a decoder had no fix line; on data it said "expected 0 inputs, got 1"; on a
+    FedGH header `eval` and `infer` spoke of the dataset and of images of shape (16,)."""
+    x = tmp_path / "x.npy"
+    np.save(x, np.zeros((2, 1, 8, 8), np.float32))
+    protos = tmp_path / "q.onnx"  # a prototypes upload as a client writes it
+    means = np.zeros((3, 6), np.float32)
+    exporters.write_constant_artifact(protos, {"prototypes": means}, proto_meta("c1"))
+    cases = {
+        str(files["decoder"]): ("is a CVAE decoder upload", "evaluate a classifier"),
+        str(protos): ("is a prototypes artifact (data, not a model)", "instead"),
+        str(_header(tmp_path / "h.onnx")): ("a FedGH header", "apply-header"),
+    }
+    for path, (says, fix) in cases.items():
+        r = cli("eval", path, "--dataset", "digits")
+        said = " ".join(r.output.split())
+        assert r.exit_code == 2 and says in said and fix in said, said
+        if "decoder" in says:
+            continue  # `infer` runs a decoder on labels
+        r = cli("infer", path, "--input", str(x))
+        said = " ".join(r.output.split())
+        assert r.exit_code == 2 and says in said and fix in said, said
 
 
 def test_bad_inputs_exit_2_with_nothing_written(files, cli, tmp_path):
