@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import typer
@@ -155,6 +157,7 @@ def plan_cmd(
 
 @app.command("train")
 def train_cmd(
+    ctx: typer.Context,
     profile: str = PROFILE,
     dataset: str = DATASET,
     out: str = typer.Option(
@@ -218,6 +221,7 @@ def train_cmd(
     from edgefl.models.parse import load_spec_file
 
     check_request(dp, label_counts)  # a bad --dp or --label-counts: before anything loads
+    _check_applies(ctx, search=search, model=model or spec)
     if spec is not None:
         if model is not None or search is not None:
             raise ConfigError("--spec names the model: give it without --model or --search")
@@ -260,12 +264,68 @@ def train_cmd(
     result = train_with_progress(job, quiet)
     summary = result.as_dict()
     warnings = classifier_warnings([summary]) + whole_shard_warnings([summary])
+    warnings += _spec_shard_warnings(spec, job)
     if json_out:
         print_json(summary | ({"warnings": warnings} if warnings else {}))
     elif quiet:
         print_quiet(warnings)
     else:
         _print_trained(result, warnings)
+
+
+def _given(ctx: typer.Context, name: str) -> bool:
+    from click.core import ParameterSource
+
+    return ctx.get_parameter_source(name) == ParameterSource.COMMANDLINE
+
+
+def _check_applies(ctx: typer.Context, search: str | None, model: str | None) -> None:
+    """Flags that only act with another one, refused without it (they were passed over);
+    `model`: the --model or --spec named."""
+    from edgefl.errors import ConfigError
+
+    if search is None:
+        for name in ("particles", "generations", "candidate_epochs"):
+            if _given(ctx, name):
+                flag = "--" + name.replace("_", "-")
+                raise ConfigError(
+                    f"{flag} applies to --search only", hint=f"add --search pso, or drop {flag}"
+                )
+    if model is None and _given(ctx, "force"):
+        raise ConfigError(
+            "--force applies to --model and --spec only (the planner's pick and a --search "
+            "result fit the profile)",
+            hint="name the model with --model or --spec, or drop --force",
+        )
+
+
+def _spec_shard_warnings(spec: str | None, job) -> list[str]:
+    """A --spec searched on another shard than this job's (`search` printed a command that
+    trained client 0 of 10 on a spec searched on client 0 of 4): said, not refused (a spec
+    may be meant for another client of the same federation)."""
+    if spec is None:
+        return []
+    try:
+        searched = json.loads(Path(spec).read_text()).get("searched")
+    except (OSError, ValueError, AttributeError):
+        return []
+    if not isinstance(searched, dict):
+        return []
+    here = {
+        "profile": job.profile,
+        "dataset": job.dataset,
+        "partition": job.partition,
+        "num_clients": job.num_clients,
+        "client_index": job.client_index,
+    }
+    differ = [
+        f"{k} {searched[k]!r} (here {here[k]!r})"
+        for k in here
+        if k in searched and searched[k] != here[k]
+    ]
+    if not differ:
+        return []
+    return [f"{spec} was searched with {', '.join(differ)}: its search fitted another shard"]
 
 
 def _print_trained(result, warnings: list[str]) -> None:

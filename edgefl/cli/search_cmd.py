@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 
 import typer
 from rich.markup import escape
@@ -129,11 +130,12 @@ def search_cmd(
     console.print(_candidate_table(result, top))
     console.print(f"spec: {result.spec.to_json()}", markup=False)
     if save is not None:
-        console.print(
-            f"wrote {save}: train it with `edgefl client train --profile {profile} "
-            f"--dataset {dataset} --spec {save}`",
-            markup=False,
-        )
+        # The shard it was searched on, named: without them the command trained client 0 of 10.
+        command = ["edgefl", "client", "train", "--profile", profile, "--dataset", dataset]
+        command += ["--partition", partition, "--num-clients", str(num_clients)]
+        command += ["--client-index", str(client_index), "--partition-seed", str(partition_seed)]
+        command += ["--spec", str(save)] + (["--data-dir", data_dir] if data_dir else [])
+        console.print(f"wrote {save}: train it with `{shlex.join(command)}`", markup=False)
 
 
 def _print_best(result) -> None:

@@ -309,8 +309,34 @@ def test_search_save_then_client_train_spec(cli, tmp_path):
         "--json",
     )
     assert res.exit_code == 0, res.output
-    art = exporters.read_artifact(json.loads(res.stdout)["path"])
+    summary = json.loads(res.stdout)
+    art = exporters.read_artifact(summary["path"])
     assert ModelSpec.from_dict(art.metadata["spec"]) == spec
+    assert "warnings" not in summary or not any("searched" in w for w in summary["warnings"])
+    # Trained on another shard than searched (the default 10 clients): said.
+    res = cli(
+        "client", "train", "--profile", "wristband", "--dataset", "digits", "--epochs", "1",
+        "--spec", str(saved), "--out", str(tmp_path / "other"), "--json",
+    )  # fmt: skip
+    warned = [w for w in json.loads(res.stdout).get("warnings", []) if "was searched" in w]
+    assert warned == [f"{saved} was searched with num_clients 4 (here 10): its search fitted "
+                      "another shard"], warned  # fmt: skip
+
+
+def test_search_names_the_shard_in_the_command_it_prints(cli, tmp_path):
+    """It printed `client train --profile P --dataset D --spec S`: client 0 of 10 by default,
+    not the client 0 of 4 searched."""
+    saved = tmp_path / "best.json"
+    res = cli(
+        "search", "--profile", "wristband", "--dataset", "digits", "--num-clients", "4",
+        "--client-index", "2", "--particles", "2", "--generations", "0", "--save", str(saved),
+    )  # fmt: skip
+    said = " ".join(res.output.split())
+    assert res.exit_code == 0, said
+    assert (
+        "train it with `edgefl client train --profile wristband --dataset digits --partition "
+        f"dirichlet:0.5 --num-clients 4 --client-index 2 --partition-seed 0 --spec {saved}`"
+    ) in said, said
 
 
 @pytest.mark.parametrize(
