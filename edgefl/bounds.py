@@ -95,10 +95,25 @@ class Range:
         if problem is not None:
             move = self.direction(value)
             side = below if move == RAISE else above if move == LOWER else None
-            # every refusal says how to fix it, if only by the range itself
-            raise ConfigError(
-                problem, hint=side or hint or f"give {name} a value that is {self.text()}"
+            # every refusal says how to fix it: the nearest allowed count, else the range itself
+            example = self._nearest(move)
+            default = (
+                f"e.g. {name} {example} ({self.text()})"
+                if example is not None
+                else f"give {name} a value that is {self.text()}"
             )
+            raise ConfigError(problem, hint=side or hint or default)
+
+    def _nearest(self, move: str) -> int | None:
+        """The allowed integer nearest a value out of range on side `move` (None: not an
+        integer range, or unbounded on that side)."""
+        if not self.integer:
+            return None
+        if move == RAISE and self.low is not None:
+            return int(self.low) + (1 if self.low_open else 0)
+        if move == LOWER and self.high is not None:
+            return int(self.high) - (1 if self.high_open else 0)
+        return None
 
     def outside(self) -> list[tuple[float, str]]:
         """A value just past each bound and the way it must move: for tests."""

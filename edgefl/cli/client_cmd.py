@@ -402,22 +402,30 @@ def costs_line(result) -> str:
 @app.command("sample")
 def sample_cmd(
     decoder: str = typer.Argument(..., help="A decoder artifact (.onnx)."),
-    per_class: int = typer.Option(8, help="Images per class (one row per class)."),
+    per_class: int = typer.Option(
+        8, help="Images per class (one row per class; at most 32, which stay legible)."
+    ),
     out: str = typer.Option("samples.png", "--out", help="PNG file to write." + MAKES_FOLDERS),
     seed: int = typer.Option(0, help="Seed of the latent draws."),
+    json_out: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """A picture of what a decoder generates, one row per class."""
+    from edgefl.bounds import SEED, Range
     from edgefl.cli.infer_cmd import load_artifact
-    from edgefl.client.sample import sample_grid
+    from edgefl.client.sample import MAX_PER_CLASS, sample_grid
     from edgefl.outputs import check_png_out
-    from edgefl.training import SEED as SEEDS
 
-    check_counts(per_class=per_class)
-    SEEDS.check("--seed", seed, hint="e.g. --seed 0")
+    # Past 32 a row is squeezed into the picture's width: 300 draws a class were illegible.
+    Range(1, MAX_PER_CLASS, integer=True).check("--per-class", per_class)
+    SEED.check("--seed", seed, hint="e.g. --seed 0")
     check_png_out(out, "--out", "samples.png")  # before the decoder is read, not after
     art = load_artifact(decoder)  # a file that is not an edgefl artifact: said, not a traceback
     path = sample_grid(art, per_class=per_class, out=out, seed=seed)
-    console.print(f"wrote {escape(str(path))}")
+    if json_out:
+        c = art.metadata["num_classes"]
+        print_json({"path": str(path), "per_class": per_class, "classes": c, "seed": seed})
+    else:
+        console.print(f"wrote {escape(str(path))}")
 
 
 # --- uploads without weights (FedOL predictions, FedGH prototypes) and FedGH's header -------

@@ -27,6 +27,9 @@ def held_classes(meta: dict) -> list[bool] | None:
     return [int(n) > 0 for n in counts]
 
 
+MAX_PER_CLASS = 32  # draws a row: the picture's width caps it, and past this they blur
+
+
 def sample_grid(path, *, per_class: int, out: str, seed: int = 0) -> Path:
     """Save a picture of `per_class` draws per class from a decoder (a path, or an artifact
     already read); rows of classes the client never held are greyed and labelled "not held"

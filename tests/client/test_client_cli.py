@@ -118,9 +118,15 @@ def test_sample(cli, artifacts, tmp_path):
     for args, said in (
         ([str(tmp_path / "notes.txt")], "is not a readable edgefl artifact"),
         ([str(dec), "--seed", "-1"], "--seed must be an integer in 0.."),
+        # 300 draws a row were squeezed into the picture's width, illegible
+        ([str(dec), "--per-class", "300"], "fix: e.g. --per-class 32 (an integer in 1..32)"),
     ):
         r = cli("client", "sample", *args, "--out", str(tmp_path / "x.png"))
         assert r.exit_code == 2 and said in _flat(r.output) and "Traceback" not in r.output
+    r = cli("client", "sample", str(dec), "--per-class", "1", "--out", str(png), "--json")
+    assert r.exit_code == 0 and json.loads(r.stdout) == {
+        "path": str(png), "per_class": 1, "classes": 10, "seed": 0
+    }, r.output  # fmt: skip
 
 
 def test_sample_title_draws_the_client_id_as_written(tmp_path):

@@ -325,6 +325,13 @@ def test_range_words_and_moves():
     assert Range(3, 20, integer=True).text() == "an integer in 3..20"
     assert Range(0, low_open=True).problem("--lr", 0.0) == "--lr must be > 0, got 0.0: raise it"
     assert Range(0, 4).problem("--x", 5) == "--x must be in [0, 4], got 5: lower it"
+    # The fix names the nearest allowed count (it said "give --n a value that is ...").
+    with pytest.raises(ConfigError) as err:
+        Range(1, 32, integer=True).check("--n", 0)
+    assert err.value.hint == "e.g. --n 1 (an integer in 1..32)"
+    with pytest.raises(ConfigError) as err:
+        Range(0, 1, low_open=True).check("--lr", 0.0)
+    assert err.value.hint == "give --lr a value that is in (0, 1]"
     assert Range(0, low_open=True).problem("--lr", math.inf) == (
         "--lr must be a finite number > 0, got inf"
     )
