@@ -65,6 +65,36 @@ def _plain_help_everywhere(command: click.Command) -> None:
         _plain_help_everywhere(sub)
 
 
+def _repeated(group: click.Group, args: list[str]) -> ConfigError | None:
+    """An option of one value given twice with two values (`eval --dataset mnist --dataset
+    digits` evaluated digits; click keeps the last without a word), as the refusal."""
+    cmd: click.Command = group
+    i = 0
+    while isinstance(cmd, click.Group) and i < len(args) and args[i] in cmd.commands:
+        cmd, i = cmd.commands[args[i]], i + 1
+    single = {
+        name: p.opts[0]
+        for p in cmd.params
+        if isinstance(p, click.Option) and not (p.multiple or p.is_flag or p.count)
+        for name in p.opts
+    }
+    seen: dict[str, str | None] = {}
+    while i < len(args) and args[i] != "--":
+        name, eq, value = args[i].partition("=")
+        if name in single:
+            if not eq:
+                value, i = (args[i + 1] if i + 1 < len(args) else None), i + 1
+            key = single[name]
+            if key in seen and seen[key] != value:
+                return ConfigError(
+                    f"{key} given twice, as {seen[key]!r} and {value!r}",
+                    hint=f"give {key} once",
+                )
+            seen[key] = value
+        i += 1
+    return None
+
+
 class _Group(TyperGroup):
     """Root group: the one place an EdgeflError becomes a message and exit code 2."""
 
@@ -81,10 +111,13 @@ class _Group(TyperGroup):
         ctx.meta["edgefl.json"] = (
             "--json" in args[: args.index("--")] if "--" in args else ("--json" in args)
         )
+        ctx.meta["edgefl.repeated"] = _repeated(self, list(args))
         return super().parse_args(ctx, args)
 
     def invoke(self, ctx):
         try:
+            if ctx.meta.get("edgefl.repeated"):
+                raise ctx.meta["edgefl.repeated"]
             return super().invoke(ctx)
         except EdgeflError as exc:
             report_error(exc, as_json=ctx.meta.get("edgefl.json", False))

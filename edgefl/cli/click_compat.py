@@ -23,6 +23,9 @@ _exceptions = importlib.import_module(f"{PACKAGE}.exceptions")
 _globals = importlib.import_module(f"{PACKAGE}.globals")
 
 Command = _core.Command
+Group = _core.Group
+Option = _core.Option
+ParameterSource = _core.ParameterSource
 HelpFormatter = Context.formatter_class
 ClickException = _exceptions.ClickException
 UsageError = _exceptions.UsageError
@@ -33,7 +36,10 @@ __all__ = [
     "ClickException",
     "Command",
     "Context",
+    "Group",
     "HelpFormatter",
+    "Option",
+    "ParameterSource",
     "UsageError",
     "get_current_context",
 ]

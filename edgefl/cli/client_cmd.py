@@ -274,7 +274,7 @@ def train_cmd(
 
 
 def _given(ctx: typer.Context, name: str) -> bool:
-    from click.core import ParameterSource
+    from edgefl.cli.click_compat import ParameterSource
 
     return ctx.get_parameter_source(name) == ParameterSource.COMMANDLINE
 

@@ -377,3 +377,25 @@ def test_python_3_10_gets_tomli():
     assert not tomli[0].marker.evaluate({"python_version": "3.11"})
     python = re.search(r'requires-python = "([^"]+)"', text).group(1)
     assert python == ">=3.10"  # drop the tomli entry with 3.10
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["eval", "g.onnx", "--dataset", "mnist", "--dataset", "digits"],
+        ["deploy", "g.onnx", "--profile=wristband", "--profile", "smartphone"],
+        ["data", "partition", "-d", "digits", "--dataset", "mnist"],
+    ],
+    ids=lambda a: a[0],
+)
+def test_an_option_given_twice_with_two_values_is_refused(args):
+    """click keeps the last value without a word: `eval --dataset mnist --dataset digits`
+    evaluated digits."""
+    r = CliRunner().invoke(app, args)
+    text = " ".join(r.output.split())
+    assert r.exit_code == 2 and "given twice, as" in text and "fix: give --" in text, text
+
+
+def test_an_option_given_twice_with_one_value_is_not_refused_for_it():
+    same = CliRunner().invoke(app, ["eval", "g.onnx", "--dataset", "digits", "--dataset=digits"])
+    assert same.exit_code == 2 and "given twice" not in same.output, same.output  # no g.onnx
