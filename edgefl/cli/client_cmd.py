@@ -17,6 +17,7 @@ from edgefl.cli.common import (
     console,
     fmt_bytes,
     fmt_count,
+    given,
     print_json,
     print_quiet,
 )
@@ -273,12 +274,6 @@ def train_cmd(
         _print_trained(result, warnings)
 
 
-def _given(ctx: typer.Context, name: str) -> bool:
-    from edgefl.cli.click_compat import ParameterSource
-
-    return ctx.get_parameter_source(name) == ParameterSource.COMMANDLINE
-
-
 def _check_applies(ctx: typer.Context, search: str | None, model: str | None) -> None:
     """Flags that only act with another one, refused without it (they were passed over);
     `model`: the --model or --spec named."""
@@ -286,12 +281,12 @@ def _check_applies(ctx: typer.Context, search: str | None, model: str | None) ->
 
     if search is None:
         for name in ("particles", "generations", "candidate_epochs"):
-            if _given(ctx, name):
+            if given(ctx, name):
                 flag = "--" + name.replace("_", "-")
                 raise ConfigError(
                     f"{flag} applies to --search only", hint=f"add --search pso, or drop {flag}"
                 )
-    if model is None and _given(ctx, "force"):
+    if model is None and given(ctx, "force"):
         raise ConfigError(
             "--force applies to --model and --spec only (the planner's pick and a --search "
             "result fit the profile)",

@@ -13,6 +13,7 @@ from rich.markup import escape
 from rich.segment import Segment
 
 from edgefl.bounds import Range
+from edgefl.errors import ConfigError
 from edgefl.progress import one_line, printable
 
 
@@ -127,3 +128,22 @@ def fmt_count(n: float) -> str:
 
 # The help of every output option that creates missing parent folders says so.
 MAKES_FOLDERS = " Missing folders are created."
+
+
+def given(ctx: typer.Context, name: str) -> bool:
+    """Whether option `name` (its parameter name) was typed on the command line."""
+    from edgefl.cli.click_compat import ParameterSource
+
+    return ctx.get_parameter_source(name) == ParameterSource.COMMANDLINE
+
+
+def applies_only_with(
+    ctx: typer.Context, name: str, needed: str, present: bool, hint: str | None = None
+) -> None:
+    """Option `name` acts only with `needed` (a flag, or what it names): given without it,
+    refused (it was passed over without a word)."""
+    if given(ctx, name) and not present:
+        flag = "--" + name.replace("_", "-")
+        raise ConfigError(
+            f"{flag} applies with {needed} only", hint=hint or f"add {needed}, or drop {flag}"
+        )

@@ -7,7 +7,15 @@ import time
 import typer
 from rich.markup import escape
 
-from edgefl.cli.common import QUIET, check_counts, console, err_console, print_json, upload_text
+from edgefl.cli.common import (
+    QUIET,
+    applies_only_with,
+    check_counts,
+    console,
+    err_console,
+    print_json,
+    upload_text,
+)
 
 
 def register(app: typer.Typer) -> None:
@@ -15,6 +23,7 @@ def register(app: typer.Typer) -> None:
 
 
 def deploy_cmd(
+    ctx: typer.Context,
     model: str = typer.Argument(..., help="A classifier or global model edgefl wrote (.onnx)."),
     profile: str = typer.Option(..., help="Device profile name or TOML file it is made for."),
     target: str = typer.Option(..., help="onnx | ort-mobile | tflite-micro"),
@@ -43,6 +52,7 @@ def deploy_cmd(
     from edgefl.deploy import DeployRequest, deploy
 
     check_counts(eval_samples=eval_samples)
+    applies_only_with(ctx, "eval_samples", "--eval DATASET[:SPLIT]", eval_ref is not None)
     start = time.perf_counter()
 
     def status(message: str) -> None:

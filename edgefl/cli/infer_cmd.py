@@ -13,7 +13,7 @@ import typer
 from rich.markup import escape
 
 from edgefl.bounds import SEED
-from edgefl.cli.common import MAKES_FOLDERS, console, print_json, upload_text
+from edgefl.cli.common import MAKES_FOLDERS, applies_only_with, console, print_json, upload_text
 from edgefl.data.datasets import as_int_labels
 from edgefl.errors import ArtifactError, ConfigError, DataError
 from edgefl.evaluate import require_classifier
@@ -28,6 +28,7 @@ def register(root: typer.Typer) -> None:
 
 
 def infer_cmd(
+    ctx: typer.Context,
     artifact: str = typer.Argument(..., help="An edgefl artifact (.onnx)."),
     input_path: str = typer.Option(
         ...,
@@ -70,6 +71,10 @@ def infer_cmd(
             "--out applies to decoder artifacts only",
             hint="drop --out; use --json to capture a classifier's predictions",
         )
+    # A classifier draws nothing: --seed and --overwrite were passed over without a word.
+    for name in ("seed", "overwrite"):
+        hint = f"drop --{name}: a classifier's predictions draw nothing and write no file"
+        applies_only_with(ctx, name, "a decoder artifact", False, hint=hint)
     probs = classify(art, data, input_path)
     names = art.metadata["class_names"]
     top = probs.argmax(1)

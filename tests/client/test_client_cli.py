@@ -211,6 +211,11 @@ def test_infer_classifier(cli, artifacts, tmp_path):
     np.save(tmp_path / "one.npy", (x[0] * 255).astype(np.uint8))
     r = cli("infer", str(clf), "--input", str(tmp_path / "one.npy"))
     assert r.exit_code == 0 and r.output.startswith("0: ") and "(p=" in r.output
+    # A classifier draws nothing: --seed and --overwrite were passed over without a word.
+    for flag in (["--seed", "5"], ["--overwrite"]):
+        r = cli("infer", str(clf), "--input", str(tmp_path / "one.npy"), *flag)
+        said = _flat(r.output)
+        assert r.exit_code == 2 and f"{flag[0]} applies with a decoder artifact only" in said
 
 
 def _ort_probabilities(path: Path, x: np.ndarray) -> tuple[np.ndarray, list[str]]:

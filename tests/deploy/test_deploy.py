@@ -385,6 +385,11 @@ def test_bad_inputs_exit_2_with_nothing_written(files, cli, tmp_path):
             "classes",
         ),
         "no calibration": ([cnn, "--target", "onnx", "--quantize", "int8"], "calibration"),
+        # nothing is evaluated: the count was passed over without a word
+        "eval samples alone": (
+            [cnn, "--target", "onnx", "--eval-samples", "5"],
+            "--eval-samples applies with --eval DATASET[:SPLIT] only",
+        ),
         # fp32 is not calibrated: the flag would be dropped without a word
         "fp32 calibrated": (
             [cnn, "--target", "ort-mobile", "--calibrate", "digits:train"],
