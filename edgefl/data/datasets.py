@@ -176,7 +176,11 @@ def load_dataset(
 
     info = DATASETS.get(name)  # raises UnknownNameError with the nearest name
     root = Path(data_dir) if data_dir is not None else None
-    if download and not info.builtin:
+    if download and info.builtin:  # it was passed over without a word
+        raise ConfigError(
+            f"--download: {name} is built in; there is nothing to fetch", hint="drop --download"
+        )
+    if download:
         download_with_torchvision(name, root if root is not None else default_data_dir())
         _load_registered.cache_clear()
     x, y, class_names, groups = _load_registered(

@@ -438,3 +438,9 @@ def test_cli_bad_scheme_exits_2(cli):
         assert "invalid partition scheme" in text and "--partition" in text
         assert "dirichlet:ALPHA" in text
     assert "--scheme" not in cli("data", "partition", "--help").output
+
+
+def test_download_of_a_built_in_dataset_is_refused():
+    """`data partition -d digits --download` fetched nothing and said nothing."""
+    with pytest.raises(ConfigError, match="digits is built in; there is nothing to fetch"):
+        load_dataset("digits", download=True)
