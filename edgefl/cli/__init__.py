@@ -68,10 +68,7 @@ def _plain_help_everywhere(command: click.Command) -> None:
 def _repeated(group: click.Group, args: list[str]) -> ConfigError | None:
     """An option of one value given twice with two values (`eval --dataset mnist --dataset
     digits` evaluated digits; click keeps the last without a word), as the refusal."""
-    cmd: click.Command = group
-    i = 0
-    while isinstance(cmd, click.Group) and i < len(args) and args[i] in cmd.commands:
-        cmd, i = cmd.commands[args[i]], i + 1
+    cmd, i = _command_of(group, args)
     single = {
         name: p.opts[0]
         for p in cmd.params
@@ -85,14 +82,21 @@ def _repeated(group: click.Group, args: list[str]) -> ConfigError | None:
             if not eq:
                 value, i = (args[i + 1] if i + 1 < len(args) else None), i + 1
             key = single[name]
-            if key in seen and seen[key] != value:
+            if seen.setdefault(key, value) != value:
                 return ConfigError(
-                    f"{key} given twice, as {seen[key]!r} and {value!r}",
-                    hint=f"give {key} once",
+                    f"{key} given twice, as {seen[key]!r} and {value!r}", hint=f"give {key} once"
                 )
-            seen[key] = value
         i += 1
     return None
+
+
+def _command_of(group: click.Group, args: list[str]) -> tuple[click.Command, int]:
+    """The sub-command `args` name and the index of its first own argument."""
+    cmd: click.Command = group
+    i = 0
+    while isinstance(cmd, click.Group) and i < len(args) and args[i] in cmd.commands:
+        cmd, i = cmd.commands[args[i]], i + 1
+    return cmd, i
 
 
 class _Group(TyperGroup):
