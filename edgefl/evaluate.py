@@ -35,11 +35,16 @@ class EvalResult:
 CLASSIFIER_KINDS = ("classifier", "global")
 
 
-def require_classifier(art: exporters.Artifact, path, verb: str, decoder_ok: bool = False) -> None:
+def require_classifier(
+    art: exporters.Artifact, path, verb: str, decoder_ok: bool = False, strict: bool = False
+) -> None:
     """`art` classifies one sample (`decoder_ok`: or is a decoder): what `eval`, `infer` and
     `deploy` (the command's `verb`) can run. A decoder, a data upload (prototypes,
-    predictions) and a partial model (a FedGH header) are each named, with what to do."""
+    predictions) and a partial model (a FedGH header) are each named, with what to do.
+    `strict` (deploy's converters): one input named "input" of an image or window shape."""
     kind = art.kind
+    if kind is None:  # a model no edgefl client exported: its run says what it takes
+        return
     if kind == "decoder" and not decoder_ok:
         raise ArtifactError(
             f"{path} is a CVAE decoder upload: it generates samples, it does not classify",
@@ -52,9 +57,11 @@ def require_classifier(art: exporters.Artifact, path, verb: str, decoder_ok: boo
             hint=f"{verb} a classifier or global model (.onnx) instead",
         )
     shape = art.metadata.get("input_shape") or []
-    if kind != "decoder" and (
-        art.input_names != ["input"] or len(art.output_names) != 1 or len(shape) < 2
-    ):
+    inputs = art.input_names
+    partial = "representation" in inputs or len(inputs) != 1 or len(art.output_names) != 1
+    if strict:
+        partial = partial or inputs != ["input"] or len(shape) < 2
+    if kind != "decoder" and partial:
         raise ArtifactError(
             f"{path} takes {art.input_names} of shape {shape}, not one sample: a FedGH header "
             "or another partial model",

@@ -101,7 +101,7 @@ def _read_source(path: str) -> exporters.Artifact:
             f"{path} is not an edgefl ONNX model ({exc})",
             hint="pass a classifier or global model edgefl wrote (.onnx)",
         ) from None
-    require_classifier(art, path, "deploy")
+    require_classifier(art, path, "deploy", strict=True)
     return art
 
 

@@ -296,7 +296,7 @@ def test_eval_errors(federation, tmp_path):
     cases = [
         (junk, "is not a readable ONNX model"),
         (tmp_path / "missing.onnx", "not found"),
-        (federation / "client-002.onnx", "a decoder generates images"),
+        (federation / "client-002.onnx", "is a CVAE decoder upload: it generates samples"),
         (_plain_graph(tmp_path / "flat.onnx", [64], 10), "onnxruntime cannot run"),
         (_plain_graph(tmp_path / "wide.onnx", [1, 8, 8], 12), "model output has shape [360, 12]"),
         (
