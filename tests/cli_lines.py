@@ -39,3 +39,21 @@ def bash_lines(markdown: str) -> list[str]:
 def edgefl_lines(markdown: str) -> list[str]:
     """Every `edgefl ...` command of the page's bash blocks."""
     return [line for line in bash_lines(markdown) if line.startswith("edgefl ")]
+
+
+REPEATABLE = ("--fuse-opt", "--opt", "--search-opt", "--client-model")
+
+
+def overridden(args: list[str], extra: list[str]) -> list[str]:
+    """`args` with the `--flag value` pairs of `extra` in place of its own values of those flags
+    (a repeatable flag is added to): the CLI refuses one flag given twice with two values."""
+    replaced = {extra[i] for i in range(0, len(extra), 2) if extra[i] not in REPEATABLE}
+    out, i = [], 0
+    while i < len(args):
+        name = args[i].partition("=")[0]
+        if name in replaced:
+            i += 1 if "=" in args[i] else 2
+            continue
+        out.append(args[i])
+        i += 1
+    return out + extra

@@ -1,6 +1,6 @@
 """The docs pages' commands run as written (issue 34): each `edgefl ...` line of a page's bash
 blocks runs in a scratch folder, in the page's order, with flags appended that shorten the work
-(a later flag wins over the page's), the way tests/project/test_tour.py runs the README's tour.
+(each in place of the page's value of its flag), the way tests/project/test_tour.py runs the README's tour.
 
 Shortened: training to 1 epoch (`client train`, simulate's clients), fusion to 1 epoch over 600
 synthetic samples where a method draws them (`--fuse-opt all:epochs=1 --fuse-opt
@@ -20,7 +20,7 @@ import shlex
 from pathlib import Path
 
 import pytest
-from cli_lines import edgefl_lines
+from cli_lines import edgefl_lines, overridden
 
 ROOT = Path(__file__).resolve().parents[2]
 SHORTEN = {
@@ -60,9 +60,9 @@ def _key(words: list[str]) -> tuple[str, ...]:
 
 
 def _run(cli, words: list[str]) -> dict:
-    args = words[1:] + SHORTEN.get(_key(words), [])
+    args = overridden(words[1:], SHORTEN.get(_key(words), []))
     if words[1] == "simulate" and "hapt" not in words:
-        args += SUBSET
+        args = overridden(args, SUBSET)
     r = cli(*args, "--json", "--quiet")
     assert r.exit_code == 0, f"$ {shlex.join(words)}\n{r.output}"
     assert "Traceback" not in r.output

@@ -7,7 +7,7 @@ CHECKS reads what the step left: the files it wrote (ONNX files load in onnxrunt
 reports parse and hold the keys the printed lines promise, pictures are PNGs) and the lines it
 printed, against the files and against numbers computed here independently.
 
-Shortened (flags appended; a later flag wins over the README's):
+Shortened (flags appended; each replaces the README's value of its flag):
 - client train / predict / prototypes: --epochs 1 (the README's steps train 10-30 epochs)
 - server fuse: --epochs 1 (its methods' distillation epochs; fedavg ignores it)
 - search: --particles 2 --generations 0 --fitness-samples 512 (the README's 3 x (1 + 1))
@@ -33,6 +33,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from cli_lines import overridden
 from reported import onnx_accuracy
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -428,7 +429,7 @@ def test_tour_step(step, scratch, monkeypatch, runner):
     else:
         from edgefl.cli import app
 
-        args = words[1:] + SHORTEN.get(_key(words), [])
+        args = overridden(words[1:], SHORTEN.get(_key(words), []))
         r = runner.invoke(app, args)
         assert r.exit_code == 0, f"$ {shlex.join(words)}\n{r.output}"
         output = r.output
