@@ -286,11 +286,18 @@ def _check_applies(ctx: typer.Context, search: str | None, model: str | None) ->
                 raise ConfigError(
                     f"{flag} applies to --search only", hint=f"add --search pso, or drop {flag}"
                 )
+    _check_force(ctx, model)
+
+
+def _check_force(ctx: typer.Context, model: str | None, named: str = "--model and --spec") -> None:
+    """--force acts on a named model only (`named`: the flags that name one here): the
+    planner's pick always fits."""
+    from edgefl.errors import ConfigError
+
     if model is None and given(ctx, "force"):
         raise ConfigError(
-            "--force applies to --model and --spec only (the planner's pick and a --search "
-            "result fit the profile)",
-            hint="name the model with --model or --spec, or drop --force",
+            f"--force applies to {named} only (the planner's pick fits the profile)",
+            hint=f"name the model with {named.replace(' and ', ' or ')}, or drop --force",
         )
 
 
@@ -496,6 +503,7 @@ def _carved_size(public: str, public_size: int | None) -> int:
 
 @app.command("predict")
 def predict_cmd(
+    ctx: typer.Context,
     profile: str = PROFILE,
     public: str = typer.Option(
         ..., help="Public set: DATASET:public (held out of every client) or an .npz with x."
@@ -534,6 +542,7 @@ def predict_cmd(
     """Train locally, then upload only softmax predictions on the public set (FedOL)."""
     from edgefl.client.run import ClientJob
 
+    _check_force(ctx, model, named="--model")
     public_size = _carved_size(public, public_size)
 
     job = ClientJob(

@@ -174,6 +174,9 @@ def test_force_without_a_named_model_is_refused(cli, tmp_path):
     """The planner's pick always fits: --force did nothing, without a word."""
     r = cli(*TRAIN, "--force", "--out", str(tmp_path / "up"))
     assert r.exit_code == 2 and "--force applies to --model and --spec only" in _flat(r.output)
+    predict = ("client", "predict", "--profile", "smartphone", "--dataset", "digits")
+    r = cli(*predict, "--public", "digits:public", "--force", "--out", str(tmp_path / "up"))
+    assert r.exit_code == 2 and "--force applies to --model" in _flat(r.output), r.output
     assert not (tmp_path / "up").exists()
 
 
