@@ -319,6 +319,7 @@ def _spec_shard_warnings(spec: str | None, job) -> list[str]:
         "partition": job.partition,
         "num_clients": job.num_clients,
         "client_index": job.client_index,
+        "partition_seed": job.partition_seed,
     }
     differ = [
         f"{k} {searched[k]!r} (here {here[k]!r})"

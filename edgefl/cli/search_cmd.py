@@ -32,7 +32,10 @@ def _saved_by_search(searched: dict):
 
     def own(made: dict) -> bool:
         keys = {"name", "input_shape", "num_classes", "params", "searched"}
-        same = made.get("searched", searched) == searched
+        record = made.get("searched", searched)
+        # a record saved before it named the partition seed: the keys it has
+        same = isinstance(record, dict) and set(record) <= set(searched)
+        same = same and all(searched[k] == v for k, v in record.items())
         return made.get("name") == "nas-cnn" and set(made) <= keys and same
 
     return own
@@ -92,6 +95,7 @@ def search_cmd(
         "partition": partition,
         "num_clients": num_clients,
         "client_index": client_index,
+        "partition_seed": partition_seed,
     }
     if save is not None:
         check_writable(save, "--save", "best-spec.json")  # before the search, not after it

@@ -290,6 +290,16 @@ def test_search_save_rerun_replaces_its_spec(cli, tmp_path):
     r = cli(*other)
     _refused(r, "s.json already holds", "searched for profile wristband, dataset digits")
     assert (tmp_path / "s.json").read_text() == saved
+    # another partition seed is another shard: kept too (the record did not name the seed)
+    r = cli(*args, "--partition-seed", "1")
+    _refused(r, "s.json already holds", "searched for profile wristband, dataset digits")
+    # a spec saved before the record named the seed is still its rerun's own
+    old = json.loads(saved)
+    del old["searched"]["partition_seed"]
+    (tmp_path / "s.json").write_text(json.dumps(old))
+    assert cli(*args).exit_code == 0
+    saved = (tmp_path / "s.json").read_text()
+    assert json.loads(saved)["searched"]["partition_seed"] == 0
     assert cli(*other, "--overwrite").exit_code == 0
     spec = json.loads((tmp_path / "s.json").read_text())
     assert spec["searched"]["profile"] == "smartphone"

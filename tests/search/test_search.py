@@ -321,6 +321,13 @@ def test_search_save_then_client_train_spec(cli, tmp_path):
     warned = [w for w in json.loads(res.stdout).get("warnings", []) if "was searched" in w]
     assert warned == [f"{saved} was searched with num_clients 4 (here 10): its search fitted "
                       "another shard"], warned  # fmt: skip
+    res = cli(
+        "client", "train", "--profile", "wristband", "--dataset", "digits", "--epochs", "1",
+        "--num-clients", "4", "--partition-seed", "1", "--spec", str(saved), "--out",
+        str(tmp_path / "seed1"), "--json",
+    )  # fmt: skip
+    warned = [w for w in json.loads(res.stdout).get("warnings", []) if "was searched" in w]
+    assert warned and "partition_seed 0 (here 1)" in warned[0], warned
 
 
 def test_search_names_the_shard_in_the_command_it_prints(cli, tmp_path):
