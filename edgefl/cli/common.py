@@ -147,3 +147,13 @@ def applies_only_with(
         raise ConfigError(
             f"{flag} applies with {needed} only", hint=hint or f"add {needed}, or drop {flag}"
         )
+
+
+def distinct_names(text: str, flag: str, hint: str) -> tuple[str, ...]:
+    """A comma-separated list of method names, each once: none at all (`''`, `','`) and one
+    name twice are refused, each said."""
+    names = tuple(m.strip() for m in text.split(",") if m.strip())
+    if not names or len(set(names)) != len(names):
+        what = "no name" if not names else "a name twice"
+        raise ConfigError(f"{flag} expects distinct names, got {what}: {text!r}", hint=hint)
+    return names

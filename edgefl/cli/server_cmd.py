@@ -13,6 +13,7 @@ from edgefl.cli.common import (
     MAKES_FOLDERS,
     QUIET,
     console,
+    distinct_names,
     fmt_bytes,
     print_json,
     print_quiet,
@@ -226,16 +227,8 @@ def _check_upload_cap(max_upload_bytes: int | None) -> None:
 
 def _method_names(method: str) -> list[str]:
     """--method as a list of distinct names."""
-    from edgefl.errors import ConfigError
-
-    methods = [m.strip() for m in method.split(",") if m.strip()]
-    if not methods or len(set(methods)) != len(methods):
-        what = "no name" if not methods else "a name twice"
-        raise ConfigError(
-            f"--method expects distinct names, got {what}: {method!r}",
-            hint="e.g. --method fedmho or --method fedavg,fedmho-md",
-        )
-    return methods
+    hint = "e.g. --method fedmho or --method fedavg,fedmho-md"
+    return list(distinct_names(method, "--method", hint))
 
 
 def _fuse_targets(

@@ -14,6 +14,7 @@ from edgefl.cli.common import (
     MAKES_FOLDERS,
     QUIET,
     console,
+    distinct_names,
     fmt_bytes,
     print_json,
     print_quiet,
@@ -101,20 +102,6 @@ def _trainer(engine: str):
     return train_clients_flower
 
 
-def _method_list(methods: str) -> tuple[str, ...]:
-    """--methods as distinct names; none at all (`--methods ''`) ran the default table."""
-    from edgefl.errors import ConfigError
-
-    names = tuple(m.strip() for m in methods.split(",") if m.strip())
-    if not names or len(set(names)) != len(names):
-        raise ConfigError(
-            f"--methods expects distinct names, got {'no name' if not names else 'a name twice'}"
-            f": {methods!r}",
-            hint="e.g. --methods fedavg,fedmho-md, or leave --methods out for the paper's table",
-        )
-    return names
-
-
 def _methods_and_options(
     methods: str | None, budget: str, fuse_opt: list[str]
 ) -> tuple[tuple[str, ...], dict[str, dict]]:
@@ -123,7 +110,9 @@ def _methods_and_options(
     from edgefl.fusion.layering import layer
 
     shared, targeted = _fuse_options(fuse_opt)
-    method_list = DEFAULT_METHODS if methods is None else _method_list(methods)
+    hint = "e.g. --methods fedavg,fedmho-md, or leave --methods out for the paper's table"
+    # none at all (`--methods ''`) ran the default table
+    method_list = DEFAULT_METHODS if methods is None else distinct_names(methods, "--methods", hint)
     check_budget(budget)  # before anything runs, whichever methods are named
     # The budget's options, then all:, then METHOD: (edgefl.fusion.layering), as server fuse.
     opts = layer(

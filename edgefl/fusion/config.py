@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any
 
+from edgefl.bounds import SEED
 from edgefl.data.public import DEFAULT_PUBLIC_SIZE
 from edgefl.fusion.options import option, option_rules, validate
 
@@ -24,7 +25,9 @@ class FusionConfig:
     `server fuse` (`--name value`) and is checked against its declaration when built."""
 
     # torch seeds are 64-bit: past 2^63 - 1 torch.manual_seed raised an OverflowError
-    seed: int = option(0, "seed of generation, initialisation and training", low=0, high=2**63 - 1)
+    seed: int = option(
+        0, "seed of generation, initialisation and training", low=SEED.low, high=SEED.high
+    )
     robust: str = option("off", ROBUST_HELP, choices=ROBUST)
 
     def __post_init__(self) -> None:
