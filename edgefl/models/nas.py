@@ -37,6 +37,8 @@ DEFAULT_GENES: list[dict[str, Any]] = [
     {"type": "pool", "kind": "max"},
     {"type": "fc", "hidden": [64]},
 ]
+# On windows (C, 1, L), where a 2 x 2 pool would leave no row: the same convs, unpooled.
+WINDOW_GENES: list[dict[str, Any]] = [g for g in DEFAULT_GENES if g["type"] != "pool"]
 
 
 def depth(genes: list[dict[str, Any]]) -> int:
@@ -130,10 +132,10 @@ def _fc_problems(where: str, g: dict[str, Any]) -> list[str]:
 def check_genes(genes: Any, input_shape: tuple[int, ...]) -> None:
     problems = gene_problems(genes, input_shape)
     if problems:
-        raise ConfigError(
-            "invalid nas-cnn genes: " + "; ".join(problems),
-            hint="genes are conv/pool objects starting with a conv, then one fc object last",
-        )
+        hint = "genes are conv/pool objects starting with a conv, then one fc object last"
+        if input_shape[1] == 1:  # a window (C, 1, L): a 2x2 pool leaves no row
+            hint = "on sensor windows no pool gene fits; `edgefl search` finds genes that do"
+        raise ConfigError("invalid nas-cnn genes: " + "; ".join(problems), hint=hint)
 
 
 def build_nas_cnn(spec: ModelSpec) -> Classifier:

@@ -14,7 +14,13 @@ from typing import Any, Literal
 from torch import nn
 
 from edgefl.errors import ConfigError
-from edgefl.models.nas import DEFAULT_GENES, arch_string, build_nas_cnn
+from edgefl.models.nas import (
+    DEFAULT_GENES,
+    WINDOW_GENES,
+    arch_string,
+    build_nas_cnn,
+    check_genes,
+)
 from edgefl.models.nets import (
     CVAE,
     Centre,
@@ -48,6 +54,10 @@ class ZooEntry:
     describe: Callable[[dict[str, Any]], str] | None = None
     # What it reads: "image" (C, H, W) and/or "signal" (C, 1, L: windows of a sensor's channels).
     inputs: tuple[str, ...] = ("image",)
+    # Defaults that replace `defaults` on one input kind (the planner still offers `defaults`).
+    defaults_by_input: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # Refuses params that cannot be built on an input shape (ConfigError), before any build.
+    check: Callable[[dict[str, Any], tuple[int, ...]], None] | None = None
 
 
 # The kinds of input the zoo's models read (and method options may default by): images, and
@@ -379,9 +389,10 @@ def make_spec(name: str, input_shape, num_classes: int, **params: Any) -> ModelS
             f"model {name!r} has no parameter(s) {sorted(unknown)}",
             hint=f"its parameters are: {sorted(entry.defaults) or 'none'}",
         )
-    return ModelSpec(
-        name, tuple(input_shape), num_classes, {**entry.defaults, **_typed(entry, params)}
-    )
+    merged = {**entry.defaults, **entry.defaults_by_input.get(kind, {}), **_typed(entry, params)}
+    if entry.check is not None:
+        entry.check(merged, tuple(input_shape))
+    return ModelSpec(name, tuple(input_shape), num_classes, merged)
 
 
 def _typed(entry: ZooEntry, params: dict[str, Any]) -> dict[str, Any]:
@@ -470,5 +481,11 @@ _add(
         {"genes": DEFAULT_GENES},
         "pFedZKD Sec. 3.2",
         describe=lambda p: arch_string(p["genes"]),
+        # A window (C, 1, L) is a one-row image: `edgefl search` and pFedZKD search it there.
+        # No pool fits a map of one row: `--model nas-cnn` takes convs only on windows, and the
+        # planner, offered the image genes there, is refused them (HAPT's choices unchanged).
+        inputs=("image", "signal"),
+        defaults_by_input={"signal": {"genes": WINDOW_GENES}},
+        check=lambda p, shape: check_genes(p["genes"], shape),
     )
 )

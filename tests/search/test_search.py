@@ -17,7 +17,15 @@ from device_profiles import Profile
 from edgefl.artifacts import rebuild
 from edgefl.client.run import ClientJob, run_client
 from edgefl.errors import BudgetError, ConfigError
-from edgefl.models.nas import MAX_DEPTH, MIN_DEPTH, check_genes, depth, gene_problems
+from edgefl.models.nas import (
+    DEFAULT_GENES,
+    MAX_DEPTH,
+    MIN_DEPTH,
+    WINDOW_GENES,
+    check_genes,
+    depth,
+    gene_problems,
+)
 from edgefl.models.plan import check_fit
 from edgefl.models.spec import ModelSpec
 from edgefl.models.zoo import build_model, make_spec
@@ -328,6 +336,35 @@ def test_search_save_then_client_train_spec(cli, tmp_path):
     )  # fmt: skip
     warned = [w for w in json.loads(res.stdout).get("warnings", []) if "was searched" in w]
     assert warned and "partition_seed 0 (here 1)" in warned[0], warned
+
+
+def test_a_spec_searched_on_sensor_windows_trains_from_its_file(cli, tmp_path):
+    # Windows (C, 1, L) are searched as one-row images; the saved spec was refused by
+    # `client train --spec` ("reads images, but this data is signals").
+    saved = tmp_path / "win.json"
+    shard = ["--dataset", "hapt", "--partition", "user", "--num-clients", "4"]
+    res = cli(
+        "search", "--profile", "smartphone", *shard, "--particles", "2", "--generations", "0",
+        "--fitness-samples", "64", "--save", str(saved), "--json",
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    spec = ModelSpec.from_json(saved.read_text())
+    assert spec.input_shape == (3, 1, 128) and spec.name == "nas-cnn"
+    res = cli(
+        "client", "train", "--profile", "smartphone", *shard, "--epochs", "1", "--spec",
+        str(saved), "--out", str(tmp_path / "up"), "--json",
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    art = exporters.read_artifact(json.loads(res.stdout)["path"])
+    assert ModelSpec.from_dict(art.metadata["spec"]) == spec
+    # Pool genes leave no row of a window: refused before any build, with what to do.
+    with pytest.raises(ConfigError, match="pooling a 1x128 map") as err:
+        make_spec("nas-cnn", (3, 1, 128), 6, genes=DEFAULT_GENES)
+    assert "edgefl search" in err.value.hint
+    # `--model nas-cnn` on windows takes the image defaults' convs, unpooled.
+    assert make_spec("nas-cnn", (3, 1, 128), 6).params["genes"] == WINDOW_GENES
+    res = cli("models", "--dataset", "hapt", "--json")
+    assert res.exit_code == 0 and "C16k3-C32k3-F64" in res.stdout, res.output
 
 
 def test_search_names_the_shard_in_the_command_it_prints(cli, tmp_path):
