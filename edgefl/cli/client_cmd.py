@@ -13,11 +13,11 @@ from device_profiles import OPTIMIZERS
 from edgefl.cli.common import (
     MAKES_FOLDERS,
     QUIET,
+    applies_only_with,
     check_counts,
     console,
     fmt_bytes,
     fmt_count,
-    given,
     print_json,
     print_quiet,
 )
@@ -277,28 +277,25 @@ def train_cmd(
 def _check_applies(ctx: typer.Context, search: str | None, model: str | None) -> None:
     """Flags that only act with another one, refused without it (they were passed over);
     `model`: the --model or --spec named."""
-    from edgefl.errors import ConfigError
-
-    if search is None:
-        for name in ("particles", "generations", "candidate_epochs"):
-            if given(ctx, name):
-                flag = "--" + name.replace("_", "-")
-                raise ConfigError(
-                    f"{flag} applies to --search only", hint=f"add --search pso, or drop {flag}"
-                )
+    for name in ("particles", "generations", "candidate_epochs"):
+        flag = "--" + name.replace("_", "-")
+        applies_only_with(
+            ctx, name, "--search", search is not None, hint=f"add --search pso, or drop {flag}"
+        )
     _check_force(ctx, model)
 
 
-def _check_force(ctx: typer.Context, model: str | None, named: str = "--model and --spec") -> None:
+def _check_force(ctx: typer.Context, model: str | None, named: str = "--model or --spec") -> None:
     """--force acts on a named model only (`named`: the flags that name one here): the
     planner's pick always fits."""
-    from edgefl.errors import ConfigError
-
-    if model is None and given(ctx, "force"):
-        raise ConfigError(
-            f"--force applies to {named} only (the planner's pick fits the profile)",
-            hint=f"name the model with {named.replace(' and ', ' or ')}, or drop --force",
-        )
+    applies_only_with(
+        ctx,
+        "force",
+        named,
+        model is not None,
+        hint=f"name the model with {named}, or drop --force",
+        why="the planner's pick fits the profile",
+    )
 
 
 def _spec_shard_warnings(spec: str | None, job) -> list[str]:

@@ -138,14 +138,20 @@ def given(ctx: typer.Context, name: str) -> bool:
 
 
 def applies_only_with(
-    ctx: typer.Context, name: str, needed: str, present: bool, hint: str | None = None
+    ctx: typer.Context,
+    name: str,
+    needed: str,
+    present: bool,
+    hint: str | None = None,
+    why: str = "",
 ) -> None:
     """Option `name` acts only with `needed` (a flag, or what it names): given without it,
-    refused (it was passed over without a word)."""
+    refused (it was passed over without a word); `why` is said in brackets."""
     if given(ctx, name) and not present:
         flag = "--" + name.replace("_", "-")
         raise ConfigError(
-            f"{flag} applies with {needed} only", hint=hint or f"add {needed}, or drop {flag}"
+            f"{flag} applies with {needed} only" + (f" ({why})" if why else ""),
+            hint=hint or f"add {needed}, or drop {flag}",
         )
 
 

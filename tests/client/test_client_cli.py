@@ -160,8 +160,8 @@ def test_sample_title_draws_the_client_id_as_written(tmp_path):
         (["--public-size", "1437"], "--public-size 1437 leaves 0 training sample(s) for 4"),
         (["--lr", "1e39"], "--lr must be in (0, 1000000]"),
         (["--seed", "99999999999999999999"], "--seed must be an integer in 0.."),
-        (["--particles", "3"], "--particles applies to --search only"),  # was passed over
-        (["--candidate-epochs", "3"], "--candidate-epochs applies to --search only"),
+        (["--particles", "3"], "--particles applies with --search only"),  # was passed over
+        (["--candidate-epochs", "3"], "--candidate-epochs applies with --search only"),
     ],
 )
 def test_train_refuses_flags_it_would_ignore_or_misread(cli, tmp_path, args, said):
@@ -173,10 +173,10 @@ def test_train_refuses_flags_it_would_ignore_or_misread(cli, tmp_path, args, sai
 def test_force_without_a_named_model_is_refused(cli, tmp_path):
     """The planner's pick always fits: --force did nothing, without a word."""
     r = cli(*TRAIN, "--force", "--out", str(tmp_path / "up"))
-    assert r.exit_code == 2 and "--force applies to --model and --spec only" in _flat(r.output)
+    assert r.exit_code == 2 and "--force applies with --model or --spec only" in _flat(r.output)
     predict = ("client", "predict", "--profile", "smartphone", "--dataset", "digits")
     r = cli(*predict, "--public", "digits:public", "--force", "--out", str(tmp_path / "up"))
-    assert r.exit_code == 2 and "--force applies to --model" in _flat(r.output), r.output
+    assert r.exit_code == 2 and "--force applies with --model" in _flat(r.output), r.output
     assert not (tmp_path / "up").exists()
 
 
