@@ -53,6 +53,10 @@ tests/fusion/test_datafree.py has a test for each):
   it was drawn for y. The generator still follows SA (it aims at y through y's holders); the
   student distils each class's probability from the clients that know it (U_c, every row alike:
   `distill_target`), a target of the image alone (bench/results/fashion_fedhydra_targets.md).
+  Since the late-student average and the smoothness prior, that holds at moderate skew only:
+  where the declared label counts' Cramer's V reaches `target_skew` (Dir(0.1)) Eq. 19's target
+  led by 7-16 points, and `by-skew` distils it there
+  (bench/results/fedhydra_distill_target_gate_1205.md).
 - On images the student's accuracy swings 5-15 points from one epoch to the next, and the
   held-out synthetic images (a few dozen the teachers agree on) pick a late epoch little better
   than chance: the global model is the average of the student's weights over the run's second
@@ -207,14 +211,26 @@ class FedHydraConfig(GeneratorConfig):
     # prior): it must take only what is rougher than real images. Fashion-MNIST's training
     # images average 49.24 (a statistic of the dataset, like a paper's per-dataset setting).
     smooth_from: float | None = smooth_from_option()
-    # Why not Eq. 19's: the module docstring's last bullet.
+    # Why not Eq. 19's everywhere: the module docstring. Fresh FedHydra Table 1 cells by the
+    # Cramer's V of their declared counts (bench/results/fedhydra_distill_target_gate_1205.md):
+    # at 0.58-0.77 the image target led by 1.1-2.6 points, at 0.82-0.83 the two were level, at
+    # 0.84-0.97 Eq. 19's led by 7-16 (Fashion and MNIST Dir(0.1), 2-3 fusion seeds a cell).
     distill_target: str = option(
-        "class-weighted",
+        "by-skew",
         "what the student distils: stratified (Eq. 19: SA for the generator's label, the "
-        "paper's) or class-weighted (each class's probability from the clients that know it, "
+        "paper's), class-weighted (each class's probability from the clients that know it, "
         "U_c, every client's row alike: a target the image alone determines; the generator "
-        "still follows SA)",
-        choices=("stratified", "class-weighted"),
+        "still follows SA), or by-skew (stratified where the declared label counts differ by "
+        "at least target_skew, else class-weighted)",
+        choices=("by-skew", "stratified", "class-weighted"),
+    )
+    target_skew: float = option(
+        0.8,
+        "by-skew's threshold: the Cramer's V of the declared label counts from which the "
+        "student distils Eq. 19's stratified target (an upload without label counts: "
+        "class-weighted)",
+        low=0,
+        high=1,
     )
     # Why: generator.WeightAverage. Where the late students agree with 0.49-0.80 of the
     # held-out synthetic images' labels (Fashion, MNIST, HAPT users), that signal picks a late
@@ -424,7 +440,9 @@ class Hasa:
     """HASA's game (Alg. 1): the generator, the student, their optimisers and one random stream
     (`rng`: noise, rehearsal draws and jitter, in that order every epoch)."""
 
-    def __init__(self, ctx: FusionContext, cfg: FedHydraConfig, teachers, u_r, u_c):
+    def __init__(
+        self, ctx: FusionContext, cfg: FedHydraConfig, teachers, u_r, u_c, skew: float | None = None
+    ):
         dev = ctx.device
         self.ctx, self.cfg, self.teachers = ctx, cfg, teachers
         self.u_r = torch.tensor(u_r, dtype=torch.float32, device=dev)
@@ -442,7 +460,7 @@ class Hasa:
         self.hist: dict[str, list[float]] = {
             k: [] for k in ("generator", "ce", "bn", "adv", "global")
         }
-        self.by_target = cfg.distill_target == "stratified"
+        self.by_target = stratified_target(cfg, skew)  # `skew`: the declared label counts'
 
     def logits(self, x, bn=None, members=None) -> torch.Tensor:
         """(m, b, c): every teacher's logits on x, or `members`' (indices)."""
@@ -575,10 +593,21 @@ def stratification(ctx: FusionContext, cfg: FedHydraConfig, uploads, teachers) -
     return Strata(u, u_r, u_c, hasa_u_c, skew)
 
 
+def stratified_target(cfg: FedHydraConfig, skew: float | None) -> bool:
+    """Whether the student distils Eq. 19's target (`distill_target`; by-skew reads the
+    declared label counts' Cramer's V, `skew`, None where an upload declares none)."""
+    if cfg.distill_target == "by-skew":
+        return skew is not None and skew >= cfg.target_skew
+    return cfg.distill_target == "stratified"
+
+
 def fuse(ctx: FusionContext, cfg: FedHydraConfig) -> FusionResult:
     uploads, teachers = seeded_teachers(ctx, cfg, TEACHER_COST)
     strata = stratification(ctx, cfg, uploads, teachers)
-    game = Hasa(ctx, cfg, teachers, strata.u_r, strata.hasa_u_c)
+    game = Hasa(ctx, cfg, teachers, strata.u_r, strata.hasa_u_c, strata.skew)
+    ctx.log(
+        f"the student distils the {'stratified' if game.by_target else 'class-weighted'} target"
+    )
     val = SyntheticValidation(cfg.val_size, cfg.epochs)
     average = WeightAverage(math.ceil(cfg.average_from * cfg.epochs))
     agreements: list[float] = []
@@ -671,6 +700,7 @@ def _info(ctx, cfg: FedHydraConfig, uploads, game: Hasa, strata: Strata) -> dict
             "guidance_scale": cfg.guidance_scale,
             "label_skew": strata.skew,
         },
+        "distill_target": "stratified" if game.by_target else "class-weighted",
         "stratification_heatmap": heatmap,
         "loss_history": game.hist,
     }

@@ -653,6 +653,21 @@ def test_fedhydra_student_targets_depend_on_the_image_alone(federation):
     torch.testing.assert_close(*same)
 
 
+def test_fedhydra_by_skew_distils_the_stratified_target_under_strong_skew_only():
+    from edgefl.fusion.fedhydra import FedHydraConfig, stratified_target
+
+    cfg = FedHydraConfig()
+    assert cfg.distill_target == "by-skew"
+    # Strong skew (Table 1 Fashion Dir(0.1): 0.82-0.87), moderate (Dir(0.3): 0.63-0.77), none
+    # declared: Eq. 19's target for the first only.
+    assert [stratified_target(cfg, v) for v in (0.84, 0.8, 0.77, 0.0, None)] == [
+        True, True, False, False, False
+    ]  # fmt: skip
+    assert not stratified_target(FedHydraConfig(target_skew=0.9), 0.84)
+    assert stratified_target(FedHydraConfig(distill_target="stratified"), None)
+    assert not stratified_target(FedHydraConfig(distill_target="class-weighted"), 0.99)
+
+
 def test_the_cli_names_every_file_a_method_writes(federation, tmp_path, cli):
     opts = [
         x for k, v in (TINY_OPTS["fedhydra"] | {"epochs": 1}).items() for x in ("--opt", f"{k}={v}")
