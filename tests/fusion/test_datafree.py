@@ -658,9 +658,9 @@ def test_fedhydra_by_skew_distils_the_stratified_target_under_strong_skew_only()
 
     cfg = FedHydraConfig()
     assert cfg.distill_target == "by-skew"
-    # Strong skew (Table 1 Fashion Dir(0.1): 0.82-0.87), moderate (Dir(0.3): 0.63-0.77), none
+    # Strong skew (Table 1 Fashion Dir(0.1) seeds 0 and 2: 0.84, 0.87), less (seed 1: 0.816), none
     # declared: Eq. 19's target for the first only.
-    assert [stratified_target(cfg, v) for v in (0.84, 0.8, 0.77, 0.0, None)] == [
+    assert [stratified_target(cfg, v) for v in (0.84, 0.83, 0.816, 0.0, None)] == [
         True, True, False, False, False
     ]  # fmt: skip
     assert not stratified_target(FedHydraConfig(target_skew=0.9), 0.84)
