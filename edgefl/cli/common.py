@@ -155,6 +155,12 @@ def applies_only_with(
         )
 
 
+def check_for_flags(ctx: typer.Context, for_classes: str | None) -> None:
+    """--for-epochs / --for-samples / --for-max-macs size the --for distillation only."""
+    for name in ("for_epochs", "for_samples", "for_max_macs"):
+        applies_only_with(ctx, name, "--for", for_classes is not None)
+
+
 def distinct_names(text: str, flag: str, hint: str) -> tuple[str, ...]:
     """A comma-separated list of method names, each once: none at all (`''`, `','`) and one
     name twice are refused, each said."""

@@ -7,8 +7,9 @@ from pathlib import Path
 import typer
 from rich.markup import escape
 
-from edgefl.cli.common import MAKES_FOLDERS, console, err_console, print_json
+from edgefl.cli.common import MAKES_FOLDERS, console, err_console, given, print_json
 from edgefl.cli.wide_tables import Col, blocks
+from edgefl.errors import ConfigError
 
 app = typer.Typer(help="Datasets and partitions.", no_args_is_help=True, rich_markup_mode=None)
 
@@ -106,6 +107,7 @@ def _found_text(r: dict) -> str:
 
 @app.command("partition")
 def partition_cmd(
+    ctx: typer.Context,
     dataset: str = typer.Option("mnist", "--dataset", "-d", help="Dataset name or path."),
     num_clients: int = typer.Option(10, "--num-clients", "-k", help="Number of clients."),
     scheme: str = typer.Option(
@@ -134,6 +136,9 @@ def partition_cmd(
     from edgefl.bounds import SEED
     from edgefl.data import parse_scheme
 
+    if old_scheme is not None and given(ctx, "scheme"):
+        raise ConfigError("--scheme is --partition's old name: give one of them",
+                          hint=f"--partition {old_scheme}")  # fmt: skip
     parsed = parse_scheme(old_scheme or scheme)  # fail on a bad flag before loading any data
     SEED.check("--seed", seed, hint="e.g. --seed 0")
     if plot is not None:

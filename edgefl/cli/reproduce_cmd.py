@@ -6,7 +6,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from edgefl.cli.common import MAKES_FOLDERS, console, print_json
+from edgefl.cli.common import MAKES_FOLDERS, applies_only_with, console, print_json
 from edgefl.cli.progress import reporter
 
 
@@ -32,6 +32,7 @@ def _names(text: str | None) -> tuple[str, ...] | None:
 
 
 def reproduce_cmd(
+    ctx: typer.Context,
     table: str | None = typer.Argument(None, help="Table to run; leave out to list them."),
     budget: str = typer.Option(
         "cpu",
@@ -76,6 +77,10 @@ def reproduce_cmd(
     from edgefl.reproduce import TABLES, ReproduceJob, reproduce
 
     if table is None:
+        for name in ctx.params:  # listing reads none of them
+            if name not in ("table", "json_out"):
+                applies_only_with(ctx, name, "a TABLE", False, hint="name a table, e.g. "
+                                  "`edgefl reproduce fedmho-table3 ...`, or drop the option")  # fmt: skip
         return list_tables(TABLES, json_out)
     job = ReproduceJob(
         table=table,

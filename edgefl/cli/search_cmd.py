@@ -12,13 +12,16 @@ from rich.table import Table
 from edgefl.cli.common import (
     MAKES_FOLDERS,
     QUIET,
+    applies_only_with,
     check_counts,
     console,
     fmt_bytes,
     fmt_count,
+    given,
     print_json,
 )
 from edgefl.cli.progress import reporter
+from edgefl.errors import ConfigError
 
 
 def register(root: typer.Typer) -> None:
@@ -42,6 +45,7 @@ def _saved_by_search(searched: dict):
 
 
 def search_cmd(
+    ctx: typer.Context,
     profile: str = typer.Option(..., help="Profile name or TOML path: the hard budget."),
     dataset: str = typer.Option("mnist", help="Dataset name, .npz file or image folder."),
     data_dir: str | None = typer.Option(None, help="Folder with standard dataset files."),
@@ -89,6 +93,11 @@ def search_cmd(
     from edgefl.search import PSOConfig
 
     check_counts(top=top, batch_size=batch_size)
+    applies_only_with(ctx, "overwrite", "--save", save is not None)
+    shown = "--json" if json_out else "-q" if quiet else None
+    if shown and given(ctx, "top"):
+        raise ConfigError(f"--top sizes the candidate table, which {shown} does not print",
+                          hint=f"drop --top, or {shown}")  # fmt: skip
     searched = {
         "profile": profile,
         "dataset": dataset,

@@ -12,6 +12,7 @@ from edgefl.cli.common import (
     FOR_SAMPLES,
     MAKES_FOLDERS,
     QUIET,
+    check_for_flags,
     console,
     distinct_names,
     fmt_bytes,
@@ -166,6 +167,7 @@ def fuse_cmd(
     from edgefl.server.ingest import check_max_epsilon
     from edgefl.server.plan import plan, resolve_device
 
+    check_for_flags(ctx, for_classes)
     check_max_epsilon(max_epsilon)  # before any upload is read
     _check_upload_cap(max_upload_bytes)
     methods = _method_names(method)

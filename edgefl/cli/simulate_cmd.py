@@ -13,9 +13,12 @@ from edgefl.cli.common import (
     FOR_SAMPLES,
     MAKES_FOLDERS,
     QUIET,
+    applies_only_with,
+    check_for_flags,
     console,
     distinct_names,
     fmt_bytes,
+    given,
     print_json,
     print_quiet,
     upload_text,
@@ -127,6 +130,7 @@ def _methods_and_options(
 
 
 def simulate_cmd(
+    ctx: typer.Context,
     dataset: str = typer.Option("mnist", help="Registered dataset."),
     clients: int = typer.Option(10, help="Number of clients."),
     partition: str = typer.Option(
@@ -246,6 +250,7 @@ def simulate_cmd(
     from edgefl.simulate.run import simulate
 
     check_request(dp, label_counts)  # a bad --dp or --label-counts: before anything loads
+    _check_applies(ctx, paper_models, for_classes)
     trainer = _trainer(engine)  # an unknown engine or a missing extra: before any work
     method_list, opts = _methods_and_options(methods, budget, fuse_opt)
     job = SimJob(
@@ -295,6 +300,20 @@ def simulate_cmd(
         )
     else:
         print_results(results)
+
+
+def _check_applies(ctx: typer.Context, paper_models: bool, for_classes: str | None) -> None:
+    """Flags that act only with (or without) another, refused where they would be passed over."""
+    from edgefl.errors import ConfigError
+
+    check_for_flags(ctx, for_classes)
+    applies_only_with(ctx, "paper_classifier", "--paper-models", paper_models)
+    if paper_models and given(ctx, "max_classifier_macs"):
+        raise ConfigError(
+            "--max-classifier-macs caps the budget-true classifiers; --paper-models trains the "
+            "papers' prototypes whatever their MACs",
+            hint="drop one of the two",
+        )
 
 
 def print_results(results: dict) -> None:

@@ -1,0 +1,43 @@
+"""Options that act only with another one (or not with it), refused where they were accepted and
+changed nothing (fifth sweep, 2026-12-05): exit 2, one message, before any work."""
+
+from __future__ import annotations
+
+import pytest
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["reproduce", "--budget", "paper"], "--budget applies with a TABLE only"),
+        (["reproduce", "--seeds", "0", "--json"], "--seeds applies with a TABLE only"),
+        (["server", "fuse", "up", "--method", "fedavg", "--for-epochs", "3"],
+         "--for-epochs applies with --for only"),
+        (["server", "fuse", "up", "--method", "fedavg", "--for-max-macs", "9"],
+         "--for-max-macs applies with --for only"),
+        (["simulate", "--dataset", "digits", "--for-samples", "5"],
+         "--for-samples applies with --for only"),
+        (["simulate", "--dataset", "digits", "--paper-classifier", "vgg9"],
+         "--paper-classifier applies with --paper-models only"),
+        (["simulate", "--dataset", "digits", "--paper-models", "--max-classifier-macs", "5"],
+         "--max-classifier-macs caps the budget-true classifiers"),
+        (["search", "--profile", "smartphone", "--overwrite"], "--overwrite applies with --save"),
+        (["search", "--profile", "smartphone", "--top", "3", "--json"],
+         "--top sizes the candidate table, which --json does not print"),
+        (["search", "--profile", "smartphone", "--top", "3", "-q"], "which -q does not print"),
+        (["data", "partition", "-d", "digits", "--scheme", "iid", "--partition", "iid"],
+         "--scheme is --partition's old name"),
+    ],
+)  # fmt: skip
+def test_an_option_that_would_be_passed_over_is_refused(cli, tmp_path, args, message):
+    args = [str(tmp_path / a) if a == "up" else a for a in args]  # no such folder: never read
+    r = cli(*args)
+    assert r.exit_code == 2, r.output
+    assert message in " ".join(r.output.split()), r.output
+    assert "Traceback" not in r.output
+
+
+def test_the_same_options_with_what_they_act_on_still_run(cli):
+    assert cli("reproduce", "--json").exit_code == 0  # listing the tables
+    r = cli("data", "partition", "-d", "digits", "-k", "2", "--scheme", "iid", "--json")
+    assert r.exit_code == 0 and '"scheme": "iid"' in r.output, r.output  # the old name alone
