@@ -247,7 +247,7 @@ def simulate_cmd(
     from edgefl.client.attacks import parse_attacks
     from edgefl.client.privacy import check_request
     from edgefl.simulate.job import SimJob
-    from edgefl.simulate.run import simulate
+    from edgefl.simulate.run import check_role_options, simulate
 
     check_request(dp, label_counts)  # a bad --dp or --label-counts: before anything loads
     _check_applies(ctx, paper_models, for_classes)
@@ -289,6 +289,8 @@ def simulate_cmd(
         dp=dp,
         label_counts=label_counts,
     )
+    job.validate()
+    check_role_options(job)
     with reporter(quiet) as watch:
         results = simulate(job, log=watch.message, progress=watch, trainer=trainer)
     if json_out:

@@ -289,6 +289,25 @@ def refused_by_kinds(job: SimJob) -> dict[str, FusionError]:
     }
 
 
+def check_role_options(job: SimJob) -> None:
+    """--classifier-* / --generator-* set one role's training: with no client of that role in
+    the plan they were passed over (the CLI's check; a table's settings name both roles)."""
+    kinds = set(_roles(job)[2].values())
+    present = {"classifier": "classifier" in kinds, "generator": bool(kinds - {"classifier"})}
+    for role, name, other in (("classifier", "classifier", "smartphone"),
+                              ("generator", "CVAE", "wristband")):  # fmt: skip
+        if present[role]:
+            continue
+        for what in ("epochs", "lr", "optimizer", "batch_size"):
+            if getattr(job, f"{role}_{what}") is not None:
+                flag = f"--{role}-{what.replace('_', '-')}"
+                raise ConfigError(
+                    f"{flag} sets how the {name} clients train, and no client of --mix "
+                    f"{job.mix} trains a {name}",
+                    hint=f"drop {flag}, or add a device class that trains one (e.g. {other})",
+                )
+
+
 def check_caps(job: SimJob, log) -> None:
     """Before any client trains: every method that cannot fuse what the mix plans (over its cap,
     or reading no planned kind of upload) refused together is an error (exit 2, nothing would
