@@ -12,6 +12,7 @@ from edgefl.cli.common import (
     FOR_SAMPLES,
     MAKES_FOLDERS,
     QUIET,
+    applies_only_with,
     check_for_flags,
     console,
     distinct_names,
@@ -193,6 +194,14 @@ def fuse_cmd(
         )
         for m, target in zip(methods, targets, strict=True)
     ]
+    public = any(p.method.public_data and p.config.public_args() for p in plans)
+    applies_only_with(
+        ctx,
+        "data_dir",
+        "--eval, --for or a method that reads public data",
+        bool(eval_ref or for_classes or public),
+        hint="add --eval DATASET[:SPLIT], or drop --data-dir",
+    )
     resolve_device(device)
     cap = {} if max_upload_bytes is None else {"max_upload_bytes": max_upload_bytes}
     with reporter(quiet) as watch:

@@ -15,6 +15,8 @@ import pytest
          "--for-epochs applies with --for only"),
         (["server", "fuse", "up", "--method", "fedavg", "--for-max-macs", "9"],
          "--for-max-macs applies with --for only"),
+        (["server", "fuse", "up", "--method", "fedavg", "--data-dir", "/nonexistent"],
+         "--data-dir applies with --eval, --for or a method that reads public data only"),
         (["simulate", "--dataset", "digits", "--for-samples", "5"],
          "--for-samples applies with --for only"),
         (["simulate", "--dataset", "digits", "--paper-classifier", "vgg9"],
