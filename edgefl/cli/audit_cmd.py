@@ -15,7 +15,7 @@ import typer
 from rich.table import Table
 
 from edgefl import __version__
-from edgefl.cli.common import QUIET, console, print_json, upload_text
+from edgefl.cli.common import QUIET, applies_only_with, console, print_json, upload_text
 from edgefl.errors import ConfigError
 
 REPORT_KEY = "edgefl_audit"  # what marks a JSON file as an audit report (--out replaces only one)
@@ -25,7 +25,19 @@ def register(app: typer.Typer) -> None:
     app.command("audit")(audit_cmd)
 
 
+def _check_kinds(ctx: typer.Context, kinds: set[str]) -> None:
+    """Each attack's options act on its kind of upload only: given for uploads of none of that
+    kind, they were passed over."""
+    for name in ("reference", "restarts", "steps", "draws"):
+        flag = "--[no-]reference" if name == "reference" else f"--{name}"
+        applies_only_with(ctx, name, "decoder uploads", "decoder" in kinds, flag=flag,
+                          hint=f"drop {flag}, or audit a decoder upload")  # fmt: skip
+    applies_only_with(ctx, "shadows", "classifier uploads", "classifier" in kinds,
+                      hint="drop --shadows, or audit a classifier upload")  # fmt: skip
+
+
 def audit_cmd(
+    ctx: typer.Context,
     uploads: list[str] = typer.Argument(..., help="Classifier or decoder uploads (.onnx)."),
     data_dir: str | None = typer.Option(None, help="Folder with standard dataset files."),
     dataset: str | None = typer.Option(
@@ -71,6 +83,7 @@ def audit_cmd(
     if out is not None:
         _check_out(Path(out))
     targets = [open_target(path, data_dir, dataset) for path in uploads]  # every check first
+    _check_kinds(ctx, {t.upload.kind for t in targets})
     queries = [prepare(target, settings) for target in targets]
     start = time.perf_counter()
     results = []

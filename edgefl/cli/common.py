@@ -144,11 +144,13 @@ def applies_only_with(
     present: bool,
     hint: str | None = None,
     why: str = "",
+    flag: str | None = None,
 ) -> None:
     """Option `name` acts only with `needed` (a flag, or what it names): given without it,
-    refused (it was passed over without a word); `why` is said in brackets."""
+    refused (it was passed over without a word); `why` is said in brackets; `flag`: how the
+    option is spelt, where not --NAME (a --x/--no-x switch)."""
     if given(ctx, name) and not present:
-        flag = "--" + name.replace("_", "-")
+        flag = flag or "--" + name.replace("_", "-")
         raise ConfigError(
             f"{flag} applies with {needed} only" + (f" ({why})" if why else ""),
             hint=hint or f"add {needed}, or drop {flag}",

@@ -146,6 +146,21 @@ def test_refusals_come_before_any_work(uploads, cli, args, says):
     assert "Traceback" not in res.output
 
 
+@pytest.mark.parametrize(
+    ("kind", "args", "says"),
+    [
+        ("overfit", ["--steps", "3"], "--steps applies with decoder uploads only"),
+        ("overfit", ["--no-reference"], "--[no-]reference applies with decoder uploads only"),
+        ("decoder", ["--shadows", "2"], "--shadows applies with classifier uploads only"),
+    ],
+)
+def test_an_attacks_options_on_uploads_it_does_not_attack_are_refused(uploads, cli, kind, args,
+                                                                       says):  # fmt: skip
+    # They were passed over: the report of an audit with them equalled one without.
+    res = cli("audit", str(uploads[kind]), *args)
+    assert res.exit_code == 2 and says in " ".join(res.output.split()), res.output
+
+
 def test_one_upload_named_twice_is_refused(uploads, cli):
     """It was audited twice, its attackers' models trained twice."""
     path = uploads["overfit"]
