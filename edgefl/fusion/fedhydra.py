@@ -55,7 +55,7 @@ tests/fusion/test_datafree.py has a test for each):
   `distill_target`), a target of the image alone (bench/results/fashion_fedhydra_targets.md).
   Since the late-student average and the smoothness prior, that holds at moderate skew only:
   where the declared label counts' Cramer's V reaches `target_skew` (Dir(0.1)) Eq. 19's target
-  led by 7-16 points, and `by-skew` distils it there
+  led by 7-17 points, and `by-skew` distils it there
   (bench/results/fedhydra_distill_target_gate_1205.md).
 - On images the student's accuracy swings 5-15 points from one epoch to the next, and the
   held-out synthetic images (a few dozen the teachers agree on) pick a late epoch little better
@@ -214,7 +214,7 @@ class FedHydraConfig(GeneratorConfig):
     # Why not Eq. 19's everywhere: the module docstring. Fresh FedHydra Table 1 cells by the
     # Cramer's V of their declared counts (bench/results/fedhydra_distill_target_gate_1205.md):
     # at 0.58-0.82 the image target led by 1.1-2.8 points, at 0.83 Eq. 19's by 1.1, at
-    # 0.84-0.97 by 7-16 (Fashion and MNIST Dir(0.1), 1-3 fusion seeds a cell). The threshold
+    # 0.84-0.97 by 7-17 (Fashion and MNIST Dir(0.1), 1-3 fusion seeds a cell). The threshold
     # sits between 0.816 and 0.841, where the sign changed: chosen on those cells.
     distill_target: str = option(
         "by-skew",
