@@ -44,6 +44,15 @@ def _saved_by_search(searched: dict):
     return own
 
 
+def _check_applies(ctx: typer.Context, save: str | None, json_out: bool, quiet: bool) -> None:
+    """--overwrite acts with --save only, --top on the printed table only."""
+    applies_only_with(ctx, "overwrite", "--save", save is not None)
+    shown = "--json" if json_out else "-q" if quiet else None
+    if shown and given(ctx, "top"):
+        raise ConfigError(f"--top sizes the candidate table, which {shown} does not print",
+                          hint=f"drop --top, or {shown}")  # fmt: skip
+
+
 def search_cmd(
     ctx: typer.Context,
     profile: str = typer.Option(..., help="Profile name or TOML path: the hard budget."),
@@ -93,11 +102,7 @@ def search_cmd(
     from edgefl.search import PSOConfig
 
     check_counts(top=top, batch_size=batch_size)
-    applies_only_with(ctx, "overwrite", "--save", save is not None)
-    shown = "--json" if json_out else "-q" if quiet else None
-    if shown and given(ctx, "top"):
-        raise ConfigError(f"--top sizes the candidate table, which {shown} does not print",
-                          hint=f"drop --top, or {shown}")  # fmt: skip
+    _check_applies(ctx, save, json_out, quiet)
     searched = {
         "profile": profile,
         "dataset": dataset,

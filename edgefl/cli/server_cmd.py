@@ -89,6 +89,18 @@ def method_options(
     return layer(methods, budget, shared, targeted)
 
 
+def _check_data_dir(ctx: typer.Context, plans, reads: bool) -> None:
+    """--data-dir is read by --eval, --for or a method's public data only."""
+    public = any(p.method.public_data and p.config.public_args() for p in plans)
+    applies_only_with(
+        ctx,
+        "data_dir",
+        "--eval, --for or a method that reads public data",
+        reads or public,
+        hint="add --eval DATASET[:SPLIT], or drop --data-dir",
+    )
+
+
 @app.command("fuse", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 def fuse_cmd(
     ctx: typer.Context,
@@ -194,14 +206,7 @@ def fuse_cmd(
         )
         for m, target in zip(methods, targets, strict=True)
     ]
-    public = any(p.method.public_data and p.config.public_args() for p in plans)
-    applies_only_with(
-        ctx,
-        "data_dir",
-        "--eval, --for or a method that reads public data",
-        bool(eval_ref or for_classes or public),
-        hint="add --eval DATASET[:SPLIT], or drop --data-dir",
-    )
+    _check_data_dir(ctx, plans, bool(eval_ref or for_classes))
     resolve_device(device)
     cap = {} if max_upload_bytes is None else {"max_upload_bytes": max_upload_bytes}
     with reporter(quiet) as watch:
