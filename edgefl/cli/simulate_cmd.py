@@ -289,7 +289,6 @@ def simulate_cmd(
         dp=dp,
         label_counts=label_counts,
     )
-    job.validate()
     check_role_options(job)
     with reporter(quiet) as watch:
         results = simulate(job, log=watch.message, progress=watch, trainer=trainer)
