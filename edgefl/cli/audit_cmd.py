@@ -15,7 +15,14 @@ import typer
 from rich.table import Table
 
 from edgefl import __version__
-from edgefl.cli.common import QUIET, applies_only_with, console, print_json, upload_text
+from edgefl.cli.common import (
+    QUIET,
+    applies_only_with,
+    check_data_dir,
+    console,
+    print_json,
+    upload_text,
+)
 from edgefl.errors import ConfigError
 
 REPORT_KEY = "edgefl_audit"  # what marks a JSON file as an audit report (--out replaces only one)
@@ -80,6 +87,8 @@ def audit_cmd(
         seed=seed,
     )
     _check_distinct(uploads)
+    if dataset is not None:  # without it each upload names a registered dataset
+        check_data_dir(data_dir, {"--dataset": dataset})
     if out is not None:
         _check_out(Path(out))
     targets = [open_target(path, data_dir, dataset) for path in uploads]  # every check first

@@ -15,6 +15,7 @@ from edgefl.cli.common import (
     QUIET,
     applies_only_with,
     check_counts,
+    check_data_dir,
     console,
     fmt_bytes,
     fmt_count,
@@ -222,6 +223,7 @@ def train_cmd(
     from edgefl.models.parse import load_spec_file
 
     check_request(dp, label_counts)  # a bad --dp or --label-counts: before anything loads
+    check_data_dir(data_dir, {"--dataset": dataset})
     _check_applies(ctx, search=search, model=model or spec)
     if spec is not None:
         if model is not None or search is not None:
@@ -541,6 +543,7 @@ def predict_cmd(
     from edgefl.client.run import ClientJob
 
     _check_force(ctx, model, named="--model")
+    check_data_dir(data_dir, {"--dataset": dataset, "--public": public})
     public_size = _carved_size(public, public_size)
 
     job = ClientJob(
@@ -610,6 +613,7 @@ def prototypes_cmd(
     """Train locally, then upload per held class the mean representation and count (FedGH)."""
     from edgefl.client.run import ClientJob
 
+    check_data_dir(data_dir, {"--dataset": dataset})
     job = ClientJob(
         profile=profile,
         dataset=dataset,

@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 from rich.markup import escape
 
-from edgefl.cli.common import MAKES_FOLDERS, console, err_console, given, print_json
+from edgefl.cli.common import MAKES_FOLDERS, check_data_dir, console, err_console, given, print_json
 from edgefl.cli.wide_tables import Col, blocks
 from edgefl.errors import ConfigError
 
@@ -181,6 +181,8 @@ def _split(dataset: str, num_clients: int, parsed, seed: int, data_dir, download
     data each client holds (a draw of users is named, not hidden; None otherwise)."""
     from edgefl.data import client_users, label_count_matrix, load_dataset, partition
 
+    check_data_dir(data_dir, {"--dataset": dataset})
+    check_data_dir(download, {"--dataset": dataset}, flag="--download")
     ds = load_dataset(dataset, "train", data_dir=data_dir, download=download)
     parts = partition(ds.y, num_clients, parsed, seed, num_classes=ds.num_classes, groups=ds.groups)
     counts = label_count_matrix(ds.y, parts, ds.num_classes)

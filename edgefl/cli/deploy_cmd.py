@@ -11,6 +11,7 @@ from edgefl.cli.common import (
     QUIET,
     applies_only_with,
     check_counts,
+    check_data_dir,
     console,
     err_console,
     print_json,
@@ -53,6 +54,8 @@ def deploy_cmd(
 
     check_counts(eval_samples=eval_samples)
     applies_only_with(ctx, "eval_samples", "--eval DATASET[:SPLIT]", eval_ref is not None)
+    check_data_dir(data_dir, {"--calibrate": calibrate, "--eval": eval_ref}, "--calibrate or "
+                   "--eval", hint="add --eval DATASET[:SPLIT], or drop --data-dir")  # fmt: skip
     start = time.perf_counter()
 
     def status(message: str) -> None:

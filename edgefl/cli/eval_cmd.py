@@ -6,7 +6,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from edgefl.cli.common import console, print_json, upload_text
+from edgefl.cli.common import check_data_dir, console, print_json, upload_text
 
 
 def register(app: typer.Typer) -> None:
@@ -64,6 +64,7 @@ def eval_cmd(
     from edgefl.outputs import check_png_out
 
     name, split = _split_of(dataset, split)
+    check_data_dir(data_dir, {"--dataset": name})
     if plot:
         check_png_out(plot, "--plot", "confusion.png")  # before the evaluation, not after
     art = _read_model(model)

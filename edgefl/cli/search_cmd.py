@@ -14,6 +14,7 @@ from edgefl.cli.common import (
     QUIET,
     applies_only_with,
     check_counts,
+    check_data_dir,
     console,
     fmt_bytes,
     fmt_count,
@@ -45,8 +46,10 @@ def _saved_by_search(searched: dict):
 
 
 def _check_applies(ctx: typer.Context, save: str | None, json_out: bool, quiet: bool) -> None:
-    """--overwrite acts with --save only, --top on the printed table only."""
+    """--overwrite acts with --save only, --top on the printed table only, --data-dir on a
+    registered dataset only."""
     applies_only_with(ctx, "overwrite", "--save", save is not None)
+    check_data_dir(ctx.params["data_dir"], {"--dataset": ctx.params["dataset"]})
     shown = "--json" if json_out else "-q" if quiet else None
     if shown and given(ctx, "top"):
         raise ConfigError(f"--top sizes the candidate table, which {shown} does not print",

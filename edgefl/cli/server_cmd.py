@@ -12,7 +12,7 @@ from edgefl.cli.common import (
     FOR_SAMPLES,
     MAKES_FOLDERS,
     QUIET,
-    applies_only_with,
+    check_data_dir,
     check_for_flags,
     console,
     distinct_names,
@@ -89,16 +89,16 @@ def method_options(
     return layer(methods, budget, shared, targeted)
 
 
-def _check_data_dir(ctx: typer.Context, plans, reads: bool) -> None:
-    """--data-dir is read by --eval, --for or a method's public data only."""
-    public = any(p.method.public_data and p.config.public_args() for p in plans)
-    applies_only_with(
-        ctx,
-        "data_dir",
-        "--eval, --for or a method that reads public data",
-        reads or public,
-        hint="add --eval DATASET[:SPLIT], or drop --data-dir",
-    )
+def _check_data_dir(data_dir: str | None, plans, eval_ref: str | None) -> None:
+    """--data-dir is read by --eval and a method's public data only (--for distils on the
+    method's own samples or inversions), and by those only where they name a registered
+    dataset."""
+    refs = {"--eval": eval_ref}
+    for p in plans:
+        if p.method.public_data and p.config.public_args():
+            refs[f"{p.method.name}'s public set"] = p.config.public
+    check_data_dir(data_dir, refs, "--eval or a method that reads public data",
+                   hint="add --eval DATASET[:SPLIT], or drop --data-dir")  # fmt: skip
 
 
 @app.command("fuse", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
@@ -206,7 +206,7 @@ def fuse_cmd(
         )
         for m, target in zip(methods, targets, strict=True)
     ]
-    _check_data_dir(ctx, plans, bool(eval_ref or for_classes))
+    _check_data_dir(data_dir, plans, eval_ref)
     resolve_device(device)
     cap = {} if max_upload_bytes is None else {"max_upload_bytes": max_upload_bytes}
     with reporter(quiet) as watch:

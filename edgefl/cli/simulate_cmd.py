@@ -14,6 +14,7 @@ from edgefl.cli.common import (
     MAKES_FOLDERS,
     QUIET,
     applies_only_with,
+    check_data_dir,
     check_for_flags,
     console,
     distinct_names,
@@ -308,6 +309,7 @@ def _check_applies(ctx: typer.Context, paper_models: bool, for_classes: str | No
     from edgefl.errors import ConfigError
 
     check_for_flags(ctx, for_classes)
+    check_data_dir(ctx.params["data_dir"], {"--dataset": ctx.params["dataset"]})
     applies_only_with(ctx, "paper_classifier", "--paper-models", paper_models)
     if paper_models and given(ctx, "max_classifier_macs"):
         raise ConfigError(
