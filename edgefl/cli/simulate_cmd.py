@@ -290,7 +290,8 @@ def simulate_cmd(
         dp=dp,
         label_counts=label_counts,
     )
-    check_role_options(job)
+    flags = ("paper_models", "paper_classifier", "max_classifier_macs")
+    check_role_options(job, frozenset("--" + f.replace("_", "-") for f in flags if given(ctx, f)))
     with reporter(quiet) as watch:
         results = simulate(job, log=watch.message, progress=watch, trainer=trainer)
     if json_out:

@@ -289,10 +289,23 @@ def refused_by_kinds(job: SimJob) -> dict[str, FusionError]:
     }
 
 
-def check_role_options(job: SimJob) -> None:
+def check_role_options(job: SimJob, given: frozenset[str] = frozenset()) -> None:
     """--classifier-* / --generator-* set one role's training: with no client of that role in
-    the plan they were passed over (the CLI's check; a table's settings name both roles)."""
-    kinds = set(_roles(job)[2].values())
+    the plan they were passed over (the CLI's check; a table's settings name both roles).
+    `given`: which of --paper-models, --paper-classifier, --max-classifier-macs the user
+    gave; each picks the models of classes --client-model leaves unnamed, and is refused
+    where it names them all (the caps: all its classifier classes)."""
+    _, _, roles = _roles(job)
+    unnamed = {r for p, r in roles.items() if p not in job.client_models}
+    for flag in sorted(given):
+        whose = "device class" if flag == "--paper-models" else "classifier class"
+        if not (unnamed if flag == "--paper-models" else "classifier" in unnamed):
+            raise ConfigError(
+                f"{flag} picks the models of the device classes --client-model does not name, "
+                f"and --client-model names every {whose} of --mix {job.mix}",
+                hint=f"drop {flag}, or a --client-model",
+            )
+    kinds = set(roles.values())
     present = {"classifier": "classifier" in kinds, "generator": bool(kinds - {"classifier"})}
     for role, name, other in (("classifier", "classifier", "smartphone"),
                               ("generator", "CVAE", "wristband")):  # fmt: skip
