@@ -213,7 +213,8 @@ def simulate_cmd(
     public_size: int | None = typer.Option(
         None,
         help="Unlabeled public samples carved from train for methods that use them "
-        "(default 5,000 when one does).",
+        "(default 5,000 when one does; given, carved even when none does, so the clients' "
+        "shards are those of a run with one: `reproduce` carves so in every setting).",
     ),
     fuse_opt: list[str] = typer.Option(
         [], "--fuse-opt", help="METHOD:key=value, e.g. fedmho-md:epochs=10."
