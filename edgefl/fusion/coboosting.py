@@ -52,6 +52,7 @@ from edgefl.fusion.generator import (
     GeneratorConfig,
     ReplayPool,
     draw_committee,
+    first_student,
     kl_at,
     make_generator,
     sample_noise,
@@ -312,7 +313,7 @@ def fuse(ctx: FusionContext, cfg: CoBoostingConfig) -> FusionResult:
     dev = ctx.device
     rng = torch.Generator().manual_seed(cfg.seed)
     bn = BNStatLoss(teachers) if cfg.bn_weight else None
-    spec, student = ctx.student(cfg.student)
+    spec, student = first_student(ctx, cfg, uploads, "coboosting")
     opt_s = torch.optim.SGD(student.parameters(), lr=cfg.lr, momentum=cfg.momentum)
     w = torch.full((len(teachers),), 1.0 / len(teachers), device=dev)
     pool = ReplayPool(cfg.pool_size)

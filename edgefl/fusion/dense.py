@@ -37,6 +37,7 @@ from edgefl.fusion.generator import (
     BNStatLoss,
     GeneratorConfig,
     committee,
+    first_student,
     kl_at,
     make_generator,
     sample_noise,
@@ -105,7 +106,7 @@ def fuse(ctx: FusionContext, cfg: DenseConfig) -> FusionResult:
     dev = ctx.device
     rng = torch.Generator().manual_seed(cfg.seed)
     bn = BNStatLoss(teachers)
-    spec, student = ctx.student(cfg.student)
+    spec, student = first_student(ctx, cfg, uploads, "dense")
     gen = make_generator(cfg.nz, cfg.ngf, ctx.input_shape, cfg.seed, dev)
     opt_g = torch.optim.Adam(gen.parameters(), lr=cfg.gen_lr)
     opt_s = torch.optim.SGD(student.parameters(), lr=cfg.lr, momentum=cfg.momentum)

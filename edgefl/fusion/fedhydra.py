@@ -88,6 +88,7 @@ from edgefl.fusion.generator import (
     SyntheticValidation,
     WeightAverage,
     draw_committee,
+    first_student,
     kl_at,
     make_generator,
     sample_noise,
@@ -442,14 +443,21 @@ class Hasa:
     (`rng`: noise, rehearsal draws and jitter, in that order every epoch)."""
 
     def __init__(
-        self, ctx: FusionContext, cfg: FedHydraConfig, teachers, u_r, u_c, skew: float | None = None
+        self,
+        ctx: FusionContext,
+        cfg: FedHydraConfig,
+        teachers,
+        u_r,
+        u_c,
+        skew: float | None = None,
+        uploads=(),
     ):
         dev = ctx.device
         self.ctx, self.cfg, self.teachers = ctx, cfg, teachers
         self.u_r = torch.tensor(u_r, dtype=torch.float32, device=dev)
         self.u_c = torch.tensor(u_c, dtype=torch.float32, device=dev)
         self.bn = BNStatLoss(teachers)
-        self.spec, self.student = ctx.student(cfg.student)
+        self.spec, self.student = first_student(ctx, cfg, list(uploads), "fedhydra")
         # Alg. 1 line 11: a new generator for HASA (seed + 1: not the stratification's init).
         self.gen = make_generator(cfg.nz, cfg.ngf, ctx.input_shape, cfg.seed + 1, dev)
         self.opt_g = torch.optim.Adam(self.gen.parameters(), lr=cfg.gen_lr)
@@ -605,7 +613,7 @@ def stratified_target(cfg: FedHydraConfig, skew: float | None) -> bool:
 def fuse(ctx: FusionContext, cfg: FedHydraConfig) -> FusionResult:
     uploads, teachers = seeded_teachers(ctx, cfg, TEACHER_COST)
     strata = stratification(ctx, cfg, uploads, teachers)
-    game = Hasa(ctx, cfg, teachers, strata.u_r, strata.hasa_u_c, strata.skew)
+    game = Hasa(ctx, cfg, teachers, strata.u_r, strata.hasa_u_c, strata.skew, uploads)
     ctx.log(
         f"the student distils the {'stratified' if game.by_target else 'class-weighted'} target"
     )

@@ -21,6 +21,8 @@ from torch import nn
 from torch.nn import functional as F
 from torch.utils.checkpoint import checkpoint
 
+from edgefl.errors import ConfigError
+from edgefl.fusion.averaging import average_classifiers, one_architecture
 from edgefl.fusion.caps import (
     MAX_TEACHERS,
     MAX_TEACHERS_HELP,
@@ -47,6 +49,16 @@ class GeneratorConfig(FusionConfig):
         "auto",
         "zoo architecture of the global model (the student (auto: cnn on images, "
         "cnn1d on sensor windows)",
+    )
+    # The papers' students start fresh. FedDF (and FedFTG, Zhang et al. 2022, for data-free
+    # fine-tuning) start from the uploads' parameter average, which needs one architecture and
+    # one initialisation on every client (edgefl's federations hand out one init seed).
+    init: str = option(
+        "fresh",
+        "fresh student (the papers'), or average: the parameter average of the largest group "
+        "of same-architecture classifier uploads (FedDF's start; the student takes their "
+        "architecture)",
+        choices=("fresh", "average"),
     )
     epochs: int = option(30, "epochs: generator steps, then distillation (paper: 200)", low=1)
     batch_size: int = option(
@@ -75,6 +87,15 @@ class GeneratorConfig(FusionConfig):
     # FedMHO and FedCVAE-ENS keep the clients' jitter.
     augment: str = option("none", STUDENT_JITTER_HELP, choices=("clients", *AUGMENT))
     max_teachers: int = option(MAX_TEACHERS, MAX_TEACHERS_HELP, low=0)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.init == "average" and self.student != "auto":  # it would be passed over
+            raise ConfigError(
+                f"student={self.student} names a fresh student; init=average starts from the "
+                "uploads' average, in their architecture",
+                hint="drop the student option, or use init=fresh",
+            )
 
 
 PAPER_GENERATOR = {"epochs": 200, "batch_size": 256, "gen_steps": 30, "ngf": 64}
@@ -173,6 +194,17 @@ def seeded_teachers(ctx, cfg, cost: str) -> tuple[list, list[nn.Module]]:
     uploads = ctx.require("classifier", at_most=upload_cap(cfg), cost=cost, scale=scale)
     torch.manual_seed(cfg.seed)
     return uploads, frozen_teachers(uploads, ctx.device)
+
+
+def first_student(ctx, cfg, uploads, method: str):
+    """(spec, module) of the student as `cfg.init` starts it: fresh as `cfg.student` names
+    it, or the average of the largest same-architecture group of `uploads` (the rest stay
+    teachers: the average is where the student starts, not whom it learns from)."""
+    if cfg.init != "average":
+        return ctx.student(cfg.student)
+    kept, _ = one_architecture(uploads, f"{method} --opt init=average")
+    spec, student = average_classifiers(kept, f"{method} --opt init=average")
+    return spec, student.to(ctx.device)
 
 
 def sample_noise(rng: torch.Generator, n: int, nz: int, num_classes: int, device):
