@@ -817,3 +817,27 @@ def test_dense_pools_the_teachers_mean_softmax_by_probabilities():
             torch.testing.assert_close(target, outs.mean(0))
         else:
             torch.testing.assert_close(target.softmax(-1), outs.softmax(-1).mean(0))
+
+
+@pytest.mark.parametrize("method", ["dense", "coboosting", "fedhydra"])
+def test_init_average_starts_the_student_at_the_uploads_parameter_average(two_cnns, method):
+    """--opt init=average: the student starts at the plain mean of the two `cnn` uploads'
+    weights (one architecture, one init seed), not at a fresh draw; student= beside it is
+    refused (it would be passed over)."""
+    from edgefl.fusion.base import FusionContext
+    from edgefl.fusion.generator import first_student
+    from edgefl.server.ingest import ingest
+
+    uploads = ingest(two_cnns, max_upload_bytes=1 << 26).uploads
+    ctx = FusionContext(uploads, device=torch.device("cpu"), seed=0, method=method)
+    cnns = ctx.require("classifier")  # the decoders beside them are no start
+    make = METHODS.get(method).make_config
+    _, student = first_student(ctx, make({"init": "average"}), cnns, method)
+    _, fresh = first_student(ctx, make({}), cnns, method)
+    states = [u.module.state_dict() for u in cnns]
+    assert len(states) == 2
+    for name, value in student.state_dict().items():
+        torch.testing.assert_close(value, sum(s[name] for s in states) / len(states))
+    assert not torch.equal(fresh.state_dict()[name], value)
+    with pytest.raises(ConfigError, match="init=average starts from the uploads' average"):
+        make({"init": "average", "student": "cnn"})
