@@ -81,6 +81,8 @@ from edgefl.errors import FusionError
 from edgefl.fusion.base import FusionContext, FusionResult, Method, fedhydra_table1
 from edgefl.fusion.caps import COMMITTEE_HELP, check_committee
 from edgefl.fusion.generator import (
+    INIT_CHOICES,
+    INIT_HELP,
     PAPER_GENERATOR,
     BNStatLoss,
     GeneratorConfig,
@@ -254,6 +256,12 @@ class FedHydraConfig(GeneratorConfig):
         "the held-out images can tell the epochs apart (1: always the average)",
         low=0,
         high=1,
+    )
+    # Started from the uploads' average (FedDF's start) on five Fashion Table 1 cells: +3.1 /
+    # -0.1 / +0.7 / +4.4 / +5.8 at Dir(0.5) s0, Dir(0.3) s0 / s2, Dir(0.1) s1 / s0
+    # (bench/results/fedhydra_init_average_1205.md). Measured there, so by dataset.
+    init: str | None = option(
+        None, INIT_HELP, otherwise="fresh", by_dataset={"fmnist": "average"}, choices=INIT_CHOICES
     )
     epochs: int = option(24, "epochs: generator steps, then distillation (paper: 200)", low=1)
     heatmap: str | None = option(
@@ -801,6 +809,7 @@ METHOD = Method(
             "distill_target": "stratified",
             "average_from": 1.0,
             "smooth": 0.0,
+            "init": "fresh",
         }
     },
 )

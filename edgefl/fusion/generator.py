@@ -35,6 +35,12 @@ from edgefl.fusion.options import option
 from edgefl.fusion.student import AUGMENT, STUDENT_JITTER_HELP
 from edgefl.fusion.teachers import evaluation_form
 
+INIT_HELP = (
+    "fresh student (the papers'), or average: the parameter average of the largest group of "
+    "same-architecture classifier uploads (FedDF's start; the student takes their architecture)"
+)
+INIT_CHOICES = ("fresh", "average")
+
 
 @dataclass(frozen=True)
 class GeneratorConfig(FusionConfig):
@@ -53,13 +59,7 @@ class GeneratorConfig(FusionConfig):
     # The papers' students start fresh. FedDF (and FedFTG, Zhang et al. 2022, for data-free
     # fine-tuning) start from the uploads' parameter average, which needs one architecture and
     # one initialisation on every client (edgefl's federations hand out one init seed).
-    init: str = option(
-        "fresh",
-        "fresh student (the papers'), or average: the parameter average of the largest group "
-        "of same-architecture classifier uploads (FedDF's start; the student takes their "
-        "architecture)",
-        choices=("fresh", "average"),
-    )
+    init: str = option("fresh", INIT_HELP, choices=INIT_CHOICES)
     epochs: int = option(30, "epochs: generator steps, then distillation (paper: 200)", low=1)
     batch_size: int = option(
         64, "samples synthesised per step, and the distillation batch (paper: 256)", low=1
@@ -92,9 +92,10 @@ class GeneratorConfig(FusionConfig):
         super().__post_init__()
         if self.init == "average" and self.student != "auto":  # it would be passed over
             raise ConfigError(
-                f"student={self.student} names a fresh student; init=average starts from the "
+                f"student={self.student} names a fresh student, and init is average (given, "
+                "or this method's default on this dataset): the student starts from the "
                 "uploads' average, in their architecture",
-                hint="drop the student option, or use init=fresh",
+                hint="add --opt init=fresh to train that student fresh, or drop the student",
             )
 
 

@@ -839,5 +839,23 @@ def test_init_average_starts_the_student_at_the_uploads_parameter_average(two_cn
     for name, value in student.state_dict().items():
         torch.testing.assert_close(value, sum(s[name] for s in states) / len(states))
     assert not torch.equal(fresh.state_dict()[name], value)
-    with pytest.raises(ConfigError, match="init=average starts from the uploads' average"):
+    with pytest.raises(ConfigError, match="the student starts from the uploads' average"):
         make({"init": "average", "student": "cnn"})
+
+
+def test_fedhydra_starts_from_the_average_on_fashion_only():
+    """FedHydra's init defaults by dataset where it was measured (Fashion-MNIST: average);
+    elsewhere and in the paper budget fresh. A student named beside the Fashion default is
+    refused with the fix, not passed over."""
+    from edgefl.fusion.options import effective
+
+    method = METHODS.get("fedhydra")
+    assert effective(method.make_config({}), (1, 28, 28), "fmnist").init == "average"
+    assert effective(method.make_config({}), (1, 28, 28), "mnist").init == "fresh"
+    assert effective(method.make_config({}), (6, 128), None).init == "fresh"
+    paper = method.make_config(method.budgets["paper"])
+    assert effective(paper, (1, 28, 28), "fmnist").init == "fresh"
+    assert effective(method.make_config({"init": "fresh", "student": "cnn"}), (1, 28, 28),
+                     "fmnist").student == "cnn"  # fmt: skip
+    with pytest.raises(ConfigError, match="add --opt init=fresh"):
+        effective(method.make_config({"student": "cnn"}), (1, 28, 28), "fmnist")
