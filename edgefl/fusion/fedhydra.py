@@ -259,7 +259,8 @@ class FedHydraConfig(GeneratorConfig):
     )
     # Started from the uploads' average (FedDF's start) on five Fashion Table 1 cells: +3.1 /
     # -0.1 / +0.7 / +4.4 / +5.8 at Dir(0.5) s0, Dir(0.3) s0 / s2, Dir(0.1) s1 / s0
-    # (bench/results/fedhydra_init_average_1205.md). Measured there, so by dataset.
+    # (bench/results/fedhydra_init_average_1205.md); the Table 1 row 74.37 / 72.54 / 59.51 ->
+    # 77.21 / 73.93 / 61.95. MNIST (+2.3 on three cells) was not rerun row-wide: by dataset.
     init: str | None = option(
         None, INIT_HELP, otherwise="fresh", by_dataset={"fmnist": "average"}, choices=INIT_CHOICES
     )
