@@ -13,6 +13,7 @@ from rich.markup import escape
 from rich.segment import Segment
 
 from edgefl.bounds import Range
+from edgefl.data.datasets import check_data_dir  # noqa: F401 (the commands import it here)
 from edgefl.errors import ConfigError
 from edgefl.progress import one_line, printable
 
@@ -155,34 +156,6 @@ def applies_only_with(
             f"{flag} applies with {needed} only" + (f" ({why})" if why else ""),
             hint=hint or f"add {needed}, or drop {flag}",
         )
-
-
-def check_data_dir(
-    data_dir: object,
-    refs: dict[str, str | None],
-    needed: str = "",
-    hint: str = "",
-    flag: str = "--data-dir",
-) -> None:
-    """--data-dir (`flag`: or --download) serves registered datasets only: refused where no
-    dataset in `refs` (each flag and the dataset it names, None where not given) is one, so
-    nothing reads it; `needed`/`hint`: what would, said where no dataset was named at all."""
-    from edgefl.data.datasets import looks_like_path, parse_dataset_ref
-
-    if data_dir is None or data_dir is False:
-        return
-    named = {f: str(r) for f, r in refs.items() if r}
-    if any(not looks_like_path(parse_dataset_ref(r)[0]) for r in named.values()):
-        return
-    if not named:
-        raise ConfigError(f"{flag} applies with {needed} only", hint=hint or f"drop {flag}")
-    paths = " and ".join(f"{f} {r}" for f, r in named.items())
-    what = "names a file or folder" if len(named) == 1 else "name files or folders"
-    raise ConfigError(
-        f"{flag} acts on a registered dataset only, and {paths} {what} of your own, read "
-        "from the path given",
-        hint=f"drop {flag}",
-    )
 
 
 def check_for_flags(ctx: typer.Context, for_classes: str | None) -> None:

@@ -146,6 +146,32 @@ def parse_dataset_ref(ref: str | os.PathLike) -> tuple[str, str | None]:
     return (ref, None) if looks_like_path(ref) else (ref.lower(), None)
 
 
+def check_data_dir(
+    data_dir: object,
+    refs: dict[str, str | None],
+    needed: str = "",
+    hint: str = "",
+    flag: str = "--data-dir",
+) -> None:
+    """--data-dir (`flag`: or --download, the Flower app's data-dir) serves registered datasets
+    only: refused where no dataset in `refs` (each flag and the dataset it names, None where not
+    given) is one, so nothing reads it; `needed`/`hint`: what would, where none was named."""
+    if data_dir is None or data_dir is False:
+        return
+    named = {f: str(r) for f, r in refs.items() if r}
+    if any(not looks_like_path(parse_dataset_ref(r)[0]) for r in named.values()):
+        return
+    if not named:
+        raise ConfigError(f"{flag} applies with {needed} only", hint=hint or f"drop {flag}")
+    paths = " and ".join(f"{f} {r}" for f, r in named.items())
+    what = "names a file or folder" if len(named) == 1 else "name files or folders"
+    raise ConfigError(
+        f"{flag} acts on a registered dataset only, and {paths} {what} of your own, read "
+        "from the path given",
+        hint=f"drop {flag}",
+    )
+
+
 def default_data_dir() -> Path:
     """Where `--download` puts a dataset's files when no data_dir is given (the first folder of
     the search path, `edgefl.data.locate`)."""

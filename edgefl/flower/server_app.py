@@ -27,6 +27,7 @@ import numpy as np
 
 import exporters
 from edgefl.client.privacy import check_request
+from edgefl.data.datasets import check_data_dir
 from edgefl.data.public import load_public
 from edgefl.errors import ConfigError, EdgeflError
 from edgefl.flower import wire
@@ -131,9 +132,9 @@ def _run_number(config: dict[str, Any], key: str) -> float:
         ) from None
 
 
-def run_round(grid, run_config: dict[str, Any], log=print) -> dict[str, Any]:
-    """The ServerApp's whole work; returns what it wrote to out-dir/federation.json."""
-    config = DEFAULTS | {k: v for k, v in run_config.items() if k in DEFAULTS}
+def _checked(config: dict[str, Any]) -> tuple[list[str], Path, int]:
+    """Every run-config setting refused before any node trains -> (methods, out-dir, the
+    largest upload in bytes)."""
     methods = [m.strip() for m in str(config["methods"]).split(",") if m.strip()]
     out_dir = Path(config["out-dir"])
     for m in methods:  # refuse a bad name or folder before any node trains
@@ -148,6 +149,22 @@ def run_round(grid, run_config: dict[str, Any], log=print) -> dict[str, Any]:
             "run config max-epsilon", max_epsilon, hint="e.g. max-epsilon = 8 (0: no limit)"
         )
     _run_number(config, "deadline-s")
+    # The server reads data-dir for eval and the public set only; the nodes their own.
+    check_data_dir(
+        config["data-dir"] or None,
+        {"eval": config["eval"] or None, "public": config["public"] or None},
+        "eval or public",
+        'drop data-dir from the run config, or set eval (e.g. eval = "mnist:test"); each '
+        "SuperNode reads its dataset from its own --node-config data-dir",
+        flag="run config data-dir",
+    )
+    return methods, out_dir, max_bytes
+
+
+def run_round(grid, run_config: dict[str, Any], log=print) -> dict[str, Any]:
+    """The ServerApp's whole work; returns what it wrote to out-dir/federation.json."""
+    config = DEFAULTS | {k: v for k, v in run_config.items() if k in DEFAULTS}
+    methods, out_dir, max_bytes = _checked(config)
     nodes = _enough_nodes(grid, config, log)
     public = _public(config)
     got = collect(

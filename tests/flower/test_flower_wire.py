@@ -225,6 +225,17 @@ class NoNodes:
         # refused at the fusion, after every node had trained ("abc": a traceback)
         ({"methods": "fedavg", "max-epsilon": -1}, "run config max-epsilon must be > 0"),
         ({"methods": "fedavg", "max-epsilon": "abc"}, "max-epsilon must be a number"),
+        # the server reads data-dir for eval and the public set only (it was passed over)
+        ({"methods": "fedavg", "data-dir": "/d"}, "run config data-dir applies with eval or"),
+        (
+            {"methods": "fedavg", "data-dir": "/d", "eval": "./mine.npz:test"},
+            "run config data-dir acts on a registered dataset only, and eval ./mine.npz:test",
+        ),
+        # with a registered dataset to read it, the round goes on to wait for nodes
+        (
+            {"methods": "fedavg", "data-dir": "/d", "eval": "mnist:test", "wait-nodes-s": 0.0},
+            "no SuperNode connected",
+        ),
     ],
 )
 def test_a_failed_round_says_why_in_the_out_dir_too(tmp_path, config, says):
