@@ -313,7 +313,7 @@ def fuse(ctx: FusionContext, cfg: CoBoostingConfig) -> FusionResult:
     dev = ctx.device
     rng = torch.Generator().manual_seed(cfg.seed)
     bn = BNStatLoss(teachers) if cfg.bn_weight else None
-    spec, student = first_student(ctx, cfg, uploads, "coboosting")
+    spec, student, start = first_student(ctx, cfg, uploads, "coboosting")
     opt_s = torch.optim.SGD(student.parameters(), lr=cfg.lr, momentum=cfg.momentum)
     w = torch.full((len(teachers),), 1.0 / len(teachers), device=dev)
     pool = ReplayPool(cfg.pool_size)
@@ -366,7 +366,7 @@ def fuse(ctx: FusionContext, cfg: CoBoostingConfig) -> FusionResult:
         )
     if bn is not None:
         bn.remove()
-    return FusionResult(student.eval(), spec, _info(uploads, hist, pool))
+    return FusionResult(student.eval(), spec, _info(uploads, hist, pool) | {"student_start": start})
 
 
 def _said(weights: list[float]) -> str:

@@ -106,7 +106,7 @@ def fuse(ctx: FusionContext, cfg: DenseConfig) -> FusionResult:
     dev = ctx.device
     rng = torch.Generator().manual_seed(cfg.seed)
     bn = BNStatLoss(teachers)
-    spec, student = first_student(ctx, cfg, uploads, "dense")
+    spec, student, start = first_student(ctx, cfg, uploads, "dense")
     gen = make_generator(cfg.nz, cfg.ngf, ctx.input_shape, cfg.seed, dev)
     opt_g = torch.optim.Adam(gen.parameters(), lr=cfg.gen_lr)
     opt_s = torch.optim.SGD(student.parameters(), lr=cfg.lr, momentum=cfg.momentum)
@@ -144,6 +144,7 @@ def fuse(ctx: FusionContext, cfg: DenseConfig) -> FusionResult:
         "bn_teachers": [uploads[k].client_id for k in bn.with_bn],
         "synthetic_pool": sum(len(p) for p in pool_x),
         "loss_history": hist,
+        "student_start": start,
     }
     return FusionResult(student, spec, info)
 

@@ -260,7 +260,8 @@ class FedHydraConfig(GeneratorConfig):
     # Started from the uploads' average (FedDF's start) on five Fashion Table 1 cells: +3.1 /
     # -0.1 / +0.7 / +4.4 / +5.8 at Dir(0.5) s0, Dir(0.3) s0 / s2, Dir(0.1) s1 / s0
     # (bench/results/fedhydra_init_average_1205.md); the Table 1 row 74.37 / 72.54 / 59.51 ->
-    # 77.21 / 73.93 / 61.95. MNIST (+2.3 on three cells) was not rerun row-wide: by dataset.
+    # 77.21 / 73.93 / 61.95. MNIST (+2.3 on three cells) was not rerun row-wide; on HAPT's
+    # phones it collapses (-8.1 over 3 seeds, one -18.7). So by dataset.
     init: str | None = option(
         None, INIT_HELP, otherwise="fresh", by_dataset={"fmnist": "average"}, choices=INIT_CHOICES
     )
@@ -466,7 +467,7 @@ class Hasa:
         self.u_r = torch.tensor(u_r, dtype=torch.float32, device=dev)
         self.u_c = torch.tensor(u_c, dtype=torch.float32, device=dev)
         self.bn = BNStatLoss(teachers)
-        self.spec, self.student = first_student(ctx, cfg, list(uploads), "fedhydra")
+        self.spec, self.student, self.start = first_student(ctx, cfg, list(uploads), "fedhydra")
         # Alg. 1 line 11: a new generator for HASA (seed + 1: not the stratification's init).
         self.gen = make_generator(cfg.nz, cfg.ngf, ctx.input_shape, cfg.seed + 1, dev)
         self.opt_g = torch.optim.Adam(self.gen.parameters(), lr=cfg.gen_lr)
@@ -662,6 +663,7 @@ def fuse(ctx: FusionContext, cfg: FedHydraConfig) -> FusionResult:
 
     info = _info(ctx, cfg, uploads, game, strata)
     info["student"] = kept
+    info["student_start"] = game.start
     return FusionResult(game.student, game.spec, info)
 
 

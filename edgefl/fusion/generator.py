@@ -34,6 +34,7 @@ from edgefl.fusion.config import FusionConfig
 from edgefl.fusion.options import option
 from edgefl.fusion.student import AUGMENT, STUDENT_JITTER_HELP
 from edgefl.fusion.teachers import evaluation_form
+from edgefl.models.zoo import spec_label
 
 INIT_HELP = (
     "fresh student (the papers'), or average: the parameter average of the largest group of "
@@ -198,14 +199,21 @@ def seeded_teachers(ctx, cfg, cost: str) -> tuple[list, list[nn.Module]]:
 
 
 def first_student(ctx, cfg, uploads, method: str):
-    """(spec, module) of the student as `cfg.init` starts it: fresh as `cfg.student` names
-    it, or the average of the largest same-architecture group of `uploads` (the rest stay
-    teachers: the average is where the student starts, not whom it learns from)."""
+    """(spec, module, start) of the student as `cfg.init` starts it: fresh as `cfg.student`
+    names it, or the average of the largest same-architecture group of `uploads` (the rest stay
+    teachers: the average is where the student starts, not whom it learns from); `start` is
+    what the report says of it (`student_start`)."""
     if cfg.init != "average":
-        return ctx.student(cfg.student)
+        spec, student = ctx.student(cfg.student)
+        return spec, student, {"init": "fresh", "architecture": spec_label(spec)}
     kept, _ = one_architecture(uploads, f"{method} --opt init=average")
     spec, student = average_classifiers(kept, f"{method} --opt init=average")
-    return spec, student.to(ctx.device)
+    start = {
+        "init": "average",
+        "architecture": spec_label(spec),
+        "averaged": [u.client_id for u in kept],
+    }
+    return spec, student.to(ctx.device), start
 
 
 def sample_noise(rng: torch.Generator, n: int, nz: int, num_classes: int, device):

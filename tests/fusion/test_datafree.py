@@ -832,8 +832,15 @@ def test_init_average_starts_the_student_at_the_uploads_parameter_average(two_cn
     ctx = FusionContext(uploads, device=torch.device("cpu"), seed=0, method=method)
     cnns = ctx.require("classifier")  # the decoders beside them are no start
     make = METHODS.get(method).make_config
-    _, student = first_student(ctx, make({"init": "average"}), cnns, method)
-    _, fresh = first_student(ctx, make({}), cnns, method)
+    _, student, start = first_student(ctx, make({"init": "average"}), cnns, method)
+    _, fresh, fresh_start = first_student(ctx, make({}), cnns, method)
+    # the report says where the student started, and from whom
+    assert start == {
+        "init": "average",
+        "architecture": "cnn",
+        "averaged": [u.client_id for u in cnns],
+    }
+    assert fresh_start["init"] == "fresh"
     states = [u.module.state_dict() for u in cnns]
     assert len(states) == 2
     for name, value in student.state_dict().items():
