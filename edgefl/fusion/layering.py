@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from edgefl.errors import ConfigError
-from edgefl.fusion.options import Opt, declared, flag
+from edgefl.fusion.options import Opt, OptionError, as_flag, declared, flag
 
 _TRUE, _FALSE = ("true", "yes", "1"), ("false", "no", "0")
 
@@ -32,14 +32,11 @@ def parse_text(name: str, opt: Opt, text: str) -> Any:
             parts = value.replace("x", ",").split(",")
             return tuple(float(p) for p in parts if p.strip())
     except ValueError:
-        raise ConfigError(
-            f"--{flag(name)} must be {opt.describe()}, got {text!r}",
-            hint=opt.help,
-        ) from None
+        raise OptionError(name, f"must be {opt.describe()}, got {text!r}", opt.help, ()) from None
     if opt.kind == "bool":
         if value.lower() in _TRUE + _FALSE:
             return value.lower() in _TRUE
-        raise ConfigError(f"--{flag(name)} must be true or false, got {text!r}", hint=opt.help)
+        raise OptionError(name, f"must be true or false, got {text!r}", opt.help, ())
     return value
 
 
@@ -89,9 +86,10 @@ def layer(
         m: {name: opt for name, _, opt in declared(meth.config_cls)} for m, meth in chosen.items()
     }
     out = {m: meth.budget_options(budget) for m, meth in chosen.items()}
+    spell = {m: _spelling(shared_flag, targeted_flag, m) for m in methods}
     for key, value in (shared or {}).items():
         for m in _takers(key, value, methods, chosen, kinds, shared_flag):
-            out[m][key] = _typed(kinds, m, key, value, len(methods) > 1)
+            out[m][key] = _typed(kinds, m, key, value, len(methods) > 1, spell[m])
     for m, options in (targeted or {}).items():
         if m not in chosen:
             raise ConfigError(
@@ -100,20 +98,37 @@ def layer(
                 hint="name one of the chosen methods, or give the option for all of them",
             )
         for key, value in options.items():
-            out[m][key] = _typed(kinds, m, key, value, len(methods) > 1)
+            out[m][key] = _typed(kinds, m, key, value, len(methods) > 1, spell[m])
     for m, options in out.items():  # unknown names and bad values: now, before any work
-        chosen[m].make_config(options)
+        try:
+            chosen[m].make_config(options)
+        except OptionError as exc:  # said the way this command takes the option
+            raise exc.respelled(spell[m]) from None
     return out
 
 
-def _typed(kinds, m: str, key: str, value: Any, several: bool) -> Any:
+def _spelling(shared_flag: str, targeted_flag: str, method: str):
+    """How the user gives `method` an option: the flag where a shared option is one (server
+    fuse), else the targeted form (simulate's `--fuse-opt METHOD:key=value`)."""
+    if shared_flag == "--{key}":
+        return as_flag
+
+    def spell(name: str, value: str | None = None) -> str:
+        given = flag(name) if value is None else f"{flag(name)}={value}"
+        return targeted_flag.format(method=method).replace("KEY=VALUE", given)
+
+    return spell
+
+
+def _typed(kinds, m: str, key: str, value: Any, several: bool, spell=as_flag) -> Any:
     """`value` as method `m` declares option `key` (text only; other values as they are)."""
     opt = kinds[m].get(key)
     if not (opt and isinstance(value, str)):
         return value
     try:
         return parse_text(key, opt, value)
-    except ConfigError as exc:  # several methods may read one option differently: say whose
+    except OptionError as exc:  # several methods may read one option differently: say whose
+        exc = exc.respelled(spell)
         who = f" ({m}'s)" if several else ""
         raise ConfigError(exc.message + who, hint=exc.hint) from None
 

@@ -269,15 +269,33 @@ def validate(cfg: Any) -> None:
             object.__setattr__(cfg, name, value)
         broken = opt.problem(value)
         if broken:
-            if default is None:  # no value to show: leaving the option out is the default
-                usual = f"unset by default: leave --{flag(name)} out for that"
-            else:
-                usual = f"default {default!r} (e.g. --{flag(name)} {_example(default)})"
             move = opt.direction(value)
-            raise ConfigError(
-                f"--{flag(name)} must be {broken}, got {value!r}" + (f": {move}" if move else ""),
-                hint=f"{opt.help}; {usual}",
-            )
+            problem = f"must be {broken}, got {value!r}" + (f": {move}" if move else "")
+            example = None if default is None else (default, _example(default))
+            raise OptionError(name, problem, opt.help, example)
+
+
+def as_flag(name: str, value: str | None = None) -> str:
+    """How `server fuse` spells an option: a flag, `--name value`."""
+    return f"--{flag(name)}" + ("" if value is None else f" {value}")
+
+
+class OptionError(ConfigError):
+    """A bad option value. `respelled` words it again the way the user gave the option (simulate
+    takes `--fuse-opt METHOD:key=value`, not `--key value`)."""
+
+    def __init__(self, name: str, problem: str, help_text: str, example, spell=as_flag):
+        self.name, self.problem, self.help_text, self.example = name, problem, help_text, example
+        if example is None:  # no value to show: leaving the option out is the default
+            usual = f"; unset by default: leave {spell(name)} out for that"
+        elif example:
+            usual = f"; default {example[0]!r} (e.g. {spell(name, example[1])})"
+        else:  # () where the default is not at hand
+            usual = ""
+        super().__init__(f"{spell(name)} {problem}", hint=help_text + usual)
+
+    def respelled(self, spell) -> OptionError:
+        return OptionError(self.name, self.problem, self.help_text, self.example, spell)
 
 
 def option_rules(cls) -> dict[str, Rule]:

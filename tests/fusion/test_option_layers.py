@@ -117,3 +117,21 @@ def test_an_options_kind_comes_from_its_annotation_not_its_default():
         TypeError, match=r"Wrong.epochs: default 0.5 does not fit its annotation 'int'"
     ):
         declared(Wrong)
+
+
+def test_a_bad_value_is_told_the_way_the_command_takes_the_option():
+    """simulate takes `--fuse-opt METHOD:key=value`: its fix must not say `--init fresh`, which
+    simulate refuses; server fuse takes the flag, so its fix keeps it."""
+    form = {"shared_flag": "--fuse-opt all:{key}", "targeted_flag": "--fuse-opt {method}:KEY=VALUE"}
+    with pytest.raises(ConfigError) as bad:
+        layer(["dense"], targeted={"dense": {"init": "averag"}}, **form)
+    assert bad.value.message.startswith("--fuse-opt dense:init must be one of fresh, average")
+    assert "(e.g. --fuse-opt dense:init=fresh)" in bad.value.hint
+    assert "--init " not in str(bad.value)
+    with pytest.raises(ConfigError) as typed:  # refused while typing the text, not validating
+        layer(["fedmho", "dense"], shared={"epochs": "2.5"}, **form)
+    assert typed.value.message.startswith("--fuse-opt fedmho:epochs must be an integer")
+    with pytest.raises(ConfigError) as flagged:
+        layer(["dense"], targeted={"dense": {"init": "averag"}})
+    assert flagged.value.message.startswith("--init must be one of")
+    assert "(e.g. --init fresh)" in flagged.value.hint
