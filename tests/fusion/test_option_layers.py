@@ -135,3 +135,9 @@ def test_a_bad_value_is_told_the_way_the_command_takes_the_option():
         layer(["dense"], targeted={"dense": {"init": "averag"}})
     assert flagged.value.message.startswith("--init must be one of")
     assert "(e.g. --init fresh)" in flagged.value.hint
+    with pytest.raises(ConfigError) as unknown:  # a name it lacks: simulate's keys, the nearest
+        layer(["dense"], targeted={"dense": {"inti": "average"}}, **form)
+    assert unknown.value.message == (
+        "--fuse-opt dense:inti: method 'dense' has no option 'inti' (did you mean 'init'?)"
+    )
+    assert "--" not in unknown.value.hint.split("(")[0]
