@@ -101,13 +101,19 @@ def layer(
         for key, value in options.items():
             out[m][key] = _typed(kinds, m, key, value, len(methods) > 1, spell[m])
     for m, options in out.items():  # unknown names and bad values: now, before any work
-        if shared_flag != "--{key}":  # server fuse's own message names flags, as it takes them
-            _known(chosen[m], options, spell[m])
-        try:
-            chosen[m].make_config(options)
-        except OptionError as exc:  # said the way this command takes the option
-            raise exc.respelled(spell[m]) from None
+        _check(chosen[m], options, spell[m], flags=shared_flag == "--{key}")
     return out
+
+
+def _check(method, options: Mapping[str, Any], spell, flags: bool) -> None:
+    """`options` make a valid config of `method`; what is wrong is said the way the command
+    takes options (server fuse's own unknown-name message names flags, as it takes them)."""
+    if not flags:
+        _known(method, options, spell)
+    try:
+        method.make_config(options)
+    except OptionError as exc:
+        raise exc.respelled(spell) from None
 
 
 def _spelling(shared_flag: str, targeted_flag: str, method: str):
