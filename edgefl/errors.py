@@ -26,20 +26,23 @@ class ConfigError(EdgeflError, ValueError):
     """Invalid configuration: a profile file, a flag value, a method config."""
 
 
+def nearest(name: str, valid: Iterable[str]) -> str | None:
+    """The valid name nearest `name`, if one is near: what a "did you mean" offers."""
+    # Case-blind: "FEDAVG" is as near to fedavg as "fedavgx" is.
+    by_lower = {v.lower(): v for v in valid}
+    close = difflib.get_close_matches(str(name).lower(), by_lower, n=1, cutoff=0.5)
+    return by_lower[close[0]] if close else None
+
+
 class UnknownNameError(EdgeflError, KeyError):
     """A name that is not in a registry (profile, dataset, model, method)."""
 
     def __init__(self, kind: str, name: str, valid: Iterable[str]):
         valid = sorted(valid)
-        # Case-blind: "FEDAVG" is as near to fedavg as "fedavgx" is.
-        by_lower = {v.lower(): v for v in valid}
-        close = [
-            by_lower[m]
-            for m in difflib.get_close_matches(str(name).lower(), by_lower, n=1, cutoff=0.5)
-        ]
+        close = nearest(name, valid)
         message = f"unknown {kind} {name!r}"
         if close:
-            message += f"; did you mean {close[0]!r}?"
+            message += f"; did you mean {close!r}?"
         super().__init__(message, hint=f"valid {kind}s: {', '.join(valid)}")
         self.name = name
         self.valid = valid

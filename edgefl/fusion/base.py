@@ -31,7 +31,7 @@ from edgefl.artifacts import Upload
 from edgefl.errors import ConfigError, FusionError
 from edgefl.fusion.caps import GROWS, generator_estimate, scale_options, too_many, upload_cap
 from edgefl.fusion.config import FusionConfig, PublicSetConfig
-from edgefl.fusion.options import describe_options, effective, flag
+from edgefl.fusion.options import UnknownOptionError, describe_options, effective
 from edgefl.models.parse import parse_model_arg
 from edgefl.models.spec import ModelSpec
 from edgefl.models.zoo import build_model, input_kind
@@ -157,13 +157,9 @@ class Method:
 
     def make_config(self, overrides: dict[str, Any]) -> FusionConfig:
         names = self.option_names()
-        bad = sorted(set(overrides) - names)
+        bad = set(overrides) - names
         if bad:
-            raise ConfigError(
-                f"method {self.name!r} has no option(s) {', '.join('--' + flag(b) for b in bad)}",
-                hint=f"its options: {', '.join('--' + flag(n) for n in sorted(names))} "
-                f"(`edgefl server methods {self.name}` explains each)",
-            )
+            raise UnknownOptionError(self.name, bad, names)
         return replace(self.config_cls(), **overrides)
 
     def effective_config(

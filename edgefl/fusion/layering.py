@@ -9,7 +9,6 @@ checked against its declaration before any upload is read or any client trained.
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -101,15 +100,13 @@ def layer(
         for key, value in options.items():
             out[m][key] = _typed(kinds, m, key, value, len(methods) > 1, spell[m])
     for m, options in out.items():  # unknown names and bad values: now, before any work
-        _check(chosen[m], options, spell[m], flags=shared_flag == "--{key}")
+        _check(chosen[m], options, spell[m])
     return out
 
 
-def _check(method, options: Mapping[str, Any], spell, flags: bool) -> None:
-    """`options` make a valid config of `method`; what is wrong is said the way the command
-    takes options (server fuse's own unknown-name message names flags, as it takes them)."""
-    if not flags:
-        _known(method, options, spell)
+def _check(method, options: Mapping[str, Any], spell) -> None:
+    """`options` make a valid config of `method`; what is wrong (an unknown name, a bad value)
+    is said the way the command takes options."""
     try:
         method.make_config(options)
     except OptionError as exc:
@@ -127,20 +124,6 @@ def _spelling(shared_flag: str, targeted_flag: str, method: str):
         return targeted_flag.format(method=method).replace("KEY=VALUE", given)
 
     return spell
-
-
-def _known(method, options: Mapping[str, Any], spell) -> None:
-    """An option name `method` does not have, said the way the command takes options, with the
-    nearest name it has."""
-    names = sorted(method.option_names())
-    for key in sorted(set(options) - set(names)):
-        near = difflib.get_close_matches(key, names, n=1)
-        raise ConfigError(
-            f"{spell(key)}: method {method.name!r} has no option {flag(key)!r}"
-            + (f" (did you mean {flag(near[0])!r}?)" if near else ""),
-            hint=f"its options: {', '.join(flag(n) for n in names)} "
-            f"(`edgefl server methods {method.name}` explains each)",
-        )
 
 
 def _typed(kinds, m: str, key: str, value: Any, several: bool, spell=as_flag) -> Any:

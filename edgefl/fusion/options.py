@@ -18,7 +18,7 @@ from typing import Any
 
 from edgefl.bounds import OneOf, Range, Rule
 from edgefl.data.registry import DATASETS
-from edgefl.errors import ConfigError
+from edgefl.errors import ConfigError, nearest
 from edgefl.models.zoo import INPUT_KINDS, input_kind
 
 # Synthetic samples a method may be asked for: 1M 28x28 images are 3 GiB, 166x the defaults;
@@ -296,6 +296,32 @@ class OptionError(ConfigError):
 
     def respelled(self, spell) -> OptionError:
         return OptionError(self.name, self.problem, self.help_text, self.example, spell)
+
+
+class UnknownOptionError(OptionError):
+    """Option names a method does not have, with the nearest it has. Flags by default (`server
+    fuse`'s form); `respelled` words it as another command takes options."""
+
+    def __init__(self, method: str, names, valid, spell=as_flag):
+        self.method, self.names, self.valid = method, sorted(names), sorted(valid)
+        near = nearest(self.names[0], self.valid)
+        if spell is as_flag:
+            head = f"method {method!r} has no option(s) {', '.join(map(as_flag, self.names))}"
+            mean, listed = (as_flag(near) if near else None), map(as_flag, self.valid)
+        else:
+            head = (
+                f"{spell(self.names[0])}: method {method!r} has no option {flag(self.names[0])!r}"
+            )
+            mean, listed = (repr(flag(near)) if near else None), map(flag, self.valid)
+        ConfigError.__init__(
+            self,
+            head + (f" (did you mean {mean}?)" if mean else ""),
+            hint=f"its options: {', '.join(listed)} (`edgefl server methods {method}` explains "
+            "each)",
+        )
+
+    def respelled(self, spell) -> UnknownOptionError:
+        return UnknownOptionError(self.method, self.names, self.valid, spell)
 
 
 def option_rules(cls) -> dict[str, Rule]:

@@ -141,3 +141,9 @@ def test_a_bad_value_is_told_the_way_the_command_takes_the_option():
         "--fuse-opt dense:inti: method 'dense' has no option 'inti' (did you mean 'init'?)"
     )
     assert "--" not in unknown.value.hint.split("(")[0]
+    with pytest.raises(ConfigError) as flag_unknown:  # server fuse: flags, and the nearest too
+        layer(["dense"], shared={"inti": "average"})
+    assert flag_unknown.value.message == (
+        "method 'dense' has no option(s) --inti (did you mean --init?)"
+    )
+    assert "--init" in flag_unknown.value.hint
