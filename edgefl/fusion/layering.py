@@ -87,8 +87,9 @@ def layer(
     }
     out = {m: meth.budget_options(budget) for m, meth in chosen.items()}
     spell = {m: _spelling(shared_flag, targeted_flag, m) for m in methods}
+    spell_shared = _spelling(shared_flag, shared_flag.replace("{key}", "KEY=VALUE"), "")
     for key, value in (shared or {}).items():
-        for m in _takers(key, value, methods, chosen, kinds, shared_flag):
+        for m in _takers(key, value, methods, chosen, kinds, shared_flag, spell_shared):
             out[m][key] = _typed(kinds, m, key, value, len(methods) > 1, spell[m])
     for m, options in (targeted or {}).items():
         if m not in chosen:
@@ -139,14 +140,14 @@ def _typed(kinds, m: str, key: str, value: Any, several: bool, spell=as_flag) ->
         raise ConfigError(exc.message + who, hint=exc.hint) from None
 
 
-def _takers(key: str, value: Any, methods, chosen, kinds, shared_flag: str) -> list[str]:
+def _takers(key: str, value: Any, methods, chosen, kinds, shared_flag: str, spell) -> list[str]:
     """The chosen methods that have option `key`; none is an error (a single method's own
-    message lists its options)."""
+    message lists its options, spelt by `spell` as the shared option was given)."""
     takers = [m for m in methods if key in kinds[m]]
     if takers:
         return takers
     if len(methods) == 1:
-        chosen[methods[0]].make_config({key: value})
+        _check(chosen[methods[0]], {key: value}, spell)
     names = sorted({n for k in kinds.values() for n in k})
     raise ConfigError(
         f"{shared_flag.format(key=flag(key))}: none of {', '.join(methods)} has an "

@@ -147,3 +147,6 @@ def test_a_bad_value_is_told_the_way_the_command_takes_the_option():
         "method 'dense' has no option(s) --inti (did you mean --init?)"
     )
     assert "--init" in flag_unknown.value.hint
+    with pytest.raises(ConfigError) as shared_unknown:  # simulate's all:, as it was given
+        layer(["dense"], shared={"inti": "average"}, **form)
+    assert shared_unknown.value.message.startswith("--fuse-opt all:inti: method 'dense' has no")
