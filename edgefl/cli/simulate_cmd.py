@@ -138,8 +138,10 @@ def simulate_cmd(
         "dirichlet:0.5",
         help="iid | dirichlet:ALPHA | classes:K | user[:ID,ID,...] (one client per user: hapt).",
     ),
-    mix: str = typer.Option(
-        "smartphone:5,wristband:5", help="PROFILE:COUNT,... (sums to --clients)."
+    mix: str | None = typer.Option(
+        None,
+        help="PROFILE:COUNT,... (sums to --clients). Default: half smartphones, half wristbands "
+        "(smartphone:5,wristband:5 for 10 clients).",
     ),
     methods: str | None = typer.Option(
         None, help="Comma-separated fusion methods (default: the FedMHO paper's MNIST table)."
@@ -248,7 +250,7 @@ def simulate_cmd(
     """Run a whole one-shot federation: train every client, fuse with each method, evaluate."""
     from edgefl.client.attacks import parse_attacks
     from edgefl.client.privacy import check_request
-    from edgefl.simulate.job import SimJob
+    from edgefl.simulate.job import SimJob, even_mix
     from edgefl.simulate.run import check_role_options, simulate
 
     check_request(dp, label_counts)  # a bad --dp or --label-counts: before anything loads
@@ -259,7 +261,7 @@ def simulate_cmd(
         dataset=dataset,
         clients=clients,
         partition=partition,
-        mix=mix,
+        mix=mix or even_mix(clients),
         methods=method_list,
         seed=seed,
         out=out,

@@ -190,6 +190,14 @@ class SimJob:
         return DEFAULT_PUBLIC_SIZE if self.needs_public else 0
 
 
+def even_mix(clients: int) -> str:
+    """simulate's default --mix: FedMHO's federation, half resource-sufficient smartphones and
+    half wristbands (the odd one a smartphone), for any number of clients."""
+    phones = (clients + 1) // 2
+    parts = [("smartphone", phones), ("wristband", clients - phones)]
+    return ",".join(f"{name}:{n}" for name, n in parts if n)
+
+
 def parse_mix(mix: str, clients: int) -> list[str]:
     """'smartphone:5,wristband:5' -> a profile name per client, in order."""
     out: list[str] = []
@@ -205,6 +213,7 @@ def parse_mix(mix: str, clients: int) -> list[str]:
     if len(out) != clients:
         raise ConfigError(
             f"--mix assigns {len(out)} clients but --clients is {clients}",
-            hint="make the counts in --mix add up to --clients",
+            hint=f"make the counts in --mix add up to --clients, e.g. --mix {even_mix(clients)}"
+            " (or leave --mix out: half smartphones, half wristbands)",
         )
     return out

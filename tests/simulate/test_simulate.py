@@ -12,7 +12,7 @@ from edgefl.errors import ConfigError
 from edgefl.outputs import sha256_file
 from edgefl.simulate import pool
 from edgefl.simulate import run as sim
-from edgefl.simulate.job import SimJob
+from edgefl.simulate.job import SimJob, even_mix
 from edgefl.simulate.run import simulate
 
 FAST = {m: {"epochs": 2, "synthetic": 300} for m in ("fedmho", "fedmho-sd", "fedcvae-ens")}
@@ -108,6 +108,16 @@ def test_cli_bad_mix(cli, tmp_path):
         str(tmp_path),
     )
     assert r.exit_code == 2 and "add up to --clients" in r.output
+    assert "e.g. --mix smartphone:2,wristband:2" in " ".join(r.output.split())
+    # No --mix: half smartphones, half wristbands for any --clients (it said the default's 10
+    # clients did not add up to 3); the next check, --attack, is what refuses this one.
+    r = cli("simulate", "--dataset", "digits", "--clients", "3", "--attack", "bogus:1")
+    assert r.exit_code == 2 and "--mix" not in r.output and "bogus" in r.output
+    assert [even_mix(n) for n in (1, 3, 10)] == [
+        "smartphone:1",
+        "smartphone:2,wristband:1",
+        "smartphone:5,wristband:5",
+    ]
     r = cli("simulate", "--methods", "fedmh", "--out", str(tmp_path))
     assert r.exit_code == 2 and "did you mean" in r.output
     r = cli("simulate", "--budget", "huge", "--out", str(tmp_path))
