@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 from collections.abc import Iterable
@@ -36,6 +37,21 @@ class SafeConsole(Console):
         for seg in super().render(renderable, options):
             shown = seg.text if seg.control else printable(seg.text, lines=True)
             yield seg if shown == seg.text else Segment(shown, seg.style)
+
+
+@contextlib.contextmanager
+def narration_on_stderr(on: bool = True):
+    """While on, what a command tells a person (`console`) goes to stderr, so that stdout holds
+    only the JSON a `--json` caller parses."""
+    if not on:
+        yield
+        return
+    before = console.file
+    console.file = sys.stderr
+    try:
+        yield
+    finally:
+        console.file = before
 
 
 def upload_text(text: object) -> str:

@@ -20,6 +20,7 @@ from edgefl.cli.common import (
     distinct_names,
     fmt_bytes,
     given,
+    narration_on_stderr,
     print_json,
     print_quiet,
     upload_text,
@@ -438,19 +439,36 @@ def demo_cmd(
         "synthetic samples): every step and file of the demo in about half a minute, to "
         "check an install; its accuracies are far below the full demo's.",
     ),
+    json_out: bool = typer.Option(
+        False,
+        "--json",
+        help="Print the results JSON on stdout; the plans, progress, table and next steps go to "
+        "stderr.",
+    ),
 ) -> None:
     """A small MNIST federation end to end (plans, clients, every FedMHO-paper method)."""
+    from edgefl.outputs import check_writable
+
+    check_writable(out, "--out", "runs/demo", folder_ok=True)  # before any work
+    with narration_on_stderr(json_out):
+        results = _run_demo(out, jobs, quick)
+        print_results(results)
+        print_way_on(results)
+    if json_out:
+        print_json(results)
+
+
+def _run_demo(out: str, jobs: int, quick: bool) -> dict:
+    """The demo's federation, told as it goes: what each device affords, then the run."""
     from edgefl.cli.client_cmd import print_plan
     from edgefl.data.registry import dataset_info
     from edgefl.fusion import DEFAULT_METHODS, METHODS
     from edgefl.models.plan import plan
     from edgefl.models.zoo import spec_label
-    from edgefl.outputs import check_writable
     from edgefl.profiles import get_profile
     from edgefl.simulate.job import SimJob
     from edgefl.simulate.run import simulate
 
-    check_writable(out, "--out", "runs/demo", folder_ok=True)  # before any work
     scale = (5, 1000) if quick else (10, 3000)  # global epochs, synthetic samples
     subset = 3_000 if quick else 12_000
 
@@ -489,9 +507,7 @@ def demo_cmd(
         },
     )
     with reporter() as watch:
-        results = simulate(job, log=watch.message, progress=watch)
-    print_results(results)
-    print_way_on(results)
+        return simulate(job, log=watch.message, progress=watch)
 
 
 def print_way_on(results: dict) -> None:

@@ -101,3 +101,31 @@ def test_the_way_on_names_real_files_and_commands_that_run(demo, cli):
     result = cli(*words[1:2], str(model), *words[3:], "--json")
     assert result.exit_code == 0, result.output
     assert json.loads(result.output)["accuracy"] == pytest.approx(report["accuracy"])
+
+
+def test_json_puts_only_the_results_on_stdout(demo):
+    """`demo --json` (the one command that lacked it): stdout parses as the run's results,
+    everything told to a person goes to stderr. Run again on the finished run, it resumes."""
+    cwd, _ = demo
+    env = os.environ | {"COLUMNS": "80", "NO_COLOR": "1"}
+    run = subprocess.run(
+        [EDGEFL, "demo", "--quick", "--out", "runs/demo", "--jobs", "1", "--json"],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    printed = json.loads(run.stdout)
+    recorded = json.loads((cwd / "runs" / "demo" / "results.json").read_text())
+    assert [r["method"] for r in printed["results"]] == list(DEFAULT_METHODS)
+    assert [r["accuracy"] for r in printed["results"]] == [
+        r["accuracy"] for r in recorded["results"]
+    ]
+    assert "What each device can afford" in run.stderr
+    assert "Where everything is, and what to try next" in run.stderr
+    bad = subprocess.run(
+        [EDGEFL, "demo", "--jobs", "0", "--json"], cwd=cwd, capture_output=True, text=True
+    )
+    assert bad.returncode == 2 and json.loads(bad.stdout)["error"].startswith("--jobs")
