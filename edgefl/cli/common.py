@@ -46,12 +46,14 @@ def narration_on_stderr(on: bool = True):
     if not on:
         yield
         return
-    before = console.file
-    console.file = sys.stderr
+    # `stderr`, not `file`: the console looks sys.stderr up as it writes (a test runner swaps
+    # the streams), and setting it back leaves no stream of this call bound to the console.
+    before = console.stderr
+    console.stderr = True
     try:
         yield
     finally:
-        console.file = before
+        console.stderr = before
 
 
 def upload_text(text: object) -> str:

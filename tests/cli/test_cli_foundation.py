@@ -82,3 +82,25 @@ def test_version(cli):
 
     r = cli("--version")
     assert r.exit_code == 0 and r.output.strip() == f"edgefl {version('edgefl')}"
+
+
+def test_narration_goes_to_stderr_only_while_asked_and_binds_no_stream():
+    """demo --json's narration on stderr; afterwards the console writes to whatever stdout
+    then is (a test runner swaps it), not to the stream of the call that asked."""
+    import contextlib
+    import io
+
+    from edgefl.cli.common import console, narration_on_stderr
+
+    out, err, later = io.StringIO(), io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        with narration_on_stderr(True):
+            console.print("told")
+        console.print("after")
+    with contextlib.redirect_stdout(later):
+        console.print("next call")
+    assert (out.getvalue(), err.getvalue(), later.getvalue()) == (
+        "after\n",
+        "told\n",
+        "next call\n",
+    )
