@@ -251,7 +251,7 @@ def simulate_cmd(
     """Run a whole one-shot federation: train every client, fuse with each method, evaluate."""
     from edgefl.client.attacks import parse_attacks
     from edgefl.client.privacy import check_request
-    from edgefl.simulate.job import SimJob, even_mix
+    from edgefl.simulate.job import SimJob
     from edgefl.simulate.run import check_role_options, simulate
 
     check_request(dp, label_counts)  # a bad --dp or --label-counts: before anything loads
@@ -262,7 +262,7 @@ def simulate_cmd(
         dataset=dataset,
         clients=clients,
         partition=partition,
-        mix=mix or even_mix(clients),
+        mix=mix,
         methods=method_list,
         seed=seed,
         out=out,

@@ -55,7 +55,7 @@ class SimJob:
     dataset: str = "mnist"
     clients: int = declare(COUNT, 10, hint="e.g. --clients 10")
     partition: str = "dirichlet:0.5"
-    mix: str = "smartphone:5,wristband:5"
+    mix: str | None = None  # None: half smartphones, half wristbands (even_mix)
     methods: tuple[str, ...] = DEFAULT_METHODS
     seed: int = declare(SEED, 0, hint="e.g. --seed 0")
     out: str = "runs/sim"
@@ -101,6 +101,8 @@ class SimJob:
 
     def __post_init__(self) -> None:
         check_fields(self)
+        if self.mix is None:  # resolved here, so the run records the mix it trained
+            object.__setattr__(self, "mix", even_mix(self.clients))
 
     def classes(self) -> ClassRequest | None:
         return parse_request(

@@ -118,6 +118,7 @@ def test_cli_bad_mix(cli, tmp_path):
         "smartphone:2,wristband:1",
         "smartphone:5,wristband:5",
     ]
+    assert SimJob(clients=3).mix == even_mix(3)  # the job's own default, not only the CLI's
     r = cli("simulate", "--methods", "fedmh", "--out", str(tmp_path))
     assert r.exit_code == 2 and "did you mean" in r.output
     r = cli("simulate", "--budget", "huge", "--out", str(tmp_path))
