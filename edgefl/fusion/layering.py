@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from edgefl.errors import ConfigError
-from edgefl.fusion.options import Opt, OptionError, as_flag, declared, flag
+from edgefl.fusion.options import Opt, OptionError, RespellableError, as_flag, declared, flag
 
 _TRUE, _FALSE = ("true", "yes", "1"), ("false", "no", "0")
 
@@ -110,7 +110,7 @@ def _check(method, options: Mapping[str, Any], spell) -> None:
     is said the way the command takes options."""
     try:
         method.make_config(options)
-    except OptionError as exc:
+    except RespellableError as exc:
         raise exc.respelled(spell) from None
 
 

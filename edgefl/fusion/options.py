@@ -280,9 +280,16 @@ def as_flag(name: str, value: str | None = None) -> str:
     return f"--{flag(name)}" + ("" if value is None else f" {value}")
 
 
-class OptionError(ConfigError):
-    """A bad option value. `respelled` words it again the way the user gave the option (simulate
-    takes `--fuse-opt METHOD:key=value`, not `--key value`)."""
+class RespellableError(ConfigError):
+    """An option error worded in `server fuse`'s flags that `respelled(spell)` words again the
+    way another command takes options (simulate: `--fuse-opt METHOD:key=value`)."""
+
+    def respelled(self, spell) -> RespellableError:
+        raise NotImplementedError
+
+
+class OptionError(RespellableError):
+    """A bad option value."""
 
     def __init__(self, name: str, problem: str, help_text: str, example, spell=as_flag):
         self.name, self.problem, self.help_text, self.example = name, problem, help_text, example
@@ -298,9 +305,8 @@ class OptionError(ConfigError):
         return OptionError(self.name, self.problem, self.help_text, self.example, spell)
 
 
-class UnknownOptionError(OptionError):
-    """Option names a method does not have, with the nearest it has. Flags by default (`server
-    fuse`'s form); `respelled` words it as another command takes options."""
+class UnknownOptionError(RespellableError):
+    """Option names a method does not have, with the nearest it has."""
 
     def __init__(self, method: str, names, valid, spell=as_flag):
         self.method, self.names, self.valid = method, sorted(names), sorted(valid)
@@ -313,8 +319,7 @@ class UnknownOptionError(OptionError):
                 f"{spell(self.names[0])}: method {method!r} has no option {flag(self.names[0])!r}"
             )
             mean, listed = (repr(flag(near)) if near else None), map(flag, self.valid)
-        ConfigError.__init__(
-            self,
+        super().__init__(
             head + (f" (did you mean {mean}?)" if mean else ""),
             hint=f"its options: {', '.join(listed)} (`edgefl server methods {method}` explains "
             "each)",

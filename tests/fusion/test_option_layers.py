@@ -11,7 +11,7 @@ import pytest
 from edgefl.errors import ConfigError
 from edgefl.fusion import METHODS
 from edgefl.fusion.layering import layer, parse_text
-from edgefl.fusion.options import _example, declared
+from edgefl.fusion.options import RespellableError, _example, declared
 
 ANNOTATION = {
     "int": {"int", "int | None"},
@@ -117,6 +117,15 @@ def test_an_options_kind_comes_from_its_annotation_not_its_default():
         TypeError, match=r"Wrong.epochs: default 0.5 does not fit its annotation 'int'"
     ):
         declared(Wrong)
+
+
+def test_every_option_error_layering_respells_says_itself_again():
+    """`layer` words whatever `make_config` raises through `respelled`: a kind that kept the
+    base's would leave simulate's user a `server fuse` flag it refuses."""
+    kinds = RespellableError.__subclasses__()
+    assert {k.__name__ for k in kinds} >= {"OptionError", "UnknownOptionError"}
+    for kind in kinds:
+        assert kind.respelled is not RespellableError.respelled, kind.__name__
 
 
 def test_a_bad_value_is_told_the_way_the_command_takes_the_option():
