@@ -130,6 +130,9 @@ def test_fuse_json_with_options_and_eval(federation, tmp_path):
 @pytest.mark.parametrize(
     "args, message",
     [
+        # click's "Missing option '--method'" named no method to pass
+        ([], "server fuse needs --method: which fusion to run on the uploads"),
+        ([], "valid fusion methods: coboosting, dense,"),
         (["--method", "fedmh"], "did you mean 'fedmho'?"),
         (["--method", ","], "--method expects distinct names, got no name"),
         (["--method", "fedavg,fedavg"], "got a name twice"),
