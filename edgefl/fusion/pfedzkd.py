@@ -129,10 +129,10 @@ class PFedZKDConfig(FusionConfig):
     )
     # On real test images the mean of the teachers' softmax(T(x) / 4) is within 3 points of
     # their probability average (over it on four of eight Fashion Table 2 cells) and 9-22 over
-    # their logit average (e.g. Dir(0.5) seed 3: 84.56 / 84.13 / 75.70; bench/results/
-    # fashion_pfedzkd_dir05_shirts_1205.md): the paper's labels are not the weak combination.
-    # Labelling pseudo-images by the probability average lost 2.3-10.2 on the three cells run
-    # (fashion_pfedzkd_student.md).
+    # their logit average (e.g. Dir(0.5) seed 3: 84.56 / 84.13 / 75.70): the paper's labels
+    # are not the weak combination (bench/results/fashion_pfedzkd_dir05_shirts_1205.md, five
+    # cells; fashion_pfedzkd_levers.md, three). Labelling pseudo-images by the probability
+    # average lost 2.3-10.2 on the three cells run (fashion_pfedzkd_student.md).
     labels: str = option(
         "softened",
         "softened: the mean of the teachers' softmax(T(x) / tau) (the paper's); probabilities: "
