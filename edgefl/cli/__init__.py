@@ -20,6 +20,7 @@ from typer.core import TyperGroup  # noqa: E402
 
 from edgefl.cli import click_compat as click  # noqa: E402 (the click typer is built on)
 from edgefl.cli.common import err_console, print_json  # noqa: E402
+from edgefl.cli.missing import missing_error  # noqa: E402
 from edgefl.errors import ConfigError, EdgeflError  # noqa: E402
 
 
@@ -61,6 +62,7 @@ def _plain_help_everywhere(command: click.Command) -> None:
     """Every command of the tree formats its help with _PlainFormatter: the help is click's
     plain text here (rich_markup_mode=None), so a markup escape would be printed as is."""
     command.context_class = _PlainHelpContext
+    click.restore_argument_help(command)
     for sub in getattr(command, "commands", {}).values():
         _plain_help_everywhere(sub)
 
@@ -138,6 +140,10 @@ class _Group(TyperGroup):
             report_error(err, as_json=ctx.meta.get("edgefl.json", False))
             raise typer.Exit(2) from None
         except click.UsageError as exc:  # click prints it (exit 2); JSON callers get it too
+            missing = missing_error(exc)
+            if missing is not None:  # a required parameter left out: said with what it takes
+                report_error(missing, as_json=ctx.meta.get("edgefl.json", False))
+                raise typer.Exit(2) from None
             if ctx.meta.get("edgefl.json", False):
                 print_json({"error": exc.format_message(), "fix": _usage_fix(exc)})
             raise

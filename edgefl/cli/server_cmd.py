@@ -105,9 +105,9 @@ def _check_data_dir(data_dir: str | None, plans, eval_ref: str | None) -> None:
 def fuse_cmd(
     ctx: typer.Context,
     uploads: str = typer.Argument(..., help="Directory of client uploads (*.onnx); only read."),
-    # Not click's required option: its "Missing option" names no method to pass.
-    method: str | None = typer.Option(
-        None, help="Fusion method(s), comma-separated (required; see `edgefl server methods`)."
+    method: str = typer.Option(
+        ...,
+        help="Fusion method(s) to run on the uploads, comma-separated (`edgefl server methods`).",
     ),
     out: str | None = typer.Option(
         None,
@@ -184,7 +184,9 @@ def fuse_cmd(
     check_for_flags(ctx, for_classes)
     check_max_epsilon(max_epsilon)  # before any upload is read
     _check_upload_cap(max_upload_bytes)
-    methods = _method_names(method)
+    methods = list(
+        distinct_names(method, "--method", "e.g. --method fedmho or --method fedavg,fedmho-md")
+    )
     options = method_options(methods, _extra_flags(list(ctx.args)), opt, budget)
     classes = parse_request(
         for_classes,
@@ -240,22 +242,6 @@ def _check_upload_cap(max_upload_bytes: int | None) -> None:
     if max_upload_bytes is not None:
         hint = "e.g. --max-upload-bytes 536870912 (512 MiB)"
         Range(1).check("--max-upload-bytes", max_upload_bytes, hint=hint)
-
-
-def _method_names(method: str | None) -> list[str]:
-    """--method as a list of distinct names; none given is said with the methods to choose."""
-    hint = "e.g. --method fedmho or --method fedavg,fedmho-md"
-    if method is None:
-        from edgefl.errors import ConfigError
-        from edgefl.fusion import METHODS
-
-        names = ", ".join(sorted(METHODS.names()))
-        raise ConfigError(
-            "server fuse needs --method: which fusion to run on the uploads",
-            hint=f"{hint}; valid fusion methods: {names} (`edgefl server methods` says what "
-            "each consumes)",
-        )
-    return list(distinct_names(method, "--method", hint))
 
 
 def _fuse_targets(

@@ -53,3 +53,18 @@ def test_plain_help_undoes_rich_escape(inner):
     text = f"Some help.  [{inner}]"
     assert plain_help(escape(text)) == text
     assert plain_help(text) == text  # plain text passes unchanged
+
+
+@pytest.mark.parametrize("path", PATHS, ids=lambda p: " ".join(p) or "edgefl")
+def test_every_argument_is_described_once(path):
+    """typer 0.20 with click 8.5 lost every argument's help ("MODEL  [required]"); given back,
+    click's own "Positional arguments:" section would have repeated typer's "Arguments:"."""
+    command = typer.main.get_command(app)
+    for name in path:
+        command = command.commands[name]
+    result = CliRunner().invoke(app, [*path, "--help"], env={"COLUMNS": "200"})
+    assert "Positional arguments:" not in result.output
+    for param in command.params:
+        if isinstance(param, click.Argument):
+            assert param.help, f"{param.name} has no help"
+            assert result.output.count(param.help.rstrip(".")) == 1, result.output

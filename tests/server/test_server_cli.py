@@ -131,7 +131,7 @@ def test_fuse_json_with_options_and_eval(federation, tmp_path):
     "args, message",
     [
         # click's "Missing option '--method'" named no method to pass
-        ([], "server fuse needs --method: which fusion to run on the uploads"),
+        ([], "server fuse needs --method: fusion method(s) to run on the uploads"),
         ([], "valid fusion methods: coboosting, dense,"),
         (["--method", "fedmh"], "did you mean 'fedmho'?"),
         (["--method", ","], "--method expects distinct names, got no name"),
