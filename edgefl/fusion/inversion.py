@@ -39,7 +39,7 @@ def smooth_from_option():
 
 
 def invert(
-    teacher: nn.Module,
+    teacher: nn.Module | list[nn.Module],
     targets: torch.Tensor,
     input_shape,
     *,
@@ -69,9 +69,12 @@ def invert(
     the distance of the chunk's mean and variance of the layer's input from the layer's running
     ones, i.e. from what the teacher's own training data gave there (`BNStatLoss`; a teacher
     without BatchNorm adds nothing). It is a batch's term, so it is scaled by the chunk's size
-    to weigh against the summed cross-entropy as against a mean."""
-    teacher = teacher.to(device).eval()
-    stats = BNStatLoss([teacher]) if bn else None
+    to weigh against the summed cross-entropy as against a mean.
+
+    Several teachers are inverted at once: their mean softmax(T(x) / tau) is fitted to the
+    targets and the prior is their mean (`BNStatLoss`)."""
+    teachers = [t.to(device).eval() for t in (teacher if isinstance(teacher, list) else [teacher])]
+    stats = BNStatLoss(teachers) if bn else None
     if stats is not None:
         stats.recording = True  # every pass here is the teacher's own
     out = []
@@ -83,7 +86,7 @@ def invert(
             opt = torch.optim.Adam([v], lr=lr)
             for _ in range(steps):
                 x = torch.sigmoid(v)
-                logp = F.log_softmax(teacher(x) / tau, dim=1)
+                logp = _log_mean_softmax(teachers, x, tau)
                 # soft-target cross-entropy, summed: images are independent
                 loss = -(y * logp).sum()
                 if smooth:
@@ -98,6 +101,14 @@ def invert(
         if stats is not None:
             stats.remove()  # the teacher leaves as it came: no hooks
     return torch.cat(out) if out else torch.zeros(0, *input_shape)
+
+
+def _log_mean_softmax(teachers: list[nn.Module], x: torch.Tensor, tau: float) -> torch.Tensor:
+    """log of the teachers' mean softmax(T(x) / tau); one teacher's log_softmax as it was."""
+    logps = [F.log_softmax(t(x) / tau, dim=1) for t in teachers]
+    if len(logps) == 1:
+        return logps[0]
+    return torch.logsumexp(torch.stack(logps), dim=0) - torch.log(torch.tensor(float(len(logps))))
 
 
 def roughness(x: torch.Tensor) -> torch.Tensor:

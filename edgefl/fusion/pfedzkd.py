@@ -36,7 +36,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from edgefl.artifacts import Upload
-from edgefl.errors import FusionError
+from edgefl.errors import ConfigError, FusionError
 from edgefl.fusion import generator
 from edgefl.fusion.base import FusionContext, FusionResult, Method, pfedzkd_table2
 from edgefl.fusion.caps import (
@@ -47,7 +47,7 @@ from edgefl.fusion.caps import (
     upload_cap,
 )
 from edgefl.fusion.config import FusionConfig
-from edgefl.fusion.inversion import invert, smooth_from_option
+from edgefl.fusion.inversion import INVERSION_CHUNK, invert, smooth_from_option
 from edgefl.fusion.options import MAX_SYNTHETIC, option
 from edgefl.fusion.samples import largest_remainder
 from edgefl.fusion.student import pair_mixes, shuffled_epochs
@@ -133,6 +133,20 @@ class PFedZKDConfig(FusionConfig):
     # are not the weak combination (bench/results/fashion_pfedzkd_dir05_shirts_1205.md, five
     # cells; fashion_pfedzkd_levers.md, three). Labelling pseudo-images by the probability
     # average lost 2.3-10.2 on the three cells run (fashion_pfedzkd_student.md).
+    # A teacher's own pseudo-images show the consensus what that teacher reads as a class, and
+    # the student trained on them loses real shirts the teachers' consensus recognises (Fashion
+    # Dir(0.5) seeds 3-5: 10 / 4 / 15 % against 50 / 27 / 57 %; bench/results/
+    # fashion_pfedzkd_dir05_shirts_1205.md). Some images inverted against all teachers at once
+    # are ones the consensus itself reads as each class.
+    joint: int = option(
+        0,
+        "of the `synthetic` pseudo-images, how many are inverted against all teachers at once "
+        "(their mean softmax(T(x) / tau) fitted to soft targets drawn from their mean class "
+        "similarity; a random committee's per batch where `committee` is set) instead of one "
+        "teacher each (ours; 0: the paper's per-teacher inversion)",
+        low=0,
+        high=MAX_SYNTHETIC,
+    )
     labels: str = option(
         "softened",
         "softened: the mean of the teachers' softmax(T(x) / tau) (the paper's); probabilities: "
@@ -193,6 +207,12 @@ class PFedZKDConfig(FusionConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         check_committee(self)
+        if self.synthetic is not None and self.joint > self.synthetic:
+            raise ConfigError(
+                f"--joint {self.joint} is more than --synthetic {self.synthetic}: the joint "
+                "pseudo-images are part of the synthetic ones",
+                hint=f"e.g. --joint {self.synthetic // 8}, or raise --synthetic",
+            )
 
 
 class Teachers:
@@ -323,13 +343,14 @@ def allocation(teachers: int, n_cls: int, cfg: PFedZKDConfig, log) -> np.ndarray
     """(teachers x classes x betas) pseudo-image counts: `synthetic` split evenly over the
     cells. With fewer images than cells the remainders' ties went to the first teachers in
     upload order (at 2,000 teachers the first 200 alone): the teachers are then a seeded draw."""
-    counts = largest_remainder(cfg.synthetic, np.ones(teachers * n_cls * len(cfg.betas)))
+    total = cfg.synthetic - cfg.joint  # the rest are inverted against all teachers at once
+    counts = largest_remainder(total, np.ones(teachers * n_cls * len(cfg.betas)))
     counts = counts.reshape(teachers, n_cls, len(cfg.betas))
-    if counts[-1].sum() == 0:
+    if total and counts[-1].sum() == 0:
         counts = counts[np.random.default_rng(cfg.seed + 3).permutation(teachers)]
         log(
             f"pfedzkd inverts {int((counts.sum((1, 2)) > 0).sum()):,} of {teachers:,} teachers, "
-            f"drawn at random: {cfg.synthetic:,} pseudo-images over {n_cls} classes x "
+            f"drawn at random: {total:,} pseudo-images over {n_cls} classes x "
             f"{len(cfg.betas)} betas each (raise --synthetic to invert more)"
         )
     return counts
@@ -389,7 +410,54 @@ def synthesize(teachers: list[Upload], ctx: FusionContext, cfg: PFedZKDConfig):
         )
         xs.append(x)
         ys.append(targets)
+    if cfg.joint:
+        x, targets = synthesize_joint(teachers, ctx, cfg, rng, gen)
+        xs.append(x)
+        ys.append(targets)
     return torch.cat(xs), torch.cat(ys), stats
+
+
+def synthesize_joint(teachers: list[Upload], ctx: FusionContext, cfg: PFedZKDConfig, rng, gen):
+    """`joint` pseudo-images inverted against the teachers' consensus (a committee's per chunk
+    where one is set), for soft targets drawn from their mean class similarity, split evenly
+    over classes x betas."""
+    n_cls = ctx.num_classes
+    sim = torch.stack(
+        [class_similarity(t.module.head, cfg.similarity_floor) for t in teachers]
+    ).mean(0)
+    counts = largest_remainder(cfg.joint, np.ones(n_cls * len(cfg.betas))).reshape(n_cls, -1)
+    targets = torch.cat(
+        [
+            soft_targets(sim, c, b, int(counts[c, j]), rng)
+            for c in range(n_cls)
+            for j, b in enumerate(cfg.betas)
+        ]
+    )
+    # the modules themselves, not their evaluation forms: gradients and BatchNorm statistics
+    # flow through them; a committee's are read for its chunk only
+    held = None if cfg.committee else [t.module for t in teachers]
+    draw = torch.Generator().manual_seed(cfg.seed + 4)
+    xs = []
+    for chunk in targets.split(INVERSION_CHUNK):
+        some = held or [t.module for t in generator.committee(teachers, cfg.committee, draw)]
+        xs.append(
+            invert(
+                some,
+                chunk,
+                ctx.input_shape,
+                steps=cfg.inversion_steps,
+                lr=cfg.inversion_lr,
+                tau=cfg.tau,
+                gen=gen,
+                device=ctx.device,
+                init_std=cfg.init_std,
+                smooth=cfg.smooth,
+                smooth_from=cfg.smooth_from,
+                bn=cfg.bn,
+            )
+        )
+        ctx.progress("joint inversion", len(xs), -(-len(targets) // INVERSION_CHUNK))
+    return torch.cat(xs), targets
 
 
 # What grows with each classifier teacher (max_teachers caps them).

@@ -327,3 +327,50 @@ def test_config_parses_betas_and_refuses_bad_values():
     assert effective(PFedZKDConfig(), (6, 1, 128), "hapt").balance == 0.0
     assert method.make_config(method.budgets["paper"]).balance == 0.0
     assert effective(PFedZKDConfig(synthetic=500), (1, 28, 28)).synthetic == 500  # given stays
+
+
+def test_several_teachers_are_inverted_against_their_mean_output(teacher):
+    """One teacher in a list is the one-teacher inversion bit for bit; two different teachers'
+    images are read as their targets by the two together, and both leave without hooks."""
+    data = load_dataset("digits", "train")
+    other = init_model(make_spec("scnn", (1, 8, 8), 10, width=8, bn=True), 1)
+    train(other, "classifier", data.x, data.y, 10, TrainConfig(8, 32, "adam", 3e-3, seed=1))
+    other.zero_grad(set_to_none=True)
+    other.eval()
+    classes, targets = _peaked_targets(4)
+
+    def images(teachers, bn=0.0):
+        return invert(
+            teachers, targets, (1, 8, 8), steps=150, lr=0.1, tau=4.0, bn=bn,
+            gen=torch.Generator().manual_seed(0), device=torch.device("cpu"),
+        )  # fmt: skip
+
+    assert torch.equal(images([teacher]), images(teacher))
+    x = images([teacher, other], bn=10.0)
+    with torch.no_grad():
+        mean = (torch.softmax(teacher(x), 1) + torch.softmax(other(x), 1)) / 2
+    assert (mean.argmax(1) == classes).float().mean() >= 0.8
+    assert not any(m._forward_hooks for t in (teacher, other) for m in t.modules())
+
+
+def test_joint_pseudo_images_are_part_of_the_synthetic_ones(uploads, tmp_path):
+    def fuse(**opts):
+        return run_fuse(
+            FuseJob(
+                uploads=str(uploads),
+                method="pfedzkd",
+                out=str(tmp_path / "g.onnx"),
+                options=SMALL | opts,
+                device="cpu",
+                overwrite=True,
+            )
+        )
+
+    rep = fuse(joint=100, mix=False)
+    assert sum(t["images"] for t in rep["teachers"]) == 300  # 400 less the joint 100
+    assert sum(rep["synthetic_per_class"]) == 400 and rep["config"]["joint"] == 100
+    every = fuse(joint=400, mix=False, committee=1, max_teachers=2)  # a committee's per chunk
+    assert [t["images"] for t in every["teachers"]] == [0, 0]
+    assert sum(every["synthetic_per_class"]) == 400
+    with pytest.raises(ConfigError, match="--joint 500 is more than --synthetic 400"):
+        METHODS.get("pfedzkd").make_config({"synthetic": 400, "joint": 500})
