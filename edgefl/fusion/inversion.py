@@ -69,10 +69,8 @@ def invert(
     the distance of the chunk's mean and variance of the layer's input from the layer's running
     ones, i.e. from what the teacher's own training data gave there (`BNStatLoss`; a teacher
     without BatchNorm adds nothing). It is a batch's term, so it is scaled by the chunk's size
-    to weigh against the summed cross-entropy as against a mean.
-
-    Several teachers are inverted at once: their mean softmax(T(x) / tau) is fitted to the
-    targets and the prior is their mean (`BNStatLoss`)."""
+    to weigh against the summed cross-entropy as against a mean. A list of teachers is
+    inverted at once: their mean softmax(T(x) / tau) fits the targets, their mean prior joins."""
     teachers = [t.to(device).eval() for t in (teacher if isinstance(teacher, list) else [teacher])]
     stats = BNStatLoss(teachers) if bn else None
     if stats is not None:

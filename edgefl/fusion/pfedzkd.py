@@ -384,20 +384,7 @@ def synthesize(teachers: list[Upload], ctx: FusionContext, cfg: PFedZKDConfig):
                 for j, b in enumerate(cfg.betas)
             ]
         )
-        x = invert(
-            module,
-            targets,
-            ctx.input_shape,
-            steps=cfg.inversion_steps,
-            lr=cfg.inversion_lr,
-            tau=cfg.tau,
-            gen=gen,
-            device=ctx.device,
-            init_std=cfg.init_std,
-            smooth=cfg.smooth,
-            smooth_from=cfg.smooth_from,
-            bn=cfg.bn,
-        )
+        x = _invert(module, targets, ctx, cfg, gen)
         with torch.no_grad():
             pred = module(x.to(ctx.device)).argmax(1).cpu()
         agree = float((pred == targets.argmax(1)).float().mean()) if len(x) else 0.0
@@ -415,6 +402,24 @@ def synthesize(teachers: list[Upload], ctx: FusionContext, cfg: PFedZKDConfig):
         xs.append(x)
         ys.append(targets)
     return torch.cat(xs), torch.cat(ys), stats
+
+
+def _invert(teachers, targets: torch.Tensor, ctx: FusionContext, cfg: PFedZKDConfig, gen):
+    """`invert` with the config's inversion settings."""
+    return invert(
+        teachers,
+        targets,
+        ctx.input_shape,
+        steps=cfg.inversion_steps,
+        lr=cfg.inversion_lr,
+        tau=cfg.tau,
+        gen=gen,
+        device=ctx.device,
+        init_std=cfg.init_std,
+        smooth=cfg.smooth,
+        smooth_from=cfg.smooth_from,
+        bn=cfg.bn,
+    )
 
 
 def synthesize_joint(teachers: list[Upload], ctx: FusionContext, cfg: PFedZKDConfig, rng, gen):
@@ -440,22 +445,7 @@ def synthesize_joint(teachers: list[Upload], ctx: FusionContext, cfg: PFedZKDCon
     xs = []
     for chunk in targets.split(INVERSION_CHUNK):
         some = held or [t.module for t in generator.committee(teachers, cfg.committee, draw)]
-        xs.append(
-            invert(
-                some,
-                chunk,
-                ctx.input_shape,
-                steps=cfg.inversion_steps,
-                lr=cfg.inversion_lr,
-                tau=cfg.tau,
-                gen=gen,
-                device=ctx.device,
-                init_std=cfg.init_std,
-                smooth=cfg.smooth,
-                smooth_from=cfg.smooth_from,
-                bn=cfg.bn,
-            )
-        )
+        xs.append(_invert(some, chunk, ctx, cfg, gen))
         ctx.progress("joint inversion", len(xs), -(-len(targets) // INVERSION_CHUNK))
     return torch.cat(xs), targets
 
