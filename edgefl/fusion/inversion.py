@@ -69,8 +69,7 @@ def invert(
     the distance of the chunk's mean and variance of the layer's input from the layer's running
     ones, i.e. from what the teacher's own training data gave there (`BNStatLoss`; a teacher
     without BatchNorm adds nothing). It is a batch's term, so it is scaled by the chunk's size
-    to weigh against the summed cross-entropy as against a mean. A list of teachers is
-    inverted at once: their mean softmax(T(x) / tau) fits the targets, their mean prior joins."""
+    to weigh against the summed cross-entropy as against a mean. Teachers in a list: their mean."""
     teachers = [t.to(device).eval() for t in (teacher if isinstance(teacher, list) else [teacher])]
     stats = BNStatLoss(teachers) if bn else None
     if stats is not None:
