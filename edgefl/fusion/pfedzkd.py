@@ -12,6 +12,7 @@
    the student learnt that noise means "still" (bench/results/datafree_hapt.md).
    With `bn` (ours, on for images) DeepInversion's BatchNorm-statistics prior joins the loss:
    a Fashion teacher's pseudo-images were far from its data (bench/results/pfedzkd_bn.md).
+   With `joint` (ours, off) that many of them are inverted against all teachers at once.
 3. All teachers' pseudo-images are pooled and labelled by the mean over ALL teachers of
    softmax(T(x) / tau) (`labels=probabilities`, ours: by their probability average, softened as
    one teacher's output). With `balance` (ours, 0.5 on images) each label is divided by its
