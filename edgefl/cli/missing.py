@@ -82,15 +82,14 @@ def missing_error(exc: click.UsageError) -> ConfigError | None:
     command = ctx.command_path.removeprefix(ctx.find_root().info_name or "").strip()
     is_option = isinstance(param, click.Option)
     name = max(param.opts, key=len) if is_option else param.human_readable_name
+    message = f"{command} needs {name}: {_what(param)}"
     wanted = WANTED.get(param.name or "")
     if wanted is None:
-        return ConfigError(
-            f"{command} needs {name}: {_what(param)}",
-            hint=f"usage: {ctx.command_path} {' '.join(ctx.command.collect_usage_pieces(ctx))}",
-        )
+        usage = " ".join(ctx.command.collect_usage_pieces(ctx))
+        return ConfigError(message, hint=f"usage: {ctx.command_path} {usage}")
     hint = f"e.g. {name if is_option else ctx.command_path} {wanted.example}"
     if wanted.names is not None:
         hint += f"; {wanted.kind}: {', '.join(wanted.names())}"
     if wanted.see:
         hint += f" ({wanted.see})"
-    return ConfigError(f"{command} needs {name}: {_what(param)}", hint=hint)
+    return ConfigError(message, hint=hint)

@@ -7,6 +7,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from edgefl.fusion.averaging import combine_outputs
 from edgefl.fusion.generator import BNStatLoss
 from edgefl.fusion.options import option
 
@@ -101,11 +102,11 @@ def invert(
 
 
 def _log_mean_softmax(teachers: list[nn.Module], x: torch.Tensor, tau: float) -> torch.Tensor:
-    """log of the teachers' mean softmax(T(x) / tau); one teacher's log_softmax as it was."""
-    logps = [F.log_softmax(t(x) / tau, dim=1) for t in teachers]
-    if len(logps) == 1:
-        return logps[0]
-    return torch.logsumexp(torch.stack(logps), dim=0) - torch.log(torch.tensor(float(len(logps))))
+    """log of the teachers' mean softmax(T(x) / tau) (the ensemble's `probabilities`); one
+    teacher's log_softmax as it was, bit for bit."""
+    if len(teachers) == 1:
+        return F.log_softmax(teachers[0](x) / tau, dim=1)
+    return combine_outputs(torch.stack([t(x) / tau for t in teachers]), "probabilities")
 
 
 def roughness(x: torch.Tensor) -> torch.Tensor:

@@ -247,6 +247,17 @@ def soft_targets(sim: torch.Tensor, c: int, beta: float, n: int, rng: np.random.
     return torch.from_numpy(y / y.sum(1, keepdims=True)).float()
 
 
+def targets_of(sim: torch.Tensor, counts: np.ndarray, cfg, rng: np.random.Generator):
+    """Soft targets for (classes x betas) `counts` of pseudo-images, class by class."""
+    return torch.cat(
+        [
+            soft_targets(sim, c, b, int(counts[c, j]), rng)
+            for c in range(len(counts))
+            for j, b in enumerate(cfg.betas)
+        ]
+    )
+
+
 def soften(p: torch.Tensor, tau: float) -> torch.Tensor:
     """softmax(log p / tau): probabilities p softened as if they were one model's at tau 1."""
     return F.softmax(p.clamp_min(1e-12).log() / tau, dim=1)
@@ -379,14 +390,7 @@ def synthesize(teachers: list[Upload], ctx: FusionContext, cfg: PFedZKDConfig):
                 f"{n_cls} outputs",
                 hint="upload edgefl zoo classifiers (their `head` is that layer)",
             )
-        sim = class_similarity(head, cfg.similarity_floor)
-        targets = torch.cat(
-            [
-                soft_targets(sim, c, b, int(counts[k, c, j]), rng)
-                for c in range(n_cls)
-                for j, b in enumerate(cfg.betas)
-            ]
-        )
+        targets = targets_of(class_similarity(head, cfg.similarity_floor), counts[k], cfg, rng)
         x = _invert(module, targets, ctx, cfg, gen)
         with torch.no_grad():
             pred = module(x.to(ctx.device)).argmax(1).cpu()
@@ -429,21 +433,15 @@ def synthesize_joint(teachers: list[Upload], ctx: FusionContext, cfg: PFedZKDCon
     """`joint` pseudo-images inverted against the teachers' consensus (a committee's per chunk
     where one is set), for soft targets drawn from their mean class similarity, split evenly
     over classes x betas."""
-    n_cls = ctx.num_classes
-    sim = torch.stack(
-        [class_similarity(t.module.head, cfg.similarity_floor) for t in teachers]
-    ).mean(0)
-    counts = largest_remainder(cfg.joint, np.ones(n_cls * len(cfg.betas))).reshape(n_cls, -1)
-    targets = torch.cat(
-        [
-            soft_targets(sim, c, b, int(counts[c, j]), rng)
-            for c in range(n_cls)
-            for j, b in enumerate(cfg.betas)
-        ]
-    )
     # the modules themselves, not their evaluation forms: gradients and BatchNorm statistics
-    # flow through them; a committee's are read for its chunk only
+    # flow through them; a committee's are read for its chunk only (a parked upload's module
+    # is read from disk at each access)
     held = None if cfg.committee else [t.module for t in teachers]
+    heads = [m.head for m in held] if held else [t.module.head for t in teachers]
+    sim = torch.stack([class_similarity(h, cfg.similarity_floor) for h in heads]).mean(0)
+    n_cls = ctx.num_classes
+    counts = largest_remainder(cfg.joint, np.ones(n_cls * len(cfg.betas))).reshape(n_cls, -1)
+    targets = targets_of(sim, counts, cfg, rng)
     draw = torch.Generator().manual_seed(cfg.seed + 4)
     xs = []
     for chunk in targets.split(INVERSION_CHUNK):
