@@ -28,6 +28,7 @@ from edgefl.deploy.targets import TARGETS, Target
 from edgefl.errors import ArtifactError, BudgetError, ConfigError, UnknownNameError
 from edgefl.evaluate import require_classifier
 from edgefl.profiles import Profile, get_profile
+from edgefl.progress import printable
 
 __all__ = ["TARGETS", "DeployReport", "DeployRequest", "Plan", "deploy", "plan_deploy"]
 
@@ -105,10 +106,32 @@ def _read_source(path: str) -> exporters.Artifact:
     return art
 
 
+def _example(art: exporters.Artifact, flag: str) -> str:
+    """`flag` with the model's own dataset (its metadata names it; a global model from before
+    it did: the registered datasets of its input shape and classes)."""
+    from edgefl.data import DATASETS
+
+    split = "train" if flag == "--calibrate" else "test"
+    name, meta = art.metadata.get("dataset"), art.metadata
+    if isinstance(name, str) and name:
+        return f"{flag} {printable(name)}:{split}"
+    task = (tuple(meta["input_shape"]), int(meta["num_classes"]))
+    fits = [d.name for d in DATASETS if (tuple(d.input_shape), d.num_classes) == task]
+    return " or ".join(f"{flag} {n}:{split}" for n in fits) or f"{flag} DATASET:{split}"
+
+
 def _load_split(ref: str, flag: str, art: exporters.Artifact, data_dir, limit: int, seed: int):
-    from edgefl.data import load_dataset, parse_dataset_ref
+    from edgefl.data import DATASETS, load_dataset, parse_dataset_ref
 
     name, split = parse_dataset_ref(ref)
+    own = art.metadata.get("dataset")
+    # Another registered dataset of the same shape (Fashion's model calibrated on digits) would
+    # pass the shape check below and ship wrong int8 ranges or a meaningless accuracy.
+    if isinstance(own, str) and name in DATASETS and own in DATASETS and name != own:
+        raise ConfigError(
+            f"{flag} {ref}: the model was trained on {own}, not {name}",
+            hint=f"name the model's own data, e.g. {_example(art, flag)}",
+        )
     # Calibration reads training data; accuracy is measured on the test split, as `eval` does
     # (a bare --eval DATASET scored the training split and did not say so).
     split = split or ("train" if flag == "--calibrate" else "test")
@@ -119,8 +142,7 @@ def _load_split(ref: str, flag: str, art: exporters.Artifact, data_dir, limit: i
         raise ConfigError(
             f"{flag} {ref}: samples of shape {tuple(data.x.shape[1:])} with {data.num_classes} "
             f"classes, but the model takes {want_shape} with {want_classes} classes",
-            hint=f"name data of the model's own task, e.g. {flag} "
-            f"{meta.get('dataset') or 'DATASET'}:{'train' if flag == '--calibrate' else 'test'}",
+            hint=f"name data of the model's own task, e.g. {_example(art, flag)}",
         )
     rng = np.random.default_rng(seed)
     idx = np.sort(rng.permutation(len(data.x))[:limit])
@@ -199,7 +221,7 @@ def plan_deploy(req: DeployRequest) -> Plan:
     calibration = calibrate_ref = None
     dataset = art.metadata.get("dataset")
     if quantize == "int8":
-        calibration, name = _calibration(req, target, art, dataset)
+        calibration, name = _calibration(req, target, art)
         calibrate_ref, dataset = req.calibrate, dataset or name
     eval_x = eval_y = eval_ref = None
     if req.eval:
@@ -258,7 +280,7 @@ def _check_out_folder(out: Path) -> None:
 
 
 def _calibration(
-    req: DeployRequest, target: Target, art: exporters.Artifact, dataset: str | None
+    req: DeployRequest, target: Target, art: exporters.Artifact
 ) -> tuple[np.ndarray, str]:
     """(the int8 calibration samples, their dataset's name), from --calibrate."""
     if not req.calibrate:
@@ -266,8 +288,8 @@ def _calibration(
             f"--target {target.name}"
             + ("" if target.always_int8 else " --quantize int8")
             + " needs calibration data",
-            hint="add --calibrate DATASET:SPLIT of the model's task, e.g. --calibrate "
-            f"{dataset or 'mnist'}:train",
+            hint="add --calibrate DATASET:SPLIT of the model's task, e.g. "
+            + _example(art, "--calibrate"),
         )
     calibration, _, name, _ = _load_split(
         req.calibrate, "--calibrate", art, req.data_dir, req.calibrate_samples, seed=0

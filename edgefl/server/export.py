@@ -30,6 +30,9 @@ def export_global(
     path = p.out if path is None else path
     input_shape = tuple(result.input_shape or ctx.input_shape)
     aside = {id(u) for u, _ in ctx.aside}  # uploads the method itself left out
+    used = [u for u in ctx.uploads if id(u) not in aside]
+    # The task's dataset where the uploads used name one: deploy suggests its data by it.
+    named = {u.meta.get("dataset") for u in used if isinstance(u.meta.get("dataset"), str)}
     meta = {
         "kind": "global",
         "spec": result.spec.to_dict() if result.spec else None,
@@ -39,8 +42,9 @@ def export_global(
         "client_id": "server",
         "method": p.method.name,
         "config": p.config.as_dict(),
-        "client_ids": [u.client_id for u in ctx.uploads if id(u) not in aside],
+        "client_ids": [u.client_id for u in used],
         "edgefl_version": edgefl.__version__,
+        **({"dataset": named.pop()} if len(named) == 1 else {}),
         **(extra or {}),
     }
     model = result.model.to("cpu").eval()

@@ -411,6 +411,42 @@ def test_bad_inputs_exit_2_with_nothing_written(files, cli, tmp_path):
         assert sorted(os.listdir(tmp_path)) == before, case  # no staging folder left either
 
 
+def test_the_fix_names_the_models_own_data(files, cli, tmp_path):
+    """The calibration example is the model's dataset (a HAPT model was told mnist:train); one
+    without a dataset gets the registered ones of its shape; another registered dataset of the
+    same shape (Fashion's model on digits) is refused before anything is loaded or written."""
+    cnn = make_spec("cnn", (1, 28, 28), 10)
+    named = {
+        "digits": (str(files["cnn"]), None, "--calibrate digits:train"),
+        "none": (str(_export(cnn, tmp_path / "old.onnx", dataset=None)), None, "mnist:train or"),
+        "other": (
+            str(_export(cnn, tmp_path / "fashion.onnx", dataset="fmnist")),
+            "mnist:train",
+            "trained on fmnist, not mnist",
+        ),
+    }
+    for case, (model, calibrate, said) in named.items():
+        more = ["--calibrate", calibrate] if calibrate else []
+        out = tmp_path / f"out-{case}"
+        r = cli(
+            "deploy",
+            model,
+            "--target",
+            "tflite-micro",
+            "--profile",
+            "smartphone",
+            *more,
+            "--out",
+            str(out),
+            "--json",
+        )
+        assert r.exit_code == 2, (case, r.output)
+        err = json.loads(r.stdout)
+        assert said in err["error"] + err["fix"], (case, err)
+        assert not out.exists(), case
+    assert "--calibrate fmnist:train" in err["fix"]
+
+
 @pytest.mark.parametrize(
     ("fp32", "int8", "says"),
     [(0.80, 0.75, "5.00 points lost"), (0.561, 0.575, "1.40 points gained"), (0.5, 0.5, "same")],

@@ -100,6 +100,7 @@ def test_fedavg_over_two_architectures_averages_the_larger_group(two_archs, tmp_
     _, want = average_classifiers(cnns, "fedavg")
     art = exporters.read_artifact(out)
     assert art.metadata["client_ids"] == ["client-000", "client-001"]
+    assert art.metadata["dataset"] == "digits"  # the uploads' task: deploy suggests its data
     x = torch.rand(3, 1, 8, 8)
     np.testing.assert_allclose(art.run(x.numpy()), want.eval()(x).detach().numpy(), atol=1e-5)
 
