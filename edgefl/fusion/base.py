@@ -31,7 +31,12 @@ from edgefl.artifacts import Upload
 from edgefl.errors import ConfigError, FusionError
 from edgefl.fusion.caps import GROWS, generator_estimate, scale_options, too_many, upload_cap
 from edgefl.fusion.config import FusionConfig, PublicSetConfig
-from edgefl.fusion.options import UnknownOptionError, describe_options, effective
+from edgefl.fusion.options import (
+    UnknownOptionError,
+    describe_options,
+    effective,
+    refuse_on_every_input,
+)
 from edgefl.models.parse import parse_model_arg
 from edgefl.models.spec import ModelSpec
 from edgefl.models.zoo import build_model, input_kind
@@ -160,7 +165,9 @@ class Method:
         bad = set(overrides) - names
         if bad:
             raise UnknownOptionError(self.name, bad, names)
-        return replace(self.config_cls(), **overrides)
+        cfg = replace(self.config_cls(), **overrides)
+        refuse_on_every_input(cfg)
+        return cfg
 
     def effective_config(
         self, overrides: dict[str, Any], input_shape, dataset: str | None = None

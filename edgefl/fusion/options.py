@@ -358,6 +358,26 @@ def effective(cfg: Any, input_shape, dataset: str | None = None) -> Any:
     return replace(cfg, **fill) if fill else cfg
 
 
+def refuse_on_every_input(cfg: Any) -> None:
+    """Raise now the refusal `cfg` meets whatever the uploads turn out to be (a bound between
+    options where one defaults by data set: --joint over an unset --synthetic), not after
+    they are read; a config that some input kind or dataset takes passes (`effective` then
+    decides on the uploads' own)."""
+    unset = unset_by_input(cfg)
+    opts = {name: opt for name, _, opt in declared(type(cfg))}
+    named = sorted({d for name in unset for d, _ in opts[name].by_dataset})
+    first = None
+    for kind in INPUT_KINDS if unset else ():
+        for dataset in (None, *named):
+            try:
+                replace(cfg, **{n: opts[n].default_for(kind, dataset) for n in unset})
+                return
+            except ConfigError as exc:
+                first = first or exc
+    if first is not None:
+        raise first
+
+
 def _example(default: Any) -> str:
     if isinstance(default, tuple):
         return ",".join(str(v) for v in default)

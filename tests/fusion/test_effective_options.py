@@ -5,6 +5,7 @@ on every kind of input, and nothing outside the option layer reads one while it 
 from __future__ import annotations
 
 import ast
+import json
 from pathlib import Path
 
 import pytest
@@ -147,6 +148,37 @@ def test_a_by_input_declaration_must_cover_every_kind_and_obey_its_bounds():
         declared(OutOfBounds)
     with pytest.raises(TypeError, match="unset"):
         option(1.0, "lr", by_input={"image": 1.0, "signal": 1.0})
+
+
+def test_a_bound_no_input_can_meet_is_refused_before_the_uploads_are_read():
+    """--joint past every by-input --synthetic (8,000 on images, 4,000 on windows) is refused by
+    make_config (before the ingest); between the two it waits for the uploads' own input."""
+    pfedzkd = METHODS.get("pfedzkd")
+    with pytest.raises(ConfigError, match="--joint 9000 is more than --synthetic"):
+        pfedzkd.make_config({"joint": 9000})
+    cfg = pfedzkd.make_config({"joint": 6000})  # images take it, windows do not
+    assert effective(cfg, (1, 28, 28)).joint == 6000
+    with pytest.raises(ConfigError, match="--joint 6000 is more than --synthetic 4000"):
+        effective(cfg, DATASETS.get("hapt").input_shape)
+
+
+def test_the_server_says_such_a_bound_before_its_ingest(cli, tmp_path):
+    (tmp_path / "up").mkdir()  # nothing to ingest: the refusal must come from the plan
+    r = cli(
+        "server",
+        "fuse",
+        str(tmp_path / "up"),
+        "--method",
+        "pfedzkd",
+        "--opt",
+        "joint=9000",
+        "--out",
+        str(tmp_path / "g.onnx"),
+        "--json",
+    )
+    assert r.exit_code == 2 and "ingesting" not in r.output, r.output
+    assert "--joint 9000 is more than --synthetic" in json.loads(r.stdout)["error"]
+    assert not (tmp_path / "g.onnx").exists()
 
 
 @pytest.mark.parametrize(
