@@ -9,6 +9,7 @@ import numpy as np
 import exporters
 from edgefl.data import load_dataset
 from edgefl.errors import ArtifactError
+from edgefl.progress import printable
 
 
 @dataclass
@@ -70,6 +71,20 @@ def require_classifier(
         )
 
 
+def trained_on(art: exporters.Artifact) -> str | None:
+    """The dataset the model's metadata names (a client's upload, a global model since
+    1ffc1e5), None where it names none; upload text, shown escaped by the caller."""
+    name = art.metadata.get("dataset")
+    return name if isinstance(name, str) and name else None
+
+
+def _own_data_hint(art: exporters.Artifact) -> str:
+    own = trained_on(art)
+    return "evaluate on the dataset the federation trained on" + (
+        f" ({printable(own)}, as the model's metadata says)" if own else ""
+    )
+
+
 def evaluate_artifact(
     art: exporters.Artifact, dataset: str, split: str = "test", data_dir=None, batch: int = 1000
 ) -> EvalResult:
@@ -79,13 +94,13 @@ def evaluate_artifact(
     if data.input_shape != shape:
         raise ArtifactError(
             f"model expects inputs {shape}, dataset {dataset} has {data.input_shape}",
-            hint="evaluate on the dataset the federation trained on",
+            hint=_own_data_hint(art),
         )
     c = int(art.metadata.get("num_classes", data.num_classes))
     if c != data.num_classes:
         raise ArtifactError(
             f"model predicts {c} classes, dataset {dataset} has {data.num_classes}",
-            hint="evaluate on the dataset the federation trained on",
+            hint=_own_data_hint(art),
         )
     chunks = []
     for i in range(0, len(data), batch):

@@ -6,7 +6,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from edgefl.cli.common import check_data_dir, console, print_json, upload_text
+from edgefl.cli.common import check_data_dir, console, err_console, print_json, upload_text
 
 
 def register(app: typer.Typer) -> None:
@@ -60,7 +60,8 @@ def eval_cmd(
     """Accuracy of an ONNX model on a dataset split."""
     from pathlib import Path
 
-    from edgefl.evaluate import evaluate_artifact
+    from edgefl.data import DATASETS
+    from edgefl.evaluate import evaluate_artifact, trained_on
     from edgefl.outputs import check_png_out
 
     name, split = _split_of(dataset, split)
@@ -69,6 +70,12 @@ def eval_cmd(
         check_png_out(plot, "--plot", "confusion.png")  # before the evaluation, not after
     art = _read_model(model)
     res = evaluate_artifact(art, name, split, data_dir=data_dir)
+    own = trained_on(art)
+    if own in DATASETS and name in DATASETS and own != name:  # same shape, another task
+        err_console.print(
+            f"[yellow]warning[/] the model was trained on {upload_text(own)}, scored here on "
+            f"{escape(name)} (its class names are {upload_text(own)}'s)"
+        )
     names = (
         art.metadata.get("class_names")
         or res.class_names

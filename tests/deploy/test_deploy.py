@@ -447,6 +447,20 @@ def test_the_fix_names_the_models_own_data(files, cli, tmp_path):
     assert "--calibrate fmnist:train" in err["fix"]
 
 
+def test_eval_names_the_models_own_data_too(cli, tmp_path):
+    """`edgefl eval` scores what it is asked to, but says when the model names another
+    registered dataset of the same shape, and a wrong shape's fix names the model's."""
+    fashion = str(_export(make_spec("cnn", (1, 28, 28), 10), tmp_path / "f.onnx", dataset="fmnist"))
+    r = cli("eval", fashion, "--dataset", "mnist", "--json")
+    assert r.exit_code == 0, r.output
+    assert "trained on fmnist, scored here on mnist" in " ".join(r.stderr.split())
+    assert json.loads(r.stdout)["dataset"] == "mnist"
+    same = cli("eval", fashion, "--dataset", "fmnist", "--json")
+    assert same.exit_code == 0 and "warning" not in same.stderr, same.output
+    r = cli("eval", fashion, "--dataset", "digits", "--json")
+    assert r.exit_code == 2 and "(fmnist, as the model's metadata says)" in r.stdout, r.output
+
+
 @pytest.mark.parametrize(
     ("fp32", "int8", "says"),
     [(0.80, 0.75, "5.00 points lost"), (0.561, 0.575, "1.40 points gained"), (0.5, 0.5, "same")],
