@@ -67,6 +67,12 @@ def audit_cmd(
     draws: int = typer.Option(2000, help="Decoders: samples per class (sample distance)."),
     seed: int = typer.Option(0, help="Seed of the queries, the attacker's models, the bootstrap."),
     out: str | None = typer.Option(None, help="Also write the report (JSON) to this file."),
+    overwrite: bool = typer.Option(
+        False,
+        "--overwrite",
+        help="Replace an --out that holds another audit (of other uploads) or another file; "
+        "a rerun on the same uploads replaces its own report without it.",
+    ),
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
     quiet: bool = QUIET,
 ) -> None:
@@ -90,7 +96,7 @@ def audit_cmd(
     if dataset is not None:  # without it each upload names a registered dataset
         check_data_dir(data_dir, {"--dataset": dataset})
     if out is not None:
-        _check_out(Path(out))
+        _check_out(Path(out), uploads, overwrite)
     targets = [open_target(path, data_dir, dataset) for path in uploads]  # every check first
     _check_kinds(ctx, {t.upload.kind for t in targets})
     queries = [prepare(target, settings) for target in targets]
@@ -138,25 +144,29 @@ def _check_distinct(uploads: list[str]) -> None:
         seen[key] = name
 
 
-def _check_out(path: Path) -> None:
-    """--out may be created, or replaced if an earlier audit wrote it (nothing else)."""
-    from edgefl.outputs import check_writable
+def _check_out(path: Path, uploads: list[str], overwrite: bool) -> None:
+    """--out may be created, or replaced by a rerun on the same uploads (an audit of others,
+    or any other file, only with --overwrite)."""
+    from edgefl.outputs import check_writable, existing_result, replacing_error
+    from edgefl.progress import printable
 
     if not str(path) or str(path) == ".":
         raise ConfigError("--out names no file", hint="e.g. --out audit.json")
     check_writable(path, "--out", "audit.json")
-    if not path.exists():
+    if overwrite or not path.exists():
         return
-    try:
-        held = json.loads(path.read_text())
-        ours = isinstance(held, dict) and REPORT_KEY in held
-    except (OSError, ValueError, TypeError):
-        ours = False
-    if not ours:
+    held = existing_result(path)
+    rows = held.get("uploads") if held and REPORT_KEY in held else None
+    if not isinstance(rows, list):
         raise ConfigError(
             f"--out {path} exists and is not an audit report",
-            hint="name a new file, e.g. --out audit.json",
+            hint="name a new file, e.g. --out audit.json, or pass --overwrite to replace it",
         )
+    named = [r.get("upload") for r in rows if isinstance(r, dict)]
+    theirs = sorted(str(Path(n).resolve()) for n in named if isinstance(n, str))
+    if theirs != sorted(str(Path(u).resolve()) for u in uploads):
+        what = ", ".join(printable(Path(n).name) for n in named if isinstance(n, str))
+        raise replacing_error(path, "--out", f"the audit of other uploads ({what or 'none'})")
 
 
 def _ci(value: float, ci) -> str:

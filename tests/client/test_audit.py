@@ -180,6 +180,24 @@ def test_missing_upload_and_foreign_out_are_refused(uploads, cli, tmp_path):
         assert other.read_text() == held
 
 
+def test_an_audit_of_other_uploads_is_replaced_only_with_overwrite(uploads, cli, tmp_path):
+    """A rerun on the same uploads replaces its report; another audit's is kept unless
+    --overwrite (it was replaced without a word)."""
+    out, fast = tmp_path / "audit.json", ["--shadows", "0", "--queries", "40", "-q"]
+    assert cli("audit", str(uploads["overfit"]), *fast, "--out", str(out)).exit_code == 0
+    first = out.read_text()
+    res = cli("audit", str(uploads["dp"]), *fast, "--out", str(out), "--json")
+    assert res.exit_code == 2, res.output
+    err = json.loads(res.stdout)
+    assert "the audit of other uploads" in err["error"] and "--overwrite" in err["fix"]
+    assert out.read_text() == first
+    assert cli("audit", str(uploads["overfit"]), *fast, "--out", str(out)).exit_code == 0
+    res = cli("audit", str(uploads["dp"]), *fast, "--out", str(out), "--overwrite")
+    assert res.exit_code == 0, res.output
+    (row,) = json.loads(out.read_text())["uploads"]
+    assert row["upload"] == str(uploads["dp"])
+
+
 def test_too_little_data_for_the_attackers_models_is_said_first(uploads, cli):
     # digits: 1,797 images; 1,000 non-members leave the shadows too few to train as it did
     res = cli("audit", str(uploads["decoder"]))
