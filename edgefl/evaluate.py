@@ -109,11 +109,15 @@ def evaluate_artifact(
         except Exception as exc:
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
             raise ArtifactError(
-                f"onnxruntime cannot run {art.path} on {dataset}: {first}"
+                f"onnxruntime cannot run {art.path} on {dataset}: {first}",
+                hint=f"pass a classifier that takes a batch of {dataset}'s samples "
+                f"{list(data.input_shape)}, e.g. a global model `server fuse` wrote",
             ) from None
         if logits.ndim != 2 or logits.shape[1] != c:
             raise ArtifactError(
-                f"model output has shape {list(logits.shape)}, expected [batch, {c}] for {dataset}"
+                f"model output has shape {list(logits.shape)}, expected [batch, {c}] for {dataset}",
+                hint=f"pass a classifier with one output of {c} logits (one per class), "
+                "e.g. a global model `server fuse` wrote",
             )
         chunks.append(logits.argmax(1))
     preds = np.concatenate(chunks)

@@ -147,7 +147,7 @@ def _check_distinct(uploads: list[str]) -> None:
 def _check_out(path: Path, uploads: list[str], overwrite: bool) -> None:
     """--out may be created, or replaced by a rerun on the same uploads (an audit of others,
     or any other file, only with --overwrite)."""
-    from edgefl.outputs import check_writable, existing_result, replacing_error
+    from edgefl.outputs import check_writable, replacing_error
     from edgefl.progress import printable
 
     if not str(path) or str(path) == ".":
@@ -155,6 +155,17 @@ def _check_out(path: Path, uploads: list[str], overwrite: bool) -> None:
     check_writable(path, "--out", "audit.json")
     if overwrite or not path.exists():
         return
+    named = [n for n in _audited(path) if isinstance(n, str)]
+    theirs = sorted(str(Path(n).resolve()) for n in named)
+    if theirs != sorted(str(Path(u).resolve()) for u in uploads):
+        what = ", ".join(printable(Path(n).name) for n in named)
+        raise replacing_error(path, "--out", f"the audit of other uploads ({what or 'none'})")
+
+
+def _audited(path: Path) -> list:
+    """The uploads the audit report at `path` names; refused if it is not one."""
+    from edgefl.outputs import existing_result
+
     held = existing_result(path)
     rows = held.get("uploads") if held and REPORT_KEY in held else None
     if not isinstance(rows, list):
@@ -162,11 +173,7 @@ def _check_out(path: Path, uploads: list[str], overwrite: bool) -> None:
             f"--out {path} exists and is not an audit report",
             hint="name a new file, e.g. --out audit.json, or pass --overwrite to replace it",
         )
-    named = [r.get("upload") for r in rows if isinstance(r, dict)]
-    theirs = sorted(str(Path(n).resolve()) for n in named if isinstance(n, str))
-    if theirs != sorted(str(Path(u).resolve()) for u in uploads):
-        what = ", ".join(printable(Path(n).name) for n in named if isinstance(n, str))
-        raise replacing_error(path, "--out", f"the audit of other uploads ({what or 'none'})")
+    return [r.get("upload") for r in rows if isinstance(r, dict)]
 
 
 def _ci(value: float, ci) -> str:

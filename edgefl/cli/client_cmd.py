@@ -157,6 +157,21 @@ def plan_cmd(
         print_plan(p)
 
 
+def _check_spec(spec: str | None, model: str | None, search: str | None) -> None:
+    """--spec alone names the model, and a bad file fails now, not after the data is loaded."""
+    from edgefl.errors import ConfigError
+    from edgefl.models.parse import load_spec_file
+
+    if spec is None:
+        return
+    if model is not None or search is not None:
+        raise ConfigError(
+            "--spec names the model, and so do --model and --search",
+            hint="give --spec without --model or --search (or drop --spec)",
+        )
+    load_spec_file(spec)
+
+
 @app.command("train")
 def train_cmd(
     ctx: typer.Context,
@@ -219,16 +234,11 @@ def train_cmd(
     from edgefl.chance import classifier_warnings
     from edgefl.client.privacy import check_request, whole_shard_warnings
     from edgefl.client.run import ClientJob
-    from edgefl.errors import ConfigError
-    from edgefl.models.parse import load_spec_file
 
     check_request(dp, label_counts)  # a bad --dp or --label-counts: before anything loads
     check_data_dir(data_dir, {"--dataset": dataset})
     _check_applies(ctx, search=search, model=model or spec)
-    if spec is not None:
-        if model is not None or search is not None:
-            raise ConfigError("--spec names the model: give it without --model or --search")
-        load_spec_file(spec)  # a bad file fails now, not after the data is loaded
+    _check_spec(spec, model, search)
     job = ClientJob(
         profile=profile,
         dataset=dataset,

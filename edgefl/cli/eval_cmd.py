@@ -40,11 +40,14 @@ def _read_model(model: str):
     if not Path(model).is_file():
         raise ArtifactError(f"model file {model} not found", hint=MODEL_HINT)
     try:
-        return exporters.read_artifact(model, require_metadata=False)
+        art = exporters.read_artifact(model, require_metadata=False)
     except Exception as exc:  # onnx raises DecodeError and friends for non-ONNX bytes
         raise ArtifactError(
             f"{model} is not a readable ONNX model ({type(exc).__name__})", hint=MODEL_HINT
         ) from None
+    if not (art.input_names and art.output_names):  # an empty file parses as an empty graph
+        raise ArtifactError(f"{model} is not an ONNX model (no inputs or outputs)", hint=MODEL_HINT)
+    return art
 
 
 def eval_cmd(

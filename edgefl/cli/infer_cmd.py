@@ -135,7 +135,8 @@ def load_artifact(path: str):
     require_classifier(art, path, "run", decoder_ok=True)
     if art.metadata["kind"] == "decoder" and art.input_names != ["z", "label"]:
         raise ArtifactError(
-            f"{path}: a decoder must have inputs ['z', 'label'], got {art.input_names}"
+            f"{path}: a decoder must have inputs ['z', 'label'], got {art.input_names}",
+            hint="pass a decoder upload edgefl wrote (a generator device's `client train`)",
         )
     return art
 
@@ -187,7 +188,8 @@ def classify(art, x: np.ndarray, where: str) -> np.ndarray:
     c = meta["num_classes"]
     if logits.ndim != 2 or logits.shape[1] != c:
         raise ArtifactError(
-            f"{art.path}: output of shape {logits.shape[1:]} per sample, expected ({c},) logits"
+            f"{art.path}: output of shape {logits.shape[1:]} per sample, expected ({c},) logits",
+            hint=f"pass a classifier with one output of {c} logits, e.g. a global model",
         )
     z = logits.astype(np.float64) - logits.max(1, keepdims=True)
     e = np.exp(z)
@@ -225,7 +227,10 @@ def save_npy(path: Path, array: np.ndarray) -> None:
     try:
         atomic_write_bytes(path, buf.getvalue())
     except OSError as exc:
-        raise DataError(f"cannot write {path}: {exc.strerror or exc}") from None
+        raise DataError(
+            f"cannot write {path}: {exc.strerror or exc}",
+            hint="write to a folder you can write with room left, e.g. --out samples.npy",
+        ) from None
 
 
 def _unit_float(x: np.ndarray, where: str) -> np.ndarray:

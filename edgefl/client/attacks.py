@@ -68,7 +68,10 @@ def _random(model: nn.Module, seed: int) -> None:
 def _head(model: nn.Module) -> nn.Linear:
     head = getattr(model, "head", None)
     if not isinstance(head, nn.Linear):
-        raise ConfigError("this attack changes a classifier's head; the model has none")
+        raise ConfigError(
+            "this attack changes a classifier's head; the model has none",
+            hint="attack a classifier upload with it, or choose another attack kind",
+        )
     return head
 
 

@@ -45,4 +45,7 @@ def export_model(model, spec: ModelSpec, meta: dict, path: Path) -> exporters.Ex
             sample_inputs=sample,
         )
     except exporters.ExportError as exc:
-        raise ArtifactError(f"export failed: {exc}") from None
+        raise ArtifactError(
+            f"export failed: {exc}",
+            hint="export another model (--model), and report this one's spec: a bug of edgefl's",
+        ) from None

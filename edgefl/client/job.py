@@ -109,10 +109,14 @@ def check_client_id(client_id: str | None) -> None:
     """The id names the upload file `<id>.onnx` in --out: one plain name, never a path."""
     if client_id is None:
         return
-    if not client_id.strip() or client_id in (".", "..") or any(c in client_id for c in "/\\\0"):
+    # A control character would be a file name and a report field that edgefl escapes, but
+    # other tools (ls, a shell, a spreadsheet) would not.
+    odd = any(c in client_id for c in "/\\") or not client_id.isprintable()
+    if not client_id.strip() or client_id in (".", "..") or odd:
         raise ConfigError(
             f"--client-id {client_id!r}: the upload is written as <client-id>.onnx inside "
-            "--out, so the id must be one plain name (not empty, no / or \\, not . or ..)",
+            "--out, so the id must be one plain name (not empty, no / or \\, no control "
+            "characters, not . or ..)",
             hint="e.g. --client-id band-07, or leave it out for client-<index>",
         )
 

@@ -120,7 +120,10 @@ def write_predictions(
     try:
         return exporters.write_constant_artifact(path, {"predictions": probs}, meta)
     except exporters.ExportError as exc:
-        raise ArtifactError(f"writing predictions failed: {exc}") from None
+        raise ArtifactError(
+            f"writing predictions failed: {exc}",
+            hint="write to a folder you can write with room left (--out)",
+        ) from None
 
 
 def write_prototypes(
@@ -144,7 +147,10 @@ def write_prototypes(
     try:
         return exporters.write_constant_artifact(path, {"prototypes": means}, meta)
     except exporters.ExportError as exc:
-        raise ArtifactError(f"writing prototypes failed: {exc}") from None
+        raise ArtifactError(
+            f"writing prototypes failed: {exc}",
+            hint="write to a folder you can write with room left (--out)",
+        ) from None
 
 
 # --- the branch of run_client -----------------------------------------------------------------
@@ -166,11 +172,17 @@ def prepare(job, role: str) -> np.ndarray | None:
             hint="pass --model with a zoo classifier (e.g. cnn, fedgh-cnn1)",
         )
     if job.quantize:
-        raise ConfigError(f"--quantize applies to model uploads, not to {job.kind}")
+        raise ConfigError(
+            f"--quantize applies to model uploads, not to {job.kind}",
+            hint=f"drop --quantize (a {job.kind} upload holds no weights)",
+        )
     if job.kind == "prototypes":
         return None
     if not job.public:
-        raise ConfigError("a predictions upload needs --public (e.g. mnist:public or a .npz)")
+        raise ConfigError(
+            "a predictions upload needs --public",
+            hint="e.g. --public mnist:public, or a .npz of unlabelled samples (array x)",
+        )
     if (
         is_carved(job.public)
         and parse_dataset_ref(job.public)[0] != parse_dataset_ref(job.dataset)[0]

@@ -74,7 +74,8 @@ class ArrayDataset:
             if self.groups.shape != self.y.shape:
                 raise DataError(
                     f"dataset {self.name!r}: {len(self.y)} samples but user ids of "
-                    f"shape {self.groups.shape}"
+                    f"shape {self.groups.shape}",
+                    hint="give one user id per sample (a 1-D array as long as y)",
                 )
         if self.y.shape != (len(self.x),):
             raise DataError(

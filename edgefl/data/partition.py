@@ -194,7 +194,10 @@ def _users(groups, n: int, num_clients: int, chosen, seed: int) -> list[np.ndarr
         raise _no_users()
     groups = np.asarray(groups)
     if groups.shape != (n,):
-        raise DataError(f"{n} samples but user ids of shape {groups.shape}")
+        raise DataError(
+            f"{n} samples but user ids of shape {groups.shape}",
+            hint="give one user id per sample (a 1-D array as long as y)",
+        )
     present = np.unique(groups).tolist()
     users = list(chosen) if chosen else present
     absent = [u for u in users if u not in present]

@@ -67,7 +67,10 @@ def load_public(
     else:
         x = load_dataset(ref, data_dir=data_dir).x
     if len(x) == 0:
-        raise DataError(f"public set {ref!r} is empty")
+        raise DataError(
+            f"public set {ref!r} is empty",
+            hint="name a public set with samples, e.g. --public mnist:public",
+        )
     return np.ascontiguousarray(x, dtype=np.float32)
 
 
@@ -86,5 +89,8 @@ def _npz_samples(path: Path) -> np.ndarray:
                 )
             x = npz["x"]
     except (OSError, ValueError, EOFError) as exc:
-        raise DataError(f"cannot read {path} as .npz: {exc}") from None
+        raise DataError(
+            f"cannot read {path} as .npz: {exc}",
+            hint="save the public set with np.savez(path, x=images)",
+        ) from None
     return _npz_images(x, f"{path} [x]")

@@ -123,7 +123,9 @@ def tflm_run(path: Path, arena: int, x: np.ndarray) -> tuple[np.ndarray, dict]:
         result, said = child("tflm", str(path), str(arena), str(inputs), str(outputs))
         if result is None:
             raise ArtifactError(
-                f"TFLite Micro could not run {path.name} with a {arena}-byte arena: {said}"
+                f"TFLite Micro could not run {path.name} with a {arena}-byte arena: {said}",
+                hint="deploy it with --target onnx, or a smaller model (edgefl models "
+                "--profile PROFILE lists those that fit)",
             )
         return np.load(outputs), result
 

@@ -67,7 +67,10 @@ def _plain(plan: Plan) -> onnx.ModelProto:
         model, _ = plain_graph(plan.artifact.model, batch=1)
         fold_batchnorm(model)
     except exporters.ExportError as exc:
-        raise ArtifactError(f"{plan.source_name}: cannot make a plain graph: {exc}") from None
+        raise ArtifactError(
+            f"{plan.source_name}: cannot make a plain graph: {exc}",
+            hint="deploy a model edgefl wrote (a global model or a classifier upload)",
+        ) from None
     return model
 
 
@@ -120,7 +123,10 @@ def _static_int8(model: onnx.ModelProto, plan: Plan, tmp: Path) -> onnx.ModelPro
                 weight_type=QuantType.QInt8,
             )
     except Exception as exc:
-        raise ArtifactError(f"static int8 quantization failed: {exc}") from None
+        raise ArtifactError(
+            f"static int8 quantization failed: {exc}",
+            hint="ship fp32 (leave --quantize out), or calibrate on the model's own data",
+        ) from None
     return onnx.load(dst)
 
 
@@ -214,10 +220,16 @@ def build_ort_mobile(plan: Plan, stage: Path, status) -> Built:
                 # Runtime style: the form onnxruntime recommends where NNAPI/CoreML may run it.
                 convert_onnx_models_to_ort(src, out_dir, [OptimizationStyle.Runtime])
         except Exception as exc:
-            raise ArtifactError(f"ORT format conversion failed: {exc}") from None
+            raise ArtifactError(
+                f"ORT format conversion failed: {exc}",
+                hint="deploy with --target onnx (onnxruntime runs it as it is)",
+            ) from None
         made = sorted(out_dir.glob("*.ort"))
         if not made:
-            raise ArtifactError("ORT format conversion wrote no .ort file")
+            raise ArtifactError(
+                "ORT format conversion wrote no .ort file",
+                hint="deploy with --target onnx (onnxruntime runs it as it is)",
+            )
         path = stage / f"{plan.base}.ort"
         shutil.move(made[0], path)
     # An .ort file holds no metadata onnxruntime's tools let us read back: the record beside it
@@ -326,7 +338,10 @@ def _convert_tflite(plan: Plan, stage: Path, status) -> Path:
         result, said = measure.child(*args)
         if not result or not result.get("ok"):
             said = said or json.dumps(result)  # a run that ended but made no file
-            raise ArtifactError(f"onnx2tf could not convert {plan.source_name}: {said}")
+            raise ArtifactError(
+                f"onnx2tf could not convert {plan.source_name}: {said}",
+                hint="deploy with --target onnx, or a zoo model TFLite Micro runs (edgefl models)",
+            )
         path = stage / f"{plan.base}.tflite"
         shutil.copyfile(result["tflite"], path)
     return path

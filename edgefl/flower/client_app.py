@@ -67,12 +67,18 @@ def _job(values: dict[str, Any], where: str, simulated: bool) -> ClientJob:
     # seed the server knows would let it subtract the noise from the released counts).
     unknown = sorted(set(values) - (_JOB_FIELDS if simulated else _JOB_FIELDS - {"sim"}))
     if unknown:
-        raise ConfigError(f"{where} name unknown client settings: {', '.join(unknown)}")
+        raise ConfigError(
+            f"{where} name unknown client settings: {', '.join(unknown)}",
+            hint="use the settings flower_app/pyproject.toml lists (docs/flower.md)",
+        )
     if simulated:  # the engine's job, as asdict wrote it
         sim = values.get("sim", {})
         bad = sorted(set(sim) - _SIM_FIELDS) if isinstance(sim, dict) else ["sim"]
         if bad:
-            raise ConfigError(f"{where} names unknown simulation settings: {', '.join(bad)}")
+            raise ConfigError(
+                f"{where} names unknown simulation settings: {', '.join(bad)}",
+                hint="use the settings flower_app/pyproject.toml lists (docs/flower.md)",
+            )
         values = values | {"sim": SimSettings(**sim)}
     return ClientJob(**values)
 

@@ -123,7 +123,10 @@ def _check(got: Collected, ids: list[int], cjobs) -> dict[int, dict]:
     for k, rep in got.replies.items():
         i = rep.summary.get("client_index")
         if type(i) is not int or i != ids[k]:
-            raise ConfigError(f"a simulated client replied for client index {i!r}, not its own")
+            raise ConfigError(
+                f"a simulated client replied for client index {i!r}, not its own",
+                hint="run the edgefl ClientApp of this edgefl version on every node",
+            )
         out[i] = _land(cjobs[i], rep)
     return out
 
@@ -140,7 +143,10 @@ def _land(cjob, rep) -> dict:
         targets["model"] = Path(cjob.keep_model) / name
     for role, target in targets.items():
         if role not in rep.files:
-            raise ConfigError(f"simulated client {cjob.client_index} sent no {role}")
+            raise ConfigError(
+                f"simulated client {cjob.client_index} sent no {role}",
+                hint="run the edgefl ClientApp of this edgefl version on every node",
+            )
         target.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(dir=target.parent, prefix=".landing-") as tmp:
             staged = Path(tmp) / name

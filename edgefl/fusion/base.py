@@ -372,5 +372,8 @@ class FusionContext:
             torch.manual_seed(self.seed)
             model = build_model(spec)
         if not isinstance(getattr(model, "head", None), nn.Linear):
-            raise ConfigError(f"--student {text!r} is not a classifier")
+            raise ConfigError(
+                f"--student {text!r} is not a classifier",
+                hint="name a classifier of the zoo, e.g. --student cnn (`edgefl models` lists them)",
+            )
         return spec, model.to(self.device)

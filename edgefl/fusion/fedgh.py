@@ -47,7 +47,10 @@ def collect_prototypes(ctx: FusionContext):
     representation size is the majority's (one header cannot take two input sizes)."""
     uploads = [u for u in ctx.uploads if u.kind == "prototypes"]
     if not uploads:
-        raise FusionError("fedgh needs prototypes uploads (`edgefl client prototypes`)")
+        raise FusionError(
+            "fedgh needs prototypes uploads",
+            hint="have the devices run `edgefl client prototypes`, or fuse with another method",
+        )
     sizes = Counter(u.meta["representation_size"] for u in uploads)
     rep = sizes.most_common(1)[0][0]
     reps, labels, used, rejected = [], [], [], []
@@ -77,7 +80,10 @@ def load_header(path: str, rep: int, classes: int) -> dict[str, torch.Tensor]:
     try:
         weight, bias = read_header(path, rep, classes)
     except ArtifactError as exc:
-        raise ConfigError(f"--header: {exc.message}") from None
+        raise ConfigError(
+            f"--header: {exc.message}",
+            hint=exc.hint or "pass a header a previous fedgh fusion wrote",
+        ) from None
     return {"weight": torch.from_numpy(weight), "bias": torch.from_numpy(bias)}
 
 

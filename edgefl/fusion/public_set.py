@@ -24,6 +24,7 @@ def public_samples(ctx: FusionContext, cfg: PublicSetConfig) -> np.ndarray:
     if tuple(x.shape[1:]) != tuple(ctx.input_shape):
         raise FusionError(
             f"public set {cfg.public} has samples of shape {list(x.shape[1:])}, the uploads "
-            f"expect {list(ctx.input_shape)}"
+            f"expect {list(ctx.input_shape)}",
+            hint="name a public set of the uploads' task, e.g. --public mnist:public for MNIST",
         )
     return x

@@ -132,6 +132,19 @@ def pool_batches(n: int, batch_size: int, steps: int, rng: torch.Generator) -> l
     return batches
 
 
+def _check_training(samples: int, kd_reduction: str) -> None:
+    if samples == 0:
+        raise FusionError(
+            "no training samples left to train the global model on",
+            hint="give the method samples: more --synthetic, a larger --public set, more uploads",
+        )
+    if kd_reduction not in ("mean", "batchmean"):
+        raise ConfigError(
+            f"--kd-reduction must be mean or batchmean, got {kd_reduction!r}",
+            hint="--kd-reduction mean or --kd-reduction batchmean",
+        )
+
+
 def train_student(
     model: nn.Module,
     x: torch.Tensor,
@@ -155,10 +168,7 @@ def train_student(
     `teacher` holds precomputed teacher logits for x (they never change: computed once).
     `logit_bias` (C,) is added to the student's logits in the loss only: a large negative entry
     takes that class out of the softmax, so no sample pushes its logit down."""
-    if len(x) == 0:
-        raise FusionError("no training samples left to train the global model on")
-    if kd_reduction not in ("mean", "batchmean"):
-        raise ConfigError(f"--kd-reduction must be mean or batchmean, got {kd_reduction!r}")
+    _check_training(len(x), kd_reduction)
     gen = torch.Generator().manual_seed(seed)
     model.to(device).train()
     params = model.parameters()

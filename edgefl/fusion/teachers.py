@@ -250,7 +250,10 @@ def grouped_teacher_sum(
         part = (logits if term is None else term(logits, group)).sum(0)
         total = part if total is None else total + part
     if total is None:
-        raise FusionError("a teacher pass needs at least one classifier upload")
+        raise FusionError(
+            "a teacher pass needs at least one classifier upload",
+            hint="add classifier uploads, or fuse with a method for decoders (server methods)",
+        )
     return total
 
 

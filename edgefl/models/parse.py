@@ -19,7 +19,10 @@ def parse_model_arg(text: str, input_shape, num_classes: int) -> ModelSpec:
     for item in filter(None, rest.split(",")):
         key, eq, value = item.partition("=")
         if not eq:
-            raise ConfigError(f"--model {text!r}: expected key=value, got {item!r}")
+            raise ConfigError(
+                f"--model {text!r}: expected key=value, got {item!r}",
+                hint="e.g. --model cnn:width=16 (`edgefl models` lists each model's params)",
+            )
         params[key.strip()] = parse_value(value.strip())
     return make_spec(name, input_shape, num_classes, **params)
 
@@ -38,11 +41,17 @@ def load_spec_file(path: str, input_shape=None, num_classes: int | None = None) 
             hint="save one with `edgefl search ... --save spec.json`",
         )
     if p.stat().st_size > MAX_SPEC_BYTES:
-        raise ConfigError(f"--spec {path} is larger than a model spec can be (1 MiB)")
+        raise ConfigError(
+            f"--spec {path} is larger than a model spec can be (1 MiB)",
+            hint="pass a spec `edgefl search --save` wrote",
+        )
     try:
         text = p.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"--spec {path} cannot be read: {exc}") from None
+        raise ConfigError(
+            f"--spec {path} cannot be read: {exc}",
+            hint="pass a spec file you can read, e.g. one `edgefl search --save` wrote",
+        ) from None
     spec = ModelSpec.from_json(text)
     if (
         input_shape is not None

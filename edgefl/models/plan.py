@@ -252,7 +252,10 @@ def plan(
     elif role in ("classifier", "generator"):
         chosen_role, why = role, "role given by --role"
     else:
-        raise ConfigError(f"--role must be auto, classifier or generator, got {role!r}")
+        raise ConfigError(
+            f"--role must be auto, classifier or generator, got {role!r}",
+            hint="--role auto, classifier or generator",
+        )
     candidates, fitting, rejected = _search(chosen_role, *search)
     if not fitting and role == "auto":
         # A device too small for any CVAE may still hold a tiny classifier (and vice versa).

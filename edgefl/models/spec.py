@@ -27,7 +27,17 @@ def _check_json_value(value: Any, where: str) -> Any:
         return [_check_json_value(v, where) for v in value]
     if isinstance(value, dict):
         return {str(k): _check_json_value(v, where) for k, v in value.items()}
-    raise ConfigError(f"model param {where} has a non-JSON value of type {type(value).__name__}")
+    raise ConfigError(
+        f"model param {where} has a non-JSON value of type {type(value).__name__}",
+        hint=SPEC_HINT,
+    )
+
+
+# What a spec file is, for every refusal of one.
+SPEC_HINT = (
+    "pass a spec `edgefl search --save` wrote: a JSON object with name, input_shape, "
+    "num_classes and params"
+)
 
 
 @dataclass(frozen=True)
@@ -44,7 +54,8 @@ class ModelSpec:
         )
         if len(self.input_shape) != 3 or min(self.input_shape) < 1:
             raise ConfigError(
-                f"input_shape must be (channels, height, width), got {self.input_shape}"
+                f"input_shape must be (channels, height, width), got {self.input_shape}",
+                hint=SPEC_HINT,
             )
         Range(2).check("num_classes", self.num_classes)
 
@@ -62,7 +73,9 @@ class ModelSpec:
     @classmethod
     def from_dict(cls, data: Any) -> ModelSpec:
         if not isinstance(data, dict):
-            raise ConfigError(f"a model spec must be a JSON object, got {type(data).__name__}")
+            raise ConfigError(
+                f"a model spec must be a JSON object, got {type(data).__name__}", hint=SPEC_HINT
+            )
         problems = []
         for key, typ in (("name", str), ("input_shape", list), ("num_classes", int)):
             if key not in data:
@@ -79,7 +92,7 @@ class ModelSpec:
         if not isinstance(data.get("searched", {}), dict):
             problems.append("key 'searched' must be an object")
         if problems:
-            raise ConfigError("invalid model spec: " + "; ".join(problems))
+            raise ConfigError("invalid model spec: " + "; ".join(problems), hint=SPEC_HINT)
         return cls(data["name"], tuple(data["input_shape"]), data["num_classes"], params)
 
     @classmethod
@@ -87,7 +100,7 @@ class ModelSpec:
         try:
             return cls.from_dict(json.loads(text))
         except json.JSONDecodeError as exc:
-            raise ConfigError(f"model spec is not valid JSON: {exc}") from None
+            raise ConfigError(f"model spec is not valid JSON: {exc}", hint=SPEC_HINT) from None
 
 
 def parse_value(value: str) -> Any:

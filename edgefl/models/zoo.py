@@ -430,7 +430,8 @@ def build_model(spec: ModelSpec) -> nn.Module:
     unknown = set(spec.params) - set(entry.defaults)
     if missing or unknown:
         raise ConfigError(
-            f"spec for {spec.name!r} has missing params {sorted(missing)} / unknown {sorted(unknown)}"
+            f"spec for {spec.name!r} has missing params {sorted(missing)} / unknown {sorted(unknown)}",
+            hint="`edgefl models` lists each model's params",
         )
     return entry.build(spec)
 

@@ -271,7 +271,10 @@ class _Evaluations:
     def _train(self, genes: Genes, generation: int) -> Candidate:
         chk = self.budget.check(genes)
         if not chk.fits:  # never reached: every particle is repaired first
-            raise BudgetError(f"internal: {arch_string(genes)} does not fit the budget")
+            raise BudgetError(
+                f"internal: {arch_string(genes)} does not fit the budget",
+                hint="report it with the profile and dataset: the search's own bound failed",
+            )
         spec = self.budget.spec(genes)
         x_tr, y_tr, x_val, y_val = self.data
         t = time.perf_counter()
@@ -387,7 +390,10 @@ def run_search(
     if method not in METHODS:
         raise ConfigError(f"unknown --search {method!r}", hint=f"valid: {', '.join(METHODS)}")
     if local is None:
-        raise ConfigError("architecture search needs the client's local data")
+        raise ConfigError(
+            "architecture search needs the client's local data",
+            hint="run the search on the device that holds the data (client train --search)",
+        )
     result = search_architecture(
         profile,
         info,

@@ -87,7 +87,10 @@ def _typed(name: str, annotation: str | None, text: str) -> Any:
     except ValueError:
         what = "an integer" if cast is int else "a number"
         unset = " (or none)" if nullable else ""
-        raise ConfigError(f"--{_flag(name)} must be {what}{unset}, got {text!r}") from None
+        raise ConfigError(
+            f"--{_flag(name)} must be {what}{unset}, got {text!r}",
+            hint=f"e.g. --{_flag(name)} {'10' if cast is int else '0.5'}",
+        ) from None
 
 
 def _flag(name: str) -> str:

@@ -60,7 +60,10 @@ def export_global(
     except exporters.ExportError as exc:
         # This method's failure, not the run's: beside other methods it is reported and the
         # rest still fuse (a FusionError is refused per method).
-        raise FusionError(f"exporting the global model failed: {exc}") from None
+        raise FusionError(
+            f"exporting the global model failed: {exc}",
+            hint="report it with the method and its options; the other methods still fuse",
+        ) from None
     return input_shape
 
 

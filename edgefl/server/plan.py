@@ -94,7 +94,11 @@ def plan(
     cfg = method.make_config(dict(options or {}))
     out = Path(out)
     if out.suffix != ".onnx":
-        raise ConfigError(f"{out_flag} must end in .onnx, got {out}")
+        name = (out.name.split(".")[0] if out.name not in ("", ".", "..") else "") or "global"
+        raise ConfigError(
+            f"{out_flag} must end in .onnx, got {out}",
+            hint=f"e.g. {out_flag} {out.parent / (name + '.onnx')}",
+        )
     report_path = Path(report) if report else out.with_suffix(".json")
     if report_path.resolve() == out.resolve():
         raise ConfigError(

@@ -42,7 +42,10 @@ def run_per_client(job, method: Method, cjobs, clients: list[dict], options: dic
     (kind,) = method.consumes  # what each client derives from its trained model
     members = [(cj, c) for cj, c in zip(cjobs, clients, strict=True) if c["role"] == "classifier"]
     if not members:
-        raise FusionError(f"{name} needs classifier clients ({kind} come from their models)")
+        raise FusionError(
+            f"{name} needs classifier clients ({kind} come from their models)",
+            hint="--mix with a profile that trains a classifier, e.g. smartphone:5,wristband:5",
+        )
     data = load_dataset(job.dataset, "train", data_dir=job.data_dir)
     folder, splits, models = out / f"uploads-{kind}", {}, {}
     again = list(cjobs)  # each member's job again as a `kind` job, under --dp

@@ -155,6 +155,8 @@ def test_sample_title_draws_the_client_id_as_written(tmp_path):
         (["--client-id", "../evil"], "the id must be one plain name"),
         (["--client-id", "a/b"], "the id must be one plain name"),
         (["--client-id", ""], "the id must be one plain name"),
+        # a file name other tools would print raw (edgefl escapes it, ls and shells do not)
+        (["--client-id", "a\x1b[31mred\x07"], "no control characters"),
         (["--search", "pso"], "the search chooses the architecture"),
         (["--role", "generator"], "--role generator with --model cnn, a classifier"),
         (["--public-size", "1437"], "--public-size 1437 leaves 0 training sample(s) for 4"),

@@ -388,6 +388,8 @@ def test_search_names_the_shard_in_the_command_it_prints(cli, tmp_path):
     [
         (None, [], "no such file"),
         ("{not json", [], "not valid JSON"),
+        ('{"name": "nas-cnn"}', [], "missing key 'input_shape'"),
+        ("[1, 2]", [], "must be a JSON object"),
         (
             '{"name": "nas-cnn", "input_shape": [1, 28, 28], "num_classes": 10, "params": {}}',
             [],
@@ -396,7 +398,7 @@ def test_search_names_the_shard_in_the_command_it_prints(cli, tmp_path):
         (
             '{"name": "cnn", "input_shape": [1, 8, 8], "num_classes": 10}',
             ["--model", "cnn"],
-            "without --model or --search",
+            "--spec without --model or --search",
         ),
     ],
 )
@@ -420,9 +422,11 @@ def test_client_train_spec_errors_are_one_message(cli, tmp_path, content, extra,
         "--out",
         str(tmp_path / "o"),
         *extra,
+        "--json",
     )
     assert res.exit_code == 2, res.output
     assert message in " ".join(res.output.split()) and "Traceback" not in res.output
+    assert json.loads(res.stdout)["fix"], res.output  # the fix, for every one
     assert not (tmp_path / "o").exists() or not any((tmp_path / "o").iterdir())
 
 

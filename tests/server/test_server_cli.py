@@ -164,8 +164,9 @@ def test_fuse_json_with_options_and_eval(federation, tmp_path):
 )
 def test_fuse_user_errors(federation, tmp_path, monkeypatch, args, message):
     monkeypatch.chdir(tmp_path)  # the default --out would land here
-    r = run("server", "fuse", federation, *args, code=2)
+    r = run("server", "fuse", federation, *args, "--json", code=2)
     assert message in flat(r.output)
+    assert json.loads(r.stdout)["fix"], r.output  # every refusal says the fix
     assert list(tmp_path.iterdir()) == []
 
 
@@ -296,8 +297,11 @@ def _plain_graph(path, in_shape, classes: int, meta: dict | None = None):
 def test_eval_errors(federation, tmp_path):
     junk = tmp_path / "junk.onnx"
     junk.write_bytes(b"this is not a model")
+    empty = tmp_path / "empty.onnx"
+    empty.write_bytes(b"")  # parses as an empty graph
     cases = [
         (junk, "is not a readable ONNX model"),
+        (empty, "is not an ONNX model (no inputs or outputs)"),
         (tmp_path / "missing.onnx", "not found"),
         (federation / "client-002.onnx", "is a CVAE decoder upload: it generates samples"),
         (_plain_graph(tmp_path / "flat.onnx", [64], 10), "onnxruntime cannot run"),
@@ -316,6 +320,7 @@ def test_eval_errors(federation, tmp_path):
         for extra in ([], ["--json"]):
             r = run("eval", path, "--dataset", "digits", *extra, code=2)
             assert message in flat(r.output), (path.name, r.output)
+        assert json.loads(r.stdout)["fix"], (path.name, r.output)  # every one says the fix
     # Two splits named: refused, not one of them taken silently (before the model is read).
     r = run("eval", junk, "--dataset", "digits:train", "--split", "test", code=2)
     said = flat(r.output)
