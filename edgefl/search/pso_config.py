@@ -12,6 +12,9 @@ from edgefl.models.nas import KERNELS, MAX_CHANNELS, MAX_DEPTH, MAX_HIDDEN, MIN_
 
 COUNT = Range(1, integer=True)
 SHARE = Range(0, 1)
+# Candidates one search may train: 45x the paper's 20 x (10 + 1) = 220. Past it a typo
+# (--particles 1000000) began a search its own estimate put at 13,339 hours.
+MAX_CANDIDATES = 10_000
 
 
 @declared()
@@ -40,6 +43,15 @@ class PSOConfig:
 
     def __post_init__(self) -> None:
         check_fields(self)
+        candidates = self.particles * (self.generations + 1)
+        if candidates > MAX_CANDIDATES:
+            raise ConfigError(
+                f"--particles {self.particles} x (--generations {self.generations} + the first "
+                f"swarm) = {candidates:,} candidates to train, more than {MAX_CANDIDATES:,} "
+                "(the paper's search trains 220)",
+                hint="lower --particles or --generations, e.g. --particles 20 --generations 10 "
+                "(the paper's)",
+            )
 
     @classmethod
     def from_options(cls, options: dict[str, Any] | None) -> PSOConfig:

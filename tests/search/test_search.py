@@ -461,3 +461,18 @@ def test_search_options_are_typed_by_their_fields_not_their_look():
         PSOConfig.from_text({"swarm": "2"})
     with pytest.raises(ConfigError, match="--max-depth must be an integer, got 6.0"):
         PSOConfig.from_options({"max_depth": 6.0})  # the tables' path checks it too
+
+
+def test_a_search_past_its_candidate_cap_is_refused_before_any_work(cli, tmp_path):
+    """--particles 1000000 began a search its own estimate put at 13,339 hours."""
+    from edgefl.search.pso_config import MAX_CANDIDATES, PSOConfig
+
+    PSOConfig(particles=MAX_CANDIDATES, generations=0)  # the cap itself is allowed
+    with pytest.raises(ConfigError, match="candidates to train, more than 10,000"):
+        PSOConfig(particles=MAX_CANDIDATES, generations=1)
+    save = tmp_path / "spec.json"
+    res = cli("search", "--profile", "wristband", "--dataset", "digits", "--particles",
+              "1000000", "--generations", "1000", "--save", str(save), "--json")  # fmt: skip
+    assert res.exit_code == 2, res.output
+    assert "--particles 20 --generations 10" in json.loads(res.stdout)["fix"]
+    assert not save.exists()
