@@ -124,6 +124,25 @@ def _fit_text(short: tuple[str, ...]) -> str:
     return f"{tag} {shown}{more}"
 
 
+# What each budget's tag in the fits column stands for.
+_BUDGETS = {"train": "training memory", "infer": "inference memory", "storage": "storage",
+            "time": "epoch time"}  # fmt: skip
+
+
+def _legend(rows: list[dict]) -> str | None:
+    """The fits column read out on one of its own misfits (one that overshoots several budgets
+    where there is one): 'no: train x1772 +3 = needs 1772 times its training memory ...'."""
+    misfits = [r["_short"] for r in rows if not r["fits"]]
+    text = next((t for t in misfits if " +" in t), misfits[0] if misfits else None)
+    if text is None:
+        return None
+    tag, _, rest = text.partition(" x")
+    ratio, _, more = rest.partition(" +")
+    said = f"no: {text} = needs {ratio} times its {_BUDGETS.get(tag, tag)} budget"
+    said += " (the one it overshoots most)" + (f" and overshoots {more} more" if more else "")
+    return said + "; --json gives every reason in full"
+
+
 def _model_cells(r: dict, prof) -> list[str]:
     row = [
         escape(r["name"]),
@@ -163,11 +182,8 @@ def _print_models(rows: list[dict], info, batch: int, optimizer: str, prof) -> N
         Col("TFLM arena", drop=7),
         Col("train mem"),
     ]
+    legend = _legend(rows) if prof else None
     if prof:
-        console.print(
-            "[dim]no: train x1.04 +2 = needs 1.04 times its training budget (the budget it "
-            "overshoots most) and overshoots 2 more; --json gives every reason in full[/]"
-        )
         cols += [
             Col("epoch", drop=5),
             Col("runs in", right=False, drop=8),
@@ -186,3 +202,5 @@ def _print_models(rows: list[dict], info, batch: int, optimizer: str, prof) -> N
         f"{ORT_FLOOR_BYTES / 2**20:.1f} MiB + infer peak",
     )
     console.print(table)
+    if legend:
+        console.print(f"[dim]{escape(legend)}[/]")

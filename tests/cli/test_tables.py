@@ -4,6 +4,7 @@ cell cut to "…", and every name a user must type (models, profiles, methods, f
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 
@@ -39,6 +40,10 @@ def test_name_tables_fit_and_keep_every_name(width):
     for dataset in ("mnist", "hapt"):  # image models, then the models of sensor windows
         models = show(width, "models", "--profile", "wristband", "--dataset", dataset)
         readable(models, width)
+        # The legend reads out one of the table's own misfits (it was a made-up x1.04).
+        flat = " ".join(models.split())
+        legend = re.search(r"no: (\w+ x[\d.]+(?: \+\d+)?) = needs", flat)
+        assert legend and flat.count(f"no: {legend.group(1)}") >= 2, flat
         cells = [line.replace("│", " ").split() for line in models.splitlines()]
         first_column |= {c[0].split("(")[0] for c in cells if c}
     assert {e.name for e in ZOO} <= first_column
