@@ -40,7 +40,14 @@ from edgefl.fusion.options import effective
 from edgefl.outputs import Staging, lock_outputs
 from edgefl.progress import log_lines, no_progress
 from edgefl.server import classes as device_classes
-from edgefl.server.ingest import Ingest, check_max_epsilon, ingest, parking, resident_limit
+from edgefl.server.ingest import (
+    Ingest,
+    check_jobs,
+    check_max_epsilon,
+    ingest,
+    parking,
+    resident_limit,
+)
 from edgefl.server.plan import (
     FuseRun,
     Planned,
@@ -126,6 +133,7 @@ def fuse_methods(
     progress = progress or no_progress
     dev = resolve_device(device)
     check_inputs(plans, eval, data_dir)
+    check_jobs(jobs)
     check_max_epsilon(max_epsilon)
     resident_limit(resident_mib)  # before the folder is read to count or check a file
     # Held until every method has published or failed; forked workers share it.

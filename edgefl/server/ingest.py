@@ -198,10 +198,7 @@ def ingest(
             f"upload directory {d} does not exist or is not a directory",
             hint="pass the directory holding the clients' .onnx uploads",
         )
-    if jobs is not None:
-        Range(1, integer=True).check(
-            "--jobs", jobs, hint="e.g. --jobs 2, or leave it out for the default"
-        )
+    check_jobs(jobs)
     check_max_epsilon(max_epsilon)
     start = time.perf_counter()
     stages: dict[str, float] = {}
@@ -230,6 +227,14 @@ def ingest(
 
 
 MAX_EPSILON = Range(0, low_open=True)
+
+
+def check_jobs(jobs: int | None) -> None:
+    """--jobs: a count of workers, or unset for the default."""
+    if jobs is not None:
+        Range(1, integer=True).check(
+            "--jobs", jobs, hint="e.g. --jobs 2, or leave it out for the default"
+        )
 
 
 def check_max_epsilon(max_epsilon: float | None) -> None:

@@ -148,6 +148,7 @@ def test_fuse_json_with_options_and_eval(federation, tmp_path):
         (["--method", "fedmho", "--opt", "fedmho:lam=0.1", "--opt", "fedmho:lam=0.2"], "twice"),
         (["--method", "fedmho", "--lam", "2"], "--lam must be in [0, 1]"),
         (["--method", "fedavg", "--out", "global.txt"], "--out must end in .onnx"),
+        (["--method", "fedavg", "--jobs", "0"], "--jobs must be an integer >= 1"),
         (["--method", "fedavg", "--device", "tpu"], "--device must be auto, cpu or cuda"),
         # failed after the fusion ("unknown dataset ''"), was read as the default split, was
         # called an unknown dataset
@@ -168,6 +169,8 @@ def test_fuse_user_errors(federation, tmp_path, monkeypatch, args, message):
     assert message in flat(r.output)
     assert json.loads(r.stdout)["fix"], r.output  # every refusal says the fix
     assert list(tmp_path.iterdir()) == []
+    # Only what depends on the uploads is said after reading them.
+    assert ("ingesting" in r.output) == ("uploads' models take" in message), r.output
 
 
 def test_fuse_output_refusals_name_a_fix_that_is_not_the_failing_path(federation, tmp_path):
