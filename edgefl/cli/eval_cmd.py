@@ -45,7 +45,8 @@ def _read_model(model: str):
         raise ArtifactError(
             f"{model} is not a readable ONNX model ({type(exc).__name__})", hint=MODEL_HINT
         ) from None
-    if not (art.input_names and art.output_names):  # an empty file parses as an empty graph
+    # An empty file parses as an empty graph (an edgefl data upload is one too: said later).
+    if not art.metadata and not (art.input_names and art.output_names):
         raise ArtifactError(f"{model} is not an ONNX model (no inputs or outputs)", hint=MODEL_HINT)
     return art
 

@@ -132,10 +132,7 @@ def fuse_methods(
     log = log or (lambda msg: None)
     progress = progress or no_progress
     dev = resolve_device(device)
-    check_inputs(plans, eval, data_dir)
-    check_jobs(jobs)
-    check_max_epsilon(max_epsilon)
-    resident_limit(resident_mib)  # before the folder is read to count or check a file
+    _check_run(plans, eval, data_dir, jobs, max_epsilon, resident_mib)
     # Held until every method has published or failed; forked workers share it.
     with lock_outputs(t for p in plans for t in p.targets):
         for p in plans:
@@ -168,6 +165,15 @@ def fuse_methods(
                 outcomes = _fuse_ingested(left, run, jobs)
         outcomes = _with_refused(plans, early, outcomes)
         return _reports(plans, outcomes, keep_going, log, said=set(early))
+
+
+def _check_run(plans, eval_ref, data_dir, jobs, max_epsilon, resident_mib) -> None:
+    """What the run reads besides the uploads and how: before the folder is read to count or
+    check a file."""
+    check_inputs(plans, eval_ref, data_dir)
+    check_jobs(jobs)
+    check_max_epsilon(max_epsilon)
+    resident_limit(resident_mib)
 
 
 def refused_early(
