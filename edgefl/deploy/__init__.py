@@ -26,7 +26,7 @@ from edgefl.deploy import measure
 from edgefl.deploy.report import DeployReport
 from edgefl.deploy.targets import TARGETS, Target
 from edgefl.errors import ArtifactError, BudgetError, ConfigError, UnknownNameError
-from edgefl.evaluate import require_classifier
+from edgefl.evaluate import require_classifier, trained_on
 from edgefl.profiles import Profile, get_profile
 from edgefl.progress import printable
 
@@ -112,8 +112,8 @@ def _example(art: exporters.Artifact, flag: str) -> str:
     from edgefl.data import DATASETS
 
     split = "train" if flag == "--calibrate" else "test"
-    name, meta = art.metadata.get("dataset"), art.metadata
-    if isinstance(name, str) and name:
+    name, meta = trained_on(art), art.metadata
+    if name:
         return f"{flag} {printable(name)}:{split}"
     task = (tuple(meta["input_shape"]), int(meta["num_classes"]))
     fits = [d.name for d in DATASETS if (tuple(d.input_shape), d.num_classes) == task]
@@ -124,12 +124,12 @@ def _load_split(ref: str, flag: str, art: exporters.Artifact, data_dir, limit: i
     from edgefl.data import DATASETS, load_dataset, parse_dataset_ref
 
     name, split = parse_dataset_ref(ref)
-    own = art.metadata.get("dataset")
+    own = trained_on(art)
     # Another registered dataset of the same shape (Fashion's model calibrated on digits) would
     # pass the shape check below and ship wrong int8 ranges or a meaningless accuracy.
-    if isinstance(own, str) and name in DATASETS and own in DATASETS and name != own:
+    if own in DATASETS and name in DATASETS and name != own:
         raise ConfigError(
-            f"{flag} {ref}: the model was trained on {own}, not {name}",
+            f"{flag} {ref}: the model was trained on {printable(own)}, not {name}",
             hint=f"name the model's own data, e.g. {_example(art, flag)}",
         )
     # Calibration reads training data; accuracy is measured on the test split, as `eval` does
