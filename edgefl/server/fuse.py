@@ -51,6 +51,7 @@ from edgefl.server.ingest import (
 from edgefl.server.plan import (
     FuseRun,
     Planned,
+    check_eval_declared,
     check_eval_fits,
     check_inputs,
     check_replacing,
@@ -133,6 +134,7 @@ def fuse_methods(
     progress = progress or no_progress
     dev = resolve_device(device)
     _check_run(plans, eval, data_dir, jobs, max_epsilon, resident_mib)
+    check_eval_declared(uploads, eval, recursive=recursive, max_bytes=max_upload_bytes)
     # Held until every method has published or failed; forked workers share it.
     with lock_outputs(t for p in plans for t in p.targets):
         for p in plans:

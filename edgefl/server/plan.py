@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 
+import exporters
 from edgefl.errors import ConfigError, EdgeflError
 from edgefl.fusion import METHODS
 from edgefl.fusion.base import Method
@@ -179,22 +180,51 @@ def check_inputs(plans: list[Planned], eval_ref: str | None, data_dir: str | Non
 def check_eval_fits(uploads, eval_ref: str | None) -> None:
     """After the ingest, before any method runs: the --eval dataset's samples are what the
     uploads' models take (a mismatch was found only when the fused model was evaluated)."""
+    models = [u.meta for u in uploads if u.kind in ("classifier", "decoder")]
+    if eval_ref and models:  # data uploads (predictions, prototypes) say nothing of an input
+        mismatch = _eval_mismatch(eval_ref, models[0])
+        if mismatch is not None:
+            raise mismatch
+
+
+def check_eval_declared(uploads: str | Path, eval_ref: str | None, **listing) -> None:
+    """Before the ingest: --eval refused when not one model upload declares a task its samples
+    fit (read from their unchecked metadata, so a hostile file can never refuse the run, only
+    fail to; `check_eval_fits` decides on the accepted uploads). `listing`: recursive and
+    max_bytes as the ingest lists the folder."""
+    if not eval_ref:
+        return
+    first = None
+    for name in exporters.list_uploads(uploads, listing["recursive"]):
+        meta = exporters.peek_metadata(Path(uploads, name), max_bytes=listing["max_bytes"])
+        if not isinstance(meta, dict) or meta.get("kind") not in ("classifier", "decoder"):
+            continue
+        try:
+            mismatch = _eval_mismatch(eval_ref, meta)
+        except (TypeError, ValueError):  # a declaration that is not a task
+            continue
+        if mismatch is None:
+            return
+        first = first or mismatch
+    if first is not None:
+        raise first
+
+
+def _eval_mismatch(eval_ref: str, meta: dict) -> ConfigError | None:
+    """The refusal of --eval for models that take what `meta` declares, None if it fits."""
     from edgefl.data import dataset_shape
 
-    models = [u for u in uploads if u.kind in ("classifier", "decoder")]
-    if not eval_ref or not models:
-        return  # data uploads (predictions, prototypes) say nothing of an input
     shape, classes, _ = dataset_shape(eval_ref)
-    meta = models[0].meta
-    theirs = (tuple(meta["input_shape"]), int(meta["num_classes"]))
-    if theirs != (tuple(shape), classes):
-        name = meta.get("dataset")
-        raise ConfigError(
-            f"--eval {printable(eval_ref)}: its samples are {shape_text(shape)} of {classes} "
-            f"classes; the uploads' models take {shape_text(theirs[0])} of {theirs[1]}",
-            hint="evaluate on the dataset the federation trained on"
-            + (f", e.g. --eval {printable(name)}:test" if isinstance(name, str) else ""),
-        )
+    theirs = (tuple(int(d) for d in meta["input_shape"]), int(meta["num_classes"]))
+    if theirs == (tuple(shape), classes):
+        return None
+    name = meta.get("dataset")
+    return ConfigError(
+        f"--eval {printable(eval_ref)}: its samples are {shape_text(shape)} of {classes} "
+        f"classes; the uploads' models take {shape_text(theirs[0])} of {theirs[1]}",
+        hint="evaluate on the dataset the federation trained on"
+        + (f", e.g. --eval {printable(name)}:test" if isinstance(name, str) else ""),
+    )
 
 
 def _check_dataset_ref(

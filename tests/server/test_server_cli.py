@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 
 import numpy as np
 import onnx
@@ -15,7 +16,9 @@ from onnx import helper, numpy_helper
 from typer.testing import CliRunner
 
 from edgefl.cli import app
+from edgefl.errors import ConfigError
 from edgefl.fusion import METHODS
+from edgefl.server.plan import check_eval_declared
 from exporters import set_metadata
 
 
@@ -155,7 +158,8 @@ def test_fuse_json_with_options_and_eval(federation, tmp_path):
         (["--method", "fedavg", "--eval", ":test"], "--eval ':test' names no dataset"),
         (["--method", "fedavg", "--eval", "digits:"], "names no split after ':'"),
         (["--method", "fedavg", "--eval", "./no.npz"], "--eval './no.npz': no such file"),
-        # found after the ingest, before the fusion (it was said after the fused model)
+        # said before the ingest from what the uploads declare (it was said after the fused
+        # model, then after the ingest)
         (
             ["--method", "fedmho-sd", "--eval", "mnist:test"],
             "--eval mnist:test: its samples are 1x28x28 of 10 classes; the uploads' models take "
@@ -169,8 +173,7 @@ def test_fuse_user_errors(federation, tmp_path, monkeypatch, args, message):
     assert message in flat(r.output)
     assert json.loads(r.stdout)["fix"], r.output  # every refusal says the fix
     assert list(tmp_path.iterdir()) == []
-    # Only what depends on the uploads is said after reading them.
-    assert ("ingesting" in r.output) == ("uploads' models take" in message), r.output
+    assert "ingesting" not in r.output, r.output  # each said before the uploads are read
 
 
 def test_fuse_output_refusals_name_a_fix_that_is_not_the_failing_path(federation, tmp_path):
@@ -295,6 +298,24 @@ def _plain_graph(path, in_shape, classes: int, meta: dict | None = None):
         set_metadata(model, meta)
     path.write_bytes(model.SerializeToString())
     return path
+
+
+def test_eval_is_checked_on_what_the_uploads_declare_and_no_file_can_refuse_it(
+    federation, tmp_path
+):
+    """Before the ingest, --eval is refused only when not one model upload declares a task
+    its samples fit: a file declaring another task (hostile or not) cannot refuse the run."""
+    mixed = tmp_path / "mixed"
+    shutil.copytree(federation, mixed)
+    odd = {"kind": "classifier", "num_classes": 10, "input_shape": [1, 28, 28]}
+    _plain_graph(mixed / "aaa-odd.onnx", [1, 28, 28], 10, odd)  # listed first
+    check_eval_declared(mixed, "digits", recursive=False, max_bytes=1 << 30)
+    alone = tmp_path / "alone"
+    alone.mkdir()
+    _plain_graph(alone / "odd.onnx", [1, 28, 28], 10, odd)
+    with pytest.raises(ConfigError, match="the uploads' models take 1x28x28 of 10"):
+        check_eval_declared(alone, "digits", recursive=False, max_bytes=1 << 30)
+    check_eval_declared(alone, "mnist", recursive=False, max_bytes=1 << 30)
 
 
 def test_eval_errors(federation, tmp_path):
