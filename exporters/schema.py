@@ -51,6 +51,9 @@ def validate_metadata(meta: object) -> list[str]:
     """Return every problem with ``meta`` (empty list: valid). Each message names its key."""
     if not isinstance(meta, dict):
         return [f"metadata must be a JSON object, got {_tname(meta)}"]
+    if meta.get("deployed") is True:  # edgefl deploy's output: its own record, said as such
+        return ["a model `edgefl deploy` wrote for a device, not a client upload or a global "
+                "model"]  # fmt: skip
     num_classes = meta.get("num_classes")
     ctx = _Context(meta, meta.get("kind"), num_classes if _num_classes_ok(num_classes) else None)
     problems = [p for rule in _RULES if (p := _apply(rule, ctx)) is not None]

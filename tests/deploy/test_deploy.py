@@ -189,6 +189,21 @@ def test_batchnorm_folds_into_its_conv_with_the_same_outputs(tmp_path):
     np.testing.assert_allclose(got, want, atol=1e-4)
 
 
+def test_a_deployed_file_among_the_uploads_is_rejected_as_what_it_is(files, tmp_path):
+    """It was rejected for five missing keys: it is deploy's output, not an upload."""
+    from edgefl.server.ingest import ingest
+
+    up = tmp_path / "up"
+    up.mkdir()
+    (up / "phone.onnx").write_bytes(files["cnn"].read_bytes())
+    deploy(DeployRequest(model=str(files["cnn"]), profile="smartphone", target="onnx", out=str(up)))
+    found = ingest(up, max_upload_bytes=exporters.DEFAULT_MAX_UPLOAD_BYTES)
+    assert [u.name for u in found.uploads] == ["phone.onnx"]
+    ((name, why),) = found.rejected
+    assert name == "phone.smartphone.onnx" and "a model `edgefl deploy` wrote" in why, why
+    assert "missing required key" not in why
+
+
 def test_a_file_made_for_the_profile_keeps_its_name(files, tmp_path):
     # `server fuse --for smartphone` writes fedmho.smartphone.onnx: deploying it for the same
     # profile gives fedmho.smartphone.onnx, not fedmho.smartphone.smartphone.onnx; another
