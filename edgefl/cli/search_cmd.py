@@ -68,7 +68,9 @@ def search_cmd(
     num_clients: int = typer.Option(10, help="Clients in the federation."),
     client_index: int = typer.Option(0, help="Which client's shard to search on."),
     partition_seed: int = typer.Option(0, help="Seed of the partition."),
-    particles: int = typer.Option(20, help="Swarm size (paper: 20)."),
+    particles: int = typer.Option(
+        20, help="Swarm size (paper: 20; with --generations at most 10,000 candidates in all)."
+    ),
     generations: int = typer.Option(
         10, help="PSO generations after the initial swarm (paper: 10)."
     ),
