@@ -182,7 +182,7 @@ def check_eval_fits(uploads, eval_ref: str | None) -> None:
     uploads' models take (a mismatch was found only when the fused model was evaluated)."""
     models = [u.meta for u in uploads if u.kind in ("classifier", "decoder")]
     if eval_ref and models:  # data uploads (predictions, prototypes) say nothing of an input
-        mismatch = _eval_mismatch(eval_ref, models[0])
+        mismatch = _eval_mismatch(eval_ref, _eval_task(eval_ref), models[0])
         if mismatch is not None:
             raise mismatch
 
@@ -194,14 +194,14 @@ def check_eval_declared(uploads: str | Path, eval_ref: str | None, **listing) ->
     max_bytes as the ingest lists the folder."""
     if not eval_ref:
         return
-    first = None
+    want, first = _eval_task(eval_ref), None  # a dataset from files is read once, not per upload
     for name in exporters.list_uploads(uploads, listing["recursive"]):
         meta = exporters.peek_metadata(Path(uploads, name), max_bytes=listing["max_bytes"])
         if not isinstance(meta, dict) or meta.get("kind") not in ("classifier", "decoder"):
             continue
         try:
-            mismatch = _eval_mismatch(eval_ref, meta)
-        except (TypeError, ValueError):  # a declaration that is not a task
+            mismatch = _eval_mismatch(eval_ref, want, meta)
+        except (KeyError, TypeError, ValueError, OverflowError):  # it declares no task
             continue
         if mismatch is None:
             return
@@ -210,17 +210,23 @@ def check_eval_declared(uploads: str | Path, eval_ref: str | None, **listing) ->
         raise first
 
 
-def _eval_mismatch(eval_ref: str, meta: dict) -> ConfigError | None:
-    """The refusal of --eval for models that take what `meta` declares, None if it fits."""
+def _eval_task(eval_ref: str) -> tuple[tuple[int, ...], int]:
+    """(input shape, classes) of the --eval dataset, without loading a registered one."""
     from edgefl.data import dataset_shape
 
     shape, classes, _ = dataset_shape(eval_ref)
+    return tuple(shape), classes
+
+
+def _eval_mismatch(eval_ref: str, want, meta: dict) -> ConfigError | None:
+    """The refusal of --eval (of task `want`) for models that take what `meta` declares, None
+    if it fits."""
     theirs = (tuple(int(d) for d in meta["input_shape"]), int(meta["num_classes"]))
-    if theirs == (tuple(shape), classes):
+    if theirs == want:
         return None
     name = meta.get("dataset")
     return ConfigError(
-        f"--eval {printable(eval_ref)}: its samples are {shape_text(shape)} of {classes} "
+        f"--eval {printable(eval_ref)}: its samples are {shape_text(want[0])} of {want[1]} "
         f"classes; the uploads' models take {shape_text(theirs[0])} of {theirs[1]}",
         hint="evaluate on the dataset the federation trained on"
         + (f", e.g. --eval {printable(name)}:test" if isinstance(name, str) else ""),

@@ -20,6 +20,7 @@ from edgefl.errors import ConfigError
 from edgefl.fusion import METHODS
 from edgefl.server.plan import check_eval_declared
 from exporters import set_metadata
+from exporters.schema import METADATA_KEY
 
 
 def run(*args: str, code: int = 0, env: dict[str, str] | None = None):
@@ -316,6 +317,24 @@ def test_eval_is_checked_on_what_the_uploads_declare_and_no_file_can_refuse_it(
     with pytest.raises(ConfigError, match="the uploads' models take 1x28x28 of 10"):
         check_eval_declared(alone, "digits", recursive=False, max_bytes=1 << 30)
     check_eval_declared(alone, "mnist", recursive=False, max_bytes=1 << 30)
+    # A declaration that is no task is passed over, never a traceback (a missing key did).
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    for i, meta in enumerate(
+        ({"kind": "classifier"}, {"kind": "decoder", "input_shape": "x", "num_classes": [1]})
+    ):
+        _plain_graph(broken / f"b{i}.onnx", [1, 8, 8], 10, meta)
+    huge = onnx.load(str(_plain_graph(broken / "b2.onnx", [1, 8, 8], 10)))
+    entry = huge.metadata_props.add()
+    entry.key, entry.value = (
+        METADATA_KEY,
+        '{"kind": "classifier", "input_shape": [1e999], "num_classes": 10}',
+    )
+    onnx.save(huge, str(broken / "b2.onnx"))
+    check_eval_declared(broken, "digits", recursive=False, max_bytes=1 << 30)
+    _plain_graph(broken / "b3.onnx", [1, 28, 28], 10, odd)  # the one task declared decides
+    with pytest.raises(ConfigError, match="take 1x28x28 of 10"):
+        check_eval_declared(broken, "digits", recursive=False, max_bytes=1 << 30)
 
 
 def test_eval_errors(federation, tmp_path):
