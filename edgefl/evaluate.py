@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 
 import exporters
-from edgefl.data import load_dataset
+from edgefl.data import DATASETS, load_dataset
 from edgefl.errors import ArtifactError
 from edgefl.progress import printable
 
@@ -76,6 +76,13 @@ def trained_on(art: exporters.Artifact) -> str | None:
     1ffc1e5), None where it names none; upload text, shown escaped by the caller."""
     name = art.metadata.get("dataset")
     return name if isinstance(name, str) and name else None
+
+
+def other_dataset(art: exporters.Artifact, name: str) -> str | None:
+    """The registered dataset the model names where `name` is another registered one (of the
+    same shape it passes every shape check: Fashion's model on MNIST digits), else None."""
+    own = trained_on(art)
+    return own if own in DATASETS and name in DATASETS and own != name else None
 
 
 def _own_data_hint(art: exporters.Artifact) -> str:

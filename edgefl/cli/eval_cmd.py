@@ -64,8 +64,7 @@ def eval_cmd(
     """Accuracy of an ONNX model on a dataset split."""
     from pathlib import Path
 
-    from edgefl.data import DATASETS
-    from edgefl.evaluate import evaluate_artifact, trained_on
+    from edgefl.evaluate import evaluate_artifact, other_dataset
     from edgefl.outputs import check_png_out
 
     name, split = _split_of(dataset, split)
@@ -74,8 +73,8 @@ def eval_cmd(
         check_png_out(plot, "--plot", "confusion.png")  # before the evaluation, not after
     art = _read_model(model)
     res = evaluate_artifact(art, name, split, data_dir=data_dir)
-    own = trained_on(art)
-    if own in DATASETS and name in DATASETS and own != name:  # same shape, another task
+    own = other_dataset(art, name)
+    if own:
         err_console.print(
             f"[yellow]warning[/] the model was trained on {upload_text(own)}, scored here on "
             f"{escape(name)} (its class names are {upload_text(own)}'s)"

@@ -26,7 +26,7 @@ from edgefl.deploy import measure
 from edgefl.deploy.report import DeployReport
 from edgefl.deploy.targets import TARGETS, Target
 from edgefl.errors import ArtifactError, BudgetError, ConfigError, UnknownNameError
-from edgefl.evaluate import require_classifier, trained_on
+from edgefl.evaluate import other_dataset, require_classifier, trained_on
 from edgefl.profiles import Profile, get_profile
 from edgefl.progress import printable
 
@@ -121,13 +121,11 @@ def _example(art: exporters.Artifact, flag: str) -> str:
 
 
 def _load_split(ref: str, flag: str, art: exporters.Artifact, data_dir, limit: int, seed: int):
-    from edgefl.data import DATASETS, load_dataset, parse_dataset_ref
+    from edgefl.data import load_dataset, parse_dataset_ref
 
     name, split = parse_dataset_ref(ref)
-    own = trained_on(art)
-    # Another registered dataset of the same shape (Fashion's model calibrated on digits) would
-    # pass the shape check below and ship wrong int8 ranges or a meaningless accuracy.
-    if own in DATASETS and name in DATASETS and name != own:
+    own = other_dataset(art, name)
+    if own:  # it would pass the shape check below: wrong int8 ranges, a meaningless accuracy
         raise ConfigError(
             f"{flag} {ref}: the model was trained on {printable(own)}, not {name}",
             hint=f"name the model's own data, e.g. {_example(art, flag)}",
@@ -219,7 +217,7 @@ def plan_deploy(req: DeployRequest) -> Plan:
         )
     _check_out_folder(Path(req.out))
     calibration = calibrate_ref = None
-    dataset = art.metadata.get("dataset")
+    dataset = trained_on(art)
     if quantize == "int8":
         calibration, name = _calibration(req, target, art)
         calibrate_ref, dataset = req.calibrate, dataset or name

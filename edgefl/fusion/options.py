@@ -364,18 +364,19 @@ def refuse_on_every_input(cfg: Any) -> None:
     they are read; a config that some input kind or dataset takes passes (`effective` then
     decides on the uploads' own)."""
     unset = unset_by_input(cfg)
+    if not unset:
+        return  # every bound was checked when the config was made
     opts = {name: opt for name, _, opt in declared(type(cfg))}
     named = sorted({d for name in unset for d, _ in opts[name].by_dataset})
     first = None
-    for kind in INPUT_KINDS if unset else ():
+    for kind in INPUT_KINDS:
         for dataset in (None, *named):
             try:
                 replace(cfg, **{n: opts[n].default_for(kind, dataset) for n in unset})
                 return
             except ConfigError as exc:
                 first = first or exc
-    if first is not None:
-        raise first
+    raise first
 
 
 def _example(default: Any) -> str:
