@@ -30,7 +30,6 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 import torch
-from scipy.stats import rankdata
 from torch import nn
 from torch.nn import functional as F
 
@@ -62,6 +61,8 @@ def roc_auc(members, nonmembers) -> float:
     the Mann-Whitney U statistic over n1 n0, from the members' ranks in the pooled scores."""
     s1, s0 = _scores("member", members), _scores("non-member", nonmembers)
     n1, n0 = len(s1), len(s0)
+    from scipy.stats import rankdata  # imported here: ~0.5 s a process
+
     ranks = rankdata(np.concatenate([s1, s0]))  # average ranks: a tie counts half either way
     u = ranks[:n1].sum() - n1 * (n1 + 1) / 2
     return float(u / (n1 * n0))

@@ -156,6 +156,10 @@ RENDERS = {
         "flower_deploy_vgg9",
     ),
     "fuse": ("bench_fuse", lambda m, d: m.markdown(d), "fuse"),
+    **{
+        stem: ("bench_startup", lambda m, d: m.render(d["meta"], d["rows"]), stem)
+        for stem in ("startup", "startup_before")
+    },
     "fuzz": ("bench_fuzz", lambda m, d: m.markdown(d), "fuzz"),
     "generator_memory": (
         "bench_generator_memory",
@@ -556,6 +560,17 @@ def test_stacked_teachers_tiny(monkeypatch, tmp_path):
 
 
 @pytest.mark.slow
+def test_startup_tiny(monkeypatch, tmp_path):
+    bench = importlib.import_module("bench_startup")
+    monkeypatch.setattr(bench, "COMMANDS", (["--version"],))
+    monkeypatch.setattr(bench, "MODULES", ("json",))
+    _run_main(monkeypatch, "bench_startup", "--repeat", "2", "--out", str(tmp_path / "s"))
+    rows = json.loads((tmp_path / "s.json").read_text())["rows"]
+    assert [r["what"] for r in rows] == ["edgefl --version", "import json"]
+    assert all(len(r["seconds"]) == 2 and r["median"] > 0 for r in rows)
+    assert "| `edgefl --version` |" in (tmp_path / "s.md").read_text()
+
+
 def test_fuzz_tiny(tmp_path):
     """20 items of the recorded sources through validation, rebuild and the downstream stage
     (the unmutated sources first: each method fuses them), one worker."""

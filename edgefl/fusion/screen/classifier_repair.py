@@ -9,7 +9,6 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import numpy as np
-from scipy.optimize import linear_sum_assignment
 
 from edgefl.artifacts import Upload
 from edgefl.fusion.screen.copies import _adjusted, _permutation
@@ -220,6 +219,8 @@ def _moves(answers, b: _Basis):
     """(how often each output answers its own class's samples, 0 where they are not drawn;
     {output c: (the class a it is matched to, how often it answers a's samples)}; {output c:
     the class a it clearly stands for})."""
+    from scipy.optimize import linear_sum_assignment  # imported here: ~0.3 s a process
+
     rate = np.array(
         [[float((answers[b.reference == a] == c).mean()) for c in range(b.k)] for a in b.rows]
     )

@@ -8,7 +8,6 @@ from __future__ import annotations
 import functools
 
 import numpy as np
-from scipy.optimize import linear_sum_assignment
 
 from edgefl.fusion.screen.copies import _permutation, _relabelled_decoder
 from edgefl.fusion.screen.evidence import SURE, _claimed
@@ -124,6 +123,8 @@ def _label_moves(labels, mine, asked, read_for, k) -> tuple[np.ndarray, dict[int
     the label, 8s, two of them without a 4; "repaired" to 9, its 4s then stood in the probe as
     9s and an honest classifier was repaired 0<->8 and two set aside: the ensemble 84.0 ->
     71.9)."""
+    from scipy.optimize import linear_sum_assignment  # imported here: ~0.3 s a process
+
     rate = np.array(
         [[float((read_for(c)[mine & (asked == a)] == c).mean()) for c in range(k)] for a in labels]
     )
