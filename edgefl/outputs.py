@@ -17,6 +17,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from edgefl.errors import ConfigError
+from edgefl.progress import printable
 from exporters.atomic import fsync_dir, is_temp_name, make_temp_dir, remove_stale_temps
 
 try:
@@ -246,7 +247,13 @@ def lock_outputs(targets: Iterable[str | Path]) -> Iterator[None]:
     owner = os.getpid()
     try:
         for lock, target in paths:
-            lock.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                lock.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as e:  # a file where a folder should be, a read-only place
+                raise ConfigError(
+                    f"cannot write into {printable(str(lock.parent))}: {e.strerror}",
+                    hint="write the outputs to a folder you can write to",
+                ) from None
             held.append((lock, _acquire(lock, target)))
         for folder in {lock.parent for lock, _ in paths}:
             remove_stale_temps(folder)

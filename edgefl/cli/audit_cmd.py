@@ -24,6 +24,7 @@ from edgefl.cli.common import (
     upload_text,
 )
 from edgefl.errors import ConfigError
+from edgefl.outputs import lock_outputs
 
 REPORT_KEY = "edgefl_audit"  # what marks a JSON file as an audit report (--out replaces only one)
 
@@ -96,7 +97,7 @@ def audit_cmd(
     if dataset is not None:  # without it each upload names a registered dataset
         check_data_dir(data_dir, {"--dataset": dataset})
     if out is not None:
-        _check_out(Path(out), uploads, overwrite)
+        _check_out(ctx, Path(out), uploads, overwrite)
     targets = [open_target(path, data_dir, dataset) for path in uploads]  # every check first
     _check_kinds(ctx, {t.upload.kind for t in targets})
     queries = [prepare(target, settings) for target in targets]
@@ -144,15 +145,17 @@ def _check_distinct(uploads: list[str]) -> None:
         seen[key] = name
 
 
-def _check_out(path: Path, uploads: list[str], overwrite: bool) -> None:
+def _check_out(ctx: typer.Context, path: Path, uploads: list[str], overwrite: bool) -> None:
     """--out may be created, or replaced by a rerun on the same uploads (an audit of others,
-    or any other file, only with --overwrite)."""
+    or any other file, only with --overwrite). Held from here to the write: a second audit to
+    the same --out stops at once."""
     from edgefl.outputs import check_writable, replacing_error
     from edgefl.progress import printable
 
     if not str(path) or str(path) == ".":
         raise ConfigError("--out names no file", hint="e.g. --out audit.json")
     check_writable(path, "--out", "audit.json")
+    ctx.with_resource(lock_outputs([path]))
     if overwrite or not path.exists():
         return
     named = [n for n in _audited(path) if isinstance(n, str)]

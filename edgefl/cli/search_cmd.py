@@ -103,7 +103,7 @@ def search_cmd(
     """Search a CNN for this device's shard (pFedZKD's PSO-FedNAS); every candidate fits."""
     import exporters
     from edgefl.client.run import ClientJob, search_client
-    from edgefl.outputs import check_replace, check_writable
+    from edgefl.outputs import check_replace, check_writable, lock_outputs
     from edgefl.search import PSOConfig
 
     check_counts(top=top, batch_size=batch_size)
@@ -118,6 +118,7 @@ def search_cmd(
     }
     if save is not None:
         check_writable(save, "--save", "best-spec.json")  # before the search, not after it
+        ctx.with_resource(lock_outputs([save]))  # to the write: a second search there stops
         check_replace(save, "--save", overwrite, _saved_by_search(searched))
 
     job = ClientJob(

@@ -57,7 +57,7 @@ from edgefl.models.parse import load_spec_file, parse_model_arg
 from edgefl.models.plan import Fit, check_fit, plan, require_fit
 from edgefl.models.spec import ModelSpec
 from edgefl.models.zoo import role_of, spec_label
-from edgefl.outputs import check_writable
+from edgefl.outputs import check_writable, lock_outputs
 from edgefl.privacy import plan_dp
 from edgefl.profiles import Profile, get_profile
 from edgefl.search import PSOConfig, SearchResult, run_search, search_architecture
@@ -284,10 +284,17 @@ def upload_val_accuracy(job: ClientJob, path: Path, data=None, val_idx=None) -> 
 
 
 def run_client(job: ClientJob, *, on_epoch=None, on_status=None, on_progress=None) -> ClientResult:
-    status = on_status or (lambda msg: None)
     _check_job(job)
-    profile, data, info, train_idx, val_idx, local = _local_data(job)
     client_id = job.client_id or f"client-{job.client_index:03d}"
+    # Held from the check of what is at the output paths to the write: a second run writing
+    # the same upload (another model, or the same) stops at once instead of replacing it.
+    with lock_outputs(path for path, _, _ in _targets(job, client_id)):
+        return _run_client(job, client_id, on_epoch, on_status, on_progress)
+
+
+def _run_client(job: ClientJob, client_id: str, on_epoch, on_status, on_progress) -> ClientResult:
+    status = on_status or (lambda msg: None)
+    profile, data, info, train_idx, val_idx, local = _local_data(job)
     if job.search:  # what is at the output path, before the search: its result is not known yet
         _check_targets(job, client_id, None, info.name)
     spec, fit = choose_model(job, profile, info, len(train_idx), local, status, on_progress)
@@ -582,11 +589,18 @@ def _write_upload(
 
 def _check_targets(job: ClientJob, client_id: str, spec: ModelSpec | None, dataset: str) -> None:
     """Every file this job writes is new or its own (edgefl.client.rerun), before training."""
+    for path, as_job, flag in _targets(job, client_id):
+        check_upload_target(as_job, path, spec, dataset, flag)
+
+
+def _targets(job: ClientJob, client_id: str) -> list[tuple[Path, ClientJob, str]]:
+    """(path, the job that writes it, its flag) for every file this job writes."""
     name = f"{client_id}.onnx"
-    check_upload_target(job, Path(job.out_dir) / name, spec, dataset, "--out")
+    targets = [(Path(job.out_dir) / name, job, "--out")]
     if job.keep_model and job.kind != "model":  # the device's own model, kept beside
         kept = dataclasses.replace(job, kind="model", keep_model=None, quantize=None)
-        check_upload_target(kept, Path(job.keep_model) / name, spec, dataset, "--keep-model")
+        targets.append((Path(job.keep_model) / name, kept, "--keep-model"))
+    return targets
 
 
 def search_client(

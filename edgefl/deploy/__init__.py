@@ -27,6 +27,7 @@ from edgefl.deploy.report import DeployReport
 from edgefl.deploy.targets import TARGETS, Target
 from edgefl.errors import ArtifactError, BudgetError, ConfigError, UnknownNameError
 from edgefl.evaluate import other_dataset, require_classifier, trained_on
+from edgefl.outputs import lock_outputs
 from edgefl.profiles import Profile, get_profile
 from edgefl.progress import printable
 
@@ -346,8 +347,13 @@ def _reference(art: exporters.Artifact, x: np.ndarray) -> np.ndarray:
 
 
 def deploy(req: DeployRequest, status: Callable[[str], None] | None = None) -> DeployReport:
-    """Plan, build in a staging folder, measure, publish into ``req.out``; the report."""
-    status = status or (lambda _msg: None)
+    """Plan, build in a staging folder, measure, publish into ``req.out``; the report. --out
+    is held from the check of what it holds to the publish: a second deploy there stops."""
+    with lock_outputs([req.out]):
+        return _deploy(req, status or (lambda _msg: None))
+
+
+def _deploy(req: DeployRequest, status: Callable[[str], None]) -> DeployReport:
     plan = plan_deploy(req)
     out = Path(req.out)
     parent = out.parent if out.parent != Path("") else Path(".")

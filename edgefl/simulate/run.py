@@ -31,6 +31,7 @@ from edgefl.fusion.config import PublicSetConfig
 from edgefl.models.parse import parse_model_arg
 from edgefl.models.plan import dp_untrainable, plan
 from edgefl.models.zoo import role_of
+from edgefl.outputs import lock_outputs
 from edgefl.profiles import get_profile
 from edgefl.progress import log_lines, no_progress, printable
 from edgefl.server.fuse import fuse_methods, refused_report
@@ -531,6 +532,13 @@ def simulate(job: SimJob, log=None, progress=None, trainer=None) -> dict:
     log = log or (lambda m: None)
     progress = progress or no_progress
     job.validate()
+    # Held from the first check of what --out holds to the last file written: a second run on
+    # the same --out (other settings or not) stops at once, before it trains a client there.
+    with lock_outputs([job.out]):
+        return _simulate(job, log, progress, trainer)
+
+
+def _simulate(job: SimJob, log, progress, trainer) -> dict:
     check_run_files(job.out)
     check_results_kept(job)
     check_dp_models(job)
