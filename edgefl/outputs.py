@@ -244,16 +244,11 @@ def lock_outputs(targets: Iterable[str | Path]) -> Iterator[None]:
     sets cannot each hold half. A dead run's temporary files beside the targets go first."""
     paths = sorted({_lock_path(Path(t)) for t in targets})
     held: list[tuple[Path, int]] = []
+    made: list[Path] = []  # folders made for a lock: gone again if the run wrote nothing there
     owner = os.getpid()
     try:
         for lock, target in paths:
-            try:
-                lock.parent.mkdir(parents=True, exist_ok=True)
-            except OSError as e:  # a file where a folder should be, a read-only place
-                raise ConfigError(
-                    f"cannot write into {printable(str(lock.parent))}: {e.strerror}",
-                    hint="write the outputs to a folder you can write to",
-                ) from None
+            made += _make_folder(lock.parent)
             held.append((lock, _acquire(lock, target)))
         for folder in {lock.parent for lock, _ in paths}:
             remove_stale_temps(folder)
@@ -266,6 +261,22 @@ def lock_outputs(targets: Iterable[str | Path]) -> Iterator[None]:
                 with contextlib.suppress(FileNotFoundError):
                     lock.unlink()  # while still held: a waiting run then makes a new file
                 os.close(fd)
+            for folder in reversed(made):  # a run refused before it wrote leaves no folder
+                with contextlib.suppress(OSError):
+                    folder.rmdir()  # only if empty
+
+
+def _make_folder(folder: Path) -> list[Path]:
+    """Make `folder` and its missing parents; the ones made, outermost first."""
+    missing = [f for f in (folder, *folder.parents) if not f.exists()][::-1]
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as e:  # a file where a folder should be, a read-only place
+        raise ConfigError(
+            f"cannot write into {printable(str(folder))}: {e.strerror}",
+            hint="write the outputs to a folder you can write to",
+        ) from None
+    return missing
 
 
 def _lock_path(target: Path) -> tuple[Path, Path]:

@@ -31,6 +31,9 @@ class IngestResult:
     # Subfolders not read (not recursive, or too deep): (name + "/", .onnx files it holds,
     # counted up to MAX_LISTED_ENTRIES, why it was not read).
     folders: list[tuple[str, int, str]] = field(default_factory=list)
+    # Uploads of two or more tasks (or class namings) in equal numbers: no majority, so no
+    # federation to fuse. (the task as the files say it, their names) per group.
+    tied: list[tuple[str, list[str]]] = field(default_factory=list)
 
 
 # What one ingest may list, folders included: a directory of millions of entries (or a deep
@@ -195,6 +198,9 @@ def ingest_dir(
     majority, note = _majority(candidates)
     if note is not None:
         result.notes.append(note)
+    result.tied = _tied(candidates, _task, _described) or _tied(
+        [a for a in candidates if _task(a) == majority], _names, _named
+    )
     accepted, rejected = _admit(candidates, majority)
     result.accepted.extend(accepted)
     result.rejected.extend(rejected)
@@ -273,6 +279,39 @@ def _majority(candidates: list[Artifact]) -> tuple[_Task | None, str | None]:
     )
 
 
+def _tied(candidates: list[Artifact], key: Callable[[Artifact], Any], describe) -> list:
+    """[(describe(the group), its files)] when two or more values of `key` are each shared by
+    the most uploads (a tie: 1 MNIST and 1 Fashion upload), else []."""
+    groups: dict[Any, list[Artifact]] = {}
+    for a in candidates:
+        if (k := key(a)) is not None:
+            groups.setdefault(k, []).append(a)
+    top = max(map(len, groups.values()), default=0)
+    tied = [g for g in groups.values() if len(g) == top]
+    return [(describe(g), [a.name for a in g]) for g in tied] if len(tied) > 1 else []
+
+
+def _described(group: list[Artifact]) -> str:
+    """What a group of uploads of one task says it is: the dataset they name, or its shape."""
+    named = {a.metadata.get("dataset") for a in group}
+    (one,) = named if len(named) == 1 else (None,)
+    if isinstance(one, str) and one:
+        return one
+    task = _task(group[0])
+    return f"{shape_text(task[0])} / {task[1]} classes"
+
+
+def _named(group: list[Artifact]) -> str:
+    """A group of uploads of one task and one naming of its classes: the first names."""
+    names = _names(group[0]) or ()
+    return "classes named " + ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
+
+
+def _dataset(a: Artifact) -> str | None:
+    name = a.metadata.get("dataset")
+    return name if isinstance(name, str) and name else None
+
+
 def _majority_names(candidates: list[Artifact], task: _Task | None) -> tuple[str, ...] | None:
     """The class names most uploads of the majority task declare: the global model carries
     them, so an upload that names class 0 "T-shirt" among uploads naming it "0" is another
@@ -288,6 +327,14 @@ def _names_differ(own: tuple[str, ...] | None, majority: tuple[str, ...] | None)
     return f"class {i} is named {own[i]!r}, the majority's {majority[i]!r}"
 
 
+def _other_data(artifact: Artifact, majority: str | None) -> str:
+    """ "trained on X, the majority on Y: " where both name their dataset and they differ."""
+    own = _dataset(artifact)
+    if own is None or majority is None or own == majority:
+        return ""
+    return f"trained on {own!r}, the majority on {majority!r}: "
+
+
 def _admit(
     candidates: list[Artifact], majority: _Task | None
 ) -> tuple[list[Artifact], list[tuple[str, str]]]:
@@ -295,22 +342,24 @@ def _admit(
     accepted: list[Artifact] = []
     rejected: list[tuple[str, str]] = []
     names = _majority_names(candidates, majority)
+    data = Counter(
+        _dataset(a) for a in candidates if _task(a) == majority and _names(a) == names
+    ).most_common(1)
+    majority_data = data[0][0] if data else None
     # One client may send one artifact of each kind (e.g. a classifier and its predictions).
     seen_clients: dict[tuple[str, str | None], str] = {}
     for artifact in candidates:
         name = artifact.name
         own = _task(artifact)
         if majority is not None and own is not None and own != majority:
-            rejected.append(
-                (
-                    name,
-                    f"input shape {shape_text(own[0])} / class count {own[1]} disagrees with "
-                    f"the majority {shape_text(majority[0])} / {majority[1]}",
-                )
+            detail = (
+                f"input shape {shape_text(own[0])} / class count {own[1]} disagrees with "
+                f"the majority {shape_text(majority[0])} / {majority[1]}"
             )
+            rejected.append((name, _other_data(artifact, majority_data) + detail))
             continue
         if own is not None and (differ := _names_differ(_names(artifact), names)) is not None:
-            rejected.append((name, differ))
+            rejected.append((name, _other_data(artifact, majority_data) + differ))
             continue
         client = artifact.client_id
         key = (client, artifact.kind)

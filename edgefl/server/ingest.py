@@ -212,6 +212,8 @@ def ingest(
         recursive=recursive,
         on_file=(lambda done, total: progress("ingest upload", done, total)) if progress else None,
     )
+    if result.tied:
+        raise _tied(result.tied)
     out = _gathered(result, d, stages, recursive)
     privacy_screen(out, max_epsilon)
     out.seconds = time.perf_counter() - start
@@ -224,6 +226,22 @@ def ingest(
     if not out.uploads:
         raise _none_usable(out, d, recursive, any(count for _, count, _ in result.folders))
     return out
+
+
+def _tied(groups: list[tuple[str, list[str]]]) -> FusionError:
+    """Uploads of two or more tasks in equal numbers: none is the federation's (a majority
+    would have settled it), so nothing is fused rather than half the uploads dropped at random."""
+    said = "; ".join(
+        f"{printable(task)}: {', '.join(printable(n) for n in files[:5])}"
+        + (f" and {len(files) - 5} more" if len(files) > 5 else "")
+        for task, files in groups
+    )
+    return FusionError(
+        f"the uploads are of {len(groups)} tasks in equal numbers ({said}): none is the "
+        "federation's",
+        hint="fuse each task's uploads from a folder of their own, or remove the ones that do "
+        "not belong to this federation",
+    )
 
 
 MAX_EPSILON = Range(0, low_open=True)

@@ -222,14 +222,30 @@ def _eval_mismatch(eval_ref: str, want, meta: dict) -> ConfigError | None:
     """The refusal of --eval (of task `want`) for models that take what `meta` declares, None
     if it fits."""
     theirs = (tuple(int(d) for d in meta["input_shape"]), int(meta["num_classes"]))
-    if theirs == want:
-        return None
     name = meta.get("dataset")
+    if theirs == want:
+        return _other_data(eval_ref, name)
     return ConfigError(
         f"--eval {printable(eval_ref)}: its samples are {shape_text(want[0])} of {want[1]} "
         f"classes; the uploads' models take {shape_text(theirs[0])} of {theirs[1]}",
         hint="evaluate on the dataset the federation trained on"
         + (f", e.g. --eval {printable(name)}:test" if isinstance(name, str) else ""),
+    )
+
+
+def _other_data(eval_ref: str, name) -> ConfigError | None:
+    """Another registered dataset of the same shape (Fashion's models on MNIST digits): every
+    shape check passes and the accuracy is chance, blamed on the method (seen 2026-12-06)."""
+    from edgefl.data import DATASETS, parse_dataset_ref
+
+    ref = parse_dataset_ref(eval_ref)[0]
+    if not isinstance(name, str) or name not in DATASETS or ref not in DATASETS or ref == name:
+        return None
+    return ConfigError(
+        f"--eval {printable(eval_ref)}: the uploads' models were trained on {name}, not {ref} "
+        "(the same shape, other data: its accuracy would say nothing of the fusion)",
+        hint=f"evaluate on the federation's own data, e.g. --eval {name}:test (`edgefl eval "
+        "MODEL --dataset ...` scores a global model on any data afterwards)",
     )
 
 

@@ -182,12 +182,12 @@ def test_client_ids_and_class_names_from_uploads_are_data(federation, tmp_path, 
     names = ["[bold red]ZERO[/]", *map(str, range(1, 9)), "[link=http://evil]9[/link]"]
     _with_meta(federation / "client-000.onnx", up / "a.onnx", client_id=HOSTILE)
     _with_meta(federation / "client-001.onnx", up / "b.onnx", class_names=names)
+    _with_meta(federation / "client-002.onnx", up / "c.onnx")  # a decoder: names 0-9 win 2-1
     r = _fuse(up, tmp_path / "g.onnx", "--method", "ensemble")
     assert r.returncode == 0, r.stderr[-3000:]
     _clean(r.stdout)
     assert "used 1 upload(s): up\\x0aerror: forged" in r.stdout, r.stdout
-    # Another task's names are refused (tied, the first file's names are the majority's), and
-    # shown as written.
+    # Another task's names are refused (the majority names class 0 "0"), and shown as written.
     assert "rejected b.onnx: class 0 is named '[bold red]ZERO[/]', the majority's '0'" in r.stdout
     art = tmp_path / "named.onnx"
     _with_meta(federation / "client-001.onnx", art, class_names=names)
