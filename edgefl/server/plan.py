@@ -159,10 +159,10 @@ def _fused_by(made: dict[str, Any], method: str) -> bool:
 
 
 def check_inputs(plans: list[Planned], eval_ref: str | None, data_dir: str | None = None) -> None:
-    """What the run reads besides the uploads, resolved by name without loading it: the --eval
-    dataset and split, the public sets the methods' options name, and that a dataset read
-    from files has them (on the search path or in --data-dir). A typo or a missing file found
-    after the fusion cost the whole fusion."""
+    """What the run reads besides the uploads: the --eval dataset and split, the public sets
+    the methods' options name, and that a dataset read from files has them (on the search path
+    or in --data-dir) and reads (a registered one is loaded now). A typo, a missing or a
+    corrupt file found after the fusion cost the whole fusion."""
     if eval_ref:
         _check_dataset_ref(eval_ref, "--eval", "test", splits=("train", "test"), data_dir=data_dir)
     for p in plans:
@@ -252,7 +252,7 @@ def _other_data(eval_ref: str, name) -> ConfigError | None:
 def _check_dataset_ref(
     ref: str, what: str, default_split: str, splits: tuple[str, ...], data_dir: str | None
 ) -> None:
-    from edgefl.data import DATASETS, parse_dataset_ref
+    from edgefl.data import DATASETS, load_dataset, parse_dataset_ref
     from edgefl.data.datasets import looks_like_path
     from edgefl.data.locate import file_based, require
 
@@ -280,3 +280,6 @@ def _check_dataset_ref(
         )
     if name in DATASETS and file_based(name):
         require(name, data_dir)  # the files, found now: a DataError naming where it looked
+        # and read now (kept in the process's cache): a truncated or corrupt file was said
+        # only after the whole fusion
+        load_dataset(name, split, data_dir=data_dir)

@@ -10,6 +10,7 @@ from device_profiles import OPTIMIZERS
 from edgefl.bounds import OneOf, Range, check_fields, declare, declared
 from edgefl.client.attacks import parse_attacks
 from edgefl.client.privacy import SEARCH_UNDER_DP, check_request
+from edgefl.data import load_dataset
 from edgefl.data.locate import file_based, require
 from edgefl.data.partition import check_for_data
 from edgefl.data.public import DEFAULT_PUBLIC_SIZE
@@ -127,6 +128,9 @@ class SimJob:
             check_for_data(self.partition, info.num_classes, info.users)
             if file_based(self.dataset):  # both splits' files, before a client trains
                 require(self.dataset, self.data_dir)
+                # and the test split read (a client reads train at once): a corrupt file was
+                # said after every client trained and every method fused
+                load_dataset(self.dataset, "test", data_dir=self.data_dir)
         profiles = set(parse_mix(self.mix, self.clients))
         if self.attacks:
             parse_attacks(",".join(f"{k}:{n}" for k, n in self.attacks.items()))

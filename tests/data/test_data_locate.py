@@ -142,6 +142,33 @@ def test_a_dataset_without_its_files_is_said_before_any_work(roots, cli):
         assert "dataset-fashion-mnist" in said  # the package that provides the files
 
 
+def test_a_corrupt_test_split_is_said_before_any_work(roots, cli):
+    """A truncated test-images file (the files all there) was read only at the evaluation:
+    simulate trained every client and fused every method first, server fuse ran its epochs
+    (exploratory pass, 2026-12-06)."""
+    broken = roots / "broken"
+    write_idx_set(broken, "", 12, 5, 10)
+    images = broken / "t10k-images-idx3-ubyte"
+    images.write_bytes(images.read_bytes()[:100])
+    datasets._load_registered.cache_clear()
+    r = cli(
+        "simulate",
+        *("--dataset", "fmnist", "--data-dir", str(broken), "--clients", "4"),
+        *("--mix", "smartphone:2,wristband:2", "--out", str(roots / "run")),
+    )
+    said = " ".join(r.output.split())
+    assert r.exit_code == 2 and "Traceback" not in r.output, r.output
+    assert "t10k-images-idx3-ubyte" in said and "client 0" not in said, said
+    assert not (roots / "run").exists()
+    uploads = roots / "uploads"
+    uploads.mkdir()
+    r = cli("server", "fuse", str(uploads), "--method", "fedavg", "--eval", "fmnist:test",
+            "--data-dir", str(broken), "--out", str(roots / "g.onnx"))  # fmt: skip
+    said = " ".join(r.output.split())
+    assert r.exit_code == 2 and "t10k-images-idx3-ubyte" in said, said
+    assert "ingest" not in said and "accepted" not in said, said
+
+
 def test_the_packages_folder_name_is_found_under_every_root(roots, monkeypatch):
     """A copy of /usr/share/datasets/fashion-mnist under ./data, or EDGEFL_DATA_DIR naming a
     folder of packages' datasets, was not found: only fmnist/ was looked for under them."""
