@@ -9,10 +9,12 @@ from edgefl.threads import share_cores_politely
 # this module before it calls main(); a spawned worker re-imports it as the script's module.
 share_cores_politely()
 
+import os  # noqa: E402
 import re  # noqa: E402
 import signal  # noqa: E402
 import sys  # noqa: E402
 import threading  # noqa: E402
+import time  # noqa: E402
 
 import typer  # noqa: E402
 from rich.markup import escape  # noqa: E402
@@ -230,4 +232,28 @@ def main(argv: list[str] | None = None) -> None:
     """Console-script entry point."""
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _terminated)
-    app(args=argv if argv is not None else sys.argv[1:])
+    try:
+        app(args=argv if argv is not None else sys.argv[1:])
+    except SystemExit as done:
+        if done.code in (130, 143):
+            _end_past_stray_threads(done.code)
+        raise
+
+
+def _end_past_stray_threads(code: int, grace: float = 3.0) -> None:
+    """After an interrupt, a library's non-daemon thread would hold the interpreter at exit
+    forever (Flower's simulation engine polls in one: `simulate --engine flower` hung after
+    Ctrl-C, 2026-12-06). The command's own cleanup has run (every with-block unwound on the
+    way here): the threads get `grace` seconds, then the process ends with its code."""
+    deadline = time.monotonic() + grace
+    for t in threading.enumerate():
+        if t is not threading.current_thread() and not t.daemon:
+            t.join(max(0.0, deadline - time.monotonic()))
+    if any(
+        t.is_alive() and not t.daemon
+        for t in threading.enumerate()
+        if t is not threading.current_thread()
+    ):
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)

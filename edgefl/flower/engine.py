@@ -8,10 +8,13 @@ upload is not retrained.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import signal
 import sys
 import tempfile
+import threading
 from dataclasses import asdict
 from pathlib import Path
 
@@ -88,18 +91,27 @@ def _run_group(cjobs, group: Group, log, progress) -> Collected:
     jobs = [{"job": asdict(c)} for c in cjobs]
     box: dict[str, Collected] = {}
     nodes = worker_nodes(len(cjobs), group.at_once)
+    stopped = threading.Event()
+
+    def told(text: str) -> None:  # after Ctrl-C, the nodes' deaths it caused are not news
+        if not stopped.is_set():
+            log(text)
+
+    def moved(task: str, done: int, total: int, note: str = "") -> None:  # nor "trained"
+        if not stopped.is_set():
+            progress(task, done, total, note)
 
     def main(grid, context) -> None:
         box["got"] = dispatch(
             grid,
-            wait_for_nodes(grid, nodes, 120.0, log),
+            wait_for_nodes(grid, nodes, 120.0, told),
             jobs,
             max_bytes=exporters.DEFAULT_MAX_UPLOAD_BYTES,
-            log=log,
-            progress=progress,
+            log=told,
+            progress=moved,
         )
 
-    _run(main, nodes, group)
+    _run(main, nodes, group, stopped)
     if "got" not in box:
         raise ConfigError(
             "Flower's simulation ended before the server collected any reply",
@@ -176,7 +188,38 @@ def _ray_init_args(group: Group) -> dict:
     }
 
 
-def _run(main, nodes: int, group: Group) -> None:
+class _Until(logging.Filter):
+    """Flower's records until `stopped`: Ctrl-C reaches Ray's actors too, and Flower logs each
+    one's death with a 30-line traceback that tells a user who stopped the run nothing."""
+
+    def __init__(self, stopped: threading.Event) -> None:
+        super().__init__()
+        self.stopped = stopped
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not self.stopped.is_set()
+
+
+@contextlib.contextmanager
+def _noted_interrupt(stopped: threading.Event):
+    """Ctrl-C sets `stopped` first (before the actors' deaths are logged), then interrupts as
+    usual; outside the main thread, signals are not this run's to take."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupted(signum, frame) -> None:
+        stopped.set()
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGINT, interrupted)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _run(main, nodes: int, group: Group, stopped: threading.Event) -> None:
     import ray
 
     load_simulation()
@@ -192,17 +235,23 @@ def _run(main, nodes: int, group: Group) -> None:
     # edgefl's own progress says what happens; Flower's notice that run_simulation is deprecated
     # (for `flwr run`, which needs an app folder and a SuperLink) is not the user's to act on.
     quiet.setLevel(logging.ERROR)
+    until = _Until(stopped)
+    for handler in quiet.handlers:
+        handler.addFilter(until)
     try:
         if not ray.is_initialized():  # one already started is used as it is, as Flower would
             ray.init(**_ray_init_args(group))
-        run_simulation(
-            server_app=server,
-            client_app=make_client_app(),
-            num_supernodes=nodes,
-            backend_config=backend,
-        )
+        with _noted_interrupt(stopped):
+            run_simulation(
+                server_app=server,
+                client_app=make_client_app(),
+                num_supernodes=nodes,
+                backend_config=backend,
+            )
     finally:
         quiet.setLevel(level)
+        for handler in quiet.handlers:
+            handler.removeFilter(until)
         if ray.is_initialized():  # Flower shuts it down when its run ends normally
             ray.shutdown()
 
