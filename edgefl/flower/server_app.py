@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import tempfile
 import time
@@ -26,6 +27,7 @@ from typing import Any
 import numpy as np
 
 import exporters
+from edgefl.bounds import Range
 from edgefl.client.privacy import check_request
 from edgefl.data.datasets import check_data_dir
 from edgefl.data.public import load_public
@@ -37,8 +39,9 @@ from edgefl.fusion.config import PublicSetConfig
 from edgefl.outputs import check_writable
 from edgefl.server.fuse import fuse_methods, refused_report
 from edgefl.server.ingest import DEFAULT_RESIDENT_MIB, MAX_EPSILON, resident_limit
-from edgefl.server.plan import plan
+from edgefl.server.plan import check_inputs, plan, resolve_device
 
+POSITIVE = Range(0, low_open=True)
 DEFAULTS: dict[str, Any] = {
     "methods": ",".join(DEFAULT_METHODS),
     "out-dir": "global",
@@ -148,7 +151,11 @@ def _checked(config: dict[str, Any]) -> tuple[list[str], Path, int]:
         MAX_EPSILON.check(
             "run config max-epsilon", max_epsilon, hint="e.g. max-epsilon = 8 (0: no limit)"
         )
-    _run_number(config, "deadline-s")
+    for key in ("deadline-s", "max-upload-mib"):
+        POSITIVE.check(f"run config {key}", _run_number(config, key), hint=f"e.g. {key} = "
+                       f"{DEFAULTS[key]}")  # fmt: skip
+    resolve_device(str(config["device"]), "run config device")
+    _check_node_settings(config)
     # The server reads data-dir for eval and the public set only; the nodes their own.
     check_data_dir(
         config["data-dir"] or None,
@@ -158,7 +165,39 @@ def _checked(config: dict[str, Any]) -> tuple[list[str], Path, int]:
         "SuperNode reads its dataset from its own --node-config data-dir",
         flag="run config data-dir",
     )
+    if config["eval"]:  # a name, a split and readable files: the eval runs after the fusion
+        check_inputs([], str(config["eval"]), config["data-dir"] or None, "run config eval")
     return methods, out_dir, max_bytes
+
+
+def _check_node_settings(config: dict[str, Any]) -> None:
+    """What every node would refuse (an unknown dataset, a bad partition, epochs -3), refused
+    once here, before any node trains: each node checks it again as a device does."""
+    from edgefl.client.job import ClientJob
+    from edgefl.data.partition import parse_scheme
+    from edgefl.data.registry import DATASETS
+
+    client = settings_from(config, nodes=1)["client"]
+    try:
+        DATASETS.get(str(client["dataset"]))
+        parse_scheme(str(client["partition"]))
+        ClientJob(profile="smartphone", **client)
+    except EdgeflError as exc:  # said with the run config's keys, not client train's flags
+        raise ConfigError(
+            f"run config: {_keys(exc.message)}", hint=_keys(exc.hint or "") or None
+        ) from None
+
+
+# client train's flags for the run config's keys (every node's settings)
+_FLAG_KEYS = {"--partition-seed": "seed", "--fed-seed": "seed"} | {
+    f"--{key}": key for key in CLIENT_KEYS
+}
+
+
+def _keys(text: str) -> str:
+    for flag, key in _FLAG_KEYS.items():
+        text = re.sub(rf"{re.escape(flag)}(?![\w-])", key, text)
+    return text
 
 
 def run_round(grid, run_config: dict[str, Any], log=print) -> dict[str, Any]:

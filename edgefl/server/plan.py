@@ -158,13 +158,15 @@ def _fused_by(made: dict[str, Any], method: str) -> bool:
 # --- stage: claim --------------------------------------------------------------------------
 
 
-def check_inputs(plans: list[Planned], eval_ref: str | None, data_dir: str | None = None) -> None:
+def check_inputs(
+    plans: list[Planned], eval_ref: str | None, data_dir: str | None = None, what: str = "--eval"
+) -> None:
     """What the run reads besides the uploads: the --eval dataset and split, the public sets
     the methods' options name, and that a dataset read from files has them (on the search path
     or in --data-dir) and reads (a registered one is loaded now). A typo, a missing or a
     corrupt file found after the fusion cost the whole fusion."""
     if eval_ref:
-        _check_dataset_ref(eval_ref, "--eval", "test", splits=("train", "test"), data_dir=data_dir)
+        _check_dataset_ref(eval_ref, what, "test", splits=("train", "test"), data_dir=data_dir)
     for p in plans:
         public = p.config.public_args() if p.method.public_data else None
         if public:

@@ -231,6 +231,16 @@ class NoNodes:
             {"methods": "fedavg", "data-dir": "/d", "eval": "./mine.npz:test"},
             "run config data-dir acts on a registered dataset only, and eval ./mine.npz:test",
         ),
+        # what every node would refuse after the wait, or the server after the fusion: now
+        # refused first, with the run config's keys (exploratory pass, 2026-12-06)
+        ({"methods": "fedavg", "eval": "nope:test"}, "run config eval 'nope:test': unknown"),
+        ({"methods": "fedavg", "dataset": "nope"}, "run config: unknown dataset 'nope'"),
+        ({"methods": "fedavg", "epochs": -3}, "run config: epochs must be an integer >= 1"),
+        ({"methods": "fedavg", "seed": "x"}, "run config: seed must be an integer"),
+        ({"methods": "fedavg", "partition": "dirichlet:abc"}, "scheme 'dirichlet:abc' for part"),
+        ({"methods": "fedavg", "deadline-s": -1}, "run config deadline-s must be > 0"),
+        ({"methods": "fedavg", "max-upload-mib": 0}, "run config max-upload-mib must be > 0"),
+        ({"methods": "fedavg", "device": "tpu"}, "run config device must be auto, cpu or cuda"),
         # with a registered dataset to read it, the round goes on to wait for nodes
         (
             {"methods": "fedavg", "data-dir": "/d", "eval": "mnist:test", "wait-nodes-s": 0.0},
