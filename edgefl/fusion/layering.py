@@ -14,6 +14,7 @@ from typing import Any
 
 from edgefl.errors import ConfigError
 from edgefl.fusion.options import Opt, OptionError, RespellableError, as_flag, declared, flag
+from edgefl.progress import printable
 
 _TRUE, _FALSE = ("true", "yes", "1"), ("false", "no", "0")
 
@@ -146,6 +147,11 @@ def _takers(key: str, value: Any, methods, chosen, kinds, shared_flag: str, spel
     takers = [m for m in methods if key in kinds[m]]
     if takers:
         return takers
+    if flag(key) == "fuse-opt":  # simulate's spelling of server fuse's --opt
+        raise ConfigError(
+            "--fuse-opt is simulate's flag",
+            hint=f"server fuse takes the same text as --opt: --opt {printable(str(value))}",
+        )
     if len(methods) == 1:
         _check(chosen[methods[0]], {key: value}, spell)
     names = sorted({n for k in kinds.values() for n in k})

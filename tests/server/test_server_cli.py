@@ -191,6 +191,11 @@ def test_fuse_output_refusals_name_a_fix_that_is_not_the_failing_path(federation
         (["--out", g, "--out-dir", tmp_path / "o"], "fix: --out FILE.onnx for one method's"),
         (["--opt", "lam"], "fix: e.g. --opt lam=0.3"),
         (["--opt", "=3"], "fix: e.g. --opt lam=0.3"),
+        # simulate's spelling (exploratory pass, 2026-12-06: it listed every option instead)
+        (
+            ["--fuse-opt", "fedmho:lam=0.3"],
+            "fix: server fuse takes the same text as --opt: --opt fedmho:lam=0.3",
+        ),
     ):
         method = [] if "--method" in args else ["--method", "fedavg"]
         r = run("server", "fuse", federation, *method, *args, code=2)
