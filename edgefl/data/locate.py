@@ -16,6 +16,7 @@ from edgefl.data.idx import has_idx_files, lacking_idx_files, missing_idx_files
 from edgefl.data.registry import DATASETS
 from edgefl.data.svhn import has_svhn
 from edgefl.errors import DataError
+from edgefl.progress import printable
 
 ENV = "EDGEFL_DATA_DIR"
 SYSTEM_ROOT = Path("/usr/share/datasets")
@@ -122,6 +123,13 @@ def require(name: str, data_dir: str | Path | None = None) -> Path:
     training); else the first on the search path that holds the files, or one message naming
     every folder looked in and the package that provides them."""
     if data_dir is not None:
+        if not Path(data_dir).is_dir():  # not "lacks its files ... install the package"
+            what = "is a file, not a folder" if Path(data_dir).exists() else "does not exist"
+            raise DataError(
+                f"{name}: --data-dir {printable(str(data_dir))} {what}",
+                hint=f"name the folder that holds {name}'s files, or leave --data-dir out to "
+                "search the standard places (`edgefl data list` shows them)",
+            )
         if not _PROBES[name](Path(data_dir)):
             raise DataError(
                 f"{name}: --data-dir {data_dir} lacks its files: {_missing(name, Path(data_dir))}",

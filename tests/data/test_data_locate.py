@@ -56,6 +56,7 @@ def test_the_users_folders_come_before_the_systems(roots, monkeypatch):
     assert locate.find("fmnist") == roots / "env" and len(load_dataset("fmnist")) == 9
     # A folder the user names is the only one read: its missing files are an error, not a cue
     # to read another folder's.
+    (roots / "empty").mkdir()
     with pytest.raises(DataError, match="train-images-idx3-ubyte"):
         load_dataset("fmnist", data_dir=roots / "empty")
 
@@ -209,3 +210,18 @@ def test_data_list_says_what_a_named_folder_gives_the_built_in_datasets(roots, c
         load_dataset("digits", data_dir=mine)
     rows = {r["name"]: r for r in json.loads(cli("data", "list", "--json").output)}
     assert rows["mnist"]["found"] and rows["digits"]["found"]  # no flag: built in
+
+
+def test_a_data_dir_that_is_no_folder_is_said_as_such(tmp_path, cli):
+    """A file (or a typo) as --data-dir was "lacks its files ... install dataset-fashion-mnist",
+    with the package already installed (exploratory pass, 2026-12-06)."""
+    (tmp_path / "afile").write_text("x")
+    for given, says in (
+        (tmp_path / "afile", "is a file, not a folder"),
+        (tmp_path / "no", "does not exist"),
+    ):
+        r = cli("client", "train", "--profile", "smartphone", "--dataset", "fmnist",
+                "--data-dir", str(given), "--out", str(tmp_path / "up"))  # fmt: skip
+        said = " ".join(r.output.split())
+        assert r.exit_code == 2 and f"--data-dir {given} {says}" in said, said
+        assert "apt-get" not in said and not (tmp_path / "up").exists()
