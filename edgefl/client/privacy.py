@@ -109,11 +109,13 @@ class LabelRelease:
                 f"--label-counts {text!r}: epsilon must be a number, got {value!r}",
                 hint="e.g. --label-counts noised:1",
             ) from None
-        if not (math.isfinite(eps) and eps > 0):
-            raise ConfigError(
-                f"--label-counts {text!r}: epsilon must be > 0, got {value}",
-                hint="e.g. --label-counts noised:1 (smaller: noisier counts)",
-            )
+        from edgefl.privacy.config import REQUESTED_EPSILON  # --dp's bounds, and for its reasons
+
+        REQUESTED_EPSILON.check(
+            "--label-counts noised epsilon",
+            eps,
+            hint="e.g. --label-counts noised:1 (smaller: noisier counts)",
+        )
         return cls(mode, eps)
 
 

@@ -175,7 +175,10 @@ def test_dp_sgd_trains_by_its_own_defaults_unless_the_job_names_them(cli, tmp_pa
         (("--dp", "8,clip=0"), "--dp clip"),
         (("--label-counts", "fuzzy"), "--label-counts"),
         (("--label-counts", "noised"), "no --dp is given"),
-        (("--label-counts", "noised:0"), "must be > 0"),
+        (("--label-counts", "noised:0"), "epsilon must be in [0.01, 100], got 0.0: raise it"),
+        # as --dp's: above 100 the guarantee says nothing (1e9 was recorded as noised)
+        (("--label-counts", "noised:1e9"), "epsilon must be in [0.01, 100]"),
+        (("--label-counts", "noised:inf"), "must be a finite number in [0.01, 100]"),
         (("--dp", "8", "--label-counts", "exact:1"), "--label-counts"),
     ],
 )
