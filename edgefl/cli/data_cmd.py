@@ -153,7 +153,7 @@ def partition_cmd(
         from edgefl.data import plot_label_heatmap
 
         title = f"{ds.name} {parsed}, {num_clients} clients, seed {seed}"
-        saved = plot_label_heatmap(counts, plot, ds.class_names, title=title)
+        saved = plot_label_heatmap(counts, plot, ds.class_names, title=title, users=users)
         # Keep stdout pure JSON under --json.
         (err_console if as_json else console).print(f"wrote heat map to {escape(str(saved))}")
 

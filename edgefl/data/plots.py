@@ -28,8 +28,10 @@ def plot_label_heatmap(
     path: str | Path,
     class_names: Sequence[str] | None = None,
     title: str | None = None,
+    users: Sequence[int] | None = None,
 ) -> Path:
-    """Clients x classes heat map of label counts, annotated when small enough; returns the path."""
+    """Clients x classes heat map of label counts, annotated when small enough; returns the path.
+    `users`: the user each client is (a user partition), named beside its row."""
     counts = np.asarray(counts)
     if counts.ndim != 2:
         raise DataError(
@@ -42,12 +44,13 @@ def plot_label_heatmap(
     im = ax.imshow(counts, cmap="viridis", aspect="auto", interpolation="nearest")
     fig.colorbar(im, ax=ax, label="samples")
     ax.set_xlabel("class")
-    ax.set_ylabel("client")
+    ax.set_ylabel("client" if users is None else "client (user)")
     if c <= 50:
         names = list(class_names) if class_names is not None else [str(i) for i in range(c)]
         ax.set_xticks(range(c), names, rotation=90 if max(map(len, names), default=0) > 3 else 0)
     if k <= 50:
-        ax.set_yticks(range(k), [str(i) for i in range(k)])
+        rows = [str(i) if users is None else f"{i} ({users[i]})" for i in range(k)]
+        ax.set_yticks(range(k), rows)
     if k * c <= ANNOTATE_MAX_CELLS:
         mid = counts.max() / 2 if counts.size else 0
         for i in range(k):

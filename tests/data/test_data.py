@@ -444,3 +444,15 @@ def test_download_of_a_built_in_dataset_is_refused():
     """`data partition -d digits --download` fetched nothing and said nothing."""
     with pytest.raises(ConfigError, match="digits is built in; there is nothing to fetch"):
         load_dataset("digits", download=True)
+
+
+def test_a_user_partitions_heat_map_names_each_clients_user(monkeypatch, tmp_path):
+    """Its rows read 0-20 while the table beside it named the users (exploratory pass)."""
+    import edgefl.data.plots as plots
+
+    drawn = []
+    monkeypatch.setattr(plots, "save_figure", lambda fig, path: drawn.append(fig) or path)
+    plot_label_heatmap(np.ones((3, 2)), tmp_path / "h.png", users=[8, 11, 16])
+    axes = drawn[0].axes[0]
+    assert [t.get_text() for t in axes.get_yticklabels()] == ["0 (8)", "1 (11)", "2 (16)"]
+    assert axes.get_ylabel() == "client (user)"
