@@ -293,9 +293,9 @@ def _tied(candidates: list[Artifact], key: Callable[[Artifact], Any], describe) 
 
 def _described(group: list[Artifact]) -> str:
     """What a group of uploads of one task says it is: the dataset they name, or its shape."""
-    named = {a.metadata.get("dataset") for a in group}
+    named = {_dataset(a) for a in group}  # upload text: a str or None, never a list
     (one,) = named if len(named) == 1 else (None,)
-    if isinstance(one, str) and one:
+    if one is not None:
         return one
     task = _task(group[0])
     return f"{shape_text(task[0])} / {task[1]} classes"
