@@ -43,14 +43,7 @@ def plot_label_heatmap(
     ax = fig.add_subplot()
     im = ax.imshow(counts, cmap="viridis", aspect="auto", interpolation="nearest")
     fig.colorbar(im, ax=ax, label="samples")
-    ax.set_xlabel("class")
-    ax.set_ylabel("client" if users is None else "client (user)")
-    if c <= 50:
-        names = list(class_names) if class_names is not None else [str(i) for i in range(c)]
-        ax.set_xticks(range(c), names, rotation=90 if max(map(len, names), default=0) > 3 else 0)
-    if k <= 50:
-        rows = [str(i) if users is None else f"{i} ({users[i]})" for i in range(k)]
-        ax.set_yticks(range(k), rows)
+    _label_axes(ax, k, c, class_names, users)
     if k * c <= ANNOTATE_MAX_CELLS:
         mid = counts.max() / 2 if counts.size else 0
         for i in range(k):
@@ -66,6 +59,18 @@ def plot_label_heatmap(
                 )
     ax.set_title(title or f"label counts: {k} clients x {c} classes")
     return save_figure(fig, path)
+
+
+def _label_axes(ax, k: int, c: int, class_names, users) -> None:
+    """Classes along x, clients (and the user each is) along y; ticks where they fit."""
+    ax.set_xlabel("class")
+    ax.set_ylabel("client" if users is None else "client (user)")
+    if c <= 50:
+        names = list(class_names) if class_names is not None else [str(i) for i in range(c)]
+        ax.set_xticks(range(c), names, rotation=90 if max(map(len, names), default=0) > 3 else 0)
+    if k <= 50:
+        rows = [str(i) if users is None else f"{i} ({users[i]})" for i in range(k)]
+        ax.set_yticks(range(k), rows)
 
 
 def plot_image_grid(
