@@ -194,7 +194,7 @@ def check_eval_declared(uploads: str | Path, eval_ref: str | None, **listing) ->
     fit (read from their unchecked metadata, so a hostile file can never refuse the run, only
     fail to; `check_eval_fits` decides on the accepted uploads). `listing`: recursive and
     max_bytes as the ingest lists the folder."""
-    if not eval_ref:
+    if not eval_ref or not Path(uploads).is_dir():  # a missing folder: the ingest says it
         return
     want, first = _eval_task(eval_ref), None  # a dataset from files is read once, not per upload
     for name in exporters.list_uploads(uploads, listing["recursive"]):

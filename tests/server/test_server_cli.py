@@ -247,6 +247,11 @@ def test_fuse_missing_upload_dir(tmp_path):
     )
     assert "does not exist or is not a directory" in flat(r.output)
     assert list(tmp_path.iterdir()) == []
+    # with --eval too (its check read the folder first: "cannot read nope", 2026-12-06)
+    g = tmp_path / "g.onnx"
+    r = run("server", "fuse", tmp_path / "nope", "--method", "fedavg", "--out", g, "--eval",
+            "digits:test", code=2)  # fmt: skip
+    assert "upload directory" in flat(r.output) and "does not exist" in flat(r.output)
 
 
 # --- eval ------------------------------------------------------------------------------------
