@@ -198,8 +198,9 @@ def ingest_dir(
     majority, note = _majority(candidates)
     if note is not None:
         result.notes.append(note)
-    result.tied = _tied(candidates, _task, _described) or _tied(
-        [a for a in candidates if _task(a) == majority], _names, _named
+    once = _one_per_client(candidates)  # copies of one client's upload are one vote
+    result.tied = _tied(once, _task, _described) or _tied(
+        [a for a in once if _task(a) == majority], _names, _named
     )
     accepted, rejected = _admit(candidates, majority)
     result.accepted.extend(accepted)
@@ -289,6 +290,18 @@ def _tied(candidates: list[Artifact], key: Callable[[Artifact], Any], describe) 
     top = max(map(len, groups.values()), default=0)
     tied = [g for g in groups.values() if len(g) == top]
     return [(describe(g), [a.name for a in g]) for g in tied] if len(tied) > 1 else []
+
+
+def _one_per_client(candidates: list[Artifact]) -> list[Artifact]:
+    """The first upload of each (client id, kind), as `_admit` keeps them."""
+    seen: set[tuple[str, str | None]] = set()
+    kept = []
+    for a in candidates:
+        key = (a.client_id, a.kind)
+        if a.client_id is None or key not in seen:
+            seen.add(key)
+            kept.append(a)
+    return kept
 
 
 def _described(group: list[Artifact]) -> str:

@@ -349,7 +349,8 @@ def _reference(art: exporters.Artifact, x: np.ndarray) -> np.ndarray:
 def deploy(req: DeployRequest, status: Callable[[str], None] | None = None) -> DeployReport:
     """Plan, build in a staging folder, measure, publish into ``req.out``; the report. --out
     is held from the check of what it holds to the publish: a second deploy there stops."""
-    with lock_outputs([req.out]):
+    # in --out (one lock however it is spelt): this model's files there
+    with lock_outputs([Path(req.out) / f"{Path(req.model).stem}.*"]):
         return _deploy(req, status or (lambda _msg: None))
 
 

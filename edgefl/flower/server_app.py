@@ -174,12 +174,14 @@ def _check_node_settings(config: dict[str, Any]) -> None:
     """What every node would refuse (an unknown dataset, a bad partition, epochs -3), refused
     once here, before any node trains: each node checks it again as a device does."""
     from edgefl.client.job import ClientJob
+    from edgefl.data.datasets import looks_like_path
     from edgefl.data.partition import parse_scheme
     from edgefl.data.registry import DATASETS
 
     client = settings_from(config, nodes=1)["client"]
     try:
-        DATASETS.get(str(client["dataset"]))
+        if not looks_like_path(str(client["dataset"])):  # a node's own .npz is the node's
+            DATASETS.get(str(client["dataset"]))
         parse_scheme(str(client["partition"]))
         ClientJob(profile="smartphone", **client)
     except EdgeflError as exc:  # said with the run config's keys, not client train's flags

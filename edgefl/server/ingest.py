@@ -234,8 +234,8 @@ def _tied(groups: list[tuple[str, list[str]]]) -> FusionError:
     said = "; ".join(
         f"{printable(task)}: {', '.join(printable(n) for n in files[:5])}"
         + (f" and {len(files) - 5} more" if len(files) > 5 else "")
-        for task, files in groups
-    )
+        for task, files in groups[:5]
+    ) + (f"; and {len(groups) - 5} more tasks" if len(groups) > 5 else "")
     return FusionError(
         f"the uploads are of {len(groups)} tasks in equal numbers ({said}): none is the "
         "federation's",

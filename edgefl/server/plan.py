@@ -5,6 +5,7 @@ and what every method of one run shares once the uploads are ingested (`FuseRun`
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -184,7 +185,11 @@ def check_eval_fits(uploads, eval_ref: str | None) -> None:
     uploads' models take (a mismatch was found only when the fused model was evaluated)."""
     models = [u.meta for u in uploads if u.kind in ("classifier", "decoder")]
     if eval_ref and models:  # data uploads (predictions, prototypes) say nothing of an input
-        mismatch = _eval_mismatch(eval_ref, _eval_task(eval_ref), models[0])
+        # The accepted share one task; the dataset they name is the most common (one upload
+        # naming another cannot refuse --eval, nor choose it).
+        named = Counter(m.get("dataset") for m in models if isinstance(m.get("dataset"), str))
+        meta = models[0] | {"dataset": named.most_common(1)[0][0] if named else None}
+        mismatch = _eval_mismatch(eval_ref, _eval_task(eval_ref), meta)
         if mismatch is not None:
             raise mismatch
 
@@ -282,6 +287,6 @@ def _check_dataset_ref(
         )
     if name in DATASETS and file_based(name):
         require(name, data_dir)  # the files, found now: a DataError naming where it looked
-        # and read now (kept in the process's cache): a truncated or corrupt file was said
-        # only after the whole fusion
-        load_dataset(name, split, data_dir=data_dir)
+        # and read now (kept in the process's cache; a public set is carved from train): a
+        # truncated or corrupt file was said only after the whole fusion
+        load_dataset(name, "train" if split == "public" else split, data_dir=data_dir)

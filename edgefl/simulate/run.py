@@ -534,7 +534,7 @@ def simulate(job: SimJob, log=None, progress=None, trainer=None) -> dict:
     job.validate()
     # Held from the first check of what --out holds to the last file written: a second run on
     # the same --out (other settings or not) stops at once, before it trains a client there.
-    with lock_outputs([job.out]):
+    with lock_outputs([Path(job.out) / "results.json"]):  # in --out: one lock however spelt
         return _simulate(job, log, progress, trainer)
 
 

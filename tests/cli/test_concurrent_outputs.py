@@ -48,20 +48,20 @@ def test_client_train_to_an_upload_being_written(cli, upload):
 def test_simulate_on_an_out_being_written_trains_no_client(cli, tmp_path):
     out = tmp_path / "sim"
     args = ("simulate", "--dataset", "digits", "--clients", "2", "--methods", "fedavg")
-    with lock_outputs([out]):
-        r = cli(*args, "--out", str(out), "--json")
-    _held_off(r, out.resolve())
-    assert not out.exists()
+    with lock_outputs([out / "results.json"]):  # the lock is in --out, however it is spelt
+        r = cli(*args, "--out", f"{out}/../{out.name}/.", "--json")
+    _held_off(r, out.resolve() / "results.json")
+    assert not out.exists()  # made for the lock, gone with it
 
 
 def test_search_save_and_audit_out_and_deploy_out_being_written(cli, upload, tmp_path):
     save, report, band = tmp_path / "spec.json", tmp_path / "audit.json", tmp_path / "band"
     search = ("search", "--profile", "wristband", "--dataset", "digits", "--particles", "2")
-    with lock_outputs([save, report, band]):
+    with lock_outputs([save, report, band / "client-000.*"]):
         _held_off(cli(*search, "--generations", "0", "--save", str(save), "--json"), save)
         _held_off(cli("audit", str(upload), "--out", str(report), "--json"), report)
         deploy = ("deploy", str(upload), "--profile", "smartphone", "--target", "onnx")
-        _held_off(cli(*deploy, "--out", str(band), "--json"), band.resolve())
+        _held_off(cli(*deploy, "--out", str(band), "--json"), band.resolve() / "client-000.*")
     assert sorted(p.name for p in tmp_path.iterdir()) == []
 
 

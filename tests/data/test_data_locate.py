@@ -225,3 +225,19 @@ def test_a_data_dir_that_is_no_folder_is_said_as_such(tmp_path, cli):
         said = " ".join(r.output.split())
         assert r.exit_code == 2 and f"--data-dir {given} {says}" in said, said
         assert "apt-get" not in said and not (tmp_path / "up").exists()
+
+
+def test_a_public_set_of_a_dataset_from_files_passes_the_checks(roots):
+    """The check that reads a registered dataset's files now asked load_dataset for the split
+    "public" (which it carves from train): every public-set method on Fashion was refused
+    (review, 2026-12-06)."""
+    from types import SimpleNamespace
+
+    from edgefl.server.plan import check_inputs
+
+    write_idx_set(roots / "fm", "", 12, 5, 10)
+    public = SimpleNamespace(
+        config=SimpleNamespace(public_args=lambda: {"ref": "fmnist:public"}),
+        method=SimpleNamespace(public_data=True, name="fedol"),
+    )
+    check_inputs([public], "fmnist:test", str(roots / "fm"))

@@ -369,3 +369,12 @@ def test_a_simulations_jobs_are_dealt_to_its_nodes_one_at_a_time(monkeypatch):
     assert got.refused == {3: "the client failed: out of memory"}
     assert got.replies[4].summary == {"client_id": "c4"}
     assert any(line.startswith("job 3 on node") for line in logged)
+
+
+def test_a_nodes_own_npz_dataset_passes_the_servers_checks(tmp_path):
+    """The nodes read a .npz of their own: the server cannot look it up (review, 2026-12-06)."""
+    from edgefl.flower.server_app import _checked
+
+    config = DEFAULTS | {"dataset": "/data/phone.npz", "out-dir": str(tmp_path / "g")}
+    methods, _, _ = _checked(config)
+    assert methods

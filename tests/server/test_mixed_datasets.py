@@ -97,3 +97,23 @@ def test_eval_declared_is_refused_before_the_ingest_only_when_no_upload_fits(fed
         check_eval_declared(up, "mnist:test", **listing)
     _copy(federation / "client-001.onnx", up / "b.onnx", dataset="mnist", input_shape=[1, 28, 28])
     check_eval_declared(up, "mnist:test", **listing)
+
+
+def test_the_most_common_dataset_decides_not_the_first_upload():
+    """One accepted upload naming another dataset (first in order) refused --eval of the
+    federation's own data, and chose another (review, 2026-12-06)."""
+    odd = SimpleNamespace(kind="classifier", meta={**MNIST_TASK, "dataset": "fmnist"})
+    honest = [SimpleNamespace(kind="classifier", meta={**MNIST_TASK, "dataset": "mnist"})] * 2
+    check_eval_fits([odd, *honest], "mnist:test")
+    with pytest.raises(ConfigError, match="trained on mnist, not fmnist"):
+        check_eval_fits([odd, *honest], "fmnist:test")
+
+
+def test_copies_of_one_clients_upload_cannot_force_a_tie(federation, tmp_path):
+    up = tmp_path / "up"
+    _copy(federation / "client-000.onnx", up / "a.onnx")
+    _copy(federation / "client-002.onnx", up / "c.onnx")
+    for name in ("f1.onnx", "f2.onnx"):  # one client (one id), twice
+        _copy(federation / "client-001.onnx", up / name, class_names=FASHION)
+    found = ingest(up, max_upload_bytes=10**8)
+    assert sorted(dict(found.rejected)) == ["f1.onnx", "f2.onnx"]
