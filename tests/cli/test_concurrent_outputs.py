@@ -13,6 +13,7 @@ import pytest
 
 from edgefl.outputs import lock_outputs
 
+pytestmark = pytest.mark.slow  # a trained upload and CLI runs: not in `make test-fast`
 TRAIN = ("client", "train", "--profile", "smartphone", "--dataset", "digits", "--num-clients", "4")
 
 

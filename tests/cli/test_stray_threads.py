@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # real processes, seconds each: not in `make test-fast`
 SCRIPT = """
 import os, signal, sys, threading, time
 from edgefl.cli import main
