@@ -234,6 +234,10 @@ def main(argv: list[str] | None = None) -> None:
         signal.signal(signal.SIGTERM, _terminated)
     try:
         app(args=argv if argv is not None else sys.argv[1:])
+    except KeyboardInterrupt as exc:  # while typer builds the command, before any work
+        stopped = "terminated" if isinstance(exc, Terminated) else "interrupted"
+        print(f"{stopped}: nothing was started", file=sys.stderr)
+        raise SystemExit(143 if isinstance(exc, Terminated) else 130) from None
     except SystemExit as done:
         if done.code in (130, 143):
             _end_past_stray_threads(done.code)
