@@ -81,8 +81,14 @@ def trained_on(art: exporters.Artifact) -> str | None:
 def other_dataset(art: exporters.Artifact, name: str) -> str | None:
     """The registered dataset the model names where `name` is another registered one (of the
     same shape it passes every shape check: Fashion's model on MNIST digits), else None."""
-    own = trained_on(art)
-    return own if own in DATASETS and name in DATASETS and own != name else None
+    return other_registered(trained_on(art), name)
+
+
+def other_registered(own, name: str) -> str | None:
+    """`own` (a dataset a model names: upload text) where both it and `name` are registered
+    datasets and they differ, else None."""
+    registered = isinstance(own, str) and own in DATASETS and name in DATASETS
+    return own if registered and own != name else None
 
 
 def _own_data_hint(art: exporters.Artifact) -> str:

@@ -243,10 +243,11 @@ def _eval_mismatch(eval_ref: str, want, meta: dict) -> ConfigError | None:
 def _other_data(eval_ref: str, name) -> ConfigError | None:
     """Another registered dataset of the same shape (Fashion's models on MNIST digits): every
     shape check passes and the accuracy is chance, blamed on the method (seen 2026-12-06)."""
-    from edgefl.data import DATASETS, parse_dataset_ref
+    from edgefl.data import parse_dataset_ref
+    from edgefl.evaluate import other_registered
 
     ref = parse_dataset_ref(eval_ref)[0]
-    if not isinstance(name, str) or name not in DATASETS or ref not in DATASETS or ref == name:
+    if other_registered(name, ref) is None:
         return None
     return ConfigError(
         f"--eval {printable(eval_ref)}: the uploads' models were trained on {name}, not {ref} "
